@@ -1,0 +1,1 @@
+// Empty translation unit: carries the precompiled torch header that tests and tools reuse.

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package cohort needs to build, test and run its demo. Idempotent: only what is
+# missing is installed. Needs root (or sudo) the first time.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev libgloo-dev libopenblas0-pthread   # LibTorch 1.13 (CPU, Gloo) on a fast BLAS
+  python3-torch                                   # PyTorch for parity tests and the benchmark anchor
+  nlohmann-json3-dev libcli11-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  openmpi-bin libopenmpi-dev                      # mpirun launches tests on 2 ranks
+  dataset-fashion-mnist                           # the demo's data
+  iproute2 procps                                 # network namespaces and process checks in tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,30 @@
+// cohort::Error and the process-wide rank identity that prefixes errors and logs.
+#include <atomic>
+
+#include "cohort/error.h"
+
+namespace cohort {
+namespace detail {
+namespace {
+std::atomic<int> g_rank{-1};
+std::atomic<int> g_size{0};
+}  // namespace
+
+std::string rank_prefix() {
+  const int rank = g_rank.load();
+  if (rank < 0) return "";
+  return "[rank " + std::to_string(rank) + "/" + std::to_string(g_size.load()) + "] ";
+}
+
+void set_rank_identity(int rank, int size) {
+  g_size = size;
+  g_rank = rank;
+}
+
+}  // namespace detail
+
+Error::Error(const std::string& message)
+    : std::runtime_error(message.rfind("[rank ", 0) == 0 ? message
+                                                          : detail::rank_prefix() + message) {}
+
+}  // namespace cohort

@@ -1,0 +1,37 @@
+// Launcher detection as a pure function of the environment, so every launcher family is tested from
+// recorded variables. Order (first match wins): explicit RANK/WORLD_SIZE (cohortrun, torchrun), Slurm,
+// Open MPI, PMI (Intel MPI, MPICH), MVAPICH; none of them: a world of one.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cohort::detail {
+
+using EnvMap = std::map<std::string, std::string>;
+
+/// What the launcher told this process. master_addr/master_port are empty/0 when it did not say.
+struct LaunchEnv {
+  std::string launcher = "none";  // "cohortrun/torchrun", "slurm", "openmpi", "pmi", "mvapich", "none"
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int node_rank = 0;
+  bool has_local_rank = false;  // the launcher set a local rank (LOCAL_RANK, SLURM_LOCALID, ...)
+  std::string master_addr;
+  int master_port = 0;
+};
+
+/// Reads the launcher's variables. Throws cohort::Error naming the variable and the value on bad input
+/// (non-numeric, negative, RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, port out of 1..65535).
+LaunchEnv detect_launch_env(const EnvMap& env);
+
+/// The process environment as an EnvMap.
+EnvMap current_env();
+
+/// Expands a Slurm host list: "node[01-04,07],gpu3" -> node01 node02 node03 node04 node07 gpu3.
+std::vector<std::string> expand_nodelist(const std::string& nodelist);
+
+}  // namespace cohort::detail

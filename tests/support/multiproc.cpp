@@ -1,0 +1,176 @@
+// The multi-process test harness (see multiproc.h).
+#include "support/multiproc.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+extern char** environ;
+
+namespace cohort::testing {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+std::vector<std::string> child_environment(int rank, int n, int port, const std::string& report_path,
+                                           const RanksOptions& options) {
+  std::map<std::string, std::string> vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) vars[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  // A clean launcher environment: nothing from an outer launcher leaks into the ranks.
+  for (const char* name : {"SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                           "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+                           "GROUP_RANK", "TORCHELASTIC_RUN_ID"})
+    vars.erase(name);
+  vars["RANK"] = std::to_string(rank);
+  vars["WORLD_SIZE"] = std::to_string(n);
+  vars["LOCAL_RANK"] = std::to_string(rank);
+  vars["LOCAL_WORLD_SIZE"] = std::to_string(n);
+  vars["MASTER_ADDR"] = "127.0.0.1";
+  vars["MASTER_PORT"] = std::to_string(port);
+  vars["COHORT_TEST_RANK_PROCESS"] = "1";
+  vars["COHORT_TEST_REPORT"] = report_path;
+  vars["OMP_NUM_THREADS"] = "1";
+  for (const auto& [key, value] : options.env) vars[key] = value;
+  std::vector<std::string> out;
+  for (const auto& [key, value] : vars) out.push_back(key + "=" + value);
+  return out;
+}
+
+}  // namespace
+
+bool is_rank_process() {
+  const char* flag = std::getenv("COHORT_TEST_RANK_PROCESS");
+  return flag != nullptr && std::string(flag) == "1";
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void report(const std::string& line) {
+  const char* path = std::getenv("COHORT_TEST_REPORT");
+  if (path == nullptr) return;
+  std::ofstream out(path, std::ios::app);
+  out << line << "\n";
+}
+
+std::string describe(const std::vector<RankResult>& results) {
+  std::ostringstream out;
+  for (const auto& r : results) {
+    out << "---- rank " << r.rank << ": exit " << r.exit_code << " signal " << r.signal << "\n"
+        << r.output << "\n";
+  }
+  return out.str();
+}
+
+std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int size)>& body,
+                                  const RanksOptions& options) {
+  if (is_rank_process()) {
+    body(std::atoi(std::getenv("RANK")), std::atoi(std::getenv("WORLD_SIZE")));
+    return {};
+  }
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string filter = std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
+  const int port = free_port();
+  char dir_template[] = "/tmp/cohort-test-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+
+  std::vector<pid_t> pids(n);
+  std::vector<RankResult> results(n);
+  for (int rank = 0; rank < n; ++rank) {
+    const std::string out_path = dir + "/rank" + std::to_string(rank) + ".out";
+    const std::string report_path = dir + "/rank" + std::to_string(rank) + ".report";
+    auto env_strings = child_environment(rank, n, port, report_path, options);
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string exe = "/proc/self/exe";
+    std::string quiet = "--gtest_brief=1";
+    std::vector<char*> argv{exe.data(), const_cast<char*>(filter.c_str()), quiet.data(), nullptr};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    const int rc = posix_spawn(&pids[rank], exe.c_str(), &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) ADD_FAILURE() << "posix_spawn failed for rank " << rank;
+    results[rank].rank = rank;
+  }
+
+  const auto deadline = std::chrono::steady_clock::now() + options.deadline;
+  int remaining = n;
+  std::vector<bool> done(n, false);
+  while (remaining > 0) {
+    for (int rank = 0; rank < n; ++rank) {
+      if (done[rank]) continue;
+      int status = 0;
+      if (::waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+        done[rank] = true;
+        --remaining;
+        if (WIFEXITED(status)) results[rank].exit_code = WEXITSTATUS(status);
+        if (WIFSIGNALED(status)) results[rank].signal = WTERMSIG(status);
+      }
+    }
+    if (remaining == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int rank = 0; rank < n; ++rank)
+        if (!done[rank]) ::kill(pids[rank], SIGKILL);
+      ADD_FAILURE() << "ranks still running after " << options.deadline.count() << " s were killed";
+      for (int rank = 0; rank < n; ++rank) {
+        if (done[rank]) continue;
+        int status = 0;
+        ::waitpid(pids[rank], &status, 0);
+        results[rank].signal = SIGKILL;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
+  for (int rank = 0; rank < n; ++rank) {
+    auto& r = results[rank];
+    r.output = read_file(dir + "/rank" + std::to_string(rank) + ".out");
+    std::istringstream reports(read_file(dir + "/rank" + std::to_string(rank) + ".report"));
+    for (std::string line; std::getline(reports, line);) r.reports.push_back(line);
+    r.passed = r.exit_code == 0 && r.signal == 0;
+    ::unlink((dir + "/rank" + std::to_string(rank) + ".out").c_str());
+    ::unlink((dir + "/rank" + std::to_string(rank) + ".report").c_str());
+  }
+  ::rmdir(dir.c_str());
+  if (options.expect_all_pass) {
+    for (const auto& r : results)
+      if (!r.passed) ADD_FAILURE() << "rank " << r.rank << " failed:\n" << describe(results);
+  }
+  return results;
+}
+
+}  // namespace cohort::testing

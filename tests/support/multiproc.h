@@ -1,0 +1,47 @@
+// Runs a test body on N local ranks: the test executable re-runs itself once per rank (filtered to the
+// calling test) with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set and a fresh port, then collects each
+// rank's exit status, output and report lines. Re-exec instead of fork(): torch's thread pools do
+// not survive fork.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cohort::testing {
+
+struct RankResult {
+  int rank = 0;
+  int exit_code = -1;   // exit status, or -1 when killed by a signal
+  int signal = 0;       // the signal that ended it, or 0
+  bool passed = false;  // exit code 0
+  std::string output;   // stdout and stderr together
+  std::vector<std::string> reports;  // lines the rank passed to report()
+};
+
+struct RanksOptions {
+  std::chrono::seconds deadline{60};        // every rank is SIGKILLed after this
+  std::map<std::string, std::string> env;   // extra variables for every rank
+  bool expect_all_pass = true;              // add a test failure for each rank that did not pass
+};
+
+/// True in a rank process started by run_ranks.
+bool is_rank_process();
+
+/// In the test process: starts `n` rank processes running this test, each calling body(rank, n),
+/// waits for all and returns their results. In a rank process: calls body and returns {}.
+std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int size)>& body,
+                                  const RanksOptions& options = {});
+
+/// From a rank process: hands a line to the test process (RankResult::reports).
+void report(const std::string& line);
+
+/// A TCP port that was free a moment ago on 127.0.0.1.
+int free_port();
+
+/// Output of all ranks, for failure messages.
+std::string describe(const std::vector<RankResult>& results);
+
+}  // namespace cohort::testing
