@@ -26,6 +26,10 @@ struct LaunchEnv {
 
 /// Reads the launcher's variables. Throws cohort::Error naming the variable and the value on bad input
 /// (non-numeric, negative, RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, port out of 1..65535).
+/// MASTER_ADDR/MASTER_PORT always win when set. Otherwise Slurm's master is the step's first host and an
+/// MPI launch on one node uses 127.0.0.1 (several nodes without MASTER_ADDR: Error); Slurm and MPI
+/// ports are hashed from the job id into 20000..59999, or 0 when the environment has none (see .cpp).
+/// Slurm counts only inside an srun step that no mpirun/mpiexec/mpirun_rsh runs under.
 LaunchEnv detect_launch_env(const EnvMap& env);
 
 /// The process environment as an EnvMap.
