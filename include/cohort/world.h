@@ -4,6 +4,7 @@
 #pragma once
 
 #include <torch/arg.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
 #include <chrono>
@@ -11,10 +12,6 @@
 #include <string>
 
 #include "cohort/error.h"
-
-namespace c10d {
-class Store;
-}
 
 namespace cohort {
 

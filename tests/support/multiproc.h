@@ -31,7 +31,8 @@ struct RanksOptions {
 bool is_rank_process();
 
 /// In the test process: starts `n` rank processes running this test, each calling body(rank, n),
-/// waits for all and returns their results. In a rank process: calls body and returns {}.
+/// waits for all and returns their results. In a rank process: calls body and exits (status 1 if
+/// the body recorded a test failure).
 std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int size)>& body,
                                   const RanksOptions& options = {});
 

@@ -1,0 +1,320 @@
+// CommImpl: agreement, launch, wait and failure handling for every collective (see comm_impl.h).
+#include "comm/comm_impl.h"
+
+#include <ATen/core/ivalue.h>
+
+#include <atomic>
+#include <sstream>
+
+#include "comm/failure_report.h"
+#include "core/log.h"
+
+namespace cohort::detail {
+namespace {
+
+std::atomic<int> g_comm_count{0};
+
+// c10 exceptions carry a backtrace after the first line; the first line is the message.
+std::string first_line(const char* what) {
+  std::string text(what);
+  return text.substr(0, text.find('\n'));
+}
+
+// How long a waiting thread sleeps between looks at the control plane while data moves.
+constexpr auto kWatchInterval = std::chrono::milliseconds(50);
+
+}  // namespace
+
+CommImpl::CommImpl(CommConfig config) : config_(std::move(config)), p2p_seq_(config_.size, 0) {
+  prefix_ = "cohort/comm" + std::to_string(g_comm_count++);
+  if (config_.size == 1) return;  // a world of one: no sockets, every op is local
+  BackendConfig backend{config_.store, config_.rank, config_.size, config_.local_address,
+                        config_.timeout + std::chrono::seconds(5)};
+  control_ = std::make_unique<ControlPlane>(*config_.store, prefix_, config_.rank, config_.size,
+                                            config_.local_address, config_.timeout);
+  gloo_ = make_gloo(backend);
+  if (config_.use_nccl) nccl_ = make_nccl(backend);
+}
+
+CommImpl::~CommImpl() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  queue_cv_.notify_all();
+  if (control_) control_->interrupt();
+  if (launcher_.joinable()) launcher_.join();
+  if (!poisoned_.empty()) {
+    // A failed collective may still block a c10d worker thread until c10d's own timeout; destroying
+    // the process group would join it and hang this process. Leak it: the process is failing anyway.
+    gloo_.release();
+    nccl_.release();
+  }
+}
+
+int64_t CommImpl::sequence_number() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_seq_;
+}
+
+ProcessGroupBase& CommImpl::backend_for(const c10::Device& device) {
+  if (device.is_cuda()) {
+    COHORT_CHECK(nccl_, "collective on a CUDA tensor, but this Comm has no NCCL backend (init with "
+                        "Backend::kNccl, or move the tensor to the CPU)");
+    return *nccl_;
+  }
+  COHORT_CHECK(device.is_cpu(), "collectives take CPU or CUDA tensors, not ", device);
+  return *gloo_;
+}
+
+std::shared_ptr<PendingOp> CommImpl::submit(std::shared_ptr<PendingOp> op, bool async) {
+  op->comm_ = this;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!poisoned_.empty()) throw Error(poisoned_);
+  const bool p2p = op->fingerprint.op == OpKind::kSend || op->fingerprint.op == OpKind::kRecv;
+  op->seq = p2p ? p2p_seq_[op->peer]++ : next_seq_++;
+  if (config_.size == 1) {
+    op->launched_ = op->data_done_ = true;
+    return op;
+  }
+  if (!async && queue_.empty() && !launching_) {
+    launching_ = true;
+    lock.unlock();
+    launch(*op);
+    lock.lock();
+    launching_ = false;
+    lock.unlock();
+    queue_cv_.notify_all();
+    return op;
+  }
+  queue_.push_back(op);
+  if (!launcher_.joinable()) launcher_ = std::thread([this] { launcher_loop(); });
+  lock.unlock();
+  queue_cv_.notify_all();
+  return op;
+}
+
+std::shared_ptr<PendingOp> CommImpl::wrap_local(std::shared_ptr<PendingOp> op) {
+  op->comm_ = this;
+  op->launched_ = op->data_done_ = true;
+  return op;
+}
+
+void CommImpl::launcher_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    queue_cv_.wait(lock, [&] { return stop_ || (!queue_.empty() && !launching_); });
+    if (queue_.empty() && stop_) return;
+    if (queue_.empty()) continue;
+    auto op = queue_.front();
+    queue_.pop_front();
+    launching_ = true;
+    lock.unlock();
+    launch(*op);
+    lock.lock();
+    launching_ = false;
+    queue_cv_.notify_all();
+  }
+}
+
+void CommImpl::launch(PendingOp& op) {
+  op.started_ = Clock::now();
+  const auto deadline = op.started_ + config_.timeout;
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error = poisoned_;
+  }
+  if (error.empty()) {
+    const uint64_t hash = op.fingerprint.hash(uint64_t(op.seq));
+    std::optional<PeerFailure> failure;
+    bool agreed = true;
+    if (op.peer >= 0) {
+      uint64_t peer_hash = 0;
+      failure = control_->exchange(op.peer, uint64_t(op.seq), hash, deadline, peer_hash);
+      agreed = peer_hash == hash;
+    } else {
+      AgreeResult result;
+      failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
+      agreed = result.agreed();
+    }
+    if (failure) {
+      error = explain(*failure, op);
+    } else if (!agreed) {
+      error = explain_desync(op);
+    } else if (op.launch) {
+      try {
+        op.work_ = op.launch();
+      } catch (const std::exception& e) {
+        error = "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() +
+                " could not start: " + first_line(e.what());
+      }
+    }
+  }
+  if (!error.empty()) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (poisoned_.empty()) {
+      poisoned_ = Error(error).what();
+      control_->broadcast_abort(poisoned_);
+    }
+    error = poisoned_;
+  }
+  const bool p2p = op.peer >= 0;  // c10d's send/recv work has no future: wait() blocks on it directly
+  if (op.work_ && !p2p) {
+    // Completion is signalled through the future so the waiting thread can watch peers meanwhile.
+    op.work_->getFuture()->addCallback([self = op.shared_from_this()](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(self->mutex_);
+      self->data_done_ = true;
+      self->cv_.notify_all();
+    });
+  }
+  std::lock_guard<std::mutex> lock(op.mutex_);
+  op.error_ = error;
+  op.launched_ = true;
+  if (!op.work_ || p2p) op.data_done_ = true;
+  op.cv_.notify_all();
+}
+
+void CommImpl::fail(PendingOp& op, const std::string& message) {
+  std::string final_message;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (poisoned_.empty()) {
+      poisoned_ = Error(message).what();
+      if (control_) control_->broadcast_abort(poisoned_);
+    }
+    final_message = poisoned_;
+  }
+  {
+    std::lock_guard<std::mutex> lock(op.mutex_);
+    op.error_ = final_message;
+    op.finished_ = true;
+  }
+  if (control_) control_->interrupt();
+  throw Error(final_message);
+}
+
+void CommImpl::await_data(PendingOp& op) {
+  std::unique_lock<std::mutex> lock(op.mutex_);
+  op.cv_.wait(lock, [&] { return op.launched_; });
+  if (!op.error_.empty()) {
+    const std::string error = op.error_;
+    lock.unlock();
+    fail(op, error);
+  }
+  const auto deadline = op.started_ + config_.timeout;
+  while (!op.cv_.wait_for(lock, kWatchInterval, [&] { return op.data_done_; })) {
+    lock.unlock();
+    if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
+    if (Clock::now() > deadline) fail(op, explain_timeout(op));
+    lock.lock();
+  }
+}
+
+void CommImpl::wait(PendingOp& op) {
+  {
+    std::lock_guard<std::mutex> lock(op.mutex_);
+    if (op.finished_) {
+      if (!op.error_.empty()) throw Error(op.error_);
+      return;
+    }
+  }
+  if (config_.size > 1 && op.seq >= 0) {
+    await_data(op);
+    if (op.work_) {
+      try {
+        op.work_->wait();
+      } catch (const std::exception& e) {
+        // The transport failed (usually a peer vanished mid-transfer): name the rank if we can.
+        const auto until = Clock::now() + std::chrono::seconds(2);
+        while (Clock::now() < until) {
+          if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        fail(op, "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() +
+                     " failed in the transport: " + first_line(e.what()));
+      }
+    }
+  }
+  if (op.finish) op.finish();
+  std::lock_guard<std::mutex> lock(op.mutex_);
+  op.finished_ = true;
+}
+
+bool CommImpl::is_completed(PendingOp& op) {
+  std::lock_guard<std::mutex> lock(op.mutex_);
+  return op.finished_ || (op.launched_ && op.data_done_);
+}
+
+std::string CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
+  const std::string what = "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe();
+  switch (failure.kind) {
+    case PeerFailure::kDied:
+      if (!failure.reason.empty())
+        return what + " failed: rank " + std::to_string(failure.peer) + " left: " + failure.reason;
+      return what + " failed: rank " + std::to_string(failure.peer) +
+             " died (its process exited or was killed without shutting down)";
+    case PeerFailure::kAborted:
+      if (failure.peer == config_.rank) return what + " interrupted: this Comm is shutting down";
+      return what + " failed because rank " + std::to_string(failure.peer) + " failed: " + failure.reason;
+    case PeerFailure::kTimedOut:
+      return explain_timeout(op);
+  }
+  return what + " failed";
+}
+
+std::string CommImpl::explain_desync(const PendingOp& op) {
+  FailureReport report(*config_.store, prefix_ + "/desync", config_.rank, config_.size);
+  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
+                                 std::chrono::seconds(10));
+  std::ostringstream out;
+  out << "collective mismatch (desync) at collective #" << op.seq << ": ranks called different "
+      << "collectives:";
+  for (int r = 0; r < config_.size; ++r) {
+    out << " rank " << r << ": ";
+    if (!reports[r]) {
+      out << "(no report)";
+    } else {
+      const auto space = reports[r]->find(' ');
+      out << "#" << reports[r]->substr(0, space) << " " << reports[r]->substr(space + 1);
+    }
+    out << (r + 1 < config_.size ? ";" : ".");
+  }
+  out << " Every rank must call the same collectives, in the same order, with the same shapes and dtypes.";
+  return out.str();
+}
+
+std::string CommImpl::explain_timeout(const PendingOp& op) {
+  FailureReport report(*config_.store, prefix_ + "/stuck", config_.rank, config_.size);
+  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
+                                 std::chrono::seconds(2));
+  std::vector<int> missing;
+  std::ostringstream others;
+  for (int r = 0; r < config_.size; ++r) {
+    if (r == config_.rank) continue;
+    if (!reports[r]) {
+      missing.push_back(r);
+      continue;
+    }
+    const auto space = reports[r]->find(' ');
+    if (reports[r]->substr(0, space) != std::to_string(op.seq)) {
+      missing.push_back(r);
+      others << " rank " << r << " is waiting in collective #" << reports[r]->substr(0, space) << " "
+             << reports[r]->substr(space + 1) << ".";
+    }
+  }
+  std::ostringstream out;
+  out << "collective #" << op.seq << " " << op.fingerprint.describe() << " timed out after "
+      << config_.timeout.count() << " ms: ";
+  if (missing.empty()) {
+    out << "every rank arrived but the transfer did not finish";
+  } else {
+    out << "rank" << (missing.size() > 1 ? "s " : " ");
+    for (size_t i = 0; i < missing.size(); ++i) out << (i ? ", " : "") << missing[i];
+    out << " never arrived.";
+  }
+  out << others.str() << " (timeout: InitOptions::timeout or COHORT_TIMEOUT seconds)";
+  return out.str();
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,103 @@
+// CommImpl: the machinery under cohort::Comm. Each collective becomes a PendingOp that is
+// (1) given the next sequence number, (2) agreed on by every rank over the control plane (fingerprint
+// hash), (3) launched on the c10d process group, (4) waited for with the control plane watched for dead
+// or aborting peers and the timeout counted. The first failure poisons the Comm: every later call
+// throws the same error, and every peer is told (abort notice). Async ops are agreed and launched in
+// issue order by one launcher thread so the caller (e.g. an autograd hook) never waits on the network.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "comm/control_plane.h"
+#include "comm/fingerprint.h"
+#include "compat/c10d_compat.h"
+
+namespace cohort::detail {
+
+class CommImpl;
+
+class PendingOp : public std::enable_shared_from_this<PendingOp> {
+ public:
+  Fingerprint fingerprint;
+  int64_t seq = -1;
+  int peer = -1;  // point to point: the other rank
+  /// Starts the data movement after agreement; returns null when there is nothing to move.
+  std::function<c10::intrusive_ptr<c10d::Work>()> launch;
+  /// Runs once on the waiting thread after the data arrived (copy back, divide for avg, unpack).
+  std::function<void()> finish;
+
+ private:
+  friend class CommImpl;
+  CommImpl* comm_ = nullptr;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool launched_ = false, data_done_ = false, finished_ = false;
+  Clock::time_point started_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string error_;
+  friend class cohort::Work;
+};
+
+struct CommConfig {
+  c10::intrusive_ptr<c10d::Store> store;  // null in a world of one
+  int rank = 0;
+  int size = 1;
+  std::string local_address;
+  std::chrono::milliseconds timeout{300000};
+  bool use_nccl = false;
+};
+
+class CommImpl {
+ public:
+  explicit CommImpl(CommConfig config);
+  ~CommImpl();
+
+  int rank() const { return config_.rank; }
+  int size() const { return config_.size; }
+  std::chrono::milliseconds timeout() const { return config_.timeout; }
+  int64_t sequence_number() const;
+  c10d::Store* store() const { return config_.store.get(); }
+
+  /// The process group for tensors on `device` (Gloo for CPU, NCCL for CUDA).
+  ProcessGroupBase& backend_for(const c10::Device& device);
+
+  /// Issues an op; blocking ops are launched inline when nothing is queued, async ones by the launcher.
+  std::shared_ptr<PendingOp> submit(std::shared_ptr<PendingOp> op, bool async);
+  void wait(PendingOp& op);
+  /// An op with no collective of its own (its finish() waits on others): completes when waited on.
+  std::shared_ptr<PendingOp> wrap_local(std::shared_ptr<PendingOp> op);
+  bool is_completed(PendingOp& op);
+
+ private:
+  void launch(PendingOp& op);
+  void launcher_loop();
+  /// Poisons the Comm with `message`, tells the peers, and throws it.
+  [[noreturn]] void fail(PendingOp& op, const std::string& message);
+  std::string explain(const PeerFailure& failure, const PendingOp& op);
+  std::string explain_desync(const PendingOp& op);
+  std::string explain_timeout(const PendingOp& op);
+  void await_data(PendingOp& op);
+
+  CommConfig config_;
+  std::string prefix_;  // store key prefix of this Comm
+  std::unique_ptr<ControlPlane> control_;
+  c10::intrusive_ptr<ProcessGroupBase> gloo_, nccl_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<std::shared_ptr<PendingOp>> queue_;
+  bool launching_ = false, stop_ = false;
+  int64_t next_seq_ = 0;
+  std::vector<int64_t> p2p_seq_;  // per peer: sends and recvs between two ranks pair up in order
+  std::string poisoned_;  // the first failure; empty while healthy
+  std::thread launcher_;
+};
+
+}  // namespace cohort::detail

@@ -1,0 +1,308 @@
+// The control-plane socket mesh (see control_plane.h): set-up through the store, framed 32-byte
+// messages, dissemination agreement, and failure detection by EOF and abort notices.
+#include "comm/control_plane.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "cohort/error.h"
+
+namespace cohort::detail {
+namespace {
+
+constexpr uint32_t kAgree = 1, kPointToPoint = 2, kAbort = 3, kBye = 4;
+constexpr size_t kHeaderBytes = 32;
+
+void put_u32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }
+void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
+uint32_t get_u32(const char* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
+uint64_t get_u64(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
+
+int remaining_ms(Clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  if (left < 0) return 0;
+  return left > std::numeric_limits<int>::max() ? std::numeric_limits<int>::max() : int(left);
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+bool read_exact(int fd, void* data, size_t n, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, remaining_ms(deadline)) <= 0) return false;
+    ssize_t got = ::recv(fd, p, n, 0);
+    if (got <= 0) return false;
+    p += got;
+    n -= size_t(got);
+  }
+  return true;
+}
+
+int connect_to(const std::string& host, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr)
+    return -1;
+  int fd = -1;
+  while (Clock::now() < deadline) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(fd, res->ai_addr, res->ai_addrlen) == 0) break;
+    ::close(fd);
+    fd = -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::freeaddrinfo(res);
+  return fd;
+}
+
+}  // namespace
+
+ControlPlane::ControlPlane(c10d::Store& store, const std::string& prefix, int rank, int size,
+                           const std::string& local_address, std::chrono::milliseconds timeout)
+    : rank_(rank), size_(size), peers_(size) {
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  COHORT_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                   ::listen(listen_fd_, 4096) == 0,
+               "control plane: cannot listen on a TCP port: ", std::strerror(errno));
+  socklen_t len = sizeof(addr);
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string endpoint = local_address + ":" + std::to_string(ntohs(addr.sin_port));
+  store.set(prefix + "/cp/" + std::to_string(rank), std::vector<uint8_t>(endpoint.begin(), endpoint.end()));
+  connect_mesh(store, prefix, timeout);
+}
+
+void ControlPlane::connect_mesh(c10d::Store& store, const std::string& prefix,
+                                std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  // Lower ranks are dialled, higher ranks dial us: each pair has exactly one connection, and the
+  // listen backlog lets a dial complete before the accept, so the order cannot deadlock.
+  for (int peer = 0; peer < rank_; ++peer) {
+    auto raw = store.get(prefix + "/cp/" + std::to_string(peer));
+    const std::string endpoint(raw.begin(), raw.end());
+    const auto colon = endpoint.rfind(':');
+    const std::string host = endpoint.substr(0, colon);
+    const int port = std::stoi(endpoint.substr(colon + 1));
+    int fd = connect_to(host, port, deadline);
+    COHORT_CHECK(fd >= 0, "control plane: cannot connect to rank ", peer, " at ", endpoint,
+                 " within ", timeout.count(), " ms");
+    set_nodelay(fd);
+    uint32_t me = uint32_t(rank_);
+    COHORT_CHECK(::send(fd, &me, 4, MSG_NOSIGNAL) == 4, "control plane: handshake with rank ", peer,
+                 " failed");
+    peers_[peer].fd = fd;
+  }
+  for (int accepted = rank_ + 1; accepted < size_; ++accepted) {
+    pollfd pfd{listen_fd_, POLLIN, 0};
+    COHORT_CHECK(::poll(&pfd, 1, remaining_ms(deadline)) == 1,
+                 "control plane: ranks above ", rank_, " did not connect within ", timeout.count(), " ms");
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    COHORT_CHECK(fd >= 0, "control plane: accept failed: ", std::strerror(errno));
+    uint32_t peer = 0;
+    COHORT_CHECK(read_exact(fd, &peer, 4, deadline) && int(peer) > rank_ && int(peer) < size_ &&
+                     peers_[peer].fd < 0,
+                 "control plane: bad handshake on an incoming connection");
+    set_nodelay(fd);
+    peers_[peer].fd = fd;
+  }
+  ::close(listen_fd_);
+  listen_fd_ = -1;
+}
+
+ControlPlane::~ControlPlane() {
+  Message bye;
+  bye.type = kBye;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) send_message(p, bye, true);
+  for (auto& peer : peers_)
+    if (peer.fd >= 0) ::close(peer.fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  ::close(wake_fd_);
+}
+
+void ControlPlane::interrupt() {
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof(one));
+}
+
+void ControlPlane::send_message(int peer, const Message& message, bool best_effort) {
+  std::string frame(kHeaderBytes + message.text.size(), '\0');
+  put_u32(&frame[0], message.type);
+  put_u32(&frame[4], uint32_t(message.text.size()));
+  put_u64(&frame[8], message.seq);
+  put_u64(&frame[16], message.a);
+  put_u64(&frame[24], message.b);
+  std::memcpy(&frame[kHeaderBytes], message.text.data(), message.text.size());
+  const int fd = peers_[peer].fd;
+  if (fd < 0 || peers_[peer].closed) return;
+  size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent,
+                       MSG_NOSIGNAL | (best_effort ? MSG_DONTWAIT : 0));
+    if (n <= 0) {
+      if (!best_effort && n < 0 && errno == EINTR) continue;
+      return;  // the peer is gone; receive() reports it when we next wait on it
+    }
+    sent += size_t(n);
+  }
+}
+
+std::optional<PeerFailure> ControlPlane::drain(int p) {
+  Peer& peer = peers_[p];
+  char chunk[4096];
+  for (;;) {
+    ssize_t n = ::recv(peer.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    if (n > 0) {
+      peer.buffer.append(chunk, size_t(n));
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (n < 0 && errno == EINTR) continue;
+    peer.closed = true;  // EOF or reset: the process is gone
+    break;
+  }
+  while (peer.buffer.size() >= kHeaderBytes) {
+    const uint32_t text_len = get_u32(&peer.buffer[4]);
+    if (peer.buffer.size() < kHeaderBytes + text_len) break;
+    Message m;
+    m.type = get_u32(&peer.buffer[0]);
+    m.seq = get_u64(&peer.buffer[8]);
+    m.a = get_u64(&peer.buffer[16]);
+    m.b = get_u64(&peer.buffer[24]);
+    m.text = peer.buffer.substr(kHeaderBytes, text_len);
+    peer.buffer.erase(0, kHeaderBytes + text_len);
+    if (m.type == kAbort) return PeerFailure{PeerFailure::kAborted, p, m.text};
+    if (m.type == kBye) {
+      peer.said_bye = true;
+      continue;
+    }
+    peer.inbox.push_back(std::move(m));
+  }
+  // A clean exit says goodbye first; a socket closed without it means the process died.
+  if (peer.closed && !peer.said_bye) return PeerFailure{PeerFailure::kDied, p, ""};
+  return std::nullopt;
+}
+
+std::optional<PeerFailure> ControlPlane::receive(int from, Clock::time_point deadline, Message& out) {
+  std::vector<pollfd> fds;
+  std::vector<int> owners;
+  for (;;) {
+    if (!peers_[from].inbox.empty()) {
+      out = std::move(peers_[from].inbox.front());
+      peers_[from].inbox.pop_front();
+      return std::nullopt;
+    }
+    if (peers_[from].closed)
+      return PeerFailure{PeerFailure::kDied, from, "it shut down its Comm while this rank still waits for it"};
+    fds.clear();
+    owners.clear();
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || peers_[p].fd < 0 || peers_[p].closed) continue;
+      fds.push_back(pollfd{peers_[p].fd, POLLIN, 0});
+      owners.push_back(p);
+    }
+    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
+    const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return PeerFailure{PeerFailure::kTimedOut, from, ""};
+    if (fds.back().revents != 0) return PeerFailure{PeerFailure::kAborted, rank_, "interrupted"};
+    for (size_t i = 0; i + 1 < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      // Any peer's death or abort is fatal: every collective needs every rank.
+      if (auto failure = drain(owners[i])) return failure;
+    }
+  }
+}
+
+std::optional<PeerFailure> ControlPlane::agree(uint64_t seq, uint64_t hash, Clock::time_point deadline,
+                                               AgreeResult& result) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  result.min_hash = result.max_hash = hash;
+  // Dissemination: in round k send to rank+2^k, receive from rank-2^k; after ceil(log2 n) rounds each
+  // rank has combined every rank's value. Min and max are idempotent, so overlaps do no harm.
+  for (int distance = 1; distance < size_; distance *= 2) {
+    const int to = (rank_ + distance) % size_;
+    const int from = (rank_ - distance % size_ + size_) % size_;
+    Message m;
+    m.type = kAgree;
+    m.seq = seq;
+    m.a = result.min_hash;
+    m.b = result.max_hash;
+    send_message(to, m, false);
+    Message in;
+    if (auto failure = receive(from, deadline, in)) return failure;
+    if (in.type != kAgree || in.seq != seq) {
+      // The peer is at another collective (a different count of calls): force disagreement.
+      result.min_hash = 0;
+      result.max_hash = std::numeric_limits<uint64_t>::max();
+      continue;
+    }
+    result.min_hash = std::min(result.min_hash, in.a);
+    result.max_hash = std::max(result.max_hash, in.b);
+  }
+  return std::nullopt;
+}
+
+std::optional<PeerFailure> ControlPlane::exchange(int peer, uint64_t seq, uint64_t hash,
+                                                  Clock::time_point deadline, uint64_t& peer_hash) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Message m;
+  m.type = kPointToPoint;
+  m.seq = seq;
+  m.a = hash;
+  send_message(peer, m, false);
+  Message in;
+  if (auto failure = receive(peer, deadline, in)) return failure;
+  peer_hash = (in.type == kPointToPoint && in.seq == seq) ? in.a : ~hash;
+  return std::nullopt;
+}
+
+void ControlPlane::broadcast_abort(const std::string& reason) {
+  Message m;
+  m.type = kAbort;
+  m.text = reason;
+  for (int p = 0; p < size_; ++p)
+    if (p != rank_) send_message(p, m, true);
+}
+
+std::optional<PeerFailure> ControlPlane::check_peers() {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return std::nullopt;  // the launcher is in an agreement and will see it
+  std::vector<pollfd> fds;
+  std::vector<int> owners;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || peers_[p].fd < 0 || peers_[p].closed) continue;
+    fds.push_back(pollfd{peers_[p].fd, POLLIN, 0});
+    owners.push_back(p);
+  }
+  if (::poll(fds.data(), fds.size(), 0) <= 0) return std::nullopt;
+  for (size_t i = 0; i < fds.size(); ++i)
+    if (fds[i].revents != 0)
+      if (auto failure = drain(owners[i])) return failure;
+  return std::nullopt;
+}
+
+}  // namespace cohort::detail

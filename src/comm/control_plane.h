@@ -1,0 +1,94 @@
+// A full mesh of TCP sockets between ranks for tiny control messages, separate from the data path:
+//  - agreement on each collective's fingerprint before any data moves (dissemination: ceil(log2 n)
+//    rounds, each rank sends 32 bytes per round; min and max of the hashes are equal iff all agree),
+//  - abort notices, so one rank's failure reaches every rank at once,
+//  - dead-rank detection: a process that exits or is killed closes its sockets, which every peer sees.
+// See docs/design/collective-safety.md for why this is not done with Gloo collectives (cost).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class Store;
+}
+
+namespace cohort::detail {
+
+using Clock = std::chrono::steady_clock;
+
+/// Why the control plane could not complete: a peer died, a peer aborted, or the deadline passed.
+struct PeerFailure {
+  enum Kind { kDied, kAborted, kTimedOut } kind;
+  int peer = -1;           // the rank that died / aborted / we were waiting for
+  std::string reason;      // abort reason sent by the peer
+};
+
+struct AgreeResult {
+  uint64_t min_hash = 0;
+  uint64_t max_hash = 0;
+  bool agreed() const { return min_hash == max_hash; }
+};
+
+class ControlPlane {
+ public:
+  /// Connects to every other rank; addresses are exchanged through `store` under `prefix`.
+  ControlPlane(c10d::Store& store, const std::string& prefix, int rank, int size,
+               const std::string& local_address, std::chrono::milliseconds timeout);
+  ~ControlPlane();
+  ControlPlane(const ControlPlane&) = delete;
+  ControlPlane& operator=(const ControlPlane&) = delete;
+
+  /// Global min/max of every rank's `hash` for collective `seq`, or the failure that stopped it.
+  std::optional<PeerFailure> agree(uint64_t seq, uint64_t hash, Clock::time_point deadline,
+                                   AgreeResult& result);
+
+  /// Sends our (seq, hash) to `peer` and receives its own: the point-to-point check.
+  std::optional<PeerFailure> exchange(int peer, uint64_t seq, uint64_t hash,
+                                      Clock::time_point deadline, uint64_t& peer_hash);
+
+  /// Best effort, never blocks: tells every peer we are failing and why.
+  void broadcast_abort(const std::string& reason);
+
+  /// Makes every current and later wait return at once (kAborted, peer = own rank): used on shutdown
+  /// and when this rank fails, so no thread stays blocked in the control plane.
+  void interrupt();
+
+  /// Non-blocking look at every socket for a dead or aborting peer (called while a collective runs).
+  std::optional<PeerFailure> check_peers();
+
+ private:
+  struct Message {
+    uint32_t type = 0;
+    uint64_t seq = 0, a = 0, b = 0;
+    std::string text;
+  };
+  struct Peer {
+    int fd = -1;
+    bool closed = false;
+    bool said_bye = false;        // the peer shut down cleanly (its EOF is not a death)
+    std::string buffer;           // bytes read but not yet parsed
+    std::deque<Message> inbox;    // parsed messages, in arrival order
+  };
+
+  void connect_mesh(c10d::Store& store, const std::string& prefix, std::chrono::milliseconds timeout);
+  void send_message(int peer, const Message& message, bool best_effort);
+  /// Reads what is available from peer `p` into its inbox; returns a failure on EOF or abort.
+  std::optional<PeerFailure> drain(int p);
+  /// Waits for the next message from `from`, watching every other peer for failures.
+  std::optional<PeerFailure> receive(int from, Clock::time_point deadline, Message& out);
+
+  int rank_;
+  int size_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd written by interrupt()
+  std::vector<Peer> peers_;
+  std::mutex mutex_;  // one user at a time: the launcher thread or a waiting thread
+};
+
+}  // namespace cohort::detail

@@ -1,0 +1,50 @@
+// The one place that knows which LibTorch generation we build against. LibTorch 1.13's Gloo and NCCL
+// process groups derive from c10d::ProcessGroup; from 2.0 on they derive from c10d::Backend. Both
+// expose the same collective methods, so the rest of cohort only sees `detail::ProcessGroupBase`.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+
+#include <chrono>
+#include <string>
+
+#include "cohort/comm.h"
+
+namespace cohort::detail {
+
+#if TORCH_VERSION_MAJOR >= 2
+using ProcessGroupBase = c10d::Backend;
+#else
+using ProcessGroupBase = c10d::ProcessGroup;
+#endif
+
+struct BackendConfig {
+  c10::intrusive_ptr<c10d::Store> store;
+  int rank = 0;
+  int size = 1;
+  std::string local_address;  // the address other ranks reach this one at
+  std::chrono::milliseconds timeout{300000};
+};
+
+/// Gloo process group (CPU tensors) on `local_address`.
+c10::intrusive_ptr<ProcessGroupBase> make_gloo(const BackendConfig& config);
+
+/// NCCL process group (CUDA tensors); throws cohort::Error when LibTorch has no CUDA.
+c10::intrusive_ptr<ProcessGroupBase> make_nccl(const BackendConfig& config);
+
+/// True when this build of cohort can make NCCL process groups.
+bool nccl_available();
+
+/// c10d's reduce op for ours (avg is sum followed by a division, done by the caller).
+c10d::ReduceOp to_c10d(ReduceOp op);
+
+}  // namespace cohort::detail

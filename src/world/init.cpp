@@ -1,0 +1,115 @@
+// cohort::init(): launcher detection, device choice, rendezvous and the world's Comm. The world lives
+// for the whole process (like torch.distributed's default group) so DDP and friends can find it.
+#include "cohort/world.h"
+
+#include <torch/cuda.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "cohort/comm.h"
+#include "comm/comm_impl.h"
+#include "core/log.h"
+#include "world/launch_env.h"
+#include "world/rendezvous.h"
+
+namespace cohort {
+namespace {
+
+std::mutex g_world_mutex;
+std::optional<World> g_world;
+
+std::chrono::milliseconds resolve_timeout(const InitOptions& options) {
+  if (options.timeout().count() > 0) return options.timeout();
+  const char* raw = std::getenv("COHORT_TIMEOUT");
+  if (raw == nullptr || *raw == '\0') return std::chrono::seconds(300);
+  char* end = nullptr;
+  const double seconds = std::strtod(raw, &end);
+  COHORT_CHECK(end != raw && *end == '\0' && seconds > 0, "COHORT_TIMEOUT=", raw,
+               " is not a positive number of seconds");
+  return std::chrono::milliseconds(int64_t(seconds * 1000));
+}
+
+bool use_nccl(Backend backend) {
+  switch (backend) {
+    case Backend::kGloo: return false;
+    case Backend::kNccl:
+      COHORT_CHECK(detail::nccl_available() && torch::cuda::is_available(),
+                   "backend nccl requested but no CUDA device is available (",
+                   detail::nccl_available() ? "torch::cuda::is_available() is false" : "LibTorch has no CUDA",
+                   "): use Backend::kGloo");
+      return true;
+    case Backend::kAuto: return detail::nccl_available() && torch::cuda::is_available();
+  }
+  return false;
+}
+
+}  // namespace
+
+Comm& World::comm() const {
+  COHORT_CHECK(comm_, "this World has no Comm: get the world from cohort::init()");
+  return *comm_;
+}
+
+World init(const InitOptions& options) {
+  std::lock_guard<std::mutex> lock(g_world_mutex);
+  if (g_world) return *g_world;
+
+  auto launch = detail::detect_launch_env(detail::current_env());
+  if (options.rank() >= 0) launch.rank = options.rank();
+  if (options.world_size() > 0) launch.size = options.world_size();
+  if (!options.master_addr().empty()) launch.master_addr = options.master_addr();
+  if (options.master_port() != 0) launch.master_port = options.master_port();
+  COHORT_CHECK(launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
+               " is not less than the world size ", launch.size);
+  detail::set_rank_identity(launch.rank, launch.size);
+
+  World world;
+  world.rank_ = launch.rank;
+  world.size_ = launch.size;
+  world.local_rank_ = launch.local_rank;
+  world.local_size_ = launch.local_size;
+  world.node_rank_ = launch.node_rank;
+  world.launcher_ = launch.launcher;
+  const auto timeout = resolve_timeout(options);
+  const bool nccl = use_nccl(options.backend());
+  if (nccl) {
+    const int devices = int(torch::cuda::device_count());
+    COHORT_CHECK(launch.local_rank < devices, "LOCAL_RANK=", launch.local_rank, " has no CUDA device: ",
+                 devices, " visible (check CUDA_VISIBLE_DEVICES and --nproc-per-node)");
+    world.device_ = torch::Device(torch::kCUDA, launch.local_rank);
+  }
+
+  detail::CommConfig config;
+  config.rank = launch.rank;
+  config.size = launch.size;
+  config.timeout = timeout;
+  config.use_nccl = nccl;
+  if (launch.size > 1 || options.store()) {
+    COHORT_CHECK(!launch.master_addr.empty(), "no master address for a world of ", launch.size,
+                 " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
+    COHORT_CHECK(options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
+                 "MASTER_PORT=", launch.master_port, " is out of range 1..65535 (launcher: ", launch.launcher,
+                 "): export MASTER_PORT to every rank");
+    world.master_addr_ = launch.master_addr;
+    world.master_port_ = launch.master_port;
+    detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size, timeout};
+    config.store = options.store() ? options.store() : detail::connect_store(rdzv);
+    detail::wait_for_all_ranks(*config.store, rdzv);
+    config.local_address = detail::local_address_towards(launch.master_addr, launch.master_port);
+    COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", launch.master_addr, ":",
+                launch.master_port, " (this host: ", config.local_address, ")");
+  }
+  world.comm_ = std::make_shared<Comm>(std::make_unique<detail::CommImpl>(config));
+  g_world = world;
+  return world;
+}
+
+World& current_world() {
+  std::lock_guard<std::mutex> lock(g_world_mutex);
+  COHORT_CHECK(g_world, "cohort::init() has not been called in this process");
+  return *g_world;
+}
+
+}  // namespace cohort

@@ -1,0 +1,29 @@
+// Rendezvous: the c10d TCPStore every rank meets at (rank 0 hosts it at MASTER_ADDR:MASTER_PORT), and
+// the wait until every rank has arrived, whose failure names the address, the port and who arrived.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace cohort::detail {
+
+struct RendezvousConfig {
+  std::string master_addr;
+  int master_port = 0;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{300000};
+};
+
+/// Rank 0 hosts a TCPStore, the others connect; errors name the address and port.
+c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config);
+
+/// Announces this rank and waits for all; on timeout lists the ranks that did and did not arrive.
+void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config);
+
+/// The address of this host's interface that routes to `master_addr` (what peers dial).
+std::string local_address_towards(const std::string& master_addr, int master_port);
+
+}  // namespace cohort::detail

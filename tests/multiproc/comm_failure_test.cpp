@@ -1,0 +1,221 @@
+// Failure paths of the collectives on real rank processes: desync (shape, op), timeout naming the
+// ranks that never arrived, a rank that dies, and bad rendezvous input. Every rank must raise a
+// cohort::Error with the exact facts, within seconds, and no rank may hang.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "cohort/comm.h"
+#include "cohort/world.h"
+#include "support/multiproc.h"
+
+using ::testing::HasSubstr;
+using cohort::testing::report;
+using cohort::testing::run_ranks;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Runs `fn`, which must throw cohort::Error, and reports its message (and the seconds it took).
+template <typename Fn>
+void expect_error(Fn fn) {
+  const auto start = Clock::now();
+  try {
+    fn();
+    ADD_FAILURE() << "expected a cohort::Error";
+  } catch (const cohort::Error& e) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    report(e.what());
+    report("seconds=" + std::to_string(seconds));
+  }
+}
+
+double seconds_of(const cohort::testing::RankResult& r) {
+  for (const auto& line : r.reports)
+    if (line.rfind("seconds=", 0) == 0) return std::stod(line.substr(8));
+  return -1;
+}
+
+cohort::testing::RanksOptions short_timeout(int seconds) {
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_TIMEOUT"] = std::to_string(seconds);
+  options.deadline = std::chrono::seconds(30);
+  return options;
+}
+
+}  // namespace
+
+TEST(Desync, ShapeMismatchRaisesOnEveryRankWithEachRanksShape) {
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    comm.allreduce(torch::ones({2}));  // collective #0 agrees
+    expect_error([&] { comm.allreduce(torch::ones({3 + rank})); });
+    // The Comm is poisoned: the next call repeats the error at once.
+    expect_error([&] { comm.barrier(); });
+  }, short_timeout(60));
+  for (const auto& r : results) {
+    ASSERT_GE(r.reports.size(), 4u) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("[rank " + std::to_string(r.rank) + "/2]"));
+    EXPECT_THAT(r.reports[0], HasSubstr("desync"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 0: #1 allreduce(sum) float32 [3]"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 1: #1 allreduce(sum) float32 [4]"));
+    EXPECT_LT(seconds_of(r), 5.0);
+    EXPECT_EQ(r.reports[2], r.reports[0]);
+  }
+}
+
+TEST(Desync, BroadcastAgainstAllreduceOnFourRanks) {
+  auto results = run_ranks(4, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    auto t = torch::ones({4});
+    expect_error([&] {
+      if (rank == 2)
+        comm.broadcast(t, 0);
+      else
+        comm.allreduce(t);
+    });
+  }, short_timeout(60));
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.reports.empty()) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 2: #0 broadcast(root 0) float32 [4]"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 0: #0 allreduce(sum) float32 [4]"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 3: #0 allreduce(sum) float32 [4]"));
+    EXPECT_LT(seconds_of(r), 5.0);
+  }
+}
+
+TEST(Desync, DtypeMismatchIsCaughtBeforeDataMoves) {
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    expect_error([&] { comm.allreduce(torch::ones({4}, rank == 0 ? torch::kFloat : torch::kInt)); });
+  }, short_timeout(60));
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.reports.empty()) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 1: #0 allreduce(sum) int32 [4]"));
+  }
+}
+
+TEST(Timeout, NamesTheRanksThatNeverArrived) {
+  auto results = run_ranks(4, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    if (rank >= 2) {
+      std::this_thread::sleep_for(std::chrono::seconds(5));  // never calls the collective
+      return;
+    }
+    expect_error([&] { comm.allreduce(torch::ones({8})); });
+  }, short_timeout(2));
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& r = results[rank];
+    ASSERT_FALSE(r.reports.empty()) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("collective #0 allreduce(sum) float32 [8] timed out after 2000 ms"));
+    EXPECT_THAT(r.reports[0], HasSubstr("ranks 2, 3 never arrived"));
+    EXPECT_LT(seconds_of(r), 8.0);
+  }
+}
+
+TEST(DeadRank, OthersFailPromptlyNamingIt) {
+  auto results = run_ranks(4, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    comm.barrier();
+    if (rank == 3) ::kill(::getpid(), SIGKILL);
+    expect_error([&] {
+      for (int i = 0; i < 1000; ++i) comm.allreduce(torch::ones({1 << 16}));
+    });
+  }, [] {
+    auto options = short_timeout(120);
+    options.expect_all_pass = false;
+    return options;
+  }());
+  EXPECT_EQ(results[3].signal, SIGKILL);
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto& r = results[rank];
+    EXPECT_TRUE(r.passed) << r.output;
+    ASSERT_FALSE(r.reports.empty()) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 3 died"));
+    EXPECT_LT(seconds_of(r), 10.0);
+  }
+}
+
+TEST(DeadRank, DeathDuringLargeTransfers) {
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    auto big = torch::ones({4 << 20});
+    comm.allreduce(big);
+    if (rank == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
+    }
+    expect_error([&] {
+      for (int i = 0; i < 100000; ++i) comm.allreduce(big);
+    });
+  }, [] {
+    auto options = short_timeout(120);
+    options.expect_all_pass = false;
+    return options;
+  }());
+  const auto& r = results[0];
+  EXPECT_TRUE(r.passed) << r.output;
+  ASSERT_FALSE(r.reports.empty()) << r.output;
+  EXPECT_THAT(r.reports[0], HasSubstr("rank 1 died"));
+  EXPECT_LT(seconds_of(r), 10.0);
+}
+
+TEST(Rendezvous, PortInUseOnRankZero) {
+  // Hold the port so rank 0 cannot host the store there.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  auto options = short_timeout(3);
+  options.env["MASTER_PORT"] = std::to_string(port);
+  auto results = run_ranks(1, [](int, int) {
+    expect_error([] { cohort::init(cohort::InitOptions().world_size(2)); });
+  }, options);
+  ::close(fd);
+  ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
+  EXPECT_THAT(results[0].reports[0], HasSubstr("MASTER_PORT=" + std::to_string(port) +
+                                               " is already in use on rank 0 (127.0.0.1)"));
+}
+
+TEST(Rendezvous, MissingRanksAreListed) {
+  auto results = run_ranks(1, [](int, int) {
+    expect_error([] { cohort::init(cohort::InitOptions().world_size(3)); });
+  }, short_timeout(2));
+  ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
+  EXPECT_THAT(results[0].reports[0], HasSubstr("timed out after 2000 ms: 1 of 3 ranks arrived (ranks 0); "
+                                               "missing: ranks 1, 2"));
+}
+
+TEST(Rendezvous, UnreachableMasterNamesAddressAndPort) {
+  const int port = cohort::testing::free_port();
+  auto options = short_timeout(2);
+  options.env["MASTER_PORT"] = std::to_string(port);
+  auto results = run_ranks(1, [](int, int) {
+    expect_error([] { cohort::init(cohort::InitOptions().rank(1).world_size(2)); });
+  }, options);
+  ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
+  EXPECT_THAT(results[0].reports[0], HasSubstr("cannot reach the master at 127.0.0.1:" + std::to_string(port)));
+}
+
+TEST(BadInput, TimeoutVariable) {
+  auto options = short_timeout(2);
+  options.env["COHORT_TIMEOUT"] = "soon";
+  auto results = run_ranks(1, [](int, int) { expect_error([] { cohort::init(); }); }, options);
+  ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
+  EXPECT_THAT(results[0].reports[0], HasSubstr("COHORT_TIMEOUT=soon is not a positive number of seconds"));
+}
