@@ -1,0 +1,44 @@
+// Parsers for the values of cohortrun's flags, as pure functions: each takes the text the user typed
+// and returns the value or throws UsageError with one line naming the flag, the value and the form
+// expected. Kept apart from the command-line plumbing so tests call them directly.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+
+#include "cohortrun/options.h"
+
+namespace cohort::detail::launch {
+
+/// What the machine has, for --nproc-per-node cpu|gpu|auto.
+struct HostFacts {
+  int cpu_count = 1;
+  int gpu_count = 0;
+};
+
+/// "N" or "MIN:MAX" with 0 < MIN <= MAX.
+NodeRange parse_nnodes(const std::string& text);
+
+/// "N" (N >= 1), "cpu" (cores), "gpu" (visible CUDA devices, an error when none), "auto" (GPUs if
+/// any, else cores).
+int parse_nproc(const std::string& text, const HostFacts& host);
+
+/// "HOST", "HOST:PORT", "[V6ADDR]" or "[V6ADDR]:PORT"; a missing port is `default_port`.
+Endpoint parse_endpoint(const std::string& text, int default_port);
+
+/// torchrun's Std: "0".."3", or a map "0:1,1:2" from local rank to value.
+StdSpec parse_std_spec(const std::string& flag, const std::string& text);
+
+/// "key=value,key2=value2" (torchrun's --rdzv-conf).
+std::map<std::string, std::string> parse_key_values(const std::string& text);
+
+/// "0,2,3": local ranks whose output shows on the console.
+std::set<int> parse_rank_list(const std::string& text);
+
+/// A strict integer (the whole text) in [min, max]; `what` names it in the error.
+int parse_int(const std::string& what, const std::string& text, int min, int max);
+/// A strict non-negative number of seconds; `what` names it in the error.
+double parse_seconds(const std::string& what, const std::string& text);
+
+}  // namespace cohort::detail::launch

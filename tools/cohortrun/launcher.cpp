@@ -1,0 +1,216 @@
+// The round loop of cohortrun (see launcher.h). Node-local work (workers, output, signals) is in
+// supervisor.cpp; agreement between nodes is in rendezvous.cpp; this file only sequences them and
+// says, in one line each, what happened.
+#include "cohortrun/launcher.h"
+
+#include <torch/cuda.h>
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "cohortrun/flags.h"
+#include "cohortrun/output.h"
+#include "cohortrun/program.h"
+#include "cohortrun/rendezvous.h"
+#include "cohortrun/signals.h"
+#include "cohortrun/summary.h"
+#include "cohortrun/supervisor.h"
+
+namespace cohort::detail::launch {
+namespace {
+
+void say(const std::string& message) {
+  const std::string line = "[cohortrun] " + message + "\n";
+  write_all(2, line.data(), line.size());
+}
+
+std::string host_name() {
+  char name[256] = {0};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+// mkdtemp under `parent` with `prefix`; throws when it cannot be made.
+std::string make_temp_dir(const std::string& parent, const std::string& prefix) {
+  std::filesystem::create_directories(parent);
+  std::string pattern = parent + "/" + prefix + "XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    throw std::runtime_error("cannot create a directory in " + parent);
+  }
+  return pattern;
+}
+
+// Where attempt_N/ directories go: under --log-dir (kept), or a temporary one (removed at exit)
+// that holds only the workers' TORCHELASTIC_ERROR_FILEs.
+struct RunDir {
+  std::string path;
+  bool temporary = false;
+  ~RunDir() {
+    std::error_code ignored;
+    if (temporary && !path.empty()) std::filesystem::remove_all(path, ignored);
+  }
+};
+
+Outcome::Kind decision_after_failure(int round, int max_restarts) {
+  return round < max_restarts ? Outcome::Kind::kRestart : Outcome::Kind::kFail;
+}
+
+}  // namespace
+
+int run_launch(const LaunchOptions& options) {
+  install_signal_handlers();
+  const EnvVars base_env = process_env();
+  if (options.nproc > 1 && !base_env.count("OMP_NUM_THREADS")) {
+    say("setting OMP_NUM_THREADS=1 for each worker (more than one per node); set it yourself to tune");
+  }
+  RunDir run_dir;
+  const std::string tmp = getenv_or_empty("TMPDIR").empty() ? "/tmp" : getenv_or_empty("TMPDIR");
+  try {
+    if (needs_log_files(options)) {
+      const std::string base = options.log_dir.empty() ? make_temp_dir(tmp, "cohortrun_")
+                                                       : options.log_dir;
+      run_dir.path = make_temp_dir(base, options.rdzv_id + "_");
+      say("worker logs in " + run_dir.path + "/attempt_N/LOCAL_RANK/");
+    } else {
+      run_dir.path = make_temp_dir(tmp, "cohortrun_");
+      run_dir.temporary = true;
+    }
+  } catch (const std::exception& e) {
+    say(std::string("error: ") + e.what());
+    return 1;
+  }
+  const std::string prefix_template = getenv_or_empty("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
+
+  std::unique_ptr<Rendezvous> rdzv;
+  int round = 0;
+  try {
+    rdzv = make_rendezvous(options);
+    for (;; ++round) {
+      if (termination_signal() != 0) throw Interrupted(termination_signal());
+      const RoundInfo info = rdzv->join(round);
+      AttemptSpec spec;
+      spec.options = &options;
+      spec.base_env = base_env;
+      spec.prefix_template = prefix_template;
+      spec.attempt_dir = run_dir.path + "/attempt_" + std::to_string(round);
+      spec.layout.group_rank = info.node_rank;
+      spec.layout.group_world_size = info.node_count;
+      spec.layout.local_world_size = options.nproc;
+      spec.layout.rank_base = info.rank_base;
+      spec.layout.world_size = info.world_size;
+      spec.layout.master_addr = info.master_addr;
+      spec.layout.master_port = info.master_port;
+      spec.layout.restart_count = round;
+      spec.layout.max_restarts = options.max_restarts;
+      spec.layout.run_id = options.rdzv_id;
+      spec.layout.role = options.role;
+      if (info.node_count > 1) {
+        spec.check_remote = [&]() -> std::optional<std::string> {
+          try {
+            if (auto outcome = rdzv->outcome(round)) return encode_outcome(*outcome);
+          } catch (const RendezvousError& e) {
+            return std::string("lost|") + std::to_string(info.node_rank) + "|" + e.what();
+          }
+          return std::nullopt;
+        };
+      }
+      const AttemptResult result = run_attempt(spec);
+
+      if (result.end == AttemptEnd::kSignaled) {
+        Outcome stop{Outcome::Kind::kStop, info.node_rank,
+                     "node " + std::to_string(info.node_rank) + " got " + signal_name(result.signal)};
+        try {
+          if (info.node_count > 1) rdzv->publish(round, stop);
+        } catch (const std::exception&) {
+        }
+        say("got " + signal_name(result.signal) + ": forwarded it to the workers and stopped them");
+        rdzv->leave(round);
+        return 128 + result.signal;
+      }
+
+      Outcome standing;
+      if (result.end == AttemptEnd::kSucceeded) {
+        rdzv->report_done(round);
+        for (;;) {  // wait for every node's workers, or for a node to end the round otherwise
+          if (rdzv->all_done(round)) {
+            rdzv->leave(round);
+            return 0;
+          }
+          if (auto outcome = rdzv->outcome(round)) {
+            standing = *outcome;
+            break;
+          }
+          if (termination_signal() != 0) throw Interrupted(termination_signal());
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      } else if (result.end == AttemptEnd::kFailed) {
+        const WorkerFailure& first = result.failures.front();
+        Outcome mine{decision_after_failure(round, options.max_restarts), info.node_rank,
+                     describe_failure(first) + " on node " + std::to_string(info.node_rank)};
+        standing = rdzv->publish(round, mine);
+        if (standing.kind != Outcome::Kind::kRestart) {
+          SummaryInput summary{options.program, host_name(), info.node_rank, round,
+                               options.max_restarts, result.failures};
+          const std::string text = format_failure_summary(summary);
+          write_all(2, text.data(), text.size());
+        }
+      } else {  // kStopped: another node ended the round, or the store is gone
+        if (result.stop_reason.rfind("lost|", 0) == 0) {
+          throw RendezvousError(decode_outcome(result.stop_reason).description);
+        }
+        standing = decode_outcome(result.stop_reason);
+      }
+
+      if (standing.kind == Outcome::Kind::kRestart) {
+        say("worker group failed (" + standing.description + "); restarting it (restart " +
+            std::to_string(round + 1) + " of " + std::to_string(options.max_restarts) + ")");
+        continue;
+      }
+      if (standing.node != info.node_rank || result.end != AttemptEnd::kFailed) {
+        say("stopping: " + std::string(standing.kind == Outcome::Kind::kStop ? "" : "worker group failed: ") +
+            standing.description);
+      }
+      rdzv->leave(round);
+      return 1;
+    }
+  } catch (const Interrupted& e) {
+    say("got " + signal_name(e.signal) + " while waiting for other nodes; no worker is running");
+    return 128 + e.signal;
+  } catch (const RendezvousError& e) {
+    say(std::string("error: ") + e.what());
+    return 1;
+  }
+}
+
+int cohortrun_main(int argc, char** argv) {
+  install_signal_handlers();
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  ParsedCommandLine parsed;
+  try {
+    HostFacts host;
+    host.cpu_count = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+    bool wants_gpus = false;  // ask CUDA only when the answer matters
+    for (const auto& arg : args) {
+      wants_gpus |= arg.find("gpu") != std::string::npos || arg.find("auto") != std::string::npos;
+    }
+    const std::string pet = getenv_or_empty("PET_NPROC_PER_NODE");
+    wants_gpus |= pet == "gpu" || pet == "auto";
+    if (wants_gpus) host.gpu_count = static_cast<int>(torch::cuda::device_count());
+    parsed = parse_command_line(args, host);
+  } catch (const UsageError& e) {
+    std::cerr << "cohortrun: error: " << e.what() << "\n" << usage_hint() << std::endl;
+    return 2;
+  }
+  if (!parsed.help.empty()) {
+    std::cout << parsed.help;
+    return 0;
+  }
+  return run_launch(parsed.options);
+}
+
+}  // namespace cohort::detail::launch

@@ -1,0 +1,19 @@
+// The few socket facts the rendezvous needs: whether a host name is one of this machine's addresses
+// (that node hosts the c10d store, as in torchelastic), a free TCP port, and whether a port accepts
+// connections yet (probing before c10d connects keeps c10d's retry warnings out of the output).
+#pragma once
+
+#include <string>
+
+namespace cohort::detail::launch {
+
+/// True when `host` resolves to an address of one of this machine's interfaces (or to loopback).
+bool is_local_host(const std::string& host);
+
+/// A TCP port that was free a moment ago on every address of this machine (0 on failure).
+int pick_free_port();
+
+/// True when a TCP connection to host:port succeeds within `timeout_ms`.
+bool can_connect(const std::string& host, int port, int timeout_ms);
+
+}  // namespace cohort::detail::launch

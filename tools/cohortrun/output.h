@@ -1,0 +1,57 @@
+// Where a worker's stdout and stderr go: to the console with a "[rankN]: " prefix, to
+// attempt_N/LOCAL_RANK/stdout.log|stderr.log, or both, following torchrun's --redirects (files only),
+// --tee (files and console) and --local-ranks-filter (which local ranks show on the console).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cohortrun/log_prefix.h"
+#include "cohortrun/options.h"
+
+namespace cohort::detail::launch {
+
+struct StreamRoute {
+  bool console = true;   // prefixed lines on cohortrun's own stdout/stderr
+  bool file = false;     // raw bytes into the attempt's log file
+};
+
+/// The route of `stream` (StdSpec::kOut or kErr) of `local_rank`. With --log-dir and neither
+/// --redirects nor --tee, every stream goes to both (cohortrun's choice; torchrun writes nothing).
+StreamRoute route_stream(const LaunchOptions& options, int local_rank, int stream);
+
+/// True when some stream of some local rank goes to a file (a log directory is needed).
+bool needs_log_files(const LaunchOptions& options);
+
+/// Writes all of `data` to `fd`, retrying on EINTR/EAGAIN; errors (closed console) are ignored.
+void write_all(int fd, const char* data, size_t size);
+
+/// The output of one worker: splits its pipes into lines, prefixes and routes them, and keeps the
+/// tail of stderr for the failure summary.
+class WorkerOutput {
+ public:
+  /// `log_dir` is attempt_N/LOCAL_RANK; files are created only for the streams routed there.
+  WorkerOutput(std::string prefix, StreamRoute out, StreamRoute err, const std::string& log_dir);
+  ~WorkerOutput();
+  WorkerOutput(const WorkerOutput&) = delete;
+  WorkerOutput& operator=(const WorkerOutput&) = delete;
+
+  /// Bytes read from the worker's `stream` (StdSpec::kOut or kErr).
+  void on_data(int stream, const char* data, size_t size);
+  /// End of `stream`: a last unterminated line is emitted.
+  void finish(int stream);
+  std::vector<std::string> stderr_tail() const { return tail_.lines(); }
+
+ private:
+  struct Stream {
+    StreamRoute route;
+    int file_fd = -1;
+    LineSplitter splitter;
+  };
+  void emit(int stream, const std::string& line);
+  std::string prefix_;
+  Stream streams_[2];
+  TailBuffer tail_;
+};
+
+}  // namespace cohort::detail::launch

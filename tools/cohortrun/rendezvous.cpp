@@ -1,0 +1,327 @@
+// The rendezvous (protocol in rendezvous.h): a local one for single-node jobs, which needs no store,
+// and a TCPStore one for several nodes. All waiting is polling with a short sleep so a termination
+// signal interrupts it, and every store error becomes one RendezvousError line.
+#include "cohortrun/rendezvous.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "cohortrun/net.h"
+#include "cohortrun/signals.h"
+#include "cohortrun/worker_env.h"
+
+namespace cohort::detail::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string seconds_text(double seconds) {
+  std::string text = std::to_string(seconds);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.') text.pop_back();
+  return text + "s";
+}
+
+// Sleeps a little; throws Interrupted when a termination signal arrived.
+void pause_or_interrupt() {
+  if (termination_signal() != 0) throw Interrupted(termination_signal());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  if (termination_signal() != 0) throw Interrupted(termination_signal());
+}
+
+class LocalRendezvous : public Rendezvous {
+ public:
+  explicit LocalRendezvous(const LaunchOptions& options) : options_(options) {}
+
+  RoundInfo join(int) override {
+    RoundInfo info;
+    info.world_size = options_.nproc;
+    if (options_.rdzv_backend == "static") {  // torchrun: workers use MASTER_ADDR:MASTER_PORT
+      info.master_addr = options_.master_addr;
+      info.master_port = options_.master_port;
+    } else {  // c10d or --standalone: a free port, fresh each round
+      info.master_addr = "127.0.0.1";
+      info.master_port = pick_free_port();
+    }
+    return info;
+  }
+  std::optional<Outcome> outcome(int) override { return std::nullopt; }
+  Outcome publish(int, const Outcome& mine) override { return mine; }
+  void report_done(int) override {}
+  bool all_done(int) override { return true; }
+  void leave(int) override {}
+  std::string where() const override { return "this node"; }
+
+ private:
+  const LaunchOptions& options_;
+};
+
+class StoreRendezvous : public Rendezvous {
+ public:
+  explicit StoreRendezvous(const LaunchOptions& options) : options_(options) {
+    prefix_ = "cohortrun/" + options.rdzv_id + "/";
+    const bool try_host = options.rdzv_backend == "static" ? options.node_rank == 0
+                                                           : is_local_host(options.endpoint.host);
+    if (try_host) host_store();
+    if (!store_) connect_store();
+  }
+
+  RoundInfo join(int round) override {
+    const std::string rp = round_prefix(round);
+    RoundInfo info;
+    int arrival = 0;
+    if (is_host_) {
+      if (options_.rdzv_backend == "static") guarded([&] { return store_->add(rp + "rank/0", 1); });
+      info.node_count = host_close_round(rp);
+    } else {
+      if (options_.rdzv_backend == "static") {
+        const auto claims = guarded([&] {
+          return store_->add(rp + "rank/" + std::to_string(options_.node_rank), 1);
+        });
+        if (claims > 1) {
+          throw RendezvousError("two nodes joined " + where() + " with --node-rank=" +
+                                std::to_string(options_.node_rank));
+        }
+        guarded([&] { return store_->add(rp + "joined", 1); });
+        arrival = options_.node_rank;
+      } else {
+        arrival = static_cast<int>(guarded([&] { return store_->add(rp + "joined", 1); }));
+        if (arrival >= options_.nnodes.max) {
+          throw RendezvousError("more nodes than --nnodes=" + std::to_string(options_.nnodes.max) +
+                                " joined " + where());
+        }
+      }
+      info.node_count = wait_for_close(rp);
+      if (!is_member(arrival, info.node_count)) {
+        throw RendezvousError("this node came after " + where() + " closed with " +
+                              std::to_string(info.node_count) + " nodes");
+      }
+    }
+    info.node_rank = arrival;
+    node_count_ = info.node_count;
+    place_workers(rp, &info);
+    return info;
+  }
+
+  std::optional<Outcome> outcome(int round) override {
+    const std::string key = round_prefix(round) + "outcome";
+    return guarded([&]() -> std::optional<Outcome> {
+      if (!store_->check({key})) return std::nullopt;
+      return decode_outcome(text(store_->get(key)));
+    });
+  }
+
+  Outcome publish(int round, const Outcome& mine) override {
+    const std::string key = round_prefix(round) + "outcome";
+    return guarded([&] {
+      return decode_outcome(text(store_->compareSet(key, {}, bytes(encode_outcome(mine)))));
+    });
+  }
+
+  void report_done(int round) override {
+    guarded([&] { return store_->add(round_prefix(round) + "done", 1); });
+  }
+
+  bool all_done(int round) override {
+    return guarded([&] { return store_->add(round_prefix(round) + "done", 0); }) >= node_count_;
+  }
+
+  void leave(int round) override {
+    const std::string key = round_prefix(round) + "left";
+    try {
+      if (!is_host_) {
+        store_->add(key, 1);
+        return;
+      }
+      const double limit = 10 + 2 * options_.monitor_interval + options_.stop_timeout;
+      const auto start = Clock::now();
+      while (store_->add(key, 0) < node_count_ - 1 && seconds_since(start) < limit) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (termination_count() > 1) return;
+      }
+    } catch (const std::exception&) {  // leaving: nothing left to tell anyone
+    }
+  }
+
+  std::string where() const override {
+    return "rendezvous '" + options_.rdzv_id + "' at " + options_.endpoint.str();
+  }
+
+ private:
+  std::string round_prefix(int round) const { return prefix_ + std::to_string(round) + "/"; }
+
+  static std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+  static std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+  template <typename F>
+  auto guarded(F&& call) -> decltype(call()) {
+    try {
+      return call();
+    } catch (const RendezvousError&) {
+      throw;
+    } catch (const Interrupted&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      why = why.substr(0, why.find('\n'));
+      throw RendezvousError("lost contact with " + where() + " (" + why +
+                            "); the node hosting it may have exited");
+    }
+  }
+
+  c10d::TCPStoreOptions store_options(bool server) const {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<std::uint16_t>(options_.endpoint.port);
+    store_options.isServer = server;
+    store_options.numWorkers = c10::nullopt;
+    store_options.waitWorkers = false;
+    store_options.timeout = std::chrono::seconds(60);
+    return store_options;
+  }
+
+  void host_store() {
+    const bool taken = can_connect("localhost", options_.endpoint.port, 300);
+    if (taken && options_.rdzv_backend == "static") {
+      throw RendezvousError("cannot host " + where() + ": port " +
+                            std::to_string(options_.endpoint.port) +
+                            " is in use on this machine (another job? choose another --master-port)");
+    }
+    if (taken) return;  // c10d: another launcher on this machine hosts it; join as a client
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>("localhost", store_options(true));
+      is_host_ = true;
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      const bool in_use = why.find("in use") != std::string::npos;
+      if (options_.rdzv_backend == "static" || !in_use) {
+        throw RendezvousError("cannot host " + where() + ": " + why.substr(0, why.find('\n')));
+      }
+      // c10d: another launcher on this machine hosts it already; join as a client
+    }
+  }
+
+  void connect_store() {
+    const auto start = Clock::now();
+    while (!can_connect(options_.endpoint.host, options_.endpoint.port, 500)) {
+      if (seconds_since(start) >= options_.join_timeout) {
+        throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) +
+                              " waiting for " + where() +
+                              ": the node that hosts it never came (0 of " +
+                              std::to_string(options_.nnodes.min) + " nodes seen)");
+      }
+      pause_or_interrupt();
+      std::this_thread::sleep_for(std::chrono::milliseconds(80));
+    }
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(options_.endpoint.host, store_options(false));
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      throw RendezvousError("cannot connect to " + where() + ": " + why.substr(0, why.find('\n')));
+    }
+  }
+
+  // Node 0: waits for the others and closes the round; returns the node count.
+  int host_close_round(const std::string& rp) {
+    const auto start = Clock::now();
+    std::optional<Clock::time_point> min_since;
+    for (;;) {
+      const int arrived = 1 + static_cast<int>(guarded([&] { return store_->add(rp + "joined", 0); }));
+      if (arrived >= options_.nnodes.min && !min_since) min_since = Clock::now();
+      const bool last_call_over =
+          min_since && seconds_since(*min_since) >= options_.last_call_timeout;
+      if (const int count = close_count(arrived, options_.nnodes, last_call_over)) {
+        const std::string master = options_.endpoint.host + " " + std::to_string(pick_free_port());
+        guarded([&] {
+          store_->set(rp + "master", bytes(master));
+          store_->set(rp + "closed", bytes(std::to_string(count)));
+          return 0;
+        });
+        return count;
+      }
+      if (seconds_since(start) >= options_.join_timeout) {
+        const std::string message =
+            "timed out after " + seconds_text(options_.join_timeout) + " waiting for nodes: " +
+            std::to_string(arrived) + " of " + std::to_string(options_.nnodes.min) +
+            " nodes arrived at " + where();
+        try {
+          store_->set(rp + "closed", bytes("error:" + message));
+        } catch (const std::exception&) {
+        }
+        throw RendezvousError(message);
+      }
+      pause_or_interrupt();
+    }
+  }
+
+  // Other nodes: waits for node 0 to close the round; returns the node count.
+  int wait_for_close(const std::string& rp) {
+    const auto start = Clock::now();
+    const double limit = options_.join_timeout + 10;  // node 0 times out first and says why
+    while (!guarded([&] { return store_->check({rp + "closed"}); })) {
+      if (seconds_since(start) >= limit) {
+        const int arrived = 1 + static_cast<int>(guarded([&] { return store_->add(rp + "joined", 0); }));
+        throw RendezvousError("timed out after " + seconds_text(limit) + " waiting for nodes: " +
+                              std::to_string(arrived) + " of " +
+                              std::to_string(options_.nnodes.min) + " nodes arrived at " + where());
+      }
+      pause_or_interrupt();
+    }
+    const std::string closed = guarded([&] { return text(store_->get(rp + "closed")); });
+    if (closed.rfind("error:", 0) == 0) throw RendezvousError(closed.substr(6));
+    return std::stoi(closed);
+  }
+
+  // Exchanges worker counts and reads the workers' master address.
+  void place_workers(const std::string& rp, RoundInfo* info) {
+    guarded([&] {
+      store_->set(rp + "nproc/" + std::to_string(info->node_rank),
+                  bytes(std::to_string(options_.nproc)));
+      return 0;
+    });
+    std::vector<std::string> keys;
+    for (int node = 0; node < info->node_count; ++node) {
+      keys.push_back(rp + "nproc/" + std::to_string(node));
+    }
+    const auto start = Clock::now();
+    while (!guarded([&] { return store_->check(keys); })) {
+      if (seconds_since(start) >= options_.join_timeout) {
+        throw RendezvousError("timed out waiting for the nodes of " + where() +
+                              " to report their worker counts");
+      }
+      pause_or_interrupt();
+    }
+    std::vector<int> sizes;
+    for (const auto& key : keys) {
+      sizes.push_back(std::stoi(guarded([&] { return text(store_->get(key)); })));
+    }
+    const RankSpan span = assign_worker_ranks(sizes, info->node_rank);
+    info->rank_base = span.base;
+    info->world_size = span.world_size;
+    const std::string master = guarded([&] { return text(store_->get(rp + "master")); });
+    const auto space = master.rfind(' ');
+    info->master_addr = master.substr(0, space);
+    info->master_port = std::stoi(master.substr(space + 1));
+  }
+
+  const LaunchOptions& options_;
+  std::string prefix_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  bool is_host_ = false;
+  int node_count_ = 1;
+};
+
+}  // namespace
+
+std::unique_ptr<Rendezvous> make_rendezvous(const LaunchOptions& options) {
+  if (options.nnodes.max <= 1) return std::make_unique<LocalRendezvous>(options);
+  return std::make_unique<StoreRendezvous>(options);
+}
+
+}  // namespace cohort::detail::launch
