@@ -581,41 +581,6 @@ TEST(CohortrunLogs, LogDirTeeAndFilter) {
   EXPECT_EQ(redirected.out.find("[rank"), std::string::npos) << redirected.describe();
 }
 
-// Two network namespaces joined by a veth pair, so the two "nodes" have different addresses
-// (192.168.77.1 and .2, only inside namespaces this test makes and always deletes).
-class TwoNamespaces {
- public:
-  TwoNamespaces() {
-    const std::string id = std::to_string(::getpid() % 100000);
-    a_ = "cohortrun_a" + id;
-    b_ = "cohortrun_b" + id;
-    const std::string va = "crva" + id, vb = "crvb" + id;
-    const std::vector<std::string> steps = {
-        "ip netns add " + a_, "ip netns add " + b_,
-        "ip link add " + va + " type veth peer name " + vb,
-        "ip link set " + va + " netns " + a_, "ip link set " + vb + " netns " + b_,
-        "ip -n " + a_ + " addr add 192.168.77.1/24 dev " + va,
-        "ip -n " + b_ + " addr add 192.168.77.2/24 dev " + vb,
-        "ip -n " + a_ + " link set " + va + " up", "ip -n " + b_ + " link set " + vb + " up",
-        "ip -n " + a_ + " link set lo up", "ip -n " + b_ + " link set lo up"};
-    for (const auto& step : steps) {
-      if (std::system((step + " 2>&1").c_str()) != 0) {
-        error_ = "'" + step + "' failed (this test needs root and ip netns)";
-        return;
-      }
-    }
-  }
-  ~TwoNamespaces() {
-    for (const auto& ns : {a_, b_}) std::system(("ip netns del " + ns + " 2>/dev/null").c_str());
-  }
-  const std::string& error() const { return error_; }
-  const std::string& a() const { return a_; }
-  const std::string& b() const { return b_; }
-
- private:
-  std::string a_, b_, error_;
-};
-
 TEST(CohortrunRendezvous, TwoNetworkNamespacesFormOneWorld) {
   ASSERT_EQ(::geteuid(), 0u) << "the network-namespace test must run as root (ip netns add)";
   TwoNamespaces namespaces;

@@ -212,6 +212,33 @@ bool wait_for_pid_files(const std::string& dir, size_t count, std::chrono::milli
   return true;
 }
 
+TwoNamespaces::TwoNamespaces() {
+  const std::string id = std::to_string(::getpid() % 100000);
+  a_ = "cohortrun_a" + id;
+  b_ = "cohortrun_b" + id;
+  const std::string va = "crva" + id, vb = "crvb" + id;  // interface names: 15 characters at most
+  const std::vector<std::string> steps = {
+      "ip netns add " + a_, "ip netns add " + b_,
+      "ip link add " + va + " type veth peer name " + vb,
+      "ip link set " + va + " netns " + a_, "ip link set " + vb + " netns " + b_,
+      "ip -n " + a_ + " addr add 192.168.77.1/24 dev " + va,
+      "ip -n " + b_ + " addr add 192.168.77.2/24 dev " + vb,
+      "ip -n " + a_ + " link set " + va + " up", "ip -n " + b_ + " link set " + vb + " up",
+      "ip -n " + a_ + " link set lo up", "ip -n " + b_ + " link set lo up"};
+  for (const auto& step : steps) {
+    if (std::system((step + " 2>&1").c_str()) != 0) {
+      error_ = "'" + step + "' failed (the network-namespace tests need root and ip netns)";
+      return;
+    }
+  }
+}
+
+TwoNamespaces::~TwoNamespaces() {
+  for (const auto& ns : {a_, b_}) {  // deleting a namespace deletes its end of the veth pair
+    (void)!std::system(("ip netns del " + ns + " 2>/dev/null").c_str());
+  }
+}
+
 size_t count_of(const std::string& text, const std::string& needle) {
   size_t count = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {

@@ -59,4 +59,21 @@ bool wait_for_pid_files(const std::string& dir, size_t count, std::chrono::milli
 /// Number of occurrences of `needle` in `text`.
 size_t count_of(const std::string& text, const std::string& needle);
 
+/// Two network namespaces joined by a veth pair, so two "nodes" on this machine have different
+/// addresses: 192.168.77.1 in a(), 192.168.77.2 in b() (only inside these namespaces, which the
+/// destructor deletes). error() says which step failed (needs root and `ip netns`).
+class TwoNamespaces {
+ public:
+  TwoNamespaces();
+  ~TwoNamespaces();
+  TwoNamespaces(const TwoNamespaces&) = delete;
+  TwoNamespaces& operator=(const TwoNamespaces&) = delete;
+  const std::string& error() const { return error_; }
+  const std::string& a() const { return a_; }
+  const std::string& b() const { return b_; }
+
+ private:
+  std::string a_, b_, error_;
+};
+
 }  // namespace cohort::testing

@@ -1,0 +1,108 @@
+// cohortrun with workers that really communicate: cohort::init() reads the environment cohortrun
+// sets and an allreduce of the ranks must give 0 + 1 + ... + (w-1) on every rank, on one node, on
+// two launchers forming one world, after a restart (fresh MASTER_PORT), and across two network
+// namespaces (different node addresses).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "cohortrun_test_paths.h"
+#include "launch_helpers.h"
+#include "support/multiproc.h"
+
+using namespace cohort::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> cohortrun(std::vector<std::string> args) {
+  args.insert(args.begin(), COHORTRUN_PATH);
+  return args;
+}
+
+struct Reported {
+  int size = 0;
+  double sum = 0;
+  int restart = 0;
+};
+
+// rank -> what its "[rankN]: RESULT rank=R size=W sum=S restart=N" line says.
+std::map<int, Reported> results(const std::string& out) {
+  std::map<int, Reported> found;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    int prefix = -1, rank = -1;
+    Reported r;
+    if (std::sscanf(line.c_str(), "[rank%d]: RESULT rank=%d size=%d sum=%lf restart=%d", &prefix,
+                    &rank, &r.size, &r.sum, &r.restart) == 5) {
+      EXPECT_EQ(prefix, rank) << line;
+      found[rank] = r;
+    }
+  }
+  return found;
+}
+
+void expect_world(const std::map<int, Reported>& found, int size, int restart = 0) {
+  ASSERT_EQ(found.size(), static_cast<size_t>(size));
+  for (const auto& [rank, r] : found) {
+    EXPECT_EQ(r.size, size) << "rank " << rank;
+    EXPECT_EQ(r.sum, size * (size - 1) / 2.0) << "rank " << rank;
+    EXPECT_EQ(r.restart, restart) << "rank " << rank;
+  }
+}
+
+}  // namespace
+
+TEST(CohortrunCollective, StandaloneWorldAllreduces) {
+  const auto result = run_process(
+      cohortrun({"--standalone", "--nnodes=1", "--nproc_per_node=3", COHORT_COLLECTIVE_WORKER}),
+      clean_env(), 60s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  expect_world(results(result.out), 3);
+}
+
+TEST(CohortrunCollective, TwoLaunchersFormOneWorld) {
+  const std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  const auto node = [&] {
+    return start_process(cohortrun({"--nnodes=2", "--nproc_per_node=2", "--rdzv_id=allreduce",
+                                    "--rdzv_backend=c10d", "--rdzv_endpoint=" + rdzv,
+                                    COHORT_COLLECTIVE_WORKER}), clean_env());
+  };
+  Proc a = node(), b = node();
+  const auto ra = finish_process(a, 60s), rb = finish_process(b, 60s);
+  ASSERT_EQ(ra.code, 0) << ra.describe();
+  ASSERT_EQ(rb.code, 0) << rb.describe();
+  expect_world(results(ra.out + rb.out), 4);
+}
+
+TEST(CohortrunCollective, RestartedWorldAllreduces) {
+  const auto result = run_process(
+      cohortrun({"--standalone", "--nproc-per-node=2", "--max-restarts=1", "--stop-timeout=5",
+                 COHORT_COLLECTIVE_WORKER, "--fail-rank", "1"}),
+      clean_env(), 60s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  expect_world(results(result.out), 2, 1);
+  EXPECT_NE(result.err.find("rank 1 fails before init on purpose"), std::string::npos);
+}
+
+TEST(CohortrunCollective, TwoNetworkNamespacesAllreduce) {
+  ASSERT_EQ(::geteuid(), 0u) << "the network-namespace test must run as root (ip netns add)";
+  TwoNamespaces namespaces;
+  ASSERT_EQ(namespaces.error(), "");
+  const auto node = [&](const std::string& ns) {
+    return start_process({"/usr/sbin/ip", "netns", "exec", ns, COHORTRUN_PATH, "--nnodes=2",
+                          "--nproc_per_node=2", "--rdzv_id=netns", "--rdzv_backend=c10d",
+                          "--rdzv_endpoint=192.168.77.1:29400", "--rdzv-conf=join_timeout=30",
+                          COHORT_COLLECTIVE_WORKER}, clean_env());
+  };
+  Proc b = node(namespaces.b()), a = node(namespaces.a());
+  const auto ra = finish_process(a, 60s), rb = finish_process(b, 60s);
+  ASSERT_EQ(ra.code, 0) << ra.describe();
+  ASSERT_EQ(rb.code, 0) << rb.describe();
+  expect_world(results(ra.out + rb.out), 4);
+  EXPECT_EQ(results(ra.out).count(0), 1u) << "the node hosting the rendezvous is node 0";
+}
