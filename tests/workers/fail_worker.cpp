@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
     else if (arg == "--spawn-child") spawn_child = true;
   }
   g_rank = std::atoi(std::getenv("RANK") ? std::getenv("RANK") : "0");
-  const int restart = std::atoi(std::getenv("TORCHELASTIC_RESTART_COUNT") ? std::getenv("TORCHELASTIC_RESTART_COUNT") : "0");
+  const char* restart_text = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  const int restart = std::atoi(restart_text ? restart_text : "0");
   if (report_term) {
     ::signal(SIGTERM, on_term);
     ::signal(SIGINT, on_term);

@@ -93,6 +93,13 @@ int run_launch(const LaunchOptions& options) {
     for (;; ++round) {
       if (termination_signal() != 0) throw Interrupted(termination_signal());
       const RoundInfo info = rdzv->join(round);
+      if (info.node_count > 1) {
+        say(rdzv->where() + " round " + std::to_string(round) + ": node " +
+            std::to_string(info.node_rank) + " of " + std::to_string(info.node_count) + ", ranks " +
+            std::to_string(info.rank_base) + ".." + std::to_string(info.rank_base + options.nproc - 1) +
+            " of " + std::to_string(info.world_size) + ", MASTER_ADDR=" + info.master_addr +
+            " MASTER_PORT=" + std::to_string(info.master_port));
+      }
       AttemptSpec spec;
       spec.options = &options;
       spec.base_env = base_env;
