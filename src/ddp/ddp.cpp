@@ -1,0 +1,34 @@
+// Public face of DDP (DataParallelCore, no_sync) and reduce_metrics; the work is in reducer.cpp.
+#include "cohort/ddp.h"
+
+#include "cohort/world.h"
+#include "ddp/reducer.h"
+
+namespace cohort {
+
+DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
+    : reducer_(std::make_unique<detail::Reducer>(std::move(module), std::move(options))) {}
+DataParallelCore::~DataParallelCore() = default;
+DataParallelCore::DataParallelCore(DataParallelCore&&) noexcept = default;
+DataParallelCore& DataParallelCore::operator=(DataParallelCore&&) noexcept = default;
+
+DataParallelCore::NoSyncGuard::NoSyncGuard(detail::Reducer* reducer) : reducer_(reducer) {
+  reducer_->enter_no_sync();
+}
+DataParallelCore::NoSyncGuard::~NoSyncGuard() {
+  if (reducer_) reducer_->exit_no_sync();
+}
+DataParallelCore::NoSyncGuard DataParallelCore::no_sync() { return NoSyncGuard(reducer_.get()); }
+
+std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const {
+  return reducer_->bucket_layout();
+}
+double DataParallelCore::last_wait_seconds() const { return reducer_->last_wait_seconds(); }
+
+std::vector<torch::Tensor> reduce_metrics(std::vector<torch::Tensor> values, Comm* comm) {
+  Comm& c = comm ? *comm : current_world().comm();
+  for (auto& v : values) c.allreduce(v, ReduceOp::kSum);
+  return values;
+}
+
+}  // namespace cohort

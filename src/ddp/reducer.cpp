@@ -1,0 +1,256 @@
+// The DDP reducer (see reducer.h for how the pieces fit and the note "bucket order").
+#include "ddp/reducer.h"
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <c10/util/strides.h>
+
+#include <algorithm>
+
+#include "cohort/world.h"
+#include "core/log.h"
+#include "ddp/coalesced.h"
+#include "ddp/param_check.h"
+
+namespace cohort::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs a callback after AccumulateGrad wrote a parameter's gradient.
+class GradientReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradientReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    fn_();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> fn_;
+};
+
+int64_t group_of(const torch::Tensor& t, std::vector<std::pair<c10::ScalarType, c10::Device>>& groups) {
+  const auto key = std::make_pair(t.scalar_type(), t.device());
+  for (size_t i = 0; i < groups.size(); ++i)
+    if (groups[i] == key) return int64_t(i);
+  groups.push_back(key);
+  return int64_t(groups.size() - 1);
+}
+
+}  // namespace
+
+Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
+    : module_(std::move(module)), options_(std::move(options)) {
+  comm_ = options_.comm() ? options_.comm() : current_world().comm_ptr();
+  COHORT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
+               "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ",
+               options_.bucket_cap_mb(), " and ", options_.first_bucket_cap_mb());
+  std::vector<torch::Tensor> all_params;
+  std::vector<std::string> all_names;
+  for (const auto& item : module_->named_parameters()) {
+    all_names.push_back(item.key());
+    all_params.push_back(item.value());
+    if (!item.value().requires_grad()) continue;  // frozen: no gradient to reduce
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+  }
+  for (const auto& buffer : module_->buffers()) buffers_.push_back(buffer);
+  check_same_parameters(*comm_, all_names, all_params);
+  broadcast_coalesced(*comm_, all_params, 0);
+  broadcast_coalesced(*comm_, buffers_, 0);
+  ready_.assign(params_.size(), 0);
+  touched_.assign(params_.size(), 0);
+  if (comm_->size() == 1) return;  // nothing to reduce: plain local training
+  std::vector<int64_t> reverse_order;
+  for (int64_t i = int64_t(params_.size()) - 1; i >= 0; --i) reverse_order.push_back(i);
+  build_buckets(reverse_order);
+  register_hooks();
+}
+
+Reducer::~Reducer() {
+  // The module (and its gradient accumulators) may outlive DDP: take our hooks off them.
+  for (auto& accumulator : grad_accumulators_) {
+    auto& hooks = accumulator->post_hooks();
+    hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
+                               [](const auto& hook) { return dynamic_cast<GradientReadyHook*>(hook.get()); }),
+                hooks.end());
+  }
+}
+
+void Reducer::build_buckets(const std::vector<int64_t>& arrival_order) {
+  std::vector<int64_t> bytes, group;
+  std::vector<std::pair<c10::ScalarType, c10::Device>> groups;
+  for (const auto& p : params_) {
+    bytes.push_back(p.numel() * int64_t(p.element_size()));
+    group.push_back(group_of(p, groups));
+  }
+  BucketLimits limits{int64_t(options_.first_bucket_cap_mb() * (1 << 20)),
+                      int64_t(options_.bucket_cap_mb() * (1 << 20))};
+  auto assignment = assign_buckets(arrival_order, bytes, group, limits);
+  std::vector<Bucket> buckets(assignment.size());
+  location_.assign(params_.size(), {-1, -1});
+  for (size_t b = 0; b < assignment.size(); ++b) {
+    Bucket& bucket = buckets[b];
+    bucket.params = assignment[b];
+    int64_t total = 0;
+    for (int64_t p : bucket.params) {
+      bucket.offsets.push_back(total);
+      total += params_[p].numel();
+    }
+    bucket.flat = torch::zeros({total}, params_[bucket.params[0]].options().requires_grad(false));
+    for (size_t i = 0; i < bucket.params.size(); ++i) location_[bucket.params[i]] = {int64_t(b), int64_t(i)};
+  }
+  // Keep the gradients' current values (a rebuild happens between backward and the optimizer step).
+  std::vector<torch::Tensor> old_grads;
+  for (const auto& p : params_) old_grads.push_back(p.grad());
+  buckets_ = std::move(buckets);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto view = bucket_view(int64_t(i));
+    if (old_grads[i].defined()) view.copy_(old_grads[i]);
+    params_[i].mutable_grad() = view;
+  }
+}
+
+torch::Tensor Reducer::bucket_view(int64_t index) const {
+  const auto [b, i] = location_[index];
+  const Bucket& bucket = buckets_[b];
+  // An alias of the bucket's memory that autograd does not see as a view, so optimizers may
+  // detach_() and zero_() the gradient (LibTorch's zero_grad does both) without copying.
+  torch::NoGradGuard no_grad;
+  const auto& param = params_[index];
+  return torch::empty({0}, bucket.flat.options())
+      .set_(bucket.flat.storage(), bucket.flat.storage_offset() + bucket.offsets[i], param.sizes(),
+            c10::contiguous_strides(param.sizes()));
+}
+
+void Reducer::register_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    accumulator->add_post_hook(std::make_unique<GradientReadyHook>([this, i] { on_gradient_ready(int64_t(i)); }));
+    grad_accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+void Reducer::link_gradient(int64_t index) {
+  auto& grad = params_[index].mutable_grad();
+  auto view = bucket_view(index);
+  if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
+  // The optimizer set the gradient to None (LibTorch 2.x zero_grad) or replaced it: copy it into the
+  // bucket and make the bucket view the gradient again.
+  torch::NoGradGuard no_grad;
+  if (grad.defined())
+    view.copy_(grad);
+  else
+    view.zero_();
+  grad = view;
+}
+
+void Reducer::on_gradient_ready(int64_t index) {
+  if (!in_backward_) {
+    in_backward_ = true;
+    std::fill(ready_.begin(), ready_.end(), 0);
+    for (auto& bucket : buckets_) bucket.pending = int(bucket.params.size());
+    next_launch_ = 0;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+  }
+  link_gradient(index);
+  touched_[index] = 1;
+  if (no_sync_depth_ > 0) return;  // accumulate locally; the next synchronized backward reduces
+  COHORT_CHECK(!ready_[index], "DistributedDataParallel: parameter '", names_[index],
+               "' got two gradients in one backward pass; DDP supports one gradient per parameter per "
+               "backward (is the module reused across two backward calls with retain_graph?)");
+  ready_[index] = 1;
+  if (!rebuilt_) arrival_order_.push_back(index);
+  Bucket& bucket = buckets_[location_[index].first];
+  if (--bucket.pending == 0) launch_ready_buckets();
+}
+
+void Reducer::launch_ready_buckets() {
+  // Only in bucket order (note "bucket order" in reducer.h), so every rank issues the same sequence.
+  const double scale = 1.0 / comm_->size();
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& bucket = buckets_[next_launch_++];
+    bucket.flat.mul_(scale);
+    bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
+  }
+}
+
+void Reducer::mark_unused_parameters() {
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!ready_[i]) unused.push_back(names_[i]);
+  if (unused.empty()) return;
+  if (!options_.find_unused_parameters()) {
+    // Let the launched buckets finish so no peer is left waiting in a collective, then explain.
+    for (size_t b = 0; b < next_launch_; ++b) buckets_[b].work.wait();
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + ("'" + unused[i] + "'");
+    if (unused.size() > 5) list += " and " + std::to_string(unused.size() - 5) + " more";
+    throw Error("DistributedDataParallel: parameter" + std::string(unused.size() > 1 ? "s " : " ") + list +
+                " received no gradient in this backward pass, so " +
+                (unused.size() > 1 ? "their buckets" : "its bucket") +
+                " could not be reduced. If parts of the model are unused in some steps, construct DDP with "
+                "DDPOptions().find_unused_parameters(true); otherwise make every parameter take part in "
+                "the loss (or set requires_grad(false) on the ones that never do).");
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    // A parameter with no gradient in any micro-batch since the last step contributes zero.
+    if (!touched_[i]) bucket_view(int64_t(i)).zero_();
+    link_gradient(int64_t(i));
+    ready_[i] = 1;
+    --buckets_[location_[i].first].pending;
+  }
+  launch_ready_buckets();
+}
+
+void Reducer::finalize_backward() {
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{in_backward_};
+  if (no_sync_depth_ > 0) return;
+  mark_unused_parameters();
+  const auto start = Clock::now();
+  for (auto& bucket : buckets_) bucket.work.wait();
+  last_wait_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+  std::fill(touched_.begin(), touched_.end(), 0);
+  if (!rebuilt_) rebuild_buckets_once();
+  if (options_.broadcast_buffers() && !buffers_.empty()) broadcast_coalesced(*comm_, buffers_, 0);
+}
+
+void Reducer::rebuild_buckets_once() {
+  rebuilt_ = true;
+  // Rank 0's arrival order, so every rank builds the same buckets; parameters that never arrived go last.
+  std::vector<char> seen(params_.size(), 0);
+  std::vector<int64_t> order;
+  for (int64_t i : arrival_order_)
+    if (!seen[i]) seen[i] = 1, order.push_back(i);
+  for (int64_t i = int64_t(params_.size()) - 1; i >= 0; --i)
+    if (!seen[i]) order.push_back(i);
+  auto agreed = torch::tensor(order, torch::kLong);
+  comm_->broadcast(agreed, 0);
+  order.assign(agreed.data_ptr<int64_t>(), agreed.data_ptr<int64_t>() + agreed.numel());
+  arrival_order_.clear();
+  arrival_order_.shrink_to_fit();
+  build_buckets(order);
+  COHORT_DEBUG("DistributedDataParallel: rebuilt ", buckets_.size(), " buckets in gradient arrival order");
+}
+
+std::vector<std::vector<std::string>> Reducer::bucket_layout() const {
+  std::vector<std::vector<std::string>> layout;
+  for (const auto& bucket : buckets_) {
+    layout.emplace_back();
+    for (int64_t p : bucket.params) layout.back().push_back(names_[p]);
+  }
+  return layout;
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,76 @@
+// The DDP reducer: owns the gradient buckets and the autograd hooks. Each parameter's gradient is a
+// view into a flat bucket; when the last gradient of a bucket is accumulated, the bucket is averaged
+// across ranks with an async allreduce while backward goes on; a callback at the end of backward
+// waits for the buckets, checks for parameters that got no gradient, rebuilds buckets once in the
+// order gradients really arrived, and copies rank 0's buffers.
+//
+// Note "bucket order": every rank must launch the same buckets in the same order, or collectives pair
+// up wrongly. Buckets come from assign_buckets() on inputs that are equal on every rank (parameter
+// shapes are checked at construction; the rebuild order is rank 0's, broadcast), and a bucket is only
+// launched after all buckets before it.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm.h"
+#include "cohort/ddp.h"
+#include "ddp/bucket_assignment.h"
+
+namespace cohort::detail {
+
+class Reducer {
+ public:
+  Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
+  ~Reducer();
+
+  void enter_no_sync() { ++no_sync_depth_; }
+  void exit_no_sync() { --no_sync_depth_; }
+  std::vector<std::vector<std::string>> bucket_layout() const;
+  double last_wait_seconds() const { return last_wait_seconds_; }
+
+ private:
+  struct Bucket {
+    torch::Tensor flat;                // the gradients of its parameters, back to back
+    std::vector<int64_t> params;       // indices into params_
+    std::vector<int64_t> offsets;      // element offset of each parameter in `flat`
+    int pending = 0;                   // gradients still to arrive this backward
+    Work work;
+  };
+
+  void build_buckets(const std::vector<int64_t>& arrival_order);
+  void register_hooks();
+  void on_gradient_ready(int64_t index);
+  void launch_ready_buckets();
+  void finalize_backward();
+  void mark_unused_parameters();
+  void rebuild_buckets_once();
+  void link_gradient(int64_t index);  // makes param.grad the bucket view (copying a fresh grad in)
+  torch::Tensor bucket_view(int64_t index) const;
+
+  std::shared_ptr<torch::nn::Module> module_;
+  DDPOptions options_;
+  std::shared_ptr<Comm> comm_;
+  std::vector<torch::Tensor> params_;     // parameters that require grad, in module order
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> buffers_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<int64_t, int64_t>> location_;  // parameter -> (bucket, index inside bucket)
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive: hooks live on them
+
+  // Per-backward state, touched only by the autograd thread.
+  bool in_backward_ = false;
+  std::vector<char> ready_;         // got its gradient in this backward
+  std::vector<char> touched_;       // got a gradient since the last synchronized step (no_sync too)
+  size_t next_launch_ = 0;
+  std::vector<int64_t> arrival_order_;
+  bool rebuilt_ = false;
+  int no_sync_depth_ = 0;
+  double last_wait_seconds_ = 0;
+};
+
+}  // namespace cohort::detail
