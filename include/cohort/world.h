@@ -70,4 +70,7 @@ World init(const InitOptions& options = {});
 /// The world made by init(); throws cohort::Error if init() was not called.
 World& current_world();
 
+/// True once init() has made the world in this process.
+bool is_initialized();
+
 }  // namespace cohort

@@ -13,6 +13,7 @@
 
 #include "cohort/error.h"
 #include "cohort/sampler.h"
+#include "cohort/world.h"
 
 namespace cohort {
 namespace {
@@ -31,9 +32,13 @@ int env_int(const char* name, int fallback) {
 }
 
 // The (num_replicas, rank) a sampler shards over: explicit options win, -1 takes the current world.
-// The world is read from RANK/WORLD_SIZE (cohortrun, torchrun), else a lone process (0 of 1).
-// TODO(world): take both from cohort::current_world() once cohort::init() is in.
 std::pair<int, int> resolve_world(int num_replicas, int rank) {
+  // The world from cohort::init() when there is one; else what a launcher exported; else 1 and 0.
+  if (cohort::is_initialized()) {
+    const auto& world = cohort::current_world();
+    if (num_replicas == -1) num_replicas = world.size();
+    if (rank == -1) rank = world.rank();
+  }
   if (num_replicas == -1) num_replicas = env_int("WORLD_SIZE", 1);
   if (rank == -1) rank = env_int("RANK", 0);
   return {num_replicas, rank};

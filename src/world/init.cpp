@@ -113,3 +113,12 @@ World& current_world() {
 }
 
 }  // namespace cohort
+
+namespace cohort {
+
+bool is_initialized() {
+  std::lock_guard<std::mutex> lock(g_world_mutex);
+  return g_world.has_value();
+}
+
+}  // namespace cohort

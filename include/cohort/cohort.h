@@ -1,0 +1,9 @@
+// cohort: distributed training for the PyTorch C++ API. One include for the whole public API.
+#pragma once
+
+#include "cohort/comm.h"
+#include "cohort/data.h"
+#include "cohort/ddp.h"
+#include "cohort/error.h"
+#include "cohort/sampler.h"
+#include "cohort/world.h"
