@@ -56,7 +56,12 @@ World init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(g_world_mutex);
   if (g_world) return *g_world;
 
-  auto launch = detail::detect_launch_env(detail::current_env());
+  // Options win over the environment; they go in before detection so that, e.g., a multi-node
+  // mpirun with the master address set in code is not rejected for lacking MASTER_ADDR.
+  auto env = detail::current_env();
+  if (!options.master_addr().empty()) env["MASTER_ADDR"] = options.master_addr();
+  if (options.master_port() != 0) env["MASTER_PORT"] = std::to_string(options.master_port());
+  auto launch = detail::detect_launch_env(env);
   if (options.rank() >= 0) launch.rank = options.rank();
   if (options.world_size() > 0) launch.size = options.world_size();
   if (!options.master_addr().empty()) launch.master_addr = options.master_addr();
@@ -89,9 +94,10 @@ World init(const InitOptions& options) {
   if (launch.size > 1 || options.store()) {
     COHORT_CHECK(!launch.master_addr.empty(), "no master address for a world of ", launch.size,
                  " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
+    COHORT_CHECK(options.store() || launch.master_port != 0, "no master port for a world of ", launch.size,
+                 " (launcher: ", launch.launcher, " exports none): export MASTER_PORT to every rank");
     COHORT_CHECK(options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
-                 "MASTER_PORT=", launch.master_port, " is out of range 1..65535 (launcher: ", launch.launcher,
-                 "): export MASTER_PORT to every rank");
+                 "master port ", launch.master_port, " is out of range 1..65535");
     world.master_addr_ = launch.master_addr;
     world.master_port_ = launch.master_port;
     detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size, timeout};
