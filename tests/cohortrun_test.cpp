@@ -474,6 +474,26 @@ TEST(CohortrunSignals, NoWorkerOutlivesAKilledLauncher) {
   EXPECT_TRUE(alive_after(recorded_pids(pids.path), 5s).empty());
 }
 
+TEST(CohortrunSignals, SignalOnOneNodeStopsTheOthers) {
+  TempDir pids;
+  const std::string rdzv = endpoint();
+  const auto node = [&] {
+    return start_process(cohortrun({"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                                    "--rdzv-endpoint=" + rdzv, "--monitor-interval=0.1",
+                                    COHORT_FAIL_WORKER, "--report-signals"}),
+                         clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
+  };
+  Proc a = node(), b = node();
+  ASSERT_TRUE(wait_for_pid_files(pids.path, 4, 15s));
+  ::kill(b.pid, SIGTERM);
+  const auto rb = finish_process(b, 20s), ra = finish_process(a, 20s);
+  EXPECT_EQ(rb.code, 128 + SIGTERM) << rb.describe();
+  EXPECT_EQ(ra.code, 1) << ra.describe();
+  EXPECT_NE(ra.err.find("got SIGTERM"), std::string::npos) << ra.describe();
+  EXPECT_EQ(count_of(ra.out + rb.out, " got signal 15"), 4u) << ra.describe() << rb.describe();
+  EXPECT_TRUE(alive_after(recorded_pids(pids.path), 2s).empty());
+}
+
 TEST(CohortrunBadInput, ExitsTwoWithOneLineAndStartsNothing) {
   TempDir pids;
   const std::string not_executable = pids.path + "/not_executable";
