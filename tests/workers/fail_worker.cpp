@@ -25,6 +25,23 @@ void on_term(int sig) {
   ::_exit(0);
 }
 
+// With $COHORT_TEST_PID_DIR: waits (10 s at most) until every rank of this attempt wrote its pid file.
+void wait_for_all_pid_files(int restart) {
+  const char* dir = std::getenv("COHORT_TEST_PID_DIR");
+  const char* world = std::getenv("WORLD_SIZE");
+  if (dir == nullptr || world == nullptr) return;
+  for (int waited = 0; waited < 1000; ++waited) {
+    int missing = 0;
+    for (int rank = 0; rank < std::atoi(world); ++rank) {
+      const std::string path = std::string(dir) + "/" + std::to_string(rank) + "." +
+                               std::to_string(restart) + ".pid";
+      missing += ::access(path.c_str(), F_OK) != 0;
+    }
+    if (missing == 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,14 +70,24 @@ int main(int argc, char** argv) {
     ::signal(SIGINT, on_term);
   }
   if (ignore_term) ::signal(SIGTERM, SIG_IGN);
-  if (spawn_child && ::fork() == 0) {
-    write_pid_file(".child");
-    for (;;) ::pause();
+  if (spawn_child) {
+    int ready[2];
+    if (::pipe(ready) != 0) return 99;
+    if (::fork() == 0) {
+      write_pid_file(".child");
+      ::close(ready[1]);  // the parent goes on once the child's pid is on record
+      for (;;) ::pause();
+    }
+    ::close(ready[1]);
+    char byte;
+    (void)!::read(ready[0], &byte, 1);
+    ::close(ready[0]);
   }
   write_pid_file("");
   std::printf("rank %d restart %d started\n", g_rank, restart);
   std::fflush(stdout);
   if (g_rank == fail_rank && restart < fail_until) {
+    wait_for_all_pid_files(restart);  // every rank is on record before the group is stopped
     std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<long>(fail_after * 1000)));
     for (int i = 0; i < stderr_lines; ++i) std::fprintf(stderr, "rank %d stderr line %d\n", g_rank, i);
     std::fflush(stderr);

@@ -56,6 +56,22 @@ struct RunDir {
   }
 };
 
+GroupLayout make_layout(const RoundInfo& info, const LaunchOptions& options, int round) {
+  GroupLayout layout;
+  layout.group_rank = info.node_rank;
+  layout.group_world_size = info.node_count;
+  layout.local_world_size = options.nproc;
+  layout.rank_base = info.rank_base;
+  layout.world_size = info.world_size;
+  layout.master_addr = info.master_addr;
+  layout.master_port = info.master_port;
+  layout.restart_count = round;
+  layout.max_restarts = options.max_restarts;
+  layout.run_id = options.rdzv_id;
+  layout.role = options.role;
+  return layout;
+}
+
 Outcome::Kind decision_after_failure(int round, int max_restarts) {
   return round < max_restarts ? Outcome::Kind::kRestart : Outcome::Kind::kFail;
 }
@@ -105,17 +121,7 @@ int run_launch(const LaunchOptions& options) {
       spec.base_env = base_env;
       spec.prefix_template = prefix_template;
       spec.attempt_dir = run_dir.path + "/attempt_" + std::to_string(round);
-      spec.layout.group_rank = info.node_rank;
-      spec.layout.group_world_size = info.node_count;
-      spec.layout.local_world_size = options.nproc;
-      spec.layout.rank_base = info.rank_base;
-      spec.layout.world_size = info.world_size;
-      spec.layout.master_addr = info.master_addr;
-      spec.layout.master_port = info.master_port;
-      spec.layout.restart_count = round;
-      spec.layout.max_restarts = options.max_restarts;
-      spec.layout.run_id = options.rdzv_id;
-      spec.layout.role = options.role;
+      spec.layout = make_layout(info, options, round);
       if (info.node_count > 1) {
         spec.check_remote = [&]() -> std::optional<std::string> {
           try {
@@ -159,7 +165,13 @@ int run_launch(const LaunchOptions& options) {
         const WorkerFailure& first = result.failures.front();
         Outcome mine{decision_after_failure(round, options.max_restarts), info.node_rank,
                      describe_failure(first) + " on node " + std::to_string(info.node_rank)};
-        standing = rdzv->publish(round, mine);
+        try {
+          standing = rdzv->publish(round, mine);
+        } catch (const RendezvousError& e) {  // no restart without the other nodes
+          say(std::string("error: ") + e.what());
+          standing = mine;
+          standing.kind = Outcome::Kind::kFail;
+        }
         if (standing.kind != Outcome::Kind::kRestart) {
           SummaryInput summary{options.program, host_name(), info.node_rank, round,
                                options.max_restarts, result.failures};
