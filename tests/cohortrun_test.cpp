@@ -533,6 +533,25 @@ TEST(CohortrunRendezvous, NodeThatNeverComesFailsTheOthers) {
   EXPECT_TRUE(recorded_pids(pids.path).empty());
 }
 
+TEST(CohortrunRendezvous, NodeRangeClosesAfterLastCallAndRefusesLateNodes) {
+  TempDir pids;
+  const std::vector<std::string> args = {
+      "--nnodes=1:2", "--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint(),
+      "--rdzv-conf=last_call_timeout=0.3,join_timeout=5", COHORT_ENV_WORKER, "--sleep", "3"};
+  Proc first = start_process(cohortrun(args), clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
+  ASSERT_TRUE(wait_for_pid_files(pids.path, 2, 15s));
+  const auto late = run_process(cohortrun(args), clean_env());
+  EXPECT_EQ(late.code, 1) << late.describe();
+  EXPECT_NE(late.err.find("came after rendezvous"), std::string::npos) << late.describe();
+  EXPECT_NE(late.err.find("closed with 1 node "), std::string::npos) << late.describe();
+  const auto result = finish_process(first, 20s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  const auto envs = envs_from_output(result.out);
+  ASSERT_EQ(envs.size(), 2u);
+  EXPECT_EQ(envs.at(1).at("GROUP_WORLD_SIZE"), "1");
+  EXPECT_EQ(envs.at(1).at("WORLD_SIZE"), "2");
+}
+
 TEST(CohortrunRendezvous, NodesRestartTogether) {
   const std::string rdzv = endpoint();
   const auto node = [&] {

@@ -101,7 +101,9 @@ class StoreRendezvous : public Rendezvous {
       info.node_count = wait_for_close(rp);
       if (!is_member(arrival, info.node_count)) {
         throw RendezvousError("this node came after " + where() + " closed with " +
-                              std::to_string(info.node_count) + " nodes");
+                              std::to_string(info.node_count) +
+                              (info.node_count == 1 ? " node" : " nodes") +
+                              " (joining a running job is not supported; restart the job)");
       }
     }
     info.node_rank = arrival;
