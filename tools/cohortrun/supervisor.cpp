@@ -143,7 +143,10 @@ class Attempt {
     return false;
   }
 
+  // Failures seen in one pass are all reported (torchrun's "other failures"); those after the stop
+  // began were caused by it and are not.
   void reap_all() {
+    bool failed = false;
     for (auto& slot : slots_) {
       if (slot->counted || !slot->process->reap()) continue;
       slot->counted = true;
@@ -156,8 +159,9 @@ class Attempt {
       failure.status = status;
       failure.time = now_text();
       result_.failures.push_back(failure);
-      begin_stop(SIGTERM);
+      failed = true;
     }
+    if (failed) begin_stop(SIGTERM);
   }
 
   void check_termination() {
