@@ -271,18 +271,18 @@ TEST(CohortrunLaunch, EveryWorkerGetsTorchrunEnvironment) {
 
 TEST(CohortrunLaunch, SameVariablesAsPythonTorchrun) {
   ASSERT_EQ(::access("/usr/bin/torchrun", X_OK), 0) << "Python torchrun (python3-torch) is needed";
-  TempDir theirs, ours;
+  TempDir theirs, ours, scratch;
+  const Env base = clean_env({{"TMPDIR", scratch.path}});  // torchrun leaves its log dir there
   // Python 3.11 breaks torchrun 1.13's redirect parsing unless --redirects 2 --tee 2 are given.
   const auto torchrun = run_process({"/usr/bin/torchrun", "--redirects", "2", "--tee", "2",
                                      "--standalone", "--nnodes=1", "--nproc_per_node=2",
                                      "--no_python", COHORT_ENV_WORKER, "--env-dir", theirs.path},
-                                    clean_env(), 60s);
+                                    base, 60s);
   ASSERT_EQ(torchrun.code, 0) << torchrun.describe();
   const auto launched = run_process(cohortrun({"--standalone", "--nnodes=1", "--nproc_per_node=2",
                                                COHORT_ENV_WORKER, "--env-dir", ours.path}),
-                                    clean_env());
+                                    base);
   ASSERT_EQ(launched.code, 0) << launched.describe();
-  const Env base = clean_env();
   const auto added = [&](const Env& env) {
     std::set<std::string> names;
     for (const auto& [key, value] : env) {
@@ -463,10 +463,10 @@ TEST(CohortrunSignals, SigtermAndSigintReachEveryWorker) {
 }
 
 TEST(CohortrunSignals, NoWorkerOutlivesAKilledLauncher) {
-  TempDir pids;
+  TempDir pids;  // also its TMPDIR: a SIGKILLed cohortrun cannot remove its temporary directory
   Proc proc = start_process(
       cohortrun({"--nproc-per-node=3", COHORT_FAIL_WORKER, "--ignore-sigterm"}),
-      clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
+      clean_env({{"COHORT_TEST_PID_DIR", pids.path}, {"TMPDIR", pids.path}}));
   ASSERT_TRUE(wait_for_pid_files(pids.path, 3, 10s));
   ::kill(proc.pid, SIGKILL);
   const auto result = finish_process(proc, 10s);
