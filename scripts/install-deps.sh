@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libgloo-dev libopenblas0-pthread   # LibTorch 1.13 (CPU, Gloo) on a fast BLAS
   python3-torch                                   # PyTorch for parity tests and the benchmark anchor
-  nlohmann-json3-dev libcli11-dev zlib1g-dev
+  nlohmann-json3-dev libcli11-dev zlib1g-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev                      # mpirun launches tests on 2 ranks
   dataset-fashion-mnist                           # the demo's data

@@ -1,0 +1,44 @@
+// SHA-256 of a module's parameters through OpenSSL's EVP interface (libcrypto), the maintained
+// implementation; see digest.h for what is hashed.
+#include "digest.h"
+
+#include <openssl/evp.h>
+
+#include <memory>
+#include <stdexcept>
+
+namespace fashion_mnist {
+
+namespace {
+
+using DigestContext = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
+
+void check(int ok, const char* what) {
+  if (ok != 1) throw std::runtime_error(std::string("params-sha256: OpenSSL ") + what + " failed");
+}
+
+}  // namespace
+
+std::string parameters_sha256(const torch::nn::Module& module) {
+  DigestContext context(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
+  if (!context) throw std::runtime_error("params-sha256: OpenSSL EVP_MD_CTX_new failed");
+  check(EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr), "EVP_DigestInit_ex");
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor bytes = item.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    check(EVP_DigestUpdate(context.get(), bytes.data_ptr(), bytes.numel() * bytes.element_size()),
+          "EVP_DigestUpdate");
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  check(EVP_DigestFinal_ex(context.get(), digest, &length), "EVP_DigestFinal_ex");
+  static const char kHex[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * length);
+  for (unsigned int i = 0; i < length; ++i) {
+    hex.push_back(kHex[digest[i] >> 4]);
+    hex.push_back(kHex[digest[i] & 0xf]);
+  }
+  return hex;
+}
+
+}  // namespace fashion_mnist

@@ -1,0 +1,16 @@
+// params-sha256: one SHA-256 over a module's parameters, so two runs can be compared exactly.
+// Same seed and world size must give the same digest run after run; any change in data order,
+// reduction or initialization changes it.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+
+namespace fashion_mnist {
+
+/// Lower-case hex SHA-256 of the bytes of every parameter in named_parameters() order, each as a
+/// contiguous CPU float32 tensor (names and shapes are not hashed, only the values).
+std::string parameters_sha256(const torch::nn::Module& module);
+
+}  // namespace fashion_mnist

@@ -1,0 +1,58 @@
+// The per-epoch progress bar of rank 0: step/total, loss, global samples/s and ETA. On a terminal
+// it is redrawn in place with '\r'; when stdout is a pipe or file (a launcher, a batch job's log)
+// it degrades to a plain line every ~10%, so logs stay readable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace fashion_mnist {
+
+enum class ProgressStyle {
+  kInPlace,  ///< one line redrawn with '\r' (a terminal)
+  kLines,    ///< a new line every ~10% of the steps and at the end (a pipe or a file)
+  kOff,      ///< nothing (ranks other than 0)
+};
+
+/// kInPlace when `stream` is a terminal, else kLines.
+ProgressStyle progress_style_for(std::FILE* stream);
+
+/// What one redraw shows; pure data so that format_progress can be tested alone.
+struct ProgressState {
+  std::string label;  ///< e.g. "epoch 1/2"
+  int64_t step = 0;   ///< steps done
+  int64_t total = 0;  ///< steps in this epoch
+  double loss = 0;    ///< running mean loss of the epoch so far
+  double samples_per_second = 0;
+  double eta_seconds = 0;
+};
+
+/// "epoch 1/2 [#######.............]  234/469  loss 0.4123  2512 samples/s  ETA 0:23".
+std::string format_progress(const ProgressState& state);
+/// "0:07", "12:34", "1:02:03".
+std::string format_duration(double seconds);
+
+/// One epoch's bar. update() after each step; finish() once at the end (ends the line).
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, int64_t total, ProgressStyle style, std::FILE* stream = stdout);
+  /// `samples` counts the samples all ranks have processed so far in this epoch.
+  void update(int64_t step, double loss, int64_t samples);
+  void finish();
+
+ private:
+  void draw(bool force);
+
+  ProgressState state_;
+  ProgressStyle style_;
+  std::FILE* stream_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+  int64_t last_decile_ = 0;
+  int64_t last_printed_step_ = 0;
+  size_t last_width_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace fashion_mnist
