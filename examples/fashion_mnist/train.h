@@ -1,0 +1,28 @@
+// The Fashion-MNIST job itself: init the world, load the data, train the CNN under DDP with a
+// DistributedSampler, evaluate exactly over all ranks after each epoch and print the digest.
+// main.cpp only turns the command line into a TrainConfig.
+#pragma once
+
+#include <cohort/data.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fashion_mnist {
+
+/// What the command line sets (see main.cpp for the flags and docs/fashion_mnist.md).
+struct TrainConfig {
+  int epochs = 2;
+  int64_t batch_size = 64;  ///< per rank; the global batch is batch_size * world size
+  double lr = 1e-3;         ///< of Adam
+  int64_t seed = 0;
+  int threads = 0;        ///< torch threads per rank; 0: usable cores / ranks on this node, min 1
+  int64_t max_steps = 0;  ///< stop after this many optimizer steps in all; 0: no limit
+  std::string data_dir = cohort::data::kFashionMnistDir;
+};
+
+/// Runs the whole job; rank 0 prints progress, one summary line per epoch and `params-sha256:
+/// <hex>`. Throws cohort::Error (missing data, a failed collective) with a one-line message.
+void run_training(const TrainConfig& config);
+
+}  // namespace fashion_mnist
