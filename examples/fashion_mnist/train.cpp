@@ -26,8 +26,6 @@ namespace fashion_mnist {
 
 namespace {
 
-constexpr int64_t kEvalBatchSize = 1000;  // forward only: fewer, larger batches
-
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
@@ -124,7 +122,7 @@ Totals Job::evaluate() {
   torch::NoGradGuard no_grad;
   ddp_->eval();
   Totals totals;
-  for (const torch::Tensor& batch : test_sampler_.batch_tensors(kEvalBatchSize)) {
+  for (const torch::Tensor& batch : test_sampler_.batch_tensors(config_.batch_size)) {
     const torch::Tensor images = test_.images.index_select(0, batch).to(world_.device());
     const torch::Tensor labels = test_.labels.index_select(0, batch).to(world_.device());
     totals.correct += ddp_(images).argmax(1).eq(labels).sum().item<int64_t>();
