@@ -64,6 +64,7 @@ class CommImpl {
   std::chrono::milliseconds timeout() const { return config_.timeout; }
   int64_t sequence_number() const;
   c10d::Store* store() const { return config_.store.get(); }
+  const c10::intrusive_ptr<c10d::Store>& store_ptr() const { return config_.store; }
 
   /// The process group for tensors on `device` (Gloo for CPU, NCCL for CUDA).
   ProcessGroupBase& backend_for(const c10::Device& device);

@@ -2,6 +2,7 @@
 // for the whole process (like torch.distributed's default group) so DDP and friends can find it.
 #include "cohort/world.h"
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/cuda.h>
 
 #include <cstdlib>
@@ -101,7 +102,13 @@ World init(const InitOptions& options) {
     world.master_addr_ = launch.master_addr;
     world.master_port_ = launch.master_port;
     detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size, timeout};
+    // torchrun's static rendezvous hosts the store itself and says so; it keeps it across restarts,
+    // so each restart's keys get their own prefix.
+    const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
+    rdzv.rank0_hosts = !(agent_store && std::string(agent_store) == "True");
     config.store = options.store() ? options.store() : detail::connect_store(rdzv);
+    if (const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT"))
+      config.store = c10::make_intrusive<c10d::PrefixStore>(std::string("cohort-attempt-") + restart, config.store);
     detail::wait_for_all_ranks(*config.store, rdzv);
     config.local_address = detail::local_address_towards(launch.master_addr, launch.master_port);
     COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", launch.master_addr, ":",

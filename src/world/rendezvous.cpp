@@ -18,7 +18,7 @@ namespace cohort::detail {
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
   c10d::TCPStoreOptions options;
   options.port = uint16_t(config.master_port);
-  options.isServer = config.rank == 0;
+  options.isServer = config.rank == 0 && config.rank0_hosts;
   options.numWorkers = c10::nullopt;
   options.waitWorkers = false;
   options.timeout = config.timeout;
@@ -27,7 +27,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
     return c10::make_intrusive<c10d::TCPStore>(config.master_addr, options);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    if (config.rank == 0) {
+    if (options.isServer) {
       if (what.find("in use") != std::string::npos || what.find("EADDRINUSE") != std::string::npos)
         throw Error("MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" +
                     config.master_addr + "): choose another port, or launch with cohortrun --standalone "

@@ -15,6 +15,9 @@ struct RendezvousConfig {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{300000};
+  /// False when a launcher already hosts the store at MASTER_ADDR:MASTER_PORT (torchrun's agent
+  /// store): then rank 0 connects as a client like every other rank.
+  bool rank0_hosts = true;
 };
 
 /// Rank 0 hosts a TCPStore, the others connect; errors name the address and port.
