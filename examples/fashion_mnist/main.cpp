@@ -54,6 +54,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")
       ->capture_default_str();
+  app.add_option(
+         "--progress", config.progress,
+         "Progress bar: auto (in place on a terminal, else a line every ~10%), bar, lines, off")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
+#include <stdexcept>
 
 namespace fashion_mnist {
 
@@ -23,6 +24,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 ProgressStyle progress_style_for(std::FILE* stream) {
   return isatty(fileno(stream)) ? ProgressStyle::kInPlace : ProgressStyle::kLines;
+}
+
+ProgressStyle progress_style_named(const std::string& name, std::FILE* stream) {
+  if (name == "auto") return progress_style_for(stream);
+  if (name == "bar") return ProgressStyle::kInPlace;
+  if (name == "lines") return ProgressStyle::kLines;
+  if (name == "off") return ProgressStyle::kOff;
+  throw std::invalid_argument("progress style must be auto, bar, lines or off, not '" + name + "'");
 }
 
 std::string format_duration(double seconds) {

@@ -18,6 +18,9 @@ enum class ProgressStyle {
 
 /// kInPlace when `stream` is a terminal, else kLines.
 ProgressStyle progress_style_for(std::FILE* stream);
+/// The style the --progress flag names: "bar", "lines", "off", or "auto" (progress_style_for).
+/// Throws std::invalid_argument for another name.
+ProgressStyle progress_style_named(const std::string& name, std::FILE* stream);
 
 /// What one redraw shows; pure data so that format_progress can be tested alone.
 struct ProgressState {

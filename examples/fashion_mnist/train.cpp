@@ -148,7 +148,8 @@ void Job::print_header() const {
 
 void Job::run() {
   if (world_.is_main()) print_header();
-  const ProgressStyle style = world_.is_main() ? progress_style_for(stdout) : ProgressStyle::kOff;
+  const ProgressStyle style =
+      world_.is_main() ? progress_style_named(config_.progress, stdout) : ProgressStyle::kOff;
   const int64_t steps_per_epoch = train_sampler_.num_batches(config_.batch_size);
   int64_t steps_left =
       config_.max_steps > 0 ? config_.max_steps : std::numeric_limits<int64_t>::max();

@@ -19,6 +19,9 @@ struct TrainConfig {
   int threads = 0;        ///< torch threads per rank; 0: usable cores / ranks on this node, min 1
   int64_t max_steps = 0;  ///< stop after this many optimizer steps in all; 0: no limit
   std::string data_dir = cohort::data::kFashionMnistDir;
+  /// Rank 0's progress bar: auto (redrawn in place on a terminal, else a line every ~10%), bar,
+  /// lines or off. mpirun gives ranks a pseudo-terminal, so its logs want "lines".
+  std::string progress = "auto";
 };
 
 /// Runs the whole job; rank 0 prints progress, one summary line per epoch and `params-sha256:
