@@ -1,0 +1,434 @@
+// ds_config.json -> cohort::ZeroConfig. Reads DeepSpeed's file as DeepSpeed does (hjson-style trailing
+// commas and comments, duplicate keys refused, DeepSpeed's defaults and batch-size rules), checks every
+// value it uses (errors name the key path and the value), and collects the keys it does not use into
+// one warning. Also the WarmupLR / WarmupDecayLR formulas of deepspeed/runtime/lr_schedules.py.
+#include <strings.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cohort/error.h"
+#include "cohort/zero_config.h"
+#include "core/log.h"
+
+namespace cohort {
+namespace {
+
+using Json = nlohmann::ordered_json;  // keeps the file's key order for the warning
+using detail::str;
+
+// What one parse shares: the name used in messages and the paths it read.
+struct Context {
+  std::string source;                 // "ds_config" or "ds_config <path>"
+  std::set<std::string> read;         // dotted paths whose values cohort used (or descended into)
+  [[noreturn]] void fail(const std::string& what) const { throw Error(source + ": " + what); }
+};
+
+std::string join_path(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : prefix + "." + key;
+}
+
+// hjson (DeepSpeed's reader) accepts a comma before '}' or ']'; nlohmann does not. Blank such commas
+// outside strings and comments (a space keeps every line and column of later error messages).
+std::string blank_trailing_commas(std::string text) {
+  const size_t n = text.size();
+  auto skip_blank = [&](size_t i) {
+    while (i < n) {
+      if (std::isspace(static_cast<unsigned char>(text[i]))) {
+        ++i;
+      } else if (text.compare(i, 2, "//") == 0) {
+        while (i < n && text[i] != '\n') ++i;
+      } else if (text.compare(i, 2, "/*") == 0) {
+        const size_t end = text.find("*/", i + 2);
+        i = end == std::string::npos ? n : end + 2;
+      } else {
+        break;
+      }
+    }
+    return i;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      for (++i; i < n && text[i] != '"'; ++i) {
+        if (text[i] == '\\') ++i;
+      }
+    } else if (c == '/' && i + 1 < n && (text[i + 1] == '/' || text[i + 1] == '*')) {
+      i = skip_blank(i) - 1;
+    } else if (c == ',') {
+      const size_t next = skip_blank(i + 1);
+      if (next < n && (text[next] == '}' || text[next] == ']')) text[i] = ' ';
+    }
+  }
+  return text;
+}
+
+// Parses JSON, refusing duplicate keys as DeepSpeed does (its hjson loader raises on them).
+Json parse_json(const std::string& text, const Context& ctx) {
+  struct Frame {
+    std::set<std::string> keys;
+    std::string last_key;
+  };
+  std::vector<Frame> frames;
+  auto on_event = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      frames.emplace_back();
+    } else if (event == Json::parse_event_t::object_end) {
+      frames.pop_back();
+    } else if (event == Json::parse_event_t::key && !frames.empty()) {
+      const std::string key = parsed.get<std::string>();
+      std::string path;
+      for (size_t i = 0; i + 1 < frames.size(); ++i) path = join_path(path, frames[i].last_key);
+      if (!frames.back().keys.insert(key).second) {
+        ctx.fail(str("duplicate key ", join_path(path, key), " (DeepSpeed refuses them too)"));
+      }
+      frames.back().last_key = key;
+    }
+    return true;
+  };
+  try {
+    return Json::parse(blank_trailing_commas(text), on_event, /*allow_exceptions=*/true,
+                       /*ignore_comments=*/true);
+  } catch (const Json::parse_error& error) {
+    std::string what = error.what();
+    const size_t bracket = what.find("] ");
+    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) {
+      what = what.substr(bracket + 2);
+    }
+    ctx.fail("not valid JSON: " + what);
+  }
+}
+
+constexpr const char* kAutoReason =
+    "is a placeholder that Hugging Face's Trainer fills in; DeepSpeed and cohort need the value itself";
+
+// An integer, or a float without fraction (5e8), as DeepSpeed's pydantic models accept; else nullopt.
+std::optional<int64_t> as_integer(const Json& value) {
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return static_cast<int64_t>(u);
+  } else if (value.is_number_integer()) {
+    return value.get<int64_t>();
+  } else if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+// One JSON object of the config at a dotted path. The getters return the fallback for an absent or
+// null key, check the type and range of a present one, and record the key as read.
+class Section {
+ public:
+  Section(const Json* object, std::string path, Context* ctx)
+      : object_(object), path_(std::move(path)), ctx_(ctx) {}
+
+  bool has(const std::string& key) const {
+    return object_ != nullptr && object_->contains(key) && !(*object_)[key].is_null();
+  }
+  std::string path(const std::string& key) const { return join_path(path_, key); }
+
+  [[noreturn]] void fail(const std::string& key, const std::string& reason) const {
+    const Json& value = (*object_)[key];
+    ctx_->fail(path(key) + "=" + value.dump() + " " +
+               (value.is_string() && value.get<std::string>() == "auto" ? kAutoReason : reason));
+  }
+
+  const Json* take(const std::string& key) {
+    if (object_ != nullptr && object_->contains(key)) ctx_->read.insert(path(key));
+    return has(key) ? &(*object_)[key] : nullptr;
+  }
+
+  Section child(const std::string& key) {
+    const Json* value = take(key);
+    if (value != nullptr && !value->is_object()) fail(key, "is not an object ({...})");
+    return Section(value, path(key), ctx_);
+  }
+
+  bool boolean(const std::string& key, bool fallback) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_boolean()) fail(key, "is not a boolean (true or false)");
+    return value->get<bool>();
+  }
+
+  // An integer in [min, max] (5e8 counts as an integer); nullopt when absent.
+  std::optional<int64_t> integer(const std::string& key, int64_t min,
+                                 int64_t max = std::numeric_limits<int64_t>::max()) {
+    const Json* value = take(key);
+    if (value == nullptr) return std::nullopt;
+    const std::optional<int64_t> result = as_integer(*value);
+    if (!result || *result < min || *result > max) {
+      if (max >= std::numeric_limits<int>::max() && (min == 0 || min == 1)) {  // no bound worth naming
+        fail(key, min == 1 ? "is not a positive integer" : "is not a non-negative integer");
+      }
+      fail(key, str("is not an integer in [", min, ", ", max, "]"));
+    }
+    return result;
+  }
+
+  enum class Sign { kAny, kNonNegative, kPositive };
+  double number(const std::string& key, double fallback, Sign sign) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_number()) fail(key, "is not a number");
+    const double d = value->get<double>();
+    if (sign == Sign::kNonNegative && !(d >= 0)) fail(key, "must be >= 0");
+    if (sign == Sign::kPositive && !(d > 0)) fail(key, "must be > 0");
+    return d;
+  }
+
+  // Index of the value among `choices` (exact, or ignoring ASCII case); fallback when absent.
+  size_t choice(const std::string& key, size_t fallback, const std::vector<std::string>& choices,
+                bool ignore_case = false) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (value->is_string()) {
+      const std::string text = value->get<std::string>();
+      for (size_t i = 0; i < choices.size(); ++i) {
+        if (text == choices[i] || (ignore_case && strcasecmp(text.c_str(), choices[i].c_str()) == 0)) {
+          return i;
+        }
+      }
+    }
+    std::string list;
+    for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
+    fail(key, "is not one of " + list);
+  }
+
+ private:
+  const Json* object_;  // null: the section is absent
+  std::string path_;
+  Context* ctx_;
+};
+
+// The keys of `object` cohort did not read, depth first in file order; a key whose object cohort
+// never entered is listed alone, not its contents.
+void collect_unread(const Json& object, const std::string& prefix, const Context& ctx,
+                    std::vector<std::string>* out) {
+  for (const auto& item : object.items()) {
+    const std::string path = join_path(prefix, item.key());
+    if (item.value().is_null()) continue;  // null means the default, wherever it is
+    if (ctx.read.count(path) == 0) {
+      out->push_back(path);
+    } else if (item.value().is_object()) {
+      collect_unread(item.value(), path, ctx, out);
+    }
+  }
+}
+
+// DeepSpeed's _set_batch_related_parameters + _batch_assertion, except that a config with neither
+// train_batch_size nor train_micro_batch_size_per_gpu is accepted (the loop's batch is the micro batch).
+void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
+  const int64_t world = config->world_size();
+  std::optional<int64_t> train = top.integer("train_batch_size", 1);
+  std::optional<int64_t> micro = top.integer("train_micro_batch_size_per_gpu", 1);
+  std::optional<int64_t> accum = top.integer("gradient_accumulation_steps", 1);
+  const bool given_train = train.has_value(), given_micro = micro.has_value();
+  const bool given_accum = accum.has_value();
+  if (!train && !micro) {
+    config->gradient_accumulation_steps(accum.value_or(1));
+    return;
+  }
+  if (train && micro && !accum) {
+    accum = *train / *micro / world;
+  } else if (train && accum && !micro) {
+    micro = *train / world / *accum;
+  } else if (micro && !train) {
+    accum = accum.value_or(1);
+    int64_t derived = 0;
+    const bool overflow = __builtin_mul_overflow(*micro, *accum, &derived) ||
+                          __builtin_mul_overflow(derived, world, &derived);
+    train = overflow ? -1 : derived;  // -1 fails the check below
+  } else if (train && !micro) {  // train_batch_size alone
+    accum = 1;
+    micro = *train / world;
+  }
+  int64_t product = 0;
+  const bool overflow = __builtin_mul_overflow(*micro, *accum, &product) ||
+                        __builtin_mul_overflow(product, world, &product);
+  if (overflow || product != *train || *micro < 1 || *accum < 1) {
+    auto mark = [](bool given) { return given ? "" : " (derived)"; };
+    ctx.fail(str("batch sizes do not fit: train_batch_size=", *train, mark(given_train),
+                 " must equal train_micro_batch_size_per_gpu=", *micro, mark(given_micro),
+                 " * gradient_accumulation_steps=", *accum, mark(given_accum), " * world_size=", world,
+                 overflow ? "" : str(" = ", product),
+                 "; give two of the three and the third is derived"));
+  }
+  config->train_batch_size(*train).train_micro_batch_size_per_gpu(*micro);
+  config->gradient_accumulation_steps(*accum);
+}
+
+ZeroOptimizationConfig read_zero(Section zero) {
+  ZeroOptimizationConfig out;
+  if (const Json* value = zero.take("stage")) {
+    const std::optional<int64_t> stage = as_integer(*value);
+    if (!stage || *stage < 0 || *stage > 3) zero.fail("stage", "is not one of 0, 1, 2, 3");
+    out.stage(static_cast<int>(*stage));
+  }
+  out.overlap_comm(zero.boolean("overlap_comm", out.stage() == 3));  // DeepSpeed's stage-dependent default
+  out.contiguous_gradients(zero.boolean("contiguous_gradients", out.contiguous_gradients()));
+  out.reduce_bucket_size(zero.integer("reduce_bucket_size", 1).value_or(out.reduce_bucket_size()));
+  out.allgather_bucket_size(zero.integer("allgather_bucket_size", 1).value_or(out.allgather_bucket_size()));
+  Section offload = zero.child("offload_optimizer");
+  if (offload.choice("device", 0, {"none", "cpu"}) == 1) {
+    if (out.stage() == 0) {
+      offload.fail("device", "needs zero_optimization.stage 1, 2 or 3 (the stage is 0)");
+    }
+    out.offload_optimizer(OffloadDevice::kCpu);
+  }
+  return out;
+}
+
+Fp16Config read_fp16(Section fp16) {
+  Fp16Config out;
+  using Sign = Section::Sign;
+  out.enabled(fp16.boolean("enabled", out.enabled()));
+  out.loss_scale(fp16.number("loss_scale", out.loss_scale(), Sign::kNonNegative));
+  out.initial_scale_power(
+      static_cast<int>(fp16.integer("initial_scale_power", 0, 127).value_or(out.initial_scale_power())));
+  out.loss_scale_window(static_cast<int>(
+      fp16.integer("loss_scale_window", 1, std::numeric_limits<int>::max()).value_or(out.loss_scale_window())));
+  out.hysteresis(static_cast<int>(
+      fp16.integer("hysteresis", 1, std::numeric_limits<int>::max()).value_or(out.hysteresis())));
+  out.min_loss_scale(fp16.number("min_loss_scale", out.min_loss_scale(), Sign::kPositive));
+  return out;
+}
+
+OptimizerConfig read_optimizer(Section optimizer, const Context& ctx) {
+  OptimizerConfig out;
+  using Sign = Section::Sign;
+  const std::string type_path = optimizer.path("type");
+  if (!optimizer.has("type")) ctx.fail(type_path + " is missing (SGD, Adam or AdamW)");
+  const size_t type = optimizer.choice("type", 0, {"SGD", "Adam", "AdamW"}, /*ignore_case=*/true);
+  out.type(type == 0 ? OptimizerType::kSgd : type == 1 ? OptimizerType::kAdam : OptimizerType::kAdamW);
+  Section params = optimizer.child("params");
+  if (out.type() == OptimizerType::kSgd && !params.has("lr")) {
+    ctx.fail(params.path("lr") + " is missing: SGD has no default learning rate");
+  }
+  out.lr(params.number("lr", out.lr(), Sign::kNonNegative));
+  out.weight_decay(params.number("weight_decay", out.weight_decay(), Sign::kNonNegative));
+  if (out.type() == OptimizerType::kSgd) {
+    out.momentum(params.number("momentum", out.momentum(), Sign::kNonNegative));
+    out.dampening(params.number("dampening", out.dampening(), Sign::kNonNegative));
+    out.nesterov(params.boolean("nesterov", out.nesterov()));
+    if (out.nesterov() && (out.momentum() <= 0 || out.dampening() != 0)) {
+      params.fail("nesterov", "needs momentum > 0 and dampening 0");
+    }
+    return out;
+  }
+  if (const Json* betas = params.take("betas")) {
+    auto in_range = [](const Json& b) {
+      return b.is_number() && b.get<double>() >= 0.0 && b.get<double>() < 1.0;
+    };
+    const bool ok = betas->is_array() && betas->size() == 2 && in_range((*betas)[0]) && in_range((*betas)[1]);
+    if (!ok) params.fail("betas", "is not a list of two numbers in [0, 1)");
+    out.betas({(*betas)[0].get<double>(), (*betas)[1].get<double>()});
+  }
+  out.eps(params.number("eps", out.eps(), Sign::kNonNegative));
+  out.amsgrad(params.boolean("amsgrad", out.amsgrad()));
+  // DeepSpeed: AdamW is always decoupled; Adam is unless adam_w_mode is false.
+  const bool adam_w_mode = params.boolean("adam_w_mode", true);
+  out.decoupled_weight_decay(out.type() == OptimizerType::kAdamW || adam_w_mode);
+  return out;
+}
+
+SchedulerConfig read_scheduler(Section scheduler, const Context& ctx) {
+  SchedulerConfig out;
+  using Sign = Section::Sign;
+  if (!scheduler.has("type")) ctx.fail(scheduler.path("type") + " is missing (WarmupLR or WarmupDecayLR)");
+  const size_t type = scheduler.choice("type", 0, {"WarmupLR", "WarmupDecayLR"});
+  out.type(type == 0 ? SchedulerType::kWarmupLR : SchedulerType::kWarmupDecayLR);
+  Section params = scheduler.child("params");
+  out.warmup_min_lr(params.number("warmup_min_lr", out.warmup_min_lr(), Sign::kNonNegative));
+  out.warmup_max_lr(params.number("warmup_max_lr", out.warmup_max_lr(), Sign::kNonNegative));
+  out.warmup_num_steps(params.integer("warmup_num_steps", 0).value_or(out.warmup_num_steps()));
+  out.warmup_type(params.choice("warmup_type", 0, {"log", "linear"}) == 0 ? WarmupType::kLog
+                                                                          : WarmupType::kLinear);
+  if (out.type() == SchedulerType::kWarmupDecayLR) {
+    if (!params.has("total_num_steps")) {
+      ctx.fail(params.path("total_num_steps") + " is missing: WarmupDecayLR needs it");
+    }
+    out.total_num_steps(*params.integer("total_num_steps", 1));
+    if (out.total_num_steps() < out.warmup_num_steps()) {
+      COHORT_WARN(ctx.source, ": scheduler.params.total_num_steps=", out.total_num_steps(),
+                  " is less than warmup_num_steps=", out.warmup_num_steps());
+    }
+  }
+  return out;
+}
+
+ZeroConfig parse_with_source(const std::string& text, int world_size, const std::string& source) {
+  Context ctx{source, {}};
+  if (world_size < 1) ctx.fail(str("world_size=", world_size, " must be at least 1"));
+  const Json root = parse_json(text, ctx);
+  if (!root.is_object()) ctx.fail(str("the top level must be a JSON object ({...}), not ", root.type_name()));
+  Section top(&root, "", &ctx);
+  ZeroConfig config;
+  config.world_size(world_size);
+  resolve_batch(top, ctx, &config);
+  config.zero_optimization(read_zero(top.child("zero_optimization")));
+  config.fp16(read_fp16(top.child("fp16")));
+  // DeepSpeed reads "bf16", or its older spelling "bfloat16" when "bf16" is absent.
+  Section bf16 = top.child(top.has("bf16") || !top.has("bfloat16") ? "bf16" : "bfloat16");
+  config.bf16().enabled(bf16.boolean("enabled", false));
+  if (config.fp16().enabled() && config.bf16().enabled()) {
+    ctx.fail("fp16.enabled and bf16.enabled are both true; choose one");
+  }
+  config.gradient_clipping(top.number("gradient_clipping", 0.0, Section::Sign::kNonNegative));
+  if (top.has("optimizer")) config.optimizer(read_optimizer(top.child("optimizer"), ctx));
+  if (top.has("scheduler")) config.scheduler(read_scheduler(top.child("scheduler"), ctx));
+  collect_unread(root, "", ctx, &config.unsupported_keys());
+  if (!config.unsupported_keys().empty()) {
+    std::string list;
+    for (const auto& key : config.unsupported_keys()) list += (list.empty() ? "" : ", ") + key;
+    COHORT_WARN(source, ": ignoring keys cohort does not support: ", list);
+  }
+  return config;
+}
+
+}  // namespace
+
+ZeroConfig parse_ds_config(const std::string& json_text, int world_size) {
+  return parse_with_source(json_text, world_size, "ds_config");
+}
+
+ZeroConfig load_ds_config(const std::string& path, int world_size) {
+  const std::string source = "ds_config " + path;
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw Error(str(source, ": cannot open: ", std::strerror(errno)));
+  std::string text;
+  char buffer[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, got);
+  const int read_errno = std::ferror(file) ? errno : 0;
+  std::fclose(file);
+  if (read_errno != 0) throw Error(str(source, ": cannot read: ", std::strerror(read_errno)));
+  return parse_with_source(text, world_size, source);
+}
+
+double warmup_lr(const SchedulerConfig& scheduler, int64_t step) {
+  COHORT_CHECK(scheduler.type() != SchedulerType::kNone, "warmup_lr: the scheduler type is none");
+  if (step < 0) return 0.0;  // DeepSpeed: "get learning rate from scheduler before it has started"
+  const double warmup = static_cast<double>(std::max<int64_t>(2, scheduler.warmup_num_steps()));
+  const double t = static_cast<double>(step);
+  double gamma = 1.0;
+  if (t < warmup) {
+    gamma = scheduler.warmup_type() == WarmupType::kLog ? std::log(t + 1.0) / std::log(warmup) : t / warmup;
+  } else if (scheduler.type() == SchedulerType::kWarmupDecayLR) {
+    const double total = static_cast<double>(scheduler.total_num_steps());
+    gamma = std::max(0.0, (total - t) / std::max(1.0, total - warmup));
+  }
+  return scheduler.warmup_min_lr() + (scheduler.warmup_max_lr() - scheduler.warmup_min_lr()) * gamma;
+}
+
+}  // namespace cohort
