@@ -1,0 +1,262 @@
+// ZeRO memory planner tests: the pure function (src/zero/memory_plan.h) on the paper's example
+// (7.5B parameters, 64 GPUs: 120, 31.4, 16.6, 1.9 GB), uneven shards, SGD and fp32; then the built
+// cohort-plan tool: the paper's table, the example's CNN (1,199,882 parameters), checkpoints written
+// by torch::save and torch::pickle_save, and one-line errors with exit status 2 for bad input.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <regex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/error.h"
+#include "zero/memory_plan.h"
+
+namespace {
+
+using cohort::detail::MemoryPlan;
+using cohort::detail::MemoryPlanInput;
+using cohort::detail::PlanOptimizer;
+using cohort::detail::Precision;
+
+MemoryPlan plan(int64_t params, int64_t ranks, int stage, Precision precision = Precision::kFp16,
+                PlanOptimizer optimizer = PlanOptimizer::kAdam) {
+  MemoryPlanInput input;
+  input.num_params = params;
+  input.ranks = ranks;
+  input.stage = stage;
+  input.precision = precision;
+  input.optimizer = optimizer;
+  return cohort::detail::plan_memory(input);
+}
+
+TEST(MemoryPlan, BytesPerParameter) {
+  using cohort::detail::bytes_per_param;
+  for (Precision mixed : {Precision::kFp16, Precision::kBf16}) {
+    EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kAdam).optimizer_states, 12);  // the paper's K
+    EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kAdamW).optimizer_states, 12);
+    EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kSgdMomentum).optimizer_states, 8);
+    EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kSgd).optimizer_states, 4);  // fp32 master only
+    EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kSgd).params, 2);
+    EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kSgd).grads, 2);
+  }
+  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kAdam).params, 4);
+  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kAdam).grads, 4);
+  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kAdam).optimizer_states, 8);
+  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kSgdMomentum).optimizer_states, 4);
+  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kSgd).optimizer_states, 0);
+  EXPECT_EQ(cohort::detail::describe_optimizer_states(Precision::kBf16, PlanOptimizer::kAdamW),
+            "fp32 master 4 + momentum 4 + variance 4");
+  EXPECT_EQ(cohort::detail::describe_optimizer_states(Precision::kFp32, PlanOptimizer::kSgd), "none");
+}
+
+TEST(MemoryPlan, PaperExample) {
+  // ZeRO paper, figure 1: psi = 7.5B, N = 64, K = 12. Per GPU: 16 psi; 4 psi + 12 psi / N;
+  // 2 psi + 14 psi / N; 16 psi / N.
+  const int64_t psi = 7500000000;
+  const MemoryPlan s0 = plan(psi, 64, 0), s1 = plan(psi, 64, 1), s2 = plan(psi, 64, 2), s3 = plan(psi, 64, 3);
+  EXPECT_EQ(s0.total(), 120000000000);
+  EXPECT_EQ(s1.total(), 31406250000);
+  EXPECT_EQ(s2.total(), 16640625000);
+  EXPECT_EQ(s3.total(), 1875000000);
+  EXPECT_EQ(s0.params, 15000000000);
+  EXPECT_EQ(s0.grads, 15000000000);
+  EXPECT_EQ(s0.optimizer_states, 90000000000);
+  EXPECT_EQ(s1.optimizer_states, 12 * psi / 64);
+  EXPECT_EQ(s2.grads, 2 * psi / 64);
+  EXPECT_EQ(s2.params, 2 * psi);
+  EXPECT_EQ(s3.params, 2 * psi / 64);
+}
+
+TEST(MemoryPlan, UnevenShardsRoundUp) {
+  // 10 parameters on 3 ranks: shards of ceil(10 / 3) = 4 elements (DeepSpeed pads the partitions).
+  EXPECT_EQ(plan(10, 3, 1).total(), 2 * 10 + 2 * 10 + 12 * 4);
+  EXPECT_EQ(plan(10, 3, 2).total(), 2 * 10 + 2 * 4 + 12 * 4);
+  EXPECT_EQ(plan(10, 3, 3).total(), 16 * 4);
+  // More ranks than parameters: one element each.
+  EXPECT_EQ(plan(3, 8, 3).total(), 16);
+  // One rank: every stage is plain data parallel.
+  for (int stage = 0; stage <= 3; ++stage) EXPECT_EQ(plan(1000, 1, stage).total(), 16000);
+}
+
+TEST(MemoryPlan, SgdAndFp32) {
+  // Mixed-precision SGD with momentum: K = 8 (master + momentum). psi = 1e6 on 4 ranks.
+  EXPECT_EQ(plan(1000000, 4, 0, Precision::kBf16, PlanOptimizer::kSgdMomentum).total(), 12000000);
+  EXPECT_EQ(plan(1000000, 4, 1, Precision::kBf16, PlanOptimizer::kSgdMomentum).total(), 4000000 + 2000000);
+  // fp32 plain SGD: 4 + 4 bytes, no state; stage 2 shards the gradients.
+  EXPECT_EQ(plan(1000000, 4, 1, Precision::kFp32, PlanOptimizer::kSgd).total(), 8000000);
+  EXPECT_EQ(plan(1000000, 4, 2, Precision::kFp32, PlanOptimizer::kSgd).total(), 4000000 + 1000000);
+  // fp32 Adam: 4 + 4 + 8 = 16 bytes, the same total as mixed precision at stage 0, split differently.
+  const MemoryPlan fp32 = plan(1000000, 4, 1, Precision::kFp32, PlanOptimizer::kAdam);
+  EXPECT_EQ(fp32.params, 4000000);
+  EXPECT_EQ(fp32.grads, 4000000);
+  EXPECT_EQ(fp32.optimizer_states, 2000000);
+  EXPECT_EQ(plan(1000000, 4, 3, Precision::kFp32, PlanOptimizer::kAdam).total(), 4000000);
+}
+
+std::string error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const cohort::Error& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected cohort::Error";
+  return "";
+}
+
+TEST(MemoryPlan, BadInput) {
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "num_params=0 must be at least 1", error_of([] { plan(0, 4, 1); }));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "ranks=0 must be at least 1", error_of([] { plan(10, 0, 1); }));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "stage=4 is not one of 0, 1, 2, 3", error_of([] { plan(10, 2, 4); }));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "precision=fp8 is not one of fp32, fp16, bf16",
+                      error_of([] { cohort::detail::parse_precision("fp8"); }));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "optimizer=lamb is not one of adam, adamw, sgd, sgd_momentum",
+                      error_of([] { cohort::detail::parse_plan_optimizer("lamb"); }));
+}
+
+// The tool: ${COHORT_BUILD_DIR}/tools/cohort_plan/cohort-plan under ctest, else found from this
+// test's own path (build/tests/cohort_plan_test).
+std::string tool_path() {
+  const char* build = std::getenv("COHORT_BUILD_DIR");
+  if (build != nullptr && *build != '\0') return std::string(build) + "/tools/cohort_plan/cohort-plan";
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : "";
+  exe = exe.substr(0, exe.find_last_of('/'));  // build/tests
+  return exe.substr(0, exe.find_last_of('/')) + "/tools/cohort_plan/cohort-plan";
+}
+
+struct ToolRun {
+  int status = -1;
+  std::string output;  // stdout and stderr together
+};
+
+ToolRun run_tool(const std::string& args) {
+  const std::string tool = tool_path();
+  EXPECT_EQ(access(tool.c_str(), X_OK), 0) << tool << " is not built";
+  ToolRun run;
+  FILE* pipe = popen((tool + " " + args + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  size_t got = 0;
+  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, got);
+  const int status = pclose(pipe);
+  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+// The "total per rank" cell of the table row of `stage`, e.g. "120.0 GB (120000000000)".
+std::string total_of(const std::string& output, int stage) {
+  std::smatch match;
+  const std::regex row("\n" + std::to_string(stage) + " [^\n]*  ([0-9.]+ GB \\([0-9]+\\))\n");
+  return std::regex_search(output, match, row) ? match[1].str() : "row " + std::to_string(stage) + " missing";
+}
+
+TEST(CohortPlanTool, PaperExampleTable) {
+  const ToolRun run = run_tool("--params 7.5e9 --ranks 64");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(total_of(run.output, 0), "120.0 GB (120000000000)") << run.output;
+  EXPECT_EQ(total_of(run.output, 1), "31.4 GB (31406250000)") << run.output;
+  EXPECT_EQ(total_of(run.output, 2), "16.6 GB (16640625000)") << run.output;
+  EXPECT_EQ(total_of(run.output, 3), "1.9 GB (1875000000)") << run.output;
+  EXPECT_NE(run.output.find("K = 12 bytes per parameter (fp32 master 4 + momentum 4 + variance 4)"),
+            std::string::npos)
+      << run.output;
+  const ToolRun one = run_tool("--params 7.5e9 --ranks 64 --stage 2 --precision fp32 --optimizer sgd");
+  ASSERT_EQ(one.status, 0) << one.output;
+  EXPECT_EQ(total_of(one.output, 2), "30.5 GB (30468750000)") << one.output;  // 4 psi + 4 psi / 64
+  EXPECT_EQ(total_of(one.output, 0), "row 0 missing");
+}
+
+TEST(CohortPlanTool, ExampleModel) {
+  // conv1 1->32 3x3 + conv2 32->64 3x3 + fc1 9216->128 + fc2 128->10, weights and biases.
+  const int64_t expected = (1 * 32 * 9 + 32) + (32 * 64 * 9 + 64) + (9216 * 128 + 128) + (128 * 10 + 10);
+  ASSERT_EQ(expected, 1199882);
+  const ToolRun run = run_tool("--model fashion_mnist_cnn --ranks 4");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("parameters  1199882 (--model fashion_mnist_cnn"), std::string::npos) << run.output;
+  EXPECT_EQ(total_of(run.output, 0), "0.0 GB (19198112)") << run.output;  // 16 bytes each
+  EXPECT_EQ(total_of(run.output, 3), "0.0 GB (4799536)") << run.output;   // 16 * ceil(psi / 4)
+}
+
+std::string temp_dir() {
+  char pattern[] = "/tmp/cohort_plan_test.XXXXXX";
+  const char* dir = mkdtemp(pattern);
+  EXPECT_NE(dir, nullptr);
+  return dir == nullptr ? "/tmp" : dir;
+}
+
+TEST(CohortPlanTool, Checkpoints) {
+  const std::string dir = temp_dir();
+  // torch::save(module): parameters counted (10*5+5 + 5+5 = 65), BatchNorm's buffers reported apart.
+  torch::nn::Sequential net(torch::nn::Linear(10, 5), torch::nn::BatchNorm1d(5));
+  torch::save(net, dir + "/module.pt");
+  ToolRun run = run_tool("--checkpoint " + dir + "/module.pt --ranks 2 --stage 0");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("parameters  65 (--checkpoint " + dir + "/module.pt: torch::save archive, 4 tensors;"
+                            " 11 buffer elements not counted)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(total_of(run.output, 0), "0.0 GB (1040)") << run.output;
+
+  // torch::pickle_save of a dict holding a tensor and a list of tensors: 12 + 5 + 4 = 21 elements.
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  dict.insert("weight", torch::ones({3, 4}));
+  dict.insert("more", c10::List<at::Tensor>({torch::zeros({5}), torch::zeros({2, 2})}));
+  const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
+  std::ofstream(dir + "/dict.pt", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  run = run_tool("--checkpoint " + dir + "/dict.pt --ranks 3 --stage 3");
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_NE(run.output.find("parameters  21 (--checkpoint " + dir + "/dict.pt: torch::pickle_save data, 3 tensors)"),
+            std::string::npos)
+      << run.output;
+  EXPECT_EQ(total_of(run.output, 3), "0.0 GB (112)") << run.output;  // 16 * ceil(21 / 3)
+
+  // A missing file and a file of neither format: one line each, exit status 2.
+  run = run_tool("--checkpoint " + dir + "/missing.pt --ranks 2");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_EQ(run.output, "cohort-plan: error: --checkpoint " + dir + "/missing.pt: cannot open: No such file or directory\n");
+  std::ofstream(dir + "/junk.pt") << "not a checkpoint\n";
+  run = run_tool("--checkpoint " + dir + "/junk.pt --ranks 2");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_EQ(run.output.rfind("cohort-plan: error: --checkpoint " + dir +
+                                 "/junk.pt: neither a torch::save archive nor torch::pickle_save data",
+                             0),
+            0u)
+      << run.output;
+  EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  for (const char* name : {"module.pt", "dict.pt", "junk.pt"}) std::remove((dir + "/" + name).c_str());
+  rmdir(dir.c_str());
+}
+
+TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--params 7.5e9 --ranks 0", "cohort-plan: error: --ranks=0 must be at least 1\n"},
+      {"--params=-5 --ranks 2", "cohort-plan: error: --params=-5 is not a whole number of parameters in [1, 2^53]\n"},
+      {"--params 1.5 --ranks 2", "cohort-plan: error: --params=1.5 is not a whole number of parameters in [1, 2^53]\n"},
+      {"--params lots --ranks 2", "cohort-plan: error: --params=lots is not a number\n"},
+      {"--params 1e9 --ranks 2 --precision fp8", "cohort-plan: error: --precision=fp8 is not one of fp32, fp16, bf16\n"},
+      {"--params 1e9 --ranks 2 --optimizer lamb",
+       "cohort-plan: error: --optimizer=lamb is not one of adam, adamw, sgd, sgd_momentum\n"},
+      {"--params 1e9 --ranks 2 --stage 4", "cohort-plan: error: --stage=4 is not one of 0, 1, 2, 3, all\n"},
+      {"--ranks 2", "cohort-plan: error: give the model size: --params N, --model NAME or --checkpoint FILE\n"},
+      {"--params 1e9", "cohort-plan: error: --ranks is required\n"},
+      {"--model resnet50 --ranks 2",
+       "cohort-plan: error: --model resnet50 is not a model cohort-plan knows (fashion_mnist_cnn)\n"},
+  };
+  for (const auto& [args, want] : cases) {
+    const ToolRun run = run_tool(args);
+    EXPECT_EQ(run.status, 2) << args;
+    EXPECT_EQ(run.output, want) << args;
+  }
+}
+
+}  // namespace

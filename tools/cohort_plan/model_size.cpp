@@ -1,0 +1,115 @@
+// Counting parameters for cohort-plan: the example's CNN from its own source (examples/fashion_mnist/
+// model.cpp is compiled into the tool, so the count follows the example), or a checkpoint file tried
+// first as a torch::save archive (a TorchScript module) and then as a torch::pickle_save IValue.
+#include "model_size.h"
+
+#include <torch/script.h>
+#include <torch/serialize.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <unordered_set>
+#include <vector>
+
+#include "cohort/error.h"
+#include "fashion_mnist/model.h"
+
+namespace cohort_plan {
+namespace {
+
+// The first line of an exception text (LibTorch appends stack traces and source excerpts).
+std::string first_line(const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : error.what();
+  return text.substr(0, text.find('\n'));
+}
+
+// Adds every distinct tensor reachable from `value` (lists, tuples, dicts, objects) to `size`.
+void add_tensors(const c10::IValue& value, std::unordered_set<const void*>* seen, ModelSize* size) {
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    if (tensor.defined() && seen->insert(tensor.unsafeGetTensorImpl()).second) {
+      size->params += tensor.numel();
+      size->tensors += 1;
+    }
+  } else if (value.isList()) {
+    for (const c10::IValue& item : value.toListRef()) add_tensors(item, seen, size);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& item : value.toTupleRef().elements()) add_tensors(item, seen, size);
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      add_tensors(entry.key(), seen, size);
+      add_tensors(entry.value(), seen, size);
+    }
+  } else if (value.isObject()) {
+    for (const c10::IValue& slot : value.toObjectRef().slots()) add_tensors(slot, seen, size);
+  }
+}
+
+std::vector<char> read_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    throw cohort::Error("--checkpoint " + path + ": cannot open: " + std::strerror(errno));
+  }
+  std::vector<char> bytes;
+  char buffer[1 << 16];
+  size_t got = 0;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) bytes.insert(bytes.end(), buffer, buffer + got);
+  const int read_errno = std::ferror(file) ? errno : 0;
+  std::fclose(file);
+  if (read_errno != 0) {
+    throw cohort::Error("--checkpoint " + path + ": cannot read: " + std::strerror(read_errno));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+ModelSize count_named_model(const std::string& name) {
+  if (name != "fashion_mnist_cnn") {
+    throw cohort::Error("--model " + name + " is not a model cohort-plan knows (fashion_mnist_cnn)");
+  }
+  fashion_mnist::Net net;
+  ModelSize size;
+  for (const auto& parameter : net->parameters()) {
+    size.params += parameter.numel();
+    size.tensors += 1;
+  }
+  for (const auto& buffer : net->buffers()) size.buffer_elements += buffer.numel();
+  size.format = "the fashion_mnist example's network, built with LibTorch";
+  return size;
+}
+
+ModelSize count_checkpoint(const std::string& path) {
+  const std::vector<char> bytes = read_file(path);  // a missing or unreadable file fails here
+  std::string module_error;
+  try {
+    // torch::save(module) writes a TorchScript archive: parameters and buffers as attributes.
+    torch::jit::Module module = torch::jit::load(path);
+    ModelSize size;
+    for (const at::Tensor& parameter : module.parameters(/*recurse=*/true)) {
+      size.params += parameter.numel();
+      size.tensors += 1;
+    }
+    for (const at::Tensor& buffer : module.buffers(/*recurse=*/true)) size.buffer_elements += buffer.numel();
+    size.format = "torch::save archive";
+    return size;
+  } catch (const std::exception& error) {
+    module_error = first_line(error);
+  }
+  try {
+    const c10::IValue value = torch::pickle_load(bytes);
+    ModelSize size;
+    std::unordered_set<const void*> seen;
+    add_tensors(value, &seen, &size);
+    size.format = "torch::pickle_save data";
+    return size;
+  } catch (const std::exception& error) {
+    throw cohort::Error("--checkpoint " + path +
+                        ": neither a torch::save archive nor torch::pickle_save data (as a module: " +
+                        module_error + "; as pickled data: " + first_line(error) + ")");
+  }
+}
+
+}  // namespace cohort_plan

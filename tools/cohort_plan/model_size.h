@@ -1,0 +1,26 @@
+// Parameter counts for cohort-plan's --model and --checkpoint: the fashion_mnist example's network
+// built with LibTorch, or the tensors of a file written by torch::save or torch::pickle_save (and
+// Python's torch.save of plain tensors, lists and dicts, which is the same format).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cohort_plan {
+
+struct ModelSize {
+  int64_t params = 0;          // elements the optimizer updates (what ZeRO shards)
+  int64_t tensors = 0;         // how many tensors those are
+  int64_t buffer_elements = 0;  // module buffers (BatchNorm statistics): neither sharded nor counted
+  std::string format;          // how it was read, for the report
+};
+
+/// The models cohort-plan knows by name: "fashion_mnist_cnn". Throws cohort::Error for others.
+ModelSize count_named_model(const std::string& name);
+
+/// A module saved with torch::save (parameters counted, buffers reported apart), or any IValue
+/// saved with torch::pickle_save (the elements of every distinct tensor in it). Throws
+/// cohort::Error naming the path when the file is missing, unreadable or of neither format.
+ModelSize count_checkpoint(const std::string& path);
+
+}  // namespace cohort_plan
