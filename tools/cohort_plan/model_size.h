@@ -1,6 +1,6 @@
 // Parameter counts for cohort-plan's --model and --checkpoint: the fashion_mnist example's network
-// built with LibTorch, or the tensors of a file written by torch::save or torch::pickle_save (and
-// Python's torch.save of plain tensors, lists and dicts, which is the same format).
+// built with LibTorch, or the tensors of a file written by torch::save or torch::pickle_save. (Files
+// from Python's torch.save are not readable: LibTorch 1.13's unpickler rejects them.)
 #pragma once
 
 #include <cstdint>
