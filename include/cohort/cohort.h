@@ -7,3 +7,4 @@
 #include "cohort/error.h"
 #include "cohort/sampler.h"
 #include "cohort/world.h"
+#include "cohort/zero_config.h"

@@ -69,7 +69,7 @@ World init(const InitOptions& options) {
   if (options.master_port() != 0) launch.master_port = options.master_port();
   COHORT_CHECK(launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
                " is not less than the world size ", launch.size);
-  detail::set_rank_identity(launch.rank, launch.size);
+  if (launch.size > 1) detail::set_rank_identity(launch.rank, launch.size);  // a lone process needs no prefix
 
   World world;
   world.rank_ = launch.rank;
