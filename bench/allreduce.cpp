@@ -47,6 +47,7 @@ struct BenchOptions {
   int warmup = 3;
   int64_t min_bytes = 4 << 10;
   int64_t max_bytes = 64 << 20;
+  int64_t block_bytes = 32 << 20;  // bytes reduced per timed block (2 to 100 calls)
   std::string mode = "all";  // all, sizes, fusion
   int fusion_tensors = 200;
   int fusion_floats = 256;
@@ -168,7 +169,8 @@ double gbps(int64_t bytes, double us) { return double(bytes) / (us * 1e-6) / 1e9
 // then on the work (what CommImpl::submit/launch/await_data do for a blocking allreduce).
 class HandoffAllreduce {
  public:
-  explicit HandoffAllreduce(ProcessGroupBase& pg) : pg_(pg), thread_([this] { loop(); }) {}
+  explicit HandoffAllreduce(c10::intrusive_ptr<ProcessGroupBase> group)
+      : group_(std::move(group)), thread_([this] { loop(); }) {}
   ~HandoffAllreduce() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -198,7 +200,7 @@ class HandoffAllreduce {
       auto* tensors = job_;
       job_ = nullptr;
       lock.unlock();
-      auto work = pg_.allreduce(*tensors);
+      auto work = group_->allreduce(*tensors);
       work->getFuture()->addCallback([this](c10::ivalue::Future&) {
         std::lock_guard<std::mutex> guard(mutex_);
         done_ = true;
@@ -211,7 +213,7 @@ class HandoffAllreduce {
     }
   }
 
-  ProcessGroupBase& pg_;
+  c10::intrusive_ptr<ProcessGroupBase> group_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<at::Tensor>* job_ = nullptr;
@@ -225,15 +227,20 @@ class HandoffAllreduce {
 struct Bench {
   const BenchOptions& options;
   cohort::Comm& comm;
-  c10::intrusive_ptr<ProcessGroupBase> raw;          // our own Gloo group on a prefix of the world's store
+  // Our own Gloo groups on prefixes of the world's store, one per variant (a group that sits idle while
+  // the others run is no worse off than cohort's own) and one for lining the ranks up between blocks.
+  std::function<c10::intrusive_ptr<ProcessGroupBase>(const std::string&)> make_group;
+  c10::intrusive_ptr<ProcessGroupBase> sync_group, raw, raw_agree;
   std::unique_ptr<cohort::detail::ControlPlane> cp;  // our own control plane: agreement timed alone
-  std::unique_ptr<HandoffAllreduce> handoff;          // cohort's thread handoff on the raw group
+  std::unique_ptr<HandoffAllreduce> handoff;         // cohort's thread handoff, on a group of its own
   bool print = false;
   uint64_t agree_seq = 0;
 
-  void sync() { raw->barrier()->wait(); }
+  void sync() { sync_group->barrier()->wait(); }
 
-  void raw_allreduce(std::vector<at::Tensor>& t) { raw->allreduce(t)->wait(); }
+  void raw_allreduce(std::vector<at::Tensor>& t, ProcessGroupBase* group = nullptr) {
+    (group ? group : raw.get())->allreduce(t)->wait();
+  }
 
   // What cohort adds before the data moves, done inline: hash the fingerprint, agree on it.
   void agree(const torch::Tensor& t) {
@@ -277,15 +284,14 @@ struct Bench {
     int64_t worst_bytes = 0;
     for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
       const int64_t count = bytes / 4;
-      // About 32 MiB moved per block, at least 2 and at most 100 calls.
-      const int iters = int(std::clamp<int64_t>((32 << 20) / bytes, 2, 100));
+      const int iters = int(std::clamp<int64_t>(options.block_bytes / bytes, 2, 100));
       check_correct(count);
       auto a = torch::zeros({count});  // zeros: the sums stay finite however often they are reduced
       std::vector<at::Tensor> b{torch::zeros({count})}, c{torch::zeros({count})}, d{torch::zeros({count})};
       const Timings t = measure_interleaved({[&] { comm.allreduce(a); }, [&] { raw_allreduce(b); },
                                              [&] {
                                                agree(c[0]);
-                                               raw_allreduce(c);
+                                               raw_allreduce(c, raw_agree.get());
                                              },
                                              [&] { (*handoff)(d); }},
                                             iters, options, [&] { sync(); });
@@ -376,6 +382,8 @@ int main(int argc, char** argv) {
   app.add_option("--min-bytes", options.min_bytes, "smallest message")->check(CLI::Range(int64_t(4), int64_t(1) << 32));
   app.add_option("--max-bytes", options.max_bytes, "largest message (sizes grow x4)")
       ->check(CLI::Range(int64_t(4), int64_t(1) << 32));
+  app.add_option("--block-bytes", options.block_bytes, "bytes reduced per timed block (2 to 100 calls)")
+      ->check(CLI::Range(int64_t(4), int64_t(1) << 36));
   app.add_option("--mode", options.mode, "what to measure")->check(CLI::IsMember({"all", "sizes", "fusion"}));
   app.add_option("--fusion-tensors", options.fusion_tensors, "tensors in the fusion test")
       ->check(CLI::Range(1, 100000));
@@ -396,12 +404,16 @@ int main(int argc, char** argv) {
     auto& comm = world.comm();
     auto store = c10::intrusive_ptr<c10d::Store>::reclaim_copy(comm.impl().store());
     const std::string address = cohort::detail::local_address_towards(world.master_addr(), world.master_port());
-    cohort::detail::BackendConfig config{c10::make_intrusive<c10d::PrefixStore>("bench/raw", store),
-                                         world.rank(), world.size(), address, std::chrono::seconds(120)};
-    Bench bench{options, comm, cohort::detail::make_gloo(config)};
+    Bench bench{options, comm, [&](const std::string& name) {
+                  return cohort::detail::make_gloo({c10::make_intrusive<c10d::PrefixStore>("bench/" + name, store),
+                                                    world.rank(), world.size(), address, std::chrono::seconds(120)});
+                }};
+    bench.sync_group = bench.make_group("sync");
+    bench.raw = bench.make_group("raw");
+    bench.raw_agree = bench.make_group("raw-agree");
     bench.cp = std::make_unique<cohort::detail::ControlPlane>(*store, "bench/agree", world.rank(), world.size(),
                                                               address, std::chrono::seconds(60));
-    bench.handoff = std::make_unique<HandoffAllreduce>(*bench.raw);
+    bench.handoff = std::make_unique<HandoffAllreduce>(bench.make_group("raw-thread"));
     bench.print = world.is_main();
     if (bench.print)
       std::printf("# cohort bench/allreduce: %d ranks (launcher: %s), torch %s, intra-op threads %d\n#\n",
