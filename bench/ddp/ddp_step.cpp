@@ -21,6 +21,7 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string model = "mlp", mode = "cohort";
   int batch = 32, steps = 40, warmup = 10, threads = 1;
+  double bucket_cap_mb = 25, first_bucket_cap_mb = 1;
 };
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -36,7 +37,8 @@ int run(const Args& args, const cohort::World& world) {
   std::unique_ptr<cohort::DistributedDataParallel<typename Net::ContainedType>> ddp;
   c10::intrusive_ptr<cohort::detail::ProcessGroupBase> raw;
   if (args.mode == "cohort") {
-    ddp = std::make_unique<cohort::DistributedDataParallel<typename Net::ContainedType>>(net.ptr());
+    ddp = std::make_unique<cohort::DistributedDataParallel<typename Net::ContainedType>>(
+        net.ptr(), cohort::DDPOptions().bucket_cap_mb(args.bucket_cap_mb).first_bucket_cap_mb(args.first_bucket_cap_mb));
   } else if (world.size() > 1) {
     auto& impl = world.comm().impl();
     auto store = c10::make_intrusive<c10d::PrefixStore>("bench-naive", impl.store_ptr());
@@ -103,6 +105,8 @@ int main(int argc, char** argv) {
   app.add_option("--steps", args.steps, "timed steps");
   app.add_option("--warmup", args.warmup, "untimed steps first");
   app.add_option("--threads", args.threads, "torch threads per rank");
+  app.add_option("--bucket-cap-mb", args.bucket_cap_mb, "DDPOptions::bucket_cap_mb");
+  app.add_option("--first-bucket-cap-mb", args.first_bucket_cap_mb, "DDPOptions::first_bucket_cap_mb");
   CLI11_PARSE(app, argc, argv);
   torch::set_num_threads(args.threads);
   try {
