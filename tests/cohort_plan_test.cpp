@@ -19,6 +19,7 @@
 
 #include "cohort/error.h"
 #include "zero/memory_plan.h"
+#include "support/errors.h"
 
 namespace {
 
@@ -102,15 +103,7 @@ TEST(MemoryPlan, SgdAndFp32) {
   EXPECT_EQ(plan(1000000, 4, 3, Precision::kFp32, PlanOptimizer::kAdam).total(), 4000000);
 }
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const cohort::Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected cohort::Error";
-  return "";
-}
+using cohort::testing::error_of;
 
 TEST(MemoryPlan, BadInput) {
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "num_params=0 must be at least 1", error_of([] { plan(0, 4, 1); }));

@@ -16,24 +16,17 @@
 
 #include "cohort/data.h"
 #include "cohort/error.h"
+#include "support/errors.h"
 
 namespace {
 
 namespace data = cohort::data;
 
-std::string expect_error(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const cohort::Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected cohort::Error";
-  return "";
-}
+using cohort::testing::error_of;
 
 #define EXPECT_ERROR_HAS(body, text)                             \
   do {                                                           \
-    const std::string message = expect_error([&] { body; });     \
+    const std::string message = error_of([&] { body; });     \
     EXPECT_NE(message.find(text), std::string::npos) << message; \
   } while (0)
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "support/errors.h"
 
 namespace {
 
@@ -50,15 +51,7 @@ std::string run_command(const std::string& command, int* status) {
   return output;
 }
 
-std::string expect_error(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const cohort::Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected cohort::Error";
-  return "";
-}
+using cohort::testing::error_of;
 
 TEST(DistributedSampler, MatchesPyTorchIndexForIndex) {
   ASSERT_EQ(access(kPython, X_OK), 0)
@@ -178,29 +171,29 @@ TEST(DistributedSampler, ExactSplitEqualsTrainingSplitWhenEven) {
 }
 
 TEST(DistributedSampler, ValidatesOptions) {
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] {
               DistributedSampler(10, SamplerOptions().num_replicas(4).rank(4));
             }).find("rank 4 is out of range for num_replicas 4"),
             std::string::npos);
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] {
               DistributedSampler(10, SamplerOptions().num_replicas(0).rank(0));
             }).find("num_replicas must be >= 1"),
             std::string::npos);
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] {
               DistributedSampler(10, SamplerOptions().num_replicas(2).rank(-3));
             }).find("rank must be >= 0"),
             std::string::npos);
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] {
               DistributedSampler(-5, SamplerOptions().num_replicas(1).rank(0));
             }).find("dataset_size must be >= 0, got -5"),
             std::string::npos);
-  EXPECT_NE(expect_error([] {
+  EXPECT_NE(error_of([] {
               DistributedSampler(
                   10, SamplerOptions().num_replicas(2).rank(0).exact_split(true).drop_last(true));
             }).find("exact_split"),
             std::string::npos);
   DistributedSampler ok(10, SamplerOptions().num_replicas(2).rank(0));
-  EXPECT_NE(expect_error([&] { ok.batches(0); }).find("batch_size must be >= 1, got 0"),
+  EXPECT_NE(error_of([&] { ok.batches(0); }).find("batch_size must be >= 1, got 0"),
             std::string::npos);
 }
 
@@ -224,7 +217,7 @@ TEST(DistributedSampler, TakesTheWorldFromTheEnvironment) {
   EXPECT_EQ(explicit_world.num_replicas(), 5);
 
   setenv("RANK", "two", 1);
-  EXPECT_NE(expect_error([] { DistributedSampler(10); }).find("RANK='two'"), std::string::npos);
+  EXPECT_NE(error_of([] { DistributedSampler(10); }).find("RANK='two'"), std::string::npos);
   unsetenv("RANK");
   unsetenv("WORLD_SIZE");
 }

@@ -15,6 +15,7 @@
 
 #include "cohort/error.h"
 #include "cohort/zero_config.h"
+#include "support/errors.h"
 
 namespace {
 
@@ -25,15 +26,7 @@ using cohort::ZeroConfig;
 // The warning tests need warnings shown whatever the caller's environment says (read once, lazily).
 const bool kWarnLevel = (setenv("COHORT_LOG_LEVEL", "warn", 1), true);
 
-std::string error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const cohort::Error& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "expected cohort::Error";
-  return "";
-}
+using cohort::testing::error_of;
 
 // The message of parse_ds_config(text, world_size), which must throw.
 std::string parse_error(const std::string& text, int world_size = 1) {

@@ -219,3 +219,11 @@ TEST(BadInput, TimeoutVariable) {
   ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
   EXPECT_THAT(results[0].reports[0], HasSubstr("COHORT_TIMEOUT=soon is not a positive number of seconds"));
 }
+
+TEST(BadInput, NcclWithoutACudaDevice) {
+  auto results = run_ranks(1, [](int, int) {
+    expect_error([] { cohort::init(cohort::InitOptions().backend(cohort::Backend::kNccl)); });
+  }, short_timeout(2));
+  ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
+  EXPECT_THAT(results[0].reports[0], HasSubstr("backend nccl requested but no CUDA device is available"));
+}
