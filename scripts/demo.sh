@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-scripts/build.sh
+COHORT_BUILD_TARGETS="cohortrun fashion_mnist" scripts/build.sh
 exec build/tools/cohortrun --standalone --nproc-per-node 2 build/examples/fashion_mnist "$@"
