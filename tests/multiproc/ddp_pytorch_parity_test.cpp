@@ -19,6 +19,7 @@
 #include "cohort/ddp.h"
 #include "cohort/world.h"
 #include "support/multiproc.h"
+#include "support/small_models.h"
 
 using cohort::testing::is_rank_process;
 using cohort::testing::run_ranks;
@@ -31,33 +32,9 @@ constexpr int kPythonTimeoutSeconds = 120;  // a hung Gloo rendezvous fails the 
 constexpr int kWorldSize = 2, kSteps = 10, kBatch = 8;  // kBatch: rows per rank per step
 constexpr double kLr = 0.05, kMomentum = 0.9, kTolerance = 1e-5;
 
-// Registration order and names match the Python modules in ddp_reference.py (named_parameters order).
-struct MlpImpl : torch::nn::Module {
-  MlpImpl() {
-    fc1 = register_module("fc1", torch::nn::Linear(20, 32));
-    fc2 = register_module("fc2", torch::nn::Linear(32, 32));
-    fc3 = register_module("fc3", torch::nn::Linear(32, 5));
-  }
-  torch::Tensor forward(torch::Tensor x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
-};
-TORCH_MODULE(Mlp);
-
-struct CnnImpl : torch::nn::Module {
-  CnnImpl() {
-    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
-    bn = register_module("bn", torch::nn::BatchNorm2d(4));
-    fc = register_module("fc", torch::nn::Linear(36, 5));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(bn(conv(x))), 2);  // 8x8 -> 6x6 -> 3x3
-    return fc(x.flatten(1));
-  }
-  torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
-  torch::nn::Linear fc{nullptr};
-};
-TORCH_MODULE(Cnn);
+using cohort::testing::Cnn;
+using cohort::testing::CnnImpl;
+using cohort::testing::Mlp;
 
 std::string reference_script() {
   const char* root = std::getenv("COHORT_SOURCE_DIR");

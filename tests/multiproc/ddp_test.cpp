@@ -9,6 +9,7 @@
 #include "cohort/ddp.h"
 #include "cohort/world.h"
 #include "support/multiproc.h"
+#include "support/small_models.h"
 
 using ::testing::HasSubstr;
 using cohort::testing::report;
@@ -16,32 +17,9 @@ using cohort::testing::run_ranks;
 
 namespace {
 
-struct MlpImpl : torch::nn::Module {
-  MlpImpl() {
-    fc1 = register_module("fc1", torch::nn::Linear(20, 32));
-    fc2 = register_module("fc2", torch::nn::Linear(32, 32));
-    fc3 = register_module("fc3", torch::nn::Linear(32, 5));
-  }
-  torch::Tensor forward(torch::Tensor x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
-  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
-};
-TORCH_MODULE(Mlp);
-
-struct CnnImpl : torch::nn::Module {
-  CnnImpl() {
-    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
-    bn = register_module("bn", torch::nn::BatchNorm2d(4));
-    fc = register_module("fc", torch::nn::Linear(36, 5));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(bn(conv(x))), 2);
-    return fc(x.flatten(1));
-  }
-  torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
-  torch::nn::Linear fc{nullptr};
-};
-TORCH_MODULE(Cnn);
+using cohort::testing::Cnn;
+using cohort::testing::CnnImpl;
+using cohort::testing::Mlp;
 
 // A layer that is only used when `use_extra` is set.
 struct PartlyUsedImpl : torch::nn::Module {
