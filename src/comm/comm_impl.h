@@ -69,7 +69,8 @@ class CommImpl {
   /// The process group for tensors on `device` (Gloo for CPU, NCCL for CUDA).
   ProcessGroupBase& backend_for(const c10::Device& device);
 
-  /// Issues an op; blocking ops are launched inline when nothing is queued, async ones by the launcher.
+  /// Issues an op: with async=false and nothing queued it is agreed and launched on the caller's thread
+  /// (barrier, send/recv); otherwise the launcher thread does it in issue order.
   std::shared_ptr<PendingOp> submit(std::shared_ptr<PendingOp> op, bool async);
   void wait(PendingOp& op);
   /// An op with no collective of its own (its finish() waits on others): completes when waited on.

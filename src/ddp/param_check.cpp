@@ -54,7 +54,6 @@ void check_same_parameters(Comm& comm, const std::vector<std::string>& names,
   auto all = comm.allgather(padded).contiguous();
   std::vector<Decoded> ranks;
   for (int r = 0; r < comm.size(); ++r) ranks.push_back(decode(all[r].data_ptr<int64_t>()));
-  const Decoded& mine = ranks[comm.rank()];
   for (size_t i = 0;; ++i) {
     bool any_has = false, all_have = true, same = true;
     for (const auto& d : ranks) {
@@ -78,7 +77,6 @@ void check_same_parameters(Comm& comm, const std::vector<std::string>& names,
         out << "(none: " << ranks[r].shapes.size() << " parameters)";
       out << (r + 1 < comm.size() ? ";" : ".");
     }
-    (void)mine;
     out << " Every rank must build the same model before wrapping it in DDP.";
     throw Error(out.str());
   }
