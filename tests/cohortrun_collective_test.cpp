@@ -94,10 +94,7 @@ TEST(CohortrunCollective, TwoNetworkNamespacesAllreduce) {
   TwoNamespaces namespaces;
   ASSERT_EQ(namespaces.error(), "");
   const auto node = [&](const std::string& ns) {
-    return start_process({"/usr/sbin/ip", "netns", "exec", ns, COHORTRUN_PATH, "--nnodes=2",
-                          "--nproc_per_node=2", "--rdzv_id=netns", "--rdzv_backend=c10d",
-                          "--rdzv_endpoint=192.168.77.1:29400", "--rdzv-conf=join_timeout=30",
-                          COHORT_COLLECTIVE_WORKER}, clean_env());
+    return start_process(TwoNamespaces::node_argv(ns, COHORTRUN_PATH, 30, {COHORT_COLLECTIVE_WORKER}), clean_env());
   };
   Proc b = node(namespaces.b()), a = node(namespaces.a());
   const auto ra = finish_process(a, 60s), rb = finish_process(b, 60s);

@@ -625,10 +625,8 @@ TEST(CohortrunRendezvous, TwoNetworkNamespacesFormOneWorld) {
   TwoNamespaces namespaces;
   ASSERT_EQ(namespaces.error(), "");
   const auto node = [&](const std::string& ns) {
-    return start_process({"/usr/sbin/ip", "netns", "exec", ns, COHORTRUN_PATH, "--nnodes=2",
-                          "--nproc_per_node=2", "--rdzv_id=netns", "--rdzv_backend=c10d",
-                          "--rdzv_endpoint=192.168.77.1:29400", "--rdzv-conf=join_timeout=15",
-                          COHORT_ENV_WORKER, "--meet-at-master"}, clean_env());
+    return start_process(TwoNamespaces::node_argv(ns, COHORTRUN_PATH, 15, {COHORT_ENV_WORKER, "--meet-at-master"}),
+                         clean_env());
   };
   Proc b = node(namespaces.b());  // the client first: it waits for the host to appear
   Proc a = node(namespaces.a());

@@ -247,4 +247,14 @@ size_t count_of(const std::string& text, const std::string& needle) {
   return count;
 }
 
+std::vector<std::string> TwoNamespaces::node_argv(const std::string& ns, const std::string& cohortrun,
+                                                  int join_timeout_s, const std::vector<std::string>& worker) {
+  std::vector<std::string> argv{"/usr/sbin/ip", "netns", "exec", ns, cohortrun, "--nnodes=2",
+                                "--nproc_per_node=2", "--rdzv_id=netns", "--rdzv_backend=c10d",
+                                "--rdzv_endpoint=192.168.77.1:29400",
+                                "--rdzv-conf=join_timeout=" + std::to_string(join_timeout_s)};
+  argv.insert(argv.end(), worker.begin(), worker.end());
+  return argv;
+}
+
 }  // namespace cohort::testing

@@ -72,6 +72,10 @@ class TwoNamespaces {
   const std::string& a() const { return a_; }
   const std::string& b() const { return b_; }
 
+  /// argv that runs `cohortrun` in namespace `ns` as one of two c10d nodes meeting at a()'s address.
+  static std::vector<std::string> node_argv(const std::string& ns, const std::string& cohortrun,
+                                            int join_timeout_s, const std::vector<std::string>& worker);
+
  private:
   std::string a_, b_, error_;
 };
