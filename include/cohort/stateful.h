@@ -1,0 +1,56 @@
+// cohort::Stateful: the contract between things that hold resumable training state (the ZeRO engine,
+// a loss scaler, anything a user writes) and the checkpoint layer (cohort/checkpoint.h). A Stateful
+// lists its tensors as this rank holds them (whole and identical on every rank, a slice of a flat
+// tensor split across ranks, or this rank's own) plus a few named numbers; the checkpoint layer
+// saves them and, at load time, fills the same list again, at the same or another world size.
+#pragma once
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cohort {
+
+enum class StateKind {
+  /// The same whole tensor on every rank (a DDP model's parameters). Loaded whole on every rank.
+  kReplicated,
+  /// `tensor` is 1-D and holds elements [offset, offset + tensor.numel()) of a logical flat tensor of
+  /// `flat_numel` elements that the ranks split between them (a ZeRO shard). At load time each rank
+  /// asks for its own range again, which may cut the saved ranks' slices differently.
+  kSharded,
+  /// This rank's own value (an RNG state). Loaded by the rank of the same number; a rank that did
+  /// not exist when saving takes rank 0's.
+  kPerRank,
+};
+
+/// One tensor of state as this rank holds it. `tensor` is live storage: saving reads it, loading
+/// copies into it (the dtype and shape must match what was saved, or loading fails naming it).
+struct StateTensor {
+  std::string name;  ///< unique within its Stateful, e.g. "flat0.exp_avg"
+  torch::Tensor tensor;
+  StateKind kind = StateKind::kReplicated;
+  int64_t flat_numel = 0;  ///< kSharded only: elements of the whole logical flat tensor
+  int64_t offset = 0;      ///< kSharded only: where this rank's slice begins in it
+};
+
+/// Named numbers (step counters, loss scale, positions): exact for integers below 2^53.
+using StateValues = std::map<std::string, double>;
+
+class Stateful {
+ public:
+  virtual ~Stateful() = default;
+  /// Called before loading, on every rank: create state that is made lazily (optimizer moments
+  /// before the first step) so that state_tensors() lists everything a checkpoint may hold.
+  virtual void prepare_load() {}
+  /// The tensors to save, or to load into.
+  virtual std::vector<StateTensor> state_tensors() = 0;
+  /// The numbers to save (same on every rank: rank 0's are written).
+  virtual StateValues state_values() const { return {}; }
+  /// Called after every tensor was loaded, with the saved numbers.
+  virtual void load_state_values(const StateValues& values) {}
+};
+
+}  // namespace cohort
