@@ -7,4 +7,5 @@
 #include "cohort/error.h"
 #include "cohort/sampler.h"
 #include "cohort/world.h"
+#include "cohort/zero.h"
 #include "cohort/zero_config.h"

@@ -2,7 +2,6 @@
 #include "ddp/reducer.h"
 
 #include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
@@ -11,6 +10,7 @@
 #include <algorithm>
 
 #include "cohort/world.h"
+#include "core/grad_ready_hook.h"
 #include "core/log.h"
 #include "ddp/coalesced.h"
 #include "ddp/param_check.h"
@@ -19,20 +19,6 @@ namespace cohort::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Runs a callback after AccumulateGrad wrote a parameter's gradient.
-class GradientReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  explicit GradientReadyHook(std::function<void()> fn) : fn_(std::move(fn)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    fn_();
-    return outputs;
-  }
-
- private:
-  std::function<void()> fn_;
-};
 
 int64_t group_of(const torch::Tensor& t, std::vector<std::pair<c10::ScalarType, c10::Device>>& groups) {
   const auto key = std::make_pair(t.scalar_type(), t.device());
@@ -77,7 +63,7 @@ Reducer::~Reducer() {
   for (auto& accumulator : grad_accumulators_) {
     auto& hooks = accumulator->post_hooks();
     hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
-                               [](const auto& hook) { return dynamic_cast<GradientReadyHook*>(hook.get()); }),
+                               [](const auto& hook) { return dynamic_cast<GradReadyHook*>(hook.get()); }),
                 hooks.end());
   }
 }
@@ -132,7 +118,7 @@ torch::Tensor Reducer::bucket_view(int64_t index) const {
 void Reducer::register_hooks() {
   for (size_t i = 0; i < params_.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<GradientReadyHook>([this, i] { on_gradient_ready(int64_t(i)); }));
+    accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_gradient_ready(int64_t(i)); }));
     grad_accumulators_.push_back(std::move(accumulator));
   }
 }

@@ -1,0 +1,152 @@
+// cohort::initialize: DeepSpeed's engine for C++. ZeRO stage 1 shards the optimizer state (and the
+// fp32 master weights) across ranks, stage 2 the gradients too, stage 3 the parameters too; bf16/fp16
+// compute with fp32 master weights and, for fp16, dynamic loss scaling. The loop reads like
+// DeepSpeed's: `auto out = engine.forward(x); engine.backward(loss); engine.step();`. See docs/zero.md.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <type_traits>
+#include <utility>
+
+#include "cohort/comm.h"
+#include "cohort/stateful.h"
+#include "cohort/zero_config.h"
+
+namespace cohort {
+
+/// Bytes this rank holds right now, by the ZeRO paper's parts.
+struct MemoryReport {
+  int64_t num_parameters = 0;   ///< Ψ: trainable elements of the whole model
+  int64_t parameter_bytes = 0;  ///< trainable parameters in compute precision (stage 3: this rank's shards)
+  int64_t gradient_bytes = 0;   ///< gradients kept between steps (full, or this rank's shard at stage 2/3)
+  int64_t optimizer_bytes = 0;  ///< fp32 master weights when separate from the parameters + optimizer states
+  int64_t buffer_bytes = 0;     ///< communication buffers and stage 3 parameters gathered at this moment
+  int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
+};
+
+struct EngineOptions {
+  /// The Comm to shard over; null means the world's (cohort::init()).
+  TORCH_ARG(std::shared_ptr<Comm>, comm) = nullptr;
+  /// Builds the inner optimizer over the engine's fp32 shards when the config has no "optimizer"
+  /// (DeepSpeed's client optimizer). Takes the shard tensors, returns e.g. a torch::optim::SGD.
+  using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+  TORCH_ARG(OptimizerFactory, optimizer_factory) = nullptr;
+};
+
+namespace detail {
+class ZeroEngineImpl;
+}
+
+/// The non-template part of the engine; use the ZeroEngine<M> that cohort::initialize returns.
+class ZeroEngineCore : public Stateful {
+ public:
+  ZeroEngineCore(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options);
+  ~ZeroEngineCore() override;
+  ZeroEngineCore(ZeroEngineCore&&) noexcept;
+  ZeroEngineCore& operator=(ZeroEngineCore&&) noexcept;
+
+  /// Runs backward on loss * loss_scale / gradient_accumulation_steps and reduces the gradients
+  /// (stage 2/3 while backward runs; stage 0/1 at the accumulation boundary).
+  void backward(const torch::Tensor& loss);
+  /// Call after every backward. At the gradient accumulation boundary: unscales, checks for fp16
+  /// overflow on all ranks (skipping the step and lowering the scale when one has it), clips, steps
+  /// the inner optimizer on this rank's shard, advances the LR schedule and gathers the updated
+  /// parameters. Between boundaries it does nothing.
+  void step();
+
+  /// True when the next step() is an optimizer step.
+  bool is_gradient_accumulation_boundary() const;
+  /// Optimizer steps taken or skipped so far (DeepSpeed's global_steps).
+  int64_t global_steps() const;
+  /// Steps skipped because of an fp16 overflow.
+  int64_t skipped_steps() const;
+  /// Whether the last boundary step() was skipped (overflow).
+  bool last_step_skipped() const;
+  /// The current loss scale (1 without fp16).
+  double loss_scale() const;
+  /// The learning rate the next optimizer step uses.
+  double lr() const;
+  /// The global gradient norm of the last boundary step, before clipping (after unscaling).
+  double last_gradient_norm() const;
+  /// The dtype forward runs in: float32, bfloat16 or float16.
+  torch::Dtype compute_dtype() const;
+  int stage() const;
+  const ZeroConfig& config() const;
+  MemoryReport memory_report() const;
+  /// The inner optimizer (it sees only this rank's fp32 shards).
+  torch::optim::Optimizer& optimizer();
+
+  /// The full parameters by name, in float32 (gathers shards at stage 3; all ranks must call it).
+  std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
+
+  // Stateful (cohort/checkpoint.h): shards of master weights and optimizer state, buffers, counters.
+  void prepare_load() override;
+  std::vector<StateTensor> state_tensors() override;
+  StateValues state_values() const override;
+  void load_state_values(const StateValues& values) override;
+
+ protected:
+  /// Stage 3: runs the Sequential unit by unit, gathering each unit's parameters just in time.
+  torch::Tensor forward_units(torch::Tensor input);
+  bool gathers_per_unit() const;
+  torch::Tensor to_compute(const torch::Tensor& t) const;
+
+  std::unique_ptr<detail::ZeroEngineImpl> impl_;
+};
+
+/// The engine for a module of type M. forward() casts floating-point tensor arguments to the compute
+/// dtype and calls the module; at stage 3 the module must be a torch::nn::Sequential (LibTorch has no
+/// forward hooks, so the engine runs it unit by unit to gather each unit's parameters in time).
+template <typename M>
+class ZeroEngine : public ZeroEngineCore {
+ public:
+  ZeroEngine(std::shared_ptr<M> module, ZeroConfig config, EngineOptions options)
+      : ZeroEngineCore(module, std::move(config), std::move(options)), module_(std::move(module)) {}
+
+  template <typename... Args>
+  auto forward(Args&&... args) {
+    if constexpr (std::is_same_v<M, torch::nn::SequentialImpl>) {
+      if (gathers_per_unit()) return forward_units(to_compute(args)...);
+      return module_->forward(cast(std::forward<Args>(args))...);
+    } else {
+      return module_->forward(cast(std::forward<Args>(args))...);
+    }
+  }
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return forward(std::forward<Args>(args)...);
+  }
+  M* operator->() const { return module_.get(); }
+  const std::shared_ptr<M>& module() const { return module_; }
+
+ private:
+  template <typename T>
+  decltype(auto) cast(T&& value) const {
+    if constexpr (std::is_same_v<std::decay_t<T>, torch::Tensor>) {
+      return to_compute(value);
+    } else {
+      return std::forward<T>(value);
+    }
+  }
+  std::shared_ptr<M> module_;
+};
+
+/// DeepSpeed's deepspeed.initialize for C++: shards `model` (on every rank of the world, or
+/// options.comm) as the config says and returns the engine. Parameters are broadcast from rank 0.
+template <typename M>
+ZeroEngine<M> initialize(ZeroConfig config, std::shared_ptr<M> model, EngineOptions options = {}) {
+  return ZeroEngine<M>(std::move(model), std::move(config), std::move(options));
+}
+template <typename Impl>
+ZeroEngine<Impl> initialize(ZeroConfig config, const torch::nn::ModuleHolder<Impl>& model,
+                            EngineOptions options = {}) {
+  return ZeroEngine<Impl>(model.ptr(), std::move(config), std::move(options));
+}
+
+}  // namespace cohort

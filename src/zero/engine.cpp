@@ -1,0 +1,286 @@
+// The ZeRO engine: construction, gradient hooks and the reductions of backward (see engine_impl.h
+// for the stages and the note "launch order"; engine_step.cpp has the optimizer step, stage3.cpp
+// the parameter gathering, engine_state.cpp memory and checkpoint state).
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <c10/util/strides.h>
+
+#include "cohort/world.h"
+#include "core/grad_ready_hook.h"
+#include "core/log.h"
+#include "ddp/coalesced.h"
+#include "zero/engine_impl.h"
+#include "zero/inner_optimizer.h"
+
+namespace cohort::detail {
+namespace {
+
+// A tensor over `base`'s storage with `shape`, at element `offset`: not a view in autograd's sense,
+// so it can be a parameter's .grad that AccumulateGrad adds into in place.
+torch::Tensor alias(const torch::Tensor& base, int64_t offset, c10::IntArrayRef shape) {
+  return torch::empty({0}, base.options())
+      .set_(base.storage(), base.storage_offset() + offset, shape, c10::contiguous_strides(shape));
+}
+
+torch::Dtype compute_dtype_of(const ZeroConfig& config) {
+  COHORT_CHECK(!(config.fp16().enabled() && config.bf16().enabled()),
+               "ZeRO engine: fp16.enabled and bf16.enabled are both true; choose one");
+  if (config.fp16().enabled()) return torch::kHalf;
+  if (config.bf16().enabled()) return torch::kBFloat16;
+  return torch::kFloat;
+}
+
+}  // namespace
+
+ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options)
+    : module_(std::move(module)), config_(std::move(config)), scaler_(config_.fp16()) {
+  COHORT_CHECK(module_ != nullptr, "cohort::initialize: the model is null");
+  comm_ = options.comm() ? options.comm() : current_world().comm_ptr();
+  rank_ = comm_->rank();
+  world_ = comm_->size();
+  stage_ = config_.zero_optimization().stage();
+  COHORT_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage: must be 0, 1, 2 or 3, got ", stage_);
+  gas_ = int(config_.gradient_accumulation_steps());
+  COHORT_CHECK(gas_ >= 1, "gradient_accumulation_steps: must be >= 1, got ", gas_);
+  compute_dtype_ = compute_dtype_of(config_);
+  separate_master_ = compute_dtype_ != torch::kFloat;
+  if (stage_ == 3) {
+    sequential_ = dynamic_cast<torch::nn::SequentialImpl*>(module_.get());
+    COHORT_CHECK(sequential_ != nullptr,
+                 "ZeRO stage 3: the model must be a torch::nn::Sequential (LibTorch has no forward hooks, so "
+                 "the engine runs the Sequential's modules one by one to gather each one's parameters just "
+                 "in time); wrap the model's layers in one, or use stage 2");
+  }
+  module_->to(compute_dtype_);
+  {
+    // Every rank starts from rank 0's parameters and buffers, as DDP and DeepSpeed do.
+    std::vector<torch::Tensor> state;
+    for (const auto& p : module_->parameters()) state.push_back(p);
+    for (const auto& b : module_->buffers()) state.push_back(b);
+    if (world_ > 1) broadcast_coalesced(*comm_, state, 0);
+  }
+  collect_parameters();
+  build_groups();
+  register_hooks();
+  if (stage_ == 3)
+    for (const auto& group : groups_) free_parameters(group);
+
+  std::vector<torch::Tensor> masters;
+  for (const auto& group : groups_) masters.push_back(group.master);
+  optimizer_ = options.optimizer_factory() ? options.optimizer_factory()(masters)
+                                           : make_inner_optimizer(config_.optimizer(), masters);
+  COHORT_CHECK(optimizer_ != nullptr, "EngineOptions::optimizer_factory returned no optimizer");
+  for (const auto& master : masters) create_state(*optimizer_, master);
+  if (config_.scheduler().type() != SchedulerType::kNone) set_learning_rate(*optimizer_, next_lr());
+  COHORT_DEBUG("ZeRO engine: stage ", stage_, ", ", groups_.size(), " group(s), ", params_.size(),
+               " trainable parameter(s), compute dtype ", c10::toString(compute_dtype_));
+}
+
+ZeroEngineImpl::~ZeroEngineImpl() = default;
+
+void ZeroEngineImpl::collect_parameters() {
+  for (const auto& item : module_->named_parameters()) {
+    if (!item.value().requires_grad()) continue;  // frozen: stays whole, never reduced or updated
+    names_.push_back(item.key());
+    params_.push_back(item.value());
+    shapes_.push_back(item.value().sizes().vec());
+  }
+  COHORT_CHECK(!params_.empty(), "cohort::initialize: the model has no parameter that requires grad");
+  for (size_t i = 1; i < params_.size(); ++i)
+    COHORT_CHECK(params_[i].device() == params_[0].device(), "ZeRO engine: parameter '", names_[i], "' is on ",
+                 params_[i].device(), " but '", names_[0], "' is on ", params_[0].device(),
+                 "; all parameters must be on one device");
+}
+
+void ZeroEngineImpl::build_groups() {
+  std::vector<int64_t> numels;
+  for (const auto& p : params_) numels.push_back(p.numel());
+  std::vector<GroupLayout> layouts;
+  if (stage_ == 3) {
+    // The unit of a parameter: the index of the Sequential child whose name prefixes it ("3.weight").
+    std::vector<int64_t> unit_of;
+    for (const auto& name : names_) unit_of.push_back(std::stoll(name.substr(0, name.find('.'))));
+    layouts = group_by_unit(numels, unit_of, world_);
+    unit_group_.assign(sequential_->size(), -1);
+    for (size_t g = 0; g < layouts.size(); ++g)
+      unit_group_[size_t(std::stoll(names_[size_t(layouts[g].params[0])]))] = int64_t(g);
+  } else {
+    layouts = group_by_size(numels, config_.zero_optimization().reduce_bucket_size(), world_);
+  }
+  const auto options = params_[0].options().requires_grad(false);
+  const auto master_options = options.dtype(torch::kFloat).device(
+      config_.zero_optimization().offload_optimizer() == OffloadDevice::kCpu ? torch::Device(torch::kCPU)
+                                                                              : params_[0].device());
+  group_of_.assign(params_.size(), -1);
+  torch::NoGradGuard no_grad;
+  for (size_t g = 0; g < layouts.size(); ++g) {
+    FlatGroup group;
+    group.layout = std::move(layouts[g]);
+    const auto& layout = group.layout;
+    torch::Tensor full = torch::zeros({layout.padded}, options);
+    for (size_t k = 0; k < layout.params.size(); ++k) {
+      auto& param = params_[size_t(layout.params[k])];
+      group_of_[size_t(layout.params[k])] = int64_t(g);
+      full.narrow(0, layout.offsets[k], param.numel()).copy_(param.reshape(-1));
+    }
+    auto [begin, end] = layout.owned(rank_);
+    const bool whole = stage_ == 0;
+    if (stage_ == 3) {
+      group.flat = full.narrow(0, begin, end - begin).clone();
+      group.shard_grad = torch::zeros({layout.shard}, options);
+    } else {
+      group.flat = full;
+      for (size_t k = 0; k < layout.params.size(); ++k) {
+        auto& param = params_[size_t(layout.params[k])];
+        param.set_data(alias(group.flat, layout.offsets[k], param.sizes()));
+      }
+      if (stage_ == 2) {
+        group.shard_grad = torch::zeros({layout.shard}, options);
+      } else {
+        group.flat_grad = torch::zeros({layout.padded}, options);
+        for (size_t k = 0; k < layout.params.size(); ++k) {
+          auto& param = params_[size_t(layout.params[k])];
+          param.mutable_grad() = alias(group.flat_grad, layout.offsets[k], param.sizes());
+        }
+      }
+    }
+    torch::Tensor owned = whole ? group.flat : (stage_ == 3 ? group.flat : group.flat.narrow(0, begin, end - begin));
+    group.master = separate_master_ || owned.device() != master_options.device()
+                       ? owned.to(master_options, /*non_blocking=*/false, /*copy=*/true)
+                       : owned;
+    groups_.push_back(std::move(group));
+  }
+  ready_.assign(params_.size(), 0);
+}
+
+void ZeroEngineImpl::register_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_gradient_ready(int64_t(i)); }));
+    grad_accumulators_.push_back(std::move(accumulator));  // kept alive: the hooks live on them
+  }
+}
+
+void ZeroEngineImpl::on_gradient_ready(int64_t index) {
+  auto& param = params_[size_t(index)];
+  FlatGroup& group = groups_[size_t(group_of_[size_t(index)])];
+  if (stage_ <= 1) {
+    // The gradient must stay the alias of flat_grad; an optimizer that set it to None (LibTorch
+    // 2.x zero_grad) or replaced it gets it copied back in.
+    const auto& layout = group.layout;
+    size_t k = size_t(std::find(layout.params.begin(), layout.params.end(), index) - layout.params.begin());
+    auto view = alias(group.flat_grad, layout.offsets[k], param.sizes());
+    auto& grad = param.mutable_grad();
+    if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
+    torch::NoGradGuard no_grad;
+    view.copy_(grad);
+    grad = view;
+    return;
+  }
+  if (!in_backward_) return;  // a backward not started by engine.backward(): nothing to reduce
+  COHORT_CHECK(!ready_[size_t(index)], "ZeRO engine: parameter '", names_[size_t(index)],
+               "' got two gradients in one backward pass");
+  ready_[size_t(index)] = 1;
+  if (--group.pending == 0) launch_ready_reduces();
+}
+
+void ZeroEngineImpl::backward(const torch::Tensor& loss) {
+  COHORT_CHECK(loss.defined() && loss.numel() == 1, "engine.backward: the loss must be a single value, got ",
+               loss.defined() ? loss.sizes() : c10::IntArrayRef{});
+  const bool boundary = at_boundary();
+  if (stage_ >= 2) {
+    std::fill(ready_.begin(), ready_.end(), 0);
+    for (auto& group : groups_) {
+      group.pending = int(group.layout.params.size());
+      group.launched = false;
+    }
+    next_launch_ = 0;
+    in_backward_ = true;
+  }
+  struct Reset {
+    bool& flag;
+    ~Reset() { flag = false; }
+  } reset{in_backward_};
+  // DeepSpeed scales by 1/gradient_accumulation_steps so accumulated gradients are a mean, and
+  // multiplies in fp32 so the scale itself cannot overflow the loss.
+  const double factor = loss_scale() / gas_;
+  torch::Tensor scaled = loss.to(torch::kFloat);
+  if (factor != 1.0) scaled = scaled * factor;
+  scaled.backward();
+  if (stage_ >= 2) {
+    finish_reduces();
+  } else if (boundary) {
+    reduce_whole_gradients();
+  }
+}
+
+void ZeroEngineImpl::launch_ready_reduces() {
+  // Last group first, each only after all later ones (the note "launch order").
+  const int64_t count = int64_t(groups_.size());
+  while (next_launch_ < count) {
+    FlatGroup& group = groups_[size_t(count - 1 - next_launch_)];
+    if (group.pending > 0) return;
+    launch_reduce(group);
+    ++next_launch_;
+  }
+}
+
+void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
+  const auto& layout = group.layout;
+  torch::NoGradGuard no_grad;
+  group.reduce_input = torch::zeros({layout.padded}, group.shard_grad.options());
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    auto& param = params_[size_t(layout.params[k])];
+    auto& grad = param.mutable_grad();
+    if (grad.defined()) group.reduce_input.narrow(0, layout.offsets[k], param.numel()).copy_(grad.reshape(-1));
+    grad = torch::Tensor();  // only the shard outlives backward (stage 2/3)
+  }
+  // Averaged over ranks by scaling first, as DDP does: the sum then cannot overflow where the mean fits.
+  if (world_ > 1) group.reduce_input.mul_(1.0 / world_);
+  group.reduce_output = torch::empty({layout.shard}, group.shard_grad.options());
+  group.reduce_work = comm_->reduce_scatter_async(group.reduce_output, group.reduce_input, ReduceOp::kSum);
+  group.launched = true;
+  if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
+  if (stage_ == 3) release(int64_t(&group - groups_.data()));
+}
+
+void ZeroEngineImpl::finish_reduces() {
+  // Parameters that got no gradient this pass count as zero; launch what is left, in order.
+  for (auto& group : groups_) group.pending = 0;
+  launch_ready_reduces();
+  torch::NoGradGuard no_grad;
+  for (auto& group : groups_) {
+    group.reduce_work.wait();
+    group.shard_grad.add_(group.reduce_output);
+    group.reduce_input = group.reduce_output = torch::Tensor();
+    group.reduce_work = Work();
+  }
+  if (stage_ == 3)
+    for (size_t g = 0; g < groups_.size(); ++g) release(int64_t(g));
+}
+
+void ZeroEngineImpl::reduce_whole_gradients() {
+  torch::NoGradGuard no_grad;
+  std::vector<Work> works;
+  for (auto& group : groups_) {
+    if (world_ == 1) continue;
+    group.flat_grad.mul_(1.0 / world_);
+    if (stage_ == 0) {
+      works.push_back(comm_->allreduce_async(group.flat_grad, ReduceOp::kSum));
+    } else {
+      group.shard_grad = torch::empty({group.layout.shard}, group.flat_grad.options());
+      works.push_back(comm_->reduce_scatter_async(group.shard_grad, group.flat_grad, ReduceOp::kSum));
+    }
+  }
+  for (auto& work : works) work.wait();
+  if (stage_ == 1 && world_ == 1)
+    for (auto& group : groups_) group.shard_grad = group.flat_grad;
+}
+
+torch::Tensor ZeroEngineImpl::to_compute(const torch::Tensor& t) const {
+  if (!t.defined() || !t.is_floating_point() || t.scalar_type() == compute_dtype_) return t;
+  return t.to(compute_dtype_);
+}
+
+}  // namespace cohort::detail

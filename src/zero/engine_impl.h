@@ -1,0 +1,146 @@
+// The ZeRO engine's machinery behind cohort::ZeroEngineCore (include/cohort/zero.h).
+//
+// Trainable parameters are laid out in flat groups (partition.h), rank r owning shard r of each.
+//   stage 0: every rank holds everything; gradients are allreduced at the accumulation boundary.
+//   stage 1: parameters and gradients whole; at the boundary each group's gradients are
+//            reduce-scattered, each rank updates its shard, the shards are all-gathered back.
+//   stage 2: as 1, but a group's gradients are reduce-scattered as soon as backward produced them
+//            and then dropped, so only this rank's gradient shard outlives backward.
+//   stage 3: as 2, and each group (one unit of a Sequential) keeps only its parameter shard; the
+//            whole parameters are all-gathered before the unit's forward and again before its
+//            backward (the next unit's gather is prefetched), and freed after.
+// The optimizer steps on fp32 master shards: the flat parameters' own shard in fp32 training,
+// a separate fp32 copy with bf16/fp16 compute.
+//
+// Note "launch order": every rank must issue the same collectives in the same order. Stage 2/3
+// reduce-scatters are launched strictly from the last group to the first (the order backward
+// produces them), a group waiting for all groups after it; the stage 3 gathers follow the unit order
+// of forward and the reverse unit order of backward, which autograd runs the same way on every rank.
+#pragma once
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm.h"
+#include "cohort/zero.h"
+#include "zero/loss_scaler.h"
+#include "zero/partition.h"
+
+namespace cohort::detail {
+
+struct FlatGroup {
+  GroupLayout layout;
+  torch::Tensor flat;        // compute dtype: [padded] (stage 0-2, parameters alias it), [shard] (stage 3)
+  torch::Tensor master;      // fp32 optimizer parameter: [shard], or [padded] at stage 0
+  torch::Tensor flat_grad;   // stage 0/1: [padded] compute dtype, the parameters' .grad alias it
+  torch::Tensor shard_grad;  // stage 2/3: [shard] compute dtype, accumulated over micro-steps
+  // stage 3: the gathered whole parameters while a unit runs
+  enum class Presence { kFreed, kGathering, kGathered } presence = Presence::kFreed;
+  torch::Tensor gathered;
+  Work gather_work;
+  // stage 2/3, per backward
+  int pending = 0;
+  bool launched = false;
+  torch::Tensor reduce_input, reduce_output;
+  Work reduce_work;
+};
+
+class ZeroEngineImpl {
+ public:
+  ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options);
+  ~ZeroEngineImpl();
+
+  void backward(const torch::Tensor& loss);
+  void step();
+  torch::Tensor forward_units(torch::Tensor input);
+  torch::Tensor to_compute(const torch::Tensor& t) const;
+
+  // stage 3, called by the autograd node placed on each unit's output
+  void before_unit_backward(int64_t group);
+
+  MemoryReport memory_report() const;
+  std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
+  void prepare_load();
+  std::vector<StateTensor> state_tensors();
+  StateValues state_values() const;
+  void load_state_values(const StateValues& values);
+
+  const ZeroConfig& config() const { return config_; }
+  int stage() const { return stage_; }
+  bool gathers_per_unit() const { return stage_ == 3; }
+  /// DeepSpeed's rule: micro-steps count step() calls; the backward and step() of every gas-th one
+  /// reduce and update.
+  bool at_boundary() const { return (micro_steps_ + 1) % gas_ == 0; }
+  int64_t global_steps() const { return global_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  bool last_step_skipped() const { return last_skipped_; }
+  double loss_scale() const { return scaler_.scale(); }
+  double next_lr() const;
+  double last_gradient_norm() const { return last_norm_; }
+  torch::Dtype compute_dtype() const { return compute_dtype_; }
+  torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  int gas() const { return gas_; }
+
+ private:
+  void collect_parameters();
+  void build_groups();
+  void register_hooks();
+  void on_gradient_ready(int64_t param);
+  void launch_ready_reduces();
+  void launch_reduce(FlatGroup& group);
+  void finish_reduces();
+  void reduce_whole_gradients();  // stage 0/1 at the boundary
+  torch::Tensor gradient_of(const FlatGroup& group);  // the group's reduced gradient for the optimizer
+  void write_back_and_gather();
+  void zero_gradients();
+  bool any_overflow();
+  double global_norm_squared();
+  // stage 3
+  void gather(int64_t group);
+  void ensure_gathered(int64_t group);
+  void release(int64_t group);
+  void free_parameters(const FlatGroup& group);
+  /// Whether the fp32 master is a copy (mixed precision, offload) rather than the parameters' shard.
+  bool master_is_copy(const FlatGroup& group) const {
+    return separate_master_ || group.master.device() != group.flat.device();
+  }
+
+  std::shared_ptr<torch::nn::Module> module_;
+  torch::nn::SequentialImpl* sequential_ = nullptr;
+  ZeroConfig config_;
+  std::shared_ptr<Comm> comm_;
+  int stage_ = 0;
+  int gas_ = 1;
+  int rank_ = 0;
+  int world_ = 1;
+  torch::Dtype compute_dtype_ = torch::kFloat;
+  bool separate_master_ = false;  // mixed precision: fp32 master copies apart from the parameters
+
+  std::vector<torch::Tensor> params_;  // trainable, module order
+  std::vector<std::string> names_;
+  std::vector<std::vector<int64_t>> shapes_;  // whole shapes (stage 3 parameters are empty between uses)
+  std::vector<int64_t> group_of_;      // parameter -> group
+  std::vector<int64_t> unit_group_;    // stage 3: Sequential child -> group, -1 without parameters
+  std::vector<FlatGroup> groups_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  LossScaler scaler_;
+
+  std::vector<char> ready_;
+  int64_t next_launch_ = 0;  // stage 2/3: groups launched this backward, counted from the last
+  bool in_backward_ = false;
+  int64_t micro_steps_ = 0;  // step() calls so far
+  int64_t global_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  bool last_skipped_ = false;
+  double last_norm_ = 0;
+};
+
+}  // namespace cohort::detail

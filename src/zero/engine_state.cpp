@@ -1,0 +1,128 @@
+// What the ZeRO engine holds: the memory report, the full parameters on demand, and its checkpoint
+// state (cohort::Stateful): master weight and optimizer state shards, the model's buffers and frozen
+// parameters, counters and the loss scaler.
+#include <torch/torch.h>
+
+#include "zero/engine_impl.h"
+#include "zero/inner_optimizer.h"
+
+namespace cohort::detail {
+namespace {
+
+int64_t bytes_of(const torch::Tensor& t) { return t.defined() ? t.numel() * int64_t(t.element_size()) : 0; }
+
+}  // namespace
+
+MemoryReport ZeroEngineImpl::memory_report() const {
+  MemoryReport report;
+  for (const auto& shape : shapes_) report.num_parameters += c10::multiply_integers(shape);
+  for (const auto& group : groups_) {
+    report.parameter_bytes += bytes_of(group.flat);
+    report.gradient_bytes += bytes_of(group.flat_grad) + bytes_of(group.shard_grad);
+    if (master_is_copy(group)) report.optimizer_bytes += bytes_of(group.master);
+    for (const auto& [name, state] : state_tensors_of(*optimizer_, group.master)) report.optimizer_bytes += bytes_of(state);
+    report.buffer_bytes += bytes_of(group.gathered) + bytes_of(group.reduce_input) + bytes_of(group.reduce_output);
+  }
+  if (stage_ >= 2)  // gradients autograd produced that are not reduced yet (inside backward)
+    for (const auto& p : params_) report.gradient_bytes += bytes_of(p.grad());
+  return report;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineImpl::full_parameters() {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& group : groups_) {
+    torch::Tensor whole = group.master;
+    if (stage_ != 0 && world_ > 1) {
+      whole = torch::empty({group.layout.padded}, group.master.options());
+      comm_->allgather_async(whole, group.master.contiguous()).wait();
+    }
+    whole = whole.to(torch::kCPU);
+    for (size_t k = 0; k < group.layout.params.size(); ++k) {
+      const auto index = size_t(group.layout.params[k]);
+      const auto& shape = shapes_[index];
+      out.emplace_back(names_[index],
+                       whole.narrow(0, group.layout.offsets[k], c10::multiply_integers(shape)).view(shape).clone());
+    }
+  }
+  return out;
+}
+
+void ZeroEngineImpl::prepare_load() {
+  for (const auto& group : groups_) create_state(*optimizer_, group.master);
+}
+
+std::vector<StateTensor> ZeroEngineImpl::state_tensors() {
+  std::vector<StateTensor> out;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const auto& group = groups_[g];
+    const std::string prefix = "group" + std::to_string(g) + ".";
+    // The real elements this rank owns (padding is not state: it changes with the world size).
+    auto add = [&](const std::string& name, const torch::Tensor& t) {
+      StateTensor entry;
+      entry.name = prefix + name;
+      if (stage_ == 0) {
+        entry.tensor = t.narrow(0, 0, group.layout.numel);
+        entry.kind = StateKind::kReplicated;
+      } else {
+        auto [begin, end] = group.layout.owned_real(rank_);
+        entry.tensor = t.narrow(0, 0, end - begin);
+        entry.kind = StateKind::kSharded;
+        entry.flat_numel = group.layout.numel;
+        entry.offset = begin;
+      }
+      out.push_back(std::move(entry));
+    };
+    add("master", group.master);
+    for (const auto& [name, state] : state_tensors_of(*optimizer_, group.master)) add(name, state);
+  }
+  // Frozen parameters and buffers stay whole on every rank.
+  for (const auto& item : module_->named_parameters())
+    if (!item.value().requires_grad()) out.push_back({"module." + item.key(), item.value(), StateKind::kReplicated});
+  for (const auto& item : module_->named_buffers())
+    out.push_back({"module." + item.key(), item.value(), StateKind::kReplicated});
+  return out;
+}
+
+StateValues ZeroEngineImpl::state_values() const {
+  StateValues values;
+  values["zero.stage"] = stage_;
+  values["zero.global_steps"] = double(global_steps_);
+  values["zero.skipped_steps"] = double(skipped_steps_);
+  values["zero.micro_steps"] = double(micro_steps_);
+  scaler_.save(values, "zero.loss_scaler.");
+  for (size_t g = 0; g < groups_.size(); ++g)
+    values["zero.group" + std::to_string(g) + ".step"] = double(step_count(*optimizer_, groups_[g].master));
+  return values;
+}
+
+void ZeroEngineImpl::load_state_values(const StateValues& values) {
+  auto get = [&](const std::string& key, double fallback) {
+    auto it = values.find(key);
+    return it == values.end() ? fallback : it->second;
+  };
+  const int saved_stage = int(get("zero.stage", stage_));
+  COHORT_CHECK(saved_stage == stage_, "ZeRO engine: the checkpoint was saved at stage ", saved_stage,
+               " but this engine runs stage ", stage_);
+  global_steps_ = int64_t(get("zero.global_steps", 0));
+  skipped_steps_ = int64_t(get("zero.skipped_steps", 0));
+  micro_steps_ = int64_t(get("zero.micro_steps", 0));
+  scaler_.load(values, "zero.loss_scaler.");
+  for (size_t g = 0; g < groups_.size(); ++g)
+    set_step_count(*optimizer_, groups_[g].master, int64_t(get("zero.group" + std::to_string(g) + ".step", 0)));
+  if (config_.scheduler().type() != SchedulerType::kNone) set_learning_rate(*optimizer_, next_lr());
+  // The master weights were loaded: derive the compute-precision parameters from them.
+  torch::NoGradGuard no_grad;
+  for (auto& group : groups_) {
+    group.master.mutable_grad() = torch::Tensor();
+    if (group.flat_grad.defined()) group.flat_grad.zero_();
+    if (stage_ >= 2) group.shard_grad.zero_();
+    // Padding must stay zero whatever the previous world size left there.
+    const int64_t begin = stage_ == 0 ? 0 : group.layout.owned(rank_).first;
+    const int64_t real_end = stage_ == 0 ? group.layout.numel : group.layout.owned_real(rank_).second;
+    const int64_t real = std::max<int64_t>(0, real_end - begin);
+    group.master.narrow(0, real, group.master.numel() - real).zero_();
+  }
+  write_back_and_gather();
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,37 @@
+// The inner optimizer of the ZeRO engine: LibTorch's own SGD, Adam or AdamW, run over this rank's fp32
+// shards only. This file builds it from the ds_config "optimizer" section and reads and creates its
+// per-shard state (moments, momentum), which LibTorch otherwise makes lazily at the first step.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/zero_config.h"
+
+namespace cohort::detail {
+
+/// SGD, Adam or AdamW with the config's hyper-parameters. DeepSpeed's "Adam" with decoupled weight
+/// decay (its default adam_w_mode) is AdamW.
+std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerConfig& config,
+                                                              std::vector<torch::Tensor> shards);
+
+/// The learning rate of every parameter group.
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+double learning_rate(torch::optim::Optimizer& optimizer);
+
+/// The state tensors of `param` by name ("exp_avg", "exp_avg_sq", "max_exp_avg_sq",
+/// "momentum_buffer"); empty when the optimizer has none for it yet.
+std::vector<std::pair<std::string, torch::Tensor>> state_tensors_of(torch::optim::Optimizer& optimizer,
+                                                                    const torch::Tensor& param);
+/// Creates the state the first step would create, where that state is equal to a fresh one (Adam,
+/// AdamW; SGD momentum without dampening), so checkpoints and memory reports see it from the start.
+void create_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
+/// Adam/AdamW step counter of `param` (0 for SGD or no state); set_step_count creates no state.
+int64_t step_count(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
+void set_step_count(torch::optim::Optimizer& optimizer, const torch::Tensor& param, int64_t step);
+
+}  // namespace cohort::detail

@@ -1,0 +1,39 @@
+// cohort::ZeroEngineCore: the public face of the engine; everything happens in ZeroEngineImpl.
+#include "cohort/zero.h"
+
+#include "zero/engine_impl.h"
+
+namespace cohort {
+
+ZeroEngineCore::ZeroEngineCore(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options)
+    : impl_(std::make_unique<detail::ZeroEngineImpl>(std::move(module), std::move(config), std::move(options))) {}
+ZeroEngineCore::~ZeroEngineCore() = default;
+ZeroEngineCore::ZeroEngineCore(ZeroEngineCore&&) noexcept = default;
+ZeroEngineCore& ZeroEngineCore::operator=(ZeroEngineCore&&) noexcept = default;
+
+void ZeroEngineCore::backward(const torch::Tensor& loss) { impl_->backward(loss); }
+void ZeroEngineCore::step() { impl_->step(); }
+bool ZeroEngineCore::is_gradient_accumulation_boundary() const { return impl_->at_boundary(); }
+int64_t ZeroEngineCore::global_steps() const { return impl_->global_steps(); }
+int64_t ZeroEngineCore::skipped_steps() const { return impl_->skipped_steps(); }
+bool ZeroEngineCore::last_step_skipped() const { return impl_->last_step_skipped(); }
+double ZeroEngineCore::loss_scale() const { return impl_->loss_scale(); }
+double ZeroEngineCore::lr() const { return impl_->next_lr(); }
+double ZeroEngineCore::last_gradient_norm() const { return impl_->last_gradient_norm(); }
+torch::Dtype ZeroEngineCore::compute_dtype() const { return impl_->compute_dtype(); }
+int ZeroEngineCore::stage() const { return impl_->stage(); }
+const ZeroConfig& ZeroEngineCore::config() const { return impl_->config(); }
+MemoryReport ZeroEngineCore::memory_report() const { return impl_->memory_report(); }
+torch::optim::Optimizer& ZeroEngineCore::optimizer() { return impl_->optimizer(); }
+std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineCore::full_parameters() {
+  return impl_->full_parameters();
+}
+void ZeroEngineCore::prepare_load() { impl_->prepare_load(); }
+std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->state_tensors(); }
+StateValues ZeroEngineCore::state_values() const { return impl_->state_values(); }
+void ZeroEngineCore::load_state_values(const StateValues& values) { impl_->load_state_values(values); }
+torch::Tensor ZeroEngineCore::forward_units(torch::Tensor input) { return impl_->forward_units(std::move(input)); }
+bool ZeroEngineCore::gathers_per_unit() const { return impl_->gathers_per_unit(); }
+torch::Tensor ZeroEngineCore::to_compute(const torch::Tensor& t) const { return impl_->to_compute(t); }
+
+}  // namespace cohort
