@@ -1,0 +1,126 @@
+// Stateful adapters for what LibTorch and cohort own: a module's parameters and buffers, an LR
+// scheduler's step count, a sampler's position, the RNG states. (Optimizers: optimizer_state.cpp.)
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+
+#include "checkpoint/entry.h"
+#include "cohort/error.h"
+
+namespace cohort::detail::ckpt {
+namespace {
+
+class ModuleState : public Stateful {
+ public:
+  explicit ModuleState(torch::nn::Module& module) : module_(module) {}
+  std::vector<StateTensor> state_tensors() override {
+    std::vector<StateTensor> out;
+    for (const auto& item : module_.named_parameters(true)) out.push_back({item.key(), item.value()});
+    for (const auto& item : module_.named_buffers(true)) out.push_back({item.key(), item.value()});
+    return out;
+  }
+
+ private:
+  torch::nn::Module& module_;
+};
+
+// LRScheduler keeps its step count protected; a derived class may name the member for us.
+struct SchedulerAccess : torch::optim::LRScheduler {
+  static unsigned& step_count(torch::optim::LRScheduler& s) { return s.*(&SchedulerAccess::step_count_); }
+};
+
+class SchedulerState : public Stateful {
+ public:
+  explicit SchedulerState(torch::optim::LRScheduler& scheduler) : scheduler_(scheduler) {}
+  std::vector<StateTensor> state_tensors() override { return {}; }
+  StateValues state_values() const override {
+    return {{"step_count", SchedulerAccess::step_count(scheduler_)}};
+  }
+  void load_state_values(const StateValues& values) override {
+    const auto it = values.find("step_count");
+    COHORT_CHECK(it != values.end(), "the checkpoint's scheduler has no 'step_count'");
+    SchedulerAccess::step_count(scheduler_) = static_cast<unsigned>(it->second);
+  }
+
+ private:
+  torch::optim::LRScheduler& scheduler_;
+};
+
+class SamplerState : public Stateful {
+ public:
+  SamplerState(DistributedSampler& sampler, int64_t& samples) : sampler_(sampler), samples_(samples) {}
+  std::vector<StateTensor> state_tensors() override { return {}; }
+  StateValues state_values() const override {
+    return {{"epoch", sampler_.epoch()},
+            {"samples_in_epoch", samples_},
+            {"dataset_size", sampler_.dataset_size()},
+            {"seed", sampler_.options().seed()},
+            {"shuffle", sampler_.options().shuffle()}};
+  }
+  void load_state_values(const StateValues& values) override {
+    for (const char* key : {"epoch", "samples_in_epoch", "dataset_size", "seed", "shuffle"}) {
+      COHORT_CHECK(values.count(key), "the checkpoint's sampler has no '", key, "'");
+    }
+    const auto mine = state_values();
+    for (const char* key : {"dataset_size", "seed", "shuffle"}) {
+      COHORT_CHECK(values.at(key) == mine.at(key), "the checkpoint's sampler has ", key, " ",
+                   values.at(key), ", this one ", mine.at(key),
+                   ": it belongs to another dataset or shuffle");
+    }
+    sampler_.set_epoch(static_cast<int64_t>(values.at("epoch")));
+    samples_ = static_cast<int64_t>(values.at("samples_in_epoch"));
+  }
+
+ private:
+  DistributedSampler& sampler_;
+  int64_t& samples_;
+};
+
+// The generators' states are read at save time, and written back in load_state_values(), after the
+// checkpoint layer copied the saved bytes into the tensors state_tensors() handed out.
+class RngState : public Stateful {
+ public:
+  std::vector<StateTensor> state_tensors() override {
+    generators_.clear();
+    tensors_.clear();
+    generators_.push_back(at::detail::getDefaultCPUGenerator());
+    names_ = {"cpu"};
+    const int64_t devices = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+    for (int64_t i = 0; i < devices; ++i) {
+      generators_.push_back(at::globalContext().defaultGenerator(at::Device(at::kCUDA, i)));
+      names_.push_back("cuda" + std::to_string(i));
+    }
+    std::vector<StateTensor> out;
+    for (size_t i = 0; i < generators_.size(); ++i) {
+      std::lock_guard<std::mutex> lock(generators_[i].mutex());
+      tensors_.push_back(generators_[i].get_state());
+      out.push_back({names_[i], tensors_.back(), StateKind::kPerRank});
+    }
+    return out;
+  }
+  void load_state_values(const StateValues&) override {
+    for (size_t i = 0; i < generators_.size(); ++i) {
+      std::lock_guard<std::mutex> lock(generators_[i].mutex());
+      generators_[i].set_state(tensors_[i]);
+    }
+  }
+
+ private:
+  std::vector<at::Generator> generators_;
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> tensors_;
+};
+
+}  // namespace
+
+std::shared_ptr<Stateful> module_state(torch::nn::Module& module) {
+  return std::make_shared<ModuleState>(module);
+}
+std::shared_ptr<Stateful> scheduler_state(torch::optim::LRScheduler& scheduler) {
+  return std::make_shared<SchedulerState>(scheduler);
+}
+std::shared_ptr<Stateful> sampler_state(DistributedSampler& sampler, int64_t& samples_in_epoch) {
+  return std::make_shared<SamplerState>(sampler, samples_in_epoch);
+}
+std::shared_ptr<Stateful> rng_state() { return std::make_shared<RngState>(); }
+
+}  // namespace cohort::detail::ckpt

@@ -1,0 +1,29 @@
+// The ranks that save or load a checkpoint together, with the two collectives the protocol needs:
+// every rank's string to every rank (status and shard records) and a barrier. Built on Comm, so a
+// rank that dies or never arrives makes the others fail with its name instead of hanging; in a
+// world of one (or before init()) both are local.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm.h"
+
+namespace cohort::detail::ckpt {
+
+class Group {
+ public:
+  /// `comm`, else the world's when init() ran, else a world of one.
+  explicit Group(std::shared_ptr<Comm> comm);
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// Every rank's `text`, in rank order.
+  std::vector<std::string> allgather(const std::string& text);
+
+ private:
+  std::shared_ptr<Comm> comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace cohort::detail::ckpt

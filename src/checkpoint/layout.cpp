@@ -1,0 +1,71 @@
+// Pure checkpoint arithmetic (see layout.h).
+#include "checkpoint/layout.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "cohort/error.h"
+
+namespace cohort::detail::ckpt {
+
+std::vector<int> assign_writers(const std::vector<int64_t>& bytes, int world_size) {
+  COHORT_CHECK(world_size >= 1, "assign_writers: world size ", world_size, " < 1");
+  std::vector<size_t> order(bytes.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::vector<int64_t> load(world_size, 0);
+  std::vector<int> writer(bytes.size(), 0);
+  for (size_t index : order) {
+    const int rank = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    writer[index] = rank;
+    load[rank] += bytes[index];
+  }
+  return writer;
+}
+
+std::vector<SliceCopy> plan_slice_copies(const std::vector<Slice>& saved, int64_t begin, int64_t end,
+                                         const std::string& what) {
+  std::vector<size_t> order(saved.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return saved[a].offset < saved[b].offset; });
+  std::vector<SliceCopy> copies;
+  int64_t covered = begin;  // everything in [begin, covered) is planned
+  int64_t previous_end = 0;
+  for (size_t index : order) {
+    const Slice& slice = saved[index];
+    if (slice.numel == 0) continue;
+    COHORT_CHECK(slice.offset >= previous_end, what, ": saved slices overlap at element ",
+                 slice.offset);
+    previous_end = slice.offset + slice.numel;
+    const int64_t lo = std::max(begin, slice.offset), hi = std::min(end, previous_end);
+    if (lo >= hi) continue;
+    COHORT_CHECK(lo == covered, what, ": no saved slice holds elements [", covered, ", ", lo, ")");
+    copies.push_back({index, lo - slice.offset, lo - begin, hi - lo});
+    covered = hi;
+  }
+  COHORT_CHECK(covered >= end, what, ": no saved slice holds elements [", covered, ", ", end, ")");
+  return copies;
+}
+
+std::string step_dir_name(int64_t step) { return "step-" + std::to_string(step); }
+
+std::optional<int64_t> parse_step_dir(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 5 + 18) return std::nullopt;
+  int64_t step = 0;
+  for (size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    step = step * 10 + (name[i] - '0');
+  }
+  return step;
+}
+
+std::string shard_file_name(int rank, int world_size) {
+  char name[64];
+  std::snprintf(name, sizeof name, "shard-%05d-of-%05d.bin", rank, world_size);
+  return name;
+}
+
+}  // namespace cohort::detail::ckpt

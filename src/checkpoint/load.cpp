@@ -1,0 +1,145 @@
+// load_checkpoint: rank 0 lists the candidates (the step directory `latest` names, then the other
+// step directories, newest first) and every rank stages the first one; the ranks agree through an
+// allgather of their statuses, so they all commit the same checkpoint or all fall back to the next
+// one (with a warning saying why) or all raise. Live state is written only at commit.
+#include <filesystem>
+#include <sstream>
+
+#include "checkpoint/entry.h"
+#include "checkpoint/files.h"
+#include "checkpoint/group.h"
+#include "checkpoint/stage.h"
+#include "core/log.h"
+
+namespace fs = std::filesystem;
+
+namespace cohort {
+namespace detail::ckpt {
+namespace {
+
+// Step directories to try, best first. Empty when `dir` holds no checkpoint; `none` says why.
+std::vector<std::string> candidates(const std::string& dir, std::string* none) {
+  if (!fs::exists(dir)) {
+    *none = "checkpoint directory " + dir + " does not exist";
+    return {};
+  }
+  if (fs::exists(fs::path(dir) / "manifest.json")) return {dir};  // a step directory itself
+  COHORT_CHECK(fs::is_directory(dir), "checkpoint path ", dir, " is not a directory");
+  std::vector<std::string> out;
+  const std::string latest = read_latest(dir);
+  if (!latest.empty()) out.push_back((fs::path(dir) / latest).string());
+  for (const auto& [step, path] : step_directories(dir)) {
+    if (out.empty() || path != out[0]) out.push_back(path);
+  }
+  if (out.empty()) *none = "checkpoint directory " + dir + " holds no checkpoint (no 'latest', no step-<n>)";
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& separator) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? separator : "") + items[i];
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+}  // namespace
+}  // namespace detail::ckpt
+
+std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, CheckpointState& state,
+                                              const LoadOptions& options) {
+  using namespace detail::ckpt;
+  Group group(options.comm());
+
+  // Rank 0 decides what to try ("!" + error, or "?" + why there is none, or one path a line).
+  std::string listing;
+  if (group.rank() == 0) {
+    try {
+      std::string none;
+      const auto paths = candidates(dir, &none);
+      listing = paths.empty() ? "?" + none : join(paths, "\n");
+    } catch (const std::exception& e) {
+      listing = "!" + without_rank_prefix(e.what());
+    }
+  }
+  listing = group.allgather(listing)[0];
+  COHORT_CHECK(listing.empty() || listing[0] != '!', listing.substr(1));
+  if (!listing.empty() && listing[0] == '?') {
+    COHORT_CHECK(!options.must_exist(), listing.substr(1));
+    COHORT_INFO(listing.substr(1), "; starting from scratch");
+    return std::nullopt;
+  }
+  const std::vector<std::string> paths = split_lines(listing);
+
+  // What this state holds, after creating lazily made state (optimizer moments).
+  const auto entries = entries_with_rng(state);
+  std::vector<std::string> names;
+  std::vector<Wanted> wanted;
+  for (const auto& entry : entries) {
+    entry.stateful->prepare_load();
+    names.push_back(entry.name);
+    for (StateTensor& t : entry.stateful->state_tensors()) {
+      wanted.push_back({entry.name + "/" + t.name, t, entry.tensors_optional});
+    }
+  }
+
+  CheckpointInfo info;
+  std::string only_problem;  // the reason itself when there was a single candidate
+  for (size_t i = 0; i < paths.size(); ++i) {
+    Staged staged;
+    std::string status;  // "" or "M<message>" (mismatch) or "E<message>"
+    try {
+      staged = stage_checkpoint(paths[i], wanted, names, group.rank());
+    } catch (const MismatchError& e) {
+      status = "M" + without_rank_prefix(e.what());
+    } catch (const std::exception& e) {
+      status = "E" + without_rank_prefix(e.what());
+    }
+    const auto statuses = group.allgather(status);
+    std::string problem;
+    bool mismatch = false;
+    for (size_t r = 0; r < statuses.size() && problem.empty(); ++r) {
+      if (statuses[r].empty()) continue;
+      mismatch = statuses[r][0] == 'M';
+      problem = (static_cast<int>(r) == group.rank() ? "" : "rank " + std::to_string(r) + ": ") +
+                statuses[r].substr(1);
+    }
+    if (problem.empty()) {
+      torch::NoGradGuard no_grad;
+      for (const Wanted& w : wanted) {
+        const auto it = staged.tensors.find(w.name);
+        if (it != staged.tensors.end()) w.tensor.tensor.copy_(it->second);
+      }
+      for (const auto& entry : entries) {
+        const auto values = staged.manifest.values.find(entry.name);
+        entry.stateful->load_state_values(values == staged.manifest.values.end() ? StateValues{}
+                                                                                 : values->second);
+      }
+      state.set_step(staged.manifest.step);
+      state.mutable_user_values() = staged.manifest.user;
+      info.path = paths[i];
+      info.step = staged.manifest.step;
+      info.world_size = staged.manifest.world_size;
+      info.zero_stage = staged.manifest.zero_stage;
+      COHORT_INFO("loaded checkpoint ", info.path, " (step ", info.step, ", saved by ",
+                  info.world_size, " rank(s))");
+      return info;
+    }
+    if (mismatch || !options.fallback()) throw Error(problem);
+    only_problem = problem;
+    info.skipped.push_back(paths[i] + ": " + problem);
+    if (group.rank() == 0 && i + 1 < paths.size()) {
+      COHORT_WARN("checkpoint ", paths[i], " is unusable (", problem, "); falling back to ",
+                  paths[i + 1]);
+    }
+  }
+  if (paths.size() == 1) throw Error(only_problem);
+  throw Error("no usable checkpoint in " + dir + ": " + join(info.skipped, "; "));
+}
+
+}  // namespace cohort

@@ -1,0 +1,181 @@
+// manifest.json with nlohmann-json (see manifest.h). Reading validates every key it uses, so a
+// damaged or foreign manifest is one error naming the file and the key, never a JSON exception.
+#include "checkpoint/manifest.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cohort/error.h"
+
+namespace cohort::detail::ckpt {
+namespace {
+
+using nlohmann::json;
+
+const std::pair<c10::ScalarType, const char*> kDtypes[] = {
+    {c10::ScalarType::Double, "float64"}, {c10::ScalarType::Float, "float32"},
+    {c10::ScalarType::Half, "float16"},   {c10::ScalarType::BFloat16, "bfloat16"},
+    {c10::ScalarType::Long, "int64"},     {c10::ScalarType::Int, "int32"},
+    {c10::ScalarType::Short, "int16"},    {c10::ScalarType::Char, "int8"},
+    {c10::ScalarType::Byte, "uint8"},     {c10::ScalarType::Bool, "bool"}};
+
+StateKind kind_from_name(const std::string& name) {
+  if (name == "replicated") return StateKind::kReplicated;
+  if (name == "sharded") return StateKind::kSharded;
+  if (name == "per_rank") return StateKind::kPerRank;
+  throw Error("unknown tensor kind '" + name + "'");
+}
+
+json piece_to_json(const Piece& p) {
+  json j = {{"rank", p.rank},     {"file", p.file},   {"byte_offset", p.byte_offset},
+            {"nbytes", p.nbytes}, {"crc32", p.crc32}, {"offset", p.offset},
+            {"numel", p.numel}};
+  if (!p.shape.empty()) j["shape"] = p.shape;
+  return j;
+}
+
+json record_to_json(const TensorRecord& r) {
+  json pieces = json::array();
+  for (const Piece& p : r.pieces) pieces.push_back(piece_to_json(p));
+  return {{"name", r.name},   {"kind", kind_name(r.kind)},     {"dtype", dtype_name(r.dtype)},
+          {"shape", r.shape}, {"flat_numel", r.flat_numel}, {"pieces", pieces}};
+}
+
+// Typed access that turns a missing key or a wrong type into "'<path>' is missing/not a <type>".
+template <typename T>
+T field(const json& object, const char* key, const std::string& where) {
+  COHORT_CHECK(object.is_object() && object.contains(key), where, ": '", key, "' is missing");
+  try {
+    return object.at(key).get<T>();
+  } catch (const json::exception&) {
+    throw Error(where + ": '" + key + "' has the wrong type (" + object.at(key).dump() + ")");
+  }
+}
+
+TensorRecord record_from_json(const json& j, const std::string& where) {
+  TensorRecord r;
+  r.name = field<std::string>(j, "name", where);
+  const std::string here = where + ": tensor '" + r.name + "'";
+  try {
+    r.kind = kind_from_name(field<std::string>(j, "kind", here));
+    r.dtype = dtype_from_name(field<std::string>(j, "dtype", here));
+  } catch (const Error& e) {
+    throw Error(here + ": " + e.what());
+  }
+  r.shape = field<std::vector<int64_t>>(j, "shape", here);
+  r.flat_numel = field<int64_t>(j, "flat_numel", here);
+  const json pieces = field<json>(j, "pieces", here);
+  COHORT_CHECK(pieces.is_array(), here, ": 'pieces' is not a list");
+  for (const json& pj : pieces) {
+    Piece p;
+    p.rank = field<int>(pj, "rank", here);
+    p.file = field<std::string>(pj, "file", here);
+    p.byte_offset = field<int64_t>(pj, "byte_offset", here);
+    p.nbytes = field<int64_t>(pj, "nbytes", here);
+    p.crc32 = field<uint32_t>(pj, "crc32", here);
+    p.offset = field<int64_t>(pj, "offset", here);
+    p.numel = field<int64_t>(pj, "numel", here);
+    if (pj.contains("shape")) p.shape = field<std::vector<int64_t>>(pj, "shape", here);
+    COHORT_CHECK(p.byte_offset >= 0 && p.nbytes >= 0 && p.numel >= 0 && p.offset >= 0, here,
+                 ": a piece has a negative offset or size");
+    r.pieces.push_back(std::move(p));
+  }
+  return r;
+}
+
+}  // namespace
+
+const TensorRecord* Manifest::find(const std::string& name) const {
+  for (const TensorRecord& r : tensors) {
+    if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+std::string dtype_name(c10::ScalarType type) {
+  for (const auto& [t, name] : kDtypes) {
+    if (t == type) return name;
+  }
+  throw Error(std::string("checkpoints cannot store tensors of type ") + c10::toString(type));
+}
+
+c10::ScalarType dtype_from_name(const std::string& name) {
+  for (const auto& [t, n] : kDtypes) {
+    if (name == n) return t;
+  }
+  throw Error("unknown dtype '" + name + "'");
+}
+
+const char* kind_name(StateKind kind) {
+  switch (kind) {
+    case StateKind::kReplicated: return "replicated";
+    case StateKind::kSharded: return "sharded";
+    case StateKind::kPerRank: return "per_rank";
+  }
+  return "?";
+}
+
+std::string manifest_to_json(const Manifest& m) {
+  json files = json::array(), tensors = json::array(), values = json::object();
+  for (const FileRecord& f : m.files) {
+    files.push_back({{"name", f.name}, {"rank", f.rank}, {"payload_bytes", f.payload_bytes}});
+  }
+  for (const TensorRecord& r : m.tensors) tensors.push_back(record_to_json(r));
+  for (const auto& [entry, numbers] : m.values) values[entry] = numbers;
+  const json j = {{"format", kFormat},          {"format_version", m.format_version},
+                  {"library_version", m.library_version}, {"step", m.step},
+                  {"world_size", m.world_size}, {"zero_stage", m.zero_stage},
+                  {"created", m.created},       {"files", files},
+                  {"tensors", tensors},         {"values", values},
+                  {"user", m.user}};
+  return j.dump(1) + "\n";
+}
+
+Manifest read_manifest(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  COHORT_CHECK(in, "cannot open ", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(text.str());
+  } catch (const json::exception& e) {
+    throw Error(path + " is not valid JSON (truncated or damaged): " + e.what());
+  }
+  COHORT_CHECK(j.is_object() && j.value("format", "") == kFormat, path,
+               " is not a cohort checkpoint manifest ('format' is not \"", kFormat, "\")");
+  Manifest m;
+  m.format_version = field<int>(j, "format_version", path);
+  COHORT_CHECK(m.format_version <= kFormatVersion, path, " has format version ", m.format_version,
+               "; this cohort reads up to ", kFormatVersion, " (written by cohort ",
+               j.value("library_version", "?"), ")");
+  m.library_version = field<std::string>(j, "library_version", path);
+  m.step = field<int64_t>(j, "step", path);
+  m.world_size = field<int>(j, "world_size", path);
+  COHORT_CHECK(m.world_size >= 1, path, ": 'world_size' is ", m.world_size);
+  m.zero_stage = field<int>(j, "zero_stage", path);
+  m.created = field<std::string>(j, "created", path);
+  for (const json& f : field<json>(j, "files", path)) {
+    m.files.push_back({field<std::string>(f, "name", path), field<int>(f, "rank", path),
+                       field<int64_t>(f, "payload_bytes", path)});
+  }
+  for (const json& t : field<json>(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
+  m.values = field<std::map<std::string, StateValues>>(j, "values", path);
+  m.user = field<std::map<std::string, std::string>>(j, "user", path);
+  return m;
+}
+
+std::string records_to_json(const std::vector<TensorRecord>& records) {
+  json list = json::array();
+  for (const TensorRecord& r : records) list.push_back(record_to_json(r));
+  return list.dump();
+}
+
+std::vector<TensorRecord> records_from_json(const std::string& text) {
+  std::vector<TensorRecord> records;
+  for (const json& j : json::parse(text)) records.push_back(record_from_json(j, "shard records"));
+  return records;
+}
+
+}  // namespace cohort::detail::ckpt

@@ -1,0 +1,77 @@
+// The manifest of a checkpoint (manifest.json, written by rank 0): world size, ZeRO stage, library
+// version, every tensor's name, kind, dtype, shape and where its bytes lie (file, byte offset,
+// element range of a sharded tensor, CRC32), the Statefuls' numbers and the user's key/values.
+// JSON stays inside manifest.cpp; the rest of cohort sees these structs.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cohort/stateful.h"
+
+namespace cohort::detail::ckpt {
+
+inline constexpr const char* kFormat = "cohort-checkpoint";
+inline constexpr int kFormatVersion = 1;
+
+/// Where one piece of a tensor's bytes lies.
+struct Piece {
+  int rank = 0;               ///< the rank that wrote it (and, for per-rank tensors, whose it is)
+  std::string file;           ///< shard file name inside the step directory
+  int64_t byte_offset = 0;    ///< within the file's payload (after its header)
+  int64_t nbytes = 0;
+  uint32_t crc32 = 0;
+  int64_t offset = 0;         ///< sharded: first element of the flat tensor it holds
+  int64_t numel = 0;
+  std::vector<int64_t> shape; ///< per-rank: this rank's shape
+};
+
+struct TensorRecord {
+  std::string name;           ///< "<entry>/<tensor name>"
+  StateKind kind = StateKind::kReplicated;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+  std::vector<int64_t> shape; ///< replicated: the shape; sharded: [flat_numel]
+  int64_t flat_numel = 0;
+  std::vector<Piece> pieces;
+};
+
+struct FileRecord {
+  std::string name;
+  int rank = 0;
+  int64_t payload_bytes = 0;
+};
+
+struct Manifest {
+  int format_version = kFormatVersion;
+  std::string library_version;
+  int64_t step = 0;
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string created;  ///< UTC, ISO 8601
+  std::vector<FileRecord> files;
+  std::vector<TensorRecord> tensors;
+  std::map<std::string, StateValues> values;  ///< per entry
+  std::map<std::string, std::string> user;
+
+  const TensorRecord* find(const std::string& name) const;
+};
+
+/// "float32", "int64", ... and back; throws cohort::Error for types checkpoints do not store.
+std::string dtype_name(c10::ScalarType type);
+c10::ScalarType dtype_from_name(const std::string& name);
+const char* kind_name(StateKind kind);
+
+std::string manifest_to_json(const Manifest& manifest);
+/// Reads and validates `path`; errors name the path and the bad key ("... manifest.json: 'world_size'
+/// is missing").
+Manifest read_manifest(const std::string& path);
+
+/// The records one rank sends to rank 0 while saving (each with its own pieces only).
+std::string records_to_json(const std::vector<TensorRecord>& records);
+std::vector<TensorRecord> records_from_json(const std::string& text);
+
+}  // namespace cohort::detail::ckpt

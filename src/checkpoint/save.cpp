@@ -1,0 +1,237 @@
+// save_checkpoint: the write protocol. (1) rank 0 makes `dir/.step-<n>.tmp`; (2) every rank writes
+// its shard file there in parallel and sends rank 0 the records of what it wrote; (3) rank 0 writes
+// manifest.json, renames the directory to `step-<n>` and only then rewrites `latest`. Each phase
+// ends with an allgather of every rank's status, so a failure anywhere raises on all ranks (a dead
+// rank is named by Comm) and a crash before (3) leaves `latest` on the previous checkpoint.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "checkpoint/entry.h"
+#include "checkpoint/files.h"
+#include "checkpoint/group.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/shard_file.h"
+#include "cohort/error.h"
+#include "cohort_config.h"
+#include "core/log.h"
+
+namespace fs = std::filesystem;
+
+namespace cohort {
+namespace detail::ckpt {
+namespace {
+
+struct Collected {
+  std::string name;  // "<entry>/<tensor>"
+  StateTensor tensor;
+};
+
+// Raises on every rank when any rank's status is an error, naming the rank(s).
+void check_statuses(const std::vector<std::string>& statuses, int my_rank, const std::string& what) {
+  std::string message;
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (statuses[r].empty()) continue;
+    if (!message.empty()) message += "; ";
+    message += static_cast<int>(r) == my_rank ? statuses[r]
+                                              : "rank " + std::to_string(r) + ": " + statuses[r];
+  }
+  COHORT_CHECK(message.empty(), what, " failed: ", message);
+}
+
+template <typename F>
+std::string status_of(F&& body) {
+  try {
+    body();
+    return "";
+  } catch (const Error& e) {
+    return without_rank_prefix(e.what());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+// Test hook for "a worker dies in the middle of a save": COHORT_TEST_KILL_IN_SAVE=<rank>:<step>
+// SIGKILLs that rank after it wrote its shard, in the first attempt of a cohortrun job only.
+void maybe_die_for_test(int rank, int64_t step) {
+  const char* spec = std::getenv("COHORT_TEST_KILL_IN_SAVE");
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (spec == nullptr || (restart != nullptr && std::string(restart) != "0")) return;
+  if (std::to_string(rank) + ":" + std::to_string(step) == spec) ::kill(::getpid(), SIGKILL);
+}
+
+// Rank 0 merges every rank's records into one list, checking that each replicated tensor was
+// written once and each sharded tensor is covered exactly by the ranks' slices.
+std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorRecord>>& per_rank) {
+  std::map<std::string, TensorRecord> merged;
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    for (const TensorRecord& record : per_rank[r]) {
+      auto [it, fresh] = merged.emplace(record.name, record);
+      if (fresh) continue;
+      TensorRecord& into = it->second;
+      COHORT_CHECK(into.kind == record.kind && into.dtype == record.dtype &&
+                       into.flat_numel == record.flat_numel && record.kind != StateKind::kReplicated,
+                   "ranks disagree about tensor '", record.name, "' (", kind_name(record.kind), " ",
+                   dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ",
+                   dtype_name(into.dtype), " on rank ", into.pieces[0].rank, ")");
+      into.pieces.insert(into.pieces.end(), record.pieces.begin(), record.pieces.end());
+    }
+  }
+  std::vector<TensorRecord> out;
+  for (auto& [name, record] : merged) {
+    if (record.kind == StateKind::kSharded) {
+      std::vector<Slice> slices;
+      for (const Piece& p : record.pieces) slices.push_back({p.offset, p.numel});
+      plan_slice_copies(slices, 0, record.flat_numel, "sharded tensor '" + name + "'");
+    }
+    out.push_back(std::move(record));
+  }
+  return out;
+}
+
+// Phase 2 on one rank: the shard file and the records of what is in it.
+std::vector<TensorRecord> write_shard(const std::string& path, const std::vector<Collected>& tensors,
+                                      int rank, int world_size, int64_t* payload) {
+  std::vector<int64_t> replicated_bytes;
+  for (const Collected& c : tensors) {
+    if (c.tensor.kind == StateKind::kReplicated) replicated_bytes.push_back(c.tensor.tensor.nbytes());
+  }
+  // Replicated tensors are spread over the ranks by size: every rank holds them, so the bytes to
+  // write are shared out and the shards are written in parallel instead of all by rank 0.
+  const std::vector<int> writers = assign_writers(replicated_bytes, world_size);
+  ShardWriter writer(path, rank, world_size);
+  std::vector<TensorRecord> records;
+  size_t replicated_index = 0;
+  for (const Collected& c : tensors) {
+    const StateTensor& t = c.tensor;
+    COHORT_CHECK(t.tensor.defined(), "tensor '", c.name, "' is undefined");
+    if (t.kind == StateKind::kReplicated && writers[replicated_index++] != rank) continue;
+    TensorRecord record;
+    record.name = c.name;
+    record.kind = t.kind;
+    record.dtype = t.tensor.scalar_type();
+    dtype_name(record.dtype);  // throws for types a checkpoint cannot hold
+    record.shape = t.tensor.sizes().vec();
+    if (t.kind == StateKind::kSharded) {
+      COHORT_CHECK(t.tensor.dim() == 1 && t.offset >= 0 && t.offset + t.tensor.numel() <= t.flat_numel,
+                   "sharded tensor '", c.name, "' must be 1-D inside [0, flat_numel): offset ",
+                   t.offset, ", ", t.tensor.numel(), " elements, flat_numel ", t.flat_numel);
+      record.flat_numel = t.flat_numel;
+      record.shape = {t.flat_numel};
+    }
+    Piece piece = writer.append(t.tensor);
+    piece.file = fs::path(path).filename().string();
+    piece.offset = t.kind == StateKind::kSharded ? t.offset : 0;
+    if (t.kind == StateKind::kPerRank) piece.shape = record.shape;
+    record.pieces.push_back(std::move(piece));
+    records.push_back(std::move(record));
+  }
+  *payload = writer.finish();
+  return records;
+}
+
+// Phase 3 on rank 0: rename the finished directory into place, then point `latest` at it.
+void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int keep_last) {
+  const fs::path old = root / ("." + final_dir.filename().string() + ".old");
+  fs::remove_all(old);
+  if (fs::exists(final_dir)) fs::rename(final_dir, old);  // saving a step again replaces it
+  fs::rename(tmp, final_dir);
+  sync_directory(root.string());
+  write_file_atomically((root / "latest").string(), final_dir.filename().string() + "\n");
+  sync_directory(root.string());
+  fs::remove_all(old);
+  if (keep_last <= 0) return;
+  const auto saved_step = parse_step_dir(final_dir.filename().string());
+  int kept = 0;
+  for (const auto& [step, path] : step_directories(root.string())) {
+    // Later steps belong to a future abandoned by resuming from an older checkpoint.
+    const bool keep = step <= *saved_step && kept < keep_last;
+    if (keep) ++kept;
+    else fs::remove_all(path);
+  }
+}
+
+}  // namespace
+}  // namespace detail::ckpt
+
+std::string save_checkpoint(const std::string& dir, CheckpointState& state, const SaveOptions& options) {
+  using namespace detail::ckpt;
+  Group group(options.comm());
+  const fs::path root(dir);
+  const fs::path final_dir = root / step_dir_name(state.step());
+  const fs::path tmp = root / ("." + step_dir_name(state.step()) + ".tmp");
+  const std::string what = "save_checkpoint(" + final_dir.string() + ")";
+
+  // (1) Rank 0 makes a fresh temporary directory; leftovers of crashed saves are removed.
+  check_statuses(group.allgather(group.rank() != 0 ? "" : status_of([&] {
+    fs::create_directories(root);
+    for (const auto& item : fs::directory_iterator(root)) {
+      const std::string name = item.path().filename().string();
+      if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") fs::remove_all(item);
+    }
+    fs::create_directory(tmp);
+  })), group.rank(), what);
+
+  // (2) Every rank writes its shard.
+  std::vector<Collected> tensors;
+  std::map<std::string, StateValues> values;
+  std::vector<TensorRecord> records;
+  int64_t payload = 0;
+  const std::string shard = shard_file_name(group.rank(), group.size());
+  std::string status = status_of([&] {
+    for (const auto& entry : entries_with_rng(state)) {
+      for (StateTensor& t : entry.stateful->state_tensors()) tensors.push_back({entry.name + "/" + t.name, t});
+      values[entry.name] = entry.stateful->state_values();
+    }
+    std::set<std::string> names;
+    for (const Collected& c : tensors) {
+      COHORT_CHECK(names.insert(c.name).second, "two tensors are named '", c.name, "'");
+    }
+    records = write_shard((tmp / shard).string(), tensors, group.rank(), group.size(), &payload);
+  });
+  maybe_die_for_test(group.rank(), state.step());
+  const auto gathered = group.allgather(status.empty() ? "ok" + records_to_json(records) : "error" + status);
+  std::vector<std::string> statuses;
+  for (const std::string& g : gathered) statuses.push_back(g.rfind("ok", 0) == 0 ? "" : g.substr(5));
+  if (group.rank() == 0 && !status_of([&] { check_statuses(statuses, 0, what); }).empty()) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+  }
+  check_statuses(statuses, group.rank(), what);
+
+  // (3) Rank 0 writes the manifest and commits; the others wait for its word.
+  check_statuses(group.allgather(group.rank() != 0 ? "" : status_of([&] {
+    Manifest manifest;
+    manifest.library_version = COHORT_VERSION;
+    manifest.step = state.step();
+    manifest.world_size = group.size();
+    manifest.created = utc_now();
+    std::vector<std::vector<TensorRecord>> per_rank;
+    for (int r = 0; r < group.size(); ++r) {
+      per_rank.push_back(records_from_json(gathered[r].substr(2)));
+      int64_t bytes = 0;
+      for (const auto& record : per_rank.back()) {
+        for (const auto& piece : record.pieces) bytes += piece.nbytes;
+      }
+      manifest.files.push_back({shard_file_name(r, group.size()), r, bytes});
+    }
+    manifest.tensors = merge_records(per_rank);
+    manifest.values = values;
+    for (const auto& [entry, numbers] : values) {
+      if (numbers.count("zero_stage")) manifest.zero_stage = static_cast<int>(numbers.at("zero_stage"));
+    }
+    manifest.user = state.user_values();
+    write_file_atomically((tmp / "manifest.json").string(), manifest_to_json(manifest));
+    sync_directory(tmp.string());
+    commit(root, tmp, final_dir, options.keep_last());
+  })), group.rank(), what);
+  COHORT_INFO("saved checkpoint ", final_dir.string());
+  return final_dir.string();
+}
+
+}  // namespace cohort

@@ -1,0 +1,149 @@
+// Shard files (see shard_file.h): POSIX write/pread so short writes, fsync and errno are handled
+// explicitly; CRC32 from zlib.
+#include "checkpoint/shard_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "cohort/error.h"
+
+namespace cohort::detail::ckpt {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'O', 'H', 'O', 'R', 'T', 'S', '1'};
+constexpr uint32_t kShardVersion = 1;
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t rank;
+  uint32_t world_size;
+  uint32_t reserved;
+  int64_t payload_bytes;
+};
+static_assert(sizeof(Header) == kShardHeaderBytes, "shard header is 32 bytes");
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+uint32_t crc32_update(uint32_t crc, const void* data, int64_t bytes) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {  // zlib takes uInt lengths
+    const uInt chunk = static_cast<uInt>(std::min<int64_t>(bytes, 1 << 30));
+    crc = static_cast<uint32_t>(::crc32(crc, p, chunk));
+    p += chunk;
+    bytes -= chunk;
+  }
+  return crc;
+}
+
+ShardWriter::ShardWriter(std::string path, int rank, int world_size)
+    : path_(std::move(path)), rank_(rank), world_size_(world_size) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  COHORT_CHECK(fd_ >= 0, "cannot create ", path_, ": ", errno_text());
+  const Header placeholder{};
+  write(&placeholder, sizeof placeholder);
+}
+
+ShardWriter::~ShardWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ShardWriter::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    COHORT_CHECK(n > 0, "cannot write ", path_, ": ", errno_text());
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+Piece ShardWriter::append(const torch::Tensor& tensor) {
+  const torch::Tensor bytes = tensor.detach().to(torch::kCPU).contiguous();
+  Piece piece;
+  piece.rank = rank_;
+  piece.byte_offset = payload_;
+  piece.nbytes = static_cast<int64_t>(bytes.nbytes());
+  piece.numel = bytes.numel();
+  piece.crc32 = crc32_update(0, bytes.data_ptr(), piece.nbytes);
+  write(bytes.data_ptr(), bytes.nbytes());
+  payload_ += piece.nbytes;
+  return piece;
+}
+
+int64_t ShardWriter::finish() {
+  Header header{};
+  std::memcpy(header.magic, kMagic, sizeof kMagic);
+  header.version = kShardVersion;
+  header.rank = static_cast<uint32_t>(rank_);
+  header.world_size = static_cast<uint32_t>(world_size_);
+  header.payload_bytes = payload_;
+  COHORT_CHECK(::pwrite(fd_, &header, sizeof header, 0) == sizeof header, "cannot write ", path_,
+               ": ", errno_text());
+  COHORT_CHECK(::fsync(fd_) == 0, "cannot flush ", path_, " to disk: ", errno_text());
+  ::close(fd_);
+  fd_ = -1;
+  return payload_;
+}
+
+ShardReader::ShardReader(std::string path, int rank, int world_size, int64_t payload_bytes)
+    : path_(std::move(path)), payload_(payload_bytes) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  COHORT_CHECK(fd_ >= 0, "shard file ", path_, " cannot be opened: ", errno_text());
+  struct stat info {};
+  COHORT_CHECK(::fstat(fd_, &info) == 0, "cannot stat ", path_, ": ", errno_text());
+  const int64_t expected = kShardHeaderBytes + payload_bytes;
+  COHORT_CHECK(info.st_size >= expected, "shard file ", path_, " is truncated: ", info.st_size,
+               " bytes, the manifest expects ", expected);
+  COHORT_CHECK(info.st_size == expected, "shard file ", path_, " has ", info.st_size,
+               " bytes, the manifest expects ", expected);
+  Header header{};
+  COHORT_CHECK(::pread(fd_, &header, sizeof header, 0) == sizeof header, "cannot read ", path_);
+  COHORT_CHECK(std::memcmp(header.magic, kMagic, sizeof kMagic) == 0, "shard file ", path_,
+               " is not a cohort shard (bad magic number)");
+  COHORT_CHECK(header.rank == static_cast<uint32_t>(rank) &&
+                   header.world_size == static_cast<uint32_t>(world_size) &&
+                   header.payload_bytes == payload_bytes,
+               "shard file ", path_, " belongs to another checkpoint: its header says rank ",
+               header.rank, " of ", header.world_size, " with ", header.payload_bytes,
+               " payload bytes, the manifest expects rank ", rank, " of ", world_size, " with ",
+               payload_bytes);
+}
+
+ShardReader::~ShardReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ShardReader::read_bytes(int64_t byte_offset, int64_t nbytes, void* out) {
+  COHORT_CHECK(byte_offset >= 0 && byte_offset + nbytes <= payload_, "shard file ", path_,
+               ": bytes [", byte_offset, ", ", byte_offset + nbytes, ") lie outside its ", payload_,
+               "-byte payload");
+  char* p = static_cast<char*>(out);
+  int64_t at = kShardHeaderBytes + byte_offset;
+  while (nbytes > 0) {
+    const ssize_t n = ::pread(fd_, p, static_cast<size_t>(nbytes), at);
+    if (n < 0 && errno == EINTR) continue;
+    COHORT_CHECK(n > 0, "shard file ", path_, " is truncated or unreadable at byte ", at);
+    p += n;
+    at += n;
+    nbytes -= n;
+  }
+}
+
+void ShardReader::read_piece(const Piece& piece, void* out, const std::string& what) {
+  read_bytes(piece.byte_offset, piece.nbytes, out);
+  const uint32_t crc = crc32_update(0, out, piece.nbytes);
+  COHORT_CHECK(crc == piece.crc32, "checksum mismatch in ", path_, " for ", what, " (bytes ",
+               piece.byte_offset, "..", piece.byte_offset + piece.nbytes, "): crc32 ", crc,
+               ", the manifest says ", piece.crc32);
+}
+
+}  // namespace cohort::detail::ckpt

@@ -1,0 +1,40 @@
+// Reading a checkpoint for this rank without touching the live state: every tensor this rank asks
+// for is read (whole, or its range of a sharded flat tensor, cut from the saved slices), its CRC32
+// checked, and kept in a staging tensor. Only when every rank staged everything does load commit.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "cohort/checkpoint.h"
+#include "cohort/error.h"
+
+namespace cohort::detail::ckpt {
+
+/// The checkpoint is readable but holds another model's (or another setup's) state: falling back
+/// to an older checkpoint of the same run would not help.
+class MismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct Wanted {
+  std::string name;  ///< "<entry>/<tensor>"
+  StateTensor tensor;
+  bool optional = false;
+};
+
+struct Staged {
+  Manifest manifest;
+  std::map<std::string, torch::Tensor> tensors;  ///< by Wanted::name
+};
+
+/// Stages `wanted` from the step directory `path` for `rank`. `entries` are the names the loading
+/// state registered (anything else in the checkpoint is a mismatch). Throws MismatchError or Error.
+Staged stage_checkpoint(const std::string& path, const std::vector<Wanted>& wanted,
+                        const std::vector<std::string>& entries, int rank);
+
+}  // namespace cohort::detail::ckpt

@@ -1,0 +1,301 @@
+// save_checkpoint/load_checkpoint in one process (a world of one): what is saved comes back
+// bit for bit (model, optimizers, scheduler, sampler position, step, RNG, user values), saves are
+// atomic, and bad input (missing directory, truncated shard, checksum mismatch, damaged manifest,
+// another model's checkpoint) is one clear error, with fallback to the previous good checkpoint.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdlib.h>
+
+#include "cohort/checkpoint.h"
+#include "support/errors.h"
+#include "support/small_models.h"
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using cohort::testing::error_of;
+using cohort::testing::Cnn;
+using cohort::testing::Mlp;
+
+namespace {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char name[] = "/tmp/checkpoint_test_XXXXXX";
+    path = ::mkdtemp(name);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+template <typename Optimizer>
+void train(Mlp& model, Optimizer& opt, int steps, int seed = 3) {
+  torch::manual_seed(seed);
+  for (int i = 0; i < steps; ++i) {
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(model->forward(torch::randn({8, 20})),
+                                         torch::randint(0, 5, {8}, torch::kLong))
+        .backward();
+    opt.step();
+  }
+}
+
+void expect_equal(torch::nn::Module& a, torch::nn::Module& b) {
+  auto pa = a.parameters(), pb = b.parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << i;
+}
+
+// Saves `model` after 3 steps of Adam into dir as step `step`.
+void save_trained(const std::string& dir, int64_t step) {
+  torch::manual_seed(1);
+  Mlp model;
+  torch::optim::Adam opt(model->parameters(), 1e-2);
+  train(model, opt, 3);
+  cohort::CheckpointState state;
+  state.add("model", *model).add("optimizer", opt).set_step(step);
+  cohort::save_checkpoint(dir, state);
+}
+
+std::string shard0(const std::string& step_dir) { return step_dir + "/shard-00000-of-00001.bin"; }
+
+}  // namespace
+
+TEST(Checkpoint, RoundTripResumesBitForBit) {
+  TempDir dir;
+  torch::manual_seed(1);
+  Mlp model;
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-2).amsgrad(true));
+  torch::optim::StepLR scheduler(opt, 2, 0.5);
+  cohort::DistributedSampler sampler(100, cohort::SamplerOptions().num_replicas(1).rank(0));
+  train(model, opt, 3);
+  scheduler.step();
+  scheduler.step();
+  scheduler.step();
+  sampler.set_epoch(4);
+  int64_t samples = 48;
+  cohort::CheckpointState state;
+  state.add("model", *model).add("optimizer", opt).add("scheduler", scheduler);
+  state.add("sampler", sampler, samples).set_step(3).set("run", "alpha");
+  torch::manual_seed(99);
+  EXPECT_EQ(cohort::save_checkpoint(dir.path, state), dir.path + "/step-3");
+  const torch::Tensor next_random = torch::rand({4});  // what the RNG gives after the save
+
+  torch::manual_seed(2);  // other weights, fresh optimizer without state, other RNG
+  Mlp resumed;
+  torch::optim::Adam resumed_opt(resumed->parameters(), torch::optim::AdamOptions(1).amsgrad(true));
+  torch::optim::StepLR resumed_scheduler(resumed_opt, 2, 0.5);
+  cohort::DistributedSampler resumed_sampler(100, cohort::SamplerOptions().num_replicas(1).rank(0));
+  int64_t resumed_samples = 0;
+  cohort::CheckpointState loaded;
+  loaded.add("model", *resumed).add("optimizer", resumed_opt).add("scheduler", resumed_scheduler);
+  loaded.add("sampler", resumed_sampler, resumed_samples);
+  const auto info = cohort::load_checkpoint(dir.path, loaded);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->path, dir.path + "/step-3");
+  EXPECT_EQ(info->step, 3);
+  EXPECT_EQ(info->world_size, 1);
+  EXPECT_TRUE(info->skipped.empty());
+  EXPECT_EQ(loaded.step(), 3);
+  EXPECT_EQ(loaded.get("run"), "alpha");
+  EXPECT_EQ(resumed_sampler.epoch(), 4);
+  EXPECT_EQ(resumed_samples, 48);
+  EXPECT_TRUE(torch::equal(torch::rand({4}), next_random));
+  EXPECT_EQ(resumed_opt.param_groups()[0].options().get_lr(), opt.param_groups()[0].options().get_lr());
+  expect_equal(*model, *resumed);
+  // The same next steps give the same weights: optimizer moments, step counts and lr all came back.
+  train(model, opt, 2, 7);
+  train(resumed, resumed_opt, 2, 7);
+  scheduler.step();
+  resumed_scheduler.step();
+  EXPECT_EQ(resumed_opt.param_groups()[0].options().get_lr(), opt.param_groups()[0].options().get_lr());
+  expect_equal(*model, *resumed);
+}
+
+TEST(Checkpoint, OptimizersWithoutStateAndSgdMomentum) {
+  TempDir dir;
+  torch::manual_seed(1);
+  Mlp model;
+  torch::optim::SGD never_stepped(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+  cohort::CheckpointState state;
+  state.add("model", *model).add("optimizer", never_stepped);
+  cohort::save_checkpoint(dir.path, state);
+  torch::optim::SGD fresh(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9).dampening(0.5));
+  cohort::CheckpointState loaded;
+  loaded.add("model", *model).add("optimizer", fresh);
+  ASSERT_TRUE(cohort::load_checkpoint(dir.path, loaded));
+  EXPECT_TRUE(fresh.state().empty());  // the momentum buffers made for loading are gone again
+
+  torch::optim::SGD stepped(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  train(model, stepped, 2);
+  cohort::CheckpointState with_state;
+  with_state.add("model", *model).add("optimizer", stepped).set_step(2);
+  cohort::save_checkpoint(dir.path, with_state);
+  torch::manual_seed(5);
+  Mlp other;
+  torch::optim::SGD other_opt(other->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  cohort::CheckpointState into;
+  into.add("model", *other).add("optimizer", other_opt);
+  ASSERT_TRUE(cohort::load_checkpoint(dir.path, into));
+  EXPECT_EQ(other_opt.state().size(), model->parameters().size());
+  train(model, stepped, 1, 8);
+  train(other, other_opt, 1, 8);
+  expect_equal(*model, *other);
+}
+
+TEST(Checkpoint, NoCheckpointIsNothingOrAnError) {
+  TempDir dir;
+  Mlp model;
+  cohort::CheckpointState state;
+  state.add("model", *model);
+  EXPECT_FALSE(cohort::load_checkpoint(dir.path + "/missing", state));
+  EXPECT_FALSE(cohort::load_checkpoint(dir.path, state));  // exists, empty
+  EXPECT_EQ(error_of([&] {
+              cohort::load_checkpoint(dir.path + "/missing", state, cohort::LoadOptions().must_exist(true));
+            }),
+            "checkpoint directory " + dir.path + "/missing does not exist");
+  EXPECT_EQ(error_of([&] {
+              cohort::load_checkpoint(dir.path, state, cohort::LoadOptions().must_exist(true));
+            }),
+            "checkpoint directory " + dir.path + " holds no checkpoint (no 'latest', no step-<n>)");
+}
+
+TEST(Checkpoint, CrashedSaveLeavesPreviousCheckpoint) {
+  TempDir dir;
+  save_trained(dir.path, 20);
+  // What a save killed half way leaves: a temporary directory with part of a shard, no manifest.
+  fs::create_directory(dir.path + "/.step-30.tmp");
+  std::ofstream(shard0(dir.path + "/.step-30.tmp")) << "partial";
+  Mlp model;
+  cohort::CheckpointState state;
+  torch::optim::Adam opt(model->parameters());
+  state.add("model", *model).add("optimizer", opt);
+  const auto info = cohort::load_checkpoint(dir.path, state);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->step, 20);
+  EXPECT_TRUE(info->skipped.empty());
+  // The next save removes the leftover.
+  cohort::save_checkpoint(dir.path, state.set_step(30));
+  EXPECT_FALSE(fs::exists(dir.path + "/.step-30.tmp"));
+  EXPECT_TRUE(fs::exists(dir.path + "/step-30/manifest.json"));
+}
+
+TEST(Checkpoint, KeepsTheNewestAndDropsAbandonedFutures) {
+  TempDir dir;
+  for (int step : {10, 20, 30, 40}) save_trained(dir.path, step);
+  EXPECT_FALSE(fs::exists(dir.path + "/step-10"));
+  EXPECT_TRUE(fs::exists(dir.path + "/step-20"));
+  save_trained(dir.path, 25);  // resumed from an older one: 30 and 40 are an abandoned future
+  EXPECT_FALSE(fs::exists(dir.path + "/step-30"));
+  EXPECT_FALSE(fs::exists(dir.path + "/step-40"));
+  EXPECT_TRUE(fs::exists(dir.path + "/step-20"));
+  std::ifstream latest(dir.path + "/latest");
+  std::string name;
+  std::getline(latest, name);
+  EXPECT_EQ(name, "step-25");
+}
+
+TEST(Checkpoint, TruncatedShardFallsBackWithAWarning) {
+  TempDir dir;
+  save_trained(dir.path, 10);
+  save_trained(dir.path, 20);
+  const std::string shard = shard0(dir.path + "/step-20");
+  const auto size = fs::file_size(shard);
+  fs::resize_file(shard, size - 100);
+  Mlp model;
+  torch::optim::Adam opt(model->parameters());
+  cohort::CheckpointState state;
+  state.add("model", *model).add("optimizer", opt);
+  const std::string reason = "shard file " + shard + " is truncated: " + std::to_string(size - 100) +
+                             " bytes, the manifest expects " + std::to_string(size);
+  ::testing::internal::CaptureStderr();
+  const auto info = cohort::load_checkpoint(dir.path, state);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->step, 10);
+  EXPECT_EQ(info->skipped, std::vector<std::string>{dir.path + "/step-20: " + reason});
+  EXPECT_THAT(log, HasSubstr("warning: checkpoint " + dir.path + "/step-20 is unusable (" + reason +
+                             "); falling back to " + dir.path + "/step-10"));
+  // The step directory named explicitly: no fallback, the reason itself.
+  EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path + "/step-20", state); }), reason);
+  EXPECT_EQ(error_of([&] {
+              cohort::load_checkpoint(dir.path, state, cohort::LoadOptions().fallback(false));
+            }),
+            reason);
+}
+
+TEST(Checkpoint, ChecksumMismatchNamesFileAndTensor) {
+  TempDir dir;
+  save_trained(dir.path, 10);
+  const std::string shard = shard0(dir.path + "/step-10");
+  {
+    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(32 + 4);  // inside the first tensor written
+    file.put('\x7f');
+  }
+  Mlp model;
+  torch::optim::Adam opt(model->parameters());
+  cohort::CheckpointState state;
+  state.add("model", *model).add("optimizer", opt);
+  const std::string message = error_of([&] { cohort::load_checkpoint(dir.path, state); });
+  EXPECT_THAT(message, ::testing::StartsWith("checksum mismatch in " + shard + " for tensor '"));
+  EXPECT_THAT(message, HasSubstr("the manifest says"));
+}
+
+TEST(Checkpoint, DamagedManifestFallsBack) {
+  TempDir dir;
+  save_trained(dir.path, 10);
+  save_trained(dir.path, 20);
+  fs::resize_file(dir.path + "/step-20/manifest.json", 100);
+  Mlp model;
+  torch::optim::Adam opt(model->parameters());
+  cohort::CheckpointState state;
+  state.add("model", *model).add("optimizer", opt);
+  const auto info = cohort::load_checkpoint(dir.path, state);
+  ASSERT_TRUE(info);
+  EXPECT_EQ(info->step, 10);
+  EXPECT_THAT(info->skipped.at(0),
+              HasSubstr(dir.path + "/step-20/manifest.json is not valid JSON (truncated or damaged)"));
+  fs::remove(dir.path + "/step-10/manifest.json");
+  EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path, state); }).rfind("no usable checkpoint in " + dir.path + ": ", 0), 0u);
+}
+
+TEST(Checkpoint, AnotherModelIsAnErrorWithoutFallback) {
+  TempDir dir;
+  save_trained(dir.path, 10);
+  save_trained(dir.path, 20);
+  Cnn cnn;
+  torch::optim::Adam opt(cnn->parameters());
+  cohort::CheckpointState state;
+  state.add("model", *cnn).add("optimizer", opt);
+  EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path, state); }),
+            "checkpoint " + dir.path + "/step-20 does not match this state: it has no tensor "
+            "'model/conv.weight' (saved from another model?)");
+  torch::nn::Linear wider(20, 33);
+  cohort::CheckpointState shapes;
+  Mlp mlp;
+  mlp->fc1 = mlp->replace_module("fc1", wider);
+  shapes.add("model", *mlp).rng(false);
+  torch::optim::Adam mlp_opt(mlp->parameters());
+  shapes.add("optimizer", mlp_opt);
+  EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path, shapes); }),
+            "checkpoint " + dir.path + "/step-20 does not match this state: tensor 'model/fc1.weight' "
+            "has shape [32, 20] in the checkpoint, [33, 20] here");
+  cohort::CheckpointState missing;
+  missing.add("model", *mlp);
+  EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path, missing); }),
+            "checkpoint " + dir.path + "/step-20 does not match this state: it holds 'optimizer', "
+            "which this state does not add");
+}
+
+TEST(Checkpoint, StateNamesAreChecked) {
+  Mlp model;
+  cohort::CheckpointState state;
+  state.add("model", *model);
+  EXPECT_EQ(error_of([&] { state.add("model", *model); }), "CheckpointState::add: the name 'model' is used twice");
+  EXPECT_EQ(error_of([&] { state.add("a/b", *model); }),
+            "CheckpointState::add: the name 'a/b' is empty, contains '/' or is the reserved name 'rng'");
+}
