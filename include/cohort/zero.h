@@ -72,7 +72,8 @@ class ZeroEngineCore : public Stateful {
   double loss_scale() const;
   /// The learning rate the next optimizer step uses.
   double lr() const;
-  /// The global gradient norm of the last boundary step, before clipping (after unscaling).
+  /// The global gradient norm of the last boundary step, before clipping (after unscaling); computed
+  /// only when gradient_clipping is set (it costs a pass over the gradients and an allreduce), else 0.
   double last_gradient_norm() const;
   /// The dtype forward runs in: float32, bfloat16 or float16.
   torch::Dtype compute_dtype() const;

@@ -172,11 +172,11 @@ void ZeroEngineImpl::on_gradient_ready(int64_t index) {
     size_t k = size_t(std::find(layout.params.begin(), layout.params.end(), index) - layout.params.begin());
     auto view = alias(group.flat_grad, layout.offsets[k], param.sizes());
     auto& grad = param.mutable_grad();
-    if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
-    torch::NoGradGuard no_grad;
-    view.copy_(grad);
-    grad = view;
-    return;
+    if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
+      torch::NoGradGuard no_grad;
+      view.copy_(grad);
+      grad = view;
+    }
   }
   if (!in_backward_) return;  // a backward not started by engine.backward(): nothing to reduce
   COHORT_CHECK(!ready_[size_t(index)], "ZeRO engine: parameter '", names_[size_t(index)],
@@ -188,8 +188,9 @@ void ZeroEngineImpl::on_gradient_ready(int64_t index) {
 void ZeroEngineImpl::backward(const torch::Tensor& loss) {
   COHORT_CHECK(loss.defined() && loss.numel() == 1, "engine.backward: the loss must be a single value, got ",
                loss.defined() ? loss.sizes() : c10::IntArrayRef{});
-  const bool boundary = at_boundary();
-  if (stage_ >= 2) {
+  // Stage 2/3 reduce every backward; stage 0/1 only at the boundary (until then gradients
+  // accumulate in flat_grad). Either way a group is reduced as soon as its gradients are ready.
+  if (stage_ >= 2 || at_boundary()) {
     std::fill(ready_.begin(), ready_.end(), 0);
     for (auto& group : groups_) {
       group.pending = int(group.layout.params.size());
@@ -208,11 +209,7 @@ void ZeroEngineImpl::backward(const torch::Tensor& loss) {
   torch::Tensor scaled = loss.to(torch::kFloat);
   if (factor != 1.0) scaled = scaled * factor;
   scaled.backward();
-  if (stage_ >= 2) {
-    finish_reduces();
-  } else if (boundary) {
-    reduce_whole_gradients();
-  }
+  if (in_backward_) finish_reduces();
 }
 
 void ZeroEngineImpl::launch_ready_reduces() {
@@ -229,6 +226,22 @@ void ZeroEngineImpl::launch_ready_reduces() {
 void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   const auto& layout = group.layout;
   torch::NoGradGuard no_grad;
+  group.launched = true;
+  if (stage_ <= 1) {  // the gradients are already flat; stage 0 allreduces, stage 1 reduce-scatters
+    if (world_ == 1) {
+      if (stage_ == 1) group.shard_grad = group.flat_grad;
+      return;
+    }
+    group.flat_grad.mul_(1.0 / world_);
+    if (stage_ == 0) {
+      group.reduce_work = comm_->allreduce_async(group.flat_grad, ReduceOp::kSum);
+    } else {
+      group.shard_grad = torch::empty({layout.shard}, group.flat_grad.options());
+      group.reduce_work = comm_->reduce_scatter_async(group.shard_grad, group.flat_grad, ReduceOp::kSum);
+    }
+    if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
+    return;
+  }
   group.reduce_input = torch::zeros({layout.padded}, group.shard_grad.options());
   for (size_t k = 0; k < layout.params.size(); ++k) {
     auto& param = params_[size_t(layout.params[k])];
@@ -240,7 +253,6 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   if (world_ > 1) group.reduce_input.mul_(1.0 / world_);
   group.reduce_output = torch::empty({layout.shard}, group.shard_grad.options());
   group.reduce_work = comm_->reduce_scatter_async(group.reduce_output, group.reduce_input, ReduceOp::kSum);
-  group.launched = true;
   if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
   if (stage_ == 3) release(int64_t(&group - groups_.data()));
 }
@@ -252,30 +264,12 @@ void ZeroEngineImpl::finish_reduces() {
   torch::NoGradGuard no_grad;
   for (auto& group : groups_) {
     group.reduce_work.wait();
-    group.shard_grad.add_(group.reduce_output);
+    if (stage_ >= 2) group.shard_grad.add_(group.reduce_output);
     group.reduce_input = group.reduce_output = torch::Tensor();
     group.reduce_work = Work();
   }
   if (stage_ == 3)
     for (size_t g = 0; g < groups_.size(); ++g) release(int64_t(g));
-}
-
-void ZeroEngineImpl::reduce_whole_gradients() {
-  torch::NoGradGuard no_grad;
-  std::vector<Work> works;
-  for (auto& group : groups_) {
-    if (world_ == 1) continue;
-    group.flat_grad.mul_(1.0 / world_);
-    if (stage_ == 0) {
-      works.push_back(comm_->allreduce_async(group.flat_grad, ReduceOp::kSum));
-    } else {
-      group.shard_grad = torch::empty({group.layout.shard}, group.flat_grad.options());
-      works.push_back(comm_->reduce_scatter_async(group.shard_grad, group.flat_grad, ReduceOp::kSum));
-    }
-  }
-  for (auto& work : works) work.wait();
-  if (stage_ == 1 && world_ == 1)
-    for (auto& group : groups_) group.shard_grad = group.flat_grad;
 }
 
 torch::Tensor ZeroEngineImpl::to_compute(const torch::Tensor& t) const {

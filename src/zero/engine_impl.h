@@ -39,12 +39,13 @@ struct FlatGroup {
   torch::Tensor flat;        // compute dtype: [padded] (stage 0-2, parameters alias it), [shard] (stage 3)
   torch::Tensor master;      // fp32 optimizer parameter: [shard], or [padded] at stage 0
   torch::Tensor flat_grad;   // stage 0/1: [padded] compute dtype, the parameters' .grad alias it
-  torch::Tensor shard_grad;  // stage 2/3: [shard] compute dtype, accumulated over micro-steps
+  torch::Tensor shard_grad;  // stage 2/3: [shard] compute dtype, accumulated over micro-steps;
+                             // stage 1: the reduced shard, from the boundary backward to its step
   // stage 3: the gathered whole parameters while a unit runs
   enum class Presence { kFreed, kGathering, kGathered } presence = Presence::kFreed;
   torch::Tensor gathered;
   Work gather_work;
-  // stage 2/3, per backward
+  // per backward that reduces (stage 2/3 always, stage 0/1 at the boundary)
   int pending = 0;
   bool launched = false;
   torch::Tensor reduce_input, reduce_output;
@@ -96,7 +97,6 @@ class ZeroEngineImpl {
   void launch_ready_reduces();
   void launch_reduce(FlatGroup& group);
   void finish_reduces();
-  void reduce_whole_gradients();  // stage 0/1 at the boundary
   torch::Tensor gradient_of(const FlatGroup& group);  // the group's reduced gradient for the optimizer
   void write_back_and_gather();
   void zero_gradients();

@@ -51,9 +51,9 @@ void ZeroEngineImpl::step() {
       return;
     }
   }
-  last_norm_ = std::sqrt(global_norm_squared());
   const double max_norm = config_.gradient_clipping();
   if (max_norm > 0) {
+    last_norm_ = std::sqrt(global_norm_squared());
     // torch.nn.utils.clip_grad_norm_'s rule, over the whole model's gradient.
     const double coefficient = max_norm / (last_norm_ + 1e-6);
     if (coefficient < 1.0)
@@ -82,7 +82,7 @@ double ZeroEngineImpl::global_norm_squared() {
   torch::Tensor total = torch::zeros({1}, torch::kDouble);
   for (const auto& group : groups_) {
     const auto& g = group.master.grad();
-    if (g.numel() > 0) total += g.to(torch::kDouble).pow(2).sum().cpu();
+    if (g.numel() > 0) total += g.norm().to(torch::kDouble).pow(2).cpu();
   }
   // Stage 0 holds the whole gradient on every rank; the others hold disjoint shards (padding is 0).
   if (stage_ > 0 && world_ > 1) comm_->allreduce(total, ReduceOp::kSum);
