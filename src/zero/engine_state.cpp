@@ -85,7 +85,7 @@ std::vector<StateTensor> ZeroEngineImpl::state_tensors() {
 
 StateValues ZeroEngineImpl::state_values() const {
   StateValues values;
-  values["zero.stage"] = stage_;
+  values["zero_stage"] = stage_;
   values["zero.global_steps"] = double(global_steps_);
   values["zero.skipped_steps"] = double(skipped_steps_);
   values["zero.micro_steps"] = double(micro_steps_);
@@ -100,7 +100,7 @@ void ZeroEngineImpl::load_state_values(const StateValues& values) {
     auto it = values.find(key);
     return it == values.end() ? fallback : it->second;
   };
-  const int saved_stage = int(get("zero.stage", stage_));
+  const int saved_stage = int(get("zero_stage", stage_));
   COHORT_CHECK(saved_stage == stage_, "ZeRO engine: the checkpoint was saved at stage ", saved_stage,
                " but this engine runs stage ", stage_);
   global_steps_ = int64_t(get("zero.global_steps", 0));
