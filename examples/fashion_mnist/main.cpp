@@ -59,6 +59,16 @@ int main(int argc, char** argv) {
          "Progress bar: auto (in place on a terminal, else a line every ~10%), bar, lines, off")
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
+  app.add_option("--checkpoint-dir", config.checkpoint_dir,
+                 "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
+  app.add_option("--checkpoint-every", config.checkpoint_every,
+                 "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir")
+      ->check(kNonNegative)
+      ->capture_default_str();
+  app.add_option("--resume", config.resume,
+                 "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
+                 "never: start from scratch; or a checkpoint directory to load")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 
 #include <cohort/comm.h>
 #include <cohort/ddp.h>
+#include <cohort/error.h>
 #include <cohort/sampler.h>
 #include <cohort/world.h>
 #include <sched.h>
@@ -18,6 +19,7 @@
 #include <limits>
 #include <thread>
 
+#include "checkpointing.h"
 #include "digest.h"
 #include "model.h"
 #include "progress.h"
@@ -78,14 +80,17 @@ class Job {
         train_sampler_(train_.images.size(0),
                        cohort::SamplerOptions().shuffle(true).seed(config.seed)),
         test_sampler_(test_.images.size(0),
-                      cohort::SamplerOptions().shuffle(false).exact_split(true)) {}
+                      cohort::SamplerOptions().shuffle(false).exact_split(true)),
+        checkpointing_(config, checkpoint_state()) {}
 
   void run();
 
  private:
-  Totals train_epoch(ProgressBar& bar, int64_t max_steps);
+  Totals train_epoch(ProgressBar& bar, int64_t max_steps, int64_t skip);
   Totals evaluate();
   void print_header() const;
+  cohort::CheckpointState checkpoint_state();
+  int64_t global_batch() const { return config_.batch_size * world_.size(); }
 
   TrainConfig config_;
   cohort::World world_;
@@ -95,13 +100,30 @@ class Job {
   cohort::DistributedDataParallel<NetImpl> ddp_;
   torch::optim::Adam optimizer_;
   cohort::DistributedSampler train_sampler_, test_sampler_;
+  int64_t step_ = 0;              // optimizer steps in all, over every resume
+  int64_t samples_in_epoch_ = 0;  // of the current epoch, over all ranks: steps in it * global batch
+  Checkpointing checkpointing_;
 };
 
-Totals Job::train_epoch(ProgressBar& bar, int64_t max_steps) {
+// What a resume needs. The global batch is kept too: the position in an epoch counts global
+// batches, which are the same samples at any world size only when the global batch is the same.
+cohort::CheckpointState Job::checkpoint_state() {
+  cohort::CheckpointState state;
+  state.add("model", *net_).add("optimizer", optimizer_);
+  state.add("sampler", train_sampler_, samples_in_epoch_);
+  state.set("global_batch", std::to_string(global_batch()));
+  return state;
+}
+
+// Trains from batch `skip` of this epoch on (the batches before it were trained before a resume),
+// saving checkpoints on the way.
+Totals Job::train_epoch(ProgressBar& bar, int64_t max_steps, int64_t skip) {
   Totals totals;
   ddp_->train();
-  for (const torch::Tensor& batch : train_sampler_.batch_tensors(config_.batch_size)) {
+  const std::vector<torch::Tensor> batches = train_sampler_.batch_tensors(config_.batch_size);
+  for (size_t index = static_cast<size_t>(skip); index < batches.size(); ++index) {
     if (totals.steps == max_steps) break;
+    const torch::Tensor& batch = batches[index];
     const torch::Tensor images = train_.images.index_select(0, batch).to(world_.device());
     const torch::Tensor labels = train_.labels.index_select(0, batch).to(world_.device());
     optimizer_.zero_grad();
@@ -111,6 +133,13 @@ Totals Job::train_epoch(ProgressBar& bar, int64_t max_steps) {
     totals.loss_sum += loss.item<double>() * batch.numel();
     totals.samples += batch.numel();
     totals.steps += 1;
+    step_ += 1;
+    samples_in_epoch_ += global_batch();
+    if (index + 1 == batches.size()) {  // a checkpoint taken now resumes at the next epoch
+      train_sampler_.set_epoch(train_sampler_.epoch() + 1);
+      samples_in_epoch_ = 0;
+    }
+    checkpointing_.after_step(step_, false);
     // Ranks step in lockstep with equal batches: all ranks together did world size times as many.
     bar.update(totals.steps, totals.loss_sum / totals.samples, totals.samples * world_.size());
   }
@@ -151,16 +180,26 @@ void Job::run() {
   const ProgressStyle style =
       world_.is_main() ? progress_style_named(config_.progress, stdout) : ProgressStyle::kOff;
   const int64_t steps_per_epoch = train_sampler_.num_batches(config_.batch_size);
+  const std::string resumed = checkpointing_.resume();
+  if (!resumed.empty()) {
+    const std::string saved_batch = checkpointing_.state().get("global_batch");
+    COHORT_CHECK(saved_batch == std::to_string(global_batch()), "the checkpoint was saved with a "
+                 "global batch of ", saved_batch, " samples, this run has ", global_batch(),
+                 " (--batch-size x ranks): keep the global batch to resume");
+    step_ = checkpointing_.state().step();
+    if (world_.is_main()) std::printf("%s\n", resumed.c_str());
+  }
   int64_t steps_left =
-      config_.max_steps > 0 ? config_.max_steps : std::numeric_limits<int64_t>::max();
+      config_.max_steps > 0 ? config_.max_steps - step_ : std::numeric_limits<int64_t>::max();
   const Clock::time_point job_start = Clock::now();
-  for (int epoch = 0; epoch < config_.epochs && steps_left > 0; ++epoch) {
+  for (int64_t epoch = train_sampler_.epoch(); epoch < config_.epochs && steps_left > 0; ++epoch) {
     const Clock::time_point start = Clock::now();
     train_sampler_.set_epoch(epoch);
+    const int64_t skip = samples_in_epoch_ / global_batch();  // trained before the resume
     const std::string label =
         "epoch " + std::to_string(epoch + 1) + "/" + std::to_string(config_.epochs);
-    ProgressBar bar(label, std::min(steps_per_epoch, steps_left), style);
-    const Totals train = train_epoch(bar, steps_left);
+    ProgressBar bar(label, std::min(steps_per_epoch - skip, steps_left), style);
+    const Totals train = train_epoch(bar, steps_left, skip);
     steps_left -= train.steps;
     const double train_seconds = seconds_since(start);
 
@@ -182,8 +221,9 @@ void Job::run() {
       std::fflush(stdout);
     }
   }
+  checkpointing_.after_step(step_, true);  // the final state, unless it was just saved
   if (world_.is_main()) {
-    if (steps_left == 0) {
+    if (steps_left <= 0) {
       std::printf("stopped after %lld steps (--max-steps)\n",
                   static_cast<long long>(config_.max_steps));
     }

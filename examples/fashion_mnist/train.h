@@ -22,6 +22,11 @@ struct TrainConfig {
   /// Rank 0's progress bar: auto (redrawn in place on a terminal, else a line every ~10%), bar,
   /// lines or off. mpirun gives ranks a pseudo-terminal, so its logs want "lines".
   std::string progress = "auto";
+  /// Where checkpoints go ("" = none), every how many steps, and what to resume from: "auto" (the
+  /// latest in checkpoint_dir, if any), "never", or a checkpoint path. See checkpointing.h.
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  std::string resume = "auto";
 };
 
 /// Runs the whole job; rank 0 prints progress, one summary line per epoch and `params-sha256:

@@ -1,0 +1,153 @@
+// End to end: the Fashion-MNIST example under `cohortrun --max-restarts 2` with checkpoints. A
+// worker SIGKILLed mid-epoch, or killed in the middle of a save, makes cohortrun restart the group;
+// the workers resume from the latest good checkpoint (--resume auto) and the run ends with the same
+// params-sha256 as a run never interrupted. The data is a small synthetic set in IDX files so that
+// three epochs take seconds. No timing is asserted: the kill waits for the first checkpoint.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "launch_helpers.h"
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using namespace cohort::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kTrain = 512, kTest = 64;  // 16 steps per epoch at 2 ranks x 16
+
+std::string build_path(const std::string& tail) {
+  const char* dir = std::getenv("COHORT_BUILD_DIR");
+  return std::string(dir ? dir : "build") + tail;
+}
+
+void put_u32(std::ofstream& out, uint32_t v) {
+  const char bytes[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  out.write(bytes, 4);
+}
+
+// Fashion-MNIST's four files, unpacked, with pseudo-random pixels whose mean depends on the label.
+void write_dataset(const std::string& dir) {
+  uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (const auto& [prefix, n] : {std::pair<std::string, int>{"train", kTrain}, {"t10k", kTest}}) {
+    std::ofstream images(dir + "/" + prefix + "-images-idx3-ubyte", std::ios::binary);
+    std::ofstream labels(dir + "/" + prefix + "-labels-idx1-ubyte", std::ios::binary);
+    put_u32(images, 0x803);
+    put_u32(images, n);
+    put_u32(images, 28);
+    put_u32(images, 28);
+    put_u32(labels, 0x801);
+    put_u32(labels, n);
+    for (int i = 0; i < n; ++i) {
+      const int label = static_cast<int>(next() >> 16) % 10;
+      labels.put(static_cast<char>(label));
+      for (int p = 0; p < 28 * 28; ++p) images.put(static_cast<char>((next() >> 24) / 2 + label * 12));
+    }
+  }
+}
+
+struct Job {
+  std::string root = make_temp_dir("checkpoint_e2e_");
+  Job() { write_dataset(root); }
+  ~Job() { remove_tree(root); }
+  std::vector<std::string> argv(const std::vector<std::string>& extra) const {
+    std::vector<std::string> args = {build_path("/tools/cohortrun"), "--standalone",
+                                     "--nproc-per-node", "2", "--max-restarts", "2",
+                                     build_path("/examples/fashion_mnist"), "--data", root,
+                                     "--epochs", "3", "--batch-size", "16", "--threads", "1",
+                                     "--progress", "off"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+};
+
+std::string digest_of(const std::string& out) {
+  const auto at = out.rfind("params-sha256: ");
+  return at == std::string::npos ? "" : out.substr(at + 15, 64);
+}
+
+// Pids of processes whose parent is `parent` and whose environment has RANK=<rank>.
+std::vector<pid_t> workers_of(pid_t parent, int rank) {
+  std::vector<pid_t> out;
+  for (const auto& item : fs::directory_iterator("/proc")) {
+    const std::string name = item.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(item.path() / "stat");
+    std::string all;
+    std::getline(stat, all);
+    const auto close = all.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(all.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    fields >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream environ(item.path() / "environ", std::ios::binary);
+    std::string env((std::istreambuf_iterator<char>(environ)), std::istreambuf_iterator<char>());
+    if (env.find(std::string("RANK=") + std::to_string(rank) + '\0') != std::string::npos &&
+        (env.rfind("RANK=", 0) == 0 || env.find(std::string("\0RANK=", 6)) != std::string::npos)) {
+      out.push_back(std::stoi(name));
+    }
+  }
+  return out;
+}
+
+std::string reference_digest(const Job& job) {
+  static std::string digest;  // the same for every test: compute it once
+  if (digest.empty()) {
+    const ProcResult result = run_process(job.argv({}), clean_env(), 120s);
+    EXPECT_EQ(result.code, 0) << result.describe();
+    digest = digest_of(result.out);
+  }
+  return digest;
+}
+
+}  // namespace
+
+TEST(CheckpointE2E, WorkerKilledMidEpochResumesToTheSameParameters) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  ASSERT_EQ(expected.size(), 64u);
+  const std::string ckpt = job.root + "/ckpt";
+  Proc proc = start_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "5"}), clean_env());
+  // Once the first checkpoint exists, SIGKILL rank 1 (a step multiple of 5 below 48 is never the
+  // last of an epoch of 16 steps, so the resume lands mid-epoch).
+  bool killed = false;
+  for (int i = 0; i < 6000 && !killed; ++i) {
+    if (fs::exists(ckpt + "/latest")) {
+      for (pid_t pid : workers_of(proc.pid, 1)) killed = ::kill(pid, SIGKILL) == 0;
+    }
+    if (!killed) std::this_thread::sleep_for(10ms);
+  }
+  const ProcResult result = finish_process(proc, 180s);
+  ASSERT_TRUE(killed) << result.describe();
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-")) << result.describe();
+  EXPECT_EQ(digest_of(result.out), expected) << result.describe();
+  EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));  // the step count went on, too
+}
+
+TEST(CheckpointE2E, WorkerKilledDuringASaveResumesFromThePreviousCheckpoint) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt";
+  // Rank 1 dies right after writing its shard of step 10, in the first attempt only.
+  const ProcResult result =
+      run_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "5"}),
+                  clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:10"}}), 180s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-5 (step 5, saved by 2 rank(s))"))
+      << result.describe();
+  EXPECT_EQ(digest_of(result.out), expected) << result.describe();
+  EXPECT_FALSE(fs::exists(ckpt + "/.step-10.tmp"));  // the next save of step 10 cleaned it up
+  EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));
+}
