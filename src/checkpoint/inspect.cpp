@@ -1,0 +1,247 @@
+// cohort-ckpt's work (see inspect.h). Consolidation streams each piece through one 4 MiB buffer,
+// computing its CRC32 on the way, into a safetensors file (an 8-byte header length, a JSON header
+// of names, dtypes, shapes and byte ranges, then the bytes): every size is known from the manifest,
+// so the header is written first and no tensor is ever held whole.
+#include "checkpoint/inspect.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "checkpoint/files.h"
+#include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/shard_file.h"
+#include "cohort/error.h"
+
+namespace fs = std::filesystem;
+
+namespace cohort::detail::ckpt {
+namespace {
+
+constexpr int64_t kChunk = 4 << 20;
+
+class Files {
+ public:
+  Files(std::string dir, const Manifest& m) : dir_(std::move(dir)), m_(m) {}
+  ShardReader& get(const std::string& name) {
+    auto it = open_.find(name);
+    if (it != open_.end()) return *it->second;
+    const auto f = std::find_if(m_.files.begin(), m_.files.end(),
+                                [&](const FileRecord& r) { return r.name == name; });
+    COHORT_CHECK(f != m_.files.end(), dir_, "/manifest.json: file ", name, " is not in 'files'");
+    auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, f->rank, m_.world_size, f->payload_bytes);
+    return *open_.emplace(name, std::move(reader)).first->second;
+  }
+
+ private:
+  std::string dir_;
+  const Manifest& m_;
+  std::map<std::string, std::unique_ptr<ShardReader>> open_;
+};
+
+// Streams one piece through `buffer`, handing each chunk to `sink`, and checks its CRC32.
+template <typename Sink>
+void stream_piece(Files& files, const Piece& p, const std::string& name, std::vector<char>& buffer,
+                  Sink&& sink) {
+  ShardReader& reader = files.get(p.file);
+  uint32_t crc = 0;
+  for (int64_t done = 0; done < p.nbytes;) {
+    const int64_t n = std::min<int64_t>(kChunk, p.nbytes - done);
+    reader.read_bytes(p.byte_offset + done, n, buffer.data());
+    crc = crc32_update(crc, buffer.data(), n);
+    sink(buffer.data(), n);
+    done += n;
+  }
+  COHORT_CHECK(crc == p.crc32, "checksum mismatch in ", reader.path(), " for tensor '", name,
+               "' (bytes ", p.byte_offset, "..", p.byte_offset + p.nbytes, "): crc32 ", crc,
+               ", the manifest says ", p.crc32);
+}
+
+// The pieces of a tensor in the order they make the full tensor.
+std::vector<Piece> ordered_pieces(const TensorRecord& r) {
+  std::vector<Piece> pieces = r.pieces;
+  if (r.kind == StateKind::kSharded) {
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
+    std::vector<Slice> slices;
+    for (const Piece& p : pieces) slices.push_back({p.offset, p.numel});
+    plan_slice_copies(slices, 0, r.flat_numel, "tensor '" + r.name + "'");  // no holes, no overlaps
+  }
+  return pieces;
+}
+
+const char* safetensors_dtype(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Double: return "F64";
+    case c10::ScalarType::Float: return "F32";
+    case c10::ScalarType::Half: return "F16";
+    case c10::ScalarType::BFloat16: return "BF16";
+    case c10::ScalarType::Long: return "I64";
+    case c10::ScalarType::Int: return "I32";
+    case c10::ScalarType::Short: return "I16";
+    case c10::ScalarType::Char: return "I8";
+    case c10::ScalarType::Byte: return "U8";
+    case c10::ScalarType::Bool: return "BOOL";
+    default: throw Error(std::string("safetensors has no type for ") + c10::toString(t));
+  }
+}
+
+std::string bytes_text(int64_t bytes) {
+  char text[32];
+  if (bytes >= (1 << 20)) std::snprintf(text, sizeof text, "%.1f MiB", bytes / 1048576.0);
+  else if (bytes >= 1024) std::snprintf(text, sizeof text, "%.1f KiB", bytes / 1024.0);
+  else std::snprintf(text, sizeof text, "%lld B", static_cast<long long>(bytes));
+  return text;
+}
+
+}  // namespace
+
+std::string resolve_step_dir(const std::string& path) {
+  if (fs::exists(fs::path(path) / "manifest.json")) return path;
+  COHORT_CHECK(fs::exists(path), "checkpoint path ", path, " does not exist");
+  const std::string latest = read_latest(path);
+  COHORT_CHECK(!latest.empty(), path, " holds no manifest.json and no 'latest' pointer");
+  return (fs::path(path) / latest).string();
+}
+
+std::string describe_checkpoint(const std::string& dir, bool tensors) {
+  const Manifest m = read_manifest(dir + "/manifest.json");
+  std::ostringstream out;
+  out << "checkpoint " << dir << "\n  step " << m.step << ", saved by " << m.world_size
+      << " rank(s), ZeRO stage " << m.zero_stage << ", cohort " << m.library_version << ", "
+      << m.created << "\n  files:";
+  int64_t total = 0;
+  for (const FileRecord& f : m.files) {
+    out << "\n    " << f.name << "  " << bytes_text(f.payload_bytes);
+    total += f.payload_bytes;
+  }
+  out << "\n  total " << bytes_text(total) << " in " << m.tensors.size() << " tensors\n  entries:";
+  std::map<std::string, std::pair<int64_t, int64_t>> per_entry;  // tensors, bytes
+  for (const TensorRecord& r : m.tensors) {
+    auto& e = per_entry[r.name.substr(0, r.name.find('/'))];
+    e.first += 1;
+    for (const Piece& p : r.pieces) e.second += p.nbytes;
+  }
+  for (const auto& [entry, numbers] : m.values) {
+    const auto counts = per_entry[entry];
+    out << "\n    " << entry << ": " << counts.first << " tensors, " << bytes_text(counts.second);
+    for (const auto& [key, value] : numbers) {
+      if (key.find(".p") == std::string::npos) out << ", " << key << "=" << value;  // not per-parameter
+    }
+  }
+  for (const auto& [key, value] : m.user) out << "\n  user " << key << " = " << value;
+  if (tensors) {
+    out << "\n  tensors:";
+    for (const TensorRecord& r : m.tensors) {
+      out << "\n    " << r.name << "  " << kind_name(r.kind) << " " << dtype_name(r.dtype) << " [";
+      for (size_t i = 0; i < r.shape.size(); ++i) out << (i ? ", " : "") << r.shape[i];
+      out << "]  " << r.pieces.size() << " piece(s)";
+    }
+  }
+  return out.str() + "\n";
+}
+
+std::vector<std::string> verify_checkpoint(const std::string& dir) {
+  std::vector<std::string> problems;
+  Manifest m;
+  try {
+    m = read_manifest(dir + "/manifest.json");
+  } catch (const std::exception& e) {
+    return {e.what()};
+  }
+  Files files(dir, m);
+  std::vector<char> buffer(kChunk);
+  std::set<std::string> bad_files;
+  for (const TensorRecord& r : m.tensors) {
+    try {
+      for (const Piece& p : ordered_pieces(r)) {
+        if (bad_files.count(p.file)) continue;
+        try {
+          stream_piece(files, p, r.name, buffer, [](const char*, int64_t) {});
+        } catch (const Error& e) {
+          if (std::string(e.what()).find("checksum mismatch") == std::string::npos) bad_files.insert(p.file);
+          problems.push_back(e.what());
+        }
+      }
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+    }
+  }
+  return problems;
+}
+
+int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
+  const Manifest m = read_manifest(dir + "/manifest.json");
+  // The header: every tensor's place in the data section, from the manifest's sizes alone.
+  nlohmann::json header = nlohmann::json::object();
+  nlohmann::json metadata = {{"format", "cohort-checkpoint consolidated"},
+                             {"step", std::to_string(m.step)},
+                             {"world_size", std::to_string(m.world_size)},
+                             {"zero_stage", std::to_string(m.zero_stage)}};
+  for (const auto& [entry, numbers] : m.values) {
+    for (const auto& [key, value] : numbers) {
+      std::ostringstream text;
+      text.precision(17);
+      text << value;
+      metadata["values." + entry + "." + key] = text.str();
+    }
+  }
+  for (const auto& [key, value] : m.user) metadata["user." + key] = value;
+  header["__metadata__"] = metadata;
+  struct Item { std::string name; const TensorRecord* record; std::vector<Piece> pieces; };
+  std::vector<Item> items;
+  int64_t offset = 0;
+  for (const TensorRecord& r : m.tensors) {
+    std::vector<std::pair<std::string, std::vector<Piece>>> outputs;
+    if (r.kind == StateKind::kPerRank) {
+      for (const Piece& p : r.pieces) outputs.push_back({r.name + ".rank" + std::to_string(p.rank), {p}});
+    } else {
+      outputs.push_back({r.name, ordered_pieces(r)});
+    }
+    for (auto& [name, pieces] : outputs) {
+      int64_t bytes = 0;
+      for (const Piece& p : pieces) bytes += p.nbytes;
+      const std::vector<int64_t> shape = r.kind == StateKind::kPerRank ? pieces[0].shape : r.shape;
+      header[name] = {{"dtype", safetensors_dtype(r.dtype)}, {"shape", shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+      offset += bytes;
+      items.push_back({name, &r, pieces});
+    }
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
+  const std::string tmp = out + ".tmp";
+  std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
+  COHORT_CHECK(file, "cannot create ", tmp);
+  const uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) file.put(static_cast<char>((length >> (8 * i)) & 0xff));  // little endian
+  file.write(text.data(), static_cast<std::streamsize>(text.size()));
+  Files files(dir, m);
+  std::vector<char> buffer(kChunk);
+  try {
+    for (const Item& item : items) {
+      for (const Piece& p : item.pieces) {
+        stream_piece(files, p, item.record->name, buffer,
+                     [&](const char* data, int64_t n) { file.write(data, n); });
+      }
+    }
+    file.flush();
+    COHORT_CHECK(file, "cannot write ", tmp);
+  } catch (...) {
+    file.close();
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw;
+  }
+  file.close();
+  fs::rename(tmp, out);
+  return static_cast<int64_t>(items.size());
+}
+
+}  // namespace cohort::detail::ckpt

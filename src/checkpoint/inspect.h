@@ -1,0 +1,29 @@
+// What the cohort-ckpt tool does, as library functions: describe a checkpoint, verify every byte
+// of it against the manifest's checksums, and consolidate it into one full-state file. Reading is
+// streamed in fixed-size chunks, so memory stays bounded whatever the size of the model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cohort::detail::ckpt {
+
+/// `path` itself when it holds a manifest.json, else the step directory `path/latest` names.
+/// Throws cohort::Error naming the path when neither exists.
+std::string resolve_step_dir(const std::string& path);
+
+/// A human-readable summary: step, world size, ZeRO stage, version, files, entries with their
+/// tensor counts and bytes, values, user values; with `tensors`, one line per tensor.
+std::string describe_checkpoint(const std::string& step_dir, bool tensors);
+
+/// Every problem found (missing or truncated files, checksum mismatches, holes in sharded
+/// tensors), each naming the file; empty when the checkpoint is sound.
+std::vector<std::string> verify_checkpoint(const std::string& step_dir);
+
+/// Writes the whole state as one safetensors file (full tensors, sharded ones reassembled; per-rank
+/// ones as "<name>.rank<r>"; numbers and user values in its metadata), checking every checksum on
+/// the way; written to `out`.tmp and renamed. Returns the number of tensors written.
+int64_t consolidate_checkpoint(const std::string& step_dir, const std::string& out);
+
+}  // namespace cohort::detail::ckpt

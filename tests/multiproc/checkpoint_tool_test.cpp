@@ -1,0 +1,145 @@
+// cohort-ckpt on a checkpoint saved by 3 ranks (a model, and a flat tensor of 1001 elements split
+// unevenly): info says what is inside, verify finds a flipped byte and a truncated shard naming the
+// file, consolidate writes one safetensors file whose tensors are the full, reassembled ones.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <cstring>
+#include <regex>
+
+#include "cohort/checkpoint.h"
+#include "cohort/world.h"
+#include "support/multiproc.h"
+#include "support/small_models.h"
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using cohort::testing::run_ranks;
+
+namespace {
+
+class Flat : public cohort::Stateful {
+ public:
+  Flat(int rank, int size) {
+    const int64_t chunk = (1001 + size - 1) / size;
+    begin_ = std::min<int64_t>(1001, rank * chunk);
+    t_ = torch::arange(begin_, std::min<int64_t>(1001, begin_ + chunk), torch::kFloat64);
+  }
+  std::vector<cohort::StateTensor> state_tensors() override {
+    return {{"flat", t_, cohort::StateKind::kSharded, 1001, begin_}};
+  }
+  torch::Tensor t_;
+  int64_t begin_ = 0;
+};
+
+struct ToolRun {
+  int code = 0;
+  std::string out;
+};
+
+ToolRun tool(const std::string& args) {
+  const char* build = std::getenv("COHORT_BUILD_DIR");
+  const std::string command =
+      std::string(build ? build : "build") + "/tools/cohort_ckpt/cohort-ckpt " + args + " 2>&1";
+  ToolRun run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) run.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
+}
+
+// The bytes of tensor `name` in a safetensors file, and its header entry.
+std::string safetensors_bytes(const std::string& path, const std::string& name, std::string* entry) {
+  std::ifstream in(path, std::ios::binary);
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i) length |= static_cast<uint64_t>(static_cast<unsigned char>(in.get())) << (8 * i);
+  std::string header(length, ' ');
+  in.read(header.data(), static_cast<std::streamsize>(length));
+  std::smatch match;
+  const std::regex pattern("\"" + name + "\":(\\{\"data_offsets\":\\[(\\d+),(\\d+)\\][^}]*\\})");
+  if (!std::regex_search(header, match, pattern)) return "";
+  *entry = match[1];
+  const int64_t begin = std::stoll(match[2]), end = std::stoll(match[3]);
+  std::string bytes(end - begin, '\0');
+  in.seekg(8 + length + begin);
+  in.read(bytes.data(), end - begin);
+  return bytes;
+}
+
+}  // namespace
+
+TEST(CheckpointTool, InfoVerifyConsolidate) {
+  cohort::testing::RanksOptions options;
+  std::string dir;
+  if (cohort::testing::is_rank_process()) {
+    dir = std::getenv("CKPT_TEST_DIR");
+  } else {
+    char name[] = "/tmp/checkpoint_tool_XXXXXX";
+    dir = ::mkdtemp(name);
+  }
+  options.env["CKPT_TEST_DIR"] = dir;
+  run_ranks(3, [&](int rank, int size) {
+    cohort::init();
+    torch::manual_seed(1);
+    cohort::testing::Mlp model;
+    Flat flat(rank, size);
+    cohort::CheckpointState state;
+    state.add("model", *model).add("engine", flat).set_step(7).set("run", "tool-test");
+    cohort::save_checkpoint(dir, state);
+  }, options);
+  if (cohort::testing::is_rank_process()) return;
+  const std::string step = dir + "/step-7";
+
+  const ToolRun info = tool("info --tensors " + dir);
+  EXPECT_EQ(info.code, 0) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("checkpoint " + step + "\n  step 7, saved by 3 rank(s), ZeRO stage 0"));
+  EXPECT_THAT(info.out, HasSubstr("    model: 6 tensors, "));
+  EXPECT_THAT(info.out, HasSubstr("  user run = tool-test"));
+  EXPECT_THAT(info.out, HasSubstr("    engine/flat  sharded float64 [1001]  3 piece(s)"));
+
+  const std::string out = dir + "/full.safetensors";
+  const ToolRun consolidated = tool("consolidate " + dir + " -o " + out);
+  EXPECT_EQ(consolidated.code, 0) << consolidated.out;
+  std::string entry;
+  const std::string flat = safetensors_bytes(out, "engine/flat", &entry);
+  EXPECT_THAT(entry, HasSubstr("\"dtype\":\"F64\",\"shape\":[1001]"));
+  const torch::Tensor expected = torch::arange(1001, torch::kFloat64);
+  ASSERT_EQ(flat.size(), 1001u * 8);
+  EXPECT_EQ(std::memcmp(flat.data(), expected.data_ptr(), flat.size()), 0);
+  torch::manual_seed(1);
+  cohort::testing::Mlp model;
+  const std::string weight = safetensors_bytes(out, "model/fc1.weight", &entry);
+  EXPECT_THAT(entry, HasSubstr("\"dtype\":\"F32\",\"shape\":[32,20]"));
+  ASSERT_EQ(weight.size(), 32u * 20 * 4);
+  EXPECT_EQ(std::memcmp(weight.data(), model->fc1->weight.data_ptr(), weight.size()), 0);
+
+  EXPECT_EQ(tool("verify " + dir).code, 0);
+  const std::string shard = step + "/shard-00002-of-00003.bin";
+  {
+    std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(40);
+    file.put('\x55');
+  }
+  const ToolRun flipped = tool("verify " + step);
+  EXPECT_EQ(flipped.code, 1);
+  EXPECT_THAT(flipped.out, HasSubstr("cohort-ckpt: checksum mismatch in " + shard + " for tensor '"));
+  EXPECT_THAT(flipped.out, HasSubstr(step + ": BAD (1 problem(s))"));
+  const ToolRun refused = tool("consolidate " + dir + " -o " + out + ".2");
+  EXPECT_EQ(refused.code, 1);
+  EXPECT_FALSE(fs::exists(out + ".2")) << "a failed consolidation leaves no file";
+  fs::resize_file(shard, fs::file_size(shard) - 8);
+  const ToolRun truncated = tool("verify " + dir);
+  EXPECT_EQ(truncated.code, 1);
+  EXPECT_THAT(truncated.out, HasSubstr("shard file " + shard + " is truncated: "));
+  EXPECT_EQ(tool("verify " + dir + "/nowhere").out,
+            "cohort-ckpt: error: checkpoint path " + dir + "/nowhere does not exist\n");
+  fs::remove_all(dir);
+}

@@ -1,0 +1,54 @@
+// cohort-ckpt: what is inside a checkpoint (info), whether every byte is as saved (verify), and one
+// full-state safetensors file from a sharded checkpoint (consolidate, streamed: memory bounded by a
+// 4 MiB buffer, not by the model). PATH is a step directory or a checkpoint directory (its `latest`).
+// Exit status: 0 fine, 1 a bad checkpoint, 2 a bad command line.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include "checkpoint/inspect.h"
+
+using namespace cohort::detail::ckpt;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Inspects, verifies and consolidates cohort checkpoints (see docs/checkpoint.md)."};
+  app.require_subcommand(1);
+  std::string path, out;
+  bool tensors = false;
+  CLI::App* info = app.add_subcommand("info", "What is inside: step, ranks, files, entries, values");
+  info->add_option("path", path, "Checkpoint directory or step directory")->required();
+  info->add_flag("--tensors", tensors, "Also list every tensor");
+  CLI::App* verify = app.add_subcommand("verify", "Check every file and checksum against the manifest");
+  verify->add_option("path", path, "Checkpoint directory or step directory")->required();
+  CLI::App* consolidate =
+      app.add_subcommand("consolidate", "Write the whole state as one safetensors file");
+  consolidate->add_option("path", path, "Checkpoint directory or step directory")->required();
+  consolidate->add_option("-o,--output", out, "The file to write (e.g. model.safetensors)")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    const std::string dir = resolve_step_dir(path);
+    if (*info) {
+      std::fputs(describe_checkpoint(dir, tensors).c_str(), stdout);
+    } else if (*verify) {
+      const auto problems = verify_checkpoint(dir);
+      for (const std::string& problem : problems) std::fprintf(stderr, "cohort-ckpt: %s\n", problem.c_str());
+      if (!problems.empty()) {
+        std::printf("%s: BAD (%zu problem(s))\n", dir.c_str(), problems.size());
+        return 1;
+      }
+      std::printf("%s: OK (every file and checksum matches the manifest)\n", dir.c_str());
+    } else {
+      const int64_t count = consolidate_checkpoint(dir, out);
+      std::printf("wrote %s: %lld tensors from %s\n", out.c_str(), static_cast<long long>(count), dir.c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cohort-ckpt: error: %s\n", e.what());
+    return 1;
+  }
+}
