@@ -114,49 +114,55 @@ std::string shared_dir(RanksOptions& options) {
 TEST(CheckpointReshard, SavedOnNLoadsOnMForAllNAndM) {
   RanksOptions options;
   const std::string dir = shared_dir(options);
-  for (int saved = 1; saved <= 4; ++saved) {
-    run_ranks(saved, [&](int rank, int size) {
-      cohort::init();
+  // A rank process runs the body of the first run_ranks call it reaches, so every call passes the
+  // same body, which picks its phase from the environment.
+  const auto body = [&](int rank, int size) {
+    cohort::init();
+    if (std::string(std::getenv("CKPT_PHASE")) == "save") {
       FlatShards shards(rank, size, true);
       Trained trained(1, 3);
       cohort::CheckpointState state;
       state.add("engine", shards).add("model", *trained.model).add("optimizer", trained.opt);
       cohort::save_checkpoint(dir + "/n" + std::to_string(size), state.set_step(10 * size));
-    }, options);
-  }
-  for (int loading = 1; loading <= 4; ++loading) {
-    run_ranks(loading, [&](int rank, int size) {
-      cohort::init();
-      for (int saved = 1; saved <= 4; ++saved) {
-        FlatShards shards(rank, size, false);
-        Trained fresh(7, 0);
-        cohort::CheckpointState state;
-        state.add("engine", shards).add("model", *fresh.model).add("optimizer", fresh.opt);
-        const auto info = cohort::load_checkpoint(dir + "/n" + std::to_string(saved), state);
-        ASSERT_TRUE(info);
-        EXPECT_EQ(info->world_size, saved);
-        EXPECT_EQ(info->zero_stage, 2);
-        EXPECT_EQ(state.step(), 10 * saved);
-        const auto [b, e] = range_of(1001, rank, size);
-        EXPECT_TRUE(torch::equal(shards.weights_, torch::arange(b, e, torch::kFloat32) * 1.5))
-            << "saved on " << saved;
-        const auto [ib, ie] = range_of(3, rank, size);
-        EXPECT_TRUE(torch::equal(shards.ids_, torch::arange(ib, ie, torch::kInt64) + 100));
-        // A rank that did not exist when saving takes rank 0's per-rank state.
-        EXPECT_EQ(shards.mine_[0].item<int>(), rank < saved ? rank : 0) << "saved on " << saved;
-        EXPECT_EQ(shards.loaded_.at("loss_scale"), 1024);
-        // The model and Adam state: one more step on both gives the same weights.
-        Trained reference(1, 3);
-        for (Trained* t : {&reference, &fresh}) {
-          torch::manual_seed(11);
-          t->opt.zero_grad();
-          t->model->forward(torch::randn({4, 20})).pow(2).mean().backward();
-          t->opt.step();
-        }
-        const auto p = fresh.model->parameters(), q = reference.model->parameters();
-        for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(torch::equal(p[i], q[i])) << i;
+      return;
+    }
+    for (int saved = 1; saved <= 4; ++saved) {
+      FlatShards shards(rank, size, false);
+      Trained fresh(7, 0);
+      cohort::CheckpointState state;
+      state.add("engine", shards).add("model", *fresh.model).add("optimizer", fresh.opt);
+      const auto info = cohort::load_checkpoint(dir + "/n" + std::to_string(saved), state);
+      ASSERT_TRUE(info);
+      EXPECT_EQ(info->world_size, saved);
+      EXPECT_EQ(info->zero_stage, 2);
+      EXPECT_EQ(state.step(), 10 * saved);
+      const auto [b, e] = range_of(1001, rank, size);
+      EXPECT_TRUE(torch::equal(shards.weights_, torch::arange(b, e, torch::kFloat32) * 1.5))
+          << "saved on " << saved;
+      const auto [ib, ie] = range_of(3, rank, size);
+      EXPECT_TRUE(torch::equal(shards.ids_, torch::arange(ib, ie, torch::kInt64) + 100));
+      // A rank that did not exist when saving takes rank 0's per-rank state.
+      EXPECT_EQ(shards.mine_[0].item<int>(), rank < saved ? rank : 0) << "saved on " << saved;
+      EXPECT_EQ(shards.loaded_.at("loss_scale"), 1024);
+      // The model and Adam state: one more step on both gives the same weights.
+      Trained reference(1, 3);
+      for (Trained* t : {&reference, &fresh}) {
+        torch::manual_seed(11);
+        t->opt.zero_grad();
+        t->model->forward(torch::randn({4, 20})).pow(2).mean().backward();
+        t->opt.step();
       }
-    }, options);
+      const auto p = fresh.model->parameters(), q = reference.model->parameters();
+      for (size_t i = 0; i < p.size(); ++i) EXPECT_TRUE(torch::equal(p[i], q[i])) << i;
+    }
+    report("loaded");
+  };
+  options.env["CKPT_PHASE"] = "save";
+  for (int saved = 1; saved <= 4; ++saved) run_ranks(saved, body, options);
+  options.env["CKPT_PHASE"] = "load";
+  for (int loading = 1; loading <= 4; ++loading) {
+    const auto results = run_ranks(loading, body, options);
+    for (const auto& r : results) EXPECT_EQ(r.reports, std::vector<std::string>{"loaded"}) << r.output;
   }
   if (!cohort::testing::is_rank_process()) fs::remove_all(dir);
 }
