@@ -106,12 +106,28 @@ void load_body(int rank, int size) {
 }
 
 TEST(ZeroCheckpoint, SavedOnNRanksLoadsOnMRanks) {
+  // One body for every run_ranks call: a rank process runs the body of the first call it reaches,
+  // so the phase comes from the environment.
   const fs::path root = fs::temp_directory_path() / ("cohort-zero-ckpt-" + std::to_string(::getpid()));
+  auto body = [](int rank, int size) {
+    if (std::string(std::getenv("ZERO_CKPT_PHASE")) == "save") {
+      save_body(rank, size);
+    } else {
+      load_body(rank, size);
+      cohort::testing::report("loaded");
+    }
+  };
   RanksOptions options;
   options.env["ZERO_CKPT_ROOT"] = root.string();
   if (!cohort::testing::is_rank_process()) fs::create_directories(root);
-  for (int n = 1; n <= 4; ++n) run_ranks(n, save_body, options);
-  for (int m = 1; m <= 4; ++m) run_ranks(m, load_body, options);
+  options.env["ZERO_CKPT_PHASE"] = "save";
+  for (int n = 1; n <= 4; ++n) run_ranks(n, body, options);
+  options.env["ZERO_CKPT_PHASE"] = "load";
+  for (int m = 1; m <= 4; ++m) {
+    auto results = run_ranks(m, body, options);
+    for (const auto& result : results)
+      EXPECT_THAT(result.reports, ::testing::Contains("loaded")) << "rank " << result.rank << " of " << m;
+  }
   if (!cohort::testing::is_rank_process()) fs::remove_all(root);
 }
 
