@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "launch_helpers.h"
+#include "synthetic_fashion_mnist.h"
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -24,40 +25,9 @@ namespace {
 
 constexpr int kTrain = 512, kTest = 64;  // 16 steps per epoch at 2 ranks x 16
 
-std::string build_path(const std::string& tail) {
-  const char* dir = std::getenv("COHORT_BUILD_DIR");
-  return std::string(dir ? dir : "build") + tail;
-}
-
-void put_u32(std::ofstream& out, uint32_t v) {
-  const char bytes[4] = {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
-  out.write(bytes, 4);
-}
-
-// Fashion-MNIST's four files, unpacked, with pseudo-random pixels whose mean depends on the label.
-void write_dataset(const std::string& dir) {
-  uint32_t state = 12345;
-  auto next = [&] { return state = state * 1664525u + 1013904223u; };
-  for (const auto& [prefix, n] : {std::pair<std::string, int>{"train", kTrain}, {"t10k", kTest}}) {
-    std::ofstream images(dir + "/" + prefix + "-images-idx3-ubyte", std::ios::binary);
-    std::ofstream labels(dir + "/" + prefix + "-labels-idx1-ubyte", std::ios::binary);
-    put_u32(images, 0x803);
-    put_u32(images, n);
-    put_u32(images, 28);
-    put_u32(images, 28);
-    put_u32(labels, 0x801);
-    put_u32(labels, n);
-    for (int i = 0; i < n; ++i) {
-      const int label = static_cast<int>(next() >> 16) % 10;
-      labels.put(static_cast<char>(label));
-      for (int p = 0; p < 28 * 28; ++p) images.put(static_cast<char>((next() >> 24) / 2 + label * 12));
-    }
-  }
-}
-
 struct Job {
   std::string root = make_temp_dir("checkpoint_e2e_");
-  Job() { write_dataset(root); }
+  Job() { write_synthetic_fashion_mnist(root, kTrain, kTest); }
   ~Job() { remove_tree(root); }
   std::vector<std::string> argv(const std::vector<std::string>& extra) const {
     std::vector<std::string> args = {build_path("/tools/cohortrun"), "--standalone",
@@ -69,11 +39,6 @@ struct Job {
     return args;
   }
 };
-
-std::string digest_of(const std::string& out) {
-  const auto at = out.rfind("params-sha256: ");
-  return at == std::string::npos ? "" : out.substr(at + 15, 64);
-}
 
 // Pids of processes whose parent is `parent` and whose environment has RANK=<rank>.
 std::vector<pid_t> workers_of(pid_t parent, int rank) {
@@ -106,7 +71,7 @@ std::string reference_digest(const Job& job) {
   if (digest.empty()) {
     const ProcResult result = run_process(job.argv({}), clean_env(), 120s);
     EXPECT_EQ(result.code, 0) << result.describe();
-    digest = digest_of(result.out);
+    digest = params_digest_of(result.out);
   }
   return digest;
 }
@@ -132,7 +97,7 @@ TEST(CheckpointE2E, WorkerKilledMidEpochResumesToTheSameParameters) {
   ASSERT_TRUE(killed) << result.describe();
   ASSERT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-")) << result.describe();
-  EXPECT_EQ(digest_of(result.out), expected) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
   EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));  // the step count went on, too
 }
 
@@ -147,7 +112,7 @@ TEST(CheckpointE2E, WorkerKilledDuringASaveResumesFromThePreviousCheckpoint) {
   ASSERT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-5 (step 5, saved by 2 rank(s))"))
       << result.describe();
-  EXPECT_EQ(digest_of(result.out), expected) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
   EXPECT_FALSE(fs::exists(ckpt + "/.step-10.tmp"));  // the next save of step 10 cleaned it up
   EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));
 }

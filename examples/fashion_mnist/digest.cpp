@@ -20,11 +20,17 @@ void check(int ok, const char* what) {
 }  // namespace
 
 std::string parameters_sha256(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) tensors.emplace_back(item.key(), item.value());
+  return tensors_sha256(tensors);
+}
+
+std::string tensors_sha256(const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
   DigestContext context(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
   if (!context) throw std::runtime_error("params-sha256: OpenSSL EVP_MD_CTX_new failed");
   check(EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr), "EVP_DigestInit_ex");
-  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
-    const torch::Tensor bytes = item.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  for (const auto& item : tensors) {
+    const torch::Tensor bytes = item.second.detach().to(torch::kCPU, torch::kFloat32).contiguous();
     check(EVP_DigestUpdate(context.get(), bytes.data_ptr(), bytes.numel() * bytes.element_size()),
           "EVP_DigestUpdate");
   }

@@ -6,11 +6,16 @@
 #include <torch/nn/module.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace fashion_mnist {
 
 /// Lower-case hex SHA-256 of the bytes of every parameter in named_parameters() order, each as a
 /// contiguous CPU float32 tensor (names and shapes are not hashed, only the values).
 std::string parameters_sha256(const torch::nn::Module& module);
+
+/// The same digest over named tensors given in order (the ZeRO engine's full_parameters()).
+std::string tensors_sha256(const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
 
 }  // namespace fashion_mnist

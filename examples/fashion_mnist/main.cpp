@@ -69,6 +69,13 @@ int main(int argc, char** argv) {
                  "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
                  "never: start from scratch; or a checkpoint directory to load")
       ->capture_default_str();
+  app.add_option("--zero-stage", config.zero_stage,
+                 "Train with the ZeRO engine at this stage (0-3) instead of DDP (Adam at --lr)")
+      ->check(CLI::Range(0, 3));
+  app.add_option("--deepspeed-config", config.deepspeed_config,
+                 "Train with the ZeRO engine as this DeepSpeed ds_config.json says (--zero-stage "
+                 "overrides its stage)")
+      ->check(CLI::ExistingFile);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

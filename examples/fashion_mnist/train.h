@@ -1,4 +1,5 @@
-// The Fashion-MNIST job itself: init the world, load the data, train the CNN under DDP with a
+// The Fashion-MNIST job itself: init the world, load the data, train the CNN under DDP (or the ZeRO
+// engine) with a
 // DistributedSampler, evaluate exactly over all ranks after each epoch and print the digest.
 // main.cpp only turns the command line into a TrainConfig.
 #pragma once
@@ -27,6 +28,11 @@ struct TrainConfig {
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   std::string resume = "auto";
+  /// Train with the ZeRO engine at this stage (0-3) instead of DDP; -1: DDP. Overrides the stage of
+  /// deepspeed_config when both are given.
+  int zero_stage = -1;
+  /// A DeepSpeed ds_config.json: train with the ZeRO engine as it says ("" = DDP, unless zero_stage).
+  std::string deepspeed_config;
 };
 
 /// Runs the whole job; rank 0 prints progress, one summary line per epoch and `params-sha256:
