@@ -197,6 +197,13 @@ Work Comm::reduce_scatter_async(torch::Tensor output, torch::Tensor input, Reduc
     std::vector<int64_t> shape{n, -1};
     torch::Tensor chunks = received->view(shape);
     const bool upcast = chunks.scalar_type() == torch::kBFloat16 || chunks.scalar_type() == torch::kHalf;
+    if (!upcast && (op == ReduceOp::kSum || op == ReduceOp::kAvg) && output.is_contiguous()) {
+      // Straight into the output: no temporary and no second copy (the ZeRO engine's hot path).
+      torch::Tensor out = output.view(-1);
+      at::sum_out(out, chunks, std::vector<int64_t>{0});
+      if (op == ReduceOp::kAvg) out.div_(n);
+      return;
+    }
     if (upcast) chunks = chunks.to(torch::kFloat);
     torch::Tensor reduced;
     switch (op) {
