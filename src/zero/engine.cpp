@@ -242,16 +242,29 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
     if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
     return;
   }
-  group.reduce_input = torch::zeros({layout.padded}, group.shard_grad.options());
+  // Gradients are averaged over ranks by scaling first, as DDP does (the sum then cannot overflow
+  // where the mean fits), in the same pass that stages them.
+  const auto options = group.shard_grad.options();
+  group.reduce_input = torch::empty({layout.padded}, options);
+  const torch::Tensor scale = torch::scalar_tensor(1.0 / world_, options);
   for (size_t k = 0; k < layout.params.size(); ++k) {
     auto& param = params_[size_t(layout.params[k])];
     auto& grad = param.mutable_grad();
-    if (grad.defined()) group.reduce_input.narrow(0, layout.offsets[k], param.numel()).copy_(grad.reshape(-1));
+    torch::Tensor slot = group.reduce_input.narrow(0, layout.offsets[k], param.numel());
+    if (!grad.defined()) {
+      slot.zero_();
+    } else if (world_ > 1) {
+      at::mul_out(slot, grad.reshape(-1), scale);
+    } else {
+      slot.copy_(grad.reshape(-1));
+    }
     grad = torch::Tensor();  // only the shard outlives backward (stage 2/3)
   }
-  // Averaged over ranks by scaling first, as DDP does: the sum then cannot overflow where the mean fits.
-  if (world_ > 1) group.reduce_input.mul_(1.0 / world_);
-  group.reduce_output = torch::empty({layout.shard}, group.shard_grad.options());
+  group.reduce_input.narrow(0, layout.numel, layout.padded - layout.numel).zero_();
+  // The first reduction since the last step lands in the (zeroed) shard itself; later micro-steps
+  // of an accumulation add theirs.
+  group.reduce_output = group.shard_grad_clean ? group.shard_grad : torch::empty({layout.shard}, options);
+  group.shard_grad_clean = false;
   group.reduce_work = comm_->reduce_scatter_async(group.reduce_output, group.reduce_input, ReduceOp::kSum);
   if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
   if (stage_ == 3) release(int64_t(&group - groups_.data()));
@@ -264,7 +277,7 @@ void ZeroEngineImpl::finish_reduces() {
   torch::NoGradGuard no_grad;
   for (auto& group : groups_) {
     group.reduce_work.wait();
-    if (stage_ >= 2) group.shard_grad.add_(group.reduce_output);
+    if (stage_ >= 2 && !group.reduce_output.is_same(group.shard_grad)) group.shard_grad.add_(group.reduce_output);
     group.reduce_input = group.reduce_output = torch::Tensor();
     group.reduce_work = Work();
   }

@@ -48,6 +48,7 @@ struct FlatGroup {
   // per backward that reduces (stage 2/3 always, stage 0/1 at the boundary)
   int pending = 0;
   bool launched = false;
+  bool shard_grad_clean = true;  // stage 2/3: shard_grad is zero (no reduction since the last step)
   torch::Tensor reduce_input, reduce_output;
   Work reduce_work;
 };

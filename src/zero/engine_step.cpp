@@ -109,6 +109,7 @@ void ZeroEngineImpl::zero_gradients() {
     if (group.flat_grad.defined()) group.flat_grad.zero_();
     if (stage_ >= 2) {
       group.shard_grad.zero_();
+      group.shard_grad_clean = true;
     } else {
       group.shard_grad = torch::Tensor();  // stage 1: the reduced shard lives for one step only
     }
