@@ -112,13 +112,8 @@ void ZeroEngineImpl::load_state_values(const StateValues& values) {
   if (config_.scheduler().type() != SchedulerType::kNone) set_learning_rate(*optimizer_, next_lr());
   // The master weights were loaded: derive the compute-precision parameters from them.
   torch::NoGradGuard no_grad;
+  zero_gradients();  // gradients of before the load mean nothing now
   for (auto& group : groups_) {
-    group.master.mutable_grad() = torch::Tensor();
-    if (group.flat_grad.defined()) group.flat_grad.zero_();
-    if (stage_ >= 2) {
-      group.shard_grad.zero_();
-      group.shard_grad_clean = true;
-    }
     // Padding must stay zero whatever the previous world size left there.
     const int64_t begin = stage_ == 0 ? 0 : group.layout.owned(rank_).first;
     const int64_t real_end = stage_ == 0 ? group.layout.numel : group.layout.owned_real(rank_).second;
