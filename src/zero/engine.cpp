@@ -113,6 +113,7 @@ void ZeroEngineImpl::build_groups() {
       config_.zero_optimization().offload_optimizer() == OffloadDevice::kCpu ? torch::Device(torch::kCPU)
                                                                               : params_[0].device());
   group_of_.assign(params_.size(), -1);
+  grad_aliases_.assign(params_.size(), torch::Tensor());
   torch::NoGradGuard no_grad;
   for (size_t g = 0; g < layouts.size(); ++g) {
     FlatGroup group;
@@ -141,7 +142,8 @@ void ZeroEngineImpl::build_groups() {
         group.flat_grad = torch::zeros({layout.padded}, options);
         for (size_t k = 0; k < layout.params.size(); ++k) {
           auto& param = params_[size_t(layout.params[k])];
-          param.mutable_grad() = alias(group.flat_grad, layout.offsets[k], param.sizes());
+          grad_aliases_[size_t(layout.params[k])] = alias(group.flat_grad, layout.offsets[k], param.sizes());
+          param.mutable_grad() = grad_aliases_[size_t(layout.params[k])];
         }
       }
     }
@@ -168,11 +170,9 @@ void ZeroEngineImpl::on_gradient_ready(int64_t index) {
   if (stage_ <= 1) {
     // The gradient must stay the alias of flat_grad; an optimizer that set it to None (LibTorch
     // 2.x zero_grad) or replaced it gets it copied back in.
-    const auto& layout = group.layout;
-    size_t k = size_t(std::find(layout.params.begin(), layout.params.end(), index) - layout.params.begin());
-    auto view = alias(group.flat_grad, layout.offsets[k], param.sizes());
+    const torch::Tensor& view = grad_aliases_[size_t(index)];
     auto& grad = param.mutable_grad();
-    if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
+    if (grad.data_ptr() != view.data_ptr()) {
       torch::NoGradGuard no_grad;
       view.copy_(grad);
       grad = view;

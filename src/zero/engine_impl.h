@@ -128,6 +128,7 @@ class ZeroEngineImpl {
   std::vector<std::string> names_;
   std::vector<std::vector<int64_t>> shapes_;  // whole shapes (stage 3 parameters are empty between uses)
   std::vector<int64_t> group_of_;      // parameter -> group
+  std::vector<torch::Tensor> grad_aliases_;  // stage 0/1: each parameter's slice of flat_grad
   std::vector<int64_t> unit_group_;    // stage 3: Sequential child -> group, -1 without parameters
   std::vector<FlatGroup> groups_;
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
