@@ -27,10 +27,11 @@ double learning_rate(torch::optim::Optimizer& optimizer);
 /// "momentum_buffer"); empty when the optimizer has none for it yet.
 std::vector<std::pair<std::string, torch::Tensor>> state_tensors_of(torch::optim::Optimizer& optimizer,
                                                                     const torch::Tensor& param);
-/// Creates the state the first step would create, where that state is equal to a fresh one (Adam,
-/// AdamW; SGD momentum without dampening), so checkpoints and memory reports see it from the start.
+/// Creates the state the first step would create, where that state equals a fresh one (all but SGD
+/// with dampening, whose first step copies the gradient; nothing for an unknown optimizer type), so
+/// checkpoints and memory reports see it from the start.
 void create_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
-/// Adam/AdamW step counter of `param` (0 for SGD or no state); set_step_count creates no state.
+/// The step counter of `param`'s state (0 for SGD or no state); set_step_count creates no state.
 int64_t step_count(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
 void set_step_count(torch::optim::Optimizer& optimizer, const torch::Tensor& param, int64_t step);
 
