@@ -1,6 +1,7 @@
 // cohort::Comm: turns each public collective into a PendingOp (fingerprint, launch on c10d, finish)
 // and adapts tensors to what the transport takes: non-contiguous tensors go through a contiguous copy,
 // bfloat16 is reduced in float32 on Gloo (which has no bfloat16 kernels), avg is sum then divide.
+// When every rank is on this host, CPU tensors go through the shared-memory transport instead of Gloo.
 #include "cohort/comm.h"
 
 #include <ATen/ATen.h>
@@ -85,7 +86,11 @@ Work Comm::allreduce_async(torch::Tensor tensor, ReduceOp op) {
   auto pending = make_op(OpKind::kAllreduce, tensor, op);
   torch::Tensor buf = working_copy(tensor, true);
   auto* impl = impl_.get();
-  if (buf.numel() > 0) {
+  if (buf.numel() > 0 && impl->shm() && detail::ShmTransport::can_reduce(buf)) {
+    pending->shm = [buf, op](detail::ShmTransport& shm, const detail::ShmTransport::Watch& watch) {
+      shm.allreduce(buf, op, watch);
+    };
+  } else if (buf.numel() > 0) {
     pending->launch = [impl, buf, op] {
       std::vector<at::Tensor> tensors{buf};
       c10d::AllreduceOptions options;
@@ -116,7 +121,11 @@ Work Comm::broadcast_async(torch::Tensor tensor, int root) {
   auto pending = make_op(OpKind::kBroadcast, tensor, ReduceOp::kSum, root);
   torch::Tensor buf = working_copy(tensor, false);
   auto* impl = impl_.get();
-  if (buf.numel() > 0) {
+  if (buf.numel() > 0 && impl->shm() && detail::ShmTransport::can_move(buf)) {
+    pending->shm = [buf, root](detail::ShmTransport& shm, const detail::ShmTransport::Watch& watch) {
+      shm.broadcast(buf, root, watch);
+    };
+  } else if (buf.numel() > 0) {
     pending->launch = [impl, buf, root] {
       std::vector<at::Tensor> tensors{transport_view(buf)};
       c10d::BroadcastOptions options;
@@ -149,7 +158,11 @@ Work Comm::allgather_async(torch::Tensor output, torch::Tensor tensor) {
   }
   auto* impl = impl_.get();
   const int n = size();
-  if (input.numel() > 0) {
+  if (input.numel() > 0 && impl->shm() && detail::ShmTransport::can_move(input) && output.is_cpu()) {
+    pending->shm = [input, output](detail::ShmTransport& shm, const detail::ShmTransport::Watch& watch) {
+      shm.allgather(output, input, watch);
+    };
+  } else if (input.numel() > 0) {
     pending->launch = [impl, input, output, n] {
       std::vector<int64_t> shape{n};
       for (auto d : input.sizes()) shape.push_back(d);
@@ -179,6 +192,17 @@ Work Comm::reduce_scatter_async(torch::Tensor output, torch::Tensor input, Reduc
   auto pending = make_op(OpKind::kReduceScatter, input, op);
   torch::Tensor buf = input.contiguous();
   auto* impl = impl_.get();
+  if (n > 1 && buf.numel() > 0 && impl->shm() && detail::ShmTransport::can_reduce(buf) &&
+      output.is_contiguous() && output.scalar_type() == buf.scalar_type()) {
+    // Reduced straight into the output in shared memory; avg divides afterwards.
+    pending->shm = [output, buf, op](detail::ShmTransport& shm, const detail::ShmTransport::Watch& watch) {
+      shm.reduce_scatter(output.view(-1), buf, op, watch);
+    };
+    pending->finish = [output, op, n]() mutable {
+      if (op == ReduceOp::kAvg) output.div_(n);
+    };
+    return Work(impl_->submit(pending, true));
+  }
   // Gloo in LibTorch 1.13 has no reduce_scatter: an all-to-all moves chunk j to rank j (the same
   // bytes a ring reduce-scatter moves) and each rank reduces its n chunks locally.
   auto received = std::make_shared<torch::Tensor>(torch::empty_like(buf));

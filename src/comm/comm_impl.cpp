@@ -23,6 +23,11 @@ std::string first_line(const char* what) {
 // How long a waiting thread sleeps between looks at the control plane while data moves.
 constexpr auto kWatchInterval = std::chrono::milliseconds(50);
 
+// Thrown by the shared-memory transport's watch: the message is already the final explanation.
+struct TransportStopped {
+  std::string message;
+};
+
 }  // namespace
 
 CommImpl::CommImpl(CommConfig config) : config_(std::move(config)), p2p_seq_(config_.size, 0) {
@@ -34,6 +39,8 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)), p2p_seq_(con
                                             config_.local_address, config_.timeout);
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);
+  shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
+                                 config_.shm_slot_bytes);
 }
 
 CommImpl::~CommImpl() {
@@ -142,6 +149,19 @@ void CommImpl::launch(PendingOp& op) {
       error = explain(*failure, op);
     } else if (!agreed) {
       error = explain_desync(op);
+    } else if (op.shm && shm_) {
+      auto watch = [&] {
+        if (auto failure = control_->check_peers()) throw TransportStopped{explain(*failure, op)};
+        if (Clock::now() > deadline) throw TransportStopped{explain_timeout(op)};
+      };
+      try {
+        op.shm(*shm_, watch);
+      } catch (const TransportStopped& stopped) {
+        error = stopped.message;
+      } catch (const std::exception& e) {
+        error = "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() +
+                " failed in the shared-memory transport: " + first_line(e.what());
+      }
     } else if (op.launch) {
       try {
         op.work_ = op.launch();

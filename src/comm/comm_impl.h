@@ -17,6 +17,7 @@
 
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
+#include "comm/shm_transport.h"
 #include "compat/c10d_compat.h"
 
 namespace cohort::detail {
@@ -30,6 +31,8 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   int peer = -1;  // point to point: the other rank
   /// Starts the data movement after agreement; returns null when there is nothing to move.
   std::function<c10::intrusive_ptr<c10d::Work>()> launch;
+  /// Instead of `launch`: moves the data through the shared-memory transport, blocking until done.
+  std::function<void(ShmTransport&, const ShmTransport::Watch&)> shm;
   /// Runs once on the waiting thread after the data arrived (copy back, divide for avg, unpack).
   std::function<void()> finish;
 
@@ -52,6 +55,8 @@ struct CommConfig {
   std::string local_address;
   std::chrono::milliseconds timeout{300000};
   bool use_nccl = false;
+  bool shm = true;                  // shared-memory data path when every rank is on this host
+  size_t shm_slot_bytes = 2 << 20;  // its chunk: bytes per rank
 };
 
 class CommImpl {
@@ -65,6 +70,9 @@ class CommImpl {
   int64_t sequence_number() const;
   c10d::Store* store() const { return config_.store.get(); }
   const c10::intrusive_ptr<c10d::Store>& store_ptr() const { return config_.store; }
+
+  /// The shared-memory transport, or null (ranks on several hosts, a world of one, COHORT_SHM=0).
+  ShmTransport* shm() const { return shm_.get(); }
 
   /// The process group for tensors on `device` (Gloo for CPU, NCCL for CUDA).
   ProcessGroupBase& backend_for(const c10::Device& device);
@@ -91,6 +99,7 @@ class CommImpl {
   std::string prefix_;  // store key prefix of this Comm
   std::unique_ptr<ControlPlane> control_;
   c10::intrusive_ptr<ProcessGroupBase> gloo_, nccl_;
+  std::unique_ptr<ShmTransport> shm_;
 
   mutable std::mutex mutex_;
   std::condition_variable queue_cv_;

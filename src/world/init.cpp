@@ -32,6 +32,26 @@ std::chrono::milliseconds resolve_timeout(const InitOptions& options) {
   return std::chrono::milliseconds(int64_t(seconds * 1000));
 }
 
+// COHORT_SHM=0 keeps CPU collectives on Gloo even when every rank is on this host.
+bool shm_enabled() {
+  const char* raw = std::getenv("COHORT_SHM");
+  if (raw == nullptr || *raw == '\0') return true;
+  const std::string value(raw);
+  COHORT_CHECK(value == "0" || value == "1", "COHORT_SHM=", value, " must be 0 (Gloo only) or 1 (default)");
+  return value == "1";
+}
+
+// COHORT_SHM_BYTES: the shared-memory transport's chunk, in bytes per rank (rounded up to 4 KiB).
+size_t shm_slot_bytes() {
+  const char* raw = std::getenv("COHORT_SHM_BYTES");
+  if (raw == nullptr || *raw == '\0') return size_t(2) << 20;
+  char* end = nullptr;
+  const long long bytes = std::strtoll(raw, &end, 10);
+  COHORT_CHECK(end != raw && *end == '\0' && bytes > 0 && bytes <= (1LL << 30), "COHORT_SHM_BYTES=", raw,
+               " is not a number of bytes between 1 and 2^30");
+  return size_t(bytes);
+}
+
 bool use_nccl(Backend backend) {
   switch (backend) {
     case Backend::kGloo: return false;
@@ -92,6 +112,8 @@ World init(const InitOptions& options) {
   config.size = launch.size;
   config.timeout = timeout;
   config.use_nccl = nccl;
+  config.shm = shm_enabled();
+  config.shm_slot_bytes = shm_slot_bytes();
   if (launch.size > 1 || options.store()) {
     COHORT_CHECK(!launch.master_addr.empty(), "no master address for a world of ", launch.size,
                  " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");

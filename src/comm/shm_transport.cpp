@@ -1,0 +1,305 @@
+// Shared-memory collectives for ranks on one host (see shm_transport.h for the protocol).
+#include "comm/shm_transport.h"
+
+#include <ATen/ATen.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <random>
+
+#include "core/log.h"
+
+namespace cohort::detail {
+
+struct ShmTransport::Header {
+  uint64_t magic;  // random, written by rank 0: proves every rank mapped the same memory
+  uint32_t size;
+  alignas(64) std::atomic<uint32_t> arrived;     // ranks at the current barrier
+  alignas(64) std::atomic<uint32_t> generation;  // bumped by the last rank to arrive (futex word)
+  std::atomic<uint32_t> sleepers;                // ranks inside futex_wait (skip the wake when none)
+};
+
+namespace {
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit atomics");
+constexpr size_t kHeaderBytes = 4096;
+constexpr int kSpins = 2000;  // short: on a node whose cores all train, spinning steals compute
+constexpr auto kWatchEvery = std::chrono::milliseconds(10);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Shared (not FUTEX_PRIVATE) futex: the word lives in memory mapped by several processes.
+void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout) {
+  timespec ts{time_t(timeout.count() / 1000), long(timeout.count() % 1000) * 1000000L};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+size_t mapped_size(int size, size_t slot_bytes) { return kHeaderBytes + 2 * size_t(size) * slot_bytes; }
+
+void* map_segment(int fd, size_t bytes) {
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  return base == MAP_FAILED ? nullptr : base;
+}
+
+// `first` (rank order) reduced with each later part, into `out` (which may not alias any part).
+void reduce_into(const at::Tensor& out, const std::vector<at::Tensor>& parts, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      at::add_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
+      for (size_t j = 2; j < parts.size(); ++j) out.add_(parts[j]);
+      return;
+    case ReduceOp::kProduct:
+      at::mul_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
+      for (size_t j = 2; j < parts.size(); ++j) out.mul_(parts[j]);
+      return;
+    case ReduceOp::kMin:
+      at::minimum_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
+      for (size_t j = 2; j < parts.size(); ++j) at::minimum_out(const_cast<at::Tensor&>(out), out, parts[j]);
+      return;
+    case ReduceOp::kMax:
+      at::maximum_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
+      for (size_t j = 2; j < parts.size(); ++j) at::maximum_out(const_cast<at::Tensor&>(out), out, parts[j]);
+      return;
+  }
+}
+
+at::Tensor view_of(void* data, int64_t numel, at::ScalarType dtype) {
+  return at::from_blob(data, {numel}, at::TensorOptions().dtype(dtype).device(at::kCPU));
+}
+
+// Start of part `j` when `n` elements are split into `parts` nearly equal parts.
+int64_t split_point(int64_t n, int parts, int j) { return n * j / parts; }
+
+}  // namespace
+
+std::unique_ptr<ShmTransport> ShmTransport::negotiate(c10d::Store& store, const std::string& prefix, int rank,
+                                                      int size, bool enabled, size_t slot_bytes) {
+  const std::string key = prefix + "/shm/";
+  auto text_of = [](const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); };
+  auto bytes_of = [](const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); };
+  slot_bytes = (std::max<size_t>(slot_bytes, 4096) + 4095) / 4096 * 4096;
+
+  std::string name, failure;
+  uint64_t magic = 0;
+  void* base = nullptr;
+  if (rank == 0) {
+    if (enabled) {
+      std::random_device random;
+      magic = (uint64_t(random()) << 32) ^ random();
+      char buffer[64];
+      std::snprintf(buffer, sizeof(buffer), "/cohort-%d-%016llx", int(getpid()),
+                    static_cast<unsigned long long>(magic));
+      name = buffer;
+      const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      // posix_fallocate reserves the pages now, so a full /dev/shm is a clean fallback here and not a
+      // SIGBUS in the middle of a collective.
+      int err = fd < 0 ? errno : posix_fallocate(fd, 0, off_t(mapped_size(size, slot_bytes)));
+      if (err == 0) base = map_segment(fd, mapped_size(size, slot_bytes));
+      if (fd >= 0) close(fd);
+      if (err != 0 || !base) {
+        failure = "cannot create " + std::to_string(mapped_size(size, slot_bytes)) + " bytes in /dev/shm (" +
+                  std::strerror(err ? err : errno) + "; COHORT_SHM_BYTES sets the bytes per rank per chunk)";
+        if (fd >= 0) shm_unlink(name.c_str());
+        name.clear();
+      } else {
+        auto* header = new (base) Header();
+        header->magic = magic;
+        header->size = uint32_t(size);
+      }
+    }
+    store.set(key + "name", bytes_of(name.empty() ? "" : name + " " + std::to_string(slot_bytes)));
+  } else {
+    const std::string published = text_of(store.get(key + "name"));
+    bool ok = false;
+    if (enabled && !published.empty()) {
+      const auto space = published.find(' ');
+      name = published.substr(0, space);
+      slot_bytes = std::stoull(published.substr(space + 1));
+      const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+      if (fd >= 0) {
+        base = map_segment(fd, mapped_size(size, slot_bytes));
+        close(fd);
+      }
+      // The name carries rank 0's magic: a same-named segment of another host or container cannot pass.
+      const auto dash = name.rfind('-');
+      ok = base && static_cast<Header*>(base)->size == uint32_t(size) &&
+           static_cast<Header*>(base)->magic == std::stoull(name.substr(dash + 1), nullptr, 16);
+    }
+    store.set(key + "ok" + std::to_string(rank), bytes_of(ok ? "1" : "0"));
+  }
+
+  bool all_ok;
+  if (rank == 0) {
+    all_ok = !name.empty();
+    std::string missing;
+    for (int r = 1; r < size; ++r) {
+      if (text_of(store.get(key + "ok" + std::to_string(r))) != "1") {
+        all_ok = false;
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      }
+    }
+    if (!name.empty()) shm_unlink(name.c_str());  // every rank has mapped it, or given up
+    store.set(key + "verdict", bytes_of(all_ok ? "1" : "0"));
+    if (all_ok) {
+      COHORT_INFO("shared-memory transport for the ", size, " ranks on this host (", slot_bytes,
+                  "-byte chunks; COHORT_SHM=0 uses Gloo instead)");
+    } else if (!enabled) {
+      COHORT_INFO("shared-memory transport off (COHORT_SHM=0): collectives on CPU tensors use Gloo");
+    } else {
+      COHORT_INFO("shared-memory transport not used, collectives on CPU tensors use Gloo: ",
+                  failure.empty() ? "rank(s) " + missing + " could not map rank 0's segment (another host, or "
+                                                           "COHORT_SHM=0 there)"
+                                  : failure);
+    }
+  } else {
+    all_ok = text_of(store.get(key + "verdict")) == "1";
+  }
+  if (!all_ok) {
+    if (base) munmap(base, mapped_size(size, slot_bytes));
+    return nullptr;
+  }
+  return std::unique_ptr<ShmTransport>(new ShmTransport(rank, size, slot_bytes, base, mapped_size(size, slot_bytes)));
+}
+
+ShmTransport::ShmTransport(int rank, int size, size_t slot_bytes, void* base, size_t mapped_bytes)
+    : rank_(rank), size_(size), slot_bytes_(slot_bytes), base_(base), mapped_bytes_(mapped_bytes),
+      header_(static_cast<Header*>(base)) {}
+
+ShmTransport::~ShmTransport() { munmap(base_, mapped_bytes_); }
+
+bool ShmTransport::can_reduce(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: case at::kDouble: case at::kInt: case at::kLong: case at::kShort: case at::kChar:
+    case at::kByte:
+      return can_move(t);
+    default:
+      return false;  // half and bfloat16 reductions stay on Gloo (the caller upcasts bfloat16)
+  }
+}
+
+bool ShmTransport::can_move(const at::Tensor& t) { return t.is_cpu() && t.is_contiguous(); }
+
+char* ShmTransport::slot(int set, int rank) const {
+  return static_cast<char*>(base_) + kHeaderBytes + (size_t(set) * size_ + rank) * slot_bytes_;
+}
+
+void ShmTransport::barrier(const Watch& watch) {
+  const uint32_t generation = header_->generation.load();
+  if (header_->arrived.fetch_add(1) + 1 == uint32_t(size_)) {
+    header_->arrived.store(0);
+    header_->generation.fetch_add(1);
+    if (header_->sleepers.load() > 0) futex_wake_all(&header_->generation);
+    return;
+  }
+  for (int i = 0; i < kSpins; ++i) {
+    if (header_->generation.load(std::memory_order_acquire) != generation) return;
+    cpu_relax();
+  }
+  auto next_watch = std::chrono::steady_clock::now() + kWatchEvery;
+  while (header_->generation.load() == generation) {
+    header_->sleepers.fetch_add(1);
+    futex_wait(&header_->generation, generation, kWatchEvery);
+    header_->sleepers.fetch_sub(1);
+    if (std::chrono::steady_clock::now() >= next_watch) {
+      watch();  // throws when a peer died or the deadline passed
+      next_watch = std::chrono::steady_clock::now() + kWatchEvery;
+    }
+  }
+}
+
+void ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, const Watch& watch) {
+  const auto dtype = buffer.scalar_type();
+  const size_t item = buffer.element_size();
+  const int64_t chunk = int64_t(slot_bytes_ / item);
+  char* data = static_cast<char*>(buffer.data_ptr());
+  for (int64_t start = 0; start < buffer.numel(); start += chunk) {
+    const int64_t n = std::min(chunk, buffer.numel() - start);
+    const int set = next_set();
+    std::memcpy(slot(set, rank_), data + start * item, n * item);
+    barrier(watch);
+    // Reduce my slice of every slot, in rank order, into my output and publish it in my slot.
+    const int64_t lo = split_point(n, size_, rank_), hi = split_point(n, size_, rank_ + 1);
+    if (hi > lo) {
+      std::vector<at::Tensor> parts;
+      for (int r = 0; r < size_; ++r) parts.push_back(view_of(slot(set, r) + lo * item, hi - lo, dtype));
+      reduce_into(view_of(data + (start + lo) * item, hi - lo, dtype), parts, op);
+      std::memcpy(slot(set, rank_) + lo * item, data + (start + lo) * item, (hi - lo) * item);
+    }
+    barrier(watch);
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      const int64_t a = split_point(n, size_, r), b = split_point(n, size_, r + 1);
+      std::memcpy(data + (start + a) * item, slot(set, r) + a * item, (b - a) * item);
+    }
+  }
+  ++ops_done_;
+}
+
+void ShmTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                                  const Watch& watch) {
+  const auto dtype = input.scalar_type();
+  const size_t item = input.element_size();
+  const int64_t block = output.numel();  // each rank's share of the input
+  const int64_t chunk = int64_t(slot_bytes_ / (item * size_));
+  const char* in = static_cast<const char*>(input.data_ptr());
+  char* out = static_cast<char*>(output.data_ptr());
+  for (int64_t start = 0; start < block; start += chunk) {
+    const int64_t n = std::min(chunk, block - start);
+    const int set = next_set();
+    for (int q = 0; q < size_; ++q)
+      std::memcpy(slot(set, rank_) + q * n * item, in + (q * block + start) * item, n * item);
+    barrier(watch);
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < size_; ++r) parts.push_back(view_of(slot(set, r) + rank_ * n * item, n, dtype));
+    reduce_into(view_of(out + start * item, n, dtype), parts, op);
+  }
+  ++ops_done_;
+}
+
+void ShmTransport::allgather(const at::Tensor& output, const at::Tensor& input, const Watch& watch) {
+  const size_t bytes = input.nbytes();
+  const char* in = static_cast<const char*>(input.data_ptr());
+  char* out = static_cast<char*>(output.data_ptr());
+  for (size_t start = 0; start < bytes; start += slot_bytes_) {
+    const size_t n = std::min(slot_bytes_, bytes - start);
+    const int set = next_set();
+    std::memcpy(slot(set, rank_), in + start, n);
+    barrier(watch);
+    for (int r = 0; r < size_; ++r) std::memcpy(out + r * bytes + start, slot(set, r), n);
+  }
+  ++ops_done_;
+}
+
+void ShmTransport::broadcast(const at::Tensor& buffer, int root, const Watch& watch) {
+  const size_t bytes = buffer.nbytes();
+  char* data = static_cast<char*>(buffer.data_ptr());
+  for (size_t start = 0; start < bytes; start += slot_bytes_) {
+    const size_t n = std::min(slot_bytes_, bytes - start);
+    const int set = next_set();
+    if (rank_ == root) std::memcpy(slot(set, root), data + start, n);
+    barrier(watch);
+    if (rank_ != root) std::memcpy(data + start, slot(set, root), n);
+  }
+  ++ops_done_;
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,78 @@
+// Shared-memory data path for ranks that all run on one host. Gloo over loopback TCP copies every
+// byte through the kernel twice and reduces on its own threads; on a node whose cores are all busy
+// training, that CPU time comes out of the step. Here every rank maps one POSIX shared-memory segment
+// holding a slot per rank (twice, alternating), and a collective is done chunk by chunk with memcpy,
+// LibTorch's vectorized elementwise kernels and a futex barrier:
+//   allreduce      copy in -> barrier -> rank r reduces slice r of every slot -> barrier -> copy out
+//   reduce_scatter copy in -> barrier -> rank r reduces its block of every slot
+//   allgather      copy in -> barrier -> copy every slot out
+//   broadcast      root copies in -> barrier -> the others copy out
+// Alternating between two sets of slots makes one barrier per chunk enough to keep a rank from
+// overwriting a slot a peer still reads. Sums are taken in rank order on every rank, so results are
+// bitwise identical everywhere and from run to run. The segment is unlinked as soon as every rank has
+// mapped it, so a crash leaves nothing behind in /dev/shm.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "cohort/comm.h"
+
+namespace cohort::detail {
+
+class ShmTransport {
+ public:
+  /// Called every few milliseconds while a rank waits for its peers; throws to give up (a peer died,
+  /// an abort notice arrived, the collective's deadline passed).
+  using Watch = std::function<void()>;
+
+  /// Every rank of the group calls this (collectively, through `store` under `prefix`). Returns a
+  /// transport when all `size` ranks could map the same segment, else null on every rank. `enabled`
+  /// false on a rank (COHORT_SHM=0) makes it null everywhere. `slot_bytes`: bytes per rank per chunk.
+  static std::unique_ptr<ShmTransport> negotiate(c10d::Store& store, const std::string& prefix, int rank,
+                                                 int size, bool enabled, size_t slot_bytes);
+  ~ShmTransport();
+  ShmTransport(const ShmTransport&) = delete;
+  ShmTransport& operator=(const ShmTransport&) = delete;
+
+  /// Whether reduce(op) on this dtype runs here (else the caller uses Gloo): float32/64 and integers.
+  static bool can_reduce(const at::Tensor& t);
+  /// Byte moves (allgather, broadcast) take any contiguous CPU tensor.
+  static bool can_move(const at::Tensor& t);
+
+  /// In place; kAvg is a sum here (the caller divides).
+  void allreduce(const at::Tensor& buffer, ReduceOp op, const Watch& watch);
+  /// `input` holds size() equal blocks; block rank() of the reduction lands in `output`.
+  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, const Watch& watch);
+  /// `output` receives every rank's `input`, in rank order.
+  void allgather(const at::Tensor& output, const at::Tensor& input, const Watch& watch);
+  void broadcast(const at::Tensor& buffer, int root, const Watch& watch);
+
+  size_t slot_bytes() const { return slot_bytes_; }
+  /// Collectives completed here (tests check the path was taken).
+  int64_t ops_done() const { return ops_done_; }
+
+ private:
+  struct Header;
+  ShmTransport(int rank, int size, size_t slot_bytes, void* base, size_t mapped_bytes);
+
+  /// The next chunk's set of slots (0 or 1): alternates on every chunk of every collective.
+  int next_set() { return int(chunks_++ & 1); }
+  char* slot(int set, int rank) const;
+  void barrier(const Watch& watch);
+
+  int rank_, size_;
+  size_t slot_bytes_;
+  void* base_;
+  size_t mapped_bytes_;
+  Header* header_;
+  uint64_t chunks_ = 0;
+  int64_t ops_done_ = 0;
+};
+
+}  // namespace cohort::detail

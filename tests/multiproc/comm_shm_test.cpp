@@ -1,0 +1,192 @@
+// The shared-memory transport (src/comm/shm_transport.*) on 2 and 3 local rank processes: it is chosen
+// when every rank is on this host and can be turned off; with tiny chunks (COHORT_SHM_BYTES=4096) every
+// collective crosses many chunk boundaries and uneven slices, and each result must equal, bit for bit,
+// the reduction of every rank's tensor taken in rank order. A rank that stops or dies inside a transfer
+// must make the others fail promptly, naming it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "cohort/comm.h"
+#include "cohort/world.h"
+#include "comm/comm_impl.h"
+#include "support/multiproc.h"
+
+using ::testing::HasSubstr;
+using cohort::ReduceOp;
+using cohort::testing::report;
+using cohort::testing::run_ranks;
+
+namespace {
+
+// Rank r's input: distinct per rank and element, not exactly representable sums (so order matters).
+torch::Tensor input_of(int rank, int64_t n, torch::ScalarType dtype) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1000 + rank);
+  if (torch::isFloatingType(dtype)) return torch::randn({n}, gen, torch::TensorOptions().dtype(dtype));
+  return torch::randint(1, 5, {n}, gen, torch::TensorOptions().dtype(dtype));
+}
+
+// The reduction of every rank's input in rank order, as the transport computes it.
+torch::Tensor expected_reduction(int size, int64_t n, torch::ScalarType dtype, ReduceOp op) {
+  torch::Tensor acc = input_of(0, n, dtype);
+  for (int r = 1; r < size; ++r) {
+    auto next = input_of(r, n, dtype);
+    switch (op) {
+      case ReduceOp::kSum: case ReduceOp::kAvg: acc = acc + next; break;
+      case ReduceOp::kProduct: acc = acc * next; break;
+      case ReduceOp::kMin: acc = torch::minimum(acc, next); break;
+      case ReduceOp::kMax: acc = torch::maximum(acc, next); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc.div_(size);
+  return acc;
+}
+
+cohort::detail::ShmTransport* shm_of(cohort::Comm& comm) { return comm.impl().shm(); }
+
+cohort::testing::RanksOptions tiny_chunks() {
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_SHM_BYTES"] = "4096";  // 1024 float32 per rank per chunk
+  return options;
+}
+
+void every_collective_across_chunks(int rank, int size) {
+  auto& comm = cohort::init().comm();
+  auto* shm = shm_of(comm);
+  ASSERT_NE(shm, nullptr) << "all ranks are on this host: the shared-memory transport must be chosen";
+  EXPECT_EQ(shm->slot_bytes(), 4096u);
+  const int64_t before = shm->ops_done();
+  int64_t expected_ops = 0;
+  // Sizes around the chunk (1024 float32) and smaller than the world, for every op.
+  for (int64_t n : {1, 2, 1023, 1024, 1025, 3000, 10007}) {
+    for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct}) {
+      auto t = input_of(rank, n, torch::kFloat);
+      comm.allreduce(t, op);
+      ++expected_ops;
+      EXPECT_TRUE(torch::equal(t, expected_reduction(size, n, torch::kFloat, op)))
+          << "allreduce(" << cohort::reduce_op_name(op) << ") of " << n << " float32 differs";
+    }
+  }
+  for (auto dtype : {torch::kDouble, torch::kLong, torch::kByte}) {
+    auto t = input_of(rank, 2500, dtype);
+    comm.allreduce(t, ReduceOp::kSum);
+    ++expected_ops;
+    EXPECT_TRUE(torch::equal(t, expected_reduction(size, 2500, dtype, ReduceOp::kSum))) << dtype;
+  }
+  // reduce_scatter: blocks of 700 and 3001 elements (several chunks of 1024 / size).
+  for (int64_t block : {1, 700, 3001}) {
+    for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      auto out = comm.reduce_scatter(input_of(rank, block * size, torch::kFloat), op);
+      ++expected_ops;
+      auto full = expected_reduction(size, block * size, torch::kFloat, op);
+      EXPECT_TRUE(torch::equal(out, full.narrow(0, rank * block, block)))
+          << "reduce_scatter(" << cohort::reduce_op_name(op) << ") block " << block;
+    }
+  }
+  // allgather and broadcast move bytes of any dtype, including those Gloo cannot reduce.
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kBool}) {
+    auto mine = input_of(rank, 1500, torch::kFloat).gt(0).to(dtype);
+    auto gathered = comm.allgather(mine);
+    ++expected_ops;
+    for (int r = 0; r < size; ++r)
+      EXPECT_TRUE(torch::equal(gathered[r], input_of(r, 1500, torch::kFloat).gt(0).to(dtype))) << dtype;
+    auto b = input_of(rank, 2049, torch::kFloat).to(dtype);
+    comm.broadcast(b, size - 1);
+    ++expected_ops;
+    EXPECT_TRUE(torch::equal(b, input_of(size - 1, 2049, torch::kFloat).to(dtype))) << dtype;
+  }
+  EXPECT_EQ(shm->ops_done() - before, expected_ops) << "a collective took another path";
+  // Half has no CPU reduction kernels here: it goes through Gloo and still agrees.
+  auto half = torch::full({5}, rank + 1, torch::kHalf);
+  comm.allreduce(half);
+  EXPECT_EQ(shm->ops_done() - before, expected_ops);
+  EXPECT_EQ(half[4].item<float>(), float(size * (size + 1) / 2));
+}
+
+}  // namespace
+
+class Shm : public ::testing::TestWithParam<int> {};
+
+TEST_P(Shm, EveryCollectiveAcrossChunksIsBitwiseTheRankOrderReduction) {
+  run_ranks(GetParam(), every_collective_across_chunks, tiny_chunks());
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Shm, ::testing::Values(2, 3));
+
+TEST(Shm, OffWithCohortShm0OnAnyRankAndGlooGivesTheSameSums) {
+  run_ranks(3, [](int rank, int size) {
+    if (rank == 2) setenv("COHORT_SHM", "0", 1);  // one rank says no: nobody uses it
+    auto& comm = cohort::init().comm();
+    EXPECT_EQ(shm_of(comm), nullptr);
+    auto t = torch::full({3000}, float(rank + 1));
+    comm.allreduce(t);
+    EXPECT_TRUE(t.eq(6.f).all().item<bool>());
+    auto out = comm.reduce_scatter(torch::arange(3 * 1000, torch::kFloat));
+    EXPECT_EQ(out[0].item<float>(), float(3 * rank * 1000));
+  });
+}
+
+TEST(Shm, BadSettingsAreRejected) {
+  setenv("COHORT_SHM", "yes", 1);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  try {
+    cohort::init();
+    ADD_FAILURE() << "COHORT_SHM=yes was accepted";
+  } catch (const cohort::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("COHORT_SHM=yes must be 0 (Gloo only) or 1 (default)"));
+  }
+  unsetenv("COHORT_SHM");
+  setenv("COHORT_SHM_BYTES", "lots", 1);
+  try {
+    cohort::init();
+    ADD_FAILURE() << "COHORT_SHM_BYTES=lots was accepted";
+  } catch (const cohort::Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("COHORT_SHM_BYTES=lots is not a number of bytes"));
+  }
+  unsetenv("COHORT_SHM_BYTES");
+}
+
+// A rank that stops (SIGSTOP: alive, sockets open) while the others wait in a shared-memory barrier:
+// they must give up at the collective's timeout and name it, not spin forever.
+TEST(Shm, AStoppedRankTimesOutNamingIt) {
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_TIMEOUT"] = "3";
+  options.deadline = std::chrono::seconds(40);
+  options.expect_all_pass = false;
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    ASSERT_NE(shm_of(comm), nullptr);
+    auto big = torch::ones({4 << 20});
+    comm.allreduce(big);
+    const auto pids = comm.allgather(torch::tensor({int64_t(::getpid())}));
+    if (rank == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::kill(::getpid(), SIGSTOP);
+      }).detach();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      for (int i = 0; i < 100000; ++i) comm.allreduce(big);
+      ADD_FAILURE() << "expected a cohort::Error";
+    } catch (const cohort::Error& e) {
+      report(e.what());
+      report("seconds=" + std::to_string(
+                              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    }
+    if (rank == 0) ::kill(pid_t(pids[1].item<int64_t>()), SIGKILL);  // no need to wait for the deadline
+  }, options);
+  const auto& r = results[0];
+  EXPECT_TRUE(r.passed) << r.output;
+  ASSERT_GE(r.reports.size(), 2u) << r.output;
+  EXPECT_THAT(r.reports[0], HasSubstr("allreduce(sum) float32 [4194304] timed out after 3000 ms"));
+  EXPECT_THAT(r.reports[0], HasSubstr("rank 1 never arrived"));
+  EXPECT_LT(std::stod(r.reports[1].substr(8)), 10.0);
+}
