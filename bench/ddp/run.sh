@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Side-by-side DDP benchmark, interleaved (cohort, PyTorch, naive, 1-rank cohort; repeated), printing
-# medians and ratios as a markdown table for docs/BENCHMARKS.md. Usage: bench/ddp/run.sh [reps] [steps]
+# Side-by-side DDP benchmark, interleaved (cohort, cohort on Gloo only, PyTorch, naive, 1-rank cohort,
+# two 1-rank processes at once; repeated), printing medians and ratios as markdown tables for
+# docs/BENCHMARKS.md. Usage: bench/ddp/run.sh [reps] [steps]
+# "two 1-rank processes at once" share nothing: their summed samples/s is what 2 ranks could reach on
+# this machine with free communication (the cores' and memory's own scaling), the ceiling for DDP.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps=${1:-5}
@@ -13,9 +16,15 @@ for model in cnn mlp; do
   for rep in $(seq "$reps"); do
     common="--model $model --batch $batch --steps $steps --threads 1"
     $run --standalone --nproc-per-node 2 $step --mode cohort $common 2>/dev/null | sed 's/^\[rank0\]: //' | grep RESULT >>"$out"
+    COHORT_SHM=0 $run --standalone --nproc-per-node 2 $step --mode cohort $common 2>/dev/null |
+      sed 's/^\[rank0\]: //; s/impl=cohort/impl=cohort_gloo/' | grep RESULT >>"$out"
     /usr/bin/python3 bench/ddp/ddp_step.py --nproc 2 $common 2>/dev/null | grep RESULT >>"$out"
     $run --standalone --nproc-per-node 2 $step --mode naive $common 2>/dev/null | sed 's/^\[rank0\]: //' | grep RESULT >>"$out"
     $run --standalone --nproc-per-node 1 $step --mode cohort $common 2>/dev/null | sed 's/^\[rank0\]: //' | grep RESULT >>"$out"
+    pair=$( ($run --standalone --nproc-per-node 1 $step --mode cohort $common 2>/dev/null &
+             $run --standalone --nproc-per-node 1 $step --mode cohort $common 2>/dev/null; wait) |
+            grep -o 'samples_per_s=[0-9.]*' | cut -d= -f2 | awk '{ s += $1 } END { print s }')
+    echo "RESULT impl=pair model=$model ranks=2 samples_per_s=$pair" >>"$out"
     echo "rep $rep/$reps $model done" >&2
   done
 done
@@ -28,15 +37,21 @@ for line in open(sys.argv[1]):
     rows.setdefault(key, []).append(f)
 def med(key, field):
     return statistics.median(float(r[field]) for r in rows[key] if field in r)
-print("| model | cohort DDP samples/s | PyTorch DDP samples/s | naive C++ samples/s | cohort / PyTorch | cohort / naive | scaling 1->2 ranks | bucket wait ms | buckets alone ms | hidden |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| model | cohort DDP samples/s | cohort, Gloo only | PyTorch DDP samples/s | naive C++ samples/s | cohort / PyTorch | cohort (Gloo only) / PyTorch | cohort / naive | scaling 1->2 ranks | ceiling: 2 lone ranks at once | cohort / ceiling |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for model in ("cnn", "mlp"):
-    c, p, n, one = (med((model, i, r), "samples_per_s") for i, r in
-                    (("cohort", 2), ("pytorch", 2), ("naive", 2), ("cohort", 1)))
-    wait, comm = med((model, "cohort", 2), "wait_ms"), med((model, "cohort", 2), "comm_ms")
-    hidden = 1 - wait / comm if comm > 0 else float("nan")
-    print(f"| {model} | {c:.0f} | {p:.0f} | {n:.0f} | {c / p:.2f} | {c / n:.2f} | {c / (2 * one):.1%} | "
-          f"{wait:.2f} | {comm:.2f} | {hidden:.0%} |")
+    c, g, p, n, one, pair = (med((model, i, r), "samples_per_s") for i, r in
+                             (("cohort", 2), ("cohort_gloo", 2), ("pytorch", 2), ("naive", 2), ("cohort", 1),
+                              ("pair", 2)))
+    print(f"| {model} | {c:.0f} | {g:.0f} | {p:.0f} | {n:.0f} | {c / p:.2f} | {g / p:.2f} | {c / n:.2f} | "
+          f"{c / (2 * one):.1%} | {pair / (2 * one):.1%} | {c / pair:.1%} |")
+print("\n| model | transport | bucket wait ms | buckets alone ms | hidden |")
+print("|---|---|---|---|---|")
+for model in ("cnn", "mlp"):
+    for impl, name in (("cohort", "shared memory"), ("cohort_gloo", "Gloo")):
+        wait, comm = med((model, impl, 2), "wait_ms"), med((model, impl, 2), "comm_ms")
+        hidden = 1 - wait / comm if comm > 0 else float("nan")
+        print(f"| {model} | {name} | {wait:.2f} | {comm:.2f} | {hidden:.0%} |")
 print(f"\n(medians of {len(rows[('mlp', 'cohort', 2)])} interleaved runs each)")
 PY
 rm -f "$out"

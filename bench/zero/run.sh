@@ -2,7 +2,8 @@
 # The ZeRO engine against cohort's DDP on 2 ranks, interleaved (ddp, zero1, zero2, zero3; repeated),
 # printing medians as a markdown table for docs/BENCHMARKS.md. The _overlap rows set reduce_bucket_size
 # 262144 (1 MiB of fp32) and overlap_comm, so gradients are reduced while backward runs, as DDP does. Usage: bench/zero/run.sh [reps] [steps]
-# Loopback bytes count every rank's traffic, so run it on an otherwise quiet machine.
+# Loopback bytes count every rank's traffic, so run it on an otherwise quiet machine, and with
+# COHORT_SHM=0 (Gloo over loopback): the shared-memory transport moves no bytes over loopback.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 reps=${1:-5}

@@ -56,7 +56,7 @@ struct CommConfig {
   std::chrono::milliseconds timeout{300000};
   bool use_nccl = false;
   bool shm = true;                  // shared-memory data path when every rank is on this host
-  size_t shm_slot_bytes = 2 << 20;  // its chunk: bytes per rank
+  size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
 };
 
 class CommImpl {

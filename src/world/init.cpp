@@ -44,7 +44,7 @@ bool shm_enabled() {
 // COHORT_SHM_BYTES: the shared-memory transport's chunk, in bytes per rank (rounded up to 4 KiB).
 size_t shm_slot_bytes() {
   const char* raw = std::getenv("COHORT_SHM_BYTES");
-  if (raw == nullptr || *raw == '\0') return size_t(2) << 20;
+  if (raw == nullptr || *raw == '\0') return size_t(512) << 10;  // measured best of 128 KiB..2 MiB
   char* end = nullptr;
   const long long bytes = std::strtoll(raw, &end, 10);
   COHORT_CHECK(end != raw && *end == '\0' && bytes > 0 && bytes <= (1LL << 30), "COHORT_SHM_BYTES=", raw,
