@@ -192,14 +192,17 @@ Work Comm::reduce_scatter_async(torch::Tensor output, torch::Tensor input, Reduc
   auto pending = make_op(OpKind::kReduceScatter, input, op);
   torch::Tensor buf = input.contiguous();
   auto* impl = impl_.get();
-  if (n > 1 && buf.numel() > 0 && impl->shm() && detail::ShmTransport::can_reduce(buf) &&
-      output.is_contiguous() && output.scalar_type() == buf.scalar_type()) {
-    // Reduced straight into the output in shared memory; avg divides afterwards.
-    pending->shm = [output, buf, op](detail::ShmTransport& shm, const detail::ShmTransport::Watch& watch) {
-      shm.reduce_scatter(output.view(-1), buf, op, watch);
+  // The choice of path may depend only on what every rank agreed on (dtype, shape), never on this
+  // rank's output layout: an output of another layout or dtype gets a working copy.
+  if (n > 1 && buf.numel() > 0 && impl->shm() && detail::ShmTransport::can_reduce(buf)) {
+    const bool direct = output.is_contiguous() && output.scalar_type() == buf.scalar_type();
+    torch::Tensor out = direct ? output.view(-1) : torch::empty({buf.numel() / n}, buf.options());
+    pending->shm = [out, buf, op](detail::ShmTransport& shm, const detail::ShmTransport::Watch& watch) {
+      shm.reduce_scatter(out, buf, op, watch);
     };
-    pending->finish = [output, op, n]() mutable {
-      if (op == ReduceOp::kAvg) output.div_(n);
+    pending->finish = [output, out, op, n, direct]() mutable {
+      if (op == ReduceOp::kAvg) out.div_(n);
+      if (!direct) output.copy_(out.view(output.sizes()));
     };
     return Work(impl_->submit(pending, true));
   }

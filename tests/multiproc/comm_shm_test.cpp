@@ -89,6 +89,13 @@ void every_collective_across_chunks(int rank, int size) {
           << "reduce_scatter(" << cohort::reduce_op_name(op) << ") block " << block;
     }
   }
+  // An output of another layout or dtype takes the same path as everyone else's (through a copy).
+  auto strided_out = torch::zeros({3, 2}, torch::kDouble).t();
+  ASSERT_FALSE(strided_out.is_contiguous());
+  comm.reduce_scatter_async(strided_out, input_of(rank, 6 * size, torch::kFloat), ReduceOp::kSum).wait();
+  ++expected_ops;
+  auto full = expected_reduction(size, 6 * size, torch::kFloat, ReduceOp::kSum);
+  EXPECT_TRUE(torch::equal(strided_out, full.narrow(0, rank * 6, 6).view({2, 3}).to(torch::kDouble)));
   // allgather and broadcast move bytes of any dtype, including those Gloo cannot reduce.
   for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kBool}) {
     auto mine = input_of(rank, 1500, torch::kFloat).gt(0).to(dtype);
