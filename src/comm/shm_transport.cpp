@@ -59,25 +59,26 @@ void* map_segment(int fd, size_t bytes) {
   return base == MAP_FAILED ? nullptr : base;
 }
 
-// `first` (rank order) reduced with each later part, into `out` (which may not alias any part).
-void reduce_into(const at::Tensor& out, const std::vector<at::Tensor>& parts, ReduceOp op) {
+// parts[0] op parts[1] op ... (rank order) into `out`, which aliases none of them. `out` is a view of
+// caller memory taken by value: the *_out functions take a non-const reference.
+void reduce_into(at::Tensor out, const std::vector<at::Tensor>& parts, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:
-      at::add_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
+      at::add_out(out, parts[0], parts[1]);
       for (size_t j = 2; j < parts.size(); ++j) out.add_(parts[j]);
       return;
     case ReduceOp::kProduct:
-      at::mul_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
+      at::mul_out(out, parts[0], parts[1]);
       for (size_t j = 2; j < parts.size(); ++j) out.mul_(parts[j]);
       return;
     case ReduceOp::kMin:
-      at::minimum_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
-      for (size_t j = 2; j < parts.size(); ++j) at::minimum_out(const_cast<at::Tensor&>(out), out, parts[j]);
+      at::minimum_out(out, parts[0], parts[1]);
+      for (size_t j = 2; j < parts.size(); ++j) at::minimum_out(out, out, parts[j]);
       return;
     case ReduceOp::kMax:
-      at::maximum_out(const_cast<at::Tensor&>(out), parts[0], parts[1]);
-      for (size_t j = 2; j < parts.size(); ++j) at::maximum_out(const_cast<at::Tensor&>(out), out, parts[j]);
+      at::maximum_out(out, parts[0], parts[1]);
+      for (size_t j = 2; j < parts.size(); ++j) at::maximum_out(out, out, parts[j]);
       return;
   }
 }

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -140,24 +141,21 @@ TEST(Shm, OffWithCohortShm0OnAnyRankAndGlooGivesTheSameSums) {
 }
 
 TEST(Shm, BadSettingsAreRejected) {
-  setenv("COHORT_SHM", "yes", 1);
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "1", 1);
-  try {
-    cohort::init();
-    ADD_FAILURE() << "COHORT_SHM=yes was accepted";
-  } catch (const cohort::Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("COHORT_SHM=yes must be 0 (Gloo only) or 1 (default)"));
+  const std::vector<std::array<const char*, 3>> cases = {
+      {"COHORT_SHM", "yes", "COHORT_SHM=yes must be 0 (Gloo only) or 1 (default)"},
+      {"COHORT_SHM_BYTES", "lots", "COHORT_SHM_BYTES=lots is not a number of bytes between 1 and 2^30"}};
+  for (const auto& [name, value, message] : cases) {
+    setenv(name, value, 1);
+    try {
+      cohort::init();
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const cohort::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(message));
+    }
+    unsetenv(name);
   }
-  unsetenv("COHORT_SHM");
-  setenv("COHORT_SHM_BYTES", "lots", 1);
-  try {
-    cohort::init();
-    ADD_FAILURE() << "COHORT_SHM_BYTES=lots was accepted";
-  } catch (const cohort::Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("COHORT_SHM_BYTES=lots is not a number of bytes"));
-  }
-  unsetenv("COHORT_SHM_BYTES");
 }
 
 // A rank that stops (SIGSTOP: alive, sockets open) while the others wait in a shared-memory barrier:
