@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds, and runs the whole test suite (ctest). Exit code 0 = all passed.
+# Installs what is missing, builds, and runs the whole test suite (ctest), twice: against Debian's
+# LibTorch 1.13 in build/, then against PyPI's torch 2.11 (a CUDA build: every source, NCCL included,
+# compiles with CUDA on; the tests run on the CPU) in build-torch2/, with a checkpoint written by each
+# build read by the other. COHORT_TORCH2=0 skips the second. Exit code 0 = all passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
-cd build
-ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@"
+(cd build && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
+if [ "${COHORT_TORCH2:-1}" != 0 ]; then
+  # Release (no debug info): the CUDA build's headers are large and CI's budget is fixed.
+  COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE=Release -DCOHORT_PEER_BUILD="$PWD/build"
+  (cd build-torch2 && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
+fi

@@ -16,6 +16,7 @@
 #include "cohortrun/log_prefix.h"
 #include "cohortrun/membership.h"
 #include "cohortrun/output.h"
+#include "support/python.h"
 #include "cohortrun/summary.h"
 #include "cohortrun/worker_env.h"
 #include "cohortrun_test_paths.h"
@@ -270,11 +271,12 @@ TEST(CohortrunLaunch, EveryWorkerGetsTorchrunEnvironment) {
 }
 
 TEST(CohortrunLaunch, SameVariablesAsPythonTorchrun) {
-  ASSERT_EQ(::access("/usr/bin/torchrun", X_OK), 0) << "Python torchrun (python3-torch) is needed";
+  const std::string python = cohort::testing::python_with_torch();
+  ASSERT_EQ(::access(python.c_str(), X_OK), 0) << "Python torchrun (python3-torch) is needed: " << python;
   TempDir theirs, ours, scratch;
   const Env base = clean_env({{"TMPDIR", scratch.path}});  // torchrun leaves its log dir there
   // Python 3.11 breaks torchrun 1.13's redirect parsing unless --redirects 2 --tee 2 are given.
-  const auto torchrun = run_process({"/usr/bin/torchrun", "--redirects", "2", "--tee", "2",
+  const auto torchrun = run_process({python, "-m", "torch.distributed.run", "--redirects", "2", "--tee", "2",
                                      "--standalone", "--nnodes=1", "--nproc_per_node=2",
                                      "--no_python", COHORT_ENV_WORKER, "--env-dir", theirs.path},
                                     base, 60s);

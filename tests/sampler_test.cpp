@@ -19,13 +19,13 @@
 
 #include "cohort/error.h"
 #include "support/errors.h"
+#include "support/python.h"
 
 namespace {
 
 using cohort::DistributedSampler;
 using cohort::SamplerOptions;
 
-constexpr const char* kPython = "/usr/bin/python3";
 
 std::string reference_script() {
   const char* root = std::getenv("COHORT_SOURCE_DIR");
@@ -54,15 +54,16 @@ std::string run_command(const std::string& command, int* status) {
 using cohort::testing::error_of;
 
 TEST(DistributedSampler, MatchesPyTorchIndexForIndex) {
-  ASSERT_EQ(access(kPython, X_OK), 0)
-      << kPython << " not found: this test compares against PyTorch's DistributedSampler and needs "
+  const std::string python = cohort::testing::python_with_torch();
+  ASSERT_EQ(access(python.c_str(), X_OK), 0)
+      << python << " not found: this test compares against PyTorch's DistributedSampler and needs "
       << "Debian's python3 with python3-torch (apt-get install python3-torch)";
   const std::string script = reference_script();
   ASSERT_EQ(access(script.c_str(), R_OK), 0) << "reference script not found: " << script;
   int status = 0;
-  const std::string output = run_command(std::string(kPython) + " " + script + " 2>&1", &status);
+  const std::string output = run_command(python + " " + script + " 2>&1", &status);
   ASSERT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
-      << kPython << " " << script << " failed (exit status "
+      << python << " " << script << " failed (exit status "
       << (status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1)
       << "); is python3-torch installed? Output:\n"
       << output.substr(0, 2000);

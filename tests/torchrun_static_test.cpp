@@ -10,6 +10,7 @@
 #include <string>
 
 #include "support/multiproc.h"
+#include "support/python.h"
 
 namespace {
 
@@ -31,7 +32,7 @@ TEST(TorchrunStatic, WorkersJoinTheAgentsStore) {
   const int port = cohort::testing::free_port();
   int status = 0;
   const std::string output = run_command(
-      "timeout 120 /usr/bin/python3 -m torch.distributed.run --redirects 2 --tee 2 --nproc_per_node 2 "
+      "timeout 120 " + cohort::testing::python_with_torch() + " -m torch.distributed.run --redirects 2 --tee 2 --nproc_per_node 2 "
       "--master_port " + std::to_string(port) + " --no_python " + worker, status);
   EXPECT_EQ(status, 0) << output;
   EXPECT_THAT(output, ::testing::HasSubstr("RESULT rank=0 size=2 sum=1"));

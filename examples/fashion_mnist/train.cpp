@@ -147,9 +147,9 @@ Totals Job::evaluate() {
 
 void Job::print_header() const {
   std::printf(
-      "fashion_mnist: %d rank(s) (launcher: %s), %d thread(s) per rank, batch %lld per rank "
+      "fashion_mnist: %d rank(s) (launcher: %s) on %s, %d thread(s) per rank, batch %lld per rank "
       "(%lld global), %s, seed %lld\n",
-      world_.size(), world_.launcher().c_str(), threads_,
+      world_.size(), world_.launcher().c_str(), world_.device().str().c_str(), threads_,
       static_cast<long long>(config_.batch_size),
       static_cast<long long>(config_.batch_size * world_.size()), trainer_->describe().c_str(),
       static_cast<long long>(config_.seed));

@@ -1,6 +1,7 @@
 // cohort: distributed training for the PyTorch C++ API. One include for the whole public API.
 #pragma once
 
+#include "cohort/autocast.h"
 #include "cohort/checkpoint.h"
 #include "cohort/comm.h"
 #include "cohort/data.h"

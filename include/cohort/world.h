@@ -73,4 +73,9 @@ World& current_world();
 /// True once init() has made the world in this process.
 bool is_initialized();
 
+/// Releases the world (torch.distributed.destroy_process_group): its Comm is torn down in order, NCCL
+/// communicators first, as soon as no DDP/ZeRO object holds it any more. Called by itself at exit;
+/// init() may be called again afterwards. A no-op when there is no world.
+void shutdown();
+
 }  // namespace cohort

@@ -45,6 +45,7 @@ std::shared_ptr<PendingOp> make_op(OpKind kind, const torch::Tensor& tensor, Red
     op->fingerprint.shape = tensor.sizes().vec();
   }
   op->fingerprint.root = root;
+  op->device_completion = tensor.defined() && tensor.is_cuda();
   return op;
 }
 
@@ -70,6 +71,29 @@ torch::Tensor working_copy(const torch::Tensor& t, bool reduction) {
   torch::Tensor buf = t.is_contiguous() ? t : t.contiguous();
   if (reduction && buf.is_cpu() && buf.scalar_type() == torch::kBFloat16) buf = buf.to(torch::kFloat);
   return buf;
+}
+
+struct ReduceScatterArgs {
+  torch::Tensor output, input;  // input: contiguous, size x output.numel() elements
+  ReduceOp op;
+  int size;
+};
+
+// NCCL reduces and scatters natively: the output is the only receive buffer (ZeRO's memory saving
+// holds on the GPU), with a working copy only for an output of another layout or dtype.
+void plan_native_reduce_scatter(detail::CommImpl* impl, PendingOp& pending, const ReduceScatterArgs& args) {
+  const bool direct = args.output.is_contiguous() && args.output.scalar_type() == args.input.scalar_type();
+  torch::Tensor out = direct ? args.output.view(-1) : torch::empty({args.input.numel() / args.size},
+                                                                   args.input.options());
+  if (args.input.numel() > 0) {
+    pending.launch = [impl, out, input = args.input, op = args.op] {
+      return detail::reduce_scatter_flat(impl->backend_for(input.device()), out, input.view(-1), op);
+    };
+  }
+  pending.finish = [output = args.output, out, op = args.op, n = args.size, direct]() mutable {
+    if (op == ReduceOp::kAvg) out.div_(n);
+    if (!direct) output.copy_(out.view(output.sizes()));
+  };
 }
 
 }  // namespace
@@ -162,6 +186,10 @@ Work Comm::allgather_async(torch::Tensor output, torch::Tensor tensor) {
     pending->shm = [input, output](detail::ShmTransport& shm, const detail::ShmTransport::Watch& watch) {
       shm.allgather(output, input, watch);
     };
+  } else if (input.numel() > 0 && input.is_cuda() && impl->has_nccl()) {
+    pending->launch = [impl, input, output] {  // NCCL gathers straight into the flat output
+      return detail::allgather_flat(impl->backend_for(input.device()), output.view(-1), input.view(-1));
+    };
   } else if (input.numel() > 0) {
     pending->launch = [impl, input, output, n] {
       std::vector<int64_t> shape{n};
@@ -204,6 +232,10 @@ Work Comm::reduce_scatter_async(torch::Tensor output, torch::Tensor input, Reduc
       if (op == ReduceOp::kAvg) out.div_(n);
       if (!direct) output.copy_(out.view(output.sizes()));
     };
+    return Work(impl_->submit(pending, true));
+  }
+  if (n > 1 && buf.is_cuda() && impl->has_nccl()) {
+    plan_native_reduce_scatter(impl, *pending, {output, buf, op, n});
     return Work(impl_->submit(pending, true));
   }
   // Gloo in LibTorch 1.13 has no reduce_scatter: an all-to-all moves chunk j to rank j (the same

@@ -56,7 +56,11 @@ CommImpl::~CommImpl() {
     // the process group would join it and hang this process. Leak it: the process is failing anyway.
     gloo_.release();
     nccl_.release();
+    return;
   }
+  // An ordered teardown: NCCL communicators go while CUDA still works (see shutdown_backend).
+  if (nccl_) shutdown_backend(*nccl_);
+  if (gloo_) shutdown_backend(*gloo_);
 }
 
 int64_t CommImpl::sequence_number() const {
@@ -65,12 +69,8 @@ int64_t CommImpl::sequence_number() const {
 }
 
 ProcessGroupBase& CommImpl::backend_for(const c10::Device& device) {
-  if (device.is_cuda()) {
-    COHORT_CHECK(nccl_, "collective on a CUDA tensor, but this Comm has no NCCL backend (init with "
-                        "Backend::kNccl, or move the tensor to the CPU)");
-    return *nccl_;
-  }
-  COHORT_CHECK(device.is_cpu(), "collectives take CPU or CUDA tensors, not ", device);
+  if (device.is_cuda() && nccl_) return *nccl_;
+  COHORT_CHECK(device.is_cpu() || device.is_cuda(), "collectives take CPU or CUDA tensors, not ", device);
   return *gloo_;
 }
 
@@ -180,7 +180,7 @@ void CommImpl::launch(PendingOp& op) {
     error = poisoned_;
   }
   const bool p2p = op.peer >= 0;  // c10d's send/recv work has no future: wait() blocks on it directly
-  if (op.work_ && !p2p) {
+  if (op.work_ && !p2p && !op.device_completion) {
     // Completion is signalled through the future so the waiting thread can watch peers meanwhile.
     op.work_->getFuture()->addCallback([self = op.shared_from_this()](c10::ivalue::Future&) {
       std::lock_guard<std::mutex> lock(self->mutex_);
@@ -191,7 +191,7 @@ void CommImpl::launch(PendingOp& op) {
   std::lock_guard<std::mutex> lock(op.mutex_);
   op.error_ = error;
   op.launched_ = true;
-  if (!op.work_ || p2p) op.data_done_ = true;
+  if (!op.work_ || p2p) op.data_done_ = true;  // device_completion: await_data polls the Work
   op.cv_.notify_all();
 }
 
@@ -223,12 +223,34 @@ void CommImpl::await_data(PendingOp& op) {
     fail(op, error);
   }
   const auto deadline = op.started_ + config_.timeout;
+  if (op.device_completion && op.work_) {
+    lock.unlock();
+    await_device(op, deadline);
+    return;
+  }
   while (!op.cv_.wait_for(lock, kWatchInterval, [&] { return op.data_done_; })) {
     lock.unlock();
     if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
     if (Clock::now() > deadline) fail(op, explain_timeout(op));
     lock.lock();
   }
+}
+
+void CommImpl::await_device(PendingOp& op, Clock::time_point deadline) {
+  // Polls the CUDA event behind Work::isCompleted(): short sleeps first (most collectives end within
+  // microseconds of being waited on), backing off to 1 ms; the peers and the clock every 50 ms.
+  auto sleep = std::chrono::microseconds(5);
+  auto next_watch = Clock::now() + kWatchInterval;
+  while (!op.work_->isCompleted()) {
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+    if (Clock::now() < next_watch) continue;
+    next_watch = Clock::now() + kWatchInterval;
+    if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
+    if (Clock::now() > deadline) fail(op, explain_timeout(op));
+  }
+  std::lock_guard<std::mutex> lock(op.mutex_);
+  op.data_done_ = true;
 }
 
 void CommImpl::wait(PendingOp& op) {

@@ -35,6 +35,10 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   std::function<void(ShmTransport&, const ShmTransport::Watch&)> shm;
   /// Runs once on the waiting thread after the data arrived (copy back, divide for avg, unpack).
   std::function<void()> finish;
+  /// CUDA tensors: done only when the GPU finished. An NCCL Work's future completes when the kernel is
+  /// queued, so the waiting thread polls Work::isCompleted() (a CUDA event query) instead, and a hang
+  /// on the GPU is still named by the timeout (docs/design/cuda.md).
+  bool device_completion = false;
 
  private:
   friend class CommImpl;
@@ -74,8 +78,11 @@ class CommImpl {
   /// The shared-memory transport, or null (ranks on several hosts, a world of one, COHORT_SHM=0).
   ShmTransport* shm() const { return shm_.get(); }
 
-  /// The process group for tensors on `device` (Gloo for CPU, NCCL for CUDA).
+  /// The process group for tensors on `device`: Gloo for CPU, NCCL for CUDA when this Comm has it,
+  /// else Gloo (which stages CUDA tensors through host memory: several ranks on one GPU).
   ProcessGroupBase& backend_for(const c10::Device& device);
+  /// True when CUDA tensors go through NCCL.
+  bool has_nccl() const { return bool(nccl_); }
 
   /// Issues an op: with async=false and nothing queued it is agreed and launched on the caller's thread
   /// (barrier, send/recv); otherwise the launcher thread does it in issue order.
@@ -94,6 +101,7 @@ class CommImpl {
   std::string explain_desync(const PendingOp& op);
   std::string explain_timeout(const PendingOp& op);
   void await_data(PendingOp& op);
+  void await_device(PendingOp& op, Clock::time_point deadline);
 
   CommConfig config_;
   std::string prefix_;  // store key prefix of this Comm

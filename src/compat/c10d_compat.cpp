@@ -5,6 +5,7 @@
 
 #include "cohort_config.h"
 #if COHORT_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -39,6 +40,33 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
   }
   return c10d::ReduceOp::SUM;
+}
+
+c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(ProcessGroupBase& group, at::Tensor output, at::Tensor input,
+                                                   ReduceOp op) {
+  c10d::ReduceScatterOptions options;
+  options.reduceOp = to_c10d(op);
+  return group._reduce_scatter_base(output, input, options);
+}
+
+c10::intrusive_ptr<c10d::Work> allgather_flat(ProcessGroupBase& group, at::Tensor output, at::Tensor input) {
+  return group._allgather_base(output, input);
+}
+
+void shutdown_backend(ProcessGroupBase& group) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  group.shutdown();
+#else
+  (void)group;  // before 2.4 destruction was the only way, and did not warn
+#endif
+}
+
+void set_cuda_device(int index) {
+#if COHORT_WITH_CUDA
+  c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
+#else
+  throw Error("cuda:" + std::to_string(index) + " requested, but this cohort was built without CUDA");
+#endif
 }
 
 }  // namespace cohort::detail

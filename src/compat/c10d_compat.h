@@ -47,4 +47,20 @@ bool nccl_available();
 /// c10d's reduce op for ours (avg is sum followed by a division, done by the caller).
 c10d::ReduceOp to_c10d(ReduceOp op);
 
+/// Reduce-scatter of a flat `input` (size x output.numel() elements) into `output`, natively (NCCL's
+/// ncclReduceScatter): no n x shard receive buffer on the GPU.
+c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(ProcessGroupBase& group, at::Tensor output, at::Tensor input,
+                                                   ReduceOp op);
+
+/// All-gather of `input` into the flat `output` (size x input.numel() elements), natively.
+c10::intrusive_ptr<c10d::Work> allgather_flat(ProcessGroupBase& group, at::Tensor output, at::Tensor input);
+
+/// Tears a process group down in order (NCCL communicators destroyed while CUDA still works): LibTorch
+/// 2.4+ warns, and can hang at exit, when a NCCL group is only destructed. A no-op on 1.13.
+void shutdown_backend(ProcessGroupBase& group);
+
+/// Makes `index` the current CUDA device of this process (NCCL and the caching allocator use it).
+/// Throws cohort::Error when this build has no CUDA.
+void set_cuda_device(int index);
+
 }  // namespace cohort::detail

@@ -1,48 +1,34 @@
 // LibTorch optimizer state (see optimizer_state.h).
 #include "core/optimizer_state.h"
 
-#include <c10/util/string_utils.h>
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
-#include <type_traits>
-
 #include "cohort/error.h"
+#include "compat/torch_facts.h"
 
 namespace cohort::detail {
-namespace {
 
 using torch::optim::OptimizerParamState;
 
-template <typename Map>
-typename Map::key_type state_key(const Map&, const torch::Tensor& param) {
-  if constexpr (std::is_same_v<typename Map::key_type, std::string>) {
-    return c10::guts::to_string(param.unsafeGetTensorImpl());
-  } else {
-    return static_cast<typename Map::key_type>(param.unsafeGetTensorImpl());
-  }
-}
-
-}  // namespace
-
 OptimizerParamState* find_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
   auto& states = optimizer.state();
-  auto it = states.find(state_key(states, param));
+  auto it = states.find(optimizer_state_key(param));
   return it == states.end() ? nullptr : it->second.get();
 }
 
 void set_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param,
                      std::unique_ptr<OptimizerParamState> state) {
   auto& states = optimizer.state();
-  states[state_key(states, param)] = std::move(state);
+  states[optimizer_state_key(param)] = std::move(state);
 }
 
 void erase_param_state(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
   auto& states = optimizer.state();
-  states.erase(state_key(states, param));
+  states.erase(optimizer_state_key(param));
 }
 
 std::vector<std::pair<const char*, torch::Tensor>> state_fields(OptimizerParamState& state, const std::string& where) {

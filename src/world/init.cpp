@@ -105,6 +105,9 @@ World init(const InitOptions& options) {
     COHORT_CHECK(launch.local_rank < devices, "LOCAL_RANK=", launch.local_rank, " has no CUDA device: ",
                  devices, " visible (check CUDA_VISIBLE_DEVICES and --nproc-per-node)");
     world.device_ = torch::Device(torch::kCUDA, launch.local_rank);
+    // Before the NCCL group exists: its communicator, streams and our allocations all land on this
+    // GPU instead of cuda:0 (where every rank would otherwise crowd).
+    detail::set_cuda_device(launch.local_rank);
   }
 
   detail::CommConfig config;
@@ -138,7 +141,21 @@ World init(const InitOptions& options) {
   }
   world.comm_ = std::make_shared<Comm>(std::make_unique<detail::CommImpl>(config));
   g_world = world;
+  static std::once_flag at_exit;
+  // Registered after LibTorch and CUDA initialised, so it runs before their static teardown.
+  std::call_once(at_exit, [] { std::atexit([] { shutdown(); }); });
   return world;
+}
+
+void shutdown() {
+  std::shared_ptr<Comm> comm;
+  {
+    std::lock_guard<std::mutex> lock(g_world_mutex);
+    if (!g_world) return;
+    comm = g_world->comm_ptr();
+    g_world.reset();
+  }
+  comm.reset();  // outside the lock: a Comm's teardown joins its threads
 }
 
 World& current_world() {

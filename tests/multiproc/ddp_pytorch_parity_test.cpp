@@ -19,6 +19,7 @@
 #include "cohort/ddp.h"
 #include "cohort/world.h"
 #include "support/multiproc.h"
+#include "support/python.h"
 #include "support/small_models.h"
 
 using cohort::testing::is_rank_process;
@@ -26,7 +27,6 @@ using cohort::testing::run_ranks;
 
 namespace {
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr const char* kDirVariable = "COHORT_PARITY_DIR";
 constexpr int kPythonTimeoutSeconds = 120;  // a hung Gloo rendezvous fails the test instead of hanging it
 constexpr int kWorldSize = 2, kSteps = 10, kBatch = 8;  // kBatch: rows per rank per step
@@ -120,8 +120,9 @@ void check_parity(const std::string& model_name, const std::vector<int64_t>& sam
     run_ranks(kWorldSize, body);
     return;
   }
-  ASSERT_EQ(access(kPython, X_OK), 0)
-      << kPython << " not found: this test compares cohort's DDP with PyTorch's Python DDP and needs "
+  const std::string python = cohort::testing::python_with_torch();
+  ASSERT_EQ(access(python.c_str(), X_OK), 0)
+      << python << " not found: this test compares cohort's DDP with PyTorch's Python DDP and needs "
       << "Debian's python3 with python3-torch (apt-get install python3-torch)";
   const std::string script = reference_script();
   ASSERT_EQ(access(script.c_str(), R_OK), 0) << "reference script not found: " << script;
@@ -137,7 +138,7 @@ void check_parity(const std::string& model_name, const std::vector<int64_t>& sam
   const auto trained = std::chrono::steady_clock::now();
 
   std::ostringstream command;
-  command << "timeout -k 5 " << kPythonTimeoutSeconds << " " << kPython << " " << script << " --dir " << dir << " --model " << model_name << " --world-size "
+  command << "timeout -k 5 " << kPythonTimeoutSeconds << " " << python << " " << script << " --dir " << dir << " --model " << model_name << " --world-size "
           << kWorldSize << " --steps " << kSteps << " --batch " << kBatch << " --lr " << kLr << " --momentum "
           << kMomentum << " --tolerance " << kTolerance;
   int status = 0;

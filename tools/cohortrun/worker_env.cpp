@@ -2,21 +2,16 @@
 // TORCHELASTIC_USE_AGENT_STORE is False because workers host their own store at MASTER_PORT.
 #include "cohortrun/worker_env.h"
 
-#include <torch/version.h>
-
 #include <stdexcept>
+
+#include "compat/torch_facts.h"
 
 extern char** environ;
 
 namespace cohort::detail::launch {
 namespace {
 
-// torchrun renamed the variable in 2.2; use the spelling of the LibTorch we are built with.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 2)
-constexpr const char* kNcclAsyncVar = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
-#else
-constexpr const char* kNcclAsyncVar = "NCCL_ASYNC_ERROR_HANDLING";
-#endif
+constexpr const char* kNcclAsyncVar = kNcclAsyncErrorVariable;  // renamed in 2.2 (compat/)
 
 }  // namespace
 
