@@ -58,3 +58,13 @@ TEST(CheckpointLayout, Names) {
   EXPECT_FALSE(parse_step_dir("latest"));
   EXPECT_EQ(shard_file_name(1, 4), "shard-00001-of-00004.bin");
 }
+
+TEST(CheckpointLayout, RetentionNeverRemovesLaterSteps) {
+  auto plan = plan_retention({10, 20, 30, 40, 25}, 25, 2);
+  EXPECT_EQ(plan.newer, (std::vector<int64_t>{40, 30}));
+  EXPECT_EQ(plan.remove, (std::vector<int64_t>{10}));
+  plan = plan_retention({10, 20, 30}, 30, 0);  // keep_last 0: keep everything
+  EXPECT_TRUE(plan.remove.empty() && plan.newer.empty());
+  plan = plan_retention({5, 6, 7, 8}, 8, 1);
+  EXPECT_EQ(plan.remove, (std::vector<int64_t>{7, 6, 5}));
+}

@@ -183,19 +183,39 @@ TEST(Checkpoint, CrashedSaveLeavesPreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(dir.path + "/step-30/manifest.json"));
 }
 
-TEST(Checkpoint, KeepsTheNewestAndDropsAbandonedFutures) {
+TEST(Checkpoint, KeepsTheNewestAndNeverRemovesLaterSteps) {
   TempDir dir;
   for (int step : {10, 20, 30, 40}) save_trained(dir.path, step);
   EXPECT_FALSE(fs::exists(dir.path + "/step-10"));
   EXPECT_TRUE(fs::exists(dir.path + "/step-20"));
-  save_trained(dir.path, 25);  // resumed from an older one: 30 and 40 are an abandoned future
-  EXPECT_FALSE(fs::exists(dir.path + "/step-30"));
-  EXPECT_FALSE(fs::exists(dir.path + "/step-40"));
+  // Resumed from an older checkpoint (30 unreadable, say): 30 and 40 are someone's work, kept and named.
+  ::testing::internal::CaptureStderr();
+  save_trained(dir.path, 25);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(fs::exists(dir.path + "/step-30"));
+  EXPECT_TRUE(fs::exists(dir.path + "/step-40"));
   EXPECT_TRUE(fs::exists(dir.path + "/step-20"));
+  EXPECT_THAT(log, HasSubstr("holds later steps (step-40, step-30): they are kept, not removed; `latest` now "
+                             "names step-25"));
   std::ifstream latest(dir.path + "/latest");
   std::string name;
   std::getline(latest, name);
   EXPECT_EQ(name, "step-25");
+  // The next save prunes only below: keep_last 3 of the steps up to 26 are 26, 25, 20.
+  save_trained(dir.path, 26);
+  EXPECT_TRUE(fs::exists(dir.path + "/step-20"));
+  save_trained(dir.path, 27);
+  EXPECT_FALSE(fs::exists(dir.path + "/step-20"));
+  EXPECT_TRUE(fs::exists(dir.path + "/step-30") && fs::exists(dir.path + "/step-40"));
+}
+
+TEST(Checkpoint, SavingAnExistingStepAgainSaysItReplacesIt) {
+  TempDir dir;
+  save_trained(dir.path, 10);
+  ::testing::internal::CaptureStderr();
+  save_trained(dir.path, 10);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("checkpoint " + dir.path + "/step-10 already existed: replaced by this save"));
 }
 
 TEST(Checkpoint, TruncatedShardFallsBackWithAWarning) {

@@ -16,12 +16,12 @@
 #include "cohortrun/log_prefix.h"
 #include "cohortrun/membership.h"
 #include "cohortrun/output.h"
-#include "support/python.h"
 #include "cohortrun/summary.h"
 #include "cohortrun/worker_env.h"
 #include "cohortrun_test_paths.h"
 #include "launch_helpers.h"
 #include "support/multiproc.h"
+#include "support/python.h"
 
 using namespace cohort::detail::launch;
 using namespace cohort::testing;

@@ -36,15 +36,19 @@ class Mlp(nn.Module):
         return self.layers[-1](x)
 
 
-def rank_main(rank, args, port):
+def setup_rank(rank, args, port):
+    """Joins the Gloo group and makes this rank's model input and labels (the same on every rank)."""
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     torch.manual_seed(0)
     net = Cnn() if args.model == "cnn" else Mlp()
     x = torch.randn(args.batch, 1, 28, 28) if args.model == "cnn" else torch.randn(args.batch, 512)
     y = torch.randint(0, 10, (args.batch,))
-    model = nn.parallel.DistributedDataParallel(net) if args.nproc > 1 else net
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    return net, x, y
+
+
+def timed_steps(model, opt, x, y, args):
+    """Seconds for args.steps steps after args.warmup, between barriers so every rank is counted."""
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             dist.barrier()
@@ -53,12 +57,33 @@ def rank_main(rank, args, port):
         F.cross_entropy(model(x), y).backward()
         opt.step()
     dist.barrier()
-    elapsed = time.perf_counter() - start
+    return time.perf_counter() - start
+
+
+def rank_main(rank, args, port):
+    net, x, y = setup_rank(rank, args, port)
+    model = nn.parallel.DistributedDataParallel(net) if args.nproc > 1 else net
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    elapsed = timed_steps(model, opt, x, y, args)
     if rank == 0:
         print(f"RESULT impl=pytorch model={args.model} ranks={args.nproc} batch={args.batch} "
               f"samples_per_s={args.steps * args.batch * args.nproc / elapsed:.1f} "
               f"step_ms={1000 * elapsed / args.steps:.2f}", flush=True)
     dist.destroy_process_group()
+
+
+def spawn_ranks(target, args):
+    """Runs target(rank, args, port) in args.nproc forked processes; exits with the worst exit code."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=target, args=(r, args, port)) for r in range(args.nproc)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    sys.exit(max(p.exitcode for p in procs))
 
 
 def main():
@@ -69,17 +94,7 @@ def main():
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("fork")
-    procs = [ctx.Process(target=rank_main, args=(r, args, port)) for r in range(args.nproc)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join()
-    sys.exit(max(p.exitcode for p in procs))
+    spawn_ranks(rank_main, parser.parse_args())
 
 
 if __name__ == "__main__":

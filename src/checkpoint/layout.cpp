@@ -68,4 +68,20 @@ std::string shard_file_name(int rank, int world_size) {
   return name;
 }
 
+RetentionPlan plan_retention(std::vector<int64_t> steps, int64_t saved, int keep_last) {
+  std::sort(steps.rbegin(), steps.rend());  // newest first
+  RetentionPlan plan;
+  int kept = 0;
+  for (int64_t step : steps) {
+    if (step > saved) {
+      plan.newer.push_back(step);
+    } else if (keep_last <= 0 || kept < keep_last) {
+      ++kept;
+    } else {
+      plan.remove.push_back(step);
+    }
+  }
+  return plan;
+}
+
 }  // namespace cohort::detail::ckpt

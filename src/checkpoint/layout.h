@@ -38,6 +38,17 @@ std::vector<SliceCopy> plan_slice_copies(const std::vector<Slice>& saved, int64_
 std::string step_dir_name(int64_t step);
 std::optional<int64_t> parse_step_dir(const std::string& name);
 
+/// What a save of step `saved` keeps and removes among the step directories `steps` (the saved one
+/// included). The retention rule: a checkpoint of a later step than the one saved is never removed
+/// (someone's work: resuming from an older checkpoint, or `--resume never`, must not destroy it);
+/// of the steps up to the saved one the `keep_last` newest are kept (all when keep_last <= 0) and
+/// the older ones removed.
+struct RetentionPlan {
+  std::vector<int64_t> remove;  ///< older than the keep_last newest up to `saved`
+  std::vector<int64_t> newer;   ///< later than `saved`: kept, and worth a warning
+};
+RetentionPlan plan_retention(std::vector<int64_t> steps, int64_t saved, int keep_last);
+
 /// "shard-00001-of-00004.bin": rank 1 of 4.
 std::string shard_file_name(int rank, int world_size);
 

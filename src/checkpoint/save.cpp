@@ -135,24 +135,45 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
   return records;
 }
 
+void apply_retention(const fs::path& root, int64_t saved, int keep_last);
+
 // Phase 3 on rank 0: rename the finished directory into place, then point `latest` at it.
 void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int keep_last) {
   const fs::path old = root / ("." + final_dir.filename().string() + ".old");
   fs::remove_all(old);
-  if (fs::exists(final_dir)) fs::rename(final_dir, old);  // saving a step again replaces it
+  if (fs::exists(final_dir)) {  // saving a step again replaces it, and says so
+    COHORT_WARN("checkpoint ", final_dir.string(), " already existed: replaced by this save");
+    fs::rename(final_dir, old);
+  }
   fs::rename(tmp, final_dir);
   sync_directory(root.string());
   write_file_atomically((root / "latest").string(), final_dir.filename().string() + "\n");
   sync_directory(root.string());
   fs::remove_all(old);
-  if (keep_last <= 0) return;
-  const auto saved_step = parse_step_dir(final_dir.filename().string());
-  int kept = 0;
+  apply_retention(root, *parse_step_dir(final_dir.filename().string()), keep_last);
+}
+
+// The retention rule (plan_retention in layout.h): later steps are kept and named in a warning, older
+// ones beyond keep_last are removed, each removal logged.
+void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
+  std::vector<int64_t> steps;
+  std::map<int64_t, fs::path> paths;
   for (const auto& [step, path] : step_directories(root.string())) {
-    // Later steps belong to a future abandoned by resuming from an older checkpoint.
-    const bool keep = step <= *saved_step && kept < keep_last;
-    if (keep) ++kept;
-    else fs::remove_all(path);
+    steps.push_back(step);
+    paths[step] = path;
+  }
+  const RetentionPlan plan = plan_retention(steps, saved, keep_last);
+  if (!plan.newer.empty()) {
+    std::string names;
+    for (int64_t step : plan.newer) names += (names.empty() ? "" : ", ") + step_dir_name(step);
+    COHORT_WARN("checkpoint ", (root / step_dir_name(saved)).string(), " saved while ", root.string(),
+                " holds later steps (", names, "): they are kept, not removed; `latest` now names ",
+                step_dir_name(saved), ". Remove them by hand if they are no longer wanted");
+  }
+  for (int64_t step : plan.remove) {
+    COHORT_INFO("removed checkpoint ", paths[step].string(), " (keep_last ", keep_last, ": older than the ",
+                keep_last, " newest up to ", step_dir_name(saved), ")");
+    fs::remove_all(paths[step]);
   }
 }
 
