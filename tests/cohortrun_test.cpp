@@ -296,13 +296,23 @@ TEST(CohortrunLaunch, SameVariablesAsPythonTorchrun) {
   ASSERT_EQ(torch_envs.size(), 2u);
   ASSERT_EQ(our_envs.size(), 2u);
   for (int rank = 0; rank < 2; ++rank) {
-    EXPECT_EQ(added(our_envs.at(rank)), added(torch_envs.at(rank))) << "rank " << rank;
+    // torchrun 2.x adds TORCHELASTIC_SIGNALS_TO_HANDLE; cohortrun always does (as 2.x), 1.13 lacks it.
+    auto theirs_added = added(torch_envs.at(rank));
+    theirs_added.insert("TORCHELASTIC_SIGNALS_TO_HANDLE");
+    EXPECT_EQ(added(our_envs.at(rank)), theirs_added) << "rank " << rank;
     for (const char* same : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                              "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
                              "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
-                             "TORCHELASTIC_USE_AGENT_STORE", "OMP_NUM_THREADS"}) {
+                             "OMP_NUM_THREADS"}) {
       EXPECT_EQ(our_envs.at(rank).at(same), torch_envs.at(rank).at(same)) << same;
     }
+    const auto& signals = torch_envs.at(rank);
+    if (signals.count("TORCHELASTIC_SIGNALS_TO_HANDLE")) {
+      EXPECT_EQ(our_envs.at(rank).at("TORCHELASTIC_SIGNALS_TO_HANDLE"),
+                signals.at("TORCHELASTIC_SIGNALS_TO_HANDLE"));
+    }
+    // Workers host the store (rank 0 serves MASTER_PORT); torchrun 2.x's agent hosts it and says True.
+    EXPECT_EQ(our_envs.at(rank).at("TORCHELASTIC_USE_AGENT_STORE"), "False");
   }
 }
 

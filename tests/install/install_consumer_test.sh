@@ -6,9 +6,12 @@ build=$1
 source=$2
 prefix=$(mktemp -d)
 trap 'rm -rf "$prefix"' EXIT
-cmake --install "$build" --prefix "$prefix" >/dev/null
-cmake -S "$source/tests/install/consumer" -B "$prefix/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
-cmake --build "$prefix/consumer" >/dev/null
+quiet() {  # a step's output is shown only when it fails
+  "$@" >"$prefix/step.log" 2>&1 || { cat "$prefix/step.log"; echo "failed: $*"; exit 1; }
+}
+quiet cmake --install "$build" --prefix "$prefix"
+quiet cmake -S "$source/tests/install/consumer" -B "$prefix/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$prefix"
+quiet cmake --build "$prefix/consumer"
 output=$(LD_LIBRARY_PATH="$prefix/lib" timeout 120 "$prefix/bin/cohortrun" --standalone --nproc-per-node 2 \
   "$prefix/consumer/consumer" 2>&1)
 echo "$output"

@@ -1,5 +1,7 @@
 // Worker environment (see worker_env.h). The variable set mirrors torchrun's LocalElasticAgent:
-// TORCHELASTIC_USE_AGENT_STORE is False because workers host their own store at MASTER_PORT.
+// TORCHELASTIC_USE_AGENT_STORE is False because workers host their own store at MASTER_PORT (torchrun
+// 2.x's agent hosts it and says True). TORCHELASTIC_SIGNALS_TO_HANDLE names the signals cohortrun
+// forwards to its workers (signals.cpp), torchrun 2.x's default set.
 #include "cohortrun/worker_env.h"
 
 #include <stdexcept>
@@ -48,6 +50,7 @@ EnvVars build_worker_env(const EnvVars& base, const GroupLayout& layout, int loc
   env["TORCHELASTIC_RUN_ID"] = layout.run_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
+  env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   if (!base.count(kNcclAsyncVar)) env[kNcclAsyncVar] = "1";
   if (!base.count("OMP_NUM_THREADS") && layout.local_world_size > 1) env["OMP_NUM_THREADS"] = "1";
   return env;
@@ -62,7 +65,7 @@ std::vector<std::string> launcher_variable_names() {
           "MASTER_PORT",      "TORCHELASTIC_RESTART_COUNT",
           "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
           "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-          kNcclAsyncVar};
+          "TORCHELASTIC_SIGNALS_TO_HANDLE", kNcclAsyncVar};
 }
 
 std::vector<std::string> to_envp(const EnvVars& env) {
