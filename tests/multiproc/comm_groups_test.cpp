@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
+#include "comm/comm_impl.h"
 #include "support/multiproc.h"
 
 using ::testing::HasSubstr;
@@ -85,29 +87,39 @@ TEST(Split, MembershipOrderAndUndefinedColor) {
   });
 }
 
-TEST(NewGroup, TwoGroupsRunDifferentCollectivesAtTheSameTime) {
-  run_ranks(4, [](int rank, int) {
-    auto world = cohort::init();
-    auto low = world.new_group({0, 1}, cohort::GroupOptions().name("low"));
-    auto high = world.new_group({3, 2}, cohort::GroupOptions().name("high"));  // any order: sorted
-    ASSERT_EQ(bool(low), rank < 2);
-    ASSERT_EQ(bool(high), rank >= 2);
-    if (low) {
-      EXPECT_EQ(low->name(), "low");
-      for (int i = 0; i < 50; ++i) {
-        auto t = low->allreduce(torch::full({1000}, float(rank + i)));
-        ASSERT_EQ(t[999].item<float>(), float(1 + 2 * i));
-      }
-    } else {
-      EXPECT_EQ(high->rank(), rank - 2);
-      for (int i = 0; i < 50; ++i) {
-        auto b = high->broadcast(torch::full({7}, float(rank * 10 + i)), 1);
-        ASSERT_EQ(b[0].item<float>(), float(30 + i));
-        auto g = high->allgather(torch::full({2}, int64_t(rank)));
-        ASSERT_EQ(g[1][0].item<int64_t>(), 3);
-      }
+// Two groups of 2, one running allreduces and the other broadcasts and allgathers, at the same time;
+// each group on shared memory (its ranks share this host) unless COHORT_SHM=0.
+void two_groups_at_once(int rank, int) {
+  auto world = cohort::init();
+  auto low = world.new_group({0, 1}, cohort::GroupOptions().name("low"));
+  auto high = world.new_group({3, 2}, cohort::GroupOptions().name("high"));  // any order: sorted
+  ASSERT_EQ(bool(low), rank < 2);
+  ASSERT_EQ(bool(high), rank >= 2);
+  const char* shm = std::getenv("COHORT_SHM");
+  EXPECT_EQ((low ? low : high)->impl().shm() != nullptr, !(shm && std::string(shm) == "0"));
+  if (low) {
+    EXPECT_EQ(low->name(), "low");
+    for (int i = 0; i < 50; ++i) {
+      auto t = low->allreduce(torch::full({1000}, float(rank + i)));
+      ASSERT_EQ(t[999].item<float>(), float(1 + 2 * i));
     }
-  });
+  } else {
+    EXPECT_EQ(high->rank(), rank - 2);
+    for (int i = 0; i < 50; ++i) {
+      auto b = high->broadcast(torch::full({7}, float(rank * 10 + i)), 1);
+      ASSERT_EQ(b[0].item<float>(), float(30 + i));
+      auto g = high->allgather(torch::full({2}, int64_t(rank)));
+      ASSERT_EQ(g[1][0].item<int64_t>(), 3);
+    }
+  }
+}
+
+TEST(NewGroup, TwoGroupsRunDifferentCollectivesAtTheSameTime) { run_ranks(4, two_groups_at_once); }
+
+TEST(NewGroup, TwoGroupsAtTheSameTimeOnGloo) {
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_SHM"] = "0";
+  run_ranks(4, two_groups_at_once, options);
 }
 
 TEST(NewGroup, RowsAndColumnsFromTwoThreadsAtOnce) {
