@@ -7,6 +7,7 @@
 #include "cohort/data.h"
 #include "cohort/ddp.h"
 #include "cohort/error.h"
+#include "cohort/mesh.h"
 #include "cohort/sampler.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"

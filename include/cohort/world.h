@@ -11,11 +11,11 @@
 #include <memory>
 #include <string>
 
+#include "cohort/comm.h"
 #include "cohort/error.h"
+#include "cohort/mesh.h"
 
 namespace cohort {
-
-class Comm;
 
 /// Which c10d backend moves tensors: Gloo for CPU tensors, NCCL for CUDA tensors.
 enum class Backend {
@@ -55,6 +55,12 @@ class World {
   /// The collectives of this world (a no-op Comm in a world of one).
   Comm& comm() const;
   std::shared_ptr<Comm> comm_ptr() const { return comm_; }
+  /// torch.distributed.new_group(ranks): every rank of the world calls it with the same ranks;
+  /// members get the group's Comm, the others null (see Comm::new_group).
+  std::shared_ptr<Comm> new_group(const std::vector<int>& ranks, const GroupOptions& options = {}) const;
+  /// The {node, local} mesh from the launcher's NODE_RANK/LOCAL_RANK: group("local") holds the ranks of
+  /// this node, group("node") one rank per node (those with this local rank). Collective.
+  Mesh node_mesh() const;
 
  private:
   friend World init(const InitOptions& options);

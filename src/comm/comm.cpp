@@ -6,15 +6,16 @@
 
 #include <ATen/ATen.h>
 
-#include <climits>
-
 #include "comm/comm_impl.h"
+#include "comm/op_util.h"
 
 namespace cohort {
 
 using detail::Fingerprint;
 using detail::OpKind;
 using detail::PendingOp;
+using detail::make_op;
+using detail::transport_view;
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -34,28 +35,6 @@ void Work::wait() {
 bool Work::is_completed() const { return !op_ || op_->comm_->is_completed(*op_); }
 
 namespace {
-
-std::shared_ptr<PendingOp> make_op(OpKind kind, const torch::Tensor& tensor, ReduceOp reduce = ReduceOp::kSum,
-                                   int root = -1) {
-  auto op = std::make_shared<PendingOp>();
-  op->fingerprint.op = kind;
-  op->fingerprint.reduce = reduce;
-  if (tensor.defined()) {
-    op->fingerprint.dtype = tensor.scalar_type();
-    op->fingerprint.shape = tensor.sizes().vec();
-  }
-  op->fingerprint.root = root;
-  op->device_completion = tensor.defined() && tensor.is_cuda();
-  return op;
-}
-
-// Gloo moves bytes for broadcast/allgather/send/recv/all-to-all; give it a dtype it knows with the
-// same width (no arithmetic happens on these, so the bytes arrive unchanged).
-torch::Tensor transport_view(const torch::Tensor& t) {
-  if (t.scalar_type() == torch::kBFloat16) return t.view(torch::kHalf);
-  if (t.scalar_type() == torch::kBool) return t.view(torch::kByte);
-  return t;
-}
 
 void check_reduce(const torch::Tensor& t, ReduceOp op, const char* name) {
   COHORT_CHECK(t.defined(), name, ": the tensor is undefined");
@@ -295,43 +274,6 @@ void Comm::barrier() {
   if (size() == 1) return;
   // The agreement itself completes only once every rank arrived: no data needs to move.
   Work(impl_->submit(make_op(OpKind::kBarrier, torch::Tensor()), false)).wait();
-}
-
-void Comm::send(const torch::Tensor& tensor, int dst) {
-  COHORT_CHECK(dst >= 0 && dst < size() && dst != rank(), "send: destination ", dst,
-               " is not another rank of this world of ", size());
-  auto pending = make_op(OpKind::kSend, tensor, ReduceOp::kSum, dst);
-  pending->peer = dst;
-  torch::Tensor buf = transport_view(tensor.contiguous());
-  auto* impl = impl_.get();
-  auto* raw = pending.get();
-  if (buf.numel() > 0) {
-    pending->launch = [impl, buf, dst, raw] {
-      std::vector<at::Tensor> tensors{buf};
-      return impl->backend_for(buf.device()).send(tensors, dst, int(raw->seq % INT_MAX));
-    };
-  }
-  Work(impl_->submit(pending, false)).wait();
-}
-
-void Comm::recv(torch::Tensor tensor, int src) {
-  COHORT_CHECK(src >= 0 && src < size() && src != rank(), "recv: source ", src,
-               " is not another rank of this world of ", size());
-  auto pending = make_op(OpKind::kRecv, tensor, ReduceOp::kSum, src);
-  pending->peer = src;
-  torch::Tensor buf = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  auto* impl = impl_.get();
-  auto* raw = pending.get();
-  if (buf.numel() > 0) {
-    pending->launch = [impl, buf, src, raw] {
-      std::vector<at::Tensor> tensors{transport_view(buf)};
-      return impl->backend_for(buf.device()).recv(tensors, src, int(raw->seq % INT_MAX));
-    };
-  }
-  pending->finish = [tensor, buf]() mutable {
-    if (!buf.is_same(tensor)) tensor.copy_(buf);
-  };
-  Work(impl_->submit(pending, false)).wait();
 }
 
 }  // namespace cohort

@@ -7,18 +7,11 @@
 #include <sstream>
 
 #include "comm/failure_report.h"
+#include "comm/op_util.h"
 #include "core/log.h"
 
 namespace cohort::detail {
 namespace {
-
-std::atomic<int> g_comm_count{0};
-
-// c10 exceptions carry a backtrace after the first line; the first line is the message.
-std::string first_line(const char* what) {
-  std::string text(what);
-  return text.substr(0, text.find('\n'));
-}
 
 // How long a waiting thread sleeps between looks at the control plane while data moves.
 constexpr auto kWatchInterval = std::chrono::milliseconds(50);
@@ -30,8 +23,9 @@ struct TransportStopped {
 
 }  // namespace
 
-CommImpl::CommImpl(CommConfig config) : config_(std::move(config)), p2p_seq_(config_.size, 0) {
-  prefix_ = "cohort/comm" + std::to_string(g_comm_count++);
+CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
+  // Fixed: a group's store already carries the group's own agreed prefix (see groups.cpp).
+  prefix_ = "cohort/comm";
   if (config_.size == 1) return;  // a world of one: no sockets, every op is local
   BackendConfig backend{config_.store, config_.rank, config_.size, config_.local_address,
                         config_.timeout + std::chrono::seconds(5)};
@@ -51,6 +45,12 @@ CommImpl::~CommImpl() {
   queue_cv_.notify_all();
   if (control_) control_->interrupt();
   if (launcher_.joinable()) launcher_.join();
+  // Point-to-point waiters end once their transfer does (or c10d's timeout passes); a poisoned Comm
+  // leaks its process group below, so those blocked in it are left to finish on their own.
+  for (auto& waiter : waiters_) {
+    if (poisoned_.empty()) waiter.thread.join();
+    else waiter.thread.detach();
+  }
   if (!poisoned_.empty()) {
     // A failed collective may still block a c10d worker thread until c10d's own timeout; destroying
     // the process group would join it and hang this process. Leak it: the process is failing anyway.
@@ -68,6 +68,32 @@ int64_t CommImpl::sequence_number() const {
   return next_seq_;
 }
 
+int64_t CommImpl::next_group_id() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_group_++;
+}
+
+std::string CommImpl::rank_label(int group_rank) const {
+  if (config_.world_ranks.empty()) return "rank " + std::to_string(group_rank);
+  return "rank " + std::to_string(config_.world_ranks.at(group_rank)) + " (group rank " +
+         std::to_string(group_rank) + " of '" + config_.group_name + "')";
+}
+
+std::string CommImpl::ranks_label(const std::vector<int>& group_ranks) const {
+  std::string out;
+  if (config_.world_ranks.empty()) {
+    out = group_ranks.size() > 1 ? "ranks " : "rank ";
+    for (size_t i = 0; i < group_ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(group_ranks[i]);
+    return out;
+  }
+  for (size_t i = 0; i < group_ranks.size(); ++i) out += (i ? ", " : "") + rank_label(group_ranks[i]);
+  return out;
+}
+
+std::string CommImpl::where() const {
+  return config_.world_ranks.empty() ? "" : " in group '" + config_.group_name + "'";
+}
+
 ProcessGroupBase& CommImpl::backend_for(const c10::Device& device) {
   if (device.is_cuda() && nccl_) return *nccl_;
   COHORT_CHECK(device.is_cpu() || device.is_cuda(), "collectives take CPU or CUDA tensors, not ", device);
@@ -78,8 +104,7 @@ std::shared_ptr<PendingOp> CommImpl::submit(std::shared_ptr<PendingOp> op, bool 
   op->comm_ = this;
   std::unique_lock<std::mutex> lock(mutex_);
   if (!poisoned_.empty()) throw Error(poisoned_);
-  const bool p2p = op->fingerprint.op == OpKind::kSend || op->fingerprint.op == OpKind::kRecv;
-  op->seq = p2p ? p2p_seq_[op->peer]++ : next_seq_++;
+  op->seq = next_seq_++;
   if (config_.size == 1) {
     op->launched_ = op->data_done_ = true;
     return op;
@@ -134,17 +159,9 @@ void CommImpl::launch(PendingOp& op) {
   }
   if (error.empty()) {
     const uint64_t hash = op.fingerprint.hash(uint64_t(op.seq));
-    std::optional<PeerFailure> failure;
-    bool agreed = true;
-    if (op.peer >= 0) {
-      uint64_t peer_hash = 0;
-      failure = control_->exchange(op.peer, uint64_t(op.seq), hash, deadline, peer_hash);
-      agreed = peer_hash == hash;
-    } else {
-      AgreeResult result;
-      failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
-      agreed = result.agreed();
-    }
+    AgreeResult result;
+    std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
+    const bool agreed = result.agreed();
     if (failure) {
       error = explain(*failure, op);
     } else if (!agreed) {
@@ -159,28 +176,18 @@ void CommImpl::launch(PendingOp& op) {
       } catch (const TransportStopped& stopped) {
         error = stopped.message;
       } catch (const std::exception& e) {
-        error = "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() +
-                " failed in the shared-memory transport: " + first_line(e.what());
+        error = describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
       }
     } else if (op.launch) {
       try {
         op.work_ = op.launch();
       } catch (const std::exception& e) {
-        error = "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() +
-                " could not start: " + first_line(e.what());
+        error = describe(op) + " could not start: " + first_line(e.what());
       }
     }
   }
-  if (!error.empty()) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (poisoned_.empty()) {
-      poisoned_ = Error(error).what();
-      control_->broadcast_abort(poisoned_);
-    }
-    error = poisoned_;
-  }
-  const bool p2p = op.peer >= 0;  // c10d's send/recv work has no future: wait() blocks on it directly
-  if (op.work_ && !p2p && !op.device_completion) {
+  if (!error.empty()) error = poison(error);
+  if (op.work_ && !op.device_completion) {
     // Completion is signalled through the future so the waiting thread can watch peers meanwhile.
     op.work_->getFuture()->addCallback([self = op.shared_from_this()](c10::ivalue::Future&) {
       std::lock_guard<std::mutex> lock(self->mutex_);
@@ -191,20 +198,21 @@ void CommImpl::launch(PendingOp& op) {
   std::lock_guard<std::mutex> lock(op.mutex_);
   op.error_ = error;
   op.launched_ = true;
-  if (!op.work_ || p2p) op.data_done_ = true;  // device_completion: await_data polls the Work
+  if (!op.work_) op.data_done_ = true;  // device_completion: await_data polls the Work
   op.cv_.notify_all();
 }
 
-void CommImpl::fail(PendingOp& op, const std::string& message) {
-  std::string final_message;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (poisoned_.empty()) {
-      poisoned_ = Error(message).what();
-      if (control_) control_->broadcast_abort(poisoned_);
-    }
-    final_message = poisoned_;
+std::string CommImpl::poison(const std::string& error) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (poisoned_.empty()) {
+    poisoned_ = Error(error).what();
+    if (control_) control_->broadcast_abort(poisoned_);
   }
+  return poisoned_;
+}
+
+void CommImpl::fail(PendingOp& op, const std::string& message) {
+  const std::string final_message = poison(message);
   {
     std::lock_guard<std::mutex> lock(op.mutex_);
     op.error_ = final_message;
@@ -223,7 +231,7 @@ void CommImpl::await_data(PendingOp& op) {
     fail(op, error);
   }
   const auto deadline = op.started_ + config_.timeout;
-  if (op.device_completion && op.work_) {
+  if (op.device_completion && op.work_ && op.peer < 0) {  // p2p: its waiter thread polls
     lock.unlock();
     await_device(op, deadline);
     return;
@@ -263,18 +271,12 @@ void CommImpl::wait(PendingOp& op) {
   }
   if (config_.size > 1 && op.seq >= 0) {
     await_data(op);
-    if (op.work_) {
+    if (!op.transport_error_.empty()) fail_transport(op, op.transport_error_);
+    if (op.work_ && op.peer < 0) {  // a point-to-point op's waiter thread already waited on it
       try {
         op.work_->wait();
       } catch (const std::exception& e) {
-        // The transport failed (usually a peer vanished mid-transfer): name the rank if we can.
-        const auto until = Clock::now() + std::chrono::seconds(2);
-        while (Clock::now() < until) {
-          if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-        fail(op, "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() +
-                     " failed in the transport: " + first_line(e.what()));
+        fail_transport(op, first_line(e.what()));
       }
     }
   }
@@ -283,22 +285,40 @@ void CommImpl::wait(PendingOp& op) {
   op.finished_ = true;
 }
 
+void CommImpl::fail_transport(PendingOp& op, const std::string& what) {
+  // The transport failed (usually a peer vanished mid-transfer): name the rank if we can.
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < until) {
+    if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  fail(op, describe(op) + " failed in the transport: " + what);
+}
+
 bool CommImpl::is_completed(PendingOp& op) {
   std::lock_guard<std::mutex> lock(op.mutex_);
   return op.finished_ || (op.launched_ && op.data_done_);
 }
 
+std::string CommImpl::describe(const PendingOp& op) const {
+  if (op.peer >= 0) {
+    const bool send = op.fingerprint.op == OpKind::kSend;
+    return std::string(send ? "send #" : "recv #") + std::to_string(op.seq) + " (tag " + std::to_string(op.tag) +
+           ") " + (send ? "to " : "from ") + rank_label(op.peer) + " " + op.fingerprint.tensor_text() + where();
+  }
+  return "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() + where();
+}
+
 std::string CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
-  const std::string what = "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe();
+  const std::string what = describe(op);
   switch (failure.kind) {
     case PeerFailure::kDied:
-      if (!failure.reason.empty())
-        return what + " failed: rank " + std::to_string(failure.peer) + " left: " + failure.reason;
-      return what + " failed: rank " + std::to_string(failure.peer) +
+      if (!failure.reason.empty()) return what + " failed: " + rank_label(failure.peer) + " left: " + failure.reason;
+      return what + " failed: " + rank_label(failure.peer) +
              " died (its process exited or was killed without shutting down)";
     case PeerFailure::kAborted:
       if (failure.peer == config_.rank) return what + " interrupted: this Comm is shutting down";
-      return what + " failed because rank " + std::to_string(failure.peer) + " failed: " + failure.reason;
+      return what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason;
     case PeerFailure::kTimedOut:
       return explain_timeout(op);
   }
@@ -310,10 +330,10 @@ std::string CommImpl::explain_desync(const PendingOp& op) {
   auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
                                  std::chrono::seconds(10));
   std::ostringstream out;
-  out << "collective mismatch (desync) at collective #" << op.seq << ": ranks called different "
+  out << "collective mismatch (desync) at collective #" << op.seq << where() << ": ranks called different "
       << "collectives:";
   for (int r = 0; r < config_.size; ++r) {
-    out << " rank " << r << ": ";
+    out << " " << rank_label(r) << ": ";
     if (!reports[r]) {
       out << "(no report)";
     } else {
@@ -327,6 +347,7 @@ std::string CommImpl::explain_desync(const PendingOp& op) {
 }
 
 std::string CommImpl::explain_timeout(const PendingOp& op) {
+  if (op.peer >= 0) return explain_p2p_timeout(op);
   FailureReport report(*config_.store, prefix_ + "/stuck", config_.rank, config_.size);
   auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
                                  std::chrono::seconds(2));
@@ -341,19 +362,16 @@ std::string CommImpl::explain_timeout(const PendingOp& op) {
     const auto space = reports[r]->find(' ');
     if (reports[r]->substr(0, space) != std::to_string(op.seq)) {
       missing.push_back(r);
-      others << " rank " << r << " is waiting in collective #" << reports[r]->substr(0, space) << " "
+      others << " " << rank_label(r) << " is waiting in collective #" << reports[r]->substr(0, space) << " "
              << reports[r]->substr(space + 1) << ".";
     }
   }
   std::ostringstream out;
-  out << "collective #" << op.seq << " " << op.fingerprint.describe() << " timed out after "
-      << config_.timeout.count() << " ms: ";
+  out << describe(op) << " timed out after " << config_.timeout.count() << " ms: ";
   if (missing.empty()) {
     out << "every rank arrived but the transfer did not finish";
   } else {
-    out << "rank" << (missing.size() > 1 ? "s " : " ");
-    for (size_t i = 0; i < missing.size(); ++i) out << (i ? ", " : "") << missing[i];
-    out << " never arrived.";
+    out << ranks_label(missing) << " never arrived.";
   }
   out << others.str() << " (timeout: InitOptions::timeout or COHORT_TIMEOUT seconds)";
   return out.str();

@@ -10,7 +10,9 @@
 
 #include <condition_variable>
 #include <deque>
+#include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -29,6 +31,8 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   Fingerprint fingerprint;
   int64_t seq = -1;
   int peer = -1;  // point to point: the other rank
+  int tag = 0;    // point to point: the channel
+  bool inline_p2p = false;  // CUDA: NCCL pairs messages in issue order, so no waiter threads
   /// Starts the data movement after agreement; returns null when there is nothing to move.
   std::function<c10::intrusive_ptr<c10d::Work>()> launch;
   /// Instead of `launch`: moves the data through the shared-memory transport, blocking until done.
@@ -43,12 +47,14 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
  private:
   friend class CommImpl;
   CommImpl* comm_ = nullptr;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool launched_ = false, data_done_ = false, finished_ = false;
   Clock::time_point started_;
   c10::intrusive_ptr<c10d::Work> work_;
   std::string error_;
+  bool notice_ = false;          // point to point: the sender's notice arrived (receive side)
+  std::string transport_error_;  // point to point: what the transport raised while a waiter thread waited
   friend class cohort::Work;
 };
 
@@ -61,6 +67,8 @@ struct CommConfig {
   bool use_nccl = false;
   bool shm = true;                  // shared-memory data path when every rank is on this host
   size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
+  std::string group_name;           // empty for the world; a group's name for messages
+  std::vector<int> world_ranks;     // a group's world rank of each of its ranks; empty for the world
 };
 
 class CommImpl {
@@ -72,6 +80,17 @@ class CommImpl {
   int size() const { return config_.size; }
   std::chrono::milliseconds timeout() const { return config_.timeout; }
   int64_t sequence_number() const;
+  const CommConfig& config() const { return config_; }
+  /// The world rank of this Comm's rank `r`.
+  int world_rank(int r) const { return config_.world_ranks.empty() ? r : config_.world_ranks.at(r); }
+  /// Numbers the groups made from this Comm (collective, so every rank counts alike).
+  int64_t next_group_id();
+  /// "rank 3" in the world; "rank 3 (group rank 1 of 'data')" in a group.
+  std::string rank_label(int group_rank) const;
+  /// "rank 3" / "ranks 2, 3" in the world; each rank as rank_label in a group.
+  std::string ranks_label(const std::vector<int>& group_ranks) const;
+  /// "" in the world, " in group 'data'" in a group: appended to the collective in messages.
+  std::string where() const;
   c10d::Store* store() const { return config_.store.get(); }
   const c10::intrusive_ptr<c10d::Store>& store_ptr() const { return config_.store; }
 
@@ -90,6 +109,10 @@ class CommImpl {
   void wait(PendingOp& op);
   /// An op with no collective of its own (its finish() waits on others): completes when waited on.
   std::shared_ptr<PendingOp> wrap_local(std::shared_ptr<PendingOp> op);
+  /// Point to point (p2p.cpp), never queued behind collectives: a send posts its notice and its data at
+  /// once; a receive waits for the sender's notice on a thread of its own and checks it before posting.
+  std::shared_ptr<PendingOp> post_send(std::shared_ptr<PendingOp> op);
+  std::shared_ptr<PendingOp> post_recv(std::shared_ptr<PendingOp> op);
   bool is_completed(PendingOp& op);
 
  private:
@@ -97,11 +120,25 @@ class CommImpl {
   void launcher_loop();
   /// Poisons the Comm with `message`, tells the peers, and throws it.
   [[noreturn]] void fail(PendingOp& op, const std::string& message);
+  /// "collective #4 allreduce(sum) float32 [3]" (+ where()): how messages name an op.
+  std::string describe(const PendingOp& op) const;
   std::string explain(const PeerFailure& failure, const PendingOp& op);
   std::string explain_desync(const PendingOp& op);
   std::string explain_timeout(const PendingOp& op);
   void await_data(PendingOp& op);
   void await_device(PendingOp& op, Clock::time_point deadline);
+  /// The first failure becomes the Comm's: records it (once), tells the peers, returns the final text.
+  std::string poison(const std::string& error);
+  /// A transport error: waits briefly for the control plane to name a dead peer, then fails with it.
+  [[noreturn]] void fail_transport(PendingOp& op, const std::string& what);
+  /// Point to point: numbers the op on its (peer, tag) channel and sets its deadline clock.
+  void number_p2p(PendingOp& op, std::map<std::pair<int, int>, int64_t>& counters);
+  /// Runs `body` on a thread of its own (p2p waits); joined at destruction.
+  void spawn_waiter(std::function<void()> body);
+  void mark_launched(PendingOp& op, const std::string& error);
+  /// Blocks in c10d's wait of a point-to-point op (on a waiter thread) and records its outcome.
+  void wait_transport(PendingOp& op);
+  std::string explain_p2p_timeout(const PendingOp& op);
 
   CommConfig config_;
   std::string prefix_;  // store key prefix of this Comm
@@ -114,7 +151,14 @@ class CommImpl {
   std::deque<std::shared_ptr<PendingOp>> queue_;
   bool launching_ = false, stop_ = false;
   int64_t next_seq_ = 0;
-  std::vector<int64_t> p2p_seq_;  // per peer: sends and recvs between two ranks pair up in order
+  int64_t next_group_ = 0;
+  // Per (peer, tag): the n-th send to a peer on a tag pairs with the peer's n-th receive on it.
+  std::map<std::pair<int, int>, int64_t> send_seq_, recv_seq_;
+  struct Waiter {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Waiter> waiters_;
   std::string poisoned_;  // the first failure; empty while healthy
   std::thread launcher_;
 };

@@ -13,6 +13,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -23,7 +24,10 @@
 namespace cohort::detail {
 namespace {
 
-constexpr uint32_t kAgree = 1, kPointToPoint = 2, kAbort = 3, kBye = 4;
+constexpr uint32_t kAgree = 1, kAbort = 3, kBye = 4;
+constexpr uint32_t kP2PNotice = 5;  // seq, a = hash, b = tag, text = description (receive_p2p only)
+// How long receive_p2p holds the sockets before letting agree() on another thread have them.
+constexpr int kP2PSliceMs = 2;
 constexpr size_t kHeaderBytes = 32;
 
 void put_u32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }
@@ -156,6 +160,7 @@ void ControlPlane::send_message(int peer, const Message& message, bool best_effo
   put_u64(&frame[16], message.a);
   put_u64(&frame[24], message.b);
   std::memcpy(&frame[kHeaderBytes], message.text.data(), message.text.size());
+  std::lock_guard<std::mutex> write_lock(write_mutex_);
   const int fd = peers_[peer].fd;
   if (fd < 0 || peers_[peer].closed) return;
   size_t sent = 0;
@@ -210,9 +215,12 @@ std::optional<PeerFailure> ControlPlane::receive(int from, Clock::time_point dea
   std::vector<pollfd> fds;
   std::vector<int> owners;
   for (;;) {
-    if (!peers_[from].inbox.empty()) {
-      out = std::move(peers_[from].inbox.front());
-      peers_[from].inbox.pop_front();
+    // Point-to-point notices wait in the inbox for receive_p2p; agreement takes the next other message.
+    auto& inbox = peers_[from].inbox;
+    auto next = std::find_if(inbox.begin(), inbox.end(), [](const Message& m) { return m.type != kP2PNotice; });
+    if (next != inbox.end()) {
+      out = std::move(*next);
+      inbox.erase(next);
       return std::nullopt;
     }
     if (peers_[from].closed)
@@ -266,18 +274,57 @@ std::optional<PeerFailure> ControlPlane::agree(uint64_t seq, uint64_t hash, Cloc
   return std::nullopt;
 }
 
-std::optional<PeerFailure> ControlPlane::exchange(int peer, uint64_t seq, uint64_t hash,
-                                                  Clock::time_point deadline, uint64_t& peer_hash) {
-  std::lock_guard<std::mutex> lock(mutex_);
+void ControlPlane::send_p2p(int peer, uint64_t tag, const P2PNotice& notice) {
   Message m;
-  m.type = kPointToPoint;
-  m.seq = seq;
-  m.a = hash;
+  m.type = kP2PNotice;
+  m.seq = notice.seq;
+  m.a = notice.hash;
+  m.b = tag;
+  m.text = notice.described;
   send_message(peer, m, false);
-  Message in;
-  if (auto failure = receive(peer, deadline, in)) return failure;
-  peer_hash = (in.type == kPointToPoint && in.seq == seq) ? in.a : ~hash;
-  return std::nullopt;
+}
+
+std::optional<PeerFailure> ControlPlane::receive_p2p(const P2PKey& key, Clock::time_point deadline,
+                                                     P2PNotice& out) {
+  const int from = key.peer;
+  for (;;) {
+    pollfd wake{wake_fd_, POLLIN, 0};
+    if (::poll(&wake, 1, 0) > 0) return PeerFailure{PeerFailure::kAborted, rank_, "interrupted"};
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      // agree() holds the sockets and drains every peer meanwhile: look again in a moment.
+      if (Clock::now() > deadline) return PeerFailure{PeerFailure::kTimedOut, from, ""};
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    auto& inbox = peers_[from].inbox;
+    auto notice = std::find_if(inbox.begin(), inbox.end(), [&](const Message& m) {
+      return m.type == kP2PNotice && m.b == key.tag && m.seq == key.seq;
+    });
+    if (notice != inbox.end()) {
+      out = P2PNotice{notice->seq, notice->a, notice->text};
+      inbox.erase(notice);
+      return std::nullopt;
+    }
+    if (peers_[from].closed)
+      return PeerFailure{PeerFailure::kDied, from, "it shut down its Comm while this rank still waits for it"};
+    if (Clock::now() > deadline) return PeerFailure{PeerFailure::kTimedOut, from, ""};
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_ || peers_[p].fd < 0 || peers_[p].closed) continue;
+      fds.push_back(pollfd{peers_[p].fd, POLLIN, 0});
+      owners.push_back(p);
+    }
+    const int ready = ::poll(fds.data(), fds.size(), std::min(kP2PSliceMs, remaining_ms(deadline)));
+    for (size_t i = 0; ready > 0 && i < fds.size(); ++i)
+      if (fds[i].revents != 0)
+        if (auto failure = drain(owners[i])) return failure;
+    if (ready == 0) {
+      lock.unlock();  // a quiet slice: give agree() and other receivers a turn at the sockets
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
 }
 
 void ControlPlane::broadcast_abort(const std::string& reason) {

@@ -48,9 +48,22 @@ class ControlPlane {
   std::optional<PeerFailure> agree(uint64_t seq, uint64_t hash, Clock::time_point deadline,
                                    AgreeResult& result);
 
-  /// Sends our (seq, hash) to `peer` and receives its own: the point-to-point check.
-  std::optional<PeerFailure> exchange(int peer, uint64_t seq, uint64_t hash,
-                                      Clock::time_point deadline, uint64_t& peer_hash);
+  /// A sender's notice of point-to-point message `seq` on channel `tag`: its fingerprint hash and a
+  /// description, so the receiver can check (and explain) before any data moves. Never waits for the peer.
+  struct P2PNotice {
+    uint64_t seq = 0, hash = 0;
+    std::string described;
+  };
+  void send_p2p(int peer, uint64_t tag, const P2PNotice& notice);
+  /// Which notice a receive waits for: message `seq` from `peer` on channel `tag`.
+  struct P2PKey {
+    int peer = -1;
+    uint64_t tag = 0, seq = 0;
+  };
+  /// Waits for that notice (receives of one channel may wait from several threads at once), watching
+  /// every peer for failures. Shares the sockets with agree(): it holds them only in short slices, so
+  /// a collective on another thread of this Comm is never held up for long.
+  std::optional<PeerFailure> receive_p2p(const P2PKey& key, Clock::time_point deadline, P2PNotice& out);
 
   /// Best effort, never blocks: tells every peer we are failing and why.
   void broadcast_abort(const std::string& reason);
@@ -88,7 +101,8 @@ class ControlPlane {
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd written by interrupt()
   std::vector<Peer> peers_;
-  std::mutex mutex_;  // one user at a time: the launcher thread or a waiting thread
+  std::mutex mutex_;  // one reader at a time: the launcher thread or a waiting thread
+  std::mutex write_mutex_;  // whole frames: notices and aborts are sent from other threads than agree()
 };
 
 }  // namespace cohort::detail

@@ -43,6 +43,7 @@ const char* op_kind_name(OpKind op) {
     case OpKind::kBarrier: return "barrier";
     case OpKind::kSend: return "send";
     case OpKind::kRecv: return "recv";
+    case OpKind::kAlltoall: return "alltoall";
   }
   return "?";
 }
@@ -70,11 +71,21 @@ std::string Fingerprint::describe() const {
   if (op == OpKind::kSend) out << " to " << root;
   if (op == OpKind::kRecv) out << " from " << root;
   if (op != OpKind::kBarrier) {
-    out << " " << dtype_name(dtype) << " [";
-    for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
-    out << "]";
+    out << " " << tensor_text();
     if (count > 1) out << " (" << count << " tensors fused)";
   }
+  return out.str();
+}
+
+std::string Fingerprint::tensor_text() const {
+  std::ostringstream out;
+  out << dtype_name(dtype) << " [";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    out << (i ? ", " : "");
+    if (shape[i] < 0) out << "*";
+    else out << shape[i];
+  }
+  out << "]";
   return out.str();
 }
 

@@ -13,7 +13,8 @@
 
 namespace cohort::detail {
 
-enum class OpKind : uint8_t { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier, kSend, kRecv };
+enum class OpKind : uint8_t { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier, kSend, kRecv,
+                             kAlltoall };
 
 struct Fingerprint {
   OpKind op = OpKind::kBarrier;
@@ -25,8 +26,11 @@ struct Fingerprint {
 
   /// FNV-1a over the fields that must match (a send matches the peer's recv) and `seq`.
   uint64_t hash(uint64_t seq) const;
-  /// "allreduce(sum) float32 [3]", "broadcast(root 0) float32 [2, 2]", "send to 1 int64 [5]".
+  /// "allreduce(sum) float32 [3]", "broadcast(root 0) float32 [2, 2]", "send to 1 int64 [5]"; a
+  /// negative dimension (one that may differ between ranks, as in uneven alltoall) prints as "*".
   std::string describe() const;
+  /// "float32 [2, 3]": the dtype and shape part of describe().
+  std::string tensor_text() const;
 };
 
 const char* op_kind_name(OpKind op);

@@ -73,6 +73,17 @@ Comm& World::comm() const {
   return *comm_;
 }
 
+std::shared_ptr<Comm> World::new_group(const std::vector<int>& ranks, const GroupOptions& options) const {
+  return comm().new_group(ranks, options);
+}
+
+Mesh World::node_mesh() const {
+  COHORT_CHECK(size_ % local_size_ == 0, "node_mesh: the world of ", size_, " is not a whole number of nodes of ",
+               local_size_, " ranks (LOCAL_WORLD_SIZE); build a Mesh from explicit coordinates instead");
+  return Mesh::at_coordinates(comm(), {{"node", size_ / local_size_}, {"local", local_size_}},
+                              {node_rank_, local_rank_});
+}
+
 World init(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(g_world_mutex);
   if (g_world) return *g_world;

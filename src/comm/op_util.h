@@ -1,0 +1,39 @@
+// Small helpers the files of Comm share: building a PendingOp with its fingerprint, the byte view Gloo
+// moves for dtypes it has no kernels for, and the first line of a c10 error.
+#pragma once
+
+#include <torch/types.h>
+
+#include "comm/comm_impl.h"
+
+namespace cohort::detail {
+
+// c10 exceptions carry a backtrace after the first line; the first line is the message.
+inline std::string first_line(const char* what) {
+  std::string text(what);
+  return text.substr(0, text.find('\n'));
+}
+
+inline std::shared_ptr<PendingOp> make_op(OpKind kind, const torch::Tensor& tensor, ReduceOp reduce = ReduceOp::kSum,
+                                          int root = -1) {
+  auto op = std::make_shared<PendingOp>();
+  op->fingerprint.op = kind;
+  op->fingerprint.reduce = reduce;
+  if (tensor.defined()) {
+    op->fingerprint.dtype = tensor.scalar_type();
+    op->fingerprint.shape = tensor.sizes().vec();
+  }
+  op->fingerprint.root = root;
+  op->device_completion = tensor.defined() && tensor.is_cuda();
+  return op;
+}
+
+// Gloo moves bytes for broadcast/allgather/send/recv/all-to-all; give it a dtype it knows with the
+// same width (no arithmetic happens on these, so the bytes arrive unchanged).
+inline torch::Tensor transport_view(const torch::Tensor& t) {
+  if (t.scalar_type() == torch::kBFloat16) return t.view(torch::kHalf);
+  if (t.scalar_type() == torch::kBool) return t.view(torch::kByte);
+  return t;
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,248 @@
+// Point-to-point messages: isend/irecv (and send/recv, send_object/recv_object on top of them).
+// Protocol: the n-th send from A to B on tag t pairs with B's n-th receive from A on tag t. The sender
+// posts a notice (n, fingerprint hash, "dtype [shape]") on the control plane and its data on c10d at
+// once, never waiting for the receiver. The receiver waits for the notice on a thread of its own, checks
+// it and only then posts the receive, so a mismatch is named before any byte moves, and a receive
+// never holds up the collectives queued behind it. Each message has its own c10d tag (channel and
+// number mixed), so messages pair up whatever order the receives are posted in.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <thread>
+
+#include "cohort/comm.h"
+#include "comm/op_util.h"
+
+namespace cohort {
+namespace detail {
+namespace {
+
+// Each message's own c10d tag: its channel and number mixed (unique among messages in flight).
+int gloo_tag(int tag, int64_t seq) { return int((uint64_t(uint32_t(tag)) * 2654435761u + uint64_t(seq)) & INT_MAX); }
+
+}  // namespace
+
+void CommImpl::wait_transport(PendingOp& op) {
+  std::string error;
+  try {
+    op.work_->wait();
+    // NCCL's wait() only orders the caller's stream after the transfer: the host waits on the GPU here.
+    auto sleep = std::chrono::microseconds(5);
+    while (op.device_completion && !op.work_->isCompleted()) {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+    }
+  } catch (const std::exception& e) {
+    error = first_line(e.what());
+  }
+  std::lock_guard<std::mutex> lock(op.mutex_);
+  op.transport_error_ = error;
+  op.data_done_ = true;
+  op.cv_.notify_all();
+}
+
+void CommImpl::number_p2p(PendingOp& op, std::map<std::pair<int, int>, int64_t>& counters) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!poisoned_.empty()) throw Error(poisoned_);
+  op.seq = counters[{op.peer, op.tag}]++;
+  op.started_ = Clock::now();
+}
+
+void CommImpl::spawn_waiter(std::function<void()> body) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Reap the finished ones, so a long pipeline does not pile up threads.
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  waiters_.push_back(Waiter{std::thread([body = std::move(body), done] {
+                              body();
+                              done->store(true);
+                            }),
+                            done});
+}
+
+void CommImpl::mark_launched(PendingOp& op, const std::string& error) {
+  std::lock_guard<std::mutex> lock(op.mutex_);
+  op.error_ = error;
+  op.launched_ = true;
+  if (!op.work_ || !error.empty()) op.data_done_ = true;
+  op.cv_.notify_all();
+}
+
+std::shared_ptr<PendingOp> CommImpl::post_send(std::shared_ptr<PendingOp> op) {
+  op->comm_ = this;
+  number_p2p(*op, send_seq_);
+  control_->send_p2p(op->peer, uint64_t(op->tag),
+                     {uint64_t(op->seq), op->fingerprint.hash(uint64_t(op->seq)), op->fingerprint.tensor_text()});
+  std::string error;
+  try {
+    if (op->launch) op->work_ = op->launch();
+  } catch (const std::exception& e) {
+    error = poison(describe(*op) + " could not start: " + first_line(e.what()));
+  }
+  mark_launched(*op, error);
+  if (op->work_ && error.empty()) {
+    auto body = [this, op] { wait_transport(*op); };
+    if (op->inline_p2p) body();
+    else spawn_waiter(body);
+  }
+  return op;
+}
+
+std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
+  op->comm_ = this;
+  number_p2p(*op, recv_seq_);
+  auto body = [this, op] {
+    std::string error;
+    try {
+      ControlPlane::P2PNotice notice;
+      const auto deadline = op->started_ + config_.timeout;
+      const ControlPlane::P2PKey key{op->peer, uint64_t(op->tag), uint64_t(op->seq)};
+      if (auto failure = control_->receive_p2p(key, deadline, notice)) {
+        error = explain(*failure, *op);
+      } else {
+        {
+          std::lock_guard<std::mutex> lock(op->mutex_);
+          op->notice_ = true;
+        }
+        if (notice.hash != op->fingerprint.hash(uint64_t(op->seq)))
+          error = "point-to-point mismatch at " + describe(*op) + ": this rank receives into " +
+                  op->fingerprint.tensor_text() + " but " + rank_label(op->peer) + " sent #" +
+                  std::to_string(notice.seq) + " " + notice.described + ". A receive's tensor must have the " +
+                  "sender's dtype and shape (recv_object takes sizes the receiver does not know)";
+        else if (op->launch)
+          op->work_ = op->launch();
+      }
+    } catch (const std::exception& e) {
+      error = describe(*op) + " could not start: " + first_line(e.what());
+    }
+    if (!error.empty()) error = poison(error);
+    mark_launched(*op, error);
+    if (op->work_ && error.empty())
+      wait_transport(*op);
+  };
+  if (op->inline_p2p) body();
+  else spawn_waiter(body);
+  return op;
+}
+
+std::string CommImpl::explain_p2p_timeout(const PendingOp& op) {
+  bool notice = false;
+  {
+    std::lock_guard<std::mutex> lock(op.mutex_);
+    notice = op.notice_;
+  }
+  std::string out = describe(op) + " timed out after " + std::to_string(config_.timeout.count()) + " ms: " +
+                    rank_label(op.peer);
+  if (op.fingerprint.op == OpKind::kSend)
+    out += " did not receive it (no matching recv on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
+  else if (!notice)
+    out += " never sent it (no matching send on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
+  else
+    out += " sent it but the transfer did not finish";
+  return out + " (timeout: InitOptions::timeout, GroupOptions::timeout or COHORT_TIMEOUT seconds)";
+}
+
+}  // namespace detail
+
+namespace {
+
+void check_peer(const Comm& comm, const torch::Tensor& tensor, int peer, int tag, const char* what) {
+  COHORT_CHECK(tensor.defined(), what, ": the tensor is undefined");
+  COHORT_CHECK(peer >= 0 && peer < comm.size() && peer != comm.rank(), what, ": peer ", peer,
+               " is not another rank of this Comm of ", comm.size(), " (this is rank ", comm.rank(), ")");
+  COHORT_CHECK(tag >= 0, what, ": tag ", tag, " is negative (accepted: 0..", INT_MAX, ")");
+}
+
+}  // namespace
+
+Work Comm::isend(torch::Tensor tensor, int dst, int tag) {
+  check_peer(*this, tensor, dst, tag, "isend");
+  auto pending = detail::make_op(detail::OpKind::kSend, tensor, ReduceOp::kSum, dst);
+  pending->peer = dst;
+  pending->tag = tag;
+  pending->inline_p2p = tensor.is_cuda();
+  torch::Tensor buf = detail::transport_view(tensor.contiguous());
+  auto* impl = impl_.get();
+  auto* raw = pending.get();
+  if (buf.numel() > 0) {
+    pending->launch = [impl, buf, dst, tag, raw] {
+      std::vector<at::Tensor> tensors{buf};
+      return impl->backend_for(buf.device()).send(tensors, dst, detail::gloo_tag(tag, raw->seq));
+    };
+  }
+  return Work(impl_->post_send(pending));
+}
+
+Work Comm::irecv(torch::Tensor tensor, int src, int tag) {
+  check_peer(*this, tensor, src, tag, "irecv");
+  auto pending = detail::make_op(detail::OpKind::kRecv, tensor, ReduceOp::kSum, src);
+  pending->peer = src;
+  pending->tag = tag;
+  pending->inline_p2p = tensor.is_cuda();
+  torch::Tensor buf = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  auto* impl = impl_.get();
+  auto* raw = pending.get();
+  if (buf.numel() > 0) {
+    pending->launch = [impl, buf, src, tag, raw] {
+      std::vector<at::Tensor> tensors{detail::transport_view(buf)};
+      return impl->backend_for(buf.device()).recv(tensors, src, detail::gloo_tag(tag, raw->seq));
+    };
+  }
+  pending->finish = [tensor, buf]() mutable {
+    if (!buf.is_same(tensor)) tensor.copy_(buf);
+  };
+  return Work(impl_->post_recv(pending));
+}
+
+void Comm::send(const torch::Tensor& tensor, int dst, int tag) { isend(tensor, dst, tag).wait(); }
+void Comm::recv(torch::Tensor tensor, int src, int tag) { irecv(tensor, src, tag).wait(); }
+
+// An object travels as its length (int64 [1]) and then its bytes: int64 for a vector, uint8 for a
+// string, so a string sent where a vector is expected is a dtype mismatch, named like any other.
+void Comm::send_object(const std::vector<int64_t>& values, int dst, int tag) {
+  send(torch::tensor({int64_t(values.size())}, torch::kLong), dst, tag);
+  if (!values.empty()) send(torch::tensor(values, torch::kLong), dst, tag);
+}
+
+void Comm::send_object(const std::string& text, int dst, int tag) {
+  send(torch::tensor({int64_t(text.size())}, torch::kLong), dst, tag);
+  if (!text.empty())
+    send(torch::from_blob(const_cast<char*>(text.data()), {int64_t(text.size())}, torch::kByte), dst, tag);
+}
+
+namespace {
+
+int64_t recv_length(Comm& comm, int src, int tag) {
+  torch::Tensor length = torch::empty({1}, torch::kLong);
+  comm.recv(length, src, tag);
+  return length.item<int64_t>();
+}
+
+}  // namespace
+
+template <>
+std::vector<int64_t> Comm::recv_object<std::vector<int64_t>>(int src, int tag) {
+  const int64_t n = recv_length(*this, src, tag);
+  torch::Tensor values = torch::empty({n}, torch::kLong);
+  if (n > 0) recv(values, src, tag);
+  return std::vector<int64_t>(values.data_ptr<int64_t>(), values.data_ptr<int64_t>() + n);
+}
+
+template <>
+std::string Comm::recv_object<std::string>(int src, int tag) {
+  const int64_t n = recv_length(*this, src, tag);
+  torch::Tensor bytes = torch::empty({n}, torch::kByte);
+  if (n > 0) recv(bytes, src, tag);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), size_t(n));
+}
+
+}  // namespace cohort
