@@ -16,11 +16,11 @@ namespace {
 constexpr int kBarWidth = 20;
 constexpr double kRedrawSeconds = 0.1;  // in-place redraws at most ten times a second
 
+}  // namespace
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-}  // namespace
 
 ProgressStyle progress_style_for(std::FILE* stream) {
   return isatty(fileno(stream)) ? ProgressStyle::kInPlace : ProgressStyle::kLines;

@@ -16,6 +16,9 @@ enum class ProgressStyle {
   kOff,      ///< nothing (ranks other than 0)
 };
 
+/// Seconds from `start` to now (the example's timings: progress, epochs, the whole job).
+double seconds_since(std::chrono::steady_clock::time_point start);
+
 /// kInPlace when `stream` is a terminal, else kLines.
 ProgressStyle progress_style_for(std::FILE* stream);
 /// The style the --progress flag names: "bar", "lines", "off", or "auto" (progress_style_for).

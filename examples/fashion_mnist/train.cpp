@@ -27,10 +27,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Cores this process may run on (its affinity mask, as taskset and Slurm set it).
 int usable_cores() {
   cpu_set_t set;
