@@ -13,9 +13,14 @@ build_type="${COHORT_TEST_BUILD_TYPE:-$default_type}"
 scripts/install-deps.sh
 scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type"
 (cd build && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
+# The file readers under libFuzzer (docs/fuzzing.md), briefly and with a fixed seed; 0 skips.
+fuzz_seconds="${COHORT_CI_FUZZ_SECONDS:-15}"
+if [ "$fuzz_seconds" != 0 ]; then
+  COHORT_FUZZ_SECONDS="$fuzz_seconds" COHORT_FUZZ_SEED="${COHORT_FUZZ_SEED:-1}" scripts/fuzz.sh
+fi
 if [ "${COHORT_TORCH2:-1}" != 0 ]; then
   # The benchmarks are measured by hand (docs/BENCHMARKS.md); the second build skips them to save CI time.
   COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build" \
-    -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}"
+    -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF
   (cd build-torch2 && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
 fi

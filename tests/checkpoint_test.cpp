@@ -10,6 +10,7 @@
 #include <fstream>
 #include <stdlib.h>
 
+#include "checkpoint/shard_file.h"
 #include "cohort/checkpoint.h"
 #include "support/errors.h"
 #include "support/small_models.h"
@@ -318,4 +319,44 @@ TEST(Checkpoint, StateNamesAreChecked) {
   EXPECT_EQ(error_of([&] { state.add("model", *model); }), "CheckpointState::add: the name 'model' is used twice");
   EXPECT_EQ(error_of([&] { state.add("a/b", *model); }),
             "CheckpointState::add: the name 'a/b' is empty, contains '/' or is the reserved name 'rng'");
+}
+
+// Found by fuzz/shard_fuzz: a shard whose header was refused left its file descriptor open (a
+// constructor that throws runs no destructor), so a resume falling back past damaged checkpoints
+// leaked one descriptor per shard until open() failed; and an offset near INT64_MAX overflowed the
+// bounds check.
+namespace {
+int open_descriptors() {
+  return static_cast<int>(std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()));
+}
+}  // namespace
+
+TEST(ShardReader, RefusedHeaderClosesItsFile) {
+  TempDir dir;
+  const std::string path = dir.path + "/shard-00000-of-00001.bin";
+  {
+    cohort::detail::ckpt::ShardWriter writer(path, 0, 1);
+    writer.append(torch::arange(4, torch::kFloat));
+    writer.finish();
+  }
+  const int before = open_descriptors();
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_THAT(error_of([&] { cohort::detail::ckpt::ShardReader reader(path, 1, 2, 16); }),
+                HasSubstr("belongs to another checkpoint"));
+  }
+  EXPECT_EQ(open_descriptors(), before);
+}
+
+TEST(ShardReader, OffsetNearInt64MaxIsOutside) {
+  TempDir dir;
+  const std::string path = dir.path + "/shard-00000-of-00001.bin";
+  {
+    cohort::detail::ckpt::ShardWriter writer(path, 0, 1);
+    writer.append(torch::arange(4, torch::kFloat));
+    writer.finish();
+  }
+  cohort::detail::ckpt::ShardReader reader(path, 0, 1, 16);
+  char out[100];
+  EXPECT_EQ(error_of([&] { reader.read_bytes(INT64_MAX - 10, 100, out); }),
+            "shard file " + path + ": 100 bytes at byte 9223372036854775797 lie outside its 16-byte payload");
 }

@@ -269,6 +269,9 @@ TEST(ZeroConfig, JsonErrors) {
                "ds_config: not valid JSON: parse error at line 3, column 8: syntax error while parsing object");
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 1, "stage": 2}})",
                "ds_config: duplicate key zero_optimization.stage (DeepSpeed refuses them too)");
+  // Found by fuzz/ds_config_fuzz: a number past double's range escaped as nlohmann's out_of_range.
+  EXPECT_ERROR(R"({"reduce_bucket_size": 6e2222})",
+               "ds_config: not valid JSON: number overflow parsing '6e2222'");
 }
 
 std::string temp_dir() {

@@ -98,6 +98,16 @@ ShardReader::ShardReader(std::string path, int rank, int world_size, int64_t pay
     : path_(std::move(path)), payload_(payload_bytes) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   COHORT_CHECK(fd_ >= 0, "shard file ", path_, " cannot be opened: ", errno_text());
+  try {
+    check_header(rank, world_size);
+  } catch (...) {  // a constructor that throws runs no destructor: the descriptor would leak
+    ::close(fd_);
+    throw;
+  }
+}
+
+void ShardReader::check_header(int rank, int world_size) {
+  const int64_t payload_bytes = payload_;
   struct stat info {};
   COHORT_CHECK(::fstat(fd_, &info) == 0, "cannot stat ", path_, ": ", errno_text());
   const int64_t expected = kShardHeaderBytes + payload_bytes;
@@ -123,9 +133,9 @@ ShardReader::~ShardReader() {
 }
 
 void ShardReader::read_bytes(int64_t byte_offset, int64_t nbytes, void* out) {
-  COHORT_CHECK(byte_offset >= 0 && byte_offset + nbytes <= payload_, "shard file ", path_,
-               ": bytes [", byte_offset, ", ", byte_offset + nbytes, ") lie outside its ", payload_,
-               "-byte payload");
+  // Compared without forming byte_offset + nbytes: a damaged manifest may give offsets near INT64_MAX.
+  COHORT_CHECK(byte_offset >= 0 && nbytes >= 0 && byte_offset <= payload_ - nbytes, "shard file ", path_,
+               ": ", nbytes, " bytes at byte ", byte_offset, " lie outside its ", payload_, "-byte payload");
   char* p = static_cast<char*>(out);
   int64_t at = kShardHeaderBytes + byte_offset;
   while (nbytes > 0) {

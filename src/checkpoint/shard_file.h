@@ -53,6 +53,8 @@ class ShardReader {
   const std::string& path() const { return path_; }
 
  private:
+  void check_header(int rank, int world_size);  // size, magic, rank, world size and payload
+
   std::string path_;
   int fd_ = -1;
   int64_t payload_ = 0;

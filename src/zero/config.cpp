@@ -98,7 +98,7 @@ Json parse_json(const std::string& text, const Context& ctx) {
   try {
     return Json::parse(blank_trailing_commas(text), on_event, /*allow_exceptions=*/true,
                        /*ignore_comments=*/true);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {  // parse_error, and out_of_range for a number past double
     std::string what = error.what();
     const size_t bracket = what.find("] ");
     if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) {
