@@ -326,6 +326,15 @@ TEST(Checkpoint, StateNamesAreChecked) {
 // leaked one descriptor per shard until open() failed; and an offset near INT64_MAX overflowed the
 // bounds check.
 namespace {
+// A shard of rank 0 of 1 holding four floats (a 16-byte payload); returns its path.
+std::string write_16_byte_shard(const std::string& dir) {
+  const std::string path = dir + "/shard-00000-of-00001.bin";
+  cohort::detail::ckpt::ShardWriter writer(path, 0, 1);
+  writer.append(torch::arange(4, torch::kFloat));
+  writer.finish();
+  return path;
+}
+
 int open_descriptors() {
   return static_cast<int>(std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator()));
 }
@@ -333,12 +342,7 @@ int open_descriptors() {
 
 TEST(ShardReader, RefusedHeaderClosesItsFile) {
   TempDir dir;
-  const std::string path = dir.path + "/shard-00000-of-00001.bin";
-  {
-    cohort::detail::ckpt::ShardWriter writer(path, 0, 1);
-    writer.append(torch::arange(4, torch::kFloat));
-    writer.finish();
-  }
+  const std::string path = write_16_byte_shard(dir.path);
   const int before = open_descriptors();
   for (int i = 0; i < 50; ++i) {
     EXPECT_THAT(error_of([&] { cohort::detail::ckpt::ShardReader reader(path, 1, 2, 16); }),
@@ -349,12 +353,7 @@ TEST(ShardReader, RefusedHeaderClosesItsFile) {
 
 TEST(ShardReader, OffsetNearInt64MaxIsOutside) {
   TempDir dir;
-  const std::string path = dir.path + "/shard-00000-of-00001.bin";
-  {
-    cohort::detail::ckpt::ShardWriter writer(path, 0, 1);
-    writer.append(torch::arange(4, torch::kFloat));
-    writer.finish();
-  }
+  const std::string path = write_16_byte_shard(dir.path);
   cohort::detail::ckpt::ShardReader reader(path, 0, 1, 16);
   char out[100];
   EXPECT_EQ(error_of([&] { reader.read_bytes(INT64_MAX - 10, 100, out); }),
