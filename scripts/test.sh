@@ -14,6 +14,8 @@ scripts/install-deps.sh
 scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type"
 (cd build && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
 if [ "${COHORT_TORCH2:-1}" != 0 ]; then
-  COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build"
+  # The benchmarks are measured by hand (docs/BENCHMARKS.md); the second build skips them to save CI time.
+  COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build" \
+    -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}"
   (cd build-torch2 && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
 fi

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "digest.h"
-#include "model.h"
+#include "models/fashion_mnist_net.h"
 
 namespace fashion_mnist {
 namespace {

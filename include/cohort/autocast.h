@@ -9,6 +9,9 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 class AutocastGuard {
@@ -26,3 +29,4 @@ class AutocastGuard {
 };
 
 }  // namespace cohort
+COHORT_EXPORT_END

@@ -21,7 +21,9 @@
 #include "cohort/comm.h"
 #include "cohort/sampler.h"
 #include "cohort/stateful.h"
+#include "cohort/export.h"
 
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 /// What a checkpoint holds, as references to the live objects: saving reads them, loading writes
@@ -129,3 +131,4 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
                                               const LoadOptions& options = {});
 
 }  // namespace cohort
+COHORT_EXPORT_END

@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "cohort/export.h"
 
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
@@ -141,3 +143,4 @@ class Comm {
 };
 
 }  // namespace cohort
+COHORT_EXPORT_END

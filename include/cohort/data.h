@@ -8,6 +8,9 @@
 
 #include <string>
 
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
 namespace cohort::data {
 
 /// Where the Debian package dataset-fashion-mnist installs the four files.
@@ -46,3 +49,4 @@ FashionMnist load_fashion_mnist(const std::string& dir = kFashionMnistDir,
                                 Split split = Split::kTrain);
 
 }  // namespace cohort::data
+COHORT_EXPORT_END

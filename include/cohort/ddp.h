@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "cohort/comm.h"
+#include "cohort/export.h"
 
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 struct DDPOptions {
@@ -106,3 +108,4 @@ DistributedDataParallel(torch::nn::ModuleHolder<Impl>, DDPOptions) -> Distribute
 std::vector<torch::Tensor> reduce_metrics(std::vector<torch::Tensor> values, Comm* comm = nullptr);
 
 }  // namespace cohort
+COHORT_EXPORT_END

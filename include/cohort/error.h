@@ -7,6 +7,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 /// Thrown by every cohort function that fails. what() is the complete, rank-prefixed message.
@@ -31,6 +34,7 @@ std::string str(const Args&... args) {
 
 }  // namespace detail
 }  // namespace cohort
+COHORT_EXPORT_END
 
 /// Throws cohort::Error with the streamed arguments as message when `cond` is false.
 #define COHORT_CHECK(cond, ...)                                    \

@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "cohort/comm.h"
+#include "cohort/export.h"
 
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 /// One axis of a Mesh: its name and how many ranks lie along it.
@@ -47,3 +49,4 @@ class Mesh {
 };
 
 }  // namespace cohort
+COHORT_EXPORT_END

@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 /// Options of DistributedSampler; chained setters as in LibTorch:
@@ -23,7 +26,8 @@ struct SamplerOptions {
   /// false: pad by repeating indices from the front so every rank gets ceil(N / replicas) samples.
   /// true: drop the tail so every rank gets floor(N / replicas) samples.
   TORCH_ARG(bool, drop_last) = false;
-  /// Number of ranks sharing the dataset; -1 takes the size of the current world.
+  /// Number of ranks sharing the dataset; -1 takes the size of the current world (a world of one
+  /// before cohort::init()).
   TORCH_ARG(int, num_replicas) = -1;
   /// This process's shard in [0, num_replicas); -1 takes the rank in the current world.
   TORCH_ARG(int, rank) = -1;
@@ -81,3 +85,4 @@ class DistributedSampler {
 };
 
 }  // namespace cohort
+COHORT_EXPORT_END

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 enum class StateKind {
@@ -54,3 +57,4 @@ class Stateful {
 };
 
 }  // namespace cohort
+COHORT_EXPORT_END

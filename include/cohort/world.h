@@ -14,7 +14,9 @@
 #include "cohort/comm.h"
 #include "cohort/error.h"
 #include "cohort/mesh.h"
+#include "cohort/export.h"
 
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 /// Which c10d backend moves tensors: Gloo for CPU tensors, NCCL for CUDA tensors.
@@ -85,3 +87,4 @@ bool is_initialized();
 void shutdown();
 
 }  // namespace cohort
+COHORT_EXPORT_END

@@ -17,7 +17,9 @@
 #include "cohort/comm.h"
 #include "cohort/stateful.h"
 #include "cohort/zero_config.h"
+#include "cohort/export.h"
 
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 /// Bytes this rank holds right now, by the ZeRO paper's parts.
@@ -151,3 +153,4 @@ ZeroEngine<Impl> initialize(ZeroConfig config, const torch::nn::ModuleHolder<Imp
 }
 
 }  // namespace cohort
+COHORT_EXPORT_END

@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
 namespace cohort {
 
 enum class OffloadDevice { kNone, kCpu };
@@ -128,3 +131,4 @@ ZeroConfig load_ds_config(const std::string& path, int world_size);
 double warmup_lr(const SchedulerConfig& scheduler, int64_t step);
 
 }  // namespace cohort
+COHORT_EXPORT_END

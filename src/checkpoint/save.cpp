@@ -20,6 +20,7 @@
 #include "cohort/error.h"
 #include "cohort_config.h"
 #include "core/log.h"
+#include "world/launch_env.h"
 
 namespace fs = std::filesystem;
 
@@ -60,8 +61,7 @@ std::string status_of(F&& body) {
 // SIGKILLs that rank after it wrote its shard, in the first attempt of a cohortrun job only.
 void maybe_die_for_test(int rank, int64_t step) {
   const char* spec = std::getenv("COHORT_TEST_KILL_IN_SAVE");
-  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  if (spec == nullptr || (restart != nullptr && std::string(restart) != "0")) return;
+  if (spec == nullptr || detect_launch_env(current_env()).restart_count.value_or(0) != 0) return;
   if (std::to_string(rank) + ":" + std::to_string(step) == spec) ::kill(::getpid(), SIGKILL);
 }
 

@@ -5,31 +5,47 @@
 // to the longest rank and so takes the shared-memory path of allgather when that is available.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
 #include "cohort/comm.h"
 #include "comm/op_util.h"
+#include "comm/ragged.h"
 
 namespace cohort {
 
 using detail::OpKind;
 
 torch::Tensor Comm::allgather_v(const torch::Tensor& tensor) {
+  if (size() == 1) {
+    COHORT_CHECK(tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
+                 tensor.defined() ? tensor.dim() : 0);
+    return tensor.clone();
+  }
+  return torch::cat(detail::allgather_ragged(*this, tensor));
+}
+
+namespace detail {
+
+std::vector<torch::Tensor> allgather_ragged(Comm& comm, const torch::Tensor& tensor) {
   COHORT_CHECK(tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
-               tensor.defined() ? tensor.sizes().vec().size() : 0);
-  if (size() == 1) return tensor.clone();
-  torch::Tensor rows = allgather(torch::tensor({tensor.size(0)}, torch::kLong)).view(-1);
-  const int64_t longest = rows.max().item<int64_t>();
+               tensor.defined() ? tensor.dim() : 0);
+  if (comm.size() == 1) return {tensor};
+  torch::Tensor rows = comm.allgather(torch::tensor({tensor.size(0)}, torch::kLong)).view(-1);
+  // At least one row, so the agreed allgather never moves an empty tensor.
+  const int64_t longest = std::max<int64_t>(rows.max().item<int64_t>(), 1);
   std::vector<int64_t> shape = tensor.sizes().vec();
   shape[0] = longest - tensor.size(0);
   // Pad to the longest rank so one agreed allgather (trailing dims and dtype checked) moves it all.
   torch::Tensor padded = shape[0] == 0 ? tensor : torch::cat({tensor, torch::zeros(shape, tensor.options())});
-  torch::Tensor gathered = allgather(padded);
+  torch::Tensor gathered = comm.allgather(padded);
   std::vector<torch::Tensor> parts;
-  for (int r = 0; r < size(); ++r) parts.push_back(gathered[r].narrow(0, 0, rows[r].item<int64_t>()));
-  return torch::cat(parts);
+  for (int r = 0; r < comm.size(); ++r) parts.push_back(gathered[r].narrow(0, 0, rows[r].item<int64_t>()));
+  return parts;
 }
+
+}  // namespace detail
 
 namespace {
 

@@ -19,7 +19,7 @@
 
 namespace cohort::detail {
 
-struct ShmTransport::Header {
+struct ShmHeader {
   uint64_t magic;  // random, written by rank 0: proves every rank mapped the same memory
   uint32_t size;
   alignas(64) std::atomic<uint32_t> arrived;     // ranks at the current barrier
@@ -90,100 +90,117 @@ at::Tensor view_of(void* data, int64_t numel, at::ScalarType dtype) {
 // Start of part `j` when `n` elements are split into `parts` nearly equal parts.
 int64_t split_point(int64_t n, int parts, int j) { return n * j / parts; }
 
+std::string text_of(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+struct Segment {
+  std::string name;  // empty: none
+  void* base = nullptr;
+};
+
+// Rank 0's segment: a fresh name that carries a random magic, its pages reserved now. An empty Segment
+// and `failure` set when /dev/shm cannot hold it.
+Segment create_shm_segment(int size, size_t slot_bytes, std::string& failure) {
+  std::random_device random;
+  const uint64_t magic = (uint64_t(random()) << 32) ^ random();
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "/cohort-%d-%016llx", int(getpid()), static_cast<unsigned long long>(magic));
+  Segment segment{buffer};
+  const size_t bytes = mapped_size(size, slot_bytes);
+  const int fd = shm_open(segment.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  // posix_fallocate reserves the pages now, so a full /dev/shm is a clean fallback here and not a
+  // SIGBUS in the middle of a collective.
+  const int err = fd < 0 ? errno : posix_fallocate(fd, 0, off_t(bytes));
+  if (err == 0) segment.base = map_segment(fd, bytes);
+  if (fd >= 0) close(fd);
+  if (err != 0 || !segment.base) {
+    failure = "cannot create " + std::to_string(bytes) + " bytes in /dev/shm (" + std::strerror(err ? err : errno) +
+              "; COHORT_SHM_BYTES sets the bytes per rank per chunk)";
+    if (fd >= 0) shm_unlink(segment.name.c_str());
+    return {};
+  }
+  auto* header = new (segment.base) ShmHeader();
+  header->magic = magic;
+  header->size = uint32_t(size);
+  return segment;
+}
+
+// Another rank maps the segment rank 0 published ("name slot_bytes"); nullptr when it cannot. The name
+// carries rank 0's magic: a same-named segment of another host or container cannot pass.
+void* map_published_segment(const std::string& published, int size, size_t& slot_bytes) {
+  const auto space = published.find(' ');
+  const std::string name = published.substr(0, space);
+  slot_bytes = std::stoull(published.substr(space + 1));
+  const int fd = shm_open(name.c_str(), O_RDWR, 0600);
+  if (fd < 0) return nullptr;
+  void* base = map_segment(fd, mapped_size(size, slot_bytes));
+  close(fd);
+  const auto dash = name.rfind('-');
+  if (base && static_cast<ShmHeader*>(base)->size == uint32_t(size) &&
+      static_cast<ShmHeader*>(base)->magic == std::stoull(name.substr(dash + 1), nullptr, 16))
+    return base;
+  if (base) munmap(base, mapped_size(size, slot_bytes));
+  return nullptr;
+}
+
+// Rank 0 collects every rank's answer, removes the segment's name (all have mapped it or given up),
+// publishes the verdict and says once which transport CPU collectives use and why.
+bool decide_shm_verdict(c10d::Store& store, const std::string& key, int size, const Segment& segment,
+                        const std::string& failure, size_t slot_bytes, bool enabled) {
+  bool all_ok = !segment.name.empty();
+  std::string missing;
+  for (int r = 1; r < size; ++r) {
+    if (text_of(store.get(key + "ok" + std::to_string(r))) != "1") {
+      all_ok = false;
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+  }
+  if (!segment.name.empty()) shm_unlink(segment.name.c_str());
+  store.set(key + "verdict", bytes_of(all_ok ? "1" : "0"));
+  if (all_ok) {
+    COHORT_INFO("shared-memory transport for the ", size, " ranks on this host (", slot_bytes,
+                "-byte chunks; COHORT_SHM=0 uses Gloo instead)");
+  } else if (!enabled) {
+    COHORT_INFO("shared-memory transport off (COHORT_SHM=0): collectives on CPU tensors use Gloo");
+  } else {
+    COHORT_INFO("shared-memory transport not used, collectives on CPU tensors use Gloo: ",
+                failure.empty() ? "rank(s) " + missing + " could not map rank 0's segment (another host, or "
+                                                         "COHORT_SHM=0 there)"
+                                : failure);
+  }
+  return all_ok;
+}
+
 }  // namespace
 
 std::unique_ptr<ShmTransport> ShmTransport::negotiate(c10d::Store& store, const std::string& prefix, int rank,
                                                       int size, bool enabled, size_t slot_bytes) {
   const std::string key = prefix + "/shm/";
-  auto text_of = [](const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); };
-  auto bytes_of = [](const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); };
   slot_bytes = (std::max<size_t>(slot_bytes, 4096) + 4095) / 4096 * 4096;
-
-  std::string name, failure;
-  uint64_t magic = 0;
-  void* base = nullptr;
+  Segment segment;
+  std::string failure;
+  bool all_ok = false;
   if (rank == 0) {
-    if (enabled) {
-      std::random_device random;
-      magic = (uint64_t(random()) << 32) ^ random();
-      char buffer[64];
-      std::snprintf(buffer, sizeof(buffer), "/cohort-%d-%016llx", int(getpid()),
-                    static_cast<unsigned long long>(magic));
-      name = buffer;
-      const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-      // posix_fallocate reserves the pages now, so a full /dev/shm is a clean fallback here and not a
-      // SIGBUS in the middle of a collective.
-      int err = fd < 0 ? errno : posix_fallocate(fd, 0, off_t(mapped_size(size, slot_bytes)));
-      if (err == 0) base = map_segment(fd, mapped_size(size, slot_bytes));
-      if (fd >= 0) close(fd);
-      if (err != 0 || !base) {
-        failure = "cannot create " + std::to_string(mapped_size(size, slot_bytes)) + " bytes in /dev/shm (" +
-                  std::strerror(err ? err : errno) + "; COHORT_SHM_BYTES sets the bytes per rank per chunk)";
-        if (fd >= 0) shm_unlink(name.c_str());
-        name.clear();
-      } else {
-        auto* header = new (base) Header();
-        header->magic = magic;
-        header->size = uint32_t(size);
-      }
-    }
-    store.set(key + "name", bytes_of(name.empty() ? "" : name + " " + std::to_string(slot_bytes)));
+    if (enabled) segment = create_shm_segment(size, slot_bytes, failure);
+    store.set(key + "name", bytes_of(segment.name.empty() ? "" : segment.name + " " + std::to_string(slot_bytes)));
+    all_ok = decide_shm_verdict(store, key, size, segment, failure, slot_bytes, enabled);
   } else {
     const std::string published = text_of(store.get(key + "name"));
-    bool ok = false;
-    if (enabled && !published.empty()) {
-      const auto space = published.find(' ');
-      name = published.substr(0, space);
-      slot_bytes = std::stoull(published.substr(space + 1));
-      const int fd = shm_open(name.c_str(), O_RDWR, 0600);
-      if (fd >= 0) {
-        base = map_segment(fd, mapped_size(size, slot_bytes));
-        close(fd);
-      }
-      // The name carries rank 0's magic: a same-named segment of another host or container cannot pass.
-      const auto dash = name.rfind('-');
-      ok = base && static_cast<Header*>(base)->size == uint32_t(size) &&
-           static_cast<Header*>(base)->magic == std::stoull(name.substr(dash + 1), nullptr, 16);
-    }
-    store.set(key + "ok" + std::to_string(rank), bytes_of(ok ? "1" : "0"));
-  }
-
-  bool all_ok;
-  if (rank == 0) {
-    all_ok = !name.empty();
-    std::string missing;
-    for (int r = 1; r < size; ++r) {
-      if (text_of(store.get(key + "ok" + std::to_string(r))) != "1") {
-        all_ok = false;
-        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      }
-    }
-    if (!name.empty()) shm_unlink(name.c_str());  // every rank has mapped it, or given up
-    store.set(key + "verdict", bytes_of(all_ok ? "1" : "0"));
-    if (all_ok) {
-      COHORT_INFO("shared-memory transport for the ", size, " ranks on this host (", slot_bytes,
-                  "-byte chunks; COHORT_SHM=0 uses Gloo instead)");
-    } else if (!enabled) {
-      COHORT_INFO("shared-memory transport off (COHORT_SHM=0): collectives on CPU tensors use Gloo");
-    } else {
-      COHORT_INFO("shared-memory transport not used, collectives on CPU tensors use Gloo: ",
-                  failure.empty() ? "rank(s) " + missing + " could not map rank 0's segment (another host, or "
-                                                           "COHORT_SHM=0 there)"
-                                  : failure);
-    }
-  } else {
+    if (enabled && !published.empty()) segment.base = map_published_segment(published, size, slot_bytes);
+    store.set(key + "ok" + std::to_string(rank), bytes_of(segment.base ? "1" : "0"));
     all_ok = text_of(store.get(key + "verdict")) == "1";
   }
+  const size_t bytes = mapped_size(size, slot_bytes);
   if (!all_ok) {
-    if (base) munmap(base, mapped_size(size, slot_bytes));
+    if (segment.base) munmap(segment.base, bytes);
     return nullptr;
   }
-  return std::unique_ptr<ShmTransport>(new ShmTransport(rank, size, slot_bytes, base, mapped_size(size, slot_bytes)));
+  return std::unique_ptr<ShmTransport>(new ShmTransport(rank, size, slot_bytes, segment.base, bytes));
 }
 
 ShmTransport::ShmTransport(int rank, int size, size_t slot_bytes, void* base, size_t mapped_bytes)
     : rank_(rank), size_(size), slot_bytes_(slot_bytes), base_(base), mapped_bytes_(mapped_bytes),
-      header_(static_cast<Header*>(base)) {}
+      header_(static_cast<ShmHeader*>(base)) {}
 
 ShmTransport::~ShmTransport() { munmap(base_, mapped_bytes_); }
 

@@ -25,6 +25,8 @@
 
 namespace cohort::detail {
 
+struct ShmHeader;  // the segment's first page: magic, size, the barrier's words (shm_transport.cpp)
+
 class ShmTransport {
  public:
   /// Called every few milliseconds while a rank waits for its peers; throws to give up (a peer died,
@@ -58,7 +60,6 @@ class ShmTransport {
   int64_t ops_done() const { return ops_done_; }
 
  private:
-  struct Header;
   ShmTransport(int rank, int size, size_t slot_bytes, void* base, size_t mapped_bytes);
 
   /// The next chunk's set of slots (0 or 1): alternates on every chunk of every collective.
@@ -70,7 +71,7 @@ class ShmTransport {
   size_t slot_bytes_;
   void* base_;
   size_t mapped_bytes_;
-  Header* header_;
+  ShmHeader* header_;
   uint64_t chunks_ = 0;
   int64_t ops_done_ = 0;
 };

@@ -5,42 +5,24 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ops/randperm.h>
 
-#include <cerrno>
-#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <utility>
 
 #include "cohort/error.h"
 #include "cohort/sampler.h"
-#include "cohort/world.h"
+#include "world/resolve_comm.h"
 
 namespace cohort {
 namespace {
 
-// Reads an integer environment variable; `fallback` when unset or empty.
-int env_int(const char* name, int fallback) {
-  const char* text = std::getenv(name);
-  if (text == nullptr || *text == '\0') return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text, &end, 10);
-  COHORT_CHECK(errno == 0 && *end == '\0' && value >= 0 && value <= (1L << 30),
-               "DistributedSampler: environment variable ", name, "='", text,
-               "' is not a non-negative integer");
-  return static_cast<int>(value);
-}
-
-// The (num_replicas, rank) a sampler shards over: explicit options win, -1 takes the current world.
+// The (num_replicas, rank) a sampler shards over: explicit options win, -1 takes the Comm that
+// resolve_comm gives (the world after cohort::init(), else a world of one).
 std::pair<int, int> resolve_world(int num_replicas, int rank) {
-  // The world from cohort::init() when there is one; else what a launcher exported; else 1 and 0.
-  if (cohort::is_initialized()) {
-    const auto& world = cohort::current_world();
-    if (num_replicas == -1) num_replicas = world.size();
-    if (rank == -1) rank = world.rank();
-  }
-  if (num_replicas == -1) num_replicas = env_int("WORLD_SIZE", 1);
-  if (rank == -1) rank = env_int("RANK", 0);
+  if (num_replicas != -1 && rank != -1) return {num_replicas, rank};
+  const auto comm = detail::resolve_comm(nullptr, "DistributedSampler");
+  if (num_replicas == -1) num_replicas = comm->size();
+  if (rank == -1) rank = comm->rank();
   return {num_replicas, rank};
 }
 

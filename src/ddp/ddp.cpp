@@ -1,7 +1,7 @@
 // Public face of DDP (DataParallelCore, no_sync) and reduce_metrics; the work is in reducer.cpp.
 #include "cohort/ddp.h"
 
-#include "cohort/world.h"
+#include "world/resolve_comm.h"
 #include "ddp/reducer.h"
 
 namespace cohort {
@@ -26,8 +26,9 @@ std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const {
 double DataParallelCore::last_wait_seconds() const { return reducer_->last_wait_seconds(); }
 
 std::vector<torch::Tensor> reduce_metrics(std::vector<torch::Tensor> values, Comm* comm) {
-  Comm& c = comm ? *comm : current_world().comm();
-  for (auto& v : values) c.allreduce(v, ReduceOp::kSum);
+  // A borrowed Comm wrapped without ownership, so the one rule of resolve_comm applies here too.
+  const auto c = detail::resolve_comm(std::shared_ptr<Comm>(comm, [](Comm*) {}), "reduce_metrics");
+  for (auto& v : values) c->allreduce(v, ReduceOp::kSum);
   return values;
 }
 

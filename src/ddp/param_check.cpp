@@ -1,11 +1,12 @@
 // Cross-rank parameter check (see param_check.h). Each rank encodes its parameters as int64s
-// [count, (dtype, ndim, dims...)...]; the encodings are all-gathered (padded to the longest) and
+// [count, (dtype, ndim, dims...)...]; the encodings are all-gathered (variable-size allgather) and
 // compared with rank 0's, so every rank reaches the same verdict and raises the same message.
 #include "ddp/param_check.h"
 
 #include <sstream>
 
 #include "comm/fingerprint.h"
+#include "comm/ragged.h"
 
 namespace cohort::detail {
 namespace {
@@ -47,13 +48,9 @@ void check_same_parameters(Comm& comm, const std::vector<std::string>& names,
     code.push_back(p.dim());
     for (auto d : p.sizes()) code.push_back(d);
   }
-  auto lengths = comm.allgather(torch::tensor({int64_t(code.size())}, torch::kLong));
-  const int64_t longest = lengths.max().item<int64_t>();
-  auto padded = torch::full({longest}, int64_t(-1), torch::kLong);
-  padded.narrow(0, 0, int64_t(code.size())).copy_(torch::tensor(code, torch::kLong));
-  auto all = comm.allgather(padded).contiguous();
   std::vector<Decoded> ranks;
-  for (int r = 0; r < comm.size(); ++r) ranks.push_back(decode(all[r].data_ptr<int64_t>()));
+  for (const torch::Tensor& part : allgather_ragged(comm, torch::tensor(code, torch::kLong)))
+    ranks.push_back(decode(part.contiguous().data_ptr<int64_t>()));
   for (size_t i = 0;; ++i) {
     bool any_has = false, all_have = true, same = true;
     for (const auto& d : ranks) {

@@ -1,38 +1,26 @@
 // The DDP reducer (see reducer.h for how the pieces fit and the note "bucket order").
 #include "ddp/reducer.h"
 
-#include <torch/csrc/autograd/engine.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
-
-#include <c10/util/strides.h>
 
 #include <algorithm>
 
-#include "cohort/world.h"
-#include "core/grad_ready_hook.h"
+#include "core/grad_kit.h"
 #include "core/log.h"
-#include "ddp/coalesced.h"
+#include "comm/coalesced.h"
 #include "ddp/param_check.h"
+#include "world/resolve_comm.h"
 
 namespace cohort::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int64_t group_of(const torch::Tensor& t, std::vector<std::pair<c10::ScalarType, c10::Device>>& groups) {
-  const auto key = std::make_pair(t.scalar_type(), t.device());
-  for (size_t i = 0; i < groups.size(); ++i)
-    if (groups[i] == key) return int64_t(i);
-  groups.push_back(key);
-  return int64_t(groups.size() - 1);
-}
-
 }  // namespace
 
 Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     : module_(std::move(module)), options_(std::move(options)) {
-  comm_ = options_.comm() ? options_.comm() : current_world().comm_ptr();
+  comm_ = resolve_comm(options_.comm(), "DistributedDataParallel");
   COHORT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
                "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ",
                options_.bucket_cap_mb(), " and ", options_.first_bucket_cap_mb());
@@ -58,22 +46,12 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
   register_hooks();
 }
 
-Reducer::~Reducer() {
-  // The module (and its gradient accumulators) may outlive DDP: take our hooks off them.
-  for (auto& accumulator : grad_accumulators_) {
-    auto& hooks = accumulator->post_hooks();
-    hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
-                               [](const auto& hook) { return dynamic_cast<GradReadyHook*>(hook.get()); }),
-                hooks.end());
-  }
-}
-
 void Reducer::build_buckets(const std::vector<int64_t>& arrival_order) {
   std::vector<int64_t> bytes, group;
-  std::vector<std::pair<c10::ScalarType, c10::Device>> groups;
+  std::vector<DtypeDevice> groups;
   for (const auto& p : params_) {
     bytes.push_back(p.numel() * int64_t(p.element_size()));
-    group.push_back(group_of(p, groups));
+    group.push_back(dtype_device_group(p, groups));
   }
   BucketLimits limits{int64_t(options_.first_bucket_cap_mb() * (1 << 20)),
                       int64_t(options_.bucket_cap_mb() * (1 << 20))};
@@ -106,36 +84,14 @@ void Reducer::build_buckets(const std::vector<int64_t>& arrival_order) {
 torch::Tensor Reducer::bucket_view(int64_t index) const {
   const auto [b, i] = location_[index];
   const Bucket& bucket = buckets_[b];
-  // An alias of the bucket's memory that autograd does not see as a view, so optimizers may
-  // detach_() and zero_() the gradient (LibTorch's zero_grad does both) without copying.
-  torch::NoGradGuard no_grad;
-  const auto& param = params_[index];
-  return torch::empty({0}, bucket.flat.options())
-      .set_(bucket.flat.storage(), bucket.flat.storage_offset() + bucket.offsets[i], param.sizes(),
-            c10::contiguous_strides(param.sizes()));
+  return flat_alias(bucket.flat, bucket.offsets[i], params_[index].sizes());
 }
 
 void Reducer::register_hooks() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_gradient_ready(int64_t(i)); }));
-    grad_accumulators_.push_back(std::move(accumulator));
-  }
+  hooks_ = GradHookSet(params_, [this](int64_t index) { on_gradient_ready(index); });
 }
 
-void Reducer::link_gradient(int64_t index) {
-  auto& grad = params_[index].mutable_grad();
-  auto view = bucket_view(index);
-  if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
-  // The optimizer set the gradient to None (LibTorch 2.x zero_grad) or replaced it: copy it into the
-  // bucket and make the bucket view the gradient again.
-  torch::NoGradGuard no_grad;
-  if (grad.defined())
-    view.copy_(grad);
-  else
-    view.zero_();
-  grad = view;
-}
+void Reducer::link_gradient(int64_t index) { relink_grad(params_[index], bucket_view(index)); }
 
 void Reducer::on_gradient_ready(int64_t index) {
   if (!in_backward_) {
@@ -143,7 +99,7 @@ void Reducer::on_gradient_ready(int64_t index) {
     std::fill(ready_.begin(), ready_.end(), 0);
     for (auto& bucket : buckets_) bucket.pending = int(bucket.params.size());
     next_launch_ = 0;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+    at_end_of_backward([this] { finalize_backward(); });
   }
   link_gradient(index);
   touched_[index] = 1;

@@ -19,6 +19,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/ddp.h"
+#include "core/grad_kit.h"
 #include "ddp/bucket_assignment.h"
 
 namespace cohort::detail {
@@ -26,7 +27,6 @@ namespace cohort::detail {
 class Reducer {
  public:
   Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
-  ~Reducer();
 
   void enter_no_sync() { ++no_sync_depth_; }
   void exit_no_sync() { --no_sync_depth_; }
@@ -60,7 +60,6 @@ class Reducer {
   std::vector<torch::Tensor> buffers_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<int64_t, int64_t>> location_;  // parameter -> (bucket, index inside bucket)
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;  // kept alive: hooks live on them
 
   // Per-backward state, touched only by the autograd thread.
   bool in_backward_ = false;
@@ -71,6 +70,7 @@ class Reducer {
   bool rebuilt_ = false;
   int no_sync_depth_ = 0;
   double last_wait_seconds_ = 0;
+  GradHookSet hooks_;  // last member: destroyed first, so no hook runs into a half-destroyed reducer
 };
 
 }  // namespace cohort::detail

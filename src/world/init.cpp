@@ -140,11 +140,11 @@ World init(const InitOptions& options) {
     detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size, timeout};
     // torchrun's static rendezvous hosts the store itself and says so; it keeps it across restarts,
     // so each restart's keys get their own prefix.
-    const char* agent_store = std::getenv("TORCHELASTIC_USE_AGENT_STORE");
-    rdzv.rank0_hosts = !(agent_store && std::string(agent_store) == "True");
+    rdzv.rank0_hosts = !launch.agent_store;
     config.store = options.store() ? options.store() : detail::connect_store(rdzv);
-    if (const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT"))
-      config.store = c10::make_intrusive<c10d::PrefixStore>(std::string("cohort-attempt-") + restart, config.store);
+    if (launch.restart_count)
+      config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),
+                                                            config.store);
     detail::wait_for_all_ranks(*config.store, rdzv);
     config.local_address = detail::local_address_towards(launch.master_addr, launch.master_port);
     COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", launch.master_addr, ":",

@@ -14,6 +14,8 @@
 #include <utility>
 
 #include "cohort/error.h"
+#include "core/text.h"
+#include "world/hostlist.h"
 
 namespace cohort::detail {
 namespace {
@@ -23,8 +25,6 @@ constexpr int kDerivedPortBase = 20000;
 constexpr int kDerivedPortSpan = 40000;
 // Slurm's special steps (batch script, extern, interactive) sit above SLURM_MAX_NORMAL_STEP_ID.
 constexpr unsigned long long kSlurmMaxNormalStep = 0xfffffff0ULL;
-// No host or task list may expand past this: "node[0-999999999]" is a typo, not a cluster.
-constexpr std::size_t kMaxHosts = std::size_t{1} << 20;
 // Parsing stops here, far below overflow; ports and step ids are range-checked after.
 constexpr unsigned long long kParseMax = 1000000000000ULL;
 
@@ -39,30 +39,10 @@ const std::string* lookup(const EnvMap& env, const std::string& name) {
   return it == env.end() ? nullptr : &it->second;
 }
 
-// The value as a message shows it: on one line, control characters escaped.
-std::string shown(const std::string& value) {
-  std::string out;
-  char escaped[8];
-  for (unsigned char c : value) {
-    std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-    out += std::isprint(c) ? std::string(1, static_cast<char>(c)) : std::string(escaped);
-  }
-  return out;
-}
-
-bool all_digits(const std::string& s) {
-  if (s.empty()) return false;
-  for (unsigned char c : s) {
-    if (!std::isdigit(c)) return false;
-  }
-  return true;
-}
-
-// Strict decimal: digits only, the whole value (no sign, spaces or suffix), at most `max`.
 unsigned long long parse_unsigned(const std::string& name, const std::string& value, unsigned long long max) {
   COHORT_CHECK(!value.empty(), name, " is set but empty; expected a whole number");
   COHORT_CHECK(!(value[0] == '-' && all_digits(value.substr(1))), name, "=", value, " is negative");
-  COHORT_CHECK(all_digits(value), name, "=", shown(value), " is not a number");
+  COHORT_CHECK(all_digits(value), name, "=", printable(value), " is not a number");
   unsigned long long n = 0;
   for (char c : value) {
     n = n * 10 + static_cast<unsigned long long>(c - '0');
@@ -185,9 +165,9 @@ std::optional<std::pair<Num, Num>> read_rank_and_size(const EnvMap& env, const c
   const std::string* rank = lookup(env, rank_var);
   const std::string* size = lookup(env, size_var);
   if (rank == nullptr && size == nullptr) return std::nullopt;
-  COHORT_CHECK(size != nullptr, rank_var, "=", shown(*rank), " is set but ", size_var,
+  COHORT_CHECK(size != nullptr, rank_var, "=", printable(*rank), " is set but ", size_var,
                " is not; launchers export both");
-  COHORT_CHECK(rank != nullptr, size_var, "=", shown(*size), " is set but ", rank_var,
+  COHORT_CHECK(rank != nullptr, size_var, "=", printable(*size), " is set but ", rank_var,
                " is not; launchers export both");
   return std::make_pair(parse_num(rank_var, *rank), parse_num(size_var, *size));
 }
@@ -201,91 +181,10 @@ std::optional<LaunchEnv> detect_torchrun(const EnvMap& env) {
                   read_num(env, {"LOCAL_WORLD_SIZE"}), read_num(env, {"GROUP_RANK"})};
   LaunchEnv out = finish("cohortrun/torchrun", in);
   apply_master_overrides(env, out);  // these launchers always export both; no default here
+  if (const auto restart = read_num(env, {"TORCHELASTIC_RESTART_COUNT"})) out.restart_count = restart->value;
+  const std::string* agent_store = lookup(env, "TORCHELASTIC_USE_AGENT_STORE");
+  out.agent_store = agent_store != nullptr && *agent_store == "True";
   return out;
-}
-
-// ---- host lists -----------------------------------------------------------------------------------
-
-// One bracket group's body, "01-03,07" -> 01 02 03 07; the width of a range's first number is kept.
-std::vector<std::string> expand_group(const std::string& group, const std::string& what) {
-  COHORT_CHECK(!group.empty(), what, ": empty brackets []");
-  std::vector<std::string> values;
-  std::size_t start = 0;
-  while (start <= group.size()) {
-    std::size_t end = group.find(',', start);
-    if (end == std::string::npos) end = group.size();
-    const std::string range = group.substr(start, end - start);
-    const std::size_t dash = range.find('-');
-    const std::string lo = range.substr(0, dash);
-    const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
-    COHORT_CHECK(all_digits(lo) && all_digits(hi) && lo.size() <= 18 && hi.size() <= 18, what, ": \"", range,
-                 "\" in [", group, "] is not a number or a range N-M");
-    const unsigned long long a = std::stoull(lo);
-    const unsigned long long b = std::stoull(hi);
-    COHORT_CHECK(a <= b, what, ": reversed range ", range, " in [", group, "]");
-    COHORT_CHECK(b - a < kMaxHosts - values.size(), what, ": expands to more than ", kMaxHosts, " hosts");
-    for (unsigned long long v = a; v <= b; ++v) {
-      std::string digits = std::to_string(v);
-      if (digits.size() < lo.size()) digits.insert(0, lo.size() - digits.size(), '0');
-      values.push_back(std::move(digits));
-    }
-    start = end + 1;
-  }
-  return values;
-}
-
-// One comma-free item, "rack[1-2]-n[01-02]": every bracket group multiplies, the first outermost.
-void expand_item(const std::string& item, const std::string& what, std::vector<std::string>& hosts) {
-  std::vector<std::string> partial{""};
-  std::size_t i = 0;
-  while (i < item.size()) {
-    if (item[i] != '[') {
-      std::size_t next = item.find('[', i);
-      if (next == std::string::npos) next = item.size();
-      for (std::string& p : partial) p += item.substr(i, next - i);
-      i = next;
-      continue;
-    }
-    const std::size_t close = item.find(']', i);  // brackets were checked balanced by the caller
-    const std::vector<std::string> values = expand_group(item.substr(i + 1, close - i - 1), what);
-    COHORT_CHECK(partial.size() * values.size() + hosts.size() <= kMaxHosts, what, ": expands to more than ",
-                 kMaxHosts, " hosts");
-    std::vector<std::string> next;
-    next.reserve(partial.size() * values.size());
-    for (const std::string& p : partial) {
-      for (const std::string& v : values) next.push_back(p + v);
-    }
-    partial.swap(next);
-    i = close + 1;
-  }
-  hosts.insert(hosts.end(), partial.begin(), partial.end());
-}
-
-// A host list, expanded under a name for its messages (a variable, or the list itself).
-std::vector<std::string> expand_hostlist(const std::string& list, const std::string& what) {
-  std::vector<std::string> hosts;
-  if (list.empty()) return hosts;
-  std::string item;
-  bool in_brackets = false;
-  for (char c : list) {
-    if (c == '[') {
-      COHORT_CHECK(!in_brackets, what, ": '[' inside brackets");
-      in_brackets = true;
-    } else if (c == ']') {
-      COHORT_CHECK(in_brackets, what, ": ']' without a matching '['");
-      in_brackets = false;
-    } else if (c == ',' && !in_brackets) {
-      COHORT_CHECK(!item.empty(), what, ": empty host name");
-      expand_item(item, what, hosts);
-      item.clear();
-      continue;
-    }
-    item += c;
-  }
-  COHORT_CHECK(!in_brackets, what, ": unclosed '['");
-  COHORT_CHECK(!item.empty(), what, ": empty host name");
-  expand_item(item, what, hosts);
-  return hosts;
 }
 
 // ---- launcher tables ------------------------------------------------------------------------------
@@ -328,7 +227,7 @@ const MpiFamily kMpiFamilies[] = {
 
 // "2(x3),1" -> {2, 2, 2, 1}: Slurm's compressed per-node task counts.
 std::vector<int> expand_tasks_per_node(const std::string& name, const std::string& value) {
-  const std::string bad = name + "=" + shown(value) + " is not a task count list like 2(x3),1";
+  const std::string bad = name + "=" + printable(value) + " is not a task count list like 2(x3),1";
   std::vector<int> counts;
   std::size_t start = 0;
   while (start <= value.size()) {
@@ -345,7 +244,7 @@ std::vector<int> expand_tasks_per_node(const std::string& name, const std::strin
     COHORT_CHECK(all_digits(count) && all_digits(reps) && count.size() < 7 && reps.size() < 8, bad);
     const int n = std::stoi(count);
     const std::size_t r = std::stoul(reps);
-    COHORT_CHECK(n >= 1 && r >= 1 && counts.size() + r <= kMaxHosts, bad);
+    COHORT_CHECK(n >= 1 && r >= 1 && counts.size() + r <= kMaxHostListEntries, bad);
     counts.insert(counts.end(), r, n);
     start = end + 1;
   }
@@ -372,7 +271,7 @@ std::optional<Num> slurm_local_size(const EnvMap& env, const std::optional<Num>&
 // step; else a hash of SLURM_JOB_ID and SLURM_STEP_ID, which differ between steps running side by side.
 int slurm_port(const EnvMap& env, const std::string& step) {
   if (const std::string* ports = lookup(env, "SLURM_STEP_RESV_PORTS")) {
-    const std::string label = "SLURM_STEP_RESV_PORTS=" + shown(*ports);
+    const std::string label = "SLURM_STEP_RESV_PORTS=" + printable(*ports);
     const std::string first = ports->substr(0, ports->find_first_of("-,"));
     COHORT_CHECK(all_digits(first), label, " does not start with a port number");
     return parse_port("SLURM_STEP_RESV_PORTS", first, label);
@@ -405,7 +304,7 @@ std::optional<LaunchEnv> detect_slurm(const EnvMap& env) {
   for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
     const std::string* list = lookup(env, name);
     if (list == nullptr) continue;
-    const std::string label = std::string(name) + "=" + shown(*list);
+    const std::string label = std::string(name) + "=" + printable(*list);
     const std::vector<std::string> hosts = expand_hostlist(*list, label);
     COHORT_CHECK(!hosts.empty(), label, " is empty; expected the step's host list");
     out.master_addr = hosts.front();  // task 0 runs on the first node of the step
@@ -423,7 +322,7 @@ std::optional<LaunchEnv> detect_mpi(const EnvMap& env, const MpiFamily& family) 
   const auto rank_size = read_rank_and_size(env, family.rank_var, family.size_var);
   if (!rank_size) {
     // Hydra's -pmi-port mode exports PMI_ID but no world size: fail rather than run as a world of one.
-    COHORT_CHECK(lookup(env, family.mark) == nullptr, family.mark, "=", shown(*lookup(env, family.mark)),
+    COHORT_CHECK(lookup(env, family.mark) == nullptr, family.mark, "=", printable(*lookup(env, family.mark)),
                  " says ", family.launcher, " started this process, but ", family.rank_var, " and ",
                  family.size_var, " are not set; export RANK and WORLD_SIZE instead");
     return std::nullopt;
@@ -458,10 +357,6 @@ EnvMap current_env() {
     }
   }
   return env;
-}
-
-std::vector<std::string> expand_nodelist(const std::string& nodelist) {
-  return expand_hostlist(nodelist, "nodelist \"" + shown(nodelist) + "\"");
 }
 
 }  // namespace cohort::detail

@@ -4,8 +4,11 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "world/hostlist.h"
 
 namespace cohort::detail {
 
@@ -22,6 +25,10 @@ struct LaunchEnv {
   bool has_local_rank = false;  // the launcher set a local rank (LOCAL_RANK, SLURM_LOCALID, ...)
   std::string master_addr;
   int master_port = 0;
+  // torchrun's elastic agent: which restart of the job this is (TORCHELASTIC_RESTART_COUNT), and
+  // whether the agent hosts the store (TORCHELASTIC_USE_AGENT_STORE=True). cohortrun sets the first.
+  std::optional<int> restart_count;
+  bool agent_store = false;
 };
 
 /// Reads the launcher's variables. Throws cohort::Error naming the variable and the value on bad input
@@ -35,7 +42,5 @@ LaunchEnv detect_launch_env(const EnvMap& env);
 /// The process environment as an EnvMap.
 EnvMap current_env();
 
-/// Expands a Slurm host list: "node[01-04,07],gpu3" -> node01 node02 node03 node04 node07 gpu3.
-std::vector<std::string> expand_nodelist(const std::string& nodelist);
 
 }  // namespace cohort::detail

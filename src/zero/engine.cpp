@@ -1,27 +1,17 @@
 // The ZeRO engine: construction, gradient hooks and the reductions of backward (see engine_impl.h
 // for the stages and the note "launch order"; engine_step.cpp has the optimizer step, stage3.cpp
 // the parameter gathering, engine_state.cpp memory and checkpoint state).
-#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
-#include <c10/util/strides.h>
-
-#include "cohort/world.h"
-#include "core/grad_ready_hook.h"
+#include "core/grad_kit.h"
 #include "core/log.h"
-#include "ddp/coalesced.h"
+#include "comm/coalesced.h"
+#include "world/resolve_comm.h"
 #include "zero/engine_impl.h"
 #include "zero/inner_optimizer.h"
 
 namespace cohort::detail {
 namespace {
-
-// A tensor over `base`'s storage with `shape`, at element `offset`: not a view in autograd's sense,
-// so it can be a parameter's .grad that AccumulateGrad adds into in place.
-torch::Tensor alias(const torch::Tensor& base, int64_t offset, c10::IntArrayRef shape) {
-  return torch::empty({0}, base.options())
-      .set_(base.storage(), base.storage_offset() + offset, shape, c10::contiguous_strides(shape));
-}
 
 torch::Dtype compute_dtype_of(const ZeroConfig& config) {
   COHORT_CHECK(!(config.fp16().enabled() && config.bf16().enabled()),
@@ -36,7 +26,7 @@ torch::Dtype compute_dtype_of(const ZeroConfig& config) {
 ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options)
     : module_(std::move(module)), config_(std::move(config)), scaler_(config_.fp16()) {
   COHORT_CHECK(module_ != nullptr, "cohort::initialize: the model is null");
-  comm_ = options.comm() ? options.comm() : current_world().comm_ptr();
+  comm_ = resolve_comm(options.comm(), "ZeRO engine");
   rank_ = comm_->rank();
   world_ = comm_->size();
   stage_ = config_.zero_optimization().stage();
@@ -134,7 +124,7 @@ void ZeroEngineImpl::build_groups() {
       group.flat = full;
       for (size_t k = 0; k < layout.params.size(); ++k) {
         auto& param = params_[size_t(layout.params[k])];
-        param.set_data(alias(group.flat, layout.offsets[k], param.sizes()));
+        param.set_data(flat_alias(group.flat, layout.offsets[k], param.sizes()));
       }
       if (stage_ == 2) {
         group.shard_grad = torch::zeros({layout.shard}, options);
@@ -142,7 +132,7 @@ void ZeroEngineImpl::build_groups() {
         group.flat_grad = torch::zeros({layout.padded}, options);
         for (size_t k = 0; k < layout.params.size(); ++k) {
           auto& param = params_[size_t(layout.params[k])];
-          grad_aliases_[size_t(layout.params[k])] = alias(group.flat_grad, layout.offsets[k], param.sizes());
+          grad_aliases_[size_t(layout.params[k])] = flat_alias(group.flat_grad, layout.offsets[k], param.sizes());
           param.mutable_grad() = grad_aliases_[size_t(layout.params[k])];
         }
       }
@@ -157,11 +147,7 @@ void ZeroEngineImpl::build_groups() {
 }
 
 void ZeroEngineImpl::register_hooks() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    accumulator->add_post_hook(std::make_unique<GradReadyHook>([this, i] { on_gradient_ready(int64_t(i)); }));
-    grad_accumulators_.push_back(std::move(accumulator));  // kept alive: the hooks live on them
-  }
+  hooks_ = GradHookSet(params_, [this](int64_t index) { on_gradient_ready(index); });
 }
 
 void ZeroEngineImpl::on_gradient_ready(int64_t index) {
@@ -170,13 +156,7 @@ void ZeroEngineImpl::on_gradient_ready(int64_t index) {
   if (stage_ <= 1) {
     // The gradient must stay the alias of flat_grad; an optimizer that set it to None (LibTorch
     // 2.x zero_grad) or replaced it gets it copied back in.
-    const torch::Tensor& view = grad_aliases_[size_t(index)];
-    auto& grad = param.mutable_grad();
-    if (grad.data_ptr() != view.data_ptr()) {
-      torch::NoGradGuard no_grad;
-      view.copy_(grad);
-      grad = view;
-    }
+    relink_grad(param, grad_aliases_[size_t(index)]);
   }
   if (!in_backward_) return;  // a backward not started by engine.backward(): nothing to reduce
   COHORT_CHECK(!ready_[size_t(index)], "ZeRO engine: parameter '", names_[size_t(index)],

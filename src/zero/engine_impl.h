@@ -29,6 +29,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/zero.h"
+#include "core/grad_kit.h"
 #include "zero/loss_scaler.h"
 #include "zero/partition.h"
 
@@ -131,7 +132,6 @@ class ZeroEngineImpl {
   std::vector<torch::Tensor> grad_aliases_;  // stage 0/1: each parameter's slice of flat_grad
   std::vector<int64_t> unit_group_;    // stage 3: Sequential child -> group, -1 without parameters
   std::vector<FlatGroup> groups_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LossScaler scaler_;
 
@@ -143,6 +143,8 @@ class ZeroEngineImpl {
   int64_t skipped_steps_ = 0;
   bool last_skipped_ = false;
   double last_norm_ = 0;
+  OwnerHandle handle_{this};  // stage 3: how GatherBeforeBackward finds this engine (if it still lives)
+  GradHookSet hooks_;         // last: destroyed first, so no hook runs into a half-destroyed engine
 };
 
 }  // namespace cohort::detail

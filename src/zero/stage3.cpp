@@ -5,6 +5,7 @@
 // lose their storage, as DeepSpeed does with `param.data = empty`.
 #include <torch/torch.h>
 
+#include "cohort/error.h"
 #include "zero/engine_impl.h"
 
 namespace cohort::detail {
@@ -15,14 +16,16 @@ namespace {
 class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackward> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& output,
-                               int64_t engine, int64_t group) {
-    ctx->saved_data["engine"] = engine;
+                               int64_t engine_handle, int64_t group) {
+    ctx->saved_data["engine"] = engine_handle;
     ctx->saved_data["group"] = group;
     return output.detach();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
-    auto* impl = reinterpret_cast<ZeroEngineImpl*>(ctx->saved_data["engine"].toInt());
+    auto* impl = static_cast<ZeroEngineImpl*>(OwnerHandle::resolve(ctx->saved_data["engine"].toInt()));
+    COHORT_CHECK(impl != nullptr, "ZeRO stage 3: backward reached a layer whose engine was destroyed after "
+                                  "forward; keep the engine alive until backward has finished");
     impl->before_unit_backward(ctx->saved_data["group"].toInt());
     return {grads[0], torch::Tensor(), torch::Tensor()};
   }
@@ -87,7 +90,7 @@ torch::Tensor ZeroEngineImpl::forward_units(torch::Tensor x) {
     x = sequential_->begin()[int64_t(u)].forward(x);
     if (g >= 0) {
       if (torch::GradMode::is_enabled() && x.requires_grad())
-        x = GatherBeforeBackward::apply(x, reinterpret_cast<int64_t>(this), g);
+        x = GatherBeforeBackward::apply(x, handle_.id(), g);
       release(g);
     }
   }

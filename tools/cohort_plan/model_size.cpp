@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cohort/error.h"
-#include "fashion_mnist/model.h"
+#include "models/fashion_mnist_net.h"
 
 namespace cohort_plan {
 namespace {

@@ -1,10 +1,11 @@
 // Coalesced broadcast (see coalesced.h).
-#include "ddp/coalesced.h"
+#include "comm/coalesced.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include <map>
+#include "core/grad_kit.h"
+
 
 namespace cohort::detail {
 
@@ -13,15 +14,10 @@ void broadcast_coalesced(Comm& comm, const std::vector<torch::Tensor>& tensors, 
   torch::NoGradGuard no_grad;
   // Group by dtype and device, in first-seen order (the same on every rank for the same model).
   std::vector<std::vector<torch::Tensor>> groups;
-  std::vector<std::pair<c10::ScalarType, c10::Device>> keys;
+  std::vector<DtypeDevice> keys;
   for (const auto& t : tensors) {
-    const auto key = std::make_pair(t.scalar_type(), t.device());
-    size_t g = 0;
-    while (g < keys.size() && keys[g] != key) ++g;
-    if (g == keys.size()) {
-      keys.push_back(key);
-      groups.emplace_back();
-    }
+    const auto g = size_t(dtype_device_group(t, keys));
+    if (g == groups.size()) groups.emplace_back();
     groups[g].push_back(t);
   }
   for (auto& group : groups) {

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpus (fuzz/corpus/<target>/): small valid inputs of each format,
+so libFuzzer starts from what cohort really reads. The manifest seed is a real checkpoint's
+(fuzz/corpus/manifest/), copied once from a 2-rank Fashion-MNIST run; the rest are made here."""
+import gzip
+import pathlib
+import struct
+
+root = pathlib.Path(__file__).parent / "corpus"
+
+
+def write(target, name, data):
+    folder = root / target
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+
+
+write("ds_config", "seeds_example.json", """{
+  "train_batch_size": 64,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {"type": "Adam", "params": {"lr": 0.001, "betas": [0.9, 0.999], "eps": 1e-8}},
+  "fp16": {"enabled": false,},
+  "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 5e8}
+}""")
+write("ds_config", "stage3_fp16_scheduler.json", """{
+  "train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4, "gradient_clipping": 1.0,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 3e-4,
+                "warmup_num_steps": 100, "total_num_steps": 1000, "warmup_type": "linear"}},
+  "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+           "hysteresis": 2, "min_loss_scale": 1},
+  "zero_optimization": {"stage": 3, "stage3_prefetch_bucket_size": 1000000}
+}""")
+write("ds_config", "bf16_comments.json", """// hjson-style comments and nulls
+{
+  "train_batch_size": null, /* resolved from the other two */
+  "train_micro_batch_size_per_gpu": 16,
+  "bf16": {"enabled": true},
+  "optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}},
+  "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 10, "warmup_type": "log"}},
+  "zero_optimization": {"stage": 1}
+}""")
+
+
+def idx(magic, shape, payload):
+    return struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in shape) + payload
+
+
+images = idx(0x00000803, (2, 3, 3), bytes(range(18)))
+write("idx", "images.idx", images)
+write("idx", "labels.idx", idx(0x00000801, (2,), bytes([3, 7])))
+write("idx", "images.idx.gz", gzip.compress(images, mtime=0))
+
+payload = bytes(range(16))
+header = b"COHORTS1" + struct.pack("<IIIIq", 1, 1, 2, 0, len(payload))
+write("shard", "rank1_of_2.bin", header + payload)

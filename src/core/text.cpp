@@ -1,0 +1,27 @@
+// Text helpers (see text.h).
+#include "core/text.h"
+
+#include <cctype>
+#include <cstdio>
+
+namespace cohort::detail {
+
+std::string printable(const std::string& value) {
+  std::string out;
+  char escaped[8];
+  for (unsigned char c : value) {
+    std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+    out += std::isprint(c) ? std::string(1, static_cast<char>(c)) : std::string(escaped);
+  }
+  return out;
+}
+
+bool all_digits(const std::string& s) {
+  if (s.empty()) return false;
+  for (unsigned char c : s) {
+    if (!std::isdigit(c)) return false;
+  }
+  return true;
+}
+
+}  // namespace cohort::detail
