@@ -18,9 +18,13 @@ namespace {
 
 enum class Parsed { kOk, kMalformed, kOutOfRange };
 
+// The shortest text that reads back as `value`: "0.001", "1e-12", "9007199254740992".
 std::string real_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
+  char text[40];
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
+  }
   return text;
 }
 
