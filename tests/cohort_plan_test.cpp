@@ -232,10 +232,22 @@ TEST(CohortPlanTool, Checkpoints) {
 
 TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--params 7.5e9 --ranks 0", "cohort-plan: error: --ranks=0 must be at least 1\n"},
-      {"--params=-5 --ranks 2", "cohort-plan: error: --params=-5 is not a whole number of parameters in [1, 2^53]\n"},
-      {"--params 1.5 --ranks 2", "cohort-plan: error: --params=1.5 is not a whole number of parameters in [1, 2^53]\n"},
-      {"--params lots --ranks 2", "cohort-plan: error: --params=lots is not a number\n"},
+      {"--params 7.5e9 --ranks 0",
+       "cohort-plan: error: --ranks is out of range: expected an integer from 1 to 1048576, got 0\n"},
+      // issue 17 item 4: an overflowing rank count used to wrap and print 0 B
+      {"--params 7.5e9 --ranks 99999999999999999999",
+       "cohort-plan: error: --ranks is out of range: expected an integer from 1 to 1048576, got "
+       "99999999999999999999\n"},
+      {"--params 7.5e9 --ranks 4x", "cohort-plan: error: --ranks expects an integer from 1 to 1048576, got 4x\n"},
+      {"--params=-5 --ranks 2",
+       "cohort-plan: error: --params is out of range: expected a parameter count from 1 to 9007199254740992, "
+       "got -5\n"},
+      {"--params 1.5 --ranks 2",
+       "cohort-plan: error: --params expects a whole parameter count from 1 to 9007199254740992, got 1.5\n"},
+      {"--params lots --ranks 2",
+       "cohort-plan: error: --params expects a parameter count from 1 to 9007199254740992, got lots\n"},
+      {"--params inf --ranks 2",
+       "cohort-plan: error: --params expects a parameter count from 1 to 9007199254740992, got inf\n"},
       {"--params 1e9 --ranks 2 --precision fp8", "cohort-plan: error: --precision=fp8 is not one of fp32, fp16, bf16\n"},
       {"--params 1e9 --ranks 2 --optimizer lamb",
        "cohort-plan: error: --optimizer=lamb is not one of adam, adamw, sgd, sgd_momentum\n"},

@@ -26,6 +26,7 @@ class Checkpointing {
   /// `last` (the final state) and it was not just saved.
   void after_step(int64_t step, bool last);
   const cohort::CheckpointState& state() const { return state_; }
+  cohort::CheckpointState& state() { return state_; }
 
  private:
   TrainConfig config_;

@@ -7,25 +7,36 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <sstream>
 #include <string>
+
+#include <cohort/number.h>
 
 #include "train.h"
 
 namespace {
 
-// CLI11 2.1's PositiveNumber says "not in range 0.000000 to 1797693...": say it plainly instead.
-CLI::Validator bounded(const std::string& name, const std::string& rule, bool (*ok)(double)) {
-  return CLI::Validator(
-      [rule, ok](std::string& text) -> std::string {
-        double value = 0;
-        return CLI::detail::lexical_cast(text, value) && ok(value)
-                   ? ""
-                   : "must be " + rule + ", got " + text;
-      },
-      name);
+// Every number goes through cohort's one parser (cohort/number.h): the whole text, in range, or one
+// line naming the flag, the range and the text. The limits are README's settings table.
+template <typename Int>
+CLI::Option* add_integer(CLI::App& app, const cohort::IntegerRange& range, Int& target, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          range.name,
+          [&target, range](const std::string& text) { target = static_cast<Int>(cohort::parse_integer(text, range)); },
+          help + " (" + cohort::describe_range(range) + ")")
+      ->default_str(std::to_string(target));
 }
-const CLI::Validator kPositive = bounded("POSITIVE", "> 0", [](double v) { return v > 0; });
-const CLI::Validator kNonNegative = bounded("NONNEGATIVE", ">= 0", [](double v) { return v >= 0; });
+
+CLI::Option* add_real(CLI::App& app, const cohort::RealRange& range, double& target, const std::string& help) {
+  std::ostringstream shown;
+  shown << target;
+  return app
+      .add_option_function<std::string>(
+          range.name, [&target, range](const std::string& text) { target = cohort::parse_real(text, range); },
+          help + " (" + cohort::describe_range(range) + ")")
+      ->default_str(shown.str());
+}
 
 }  // namespace
 
@@ -34,24 +45,17 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Trains a CNN on Fashion-MNIST with cohort's DistributedDataParallel; run it under "
       "cohortrun, torchrun, srun or mpirun for several ranks."};
-  app.add_option("--epochs", config.epochs, "Passes over the training set")
-      ->check(kPositive)
-      ->capture_default_str();
-  app.add_option("--batch-size", config.batch_size, "Samples per step on each rank")
-      ->check(kPositive)
-      ->capture_default_str();
-  app.add_option("--lr", config.lr, "Learning rate of Adam")
-      ->check(kPositive)
-      ->capture_default_str();
-  app.add_option("--seed", config.seed, "Seed of the initial weights and of the shuffle")
-      ->capture_default_str();
-  app.add_option("--threads", config.threads,
-                 "Torch threads per rank (0: usable cores / ranks on this node, at least 1)")
-      ->check(kNonNegative)
-      ->capture_default_str();
-  app.add_option("--max-steps", config.max_steps, "Stop after this many steps in all (0: no limit)")
-      ->check(kNonNegative)
-      ->capture_default_str();
+  add_integer(app, {"--epochs", 1, 100000}, config.epochs, "Passes over the training set");
+  add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size, "Samples per step on each rank");
+  add_real(app, {"--lr", 1e-12, 1000}, config.lr, "Learning rate of Adam");
+  add_integer(app, {"--seed", 0, INT64_MAX}, config.seed, "Seed of the initial weights and of the shuffle");
+  add_integer(app, {"--threads", 0, 1024}, config.threads,
+              "Torch threads per rank (0: usable cores / ranks on this node, at least 1; more than the "
+              "usable cores only with --oversubscribe)");
+  app.add_flag("--oversubscribe", config.oversubscribe,
+               "Allow --threads above the cores this process may use");
+  add_integer(app, {"--max-steps", 0, int64_t(1e12)}, config.max_steps,
+              "Stop after this many steps in all (0: no limit)");
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")
       ->capture_default_str();
   app.add_option(
@@ -61,25 +65,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--checkpoint-dir", config.checkpoint_dir,
                  "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
-  app.add_option("--checkpoint-every", config.checkpoint_every,
-                 "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir")
-      ->check(kNonNegative)
-      ->capture_default_str();
+  add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, config.checkpoint_every,
+              "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
   app.add_option("--resume", config.resume,
                  "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
                  "never: start from scratch; or a checkpoint directory to load")
       ->capture_default_str();
-  app.add_option("--zero-stage", config.zero_stage,
-                 "Train with the ZeRO engine at this stage (0-3) instead of DDP (Adam at --lr)")
-      ->check(CLI::Range(0, 3));
+  add_integer(app, {"--zero-stage", 0, 3}, config.zero_stage,
+              "Train with the ZeRO engine at this stage instead of DDP (Adam at --lr)")
+      ->default_str("");
   app.add_option("--deepspeed-config", config.deepspeed_config,
                  "Train with the ZeRO engine as this DeepSpeed ds_config.json says (--zero-stage "
                  "overrides its stage)")
       ->check(CLI::ExistingFile);
+  app.add_flag("--no-memory-check", config.no_memory_check,
+               "Skip the check that the batch's estimated memory fits in the memory available");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a bad command line is 2, as in cohortrun
+  } catch (const cohort::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());  // a number out of range: cohort/number.h's line
+    return 2;
   }
 
   try {

@@ -6,19 +6,22 @@
 #include <cohort/comm.h>
 #include <cohort/ddp.h>  // reduce_metrics
 #include <cohort/error.h>
+#include <cohort/number.h>
 #include <cohort/sampler.h>
 #include <cohort/world.h>
-#include <sched.h>
 #include <torch/utils.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
-#include <thread>
+#include <optional>
+#include <sstream>
 
 #include "checkpointing.h"
 #include "progress.h"
+#include "resources.h"
 #include "trainer.h"
 
 namespace fashion_mnist {
@@ -27,18 +30,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Cores this process may run on (its affinity mask, as taskset and Slurm set it).
-int usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return std::max(1u, std::thread::hardware_concurrency());
+// A double that reads back bit for bit ("0.001", "0.0030000000000000001").
+std::string exact_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
 }
 
-// --threads, or the cores shared evenly by the ranks of this node; applied before any torch work.
-int set_threads(int requested, const cohort::World& world) {
-  const int threads = requested > 0 ? requested : std::max(1, usable_cores() / world.local_size());
-  torch::set_num_threads(threads);
-  return threads;
+// --threads (capped by the cores, see resources.h), applied before any torch work.
+ThreadChoice set_threads(const TrainConfig& config, const cohort::World& world) {
+  const ThreadChoice choice = choose_threads(config.threads, config.oversubscribe, world.local_size());
+  torch::set_num_threads(choice.threads);
+  return choice;
+}
+
+// A split with no images gives a loss of 0/0 and an accuracy of 0/0: refuse it by name.
+cohort::data::FashionMnist non_empty(cohort::data::FashionMnist data, const std::string& dir, const char* split) {
+  COHORT_CHECK(data.images.size(0) > 0, "the ", split, " set in ", dir,
+               " holds 0 images: there is nothing to ", std::string(split) == "training" ? "train on" : "evaluate");
+  return data;
 }
 
 // A ds_config's train_micro_batch_size_per_gpu, when it has one, is the batch per rank.
@@ -59,11 +69,13 @@ class Job {
  public:
   explicit Job(const TrainConfig& config)
       : world_(cohort::init()),
-        threads_(set_threads(config.threads, world_)),
+        threads_(set_threads(config, world_)),
         trainer_(make_trainer(config, world_)),
         config_(with_batch_of(config, *trainer_)),
-        train_(cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTrain)),
-        test_(cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTest)),
+        train_(non_empty(cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTrain),
+                         config.data_dir, "training")),
+        test_(non_empty(cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTest),
+                        config.data_dir, "test")),
         train_sampler_(train_.images.size(0),
                        cohort::SamplerOptions().shuffle(true).seed(config.seed)),
         test_sampler_(test_.images.size(0),
@@ -76,11 +88,14 @@ class Job {
   Totals train_epoch(ProgressBar& bar, int64_t max_steps, int64_t skip);
   Totals evaluate();
   void print_header() const;
+  void check_memory();
+  void resume();
+  void apply_lr_after_resume();
   cohort::CheckpointState checkpoint_state();
   int64_t global_batch() const { return config_.batch_size * world_.size(); }
 
   cohort::World world_;
-  int threads_;
+  ThreadChoice threads_;
   std::unique_ptr<Trainer> trainer_;  // DDP + Adam, or the ZeRO engine
   TrainConfig config_;
   cohort::data::FashionMnist train_, test_;
@@ -97,6 +112,7 @@ cohort::CheckpointState Job::checkpoint_state() {
   trainer_->add_to(state);
   state.add("sampler", train_sampler_, samples_in_epoch_);
   state.set("global_batch", std::to_string(global_batch()));
+  if (const auto lr = trainer_->configured_lr()) state.set("lr", exact_text(*lr));
   return state;
 }
 
@@ -111,7 +127,13 @@ Totals Job::train_epoch(ProgressBar& bar, int64_t max_steps, int64_t skip) {
     const torch::Tensor& batch = batches[index];
     const torch::Tensor images = train_.images.index_select(0, batch).to(world_.device());
     const torch::Tensor labels = train_.labels.index_select(0, batch).to(world_.device());
-    totals.loss_sum += trainer_->train_step(images, labels) * batch.numel();
+    const double loss = trainer_->train_step(images, labels);
+    // A non-finite loss makes every later step and the saved weights meaningless: stop, naming it.
+    COHORT_CHECK(std::isfinite(loss), "step ", step_ + 1, ": the training loss is ",
+                 std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
+                 "; training stopped (the weights are no longer finite; lower the learning rate, now ",
+                 trainer_->current_lr(), ")");
+    totals.loss_sum += loss * batch.numel();
     totals.samples += batch.numel();
     totals.steps += 1;
     step_ += 1;
@@ -145,7 +167,7 @@ void Job::print_header() const {
   std::printf(
       "fashion_mnist: %d rank(s) (launcher: %s) on %s, %d thread(s) per rank, batch %lld per rank "
       "(%lld global), %s, seed %lld\n",
-      world_.size(), world_.launcher().c_str(), world_.device().str().c_str(), threads_,
+      world_.size(), world_.launcher().c_str(), world_.device().str().c_str(), threads_.threads,
       static_cast<long long>(config_.batch_size),
       static_cast<long long>(config_.batch_size * world_.size()), trainer_->describe().c_str(),
       static_cast<long long>(config_.seed));
@@ -156,20 +178,62 @@ void Job::print_header() const {
   std::fflush(stdout);
 }
 
+// One step's estimated memory against what this node has left, before any batch is allocated
+// (CPU only: a GPU's memory is another matter). Every rank takes part, so all refuse together.
+void Job::check_memory() {
+  if (config_.no_memory_check || world_.device().is_cuda()) return;
+  const BatchRequest request{
+      trainer_->micro_batch() > 0 ? "the ds_config's train_micro_batch_size_per_gpu" : "--batch-size",
+      config_.batch_size, std::min(config_.batch_size, train_sampler_.size())};  // the largest real batch
+  const std::string refusal = memory_refusal(request, world_.local_size(), available_memory_bytes());
+  const auto refusing = cohort::reduce_metrics({torch::tensor(int64_t(refusal.empty() ? 0 : 1))});
+  if (refusing[0].item<int64_t>() == 0) return;
+  COHORT_CHECK(!refusal.empty(), "another rank refused the batch of ", request.samples,
+               " samples: it needs more memory than that rank's node has available");
+  throw cohort::Error(refusal);
+}
+
+// --lr (or the ds_config's lr) against the lr the checkpoint was saved with: this run's value wins,
+// as setting param_group['lr'] after load_state_dict does in PyTorch, and the change is said.
+void Job::apply_lr_after_resume() {
+  const std::optional<double> wanted = trainer_->configured_lr();
+  if (!wanted) return;  // a ds_config scheduler sets the lr at every step
+  cohort::CheckpointState& state = checkpointing_.state();
+  const std::string saved_text = state.get("lr");  // "" in checkpoints of before this was saved
+  const double saved = saved_text.empty() ? trainer_->current_lr()
+                                          : cohort::parse_real(saved_text, {"the checkpoint's lr", 0, 1e300});
+  trainer_->set_lr(*wanted);
+  state.set("lr", exact_text(*wanted));
+  if (saved == *wanted || !world_.is_main()) return;
+  std::ostringstream line;
+  line << "lr: training continues with " << *wanted << " (" << trainer_->lr_source()
+       << "), not the checkpoint's " << saved
+       << ": this run's setting wins, as setting a param group's lr after loading does in PyTorch";
+  std::printf("%s\n", line.str().c_str());
+}
+
+void Job::resume() {
+  const std::string resumed = checkpointing_.resume();
+  if (resumed.empty()) return;
+  const std::string saved_batch = checkpointing_.state().get("global_batch");
+  COHORT_CHECK(saved_batch == std::to_string(global_batch()), "the checkpoint was saved with a "
+               "global batch of ", saved_batch, " samples, this run has ", global_batch(),
+               " (--batch-size x ranks): keep the global batch to resume");
+  step_ = checkpointing_.state().step();
+  if (world_.is_main()) std::printf("%s\n", resumed.c_str());
+  apply_lr_after_resume();
+}
+
 void Job::run() {
-  if (world_.is_main()) print_header();
+  check_memory();
+  if (world_.is_main()) {
+    print_header();
+    if (!threads_.note.empty()) std::fprintf(stderr, "%s\n", threads_.note.c_str());
+  }
   const ProgressStyle style =
       world_.is_main() ? progress_style_named(config_.progress, stdout) : ProgressStyle::kOff;
   const int64_t steps_per_epoch = train_sampler_.num_batches(config_.batch_size);
-  const std::string resumed = checkpointing_.resume();
-  if (!resumed.empty()) {
-    const std::string saved_batch = checkpointing_.state().get("global_batch");
-    COHORT_CHECK(saved_batch == std::to_string(global_batch()), "the checkpoint was saved with a "
-                 "global batch of ", saved_batch, " samples, this run has ", global_batch(),
-                 " (--batch-size x ranks): keep the global batch to resume");
-    step_ = checkpointing_.state().step();
-    if (world_.is_main()) std::printf("%s\n", resumed.c_str());
-  }
+  resume();
   int64_t steps_left =
       config_.max_steps > 0 ? config_.max_steps - step_ : std::numeric_limits<int64_t>::max();
   const Clock::time_point job_start = Clock::now();

@@ -18,6 +18,8 @@ struct TrainConfig {
   double lr = 1e-3;         ///< of Adam
   int64_t seed = 0;
   int threads = 0;        ///< torch threads per rank; 0: usable cores / ranks on this node, min 1
+  bool oversubscribe = false;  ///< allow more threads than usable cores / ranks on this node
+  bool no_memory_check = false;  ///< skip the check that one step's estimated memory fits
   int64_t max_steps = 0;  ///< stop after this many optimizer steps in all; 0: no limit
   std::string data_dir = cohort::data::kFashionMnistDir;
   /// Rank 0's progress bar: auto (redrawn in place on a terminal, else a line every ~10%), bar,

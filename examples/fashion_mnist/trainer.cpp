@@ -2,6 +2,7 @@
 #include "trainer.h"
 
 #include <cohort/ddp.h>
+#include <cohort/error.h>
 #include <cohort/zero.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
@@ -43,6 +44,11 @@ class DdpTrainer : public Trainer {
     state.add("model", *net_).add("optimizer", optimizer_);
   }
   std::string digest() override { return parameters_sha256(*net_); }
+  std::optional<double> configured_lr() const override { return lr_; }
+  double current_lr() const override { return optimizer_.param_groups().at(0).options().get_lr(); }
+  void set_lr(double lr) override {
+    for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
+  }
   std::string describe() const override {
     std::ostringstream out;
     out << "DDP, Adam lr " << lr_;
@@ -90,6 +96,11 @@ cohort::ZeroConfig zero_config(const TrainConfig& config, const cohort::World& w
                                 ? cohort::ZeroConfig().world_size(world.size())
                                 : cohort::load_ds_config(config.deepspeed_config, world.size());
   if (config.zero_stage >= 0) zero.zero_optimization().stage(config.zero_stage);
+  // LibTorch's CPU convolutions have no Half kernel ("slow_conv2d_cpu" not implemented for 'Half'):
+  // say so now, not after the data is loaded.
+  COHORT_CHECK(!zero.fp16().enabled() || world.device().is_cuda(), "--deepspeed-config ",
+               config.deepspeed_config, " enables fp16, but this rank runs on the CPU, where LibTorch has no fp16 convolution: use \"bf16\": {\"enabled\": true} on CPU, or "
+               "run on a GPU");
   if (zero.optimizer().type() == cohort::OptimizerType::kNone)
     zero.optimizer(cohort::OptimizerConfig()
                        .type(cohort::OptimizerType::kAdam)
@@ -101,7 +112,9 @@ cohort::ZeroConfig zero_config(const TrainConfig& config, const cohort::World& w
 class ZeroTrainer : public Trainer {
  public:
   ZeroTrainer(const TrainConfig& config, const cohort::World& world)
-      : net_(sequential_net(config.seed, world)), engine_(cohort::initialize(zero_config(config, world), net_)) {}
+      : net_(sequential_net(config.seed, world)),
+        engine_(cohort::initialize(zero_config(config, world), net_)),
+        lr_source_(config.deepspeed_config.empty() ? "--lr" : "--deepspeed-config") {}
 
   double train_step(const torch::Tensor& images, const torch::Tensor& labels) override {
     const torch::Tensor loss = F::cross_entropy(engine_.forward(images).to(torch::kFloat), labels);
@@ -115,6 +128,15 @@ class ZeroTrainer : public Trainer {
   void set_training(bool on) override { net_->train(on); }
   void add_to(cohort::CheckpointState& state) override { state.add("engine", engine_); }
   std::string digest() override { return tensors_sha256(engine_.full_parameters()); }
+  std::optional<double> configured_lr() const override {
+    if (engine_.config().scheduler().type() != cohort::SchedulerType::kNone) return std::nullopt;
+    return engine_.config().optimizer().lr();
+  }
+  double current_lr() const override { return engine_.lr(); }
+  // The engine keeps its configured lr through a load (a checkpoint restores moments and steps, not
+  // the lr), so the configured value is already the one in use.
+  void set_lr(double) override {}
+  std::string lr_source() const override { return lr_source_; }
   std::string describe() const override {
     const auto& config = engine_.config();
     std::ostringstream out;
@@ -130,6 +152,7 @@ class ZeroTrainer : public Trainer {
  private:
   torch::nn::Sequential net_;
   cohort::ZeroEngine<torch::nn::SequentialImpl> engine_;
+  std::string lr_source_;
 };
 
 }  // namespace

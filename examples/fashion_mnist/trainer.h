@@ -8,6 +8,7 @@
 #include <torch/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "train.h"
@@ -28,6 +29,14 @@ class Trainer {
   virtual std::string digest() = 0;
   /// "DDP, Adam lr 0.001" or "ZeRO stage 2 (bf16), Adam lr 0.001", for the header line.
   virtual std::string describe() const = 0;
+  /// The lr this run sets (--lr, or the ds_config's optimizer lr); none when a scheduler drives it.
+  virtual std::optional<double> configured_lr() const = 0;
+  /// The lr the optimizer uses now (after a resume: what the checkpoint restored).
+  virtual double current_lr() const = 0;
+  /// Sets the optimizer's lr (every param group), as PyTorch users do after loading a state dict.
+  virtual void set_lr(double lr) = 0;
+  /// Where configured_lr comes from: "--lr" or "--deepspeed-config".
+  virtual std::string lr_source() const { return "--lr"; }
   /// Samples per rank per step the trainer wants (a ds_config may set the micro batch), or 0.
   virtual int64_t micro_batch() const { return 0; }
 };

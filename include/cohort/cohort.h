@@ -8,6 +8,7 @@
 #include "cohort/ddp.h"
 #include "cohort/error.h"
 #include "cohort/mesh.h"
+#include "cohort/number.h"
 #include "cohort/sampler.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"

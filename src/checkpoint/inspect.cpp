@@ -106,8 +106,23 @@ std::string resolve_step_dir(const std::string& path) {
   if (fs::exists(fs::path(path) / "manifest.json")) return path;
   COHORT_CHECK(fs::exists(path), "checkpoint path ", path, " does not exist");
   const std::string latest = read_latest(path);
-  COHORT_CHECK(!latest.empty(), path, " holds no manifest.json and no 'latest' pointer");
-  return (fs::path(path) / latest).string();
+  if (!latest.empty()) return (fs::path(path) / latest).string();
+  // No 'latest' (a copy of the step directories, a save that never moved it): the newest step
+  // directory, the one training would resume from.
+  const auto steps = step_directories(path);
+  COHORT_CHECK(!steps.empty(), path, " holds no checkpoint: no manifest.json, no 'latest' pointer and no step-<n> directory");
+  return steps.front().second;
+}
+
+void check_output_outside(const std::string& step_dir, const std::string& out) {
+  std::error_code error;
+  const fs::path dir = fs::weakly_canonical(step_dir, error);
+  const fs::path file = fs::weakly_canonical(out, error);
+  const bool inside = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end()).first == dir.end();
+  COHORT_CHECK(!inside, "the output ", out, " is inside the checkpoint it reads (", step_dir,
+               "): writing it there would replace or add to the checkpoint's own files; write it elsewhere");
+  COHORT_CHECK(file != dir.parent_path() / "latest", "the output ", out, " is the 'latest' pointer of ",
+               fs::path(step_dir).parent_path().string(), ": write it elsewhere");
 }
 
 std::string describe_checkpoint(const std::string& dir, bool tensors) {
@@ -177,6 +192,7 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
 }
 
 int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
+  check_output_outside(dir, out);
   const Manifest m = read_manifest(dir + "/manifest.json");
   // The header: every tensor's place in the data section, from the manifest's sizes alone.
   nlohmann::json header = nlohmann::json::object();

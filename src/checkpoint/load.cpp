@@ -3,6 +3,8 @@
 // allgather of their statuses, so they all commit the same checkpoint or all fall back to the next
 // one (with a warning saying why) or all raise. Live state is written only at commit.
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "checkpoint/entry.h"
@@ -48,15 +50,10 @@ std::vector<std::string> split_lines(const std::string& text) {
   return out;
 }
 
-}  // namespace
-}  // namespace detail::ckpt
-
-std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, CheckpointState& state,
-                                              const LoadOptions& options) {
-  using namespace detail::ckpt;
-  Group group(options.comm());
-
-  // Rank 0 decides what to try ("!" + error, or "?" + why there is none, or one path a line).
+// Rank 0 lists the candidates and tells every rank (a "!"-prefixed error, or "?" and why there is
+// none, or one path a line). None: nullopt, or an error when options.must_exist().
+std::optional<std::vector<std::string>> agreed_candidates(Group& group, const std::string& dir,
+                                                          const LoadOptions& options) {
   std::string listing;
   if (group.rank() == 0) {
     try {
@@ -74,72 +71,103 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
     COHORT_INFO(listing.substr(1), "; starting from scratch");
     return std::nullopt;
   }
-  const std::vector<std::string> paths = split_lines(listing);
+  return split_lines(listing);
+}
 
-  // What this state holds, after creating lazily made state (optimizer moments).
-  const auto entries = entries_with_rng(state);
-  std::vector<std::string> names;
-  std::vector<Wanted> wanted;
+// What this state holds, after creating lazily made state (optimizer moments), and its mode.
+LoadRequest request_of(const std::vector<CheckpointState::Entry>& entries) {
+  LoadRequest request;
+  std::map<std::string, StateValues> values;
   for (const auto& entry : entries) {
     entry.stateful->prepare_load();
-    names.push_back(entry.name);
+    request.entries.push_back(entry.name);
+    values[entry.name] = entry.stateful->state_values();
     for (StateTensor& t : entry.stateful->state_tensors()) {
-      wanted.push_back({entry.name + "/" + t.name, t, entry.tensors_optional});
+      request.wanted.push_back({entry.name + "/" + t.name, t, entry.tensors_optional});
     }
   }
+  request.zero_stage = zero_stage_of(values);
+  return request;
+}
 
+// Every rank's staging status ("" or "M<message>" for a mismatch, "E<message>"); the first problem,
+// "rank r: "-prefixed when another rank's, or "".
+std::string agreed_problem(Group& group, const std::string& status, bool* mismatch) {
+  const auto statuses = group.allgather(status);
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (statuses[r].empty()) continue;
+    *mismatch = statuses[r][0] == 'M';
+    return (static_cast<int>(r) == group.rank() ? "" : "rank " + std::to_string(r) + ": ") +
+           statuses[r].substr(1);
+  }
+  return "";
+}
+
+// Writes the staged checkpoint into the live state: tensors, Statefuls' values, step, user values.
+CheckpointInfo commit(const Staged& staged, const LoadRequest& request,
+                      const std::vector<CheckpointState::Entry>& entries, CheckpointState& state) {
+  torch::NoGradGuard no_grad;
+  for (const Wanted& w : request.wanted) {
+    const auto it = staged.tensors.find(w.name);
+    if (it != staged.tensors.end()) w.tensor.tensor.copy_(it->second);
+  }
+  for (const auto& entry : entries) {
+    const auto values = staged.manifest.values.find(entry.name);
+    entry.stateful->load_state_values(values == staged.manifest.values.end() ? StateValues{} : values->second);
+  }
+  state.set_step(staged.manifest.step);
+  state.mutable_user_values() = staged.manifest.user;
   CheckpointInfo info;
+  info.step = staged.manifest.step;
+  info.world_size = staged.manifest.world_size;
+  info.zero_stage = staged.manifest.zero_stage;
+  return info;
+}
+
+}  // namespace
+}  // namespace detail::ckpt
+
+std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, CheckpointState& state,
+                                              const LoadOptions& options) {
+  using namespace detail::ckpt;
+  Group group(options.comm());
+  const auto paths = agreed_candidates(group, dir, options);
+  if (!paths) return std::nullopt;
+  const auto entries = entries_with_rng(state);
+  const LoadRequest request = request_of(entries);
+
+  std::vector<std::string> skipped;
   std::string only_problem;  // the reason itself when there was a single candidate
-  for (size_t i = 0; i < paths.size(); ++i) {
+  for (size_t i = 0; i < paths->size(); ++i) {
+    const std::string& path = (*paths)[i];
     Staged staged;
-    std::string status;  // "" or "M<message>" (mismatch) or "E<message>"
+    std::string status;
     try {
-      staged = stage_checkpoint(paths[i], wanted, names, group.rank());
+      staged = stage_checkpoint(path, request, group.rank());
     } catch (const MismatchError& e) {
       status = "M" + without_rank_prefix(e.what());
     } catch (const std::exception& e) {
       status = "E" + without_rank_prefix(e.what());
     }
-    const auto statuses = group.allgather(status);
-    std::string problem;
     bool mismatch = false;
-    for (size_t r = 0; r < statuses.size() && problem.empty(); ++r) {
-      if (statuses[r].empty()) continue;
-      mismatch = statuses[r][0] == 'M';
-      problem = (static_cast<int>(r) == group.rank() ? "" : "rank " + std::to_string(r) + ": ") +
-                statuses[r].substr(1);
-    }
+    const std::string problem = agreed_problem(group, status, &mismatch);
     if (problem.empty()) {
-      torch::NoGradGuard no_grad;
-      for (const Wanted& w : wanted) {
-        const auto it = staged.tensors.find(w.name);
-        if (it != staged.tensors.end()) w.tensor.tensor.copy_(it->second);
-      }
-      for (const auto& entry : entries) {
-        const auto values = staged.manifest.values.find(entry.name);
-        entry.stateful->load_state_values(values == staged.manifest.values.end() ? StateValues{}
-                                                                                 : values->second);
-      }
-      state.set_step(staged.manifest.step);
-      state.mutable_user_values() = staged.manifest.user;
-      info.path = paths[i];
-      info.step = staged.manifest.step;
-      info.world_size = staged.manifest.world_size;
-      info.zero_stage = staged.manifest.zero_stage;
-      COHORT_INFO("loaded checkpoint ", info.path, " (step ", info.step, ", saved by ",
-                  info.world_size, " rank(s))");
+      CheckpointInfo info = commit(staged, request, entries, state);
+      info.path = path;
+      info.skipped = skipped;
+      COHORT_INFO("loaded checkpoint ", info.path, " (step ", info.step, ", saved by ", info.world_size,
+                  " rank(s))");
       return info;
     }
     if (mismatch || !options.fallback()) throw Error(problem);
     only_problem = problem;
-    info.skipped.push_back(paths[i] + ": " + problem);
-    if (group.rank() == 0 && i + 1 < paths.size()) {
-      COHORT_WARN("checkpoint ", paths[i], " is unusable (", problem, "); falling back to ",
-                  paths[i + 1]);
+    skipped.push_back(path + ": " + problem);
+    if (group.rank() == 0 && i + 1 < paths->size()) {
+      COHORT_WARN("checkpoint ", path, " is unusable (", problem, "); falling back to ", (*paths)[i + 1]);
     }
   }
-  if (paths.size() == 1) throw Error(only_problem);
-  throw Error("no usable checkpoint in " + dir + ": " + join(info.skipped, "; "));
+  if (paths->size() == 1) throw Error(only_problem);
+  throw Error("no usable checkpoint in " + dir + ": " + join(skipped, "; "));
 }
 
 }  // namespace cohort

@@ -18,10 +18,18 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
-// The checkpoint's names and kinds agree with the state's, else a MismatchError naming the first
-// difference.
-void check_match(const std::string& path, const Manifest& m, const std::vector<Wanted>& wanted,
-                 const std::vector<std::string>& entries, int rank) {
+// The checkpoint's mode (DDP or a ZeRO stage), names and kinds agree with the state's, else a
+// MismatchError naming the first difference. The mode comes first: under another mode every tensor
+// differs, and "tensor 'engine/group0.master' is sharded" would not say why.
+void check_match(const std::string& path, const Manifest& m, const LoadRequest& request, int rank) {
+  const std::optional<int> saved_stage = zero_stage_of(m.values);
+  if (saved_stage != request.zero_stage) {
+    throw MismatchError("checkpoint " + path + " was saved by " + mode_name(saved_stage) + ", this run uses " +
+                        mode_name(request.zero_stage) + ": the mode differs; resume with " +
+                        mode_name(saved_stage) + " or start a new checkpoint directory");
+  }
+  const std::vector<Wanted>& wanted = request.wanted;
+  const std::vector<std::string>& entries = request.entries;
   const std::string where = "checkpoint " + path + " does not match this state: ";
   std::set<std::string> registered(entries.begin(), entries.end()), asked;
   for (const std::string& entry : entries) {
@@ -103,14 +111,25 @@ class Reader {
 
 }  // namespace
 
-Staged stage_checkpoint(const std::string& path, const std::vector<Wanted>& wanted,
-                        const std::vector<std::string>& entries, int rank) {
+std::string mode_name(const std::optional<int>& zero_stage) {
+  return zero_stage ? "ZeRO stage " + std::to_string(*zero_stage) : "DDP (no ZeRO engine)";
+}
+
+std::optional<int> zero_stage_of(const std::map<std::string, StateValues>& values) {
+  for (const auto& [entry, numbers] : values) {
+    const auto stage = numbers.find("zero_stage");
+    if (stage != numbers.end()) return static_cast<int>(stage->second);
+  }
+  return std::nullopt;
+}
+
+Staged stage_checkpoint(const std::string& path, const LoadRequest& request, int rank) {
   Staged staged;
   staged.manifest = read_manifest(path + "/manifest.json");
   const Manifest& m = staged.manifest;
-  check_match(path, m, wanted, entries, rank);
+  check_match(path, m, request, rank);
   Reader reader(path, m);
-  for (const Wanted& w : wanted) {
+  for (const Wanted& w : request.wanted) {
     const TensorRecord* r = m.find(w.name);
     if (r == nullptr) continue;  // optional and absent
     const torch::Tensor& live = w.tensor.tensor;

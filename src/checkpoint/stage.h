@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -32,9 +33,21 @@ struct Staged {
   std::map<std::string, torch::Tensor> tensors;  ///< by Wanted::name
 };
 
-/// Stages `wanted` from the step directory `path` for `rank`. `entries` are the names the loading
-/// state registered (anything else in the checkpoint is a mismatch). Throws MismatchError or Error.
-Staged stage_checkpoint(const std::string& path, const std::vector<Wanted>& wanted,
-                        const std::vector<std::string>& entries, int rank);
+/// What the loading state holds: its tensors, the names of its entries (anything else in the
+/// checkpoint is a mismatch), and its mode: the stage of its ZeRO engine, none under DDP or a plain
+/// module (a checkpoint saved in another mode is a mismatch that names both).
+struct LoadRequest {
+  std::vector<Wanted> wanted;
+  std::vector<std::string> entries;
+  std::optional<int> zero_stage;
+};
+
+/// "ZeRO stage 2", or "DDP (no ZeRO engine)" when there is no stage.
+std::string mode_name(const std::optional<int>& zero_stage);
+/// The stage a Stateful's values name ("zero_stage"), over all entries of a checkpoint or a state.
+std::optional<int> zero_stage_of(const std::map<std::string, StateValues>& values);
+
+/// Stages request.wanted from the step directory `path` for `rank`. Throws MismatchError or Error.
+Staged stage_checkpoint(const std::string& path, const LoadRequest& request, int rank);
 
 }  // namespace cohort::detail::ckpt

@@ -5,11 +5,13 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/cuda.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 
 #include "cohort/comm.h"
+#include "cohort/number.h"
 #include "comm/comm_impl.h"
 #include "core/log.h"
 #include "world/launch_env.h"
@@ -23,13 +25,9 @@ std::optional<World> g_world;
 
 std::chrono::milliseconds resolve_timeout(const InitOptions& options) {
   if (options.timeout().count() > 0) return options.timeout();
-  const char* raw = std::getenv("COHORT_TIMEOUT");
-  if (raw == nullptr || *raw == '\0') return std::chrono::seconds(300);
-  char* end = nullptr;
-  const double seconds = std::strtod(raw, &end);
-  COHORT_CHECK(end != raw && *end == '\0' && seconds > 0, "COHORT_TIMEOUT=", raw,
-               " is not a positive number of seconds");
-  return std::chrono::milliseconds(int64_t(seconds * 1000));
+  // A millisecond up to a day: below, nothing completes; above, a hang goes unreported for days.
+  const double seconds = env_real({"COHORT_TIMEOUT", 0.001, 86400, "a number of seconds"}, 300);
+  return std::chrono::milliseconds(std::llround(seconds * 1000));
 }
 
 // COHORT_SHM=0 keeps CPU collectives on Gloo even when every rank is on this host.
@@ -43,13 +41,8 @@ bool shm_enabled() {
 
 // COHORT_SHM_BYTES: the shared-memory transport's chunk, in bytes per rank (rounded up to 4 KiB).
 size_t shm_slot_bytes() {
-  const char* raw = std::getenv("COHORT_SHM_BYTES");
-  if (raw == nullptr || *raw == '\0') return size_t(512) << 10;  // measured best of 128 KiB..2 MiB
-  char* end = nullptr;
-  const long long bytes = std::strtoll(raw, &end, 10);
-  COHORT_CHECK(end != raw && *end == '\0' && bytes > 0 && bytes <= (1LL << 30), "COHORT_SHM_BYTES=", raw,
-               " is not a number of bytes between 1 and 2^30");
-  return size_t(bytes);
+  // 512 KiB: the measured best of 128 KiB..2 MiB.
+  return size_t(env_integer({"COHORT_SHM_BYTES", 1, int64_t(1) << 30, "a number of bytes"}, int64_t(512) << 10));
 }
 
 bool use_nccl(Backend backend) {

@@ -143,3 +143,48 @@ TEST(CheckpointTool, InfoVerifyConsolidate) {
             "cohort-ckpt: error: checkpoint path " + dir + "/nowhere does not exist\n");
   fs::remove_all(dir);
 }
+
+// Issue 17 item 7: consolidate refuses to write into the checkpoint it reads (it used to replace a
+// shard with the safetensors file and exit 0), a directory whose 'latest' is gone is read from its
+// newest step as training resumes from it, and an unknown subcommand is named.
+TEST(CheckpointTool, RefusesItsOwnInputReadsWithoutLatestNamesUnknownSubcommands) {
+  char name[] = "/tmp/checkpoint_tool_XXXXXX";
+  const std::string dir = ::mkdtemp(name);
+  torch::manual_seed(1);
+  cohort::testing::Mlp model;
+  for (int64_t step : {10, 30}) {
+    cohort::CheckpointState state;
+    state.add("model", *model).set_step(step);
+    cohort::save_checkpoint(dir, state);  // a world of one: no init() needed
+  }
+  const std::string shard = dir + "/step-30/shard-00000-of-00001.bin";
+  const auto shard_bytes = fs::file_size(shard);
+  const ToolRun self = tool("consolidate " + dir + " -o " + shard);
+  EXPECT_EQ(self.code, 2) << self.out;
+  EXPECT_EQ(self.out, "cohort-ckpt: error: the output " + shard + " is inside the checkpoint it reads (" + dir +
+                          "/step-30): writing it there would replace or add to the checkpoint's own files; "
+                          "write it elsewhere\n");
+  EXPECT_EQ(fs::file_size(shard), shard_bytes);
+  const ToolRun latest = tool("consolidate " + dir + " -o " + dir + "/latest");
+  EXPECT_EQ(latest.code, 2) << latest.out;
+  EXPECT_EQ(latest.out, "cohort-ckpt: error: the output " + dir + "/latest is the 'latest' pointer of " + dir +
+                            ": write it elsewhere\n");
+  EXPECT_EQ(tool("verify " + dir).code, 0) << "the checkpoint is intact";
+
+  fs::remove(dir + "/latest");
+  const ToolRun info = tool("info " + dir);
+  EXPECT_EQ(info.code, 0) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("checkpoint " + dir + "/step-30\n  step 30, saved by 1 rank(s)"));
+  EXPECT_EQ(tool("verify " + dir).out, dir + "/step-30: OK (every file and checksum matches the manifest)\n");
+  fs::create_directory(dir + "/empty");
+  const ToolRun empty = tool("info " + dir + "/empty");
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_EQ(empty.out, "cohort-ckpt: error: " + dir +
+                           "/empty holds no checkpoint: no manifest.json, no 'latest' pointer and no step-<n> "
+                           "directory\n");
+
+  const ToolRun unknown = tool("inspect " + dir);
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_EQ(unknown.out, "cohort-ckpt: error: unknown subcommand 'inspect': expected info, verify or consolidate\n");
+  fs::remove_all(dir);
+}

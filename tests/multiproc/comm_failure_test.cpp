@@ -217,7 +217,7 @@ TEST(BadInput, TimeoutVariable) {
   options.env["COHORT_TIMEOUT"] = "soon";
   auto results = run_ranks(1, [](int, int) { expect_error([] { cohort::init(); }); }, options);
   ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
-  EXPECT_THAT(results[0].reports[0], HasSubstr("COHORT_TIMEOUT=soon is not a positive number of seconds"));
+  EXPECT_THAT(results[0].reports[0], HasSubstr("COHORT_TIMEOUT=soon is not a number of seconds from 0.001 to 86400"));
 }
 
 TEST(BadInput, NcclWithoutACudaDevice) {

@@ -145,7 +145,7 @@ TEST(Shm, BadSettingsAreRejected) {
   setenv("WORLD_SIZE", "1", 1);
   const std::vector<std::array<const char*, 3>> cases = {
       {"COHORT_SHM", "yes", "COHORT_SHM=yes must be 0 (Gloo only) or 1 (default)"},
-      {"COHORT_SHM_BYTES", "lots", "COHORT_SHM_BYTES=lots is not a number of bytes between 1 and 2^30"}};
+      {"COHORT_SHM_BYTES", "lots", "COHORT_SHM_BYTES=lots is not a number of bytes from 1 to 1073741824"}};
   for (const auto& [name, value, message] : cases) {
     setenv(name, value, 1);
     try {

@@ -1,7 +1,8 @@
 // cohort-ckpt: what is inside a checkpoint (info), whether every byte is as saved (verify), and one
 // full-state safetensors file from a sharded checkpoint (consolidate, streamed: memory bounded by a
 // 4 MiB buffer, not by the model). PATH is a step directory or a checkpoint directory (its `latest`).
-// Exit status: 0 fine, 1 a bad checkpoint, 2 a bad command line.
+// Exit status: 0 fine, 1 a bad checkpoint, 2 a bad command line (an unknown subcommand, a path
+// without a checkpoint, an output inside the checkpoint it reads).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -25,13 +26,27 @@ int main(int argc, char** argv) {
       app.add_subcommand("consolidate", "Write the whole state as one safetensors file");
   consolidate->add_option("path", path, "Checkpoint directory or step directory")->required();
   consolidate->add_option("-o,--output", out, "The file to write (e.g. model.safetensors)")->required();
+  // CLI11 says "A subcommand is required" for an unknown one: name it and the known ones instead.
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (!first.empty() && first[0] != '-' && first != "info" && first != "verify" && first != "consolidate") {
+    std::fprintf(stderr, "cohort-ckpt: error: unknown subcommand '%s': expected info, verify or consolidate\n",
+                 argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  std::string dir;
   try {
-    const std::string dir = resolve_step_dir(path);
+    dir = resolve_step_dir(path);
+    if (*consolidate) check_output_outside(dir, out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cohort-ckpt: error: %s\n", e.what());
+    return 2;  // the command line names no checkpoint, or an output that would overwrite it
+  }
+  try {
     if (*info) {
       std::fputs(describe_checkpoint(dir, tensors).c_str(), stdout);
     } else if (*verify) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "cohort/number.h"
 #include "model_size.h"
 #include "zero/memory_plan.h"
 
@@ -25,13 +26,9 @@ using cohort::detail::Precision;
 
 // "7.5e9", "1199882": a whole, positive count up to 2^53 (where doubles stop being exact).
 int64_t parse_count(const std::string& text) {
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
-    throw cohort::Error("--params=" + text + " is not a number");
-  }
-  if (value < 1 || std::floor(value) != value || value > 9007199254740992.0) {
-    throw cohort::Error("--params=" + text + " is not a whole number of parameters in [1, 2^53]");
+  const double value = cohort::parse_real(text, {"--params", 1, 9007199254740992.0, "a parameter count"});
+  if (std::floor(value) != value) {
+    throw cohort::Error("--params expects a whole parameter count from 1 to 9007199254740992, got " + text);
   }
   return static_cast<int64_t>(value);
 }
@@ -86,7 +83,7 @@ int main(int argc, char** argv) {
       "cohort-plan"};
   std::string params_text, model, checkpoint, stage_text = "all", precision_text = "fp16";
   std::string optimizer_text = "adam";
-  int64_t ranks = 0;
+  std::string ranks_text;
   auto* params_option = app.add_option("--params", params_text, "Parameter count (7.5e9 is accepted)");
   auto* model_option =
       app.add_option("--model", model, "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN)");
@@ -94,7 +91,10 @@ int main(int argc, char** argv) {
       "--checkpoint", checkpoint, "A file from torch::save(module) or torch::pickle_save: count its tensors");
   params_option->excludes(model_option)->excludes(checkpoint_option);
   model_option->excludes(checkpoint_option);
-  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) sharing the model states")->required();
+  const cohort::IntegerRange ranks_range{"--ranks", 1, 1 << 20};
+  app.add_option("--ranks", ranks_text,
+                 "Data-parallel ranks (GPUs) sharing the model states (" + cohort::describe_range(ranks_range) + ")")
+      ->required();
   app.add_option("--stage", stage_text, "ZeRO stage: 0 (plain data parallel), 1, 2, 3 or all")
       ->capture_default_str();
   app.add_option("--precision", precision_text,
@@ -131,8 +131,7 @@ int main(int argc, char** argv) {
     } else {
       throw cohort::Error("give the model size: --params N, --model NAME or --checkpoint FILE");
     }
-    if (ranks < 1) throw cohort::Error("--ranks=" + std::to_string(ranks) + " must be at least 1");
-    input.ranks = ranks;
+    input.ranks = cohort::parse_integer(ranks_text, ranks_range);
     try {
       input.precision = cohort::detail::parse_precision(precision_text);
       input.optimizer = cohort::detail::parse_plan_optimizer(optimizer_text);

@@ -1,0 +1,214 @@
+// The Fashion-MNIST example refuses what makes no sense, and says so in one line (issue 17 items 3,
+// 4, 6, 9): numbers out of range or overflowing, more threads than cores, a batch whose memory
+// estimate exceeds what is available, an empty training set, a non-finite loss, fp16 on the CPU, a
+// resume in another mode; and a changed --lr on resume is applied and said. A lone process each
+// (no launcher), on the CPU, on small synthetic data.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "launch_helpers.h"
+#include "synthetic_fashion_mnist.h"
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using namespace cohort::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Data {
+  std::string root = make_temp_dir("fashion_mnist_limits_");
+  explicit Data(int train = 512, int test = 64) { write_synthetic_fashion_mnist(root, train, test); }
+  ~Data() { remove_tree(root); }
+};
+
+ProcResult example(const std::string& data, const std::vector<std::string>& extra, const Env& env = {}) {
+  std::vector<std::string> args = {build_path("/examples/fashion_mnist"), "--data", data, "--progress", "off"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  Env all = clean_env(env);
+  all["CUDA_VISIBLE_DEVICES"] = "";  // the CPU, where the memory check and the fp16 refusal apply
+  return run_process(args, all, 120s);
+}
+
+std::string write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(FashionMnistLimits, NumbersOutOfRangeAreOneLineAndExitTwo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--batch-size", "99999999999999999999"},
+       "error: --batch-size is out of range: expected an integer from 1 to 1048576, got 99999999999999999999\n"},
+      {{"--lr", "inf"}, "error: --lr expects a number from 1e-12 to 1000, got inf\n"},
+      {{"--lr", "nan"}, "error: --lr expects a number from 1e-12 to 1000, got nan\n"},
+      {{"--threads", "100000"}, "error: --threads is out of range: expected an integer from 0 to 1024, got 100000\n"},
+      {{"--epochs", "0"}, "error: --epochs is out of range: expected an integer from 1 to 100000, got 0\n"},
+      {{"--max-steps", "-1"},
+       "error: --max-steps is out of range: expected an integer from 0 to 1000000000000, got -1\n"},
+      {{"--checkpoint-every", "2k"},
+       "error: --checkpoint-every expects an integer from 0 to 1000000000000, got 2k\n"},
+      {{"--seed", "-3"},
+       "error: --seed is out of range: expected an integer from 0 to 9223372036854775807, got -3\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    const ProcResult result = example("/nonexistent", args);
+    EXPECT_EQ(result.code, 2) << result.describe();
+    EXPECT_EQ(result.err, message);
+  }
+}
+
+TEST(FashionMnistLimits, TimeoutVariableOutOfRange) {
+  for (const char* value : {"inf", "1e20", "0.0001"}) {
+    const ProcResult result = example("/nonexistent", {}, {{"COHORT_TIMEOUT", value}});
+    EXPECT_EQ(result.code, 1) << result.describe();
+    EXPECT_EQ(result.err, std::string("error: COHORT_TIMEOUT=") + value +
+                              " is not a number of seconds from 0.001 to 86400\n");
+  }
+}
+
+TEST(FashionMnistLimits, EmptyTrainingSetIsRefused) {
+  Data data(0, 64);
+  const ProcResult result = example(data.root, {});
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_EQ(result.err, "error: the training set in " + data.root + " holds 0 images: there is nothing to train on\n");
+}
+
+TEST(FashionMnistLimits, ThreadsAreCappedAtTheCoresUnlessOversubscribed) {
+  cpu_set_t set;
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cores = CPU_COUNT(&set);
+  if (cores >= 1024) GTEST_SKIP() << cores << " usable cores: --threads cannot exceed them (its limit is 1024)";
+  const std::string asked = std::to_string(cores + 1);
+  Data data;
+  const ProcResult capped = example(data.root, {"--threads", asked, "--max-steps", "1"});
+  ASSERT_EQ(capped.code, 0) << capped.describe();
+  EXPECT_EQ(capped.err, "note: --threads " + asked + " with 1 rank(s) on this node is more than the " +
+                            std::to_string(cores) + " core(s) this process may use: using " + std::to_string(cores) +
+                            " per rank (--oversubscribe keeps " + asked + ")\n");
+  EXPECT_THAT(capped.out, HasSubstr(", " + std::to_string(cores) + " thread(s) per rank"));
+  const ProcResult over = example(data.root, {"--threads", asked, "--oversubscribe", "--max-steps", "1"});
+  ASSERT_EQ(over.code, 0) << over.describe();
+  EXPECT_EQ(over.err, "");
+  EXPECT_THAT(over.out, HasSubstr(", " + asked + " thread(s) per rank"));
+}
+
+// Bytes per sample of one step as the example estimates it (examples/fashion_mnist/resources.cpp).
+constexpr int64_t kStepBytesPerSample = 4 * 2 * ((784 + 2 * 21632 + 2 * 36864 + 3 * 9216 + 276) + (9 * 676 + 288 * 576));
+
+int64_t mem_available() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+TEST(FashionMnistLimits, BatchLargerThanTheMemoryIsRefusedBeforeAllocating) {
+  const int64_t available = mem_available();
+  ASSERT_GT(available, 0) << "no MemAvailable in /proc/meminfo";
+  // A training set large enough that its whole share in one batch needs more than the memory.
+  const int64_t images = available / kStepBytesPerSample * 5 / 4 + 1;
+  if (images > 400000) GTEST_SKIP() << "this machine has " << available << " bytes available: too many images";
+  Data data(static_cast<int>(images), 16);
+  const ProcResult result = example(data.root, {"--batch-size", "1000000", "--threads", "1"});
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_THAT(result.err,
+              ::testing::MatchesRegex("error: --batch-size 1000000 \\(batches of " + std::to_string(images) +
+                                      " samples on this rank\\) needs an estimated [0-9.]+ [GT]B per rank for one "
+                                      "training step, more than the [0-9.]+ [MGT]B available to each of the 1 "
+                                      "rank\\(s\\) on this node: lower --batch-size, or pass --no-memory-check to "
+                                      "try anyway\n"));
+  EXPECT_THAT(result.out, Not(HasSubstr("epoch 1/")));
+}
+
+TEST(FashionMnistLimits, NonFiniteLossStopsTrainingNamingTheStep) {
+  Data data;
+  const std::string config = write_file(data.root + "/ds_config.json", R"({
+    "train_batch_size": 16, "zero_optimization": {"stage": 1},
+    "optimizer": {"type": "SGD", "params": {"lr": 1e30}}})");
+  const ProcResult result = example(data.root, {"--deepspeed-config", config, "--threads", "1"});
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_EQ(result.err,
+            "error: step 2: the training loss is nan; training stopped (the weights are no longer finite; lower "
+            "the learning rate, now 1e+30)\n");
+  EXPECT_THAT(result.out, Not(HasSubstr("params-sha256")));
+}
+
+TEST(FashionMnistLimits, Fp16OnTheCpuIsRefusedAtStart) {
+  Data data;
+  const std::string config = write_file(data.root + "/ds_config.json", R"({
+    "train_batch_size": 16, "fp16": {"enabled": true}, "zero_optimization": {"stage": 1}})");
+  const ProcResult result = example(data.root, {"--deepspeed-config", config});
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_EQ(result.err, "error: --deepspeed-config " + config +
+                            " enables fp16, but this rank runs on the CPU, where LibTorch has no fp16 convolution: "
+                            "use \"bf16\": {\"enabled\": true} on CPU, or run on a GPU\n");
+  EXPECT_THAT(result.out, Not(HasSubstr("data: ")));  // said before the data is loaded
+}
+
+// --lr 0.01 on resuming a run saved with 0.001 used to print "Adam lr 0.01" and train with 0.001.
+TEST(FashionMnistLimits, ChangedLrOnResumeIsAppliedAndSaid) {
+  Data data;
+  for (const std::vector<std::string> mode : {std::vector<std::string>{}, {"--zero-stage", "1"}}) {
+    const std::string ckpt = data.root + "/ckpt", copy = data.root + "/copy";
+    fs::remove_all(ckpt);
+    fs::remove_all(copy);
+    std::vector<std::string> common = {"--batch-size", "16", "--threads", "1", "--checkpoint-dir"};
+    auto args = [&](const std::string& dir, std::vector<std::string> extra) {
+      std::vector<std::string> all = common;
+      all.push_back(dir);
+      all.insert(all.end(), mode.begin(), mode.end());
+      all.insert(all.end(), extra.begin(), extra.end());
+      return all;
+    };
+    const ProcResult first = example(data.root, args(ckpt, {"--max-steps", "3"}));
+    ASSERT_EQ(first.code, 0) << first.describe();
+    fs::copy(ckpt, copy, fs::copy_options::recursive);
+    const ProcResult same = example(data.root, args(ckpt, {"--max-steps", "6"}));
+    ASSERT_EQ(same.code, 0) << same.describe();
+    EXPECT_THAT(same.out, Not(HasSubstr("lr: ")));
+    const ProcResult changed = example(data.root, args(copy, {"--max-steps", "6", "--lr", "0.01"}));
+    ASSERT_EQ(changed.code, 0) << changed.describe();
+    EXPECT_THAT(changed.out, HasSubstr("resumed from " + copy + "/step-3 (step 3, saved by 1 rank(s))\n"
+                                       "lr: training continues with 0.01 (--lr), not the checkpoint's 0.001: this "
+                                       "run's setting wins, as setting a param group's lr after loading does in "
+                                       "PyTorch\n"));
+    EXPECT_NE(params_digest_of(changed.out), params_digest_of(same.out)) << "the new lr must change the training";
+  }
+}
+
+// Issue 17 item 9: a resume in another mode names both modes.
+TEST(FashionMnistLimits, ResumeInAnotherModeNamesBothModes) {
+  Data data;
+  const std::string ddp = data.root + "/ddp", zero = data.root + "/zero";
+  const std::vector<std::string> common = {"--batch-size", "16", "--threads", "1", "--max-steps", "2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return extra;
+  };
+  ASSERT_EQ(example(data.root, with({"--checkpoint-dir", ddp})).code, 0);
+  ASSERT_EQ(example(data.root, with({"--checkpoint-dir", zero, "--zero-stage", "1"})).code, 0);
+  const ProcResult ddp_as_zero = example(data.root, with({"--checkpoint-dir", ddp, "--zero-stage", "1"}));
+  EXPECT_EQ(ddp_as_zero.code, 1) << ddp_as_zero.describe();
+  EXPECT_EQ(ddp_as_zero.err, "error: checkpoint " + ddp + "/step-2 was saved by DDP (no ZeRO engine), this run uses "
+                             "ZeRO stage 1: the mode differs; resume with DDP (no ZeRO engine) or start a new "
+                             "checkpoint directory\n");
+  const ProcResult stage_two = example(data.root, with({"--checkpoint-dir", zero, "--zero-stage", "2"}));
+  EXPECT_EQ(stage_two.code, 1) << stage_two.describe();
+  EXPECT_EQ(stage_two.err, "error: checkpoint " + zero + "/step-2 was saved by ZeRO stage 1, this run uses ZeRO "
+                           "stage 2: the mode differs; resume with ZeRO stage 1 or start a new checkpoint directory\n");
+  const ProcResult zero_as_ddp = example(data.root, with({"--checkpoint-dir", zero}));
+  EXPECT_EQ(zero_as_ddp.code, 1) << zero_as_ddp.describe();
+  EXPECT_EQ(zero_as_ddp.err, "error: checkpoint " + zero + "/step-2 was saved by ZeRO stage 1, this run uses DDP (no "
+                             "ZeRO engine): the mode differs; resume with ZeRO stage 1 or start a new checkpoint "
+                             "directory\n");
+}
+
+}  // namespace
