@@ -10,6 +10,7 @@
 #include <fstream>
 #include <stdlib.h>
 
+#include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
 #include "cohort/checkpoint.h"
 #include "support/errors.h"
@@ -358,4 +359,19 @@ TEST(ShardReader, OffsetNearInt64MaxIsOutside) {
   char out[100];
   EXPECT_EQ(error_of([&] { reader.read_bytes(INT64_MAX - 10, 100, out); }),
             "shard file " + path + ": 100 bytes at byte 9223372036854775797 lie outside its 16-byte payload");
+}
+
+// Found by fuzz/manifest_fuzz: a 'format' or 'library_version' of another type than string escaped
+// read_manifest as nlohmann's type_error instead of the manifest's own message.
+TEST(Manifest, FieldsOfAnotherTypeAreRefusedByName) {
+  TempDir dir;
+  const std::string path = dir.path + "/manifest.json";
+  const auto read_text = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return error_of([&] { cohort::detail::ckpt::read_manifest(path); });
+  };
+  EXPECT_EQ(read_text(R"({"format": 7})"),
+            path + " is not a cohort checkpoint manifest ('format' is not \"cohort-checkpoint\")");
+  EXPECT_EQ(read_text(R"({"format": "cohort-checkpoint", "format_version": 99, "library_version": [1]})"),
+            path + " has format version 99; this cohort reads up to 1 (written by cohort ?)");
 }

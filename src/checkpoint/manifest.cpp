@@ -53,6 +53,12 @@ T field(const json& object, const char* key, const std::string& where) {
   }
 }
 
+// object[key] when it is a string, else `fallback` (json::value throws when the key holds another type).
+std::string string_or(const json& object, const char* key, const std::string& fallback) {
+  const auto found = object.find(key);
+  return found != object.end() && found->is_string() ? found->get<std::string>() : fallback;
+}
+
 TensorRecord record_from_json(const json& j, const std::string& where) {
   TensorRecord r;
   r.name = field<std::string>(j, "name", where);
@@ -143,13 +149,13 @@ Manifest read_manifest(const std::string& path) {
   } catch (const json::exception& e) {
     throw Error(path + " is not valid JSON (truncated or damaged): " + e.what());
   }
-  COHORT_CHECK(j.is_object() && j.value("format", "") == kFormat, path,
+  COHORT_CHECK(j.is_object() && string_or(j, "format", "") == kFormat, path,
                " is not a cohort checkpoint manifest ('format' is not \"", kFormat, "\")");
   Manifest m;
   m.format_version = field<int>(j, "format_version", path);
   COHORT_CHECK(m.format_version <= kFormatVersion, path, " has format version ", m.format_version,
                "; this cohort reads up to ", kFormatVersion, " (written by cohort ",
-               j.value("library_version", "?"), ")");
+               string_or(j, "library_version", "?"), ")");
   m.library_version = field<std::string>(j, "library_version", path);
   m.step = field<int64_t>(j, "step", path);
   m.world_size = field<int>(j, "world_size", path);
