@@ -4,7 +4,6 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <thread>
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
@@ -27,13 +26,21 @@ std::optional<std::string> decode(const std::vector<uint8_t>& value) {
   return text.substr(std::string(kTag).size());
 }
 
-// Polls (a store's get() would wait with a c10d message of its own) until the key is there.
-std::optional<std::string> read_published(c10d::Store& store, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    if (store.check({kJobKey})) return decode(store.get(kJobKey));
-    if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+// The published run id, or why there is none: c10d's wait (which, unlike check(), gives up at its
+// timeout even when the listener is no store at all) timed out, or the store is gone.
+struct Published {
+  std::optional<std::string> run_id;
+  std::string failure;
+};
+
+Published read_published(c10d::Store& store, std::chrono::milliseconds timeout) {
+  try {
+    store.wait({kJobKey}, timeout);
+    const auto run_id = decode(store.get(kJobKey));
+    return {run_id, run_id ? "" : "a value that is not a run id"};
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    return {std::nullopt, what.substr(0, what.find('\n'))};
   }
 }
 
@@ -46,11 +53,16 @@ void check_same_job(c10d::Store& store, const JobCheck& check) {
     case JobCheck::Role::kFirstPublishes:
       theirs = decode(store.compareSet(kJobKey, {}, encode(check.run_id)));
       break;
-    case JobCheck::Role::kCompare: theirs = read_published(store, check.timeout); break;
+    case JobCheck::Role::kCompare: {
+      const Published published = read_published(store, check.timeout);
+      COHORT_CHECK(published.run_id.has_value(), "rendezvous at ", check.where, ": the store there did not say ",
+                   "which job it belongs to within ", check.timeout.count(), " ms (", published.failure,
+                   "): is rank 0 of ", job_label(check.run_id), " running a cohort program?");
+      theirs = published.run_id;
+      break;
+    }
   }
-  COHORT_CHECK(theirs.has_value(), "rendezvous at ", check.where, ": the store there did not say which job it ",
-               "belongs to within ", check.timeout.count(), " ms (is rank 0 running a cohort program of ",
-               job_label(check.run_id), "?)");
+  COHORT_CHECK(theirs.has_value(), "rendezvous at ", check.where, ": the store's ", kJobKey, " is not a run id");
   COHORT_CHECK(*theirs == check.run_id, "rendezvous at ", check.where, " belongs to ", job_label(*theirs),
                ", not to this rank's ", job_label(check.run_id),
                ": two jobs were started on one MASTER_ADDR:MASTER_PORT; give each job its own port "
@@ -66,7 +78,7 @@ std::optional<std::string> job_listening_at(const std::string& host, int port,
     options.waitWorkers = false;
     options.timeout = timeout;
     c10d::TCPStore store(host, options);
-    return read_published(store, timeout);
+    return read_published(store, timeout).run_id;
   } catch (const std::exception&) {
     return std::nullopt;  // not a cohort store, or gone: the caller says "in use" without naming a job
   }
