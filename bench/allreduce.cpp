@@ -411,8 +411,9 @@ int main(int argc, char** argv) {
     bench.sync_group = bench.make_group("sync");
     bench.raw = bench.make_group("raw");
     bench.raw_agree = bench.make_group("raw-agree");
-    bench.cp = std::make_unique<cohort::detail::ControlPlane>(*store, "bench/agree", world.rank(), world.size(),
-                                                              address, std::chrono::seconds(60));
+    bench.cp = std::make_unique<cohort::detail::ControlPlane>(
+        *store, cohort::detail::ControlPlaneConfig{"bench/agree", world.rank(), world.size(), address,
+                                                   std::chrono::seconds(60), comm.impl().config().run_id});
     bench.handoff = std::make_unique<HandoffAllreduce>(bench.make_group("raw-thread"));
     bench.print = world.is_main();
     if (bench.print)

@@ -29,8 +29,9 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
   if (config_.size == 1) return;  // a world of one: no sockets, every op is local
   BackendConfig backend{config_.store, config_.rank, config_.size, config_.local_address,
                         config_.timeout + std::chrono::seconds(5)};
-  control_ = std::make_unique<ControlPlane>(*config_.store, prefix_, config_.rank, config_.size,
-                                            config_.local_address, config_.timeout);
+  control_ = std::make_unique<ControlPlane>(
+      *config_.store, ControlPlaneConfig{prefix_, config_.rank, config_.size, config_.local_address,
+                                         config_.timeout, config_.run_id});
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);
   shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,

@@ -69,6 +69,7 @@ struct CommConfig {
   size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
   std::string group_name;           // empty for the world; a group's name for messages
   std::vector<int> world_ranks;     // a group's world rank of each of its ranks; empty for the world
+  std::string run_id;               // the job (world/job_identity.h): control-plane peers must match
 };
 
 class CommImpl {

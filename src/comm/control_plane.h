@@ -3,6 +3,8 @@
 //    rounds, each rank sends 32 bytes per round; min and max of the hashes are equal iff all agree),
 //  - abort notices, so one rank's failure reaches every rank at once,
 //  - dead-rank detection: a process that exits or is killed closes its sockets, which every peer sees.
+// Each connection opens with a handshake of both ends' rank and run id (the job, world/job_identity.h),
+// so a rank of another job that reached this mesh is refused, naming both jobs, before any collective.
 // See docs/design/collective-safety.md for why this is not done with Gloo collectives (cost).
 #pragma once
 
@@ -35,11 +37,22 @@ struct AgreeResult {
   bool agreed() const { return min_hash == max_hash; }
 };
 
+/// "job 'ID'", or "a job without a run id" when no launcher named it: how messages name a job.
+std::string job_label(const std::string& run_id);
+
+struct ControlPlaneConfig {
+  std::string prefix;         // store keys of this mesh: PREFIX/cp/<rank>
+  int rank = 0;
+  int size = 1;
+  std::string local_address;  // what peers dial
+  std::chrono::milliseconds timeout{300000};
+  std::string run_id;         // this rank's job; every peer must show the same
+};
+
 class ControlPlane {
  public:
-  /// Connects to every other rank; addresses are exchanged through `store` under `prefix`.
-  ControlPlane(c10d::Store& store, const std::string& prefix, int rank, int size,
-               const std::string& local_address, std::chrono::milliseconds timeout);
+  /// Connects to every other rank; addresses are exchanged through `store` under `config.prefix`.
+  ControlPlane(c10d::Store& store, const ControlPlaneConfig& config);
   ~ControlPlane();
   ControlPlane(const ControlPlane&) = delete;
   ControlPlane& operator=(const ControlPlane&) = delete;
@@ -89,7 +102,11 @@ class ControlPlane {
     std::deque<Message> inbox;    // parsed messages, in arrival order
   };
 
-  void connect_mesh(c10d::Store& store, const std::string& prefix, std::chrono::milliseconds timeout);
+  void connect_mesh(c10d::Store& store, const ControlPlaneConfig& config);
+  /// Dials `peer` at `endpoint` and exchanges ranks and run ids; returns the socket.
+  int dial(int peer, const std::string& endpoint, const ControlPlaneConfig& config, Clock::time_point deadline);
+  /// Accepts the next higher rank and exchanges ranks and run ids.
+  void accept_one(const ControlPlaneConfig& config, Clock::time_point deadline);
   void send_message(int peer, const Message& message, bool best_effort);
   /// Reads what is available from peer `p` into its inbox; returns a failure on EOF or abort.
   std::optional<PeerFailure> drain(int p);

@@ -134,6 +134,7 @@ World init(const InitOptions& options) {
     // torchrun's static rendezvous hosts the store itself and says so; it keeps it across restarts,
     // so each restart's keys get their own prefix.
     rdzv.rank0_hosts = !launch.agent_store;
+    rdzv.run_id = config.run_id = launch.run_id;
     config.store = options.store() ? options.store() : detail::connect_store(rdzv);
     if (launch.restart_count)
       config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),

@@ -88,6 +88,17 @@ std::string job_key(const EnvMap& env, const std::vector<const char*>& names) {
   return "";
 }
 
+// The value of job_key(): "SLURM_JOB_ID=12" -> "12".
+std::string job_value(const std::string& key) { return key.substr(key.find('=') + 1); }
+
+// A Slurm step: "<job>.<step>" (steps of one allocation running side by side are different jobs).
+std::string slurm_run_id(const EnvMap& env) {
+  const std::string job = job_key(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
+  const std::string step = job_key(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
+  if (job.empty()) return "";
+  return "slurm-" + job_value(job) + (step.empty() ? "" : "." + job_value(step));
+}
+
 int derived_port(const std::string& key) {
   if (key.empty()) return 0;  // the caller asks for MASTER_PORT
   return kDerivedPortBase + static_cast<int>(fnv1a(key) % kDerivedPortSpan);
@@ -184,6 +195,9 @@ std::optional<LaunchEnv> detect_torchrun(const EnvMap& env) {
   if (const auto restart = read_num(env, {"TORCHELASTIC_RESTART_COUNT"})) out.restart_count = restart->value;
   const std::string* agent_store = lookup(env, "TORCHELASTIC_USE_AGENT_STORE");
   out.agent_store = agent_store != nullptr && *agent_store == "True";
+  const std::string* run_id = lookup(env, "TORCHELASTIC_RUN_ID");
+  if (run_id != nullptr && !run_id->empty() && *run_id != "none") out.run_id = *run_id;
+  else out.run_id = slurm_run_id(env);  // torchrun inside an srun step: the step names the job
   return out;
 }
 
@@ -311,6 +325,7 @@ std::optional<LaunchEnv> detect_slurm(const EnvMap& env) {
     break;
   }
   out.master_port = slurm_port(env, *step);
+  out.run_id = slurm_run_id(env);
   apply_master_overrides(env, out);
   default_master_addr(in, "export MASTER_ADDR=$(scontrol show hostnames | head -n 1)", out);
   return out;
@@ -330,7 +345,9 @@ std::optional<LaunchEnv> detect_mpi(const EnvMap& env, const MpiFamily& family) 
   const Layout in{rank_size->first, rank_size->second, read_num(env, family.local_rank_vars),
                   read_num(env, family.local_size_vars), read_num(env, family.node_rank_vars)};
   LaunchEnv out = finish(family.launcher, in);
-  out.master_port = derived_port(job_key(env, family.job_id_vars));
+  const std::string job = job_key(env, family.job_id_vars);
+  out.master_port = derived_port(job);
+  if (!job.empty()) out.run_id = std::string(family.launcher) + "-" + job_value(job);
   apply_master_overrides(env, out);
   default_master_addr(in, family.how_to_export, out);
   return out;

@@ -29,6 +29,11 @@ struct LaunchEnv {
   // whether the agent hosts the store (TORCHELASTIC_USE_AGENT_STORE=True). cohortrun sets the first.
   std::optional<int> restart_count;
   bool agent_store = false;
+  /// Which job this process belongs to, the same on every rank of one job and different between jobs
+  /// (see job_identity.h): TORCHELASTIC_RUN_ID (cohortrun always sets one; torchrun's "none" does not
+  /// count), else the launcher's job id (Slurm job.step, Open MPI's job, PMI/PBS/LSF job, MPIRUN_ID).
+  /// Empty when nothing names the job; then the rendezvous cannot tell two such jobs apart.
+  std::string run_id;
 };
 
 /// Reads the launcher's variables. Throws cohort::Error naming the variable and the value on bad input

@@ -3,42 +3,153 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <cerrno>
 #include <thread>
 
 #include "cohort/error.h"
+#include "comm/control_plane.h"
 #include "core/log.h"
+#include "world/job_identity.h"
 
 namespace cohort::detail {
+namespace {
 
-c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
+// How long a rank 0 that finds its port taken waits to learn whose store holds it.
+constexpr std::chrono::milliseconds kProbeTimeout{2000};
+
+std::string endpoint_of(const RendezvousConfig& config) {
+  return config.master_addr + ":" + std::to_string(config.master_port);
+}
+
+// MASTER_ADDR must resolve: c10d would retry an unknown name until the timeout, logging each try.
+void check_resolves(const RendezvousConfig& config) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(config.master_addr.c_str(), nullptr, &hints, &res);
+  if (res != nullptr) ::freeaddrinfo(res);
+  COHORT_CHECK(rc == 0, "MASTER_ADDR=", config.master_addr, " does not resolve (", ::gai_strerror(rc),
+               "): rank ", config.rank, " cannot find the rendezvous; export rank 0's host name or address");
+}
+
+// A listening socket holds `port` on this host when a bind with SO_REUSEADDR (as TCPStore's) fails.
+bool port_in_use(int port) {
+  bool in_use = false;
+  for (int family : {AF_INET6, AF_INET}) {
+    const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int one = 1, off = 0;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_storage address{};
+    socklen_t size = 0;
+    if (family == AF_INET6) {
+      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
+      auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+      v6->sin6_family = AF_INET6;
+      v6->sin6_addr = in6addr_any;
+      v6->sin6_port = htons(uint16_t(port));
+      size = sizeof(sockaddr_in6);
+    } else {
+      auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+      v4->sin_family = AF_INET;
+      v4->sin_addr.s_addr = htonl(INADDR_ANY);
+      v4->sin_port = htons(uint16_t(port));
+      size = sizeof(sockaddr_in);
+    }
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), size) != 0 && errno == EADDRINUSE) in_use = true;
+    ::close(fd);
+  }
+  return in_use;
+}
+
+// One quiet connection attempt of at most a second (c10d's own retries log a line each).
+bool accepts_connections(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return false;
+  bool connected = false;
+  for (addrinfo* a = res; a != nullptr && !connected; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!connected && errno == EINPROGRESS) {
+      pollfd waiting{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t size = sizeof(error);
+      connected = ::poll(&waiting, 1, 1000) == 1 &&
+                  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return connected;
+}
+
+[[noreturn]] void throw_port_in_use(const RendezvousConfig& config) {
+  const auto holder = job_listening_at(config.master_addr, config.master_port, kProbeTimeout);
+  const std::string by = holder ? " by " + job_label(*holder) + " (this is " + job_label(config.run_id) + ")" : "";
+  throw Error("MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" +
+              config.master_addr + ")" + by + ": choose another port, or launch with cohortrun --standalone "
+              "which picks a free one");
+}
+
+[[noreturn]] void throw_unreachable(const RendezvousConfig& config, const std::string& why) {
+  throw Error("cannot reach the master at " + endpoint_of(config) + " within " +
+              std::to_string(config.timeout.count()) + " ms (rank 0 hosts the rendezvous store there): is rank 0 "
+              "running, and is MASTER_ADDR=" + config.master_addr + " reachable from this host? (" + why + ")");
+}
+
+// The TCPStore itself: rank 0 hosts it, the others connect once something listens there.
+c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config) {
   c10d::TCPStoreOptions options;
   options.port = uint16_t(config.master_port);
   options.isServer = config.rank == 0 && config.rank0_hosts;
   options.numWorkers = c10::nullopt;
   options.waitWorkers = false;
   options.timeout = config.timeout;
-  const std::string where = config.master_addr + ":" + std::to_string(config.master_port);
+  check_resolves(config);
+  if (options.isServer && port_in_use(config.master_port)) throw_port_in_use(config);
+  if (!options.isServer) {
+    const auto deadline = std::chrono::steady_clock::now() + config.timeout;
+    while (!accepts_connections(config.master_addr, config.master_port)) {
+      if (std::chrono::steady_clock::now() > deadline) throw_unreachable(config, "nothing accepted a connection");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
   try {
     return c10::make_intrusive<c10d::TCPStore>(config.master_addr, options);
   } catch (const std::exception& e) {
     const std::string what = e.what();
     if (options.isServer) {
       if (what.find("in use") != std::string::npos || what.find("EADDRINUSE") != std::string::npos)
-        throw Error("MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" +
-                    config.master_addr + "): choose another port, or launch with cohortrun --standalone "
-                    "which picks a free one");
-      throw Error("rank 0 cannot host the rendezvous store at " + where + ": " +
+        throw_port_in_use(config);
+      throw Error("rank 0 cannot host the rendezvous store at " + endpoint_of(config) + ": " +
                   what.substr(0, what.find('\n')));
     }
-    throw Error("cannot reach the master at " + where + " within " + std::to_string(config.timeout.count()) +
-                " ms (rank 0 hosts the rendezvous store there): is rank 0 running, and is MASTER_ADDR=" +
-                config.master_addr + " reachable from this host? (" + what.substr(0, what.find('\n')) + ")");
+    throw_unreachable(config, what.substr(0, what.find('\n')));
   }
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
+  auto store = open_store(config);
+  // Before anything else is written: a rank of another job must not announce itself here.
+  JobCheck job{config.run_id, JobCheck::Role::kCompare, endpoint_of(config), config.timeout};
+  if (!config.rank0_hosts) job.role = JobCheck::Role::kFirstPublishes;
+  else if (config.rank == 0) job.role = JobCheck::Role::kPublish;
+  check_same_job(*store, job);
+  return store;
 }
 
 void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config) {

@@ -1,5 +1,8 @@
 // Rendezvous: the c10d TCPStore every rank meets at (rank 0 hosts it at MASTER_ADDR:MASTER_PORT), and
 // the wait until every rank has arrived, whose failure names the address, the port and who arrived.
+// The address is resolved and the port probed here, quietly, before c10d is asked (its retries log
+// a line each): an unknown host is named at once, a port in use names the job that holds it, and a
+// rank of another job is refused before it announces itself (job_identity.h).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -18,12 +21,16 @@ struct RendezvousConfig {
   /// False when a launcher already hosts the store at MASTER_ADDR:MASTER_PORT (torchrun's agent
   /// store): then rank 0 connects as a client like every other rank.
   bool rank0_hosts = true;
+  /// This rank's job (LaunchEnv::run_id): checked before the rank announces itself.
+  std::string run_id;
 };
 
-/// Rank 0 hosts a TCPStore, the others connect; errors name the address and port.
+/// Rank 0 hosts a TCPStore, the others connect; errors name the address and port (and, for a port in
+/// use, the job that holds it). MASTER_ADDR that does not resolve is an Error at once.
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config);
 
-/// Announces this rank and waits for all; on timeout lists the ranks that did and did not arrive.
+/// Proves this rank belongs to the store's job (refusing a stranger naming both jobs), announces it and
+/// waits for all; on timeout lists the ranks that did and did not arrive.
 void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config);
 
 /// The address of this host's interface that routes to `master_addr` (what peers dial).

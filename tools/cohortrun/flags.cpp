@@ -118,13 +118,14 @@ CommandLine split_command_line(const std::vector<std::string>& args) {
   return line;
 }
 
-ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const HostFacts& host) {
-  const CommandLine line = split_command_line(args);
+namespace {
 
-  CLI::App app("cohortrun: torchrun-compatible launcher for C++ programs", "cohortrun");
-  app.set_help_flag();  // --help is handled below, after the cut at the program
-  std::map<std::string, std::string> text;  // flag name -> value, as typed or from PET_*
+// The on/off flags; the others' values land in a map from flag name to text.
+struct Switches {
   bool standalone = false, module = false, no_python = false, run_path = false, help = false;
+};
+
+void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches& on) {
   const auto value_flag = [&](const std::string& name, const std::string& type,
                               const std::string& description) {
     const std::string key = name.substr(0, name.find(','));  // "tee,-t": key tee, alias -t
@@ -139,50 +140,37 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
   value_flag("master-port", "PORT", "node 0's port, static rendezvous (default 29500)");
   value_flag("rdzv-backend", "static|c10d", "rendezvous backend (default static)");
   value_flag("rdzv-endpoint", "HOST[:PORT]", "c10d rendezvous store (default port 29400)");
-  value_flag("rdzv-id", "ID", "job id, the same on every node (default none)");
+  value_flag("rdzv-id", "ID", "job id, the same on every node (default: a fresh one)");
   value_flag("rdzv-conf", "K=V,...", "join_timeout (600), last_call_timeout (30), in seconds");
-  app.add_flag("--standalone", standalone, "one node: free port, fresh run id")
-      ->envname("PET_STANDALONE");
+  app.add_flag("--standalone", on.standalone, "one node: free port, fresh run id")->envname("PET_STANDALONE");
   value_flag("max-restarts", "N", "restarts of the worker group before failing (default 0)");
   value_flag("monitor-interval", "SECONDS", "how often other nodes' state is checked (default 5)");
   value_flag("start-method", "METHOD", "accepted for torchrun compatibility; ignored");
   value_flag("role", "NAME", "ROLE_NAME of the workers (default 'default')");
-  app.add_flag("--module,-m", module, "rejected: runs Python modules");
-  app.add_flag("--no-python", no_python, "accepted; programs always run directly");
-  app.add_flag("--run-path", run_path, "rejected: runs Python scripts");
+  app.add_flag("--module,-m", on.module, "rejected: runs Python modules");
+  app.add_flag("--no-python", on.no_python, "accepted; programs always run directly");
+  app.add_flag("--run-path", on.run_path, "rejected: runs Python scripts");
   value_flag("log-dir", "DIR", "log files: DIR/ID_*/attempt_N/LOCAL_RANK/std{out,err}.log");
   value_flag("redirects,-r", "0-3|R:V,...", "streams to log files only (1 out, 2 err, 3 both)");
   value_flag("tee,-t", "0-3|R:V,...", "streams to log files and the console");
   value_flag("local-ranks-filter", "R,...", "local ranks shown on the console (default all)");
   value_flag("stop-timeout", "SECONDS", "SIGTERM to SIGKILL grace when stopping workers (30)");
-  app.add_flag("--help,-h", help, "print this help");
+  app.add_flag("--help,-h", on.help, "print this help");
+}
 
-  std::vector<std::string> reversed(line.flags.rbegin(), line.flags.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
-    throw UsageError(e.what());
-  }
+std::string help_text(const CLI::App& app) {
+  std::string help = app.help();
+  const std::string usage = "Usage: cohortrun [OPTIONS]";
+  const auto at = help.find(usage);
+  if (at != std::string::npos) help.replace(at, usage.size(), "Usage: cohortrun [FLAGS] PROGRAM [ARGS...]");
+  return help +
+         "\nFlags are torchrun's, spelled with - or _; PET_* variables give defaults as in torchrun.\n"
+         "Exit codes: 0 success, 1 a worker or the rendezvous failed, 2 bad command line,\n"
+         "128+N cohortrun got signal N (forwarded to the workers). See docs/cohortrun.md.\n";
+}
 
-  ParsedCommandLine parsed;
-  if (help) {
-    parsed.help = app.help();
-    const std::string usage = "Usage: cohortrun [OPTIONS]";
-    const auto at = parsed.help.find(usage);
-    if (at != std::string::npos) {
-      parsed.help.replace(at, usage.size(), "Usage: cohortrun [FLAGS] PROGRAM [ARGS...]");
-    }
-    parsed.help +=
-        "\nFlags are torchrun's, spelled with - or _; PET_* variables give defaults as in torchrun.\n"
-        "Exit codes: 0 success, 1 a worker or the rendezvous failed, 2 bad command line,\n"
-        "128+N cohortrun got signal N (forwarded to the workers). See docs/cohortrun.md.\n";
-    return parsed;
-  }
-  if (module || run_path) {
-    throw UsageError(std::string(module ? "--module" : "--run-path") +
-                     " runs Python; cohortrun runs a program: drop the flag and name the program");
-  }
-  LaunchOptions& o = parsed.options;
+// The flags' texts (as typed or from PET_*) into options, each checked by its parser.
+void read_values(std::map<std::string, std::string>& text, const HostFacts& host, LaunchOptions& o) {
   const auto has = [&](const std::string& name) { return !text[name].empty(); };
   if (has("nnodes")) o.nnodes = parse_nnodes(text["nnodes"]);
   if (has("nproc-per-node")) o.nproc_per_node = text["nproc-per-node"];
@@ -194,16 +182,13 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
   o.rdzv_endpoint = text["rdzv-endpoint"];
   if (has("rdzv-id")) o.rdzv_id = text["rdzv-id"];
   o.rdzv_conf = parse_key_values(text["rdzv-conf"]);
-  o.standalone = standalone;
-  if (has("max-restarts")) {
-    o.max_restarts = parse_int("--max-restarts", text["max-restarts"], 0, 1 << 20);
-  }
+  if (has("max-restarts")) o.max_restarts = parse_int("--max-restarts", text["max-restarts"], 0, 1 << 20);
   if (has("monitor-interval")) {
     o.monitor_interval = parse_seconds("--monitor-interval", text["monitor-interval"]);
   }
-  if (has("start-method") && text["start-method"] != "spawn" && text["start-method"] != "fork" &&
-      text["start-method"] != "forkserver") {
-    throw UsageError("--start-method=" + text["start-method"] + " is not spawn, fork or forkserver");
+  const std::string& method = text["start-method"];
+  if (has("start-method") && method != "spawn" && method != "fork" && method != "forkserver") {
+    throw UsageError("--start-method=" + method + " is not spawn, fork or forkserver");
   }
   if (has("role")) o.role = text["role"];
   o.log_dir = text["log-dir"];
@@ -211,7 +196,36 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
   if (has("tee")) o.tee = parse_std_spec("--tee", text["tee"]);
   if (has("local-ranks-filter")) o.local_ranks_filter = parse_rank_list(text["local-ranks-filter"]);
   if (has("stop-timeout")) o.stop_timeout = parse_seconds("--stop-timeout", text["stop-timeout"]);
+}
 
+}  // namespace
+
+ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const HostFacts& host) {
+  const CommandLine line = split_command_line(args);
+  CLI::App app("cohortrun: torchrun-compatible launcher for C++ programs", "cohortrun");
+  app.set_help_flag();  // --help is handled below, after the cut at the program
+  std::map<std::string, std::string> text;  // flag name -> value, as typed or from PET_*
+  Switches on;
+  add_flags(app, text, on);
+  std::vector<std::string> reversed(line.flags.rbegin(), line.flags.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(e.what());
+  }
+
+  ParsedCommandLine parsed;
+  if (on.help) {
+    parsed.help = help_text(app);
+    return parsed;
+  }
+  if (on.module || on.run_path) {
+    throw UsageError(std::string(on.module ? "--module" : "--run-path") +
+                     " runs Python; cohortrun runs a program: drop the flag and name the program");
+  }
+  LaunchOptions& o = parsed.options;
+  read_values(text, host, o);
+  o.standalone = on.standalone;
   if (line.program.empty()) throw UsageError("no program to run was given");
   o.program = line.program[0];
   o.args.assign(line.program.begin() + 1, line.program.end());
@@ -220,8 +234,37 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
   return parsed;
 }
 
+namespace {
+
+// --rdzv-conf keys cohortrun reads; any other is a typo or a torchrun setting it would silently ignore.
+void check_rdzv_conf_keys(const LaunchOptions& o) {
+  for (const auto& [key, value] : o.rdzv_conf) {
+    if (key != "join_timeout" && key != "last_call_timeout") {
+      throw UsageError("--rdzv-conf key '" + key + "' (" + key + "=" + value +
+                       ") is not known; accepted keys: join_timeout, last_call_timeout");
+    }
+  }
+}
+
+// A filter naming only local ranks that do not exist would hide every worker's output.
+void check_ranks_filter(const LaunchOptions& o) {
+  std::string list;
+  for (int rank : o.local_ranks_filter) list += (list.empty() ? "" : ",") + std::to_string(rank);
+  for (int rank : o.local_ranks_filter) {
+    if (rank >= o.nproc) {
+      throw UsageError("--local-ranks-filter=" + list + ": local rank " + std::to_string(rank) +
+                       " does not exist (--nproc-per-node=" + o.nproc_per_node + " starts local ranks 0.." +
+                       std::to_string(o.nproc - 1) + ")");
+    }
+  }
+}
+
+}  // namespace
+
 void resolve_options(LaunchOptions& o) {
   if (o.monitor_interval <= 0) throw UsageError("--monitor-interval must be > 0 seconds");
+  check_rdzv_conf_keys(o);
+  check_ranks_filter(o);
   if (o.rdzv_conf.count("join_timeout")) {
     o.join_timeout = parse_seconds("--rdzv-conf join_timeout", o.rdzv_conf["join_timeout"]);
   }
@@ -235,10 +278,13 @@ void resolve_options(LaunchOptions& o) {
                        " give --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT instead");
     }
     o.rdzv_backend = "c10d";
-    o.rdzv_id = random_run_id();
+    o.rdzv_id = o.run_id = random_run_id();
     o.endpoint = Endpoint{"127.0.0.1", 0};
     return;
   }
+  // The job's identity for its workers (TORCHELASTIC_RUN_ID): several nodes without --rdzv-id take
+  // the one node 0 publishes at the rendezvous (rendezvous.cpp).
+  o.run_id = o.rdzv_id != "none" ? o.rdzv_id : random_run_id();
   if (o.rdzv_backend == "static") {
     if (o.nnodes.min != o.nnodes.max) {
       throw UsageError("--nnodes=" + std::to_string(o.nnodes.min) + ":" +

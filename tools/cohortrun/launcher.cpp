@@ -67,7 +67,7 @@ GroupLayout make_layout(const RoundInfo& info, const LaunchOptions& options, int
   layout.master_port = info.master_port;
   layout.restart_count = round;
   layout.max_restarts = options.max_restarts;
-  layout.run_id = options.rdzv_id;
+  layout.run_id = info.run_id;
   layout.role = options.role;
   return layout;
 }
@@ -76,126 +76,148 @@ Outcome::Kind decision_after_failure(int round, int max_restarts) {
   return round < max_restarts ? Outcome::Kind::kRestart : Outcome::Kind::kFail;
 }
 
+// What stays the same for every round of one launch.
+struct LaunchContext {
+  const LaunchOptions& options;
+  EnvVars base_env;
+  std::string prefix_template;
+  RunDir run_dir;
+};
+
+// Makes the directory the attempts write to; false (and says why) when it cannot be made.
+bool prepare_run_dir(LaunchContext& context) {
+  const LaunchOptions& options = context.options;
+  const std::string tmp = getenv_or_empty("TMPDIR").empty() ? "/tmp" : getenv_or_empty("TMPDIR");
+  try {
+    if (needs_log_files(options)) {
+      const std::string base = options.log_dir.empty() ? make_temp_dir(tmp, "cohortrun_") : options.log_dir;
+      context.run_dir.path = make_temp_dir(base, options.rdzv_id + "_");
+      say("worker logs in " + context.run_dir.path + "/attempt_N/LOCAL_RANK/");
+    } else {
+      context.run_dir.path = make_temp_dir(tmp, "cohortrun_");
+      context.run_dir.temporary = true;
+    }
+  } catch (const std::exception& e) {
+    say(std::string("error: ") + e.what());
+    return false;
+  }
+  return true;
+}
+
+AttemptSpec make_attempt(const LaunchContext& context, Rendezvous& rdzv, const RoundInfo& info, int round) {
+  const LaunchOptions& options = context.options;
+  if (info.node_count > 1) {
+    say(rdzv.where() + " round " + std::to_string(round) + ": node " + std::to_string(info.node_rank) + " of " +
+        std::to_string(info.node_count) + ", ranks " + std::to_string(info.rank_base) + ".." +
+        std::to_string(info.rank_base + options.nproc - 1) + " of " + std::to_string(info.world_size) +
+        ", MASTER_ADDR=" + info.master_addr + " MASTER_PORT=" + std::to_string(info.master_port));
+  }
+  AttemptSpec spec;
+  spec.options = &options;
+  spec.base_env = context.base_env;
+  spec.prefix_template = context.prefix_template;
+  spec.attempt_dir = context.run_dir.path + "/attempt_" + std::to_string(round);
+  spec.layout = make_layout(info, options, round);
+  if (info.node_count > 1) {
+    const int node_rank = info.node_rank;
+    spec.check_remote = [&rdzv, round, node_rank]() -> std::optional<std::string> {
+      try {
+        if (auto outcome = rdzv.outcome(round)) return encode_outcome(*outcome);
+      } catch (const RendezvousError& e) {
+        return std::string("lost|") + std::to_string(node_rank) + "|" + e.what();
+      }
+      return std::nullopt;
+    };
+  }
+  return spec;
+}
+
+// The outcome that stands after this node's attempt ended (not by a signal); nullopt when every
+// node's workers succeeded.
+std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchOptions& options, const RoundInfo& info,
+                                        int round, const AttemptResult& result) {
+  if (result.end == AttemptEnd::kSucceeded) {
+    rdzv.report_done(round);
+    for (;;) {  // wait for every node's workers, or for a node to end the round otherwise
+      if (rdzv.all_done(round)) return std::nullopt;
+      if (auto outcome = rdzv.outcome(round)) return outcome;
+      if (termination_signal() != 0) throw Interrupted(termination_signal());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  if (result.end == AttemptEnd::kFailed) {
+    const WorkerFailure& first = result.failures.front();
+    Outcome mine{decision_after_failure(round, options.max_restarts), info.node_rank,
+                 describe_failure(first) + " on node " + std::to_string(info.node_rank)};
+    Outcome standing;
+    try {
+      standing = rdzv.publish(round, mine);
+    } catch (const RendezvousError& e) {  // no restart without the other nodes
+      say(std::string("error: ") + e.what());
+      standing = mine;
+      standing.kind = Outcome::Kind::kFail;
+    }
+    if (standing.kind != Outcome::Kind::kRestart) {
+      SummaryInput summary{options.program, host_name(), info.node_rank, round, options.max_restarts,
+                           result.failures};
+      const std::string text = format_failure_summary(summary);
+      write_all(2, text.data(), text.size());
+    }
+    return standing;
+  }
+  // kStopped: another node ended the round, or the store is gone
+  if (result.stop_reason.rfind("lost|", 0) == 0) throw RendezvousError(decode_outcome(result.stop_reason).description);
+  return decode_outcome(result.stop_reason);
+}
+
+// One round: join, run the workers, and decide. nullopt: restart; else cohortrun's exit code.
+std::optional<int> run_round(const LaunchContext& context, Rendezvous& rdzv, int round) {
+  const LaunchOptions& options = context.options;
+  if (termination_signal() != 0) throw Interrupted(termination_signal());
+  const RoundInfo info = rdzv.join(round);
+  const AttemptResult result = run_attempt(make_attempt(context, rdzv, info, round));
+  if (result.end == AttemptEnd::kSignaled) {
+    Outcome stop{Outcome::Kind::kStop, info.node_rank,
+                 "node " + std::to_string(info.node_rank) + " got " + signal_name(result.signal)};
+    try {
+      if (info.node_count > 1) rdzv.publish(round, stop);
+    } catch (const std::exception&) {
+    }
+    say("got " + signal_name(result.signal) + ": forwarded it to the workers and stopped them");
+    rdzv.leave(round);
+    return 128 + result.signal;
+  }
+  const std::optional<Outcome> standing = standing_outcome(rdzv, options, info, round, result);
+  if (!standing) {
+    rdzv.leave(round);
+    return 0;
+  }
+  if (standing->kind == Outcome::Kind::kRestart) {
+    say("worker group failed (" + standing->description + "); restarting it (restart " +
+        std::to_string(round + 1) + " of " + std::to_string(options.max_restarts) + ")");
+    return std::nullopt;
+  }
+  if (standing->node != info.node_rank || result.end != AttemptEnd::kFailed) {
+    say("stopping: " + std::string(standing->kind == Outcome::Kind::kStop ? "" : "worker group failed: ") +
+        standing->description);
+  }
+  rdzv.leave(round);
+  return 1;
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& options) {
   install_signal_handlers();
-  const EnvVars base_env = process_env();
-  if (options.nproc > 1 && !base_env.count("OMP_NUM_THREADS")) {
+  LaunchContext context{options, process_env(), getenv_or_empty("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"), {}};
+  if (options.nproc > 1 && !context.base_env.count("OMP_NUM_THREADS")) {
     say("setting OMP_NUM_THREADS=1 for each worker (more than one per node); set it yourself to tune");
   }
-  RunDir run_dir;
-  const std::string tmp = getenv_or_empty("TMPDIR").empty() ? "/tmp" : getenv_or_empty("TMPDIR");
+  if (!prepare_run_dir(context)) return 1;
   try {
-    if (needs_log_files(options)) {
-      const std::string base = options.log_dir.empty() ? make_temp_dir(tmp, "cohortrun_")
-                                                       : options.log_dir;
-      run_dir.path = make_temp_dir(base, options.rdzv_id + "_");
-      say("worker logs in " + run_dir.path + "/attempt_N/LOCAL_RANK/");
-    } else {
-      run_dir.path = make_temp_dir(tmp, "cohortrun_");
-      run_dir.temporary = true;
-    }
-  } catch (const std::exception& e) {
-    say(std::string("error: ") + e.what());
-    return 1;
-  }
-  const std::string prefix_template = getenv_or_empty("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE");
-
-  std::unique_ptr<Rendezvous> rdzv;
-  int round = 0;
-  try {
-    rdzv = make_rendezvous(options);
-    for (;; ++round) {
-      if (termination_signal() != 0) throw Interrupted(termination_signal());
-      const RoundInfo info = rdzv->join(round);
-      if (info.node_count > 1) {
-        say(rdzv->where() + " round " + std::to_string(round) + ": node " +
-            std::to_string(info.node_rank) + " of " + std::to_string(info.node_count) + ", ranks " +
-            std::to_string(info.rank_base) + ".." + std::to_string(info.rank_base + options.nproc - 1) +
-            " of " + std::to_string(info.world_size) + ", MASTER_ADDR=" + info.master_addr +
-            " MASTER_PORT=" + std::to_string(info.master_port));
-      }
-      AttemptSpec spec;
-      spec.options = &options;
-      spec.base_env = base_env;
-      spec.prefix_template = prefix_template;
-      spec.attempt_dir = run_dir.path + "/attempt_" + std::to_string(round);
-      spec.layout = make_layout(info, options, round);
-      if (info.node_count > 1) {
-        spec.check_remote = [&]() -> std::optional<std::string> {
-          try {
-            if (auto outcome = rdzv->outcome(round)) return encode_outcome(*outcome);
-          } catch (const RendezvousError& e) {
-            return std::string("lost|") + std::to_string(info.node_rank) + "|" + e.what();
-          }
-          return std::nullopt;
-        };
-      }
-      const AttemptResult result = run_attempt(spec);
-
-      if (result.end == AttemptEnd::kSignaled) {
-        Outcome stop{Outcome::Kind::kStop, info.node_rank,
-                     "node " + std::to_string(info.node_rank) + " got " + signal_name(result.signal)};
-        try {
-          if (info.node_count > 1) rdzv->publish(round, stop);
-        } catch (const std::exception&) {
-        }
-        say("got " + signal_name(result.signal) + ": forwarded it to the workers and stopped them");
-        rdzv->leave(round);
-        return 128 + result.signal;
-      }
-
-      Outcome standing;
-      if (result.end == AttemptEnd::kSucceeded) {
-        rdzv->report_done(round);
-        for (;;) {  // wait for every node's workers, or for a node to end the round otherwise
-          if (rdzv->all_done(round)) {
-            rdzv->leave(round);
-            return 0;
-          }
-          if (auto outcome = rdzv->outcome(round)) {
-            standing = *outcome;
-            break;
-          }
-          if (termination_signal() != 0) throw Interrupted(termination_signal());
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-      } else if (result.end == AttemptEnd::kFailed) {
-        const WorkerFailure& first = result.failures.front();
-        Outcome mine{decision_after_failure(round, options.max_restarts), info.node_rank,
-                     describe_failure(first) + " on node " + std::to_string(info.node_rank)};
-        try {
-          standing = rdzv->publish(round, mine);
-        } catch (const RendezvousError& e) {  // no restart without the other nodes
-          say(std::string("error: ") + e.what());
-          standing = mine;
-          standing.kind = Outcome::Kind::kFail;
-        }
-        if (standing.kind != Outcome::Kind::kRestart) {
-          SummaryInput summary{options.program, host_name(), info.node_rank, round,
-                               options.max_restarts, result.failures};
-          const std::string text = format_failure_summary(summary);
-          write_all(2, text.data(), text.size());
-        }
-      } else {  // kStopped: another node ended the round, or the store is gone
-        if (result.stop_reason.rfind("lost|", 0) == 0) {
-          throw RendezvousError(decode_outcome(result.stop_reason).description);
-        }
-        standing = decode_outcome(result.stop_reason);
-      }
-
-      if (standing.kind == Outcome::Kind::kRestart) {
-        say("worker group failed (" + standing.description + "); restarting it (restart " +
-            std::to_string(round + 1) + " of " + std::to_string(options.max_restarts) + ")");
-        continue;
-      }
-      if (standing.node != info.node_rank || result.end != AttemptEnd::kFailed) {
-        say("stopping: " + std::string(standing.kind == Outcome::Kind::kStop ? "" : "worker group failed: ") +
-            standing.description);
-      }
-      rdzv->leave(round);
-      return 1;
+    const std::unique_ptr<Rendezvous> rdzv = make_rendezvous(options);
+    for (int round = 0;; ++round) {
+      if (const std::optional<int> code = run_round(context, *rdzv, round)) return *code;
     }
   } catch (const Interrupted& e) {
     say("got " + signal_name(e.signal) + " while waiting for other nodes; no worker is running");

@@ -39,6 +39,16 @@ bool is_loopback(const std::string& address) {
 
 }  // namespace
 
+std::string resolve_error(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* resolved = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &resolved);
+  if (resolved != nullptr) ::freeaddrinfo(resolved);
+  return rc == 0 ? "" : ::gai_strerror(rc);
+}
+
 bool is_local_host(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;

@@ -7,6 +7,9 @@
 
 namespace cohort::detail::launch {
 
+/// Why `host` does not resolve (getaddrinfo's message), or "" when it does.
+std::string resolve_error(const std::string& host);
+
 /// True when `host` resolves to an address of one of this machine's interfaces (or to loopback).
 bool is_local_host(const std::string& host);
 

@@ -50,6 +50,7 @@ struct LaunchOptions {
   std::string rdzv_endpoint;            // as given
   Endpoint endpoint;                    // resolved rendezvous endpoint (empty host: none needed)
   std::string rdzv_id = "none";
+  std::string run_id;                   // resolved: --rdzv-id, else a fresh one (TORCHELASTIC_RUN_ID)
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
   int max_restarts = 0;

@@ -18,6 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Where node 0 publishes its job's run id (outside every cohortrun/<rdzv-id>/ prefix).
+constexpr const char* kJobKey = "cohortrun-job";
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -50,6 +53,7 @@ class LocalRendezvous : public Rendezvous {
       info.master_addr = "127.0.0.1";
       info.master_port = pick_free_port();
     }
+    info.run_id = options_.run_id;
     return info;
   }
   std::optional<Outcome> outcome(int) override { return std::nullopt; }
@@ -71,6 +75,7 @@ class StoreRendezvous : public Rendezvous {
                                                            : is_local_host(options.endpoint.host);
     if (try_host) host_store();
     if (!store_) connect_store();
+    agree_on_job();
   }
 
   RoundInfo join(int round) override {
@@ -107,6 +112,7 @@ class StoreRendezvous : public Rendezvous {
       }
     }
     info.node_rank = arrival;
+    info.run_id = run_id_;
     node_count_ = info.node_count;
     place_workers(rp, &info);
     return info;
@@ -229,6 +235,32 @@ class StoreRendezvous : public Rendezvous {
     }
   }
 
+  // Node 0 says whose rendezvous this is; the others check it is their job's before joining a round.
+  void agree_on_job() {
+    if (is_host_) {
+      run_id_ = options_.run_id;
+      guarded([&] {
+        store_->set(kJobKey, bytes(run_id_));
+        return 0;
+      });
+      return;
+    }
+    const auto start = Clock::now();
+    while (!guarded([&] { return store_->check({kJobKey}); })) {
+      if (seconds_since(start) >= options_.join_timeout) {
+        throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) + " waiting for " +
+                              where() + " to say which job it belongs to");
+      }
+      pause_or_interrupt();
+    }
+    run_id_ = guarded([&] { return text(store_->get(kJobKey)); });
+    if (options_.rdzv_id != "none" && run_id_ != options_.rdzv_id) {
+      throw RendezvousError("the store at " + options_.endpoint.str() + " belongs to job '" + run_id_ +
+                            "', not to this node's job '" + options_.rdzv_id +
+                            "' (--rdzv-id): two jobs share one rendezvous endpoint; give each its own");
+    }
+  }
+
   // Node 0: waits for the others and closes the round; returns the node count.
   int host_close_round(const std::string& rp) {
     const auto start = Clock::now();
@@ -313,6 +345,7 @@ class StoreRendezvous : public Rendezvous {
   }
 
   const LaunchOptions& options_;
+  std::string run_id_;  // the job's, as node 0 published it
   std::string prefix_;
   c10::intrusive_ptr<c10d::TCPStore> store_;
   bool is_host_ = false;
@@ -322,6 +355,17 @@ class StoreRendezvous : public Rendezvous {
 }  // namespace
 
 std::unique_ptr<Rendezvous> make_rendezvous(const LaunchOptions& options) {
+  // An unknown host is named at once, not after the join timeout (or by every worker in turn).
+  const bool static_local = options.nnodes.max <= 1 && options.rdzv_backend == "static";
+  const std::string flag = options.rdzv_endpoint.empty() ? "--master-addr" : "--rdzv-endpoint";
+  const std::string host = static_local ? options.master_addr : options.endpoint.host;
+  if (!host.empty()) {
+    const std::string why = resolve_error(host);
+    if (!why.empty()) {
+      throw RendezvousError(flag + " " + (flag == "--master-addr" ? options.master_addr : options.rdzv_endpoint) +
+                            ": cannot resolve host " + host + " (" + why + ")");
+    }
+  }
   if (options.nnodes.max <= 1) return std::make_unique<LocalRendezvous>(options);
   return std::make_unique<StoreRendezvous>(options);
 }

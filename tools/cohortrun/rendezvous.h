@@ -1,9 +1,11 @@
 // How the nodes of a job find each other and agree, round by round (round N = restart N).
 //
 // Protocol (keys under cohortrun/<rdzv-id>/<round>/ in a c10d TCPStore hosted by node 0):
+//  0. The endpoint's host must resolve (else one line at once, not a join timeout).
 //  1. Node 0 hosts the store: with c10d, the node whose address the endpoint host resolves to (the
 //     first to bind the port when several do); with static, --node-rank 0. Others connect, retrying
-//     until the join timeout.
+//     until the join timeout. Node 0 publishes its job's run id at `cohortrun-job` (its --rdzv-id,
+//     or a fresh one); a node whose --rdzv-id differs is refused naming both, one without adopts it.
 //  2. Each other node adds 1 to `joined`; the value is its arrival number (static: it claims
 //     `rank/<R>` instead). Node 0 closes the round when --nnodes arrived (or MIN did and last_call
 //     passed) by writing `master` (MASTER_ADDR and a free MASTER_PORT for the workers) and `closed`
@@ -46,6 +48,7 @@ struct RoundInfo {
   int world_size = 1;
   std::string master_addr;
   int master_port = 0;
+  std::string run_id;  // the job's identity for its workers (TORCHELASTIC_RUN_ID)
 };
 
 class Rendezvous {
@@ -68,6 +71,7 @@ class Rendezvous {
 };
 
 /// A store-based rendezvous when --nnodes allows more than one node, else a local one (no store).
+/// Throws RendezvousError when the rendezvous host (or --master-addr) does not resolve.
 std::unique_ptr<Rendezvous> make_rendezvous(const LaunchOptions& options);
 
 }  // namespace cohort::detail::launch

@@ -128,7 +128,12 @@ class Attempt {
     stopping_ = true;
     stop_deadline_ = Clock::now() + std::chrono::milliseconds(
                                         static_cast<long>(spec_.options->stop_timeout * 1000));
-    for (auto& slot : slots_) slot->process->signal_group(sig);
+    for (auto& slot : slots_) {
+      slot->process->signal_group(sig);
+      // A stopped worker (SIGSTOP, Ctrl-Z, a debugger's halt) acts on the signal only once it runs
+      // again; without this it would sit out the whole --stop-timeout before SIGKILL.
+      slot->process->signal_group(SIGCONT);
+    }
   }
 
   void kill_all() {

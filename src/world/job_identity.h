@@ -1,0 +1,36 @@
+// Which job a process belongs to, proved at the rendezvous. Two jobs that meet at one
+// MASTER_ADDR:MASTER_PORT (two launches on the default port 29500) must refuse each other, never form
+// one world of strangers. The run id is the launcher's (LaunchEnv::run_id: TORCHELASTIC_RUN_ID, which
+// cohortrun always sets, or the Slurm/MPI job id). The store's host publishes it before any rank
+// announces itself, every other rank compares before it does, and the control plane checks it again on
+// each connection (comm/control_plane.h), so a stranger never takes part in a collective.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace cohort::detail {
+
+/// What check_same_job needs to know about this rank and its rendezvous.
+struct JobCheck {
+  std::string run_id;  // this rank's job (may be empty: no launcher named it)
+  /// kPublish: the rank hosting the store (rank 0) says whose it is. kCompare: the other ranks read
+  /// that and compare. kFirstPublishes: the launcher hosts the store (torchrun's agent store), so the
+  /// first rank to arrive publishes and every later one compares.
+  enum class Role { kPublish, kCompare, kFirstPublishes } role = Role::kCompare;
+  std::string where;  // "HOST:PORT", for messages
+  std::chrono::milliseconds timeout{300000};
+};
+
+/// Publishes or compares this rank's run id in `store` (before anything else is written there).
+/// Throws cohort::Error naming both jobs when the store belongs to another job, and on timeout.
+void check_same_job(c10d::Store& store, const JobCheck& check);
+
+/// The run id published in the store that listens at host:port, read within `timeout` (a port in use:
+/// whose is it?). nullopt when nothing answers as a cohort store in time. Never throws.
+std::optional<std::string> job_listening_at(const std::string& host, int port, std::chrono::milliseconds timeout);
+
+}  // namespace cohort::detail

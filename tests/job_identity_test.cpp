@@ -1,0 +1,139 @@
+// Job identity (issue 17, item 2): the run id each launcher gives (LaunchEnv::run_id), its check at
+// the TCPStore rendezvous (a rank of another job is refused naming both jobs, a port in use names the
+// job that holds it, an unknown MASTER_ADDR is named at once) and on the control plane's handshake.
+// Ranks are threads of this process; every store and socket is on 127.0.0.1.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <future>
+#include <thread>
+
+#include "comm/control_plane.h"
+#include "support/errors.h"
+#include "support/multiproc.h"
+#include "world/launch_env.h"
+#include "world/rendezvous.h"
+
+using ::testing::HasSubstr;
+using namespace cohort::detail;
+using cohort::testing::error_of;
+using namespace std::chrono_literals;
+
+namespace {
+
+RendezvousConfig rank_config(int port, int rank, const std::string& run_id) {
+  RendezvousConfig config{"127.0.0.1", port, rank, 2, std::chrono::milliseconds(3000)};
+  config.run_id = run_id;
+  return config;
+}
+
+}  // namespace
+
+TEST(JobIdentity, LaunchersNameTheJob) {
+  const EnvMap torchrun = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}};
+  EnvMap named = torchrun;
+  named["TORCHELASTIC_RUN_ID"] = "3f2a";
+  EXPECT_EQ(detect_launch_env(named).run_id, "3f2a");
+  named["TORCHELASTIC_RUN_ID"] = "none";  // torchrun's default names nothing
+  EXPECT_EQ(detect_launch_env(named).run_id, "");
+  named["SLURM_JOB_ID"] = "77";
+  named["SLURM_STEP_ID"] = "2";  // torchrun inside an srun step: the step names the job
+  EXPECT_EQ(detect_launch_env(named).run_id, "slurm-77.2");
+  EXPECT_EQ(detect_launch_env(torchrun).run_id, "");
+  const EnvMap srun = {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "0"},
+                       {"SLURM_JOB_ID", "4242"}, {"SLURM_NODELIST", "n1"}};
+  EXPECT_EQ(detect_launch_env(srun).run_id, "slurm-4242.0");
+  const EnvMap ompi = {{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                       {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"OMPI_MCA_ess_base_jobid", "12345"}};
+  EXPECT_EQ(detect_launch_env(ompi).run_id, "openmpi-12345");
+}
+
+TEST(JobIdentity, RankOfTheSameJobJoins) {
+  const int port = cohort::testing::free_port();
+  auto host = connect_store(rank_config(port, 0, "job-a"));
+  auto peer = std::async(std::launch::async, [&] {
+    auto store = connect_store(rank_config(port, 1, "job-a"));
+    wait_for_all_ranks(*store, rank_config(port, 1, "job-a"));
+  });
+  wait_for_all_ranks(*host, rank_config(port, 0, "job-a"));
+  peer.get();
+}
+
+TEST(JobIdentity, RankOfAnotherJobIsRefusedNamingBothJobs) {
+  const int port = cohort::testing::free_port();
+  auto host = connect_store(rank_config(port, 0, "job-a"));
+  const std::string message = error_of([&] { connect_store(rank_config(port, 1, "job-b")); });
+  EXPECT_THAT(message, HasSubstr("rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                 " belongs to job 'job-a', not to this rank's job 'job-b': two jobs were started "
+                                 "on one MASTER_ADDR:MASTER_PORT; give each job its own port (cohortrun "
+                                 "--master-port, or --standalone)"));
+  // The stranger announced nothing in the other job's store.
+  EXPECT_FALSE(host->check({"cohort/arrived/1"}));
+}
+
+TEST(JobIdentity, AgentStoreFirstRankPublishesOthersCompare) {
+  const int port = cohort::testing::free_port();
+  c10d::TCPStoreOptions options;
+  options.port = uint16_t(port);
+  options.isServer = true;
+  options.waitWorkers = false;
+  c10d::TCPStore agent("127.0.0.1", options);  // torchrun's agent store
+  RendezvousConfig first = rank_config(port, 1, "job-a"), stranger = rank_config(port, 0, "job-b");
+  first.rank0_hosts = stranger.rank0_hosts = false;
+  connect_store(first);
+  EXPECT_THAT(error_of([&] { connect_store(stranger); }),
+              HasSubstr("belongs to job 'job-a', not to this rank's job 'job-b'"));
+}
+
+TEST(JobIdentity, PortInUseNamesTheJobHoldingIt) {
+  const int port = cohort::testing::free_port();
+  auto holder = connect_store(rank_config(port, 0, "job-a"));
+  EXPECT_THAT(error_of([&] { connect_store(rank_config(port, 0, "job-b")); }),
+              HasSubstr("MASTER_PORT=" + std::to_string(port) + " is already in use on rank 0 (127.0.0.1) by "
+                        "job 'job-a' (this is job 'job-b'): choose another port, or launch with cohortrun "
+                        "--standalone which picks a free one"));
+}
+
+TEST(JobIdentity, UnresolvableMasterAddrIsNamedAtOnce) {
+  RendezvousConfig config = rank_config(cohort::testing::free_port(), 1, "job-a");
+  config.master_addr = "no.such.host.invalid";
+  config.timeout = std::chrono::milliseconds(10000);  // the old code retried this long, then blamed rank 0
+  const std::string message = error_of([&] { connect_store(config); });
+  EXPECT_THAT(message, HasSubstr("MASTER_ADDR=no.such.host.invalid does not resolve ("));
+  EXPECT_THAT(message, HasSubstr("): rank 1 cannot find the rendezvous; export rank 0's host name or address"));
+}
+
+TEST(JobIdentity, ControlPlaneRefusesAPeerOfAnotherJob) {
+  c10d::HashStore store;
+  const auto plane = [&](int rank, const std::string& run_id) {
+    return std::async(std::launch::async, [&store, rank, run_id] {
+      return error_of([&] {
+        ControlPlane cp(store, ControlPlaneConfig{"t", rank, 2, "127.0.0.1", 5000ms, run_id});
+      });
+    });
+  };
+  auto zero = plane(0, "job-a"), one = plane(1, "job-b");
+  const std::string hint = ": two jobs share one rendezvous (MASTER_ADDR:MASTER_PORT); give each job its own port";
+  EXPECT_THAT(zero.get(), HasSubstr("control plane: rank 0 of job 'job-a' was dialled by rank 1 of job 'job-b'" +
+                                    hint));
+  const std::string dialler = one.get();
+  EXPECT_THAT(dialler, HasSubstr("control plane: rank 1 of job 'job-b' dialled rank 0 at 127.0.0.1:"));
+  EXPECT_THAT(dialler, HasSubstr(" and found job 'job-a'" + hint));
+}
+
+TEST(JobIdentity, ControlPlaneConnectsPeersOfOneJob) {
+  c10d::HashStore store;
+  auto one = std::async(std::launch::async, [&] {
+    ControlPlane cp(store, ControlPlaneConfig{"t", 1, 2, "127.0.0.1", 5000ms, ""});
+    AgreeResult result;
+    return cp.agree(0, 7, Clock::now() + 5s, result).has_value();
+  });
+  ControlPlane cp(store, ControlPlaneConfig{"t", 0, 2, "127.0.0.1", 5000ms, ""});
+  AgreeResult result;
+  EXPECT_FALSE(cp.agree(0, 7, Clock::now() + 5s, result).has_value());
+  EXPECT_FALSE(one.get());
+  EXPECT_TRUE(result.agreed());
+}
