@@ -22,5 +22,6 @@ if [ "${COHORT_TORCH2:-1}" != 0 ]; then
   # The benchmarks are measured by hand (docs/BENCHMARKS.md); the second build skips them to save CI time.
   COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build" \
     -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF
-  (cd build-torch2 && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
+  # Launcher logic does not change with LibTorch: 4 pairs of jobs on one port here, 20 in the first build.
+  (cd build-torch2 && COHORT_TEST_JOB_PAIRS=4 ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
 fi
