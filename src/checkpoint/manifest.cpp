@@ -3,8 +3,11 @@
 #include "checkpoint/manifest.h"
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "cohort/error.h"
 
@@ -42,12 +45,50 @@ json record_to_json(const TensorRecord& r) {
           {"shape", r.shape}, {"flat_numel", r.flat_numel}, {"pieces", pieces}};
 }
 
+// `value` as a T when it is a JSON integer that T holds. nlohmann's get<int>() would convert a float
+// such as 7e36 with a cast whose result is undefined (found by manifest_fuzz).
+template <typename T>
+std::optional<T> exact_integer(const json& value) {
+  using Limits = std::numeric_limits<T>;
+  if (value.is_number_unsigned()) {
+    const uint64_t u = value.get<uint64_t>();
+    if (u <= static_cast<uint64_t>(Limits::max())) return static_cast<T>(u);
+  } else if (value.is_number_integer()) {
+    const int64_t i = value.get<int64_t>();
+    const bool fits = std::is_signed_v<T> ? i >= static_cast<int64_t>(Limits::min()) &&
+                                                i <= static_cast<int64_t>(Limits::max())
+                                          : i >= 0 && static_cast<uint64_t>(i) <= static_cast<uint64_t>(Limits::max());
+    if (fits) return static_cast<T>(i);
+  }
+  return std::nullopt;
+}
+
+struct WrongType {};
+
+// `value` as a T, or WrongType / json::exception.
+template <typename T>
+T typed(const json& value) {
+  if constexpr (std::is_integral_v<T>) {
+    if (const auto integer = exact_integer<T>(value)) return *integer;
+    throw WrongType{};
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    if (!value.is_array()) throw WrongType{};
+    T out;
+    for (const json& item : value) out.push_back(typed<int64_t>(item));
+    return out;
+  } else {
+    return value.get<T>();
+  }
+}
+
 // Typed access that turns a missing key or a wrong type into "'<path>' is missing/not a <type>".
 template <typename T>
 T field(const json& object, const char* key, const std::string& where) {
   COHORT_CHECK(object.is_object() && object.contains(key), where, ": '", key, "' is missing");
   try {
-    return object.at(key).get<T>();
+    return typed<T>(object.at(key));
+  } catch (const WrongType&) {
+    throw Error(where + ": '" + key + "' is not an integer of its range (" + object.at(key).dump() + ")");
   } catch (const json::exception&) {
     throw Error(where + ": '" + key + "' has the wrong type (" + object.at(key).dump() + ")");
   }
