@@ -130,11 +130,11 @@ World init(const InitOptions& options) {
                  "master port ", launch.master_port, " is out of range 1..65535");
     world.master_addr_ = launch.master_addr;
     world.master_port_ = launch.master_port;
-    detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size, timeout};
-    // torchrun's static rendezvous hosts the store itself and says so; it keeps it across restarts,
-    // so each restart's keys get their own prefix.
-    rdzv.rank0_hosts = !launch.agent_store;
-    rdzv.run_id = config.run_id = launch.run_id;
+    // torchrun's static rendezvous hosts the store itself and says so (agent_store); it keeps it
+    // across restarts, so each restart's keys get their own prefix.
+    const detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size,
+                                        timeout,            !launch.agent_store, launch.run_id};
+    config.run_id = launch.run_id;
     config.store = options.store() ? options.store() : detail::connect_store(rdzv);
     if (launch.restart_count)
       config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),

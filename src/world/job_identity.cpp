@@ -4,6 +4,9 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <future>
+#include <memory>
+#include <thread>
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
@@ -71,17 +74,26 @@ void check_same_job(c10d::Store& store, const JobCheck& check) {
 
 std::optional<std::string> job_listening_at(const std::string& host, int port,
                                             std::chrono::milliseconds timeout) {
-  try {
-    c10d::TCPStoreOptions options;
-    options.port = uint16_t(port);
-    options.isServer = false;
-    options.waitWorkers = false;
-    options.timeout = timeout;
-    c10d::TCPStore store(host, options);
-    return read_published(store, timeout).run_id;
-  } catch (const std::exception&) {
-    return std::nullopt;  // not a cohort store, or gone: the caller says "in use" without naming a job
-  }
+  // A listener that never answers (a plain socket holding the port) blocks LibTorch 2.x's TCPStore
+  // client in its handshake without a timeout, so the probe runs on a thread of its own that is left
+  // behind if it does not answer in time (it holds only copies and ends with the process).
+  auto answer = std::make_shared<std::promise<std::optional<std::string>>>();
+  auto future = answer->get_future();
+  std::thread([answer, host, port, timeout] {
+    try {
+      c10d::TCPStoreOptions options;
+      options.port = uint16_t(port);
+      options.isServer = false;
+      options.waitWorkers = false;
+      options.timeout = timeout;
+      c10d::TCPStore store(host, options);
+      answer->set_value(read_published(store, timeout).run_id);
+    } catch (const std::exception&) {
+      answer->set_value(std::nullopt);  // not a cohort store, or gone: "in use" without naming a job
+    }
+  }).detach();
+  if (future.wait_for(timeout + std::chrono::milliseconds(500)) != std::future_status::ready) return std::nullopt;
+  return future.get();
 }
 
 }  // namespace cohort::detail
