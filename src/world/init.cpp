@@ -32,11 +32,7 @@ std::chrono::milliseconds resolve_timeout(const InitOptions& options) {
 
 // COHORT_SHM=0 keeps CPU collectives on Gloo even when every rank is on this host.
 bool shm_enabled() {
-  const char* raw = std::getenv("COHORT_SHM");
-  if (raw == nullptr || *raw == '\0') return true;
-  const std::string value(raw);
-  COHORT_CHECK(value == "0" || value == "1", "COHORT_SHM=", value, " must be 0 (Gloo only) or 1 (default)");
-  return value == "1";
+  return env_integer({"COHORT_SHM", 0, 1, "a switch (0: Gloo only, 1: shared memory, the default)"}, 1) == 1;
 }
 
 // COHORT_SHM_BYTES: the shared-memory transport's chunk, in bytes per rank (rounded up to 4 KiB).

@@ -144,7 +144,8 @@ TEST(Shm, BadSettingsAreRejected) {
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "1", 1);
   const std::vector<std::array<const char*, 3>> cases = {
-      {"COHORT_SHM", "yes", "COHORT_SHM=yes must be 0 (Gloo only) or 1 (default)"},
+      {"COHORT_SHM", "yes", "COHORT_SHM=yes is not a switch (0: Gloo only, 1: shared memory, the default) from 0 to 1"},
+      {"COHORT_SHM", "2", "COHORT_SHM=2 is not a switch (0: Gloo only, 1: shared memory, the default) from 0 to 1"},
       {"COHORT_SHM_BYTES", "lots", "COHORT_SHM_BYTES=lots is not a number of bytes from 1 to 1073741824"}};
   for (const auto& [name, value, message] : cases) {
     setenv(name, value, 1);
