@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "cohortrun_command.h"
 #include "cohortrun_test_paths.h"
 #include "launch_helpers.h"
 #include "support/multiproc.h"
@@ -17,11 +18,6 @@ using namespace cohort::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<std::string> cohortrun(std::vector<std::string> args) {
-  args.insert(args.begin(), COHORTRUN_PATH);
-  return args;
-}
 
 struct Reported {
   int size = 0;

@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 
+#include "cohortrun_command.h"
 #include "cohortrun_test_paths.h"
 #include "launch_helpers.h"
 #include "support/multiproc.h"
@@ -20,11 +21,6 @@ using namespace cohort::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<std::string> cohortrun(std::vector<std::string> args) {
-  args.insert(args.begin(), COHORTRUN_PATH);
-  return args;
-}
 
 // rank -> the sum its "[rankN]: RESULT rank=R size=W sum=S restart=N" line reports (size must be 2).
 std::map<int, double> sums(const std::string& out) {

@@ -18,6 +18,7 @@
 #include "cohortrun/output.h"
 #include "cohortrun/summary.h"
 #include "cohortrun/worker_env.h"
+#include "cohortrun_command.h"
 #include "cohortrun_test_paths.h"
 #include "launch_helpers.h"
 #include "support/multiproc.h"
@@ -34,11 +35,6 @@ const std::vector<std::string> kTorchrunVariables = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID"};
-
-std::vector<std::string> cohortrun(std::vector<std::string> args) {
-  args.insert(args.begin(), COHORTRUN_PATH);
-  return args;
-}
 
 // A temporary directory for pid files, removed at the end of the test.
 struct TempDir {
