@@ -60,6 +60,11 @@ Schedule interleaved_1f1b(int ranks, int stages_per_rank, int microbatches);
 /// name or a count below 1 throws cohort::Error naming the option and the accepted values.
 Schedule make_schedule(const std::string& name, int ranks, int microbatches, int stages_per_rank = 1);
 
+/// Adds the sends and receives between stages on different ranks to a schedule of forwards and
+/// backwards only (torch's "compute_only" CSV): each receive right before the compute that consumes
+/// it, each send right after the compute that produced it. The builders above return schedules so.
+Schedule add_transfers(const Schedule& compute_only);
+
 /// Where a schedule goes wrong: the action at actions[rank][index] and why.
 struct ScheduleProblem {
   int rank = 0;
