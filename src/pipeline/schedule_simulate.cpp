@@ -110,8 +110,8 @@ std::optional<std::string> why_stuck(const Schedule& schedule, const ScheduleRun
     if (from >= static_cast<int>(run.stuck_at.size()) || run.stuck_at[from] < 0)
       return what + ", which rank " + std::to_string(from) + " never issues";
     int there = run.stuck_at[from];
-    return what + " from rank " + std::to_string(from) + ", which waits at " +
-           to_string(schedule.actions[from][there]) + " (index " + std::to_string(there) + ")";
+    return what + " from rank " + std::to_string(from) + ", which waits at its action " + std::to_string(there) +
+         " (" + to_string(schedule.actions[from][there]) + ")";
   }
   return std::nullopt;
 }
