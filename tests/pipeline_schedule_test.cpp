@@ -18,6 +18,10 @@
 #include "support/python.h"
 
 namespace cohort::pipeline {
+
+// gtest prints actions in the notation (found by argument-dependent lookup: outside the anonymous namespace).
+void PrintTo(const Action& action, std::ostream* out) { *out << to_string(action); }
+
 namespace {
 
 using ::testing::HasSubstr;
