@@ -151,7 +151,7 @@ Schedule make_schedule(const std::string& name, int ranks, int microbatches, int
   if (name == "gpipe") return gpipe(ranks, microbatches);
   if (name == "1f1b") return one_f_one_b(ranks, microbatches);
   if (name == "interleaved") return interleaved_1f1b(ranks, stages_per_rank, microbatches);
-  throw Error("pipeline schedule=" + detail::printable(name) + " is not one of gpipe, 1f1b, interleaved");
+  throw Error("pipeline schedule=" + cohort::detail::printable(name) + " is not one of gpipe, 1f1b, interleaved");
 }
 
 }  // namespace pipeline

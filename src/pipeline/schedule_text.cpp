@@ -35,7 +35,7 @@ const char* kind_name(ActionKind kind) {
 }
 
 [[noreturn]] void bad_action(const std::string& text, const std::string& why) {
-  throw Error("pipeline action '" + detail::printable(text) + "' " + why);
+  throw Error("pipeline action '" + cohort::detail::printable(text) + "' " + why);
 }
 
 size_t digits_from(const std::string& text, size_t at) {
