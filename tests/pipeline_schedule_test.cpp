@@ -111,9 +111,10 @@ TEST(PipelineSchedule, BubbleIsPMinusOneOverMPlusPMinusOneForGPipeAnd1F1B) {
         Simulation run = simulate(schedule, equal);
         EXPECT_EQ(run.bubble_fraction, expected) << schedule.name << " p=" << p << " m=" << m;
         EXPECT_EQ(run.makespan, 2.0 * (m + p - 1)) << schedule.name << " p=" << p << " m=" << m;
+        // A backward twice a forward (the default costs) stretches every step alike: the same fraction.
+        EXPECT_EQ(simulate(schedule).bubble_fraction, expected) << schedule.name << " p=" << p << " m=" << m;
       }
     }
-  // A backward twice a forward (the default costs) stretches every step alike: the same fraction.
   EXPECT_EQ(simulate(one_f_one_b(4, 8)).bubble_fraction, 3.0 / 11.0);
   EXPECT_EQ(simulate(one_f_one_b(4, 8)).makespan, 3.0 * 11.0);
 }
@@ -123,8 +124,9 @@ TEST(PipelineSchedule, InterleavedBubbleIsPMinusOneOverVMPlusPMinusOneAndBelow1F
   for (int p = 2; p <= 4; ++p)
     for (int v = 2; v <= 3; ++v)
       for (int m = p; m <= 8; m += p) {  // Megatron-LM's condition: m a multiple of p
-        Simulation run = simulate(interleaved_1f1b(p, v, m), equal);
-        EXPECT_EQ(run.bubble_fraction, double(p - 1) / double(v * m + p - 1)) << "p=" << p << " v=" << v << " m=" << m;
+        const double expected = double(p - 1) / double(v * m + p - 1);
+        EXPECT_EQ(simulate(interleaved_1f1b(p, v, m), equal).bubble_fraction, expected) << "p=" << p << " v=" << v << " m=" << m;
+        EXPECT_EQ(simulate(interleaved_1f1b(p, v, m)).bubble_fraction, expected) << "p=" << p << " v=" << v << " m=" << m;
       }
   for (int p = 2; p <= 4; ++p)
     for (int m = 1; m <= 8; ++m)
