@@ -60,8 +60,10 @@ uint64_t Fingerprint::hash(uint64_t seq) const {
   for (int64_t d : shape) h.add(uint64_t(d));
   h.add(p2p ? 0 : uint64_t(int64_t(root)));
   h.add(uint64_t(count));
-  h.add(label.size());
-  for (char c : label) h.add(uint64_t(uint8_t(c)));
+  if (!p2p) {  // a send's label is its sender thread's; the receiver need not share it
+    h.add(label.size());
+    for (char c : label) h.add(uint64_t(uint8_t(c)));
+  }
   return h.state;
 }
 
