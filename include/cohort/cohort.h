@@ -7,6 +7,7 @@
 #include "cohort/data.h"
 #include "cohort/ddp.h"
 #include "cohort/error.h"
+#include "cohort/horovod.h"
 #include "cohort/mesh.h"
 #include "cohort/number.h"
 #include "cohort/sampler.h"

@@ -29,9 +29,15 @@ torch::Tensor Comm::allgather_v(const torch::Tensor& tensor) {
 namespace detail {
 
 std::vector<torch::Tensor> allgather_ragged(Comm& comm, const torch::Tensor& tensor) {
+  RaggedGather gather = allgather_ragged_async(comm, tensor);
+  gather.work.wait();
+  return gather.parts();
+}
+
+RaggedGather allgather_ragged_async(Comm& comm, const torch::Tensor& tensor) {
   COHORT_CHECK(tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
                tensor.defined() ? tensor.dim() : 0);
-  if (comm.size() == 1) return {tensor};
+  if (comm.size() == 1) return {Work(), [tensor] { return std::vector<torch::Tensor>{tensor}; }};
   torch::Tensor rows = comm.allgather(torch::tensor({tensor.size(0)}, torch::kLong)).view(-1);
   // At least one row, so the agreed allgather never moves an empty tensor.
   const int64_t longest = std::max<int64_t>(rows.max().item<int64_t>(), 1);
@@ -39,10 +45,16 @@ std::vector<torch::Tensor> allgather_ragged(Comm& comm, const torch::Tensor& ten
   shape[0] = longest - tensor.size(0);
   // Pad to the longest rank so one agreed allgather (trailing dims and dtype checked) moves it all.
   torch::Tensor padded = shape[0] == 0 ? tensor : torch::cat({tensor, torch::zeros(shape, tensor.options())});
-  torch::Tensor gathered = comm.allgather(padded);
-  std::vector<torch::Tensor> parts;
-  for (int r = 0; r < comm.size(); ++r) parts.push_back(gathered[r].narrow(0, 0, rows[r].item<int64_t>()));
-  return parts;
+  shape[0] = longest;
+  shape.insert(shape.begin(), comm.size());
+  torch::Tensor gathered = torch::empty(shape, tensor.options());
+  Work work = comm.allgather_async(gathered, padded);
+  return {work, [gathered, rows] {
+            std::vector<torch::Tensor> parts;
+            for (int64_t r = 0; r < gathered.size(0); ++r)
+              parts.push_back(gathered[r].narrow(0, 0, rows[r].item<int64_t>()));
+            return parts;
+          }};
 }
 
 }  // namespace detail

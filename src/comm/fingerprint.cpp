@@ -60,6 +60,10 @@ uint64_t Fingerprint::hash(uint64_t seq) const {
   for (int64_t d : shape) h.add(uint64_t(d));
   h.add(p2p ? 0 : uint64_t(int64_t(root)));
   h.add(uint64_t(count));
+  if (!p2p) {  // a send's label is its sender thread's; the receiver need not share it
+    h.add(label.size());
+    for (char c : label) h.add(uint64_t(uint8_t(c)));
+  }
   return h.state;
 }
 
@@ -74,6 +78,7 @@ std::string Fingerprint::describe() const {
     out << " " << tensor_text();
     if (count > 1) out << " (" << count << " tensors fused)";
   }
+  if (!label.empty()) out << " '" << label << "'";
   return out.str();
 }
 

@@ -23,11 +23,13 @@ struct Fingerprint {
   std::vector<int64_t> shape;
   int root = -1;   // broadcast root, or the peer of a send/recv
   int count = 1;   // tensors fused into this collective
+  std::string label;  // the caller's name for it (comm/op_label.h), or ""
 
   /// FNV-1a over the fields that must match (a send matches the peer's recv) and `seq`.
   uint64_t hash(uint64_t seq) const;
   /// "allreduce(sum) float32 [3]", "broadcast(root 0) float32 [2, 2]", "send to 1 int64 [5]"; a
-  /// negative dimension (one that may differ between ranks, as in uneven alltoall) prints as "*".
+  /// negative dimension (one that may differ between ranks, as in uneven alltoall) prints as "*"; a
+  /// label follows in quotes: "allreduce(avg) float32 [3] 'fc1.weight'".
   std::string describe() const;
   /// "float32 [2, 3]": the dtype and shape part of describe().
   std::string tensor_text() const;

@@ -5,6 +5,7 @@
 #include <torch/types.h>
 
 #include "comm/comm_impl.h"
+#include "comm/op_label.h"
 
 namespace cohort::detail {
 
@@ -24,6 +25,7 @@ inline std::shared_ptr<PendingOp> make_op(OpKind kind, const torch::Tensor& tens
     op->fingerprint.shape = tensor.sizes().vec();
   }
   op->fingerprint.root = root;
+  op->fingerprint.label = current_op_label();
   op->device_completion = tensor.defined() && tensor.is_cuda();
   return op;
 }

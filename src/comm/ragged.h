@@ -5,6 +5,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <vector>
 
 #include "cohort/comm.h"
@@ -13,5 +14,13 @@ namespace cohort::detail {
 
 /// Every rank's `tensor`, in rank order (a world of one: {tensor}). Collective.
 std::vector<torch::Tensor> allgather_ragged(Comm& comm, const torch::Tensor& tensor);
+
+/// The same in two halves: the row counts are exchanged in the call (it returns once every rank made
+/// it), the rows move in the background; parts() gives every rank's tensor once work finished.
+struct RaggedGather {
+  Work work;
+  std::function<std::vector<torch::Tensor>()> parts;
+};
+RaggedGather allgather_ragged_async(Comm& comm, const torch::Tensor& tensor);
 
 }  // namespace cohort::detail

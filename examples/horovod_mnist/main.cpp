@@ -1,0 +1,156 @@
+// horovod_mnist: Horovod's PyTorch MNIST example (examples/pytorch/pytorch_mnist.py) in C++ with
+// cohort::hvd, on Fashion-MNIST: hvd::init(), a DistributedSampler shard per rank, the learning rate
+// scaled by hvd::size(), broadcast_parameters / broadcast_optimizer_state from rank 0, the
+// DistributedOptimizer (optionally fp16-compressed) and metric_average by allreduce. Runs under
+// mpirun, srun, cohortrun/torchrun or alone. Differences from the Python original: Fashion-MNIST and
+// cohort's CNN (models/fashion_mnist_net.h) instead of MNIST and its small net, momentum 0.9, a log line
+// every 100 batches (docs/horovod.md).
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cohort/data.h>
+#include <cohort/horovod.h>
+#include <cohort/number.h>
+#include <cohort/sampler.h>
+
+#include <cstdio>
+
+#include "models/fashion_mnist_net.h"
+
+namespace hvd = cohort::hvd;
+
+namespace {
+
+struct Args {
+  int64_t batch_size = 64, test_batch_size = 1000, epochs = 2, seed = 42, log_interval = 100, threads = 1;
+  double lr = 0.01, momentum = 0.9, gradient_predivide_factor = 1.0;
+  bool fp16_allreduce = false;
+  std::string data_dir = cohort::data::kFashionMnistDir;
+};
+
+// Horovod's metric_average: the mean of a number over ranks, by allreduce (Average) under a name.
+double metric_average(double value, const std::string& name) {
+  return hvd::allreduce(torch::tensor({value}, torch::kDouble), name).item<double>();
+}
+
+void train_epoch(int64_t epoch, const Args& args, fashion_mnist::Net& model, hvd::DistributedOptimizer& optimizer,
+                 cohort::DistributedSampler& sampler, const cohort::data::FashionMnist& data) {
+  model->train();
+  sampler.set_epoch(epoch);  // a new shuffle per epoch, the same on every rank
+  const auto batches = sampler.batch_tensors(args.batch_size);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    optimizer.zero_grad();
+    auto output = model->forward(data.images.index_select(0, batches[i]));
+    auto loss = torch::nn::functional::cross_entropy(output, data.labels.index_select(0, batches[i]));
+    loss.backward();   // each gradient's allreduce starts here, as its hook fires
+    optimizer.step();  // waits for them, then SGD
+    if (hvd::rank() == 0 && i % args.log_interval == 0) {
+      std::printf("Train Epoch: %lld [%lld/%lld (%.0f%%)]\tLoss: %.6f\n", (long long)epoch,
+                  (long long)(i * args.batch_size), (long long)sampler.size(), 100.0 * double(i) / double(batches.size()),
+                  loss.item<double>());
+      std::fflush(stdout);
+    }
+  }
+}
+
+double test(const Args& args, fashion_mnist::Net& model, const cohort::data::FashionMnist& data) {
+  model->eval();
+  torch::NoGradGuard no_grad;
+  // Every test image exactly once over the ranks; each rank averages its share.
+  cohort::DistributedSampler sampler(data.images.size(0), cohort::SamplerOptions().shuffle(false).exact_split(true));
+  double loss_sum = 0, correct = 0;
+  for (const auto& batch : sampler.batch_tensors(args.test_batch_size)) {
+    auto output = model->forward(data.images.index_select(0, batch));
+    auto labels = data.labels.index_select(0, batch);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    output, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += output.argmax(1).eq(labels).sum().item<double>();
+  }
+  const double test_loss = metric_average(loss_sum / double(sampler.size()), "avg_loss");
+  const double test_accuracy = metric_average(correct / double(sampler.size()), "avg_accuracy");
+  if (hvd::rank() == 0)
+    std::printf("\nTest set: Average loss: %.4f, Accuracy: %.2f%%\n\n", test_loss, 100.0 * test_accuracy);
+  std::fflush(stdout);
+  return test_accuracy;
+}
+
+void run(const Args& args) {
+  hvd::init();
+  torch::manual_seed(args.seed);
+  torch::set_num_threads(int(args.threads));  // as the original: one thread per rank on CPU
+  const auto train_data = cohort::data::load_fashion_mnist(args.data_dir, cohort::data::Split::kTrain);
+  const auto test_data = cohort::data::load_fashion_mnist(args.data_dir, cohort::data::Split::kTest);
+  cohort::DistributedSampler train_sampler(
+      train_data.images.size(0),
+      cohort::SamplerOptions().num_replicas(hvd::size()).rank(hvd::rank()).shuffle(true).seed(args.seed));
+  fashion_mnist::Net model;
+  // The learning rate grows with the number of ranks (the global batch grows with it).
+  auto sgd = std::make_shared<torch::optim::SGD>(
+      model->parameters(), torch::optim::SGDOptions(args.lr * hvd::size()).momentum(args.momentum));
+  // Every rank starts from rank 0's weights and optimizer state.
+  hvd::broadcast_parameters(model->named_parameters(), 0);
+  hvd::broadcast_optimizer_state(*sgd, 0);
+  hvd::DistributedOptimizer optimizer(
+      sgd, model->named_parameters(),
+      hvd::DistributedOptimizer::Options()
+          .compression(args.fp16_allreduce ? hvd::Compression::fp16 : hvd::Compression::none)
+          .op(hvd::Average)
+          .gradient_predivide_factor(args.gradient_predivide_factor));
+  for (int64_t epoch = 1; epoch <= args.epochs; ++epoch) {
+    train_epoch(epoch, args, model, optimizer, train_sampler, train_data);
+    test(args, model, test_data);
+  }
+}
+
+template <typename Int>
+void add_integer(CLI::App& app, const cohort::IntegerRange& range, Int& target, const std::string& help) {
+  app.add_option_function<std::string>(
+         range.name, [&target, range](const std::string& text) { target = Int(cohort::parse_integer(text, range)); },
+         help + " (" + cohort::describe_range(range) + ")")
+      ->default_str(std::to_string(target));
+}
+
+void add_real(CLI::App& app, const cohort::RealRange& range, double& target, const std::string& help) {
+  app.add_option_function<std::string>(
+         range.name, [&target, range](const std::string& text) { target = cohort::parse_real(text, range); },
+         help + " (" + cohort::describe_range(range) + ")")
+      ->default_str(std::to_string(target));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"Horovod's PyTorch MNIST example in C++ with cohort::hvd, on Fashion-MNIST"};
+  add_integer(app, {"--batch-size", 1, 1 << 20}, args.batch_size, "input batch size for training");
+  add_integer(app, {"--test-batch-size", 1, 1 << 20}, args.test_batch_size, "input batch size for testing");
+  add_integer(app, {"--epochs", 1, 100000}, args.epochs, "number of epochs to train");
+  add_real(app, {"--lr", 1e-12, 1000}, args.lr, "learning rate (multiplied by hvd::size())");
+  add_real(app, {"--momentum", 0, 1}, args.momentum, "SGD momentum");
+  add_integer(app, {"--seed", 0, INT64_MAX}, args.seed, "random seed");
+  add_integer(app, {"--log-interval", 1, int64_t(1e9)}, args.log_interval, "batches between training log lines");
+  add_integer(app, {"--threads", 1, 1024}, args.threads, "torch threads per rank");
+  app.add_flag("--fp16-allreduce", args.fp16_allreduce, "use fp16 compression during allreduce");
+  add_real(app, {"--gradient-predivide-factor", 1e-6, 1e6}, args.gradient_predivide_factor,
+           "apply gradient predivide factor in optimizer");
+  app.add_option("--data-dir", args.data_dir, "directory of the Fashion-MNIST IDX files")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const cohort::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    run(args);
+    return 0;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,113 @@
+// cohort::hvd: Horovod's PyTorch API in C++ (hvd.init(), hvd.allreduce(), hvd.DistributedOptimizer ...)
+// on cohort's collectives, so a program written for Horovod moves over call for call. Tensors are
+// named as in Horovod; every rank must issue its operations in the same order (Horovod matches them by
+// name in any order; cohort checks that the names, shapes and dtypes agree, see docs/horovod.md).
+// A lone process is a world of one: every operation returns its input's values.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/ordered_dict.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cohort/comm.h"
+#include "cohort/export.h"
+#include "cohort/world.h"
+
+COHORT_EXPORT_BEGIN
+namespace cohort::hvd {
+
+/// Horovod's reduction operations: hvd::Average (the default), hvd::Sum, hvd::Min, hvd::Max, hvd::Product.
+inline constexpr ReduceOp Average = ReduceOp::kAvg;
+inline constexpr ReduceOp Sum = ReduceOp::kSum;
+inline constexpr ReduceOp Min = ReduceOp::kMin;
+inline constexpr ReduceOp Max = ReduceOp::kMax;
+inline constexpr ReduceOp Product = ReduceOp::kProduct;
+
+/// What an *_async call returns: pass it to poll() or synchronize(), in any order.
+using Handle = int64_t;
+
+/// hvd.init(): cohort::init() (mpirun, srun, torchrun, cohortrun or a lone process) plus Horovod's
+/// settings from the environment (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME,
+/// HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_CHECK_DISABLE); any other HOROVOD_* variable that is
+/// set gets one warning naming it. Calling it again is a no-op.
+void init(const InitOptions& options = {});
+/// True between init() and shutdown().
+bool is_initialized();
+/// Waits for nothing: operations still in flight are dropped; then cohort::shutdown().
+void shutdown();
+
+int size();
+int rank();
+/// Ranks on this node, and this rank's place among them.
+int local_size();
+int local_rank();
+/// Ranks with this rank's local rank (one per node), and this rank's place among them.
+int cross_size();
+int cross_rank();
+
+/// hvd.allreduce's keyword arguments.
+struct AllreduceOptions {
+  /// The tensor's name (the same on every rank); empty: "allreduce.noname.<handle>".
+  TORCH_ARG(std::string, name) = "";
+  TORCH_ARG(ReduceOp, op) = Average;
+  /// Multiplies the input before the reduction and the result after it.
+  TORCH_ARG(double, prescale_factor) = 1.0;
+  TORCH_ARG(double, postscale_factor) = 1.0;
+};
+
+/// A new tensor holding op over every rank's `tensor` (Average: the sum divided by size()).
+torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name = "", ReduceOp op = Average);
+torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& options);
+/// In place (hvd.allreduce_): `tensor` holds the result and is returned.
+torch::Tensor allreduce_(torch::Tensor tensor, const AllreduceOptions& options = {});
+Handle allreduce_async(const torch::Tensor& tensor, const std::string& name = "", ReduceOp op = Average);
+Handle allreduce_async(const torch::Tensor& tensor, const AllreduceOptions& options);
+Handle allreduce_async_(torch::Tensor tensor, const AllreduceOptions& options = {});
+
+/// Reduces several tensors (one dtype and device) as one fused collective; options.name names the group.
+std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& tensors,
+                                             const AllreduceOptions& options = {});
+Handle grouped_allreduce_async(const std::vector<torch::Tensor>& tensors, const AllreduceOptions& options = {});
+
+/// Every rank's `tensor` concatenated along dim 0 in rank order; first dimensions may differ.
+torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name = "");
+/// The row counts are exchanged in the call (it returns once every rank made it); the data moves
+/// in the background.
+Handle allgather_async(const torch::Tensor& tensor, const std::string& name = "");
+
+/// A new tensor holding `root_rank`'s `tensor`.
+torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name = "");
+torch::Tensor broadcast_(torch::Tensor tensor, int root_rank, const std::string& name = "");
+Handle broadcast_async(const torch::Tensor& tensor, int root_rank, const std::string& name = "");
+Handle broadcast_async_(torch::Tensor tensor, int root_rank, const std::string& name = "");
+
+/// Sends splits[j] rows of `tensor` to rank j (even splits when empty) and returns the rows every
+/// rank sent here, in rank order.
+torch::Tensor alltoall(const torch::Tensor& tensor, const std::vector<int64_t>& splits = {},
+                       const std::string& name = "");
+
+/// True once the operation finished (synchronize() then returns without waiting).
+bool poll(Handle handle);
+/// Waits for the operation and returns its result; the handle is then spent.
+torch::Tensor synchronize(Handle handle);
+/// synchronize() of a grouped_allreduce_async: one result per tensor.
+std::vector<torch::Tensor> synchronize_group(Handle handle);
+
+void barrier();
+
+/// Copies `root_rank`'s values of the named tensors (model->named_parameters(), named_buffers())
+/// into every rank's, in place. Names must be the same on every rank.
+void broadcast_parameters(const torch::OrderedDict<std::string, torch::Tensor>& named_tensors, int root_rank);
+/// Makes every rank's optimizer state (Adam's moments and step counts, SGD's momentum, ..., and each
+/// group's learning rate) `root_rank`'s, creating or dropping per-parameter states as the root has them.
+void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank);
+
+}  // namespace cohort::hvd
+COHORT_EXPORT_END
+
+#include "cohort/horovod_optimizer.h"

@@ -1,0 +1,66 @@
+// examples/horovod_mnist end to end on a small synthetic Fashion-MNIST: 2 ranks under Open MPI's
+// mpirun and under cohortrun train the same epoch from the same seed, so rank 0 prints one test line
+// under each launcher, the same up to float rounding, with a loss and accuracy well past chance (the
+// synthetic labels are learnable in one epoch). mpirun is a dependency (scripts/install-deps.sh).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "launch_helpers.h"
+#include "synthetic_fashion_mnist.h"
+
+using ::testing::HasSubstr;
+using namespace cohort::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::vector<std::string> example_args(const std::string& data) {
+  return {build_path("/examples/horovod_mnist"), "--data-dir", data, "--epochs", "1", "--batch-size", "16",
+          "--test-batch-size", "64", "--lr", "0.01", "--log-interval", "16"};
+}
+
+struct TestLine {
+  std::string text;  // "Test set: Average loss: 1.4278, Accuracy: 51.56%"
+  double loss = 0, accuracy = 0;
+};
+
+// The one "Test set: ..." line rank 0 prints.
+TestLine test_line(const ProcResult& result) {
+  const std::regex line(R"(Test set: Average loss: ([0-9.]+), Accuracy: ([0-9.]+)%)");
+  std::smatch m;
+  EXPECT_EQ(count_of(result.out, "Test set:"), 1u) << result.describe();
+  if (!std::regex_search(result.out, m, line)) return {};
+  return {m[0].str(), std::stod(m[1].str()), std::stod(m[2].str())};
+}
+
+}  // namespace
+
+TEST(HorovodMnist, SameEpochUnderMpirunAndCohortrun) {
+  const std::string data = make_temp_dir("horovod_mnist_");
+  write_synthetic_fashion_mnist(data, 1024, 64);
+  // --bind-to none: two single-threaded ranks on a small machine should not share one core.
+  std::vector<std::string> mpirun = {"mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                                     "-np", "2"};
+  for (const auto& arg : example_args(data)) mpirun.push_back(arg);
+  std::vector<std::string> mpirun_argv{"/usr/bin/env"};
+  mpirun_argv.insert(mpirun_argv.end(), mpirun.begin(), mpirun.end());
+  const ProcResult by_mpirun = run_process(mpirun_argv, clean_env(), 120s);
+  ASSERT_EQ(by_mpirun.code, 0) << by_mpirun.describe();
+  std::vector<std::string> cohortrun{build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node", "2"};
+  for (const auto& arg : example_args(data)) cohortrun.push_back(arg);
+  const ProcResult by_cohortrun = run_process(cohortrun, clean_env(), 120s);
+  ASSERT_EQ(by_cohortrun.code, 0) << by_cohortrun.describe();
+  remove_tree(data);
+
+  const TestLine mpi = test_line(by_mpirun), local = test_line(by_cohortrun);
+  EXPECT_FALSE(mpi.text.empty()) << by_mpirun.out;
+  // The same training up to float rounding (the launchers set up threads and libraries differently).
+  EXPECT_NEAR(mpi.loss, local.loss, 0.01) << mpi.text << " | " << local.text;
+  EXPECT_NEAR(mpi.accuracy, local.accuracy, 3.2) << mpi.text << " | " << local.text;  // 2 of 64 images
+  // It learned: chance is 10% and a loss of ln 10 = 2.30 (64 noisy test images, one short epoch).
+  EXPECT_GT(mpi.accuracy, 25.0) << by_mpirun.out;
+  EXPECT_LT(mpi.loss, 2.0) << by_mpirun.out;
+  EXPECT_THAT(by_mpirun.out, HasSubstr("Train Epoch: 1 [0/512 (0%)]\tLoss: "));
+}
