@@ -11,6 +11,7 @@
 #include "cohort/mesh.h"
 #include "cohort/number.h"
 #include "cohort/sampler.h"
+#include "cohort/trace.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
 #include "cohort/zero_config.h"
