@@ -156,7 +156,9 @@ TEST(Timeline, ScriptedWorkloadSummaryMatchesMeasuredTimes) {
     const auto [compute, allreduce] = measured[s.rank][size_t(s.step)];
     EXPECT_NEAR(s.compute_ms, compute, 0.1 * compute) << "rank " << s.rank << " step " << s.step;
     EXPECT_GT(s.comm_ms, 0) << "rank " << s.rank << " step " << s.step;
-    EXPECT_NEAR(s.comm_ms + s.idle_ms, allreduce, 0.1 * allreduce) << "rank " << s.rank << " step " << s.step;
+    // The call also hashes the fingerprint and copies the result back: 10%, and 1 ms for the late
+    // rank whose call is a few ms of transfer only.
+    EXPECT_NEAR(s.comm_ms + s.idle_ms, allreduce, 0.1 * allreduce + 1.0) << "rank " << s.rank << " step " << s.step;
     if (s.rank == 0 && s.step > 0) {  // after step 0 both ranks start a step together
       const double late = measured[1][size_t(s.step)].first - compute;
       EXPECT_NEAR(s.idle_ms, late, 0.1 * late) << "step " << s.step;
