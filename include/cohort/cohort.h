@@ -9,6 +9,7 @@
 #include "cohort/error.h"
 #include "cohort/mesh.h"
 #include "cohort/number.h"
+#include "cohort/pipeline.h"
 #include "cohort/sampler.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
