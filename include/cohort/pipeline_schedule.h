@@ -54,11 +54,18 @@ Schedule gpipe(int ranks, int microbatches);
 /// 1F1B: warm-up forwards, then one forward one backward, then the remaining backwards; a rank holds
 /// at most (ranks - rank) microbatches' activations.
 Schedule one_f_one_b(int ranks, int microbatches);
-/// Interleaved 1F1B (Megatron-LM's virtual pipeline): `stages_per_rank` looped stages on each rank.
+/// Interleaved 1F1B (Megatron-LM's virtual pipeline): `stages_per_rank` looped stages on each rank,
+/// microbatches in torch's max(1, microbatches / ranks) rounds; any count runs (rounds then differ by
+/// one microbatch, where torch's ScheduleInterleaved1F1B refuses).
 Schedule interleaved_1f1b(int ranks, int stages_per_rank, int microbatches);
 /// By name: "gpipe", "1f1b" or "interleaved" (stages_per_rank used by "interleaved" only); another
 /// name or a count below 1 throws cohort::Error naming the option and the accepted values.
 Schedule make_schedule(const std::string& name, int ranks, int microbatches, int stages_per_rank = 1);
+
+/// Adds the sends and receives between stages on different ranks to a schedule of forwards and
+/// backwards only (torch's "compute_only" CSV): each receive right before the compute that consumes
+/// it, each send right after the compute that produced it. The builders above return schedules so.
+Schedule add_transfers(const Schedule& compute_only);
 
 /// Where a schedule goes wrong: the action at actions[rank][index] and why.
 struct ScheduleProblem {
