@@ -82,6 +82,8 @@ void PipelineImpl::run_forward(int stage, int microbatch) {
                 "microbatch " + std::to_string(microbatch) + " on its input " + describe_tensor(input) + from + ": " +
                 cohort::detail::first_line(e.what()));
   }
+  // Neighbouring stages on one rank (a single rank with looped stages) hand over without a transfer.
+  if (!is_last(stage) && is_mine(stage + 1)) local_mail_[{stage + 1, microbatch, kForwardMail}] = output.detach();
   slot.output = output;  // under recompute, dropped once sent
   slot.output_sizes = output.sizes().vec();
   slot.output_options = output.options();
@@ -93,9 +95,9 @@ void PipelineImpl::send_forward(int stage, int microbatch) {
   auto& slot = slots_.at({stage, microbatch});
   COHORT_CHECK(slot.output.defined(), "Pipeline: schedule '", schedule.name, "' sends stage ", stage,
                " microbatch ", microbatch, "'s output before its forward (rank ", rank_, ")");
-  auto output = slot.output.detach();
-  if (is_mine(stage + 1)) local_mail_[{stage + 1, microbatch, kForwardMail}] = output;
-  else send_activation(*comm_, output, schedule.rank_of(stage + 1), tag(stage + 1, microbatch, Direction::kForward), sends_);
+  if (!is_mine(stage + 1))
+    send_activation(*comm_, slot.output.detach(), schedule.rank_of(stage + 1),
+                    tag(stage + 1, microbatch, Direction::kForward), sends_);
   if (options_.recompute()) slot.output = torch::Tensor();
 }
 
@@ -149,6 +151,7 @@ void PipelineImpl::run_backward(int stage, int microbatch) {
   if (stage > 0) {
     auto input_grad = slot.input.grad();
     slot.input_grad = input_grad.defined() ? input_grad : torch::zeros_like(slot.input);
+    if (is_mine(stage - 1)) local_mail_[{stage - 1, microbatch, kBackwardMail}] = slot.input_grad;
   }
   slot.input = slot.output = slot.loss = slot.grad_buffer = torch::Tensor();
   slot.holds_activations = false;
@@ -160,9 +163,9 @@ void PipelineImpl::send_backward(int stage, int microbatch) {
   COHORT_CHECK(it != slots_.end() && it->second.input_grad.defined(), "Pipeline: schedule '", schedule.name,
                "' sends stage ", stage, " microbatch ", microbatch, "'s input gradient before its backward (rank ",
                rank_, ")");
-  auto grad = it->second.input_grad;
-  if (is_mine(stage - 1)) local_mail_[{stage - 1, microbatch, kBackwardMail}] = grad;
-  else sends_.push_back(comm_->isend(grad.contiguous(), schedule.rank_of(stage - 1), tag(stage - 1, microbatch, Direction::kBackward)));
+  if (!is_mine(stage - 1))
+    sends_.push_back(comm_->isend(it->second.input_grad.contiguous(), schedule.rank_of(stage - 1),
+                                  tag(stage - 1, microbatch, Direction::kBackward)));
   slots_.erase(it);
 }
 
