@@ -109,14 +109,16 @@ void train(const Config& config) {
       optimizer.zero_grad();
       loss = pipeline.step(train_set.images.index({batch}), train_set.labels.index({batch})).item<double>();
       optimizer.step();
-      if (world.rank() == 0 && ++step % 100 == 0) std::printf("epoch %lld step %lld loss %.4f\n", (long long)epoch, (long long)step, loss);
+      ++step;  // on every rank: all of them stop at --max-steps together
+      if (world.rank() == 0 && step % 100 == 0)
+        std::printf("epoch %lld step %lld loss %.4f\n", (long long)epoch, (long long)step, loss);
       if (config.max_steps > 0 && step >= config.max_steps) break;
     }
     if (config.max_steps > 0 && step >= config.max_steps) break;
   }
   const double accuracy = test_accuracy(pipeline, test_set);
   if (world.rank() == 0)
-    std::printf("steps %lld final loss %.4f test accuracy %.4f (%s, %lld stages, %d chunks, data parallel %lld)\n",
+    std::printf("steps %lld final loss %.4f test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",
                 (long long)step, loss, accuracy, config.schedule.c_str(), (long long)stages, int(config.chunks),
                 (long long)config.data_parallel);
 }

@@ -140,8 +140,9 @@ void PipelineImpl::run_backward(int stage, int microbatch) {
       output = module_of(stage)->forward(slot.input);
       if (is_last(stage)) loss = loss_of(microbatch, output);
     }
-    if (is_last(stage)) torch::autograd::backward({loss * weights_.at(microbatch)});
-    else torch::autograd::backward({output}, {grad});
+    // A stage without trainable parameters on an input without gradient (a Flatten first) has no graph.
+    if (is_last(stage) && loss.requires_grad()) torch::autograd::backward({loss * weights_.at(microbatch)});
+    else if (!is_last(stage) && output.requires_grad()) torch::autograd::backward({output}, {grad});
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "cohort/error.h"
 #include "cohort/pipeline.h"
@@ -18,21 +19,24 @@ std::vector<int64_t> uniform_boundaries(int64_t layers, int stages) {
 }
 
 // Contiguous stages of at least one layer whose largest parameter sum is the smallest possible; among
-// equal cuts, the one whose earlier stages end earliest (deterministic on every rank).
+// those, the most even layer counts (no stage of a lone Flatten), then the earliest cuts: the same on
+// every rank.
 std::vector<int64_t> balanced_boundaries(const std::vector<int64_t>& weights, int stages) {
   const int n = int(weights.size());
   std::vector<int64_t> prefix(n + 1, 0);
   for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + weights[i];
-  const int64_t kInf = std::numeric_limits<int64_t>::max();
-  // cost[k][j]: the best largest sum of the first j layers in k stages; cut[k][j]: where stage k starts.
-  std::vector<std::vector<int64_t>> cost(stages + 1, std::vector<int64_t>(n + 1, kInf));
+  using Cost = std::pair<int64_t, int64_t>;  // (largest parameter sum, largest layer count)
+  const Cost kNone{std::numeric_limits<int64_t>::max(), 0};
+  // cost[k][j]: the best cost of the first j layers in k stages; cut[k][j]: where stage k starts.
+  std::vector<std::vector<Cost>> cost(stages + 1, std::vector<Cost>(n + 1, kNone));
   std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(n + 1, 0));
-  cost[0][0] = 0;
+  cost[0][0] = {0, 0};
   for (int k = 1; k <= stages; ++k)
     for (int j = k; j <= n; ++j)
       for (int c = k - 1; c < j; ++c) {
-        if (cost[k - 1][c] == kInf) continue;
-        const int64_t value = std::max(cost[k - 1][c], prefix[j] - prefix[c]);
+        if (cost[k - 1][c] == kNone) continue;
+        const Cost value{std::max(cost[k - 1][c].first, prefix[j] - prefix[c]),
+                         std::max<int64_t>(cost[k - 1][c].second, j - c)};
         if (value < cost[k][j]) {
           cost[k][j] = value;
           cut[k][j] = c;

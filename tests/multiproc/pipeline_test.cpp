@@ -114,6 +114,11 @@ TEST(PipelinePartition, UniformParametersAndExplicitBoundaries) {
   EXPECT_EQ(pp::partition_boundaries({1, 1, 1, 1, 1}, 2, "uniform"), (std::vector<int64_t>{0, 3, 5}));
   EXPECT_EQ(pp::partition_boundaries({10, 0, 10, 0, 40}, 2, "parameters"), (std::vector<int64_t>{0, 3, 5}));
   EXPECT_EQ(pp::partition_boundaries({5, 5, 5, 5}, 4, "parameters"), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  // Flatten, Linear, ReLU, ...: among cuts of equal largest stage, the most even layer counts (no stage
+  // of a lone parameterless Flatten, whose output would carry no gradient).
+  auto mlp = pp::partition_boundaries({0, 200, 0, 65, 0, 65, 0, 65, 0, 3}, 4, "parameters");
+  EXPECT_GE(mlp[1], 2);
+  for (int s = 0; s < 4; ++s) EXPECT_LE(mlp[s + 1] - mlp[s], 3) << "stage " << s;
   EXPECT_THAT(error_of([] { pp::partition_boundaries({1, 1}, 3, "uniform"); }),
               HasSubstr("3 stages for a model of 2 layers (each stage needs at least one layer: 1 to 2 stages)"));
   EXPECT_THAT(error_of([] { pp::partition_boundaries({1, 1}, 2, "type:Linear"); }),
