@@ -56,12 +56,16 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const std::string& kind,
 }
 
 struct Case {
-  std::string schedule = "1f1b";
-  int stages_per_rank = 1;
-  std::string optimizer = "sgd";
+  Case(std::string schedule_, int stages_per_rank_, std::string optimizer_, pp::PartitionOptions partition_ = {},
+       int chunks_ = 4, bool recompute_ = false)
+      : schedule(std::move(schedule_)), stages_per_rank(stages_per_rank_), optimizer(std::move(optimizer_)),
+        partition(std::move(partition_)), chunks(chunks_), recompute(recompute_) {}
+  std::string schedule;
+  int stages_per_rank;
+  std::string optimizer;
   pp::PartitionOptions partition;
-  int chunks = 4;
-  bool recompute = false;
+  int chunks;
+  bool recompute;
   std::shared_ptr<cohort::Comm> data;  // pipeline x data parallel: this replica's group
 };
 
@@ -90,7 +94,9 @@ int expect_equivalent(const std::shared_ptr<cohort::Comm>& pipe, const Case& c) 
     auto ref_loss = loss_fn(reference->forward(x), y);
     ref_loss.backward();
     ref_opt->step();
-    if (!c.data) EXPECT_NEAR(loss, ref_loss.item<double>(), 1e-5) << c.schedule << " step " << step;
+    if (!c.data) {
+      EXPECT_NEAR(loss, ref_loss.item<double>(), 1e-5) << c.schedule << " step " << step;
+    }
   }
   auto expected = reference->named_parameters();
   for (const auto& stage : pipeline.stages())
