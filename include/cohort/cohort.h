@@ -10,6 +10,7 @@
 #include "cohort/horovod.h"
 #include "cohort/mesh.h"
 #include "cohort/number.h"
+#include "cohort/pipeline.h"
 #include "cohort/sampler.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
