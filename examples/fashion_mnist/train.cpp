@@ -7,6 +7,7 @@
 #include <cohort/ddp.h>  // reduce_metrics
 #include <cohort/error.h>
 #include <cohort/number.h>
+#include <cohort/progress.h>
 #include <cohort/sampler.h>
 #include <cohort/world.h>
 #include <torch/utils.h>
@@ -20,7 +21,6 @@
 #include <sstream>
 
 #include "checkpointing.h"
-#include "progress.h"
 #include "resources.h"
 #include "trainer.h"
 
@@ -29,6 +29,10 @@ namespace fashion_mnist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using cohort::ProgressBar;
+using cohort::ProgressStyle;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // A double that reads back bit for bit ("0.001", "0.0030000000000000001").
 std::string exact_text(double value) {
@@ -231,7 +235,7 @@ void Job::run() {
     if (!threads_.note.empty()) std::fprintf(stderr, "%s\n", threads_.note.c_str());
   }
   const ProgressStyle style =
-      world_.is_main() ? progress_style_named(config_.progress, stdout) : ProgressStyle::kOff;
+      world_.is_main() ? cohort::progress_style_named(config_.progress, stdout) : ProgressStyle::kOff;
   const int64_t steps_per_epoch = train_sampler_.num_batches(config_.batch_size);
   resume();
   int64_t steps_left =
