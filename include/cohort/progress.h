@@ -81,7 +81,7 @@ class ProgressBarCallback : public Callback {
   std::FILE* stream_;
   std::unique_ptr<ProgressBar> bar_;
   int64_t first_sample_ = 0;
-  int64_t first_step_ = 0;
+  int64_t first_batch_ = 0;
 };
 
 }  // namespace cohort

@@ -78,6 +78,8 @@ class Trainer {
   bool should_stop() const;
   /// The learning rate of the optimizer's first group now, and the optimizer's name ("Adam").
   double lr() const;
+  /// The optimizer configure_optimizers made (under ZeRO: the engine's, over this rank's shards).
+  torch::optim::Optimizer& optimizer();
   std::string optimizer_name() const;
   /// Saves the whole training state as <dir>/step-<global_step> (a collective: every rank calls it),
   /// keeping the newest keep_last (0: all). Returns the step directory.

@@ -36,8 +36,8 @@ class Callback {
 };
 
 struct ModelCheckpointOptions {
-  /// Where checkpoints go; "": <default_root_dir>/checkpoints. The newest are in <dirpath>/last
-  /// (ckpt_path "last"), the best save_top_k by `monitor` in <dirpath>/best.
+  /// Where checkpoints go; "": <default_root_dir>/checkpoints. The newest are <dirpath>/step-<n>
+  /// with its `latest` pointer (ckpt_path "last"), the best save_top_k by `monitor` in <dirpath>/best.
   TORCH_ARG(std::string, dirpath) = "";
   /// A logged metric to rank checkpoints by; "": no ranking (only the last are kept).
   TORCH_ARG(std::string, monitor) = "";
@@ -45,8 +45,9 @@ struct ModelCheckpointOptions {
   TORCH_ARG(std::string, mode) = "min";
   /// Best checkpoints kept by `monitor`: -1 all, 0 none.
   TORCH_ARG(int64_t, save_top_k) = 1;
-  /// Keep the newest state in <dirpath>/last (with the one before it, to fall back on).
+  /// Keep the newest states in <dirpath> (keep_last of them: at least 2 leaves one to fall back on).
   TORCH_ARG(bool, save_last) = true;
+  TORCH_ARG(int, keep_last) = 2;
   /// Save every this many optimizer steps (0: not by steps).
   TORCH_ARG(int64_t, every_n_train_steps) = 0;
   /// Save at the end of every this many epochs (after validation); 0: not by epochs.
@@ -68,7 +69,8 @@ class ModelCheckpoint : public Callback {
   /// The best checkpoints kept, best first: (monitored value, step directory).
   const std::vector<std::pair<double, std::string>>& best_k() const { return best_; }
   std::string best_model_path() const { return best_.empty() ? "" : best_.front().second; }
-  std::string last_dir() const { return options_.dirpath() + "/last"; }
+  /// Where the newest states are (what ckpt_path "last" loads).
+  std::string last_dir() const { return options_.dirpath(); }
   const ModelCheckpointOptions& options() const { return options_; }
 
  private:

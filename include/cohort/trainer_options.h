@@ -31,7 +31,8 @@ struct TrainerOptions {
   /// stage), "deepspeed" (the ZeRO engine as deepspeed_config says), "single" (one device, no
   /// reduction), or "auto" (ddp).
   TORCH_ARG(std::string, strategy) = "auto";
-  /// A DeepSpeed ds_config.json for strategy "deepspeed".
+  /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
+  /// file's).
   TORCH_ARG(std::string, deepspeed_config) = "";
   /// "32-true", "bf16-mixed", "16-mixed", or the aliases "32", "16", "bf16".
   TORCH_ARG(std::string, precision) = "32-true";

@@ -25,11 +25,12 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   val = fit_options.val();
   train->distribute(world.size(), world.rank(), false, std::max<int64_t>(options.raw.seed(), 0));
   if (val != nullptr) val->distribute(world.size(), world.rank(), true, 0);
-  const int64_t batches = train->num_batches(), accumulate = options.raw.accumulate_grad_batches();
+  const int64_t batches = train->num_batches(), accumulate = strategy->accumulation();
   COHORT_CHECK(batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
                " samples over ", world.size(), " rank(s), batch_size ", train->options().batch_size(), ")");
   const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
-  COHORT_CHECK(!zero || batches % accumulate == 0, "TrainerOptions.accumulate_grad_batches ", accumulate,
+  COHORT_CHECK(!zero || batches % accumulate == 0, "accumulate_grad_batches (or the ds_config's "
+               "gradient_accumulation_steps) ", accumulate,
                " does not divide the ", batches, " training batches per epoch, which the ZeRO engine needs "
                "(its accumulation boundary counts micro-batches): choose a divisor, or drop_last with another batch size");
   val_every = options.val_every_batches > 0 ? options.val_every_batches
@@ -77,7 +78,7 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
   batch = on_device(std::move(batch), world.device());
   batch_size = batch.data.size(0);
   const int64_t batches = train->num_batches();
-  const bool boundary = (index + 1) % options.raw.accumulate_grad_batches() == 0 || index + 1 == batches;
+  const bool boundary = (index + 1) % strategy->accumulation() == 0 || index + 1 == batches;
   torch::Tensor loss;
   {
     auto autocast = strategy->autocast();

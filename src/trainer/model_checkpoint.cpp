@@ -1,5 +1,5 @@
-// ModelCheckpoint (see cohort/trainer_callbacks.h). The newest states go to <dirpath>/last through
-// cohort's retention (the previous one stays to fall back on); the best save_top_k by `monitor` to
+// ModelCheckpoint (see cohort/trainer_callbacks.h). The newest states go to <dirpath> through
+// cohort's retention (keep_last of them, to fall back on); the best save_top_k by `monitor` to
 // <dirpath>/best, where rank 0 deletes the ones that fall out of the top k. Scores are rank 0's, so
 // every rank takes part in the same saves.
 #include <algorithm>
@@ -30,6 +30,8 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
                " is not accepted: expected -1 (all), 0 (none) or a positive number");
   COHORT_CHECK(options_.every_n_train_steps() >= 0, "ModelCheckpointOptions.every_n_train_steps ",
                options_.every_n_train_steps(), " is not accepted: expected an integer >= 0");
+  COHORT_CHECK(options_.keep_last() >= 0, "ModelCheckpointOptions.keep_last ", options_.keep_last(),
+               " is not accepted: expected an integer >= 0 (0: keep all)");
   COHORT_CHECK(options_.every_n_epochs() >= 0, "ModelCheckpointOptions.every_n_epochs ", options_.every_n_epochs(),
                " is not accepted: expected an integer >= 0");
 }
@@ -51,7 +53,7 @@ void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, TrainingModule& modul
 void ModelCheckpoint::on_fit_end(Trainer& trainer, TrainingModule& module) {
   // The final state, so that ckpt_path "last" continues exactly where this fit ended.
   if (options_.save_last() && trainer.global_step() != last_saved_step_) {
-    trainer.save_checkpoint(last_dir(), 2);
+    trainer.save_checkpoint(last_dir(), options_.keep_last());
     last_saved_step_ = trainer.global_step();
   }
 }
@@ -60,7 +62,7 @@ void ModelCheckpoint::save(Trainer& trainer) {
   if (trainer.global_step() == last_saved_step_) return;
   // Ranked first, so that the state saved in last/ knows this step's place in the top k.
   if (!options_.monitor().empty() && options_.save_top_k() != 0) rank(trainer);
-  if (options_.save_last()) trainer.save_checkpoint(last_dir(), 2);
+  if (options_.save_last()) trainer.save_checkpoint(last_dir(), options_.keep_last());
   last_saved_step_ = trainer.global_step();
 }
 

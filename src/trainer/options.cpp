@@ -60,9 +60,11 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
   } else {
     refuse("strategy", name, "one of ddp, zero1, zero2, zero3, deepspeed, single, auto");
   }
-  COHORT_CHECK(options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed,
+  COHORT_CHECK(options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed ||
+                   out.strategy == StrategyKind::kZero,
                "TrainerOptions.deepspeed_config \"", printable(options.deepspeed_config()),
-               "\" is given, but TrainerOptions.strategy is \"", name, "\": a ds_config is read by strategy \"deepspeed\" only");
+               "\" is given, but TrainerOptions.strategy is \"", name,
+               "\": a ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
 }
 
 Precision resolve_precision(const std::string& name) {

@@ -15,7 +15,7 @@ void ProgressBarCallback::on_train_epoch_start(Trainer& trainer, TrainingModule&
   if (!trainer.world().is_main() || style_ == ProgressStyle::kOff) return;
   const TrainerOptions& options = trainer.options();
   first_sample_ = trainer.samples_in_epoch();
-  first_step_ = trainer.global_step();
+  first_batch_ = trainer.batches_done_in_epoch();
   int64_t total = trainer.num_training_batches() - trainer.batches_done_in_epoch();
   if (options.max_steps() >= 0)
     total = std::min(total, (options.max_steps() - trainer.global_step()) * options.accumulate_grad_batches());
@@ -29,8 +29,7 @@ void ProgressBarCallback::on_train_batch_end(Trainer& trainer, TrainingModule& m
   std::map<std::string, double> shown = trainer.progress_bar_metrics();
   const double loss = shown.count("loss") ? shown["loss"] : 0.0;
   shown.erase("loss");
-  const int64_t done = (trainer.global_step() - first_step_) * trainer.options().accumulate_grad_batches();
-  bar_->update(done, loss, trainer.samples_in_epoch() - first_sample_, shown);
+  bar_->update(trainer.batches_done_in_epoch() - first_batch_, loss, trainer.samples_in_epoch() - first_sample_, shown);
 }
 
 void ProgressBarCallback::on_train_epoch_end(Trainer& trainer, TrainingModule& module) {

@@ -30,6 +30,8 @@ class Strategy {
   /// At the boundary: clip, step the optimizer, zero the gradients.
   virtual void step() = 0;
   virtual torch::optim::Optimizer& optimizer() = 0;
+  /// Micro-batches per optimizer step (a ds_config's gradient_accumulation_steps under ZeRO).
+  virtual int64_t accumulation() const = 0;
   virtual double lr() const = 0;
   virtual void add_to(CheckpointState& state) = 0;
   /// Float32 CPU copies of the parameters by name (a collective under ZeRO stage 3).

@@ -50,6 +50,7 @@ class DdpStrategy : public Strategy {
   }
 
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  int64_t accumulation() const override { return options_.raw.accumulate_grad_batches(); }
   double lr() const override { return optimizer_->param_groups().at(0).options().get_lr(); }
   void add_to(CheckpointState& state) override {
     state.add("model", *module_.network()).add("optimizer", *optimizer_);

@@ -18,8 +18,9 @@ namespace {
 
 ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
   ZeroConfig config;
-  if (options.strategy == StrategyKind::kDeepSpeed) {
+  if (!options.raw.deepspeed_config().empty()) {
     config = load_ds_config(options.raw.deepspeed_config(), world.size());
+    if (options.strategy == StrategyKind::kZero) config.zero_optimization().stage(options.zero_stage);
   } else {
     config.world_size(world.size());
     // DeepSpeed's default: reduce while backward runs at stage 3 only.
@@ -55,6 +56,7 @@ class ZeroStrategy : public Strategy {
     engine_.step();
   }
   torch::optim::Optimizer& optimizer() override { return engine_.optimizer(); }
+  int64_t accumulation() const override { return engine_.config().gradient_accumulation_steps(); }
   double lr() const override { return engine_.lr(); }
   void add_to(CheckpointState& state) override { state.add("engine", engine_); }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {

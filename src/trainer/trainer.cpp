@@ -130,7 +130,9 @@ int64_t Trainer::num_training_batches() const { return impl_->train ? impl_->tra
 int64_t Trainer::samples_in_epoch() const { return impl_->samples_in_epoch; }
 int64_t Trainer::batches_done_in_epoch() const {
   if (impl_->train == nullptr) return 0;
-  return impl_->samples_in_epoch / (impl_->train->options().batch_size() * impl_->world.size());
+  // Only an epoch's last batch may be short, and the count restarts after it: rounding up is exact.
+  const int64_t global = impl_->train->options().batch_size() * impl_->world.size();
+  return (impl_->samples_in_epoch + global - 1) / global;
 }
 
 void Trainer::request_stop(const std::string& reason) {
@@ -142,6 +144,10 @@ bool Trainer::should_stop() const { return impl_->stop; }
 double Trainer::lr() const {
   COHORT_CHECK(impl_->strategy != nullptr, "Trainer::lr: no module was fitted yet");
   return impl_->strategy->lr();
+}
+torch::optim::Optimizer& Trainer::optimizer() {
+  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::optimizer: no module was fitted yet");
+  return impl_->strategy->optimizer();
 }
 std::string Trainer::optimizer_name() const {
   COHORT_CHECK(impl_->strategy != nullptr, "Trainer::optimizer_name: no module was fitted yet");

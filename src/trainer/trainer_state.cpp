@@ -33,7 +33,7 @@ std::string TrainerImpl::resolve_ckpt_path(const std::string& ckpt_path) {
   if (ckpt_path != "last") return ckpt_path;
   for (const auto& callback : callbacks)
     if (auto* checkpoint = dynamic_cast<ModelCheckpoint*>(callback.get())) return checkpoint->last_dir();
-  return owner.root_dir() + "/checkpoints/last";
+  return owner.root_dir() + "/checkpoints";
 }
 
 void TrainerImpl::resume(const std::string& ckpt_path) {
@@ -48,12 +48,13 @@ void TrainerImpl::resume(const std::string& ckpt_path) {
                " samples, this run has ", batch, " (batch_size x ranks): keep the global batch to resume");
   step = state.step();
   epoch = train->sampler().epoch();
-  for (const auto& callback : callbacks) callback->load_state(state.user_values());
   if (world.is_main()) {
-    std::printf("resumed from %s (step %lld, saved by %d rank(s))\n", info->path.c_str(),
-                static_cast<long long>(info->step), info->world_size);
+    std::printf("resumed from %s (step %lld, saved by %d rank(s))%s\n", info->path.c_str(),
+                static_cast<long long>(info->step), info->world_size,
+                info->skipped.empty() ? "" : "; newer checkpoints were unusable, see the log");
     std::fflush(stdout);
   }
+  for (const auto& callback : callbacks) callback->load_state(state.user_values());
 }
 
 }  // namespace cohort::detail

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "cohort/ddp.h"
@@ -68,11 +69,12 @@ std::vector<torch::Tensor> hand_written(const std::string& strategy) {
   return out;
 }
 
+// `seed` makes the module's initial weights: a resumed fit must replace them with the checkpoint's.
 std::vector<torch::Tensor> with_trainer(cohort::TrainerOptions options, const std::string& ckpt_path = "",
-                                        std::shared_ptr<cohort::Callback> callback = nullptr) {
+                                        std::shared_ptr<cohort::Callback> callback = nullptr, int64_t seed = 7) {
   cohort::Trainer trainer(options);
   if (callback) trainer.add_callback(callback);
-  TinyModule module;
+  TinyModule module(seed);
   cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true).num_workers(2));
   trainer.fit(module, loader, cohort::FitOptions().ckpt_path(ckpt_path));
   std::vector<torch::Tensor> out;
@@ -106,7 +108,8 @@ TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
       return std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions().dirpath(root));
     };
     with_trainer(quiet("ddp").max_steps(11), "", checkpoint());  // stops mid-epoch 2
-    const auto resumed = with_trainer(quiet("ddp"), "last", checkpoint());
+    EXPECT_TRUE(std::filesystem::exists(root + "/step-11/manifest.json"));
+    const auto resumed = with_trainer(quiet("ddp"), "last", checkpoint(), /*seed=*/99);
     expect_same(straight, resumed, "resumed");
   }, options);
   remove_tree(dir);
