@@ -90,7 +90,7 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
   // A non-finite loss makes every later step and the saved weights meaningless: stop, naming it.
   COHORT_CHECK(std::isfinite(value), "step ", step + 1, ": the training loss is ",
                std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf",
-               "; training stopped (lower the learning rate, now ", strategy->lr(), ")");
+               "; training stopped (the weights are no longer finite; lower the learning rate, now ", strategy->lr(), ")");
   strategy->backward(loss, boundary);
   loss_sum += value * static_cast<double>(batch_size);
   loss_samples += batch_size;

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <fstream>
 #include <iterator>
@@ -35,6 +37,25 @@ std::string own_executable() {
   const ssize_t size = ::readlink("/proc/self/exe", path, sizeof path - 1);
   COHORT_CHECK(size > 0, "self-launch: cannot read /proc/self/exe");
   return std::string(path, static_cast<size_t>(size));
+}
+
+// The workers get OMP_NUM_THREADS=1 (as under torchrun and cohortrun), which the OpenMP runtime reads
+// only at process start; for rank 0 to compute exactly as they do (the same params-sha256 as under
+// cohortrun), this process starts over with it: the same program, arguments and pid (execve).
+void restart_with_worker_threads(const launch::EnvVars& base, const std::vector<std::string>& args,
+                                 const std::string& path) {
+  if (base.count("OMP_NUM_THREADS")) return;
+  launch::EnvVars env = base;
+  env["OMP_NUM_THREADS"] = "1";
+  std::vector<std::string> envp = launch::to_envp(env);
+  std::vector<char*> argv_c, envp_c;
+  for (const auto& arg : args) argv_c.push_back(const_cast<char*>(arg.c_str()));
+  for (const auto& item : envp) envp_c.push_back(const_cast<char*>(item.c_str()));
+  argv_c.push_back(nullptr);
+  envp_c.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execve(path.c_str(), argv_c.data(), envp_c.data());
+  throw Error("self-launch: cannot restart " + path + " with OMP_NUM_THREADS=1: " + std::strerror(errno));
 }
 
 }  // namespace
@@ -68,6 +89,7 @@ void SelfLauncher::start(int devices) {
   const launch::EnvVars base = launch::process_env();
   const std::vector<std::string> args = own_arguments();
   const std::string path = own_executable();
+  restart_with_worker_threads(base, args, path);
   for (int rank = 1; rank < devices; ++rank) {
     auto worker = std::make_unique<Worker>();
     worker->rank = rank;
@@ -82,8 +104,10 @@ void SelfLauncher::start(int devices) {
     workers_.push_back(std::move(worker));
   }
   // This process is rank 0: the same variables, set before cohort::init() reads them.
-  for (const auto& [key, value] : launch::build_worker_env({}, layout, 0, ""))
-    if (key != "OMP_NUM_THREADS") ::setenv(key.c_str(), value.c_str(), 1);
+  for (const auto& [key, value] : launch::build_worker_env(base, layout, 0, "")) {
+    const auto found = base.find(key);
+    if (found == base.end() || found->second != value) ::setenv(key.c_str(), value.c_str(), 1);
+  }
   pump_ = std::thread([this] { pump(); });
 }
 
