@@ -85,6 +85,23 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
             "TrainerOptions.strategy \"single\" runs on one device, but devices is 2: use devices 1, or strategy ddp");
 }
 
+TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {
+  EXPECT_EQ(error_of([] { cohort::ModelCheckpoint(cohort::ModelCheckpointOptions().mode("best")); }),
+            "ModelCheckpointOptions.mode \"best\" is not accepted: expected min or max");
+  EXPECT_EQ(error_of([] { cohort::ModelCheckpoint(cohort::ModelCheckpointOptions().save_top_k(-2)); }),
+            "ModelCheckpointOptions.save_top_k -2 is not accepted: expected -1 (all), 0 (none) or a positive number");
+  EXPECT_EQ(error_of([] { cohort::EarlyStopping(cohort::EarlyStoppingOptions()); }),
+            "EarlyStoppingOptions.monitor is empty: name a logged metric");
+  EXPECT_EQ(error_of([] { cohort::EarlyStopping(cohort::EarlyStoppingOptions().monitor("loss").patience(-1)); }),
+            "EarlyStoppingOptions.patience -1 is not accepted: expected an integer >= 0");
+  EXPECT_EQ(error_of([] { cohort::LearningRateMonitor("batch"); }),
+            "LearningRateMonitor logging_interval \"batch\" is not accepted: expected step or epoch");
+  EXPECT_EQ(error_of([] { cohort::DataLoader(tiny_data(4), cohort::LoaderOptions().batch_size(0)); }),
+            "LoaderOptions.batch_size 0 is not accepted: expected an integer >= 1");
+  EXPECT_EQ(error_of([] { cohort::DataLoader(tiny_data(4), cohort::LoaderOptions().num_workers(-1)); }),
+            "LoaderOptions.num_workers -1 is not accepted: expected an integer from 0 to 256");
+}
+
 TEST(TrainerOptions, AliasesResolveToLightningsNames) {
   using cohort::detail::precision_name;
   auto resolved = [](const cohort::TrainerOptions& o) { return cohort::detail::resolve_options(o, false); };
