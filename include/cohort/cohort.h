@@ -3,6 +3,7 @@
 
 #include "cohort/autocast.h"
 #include "cohort/checkpoint.h"
+#include "cohort/cifar.h"
 #include "cohort/comm.h"
 #include "cohort/data.h"
 #include "cohort/ddp.h"

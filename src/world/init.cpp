@@ -15,6 +15,7 @@
 #include "comm/comm_impl.h"
 #include "core/log.h"
 #include "world/launch_env.h"
+#include "world/malloc_policy.h"
 #include "world/rendezvous.h"
 
 namespace cohort {
@@ -90,6 +91,7 @@ World init(const InitOptions& options) {
   COHORT_CHECK(launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
                " is not less than the world size ", launch.size);
   if (launch.size > 1) detail::set_rank_identity(launch.rank, launch.size);  // a lone process needs no prefix
+  COHORT_INFO(detail::apply_malloc_policy().reason);  // before the first step allocates
 
   World world;
   world.rank_ = launch.rank;
