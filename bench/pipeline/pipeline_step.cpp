@@ -143,12 +143,13 @@ void report(const Args& args, cohort::Comm& comm, const Measured& m, double rss_
   const int ranks = comm.size();
   const bool single = args.mode == "single";
   std::printf("RESULT impl=cohort schedule=%s ranks=%d v=%d chunks=%d batch=%d samples_per_s=%.1f step_ms=%.2f "
-              "bubble=%.3f bubble_ranks=%s bubble_formula=%.3f rss_mb=%s rss_added_mb=%s activations=%s\n",
+              "bubble=%.3f bubble_ranks=%s bubble_formula=%.3f rss_mb=%s rss_added_mb=%s%s%s\n",
               single ? "single" : args.schedule.c_str(), ranks, per_rank, single ? 1 : args.chunks, args.batch,
               double(args.steps) * args.batch / m.elapsed, 1000 * m.elapsed / args.steps,
               all.select(1, 0).mean().item<double>(), joined(all.select(1, 0), "%.3f").c_str(),
               single ? 0.0 : bubble_formula(ranks, args.chunks, per_rank), joined(all.select(1, 1), "%.0f").c_str(),
-              joined(all.select(1, 2), "%.0f").c_str(), joined(all.select(1, 3), "%.0f").c_str());
+              joined(all.select(1, 2), "%.0f").c_str(), single ? "" : " activations=",
+              single ? "" : joined(all.select(1, 3), "%.0f").c_str());
   std::fflush(stdout);
 }
 
