@@ -9,6 +9,10 @@
 # Every rank has 1 intra-op thread; 4 ranks on a 2-core machine are oversubscribed (then the compute
 # of one rank includes the time it was not scheduled, and throughput cannot scale).
 set -euo pipefail
+# torch::set_num_threads(1) does not reach the BLAS's own thread pool (Debian's LibTorch calls OpenBLAS),
+# and cohortrun sets OMP_NUM_THREADS=1 only for more than one worker: without these the one-process run
+# spreads its matrix products over every core (20x slower on the loaded 2-core machine).
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 cd "$(dirname "$0")/../.."
 reps=${1:-5}
 steps=${2:-20}
