@@ -55,4 +55,4 @@ for rep in $(seq "$reps"); do
   done
   echo "rep $rep/$reps done" >&2
 done
-/usr/bin/python3 bench/pipeline/summary.py "$out" "$(nproc)"
+/usr/bin/python3 bench/pipeline/summary.py "$out" "$(getconf _NPROCESSORS_ONLN)"
