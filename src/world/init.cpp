@@ -91,7 +91,9 @@ World init(const InitOptions& options) {
   COHORT_CHECK(launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
                " is not less than the world size ", launch.size);
   if (launch.size > 1) detail::set_rank_identity(launch.rank, launch.size);  // a lone process needs no prefix
-  COHORT_INFO(detail::apply_malloc_policy().reason);  // before the first step allocates
+  // Before the first step allocates; outside the log macro, which skips its arguments below "info".
+  const auto malloc_policy = detail::apply_malloc_policy();
+  COHORT_INFO(malloc_policy.reason);
 
   World world;
   world.rank_ = launch.rank;

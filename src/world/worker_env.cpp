@@ -4,11 +4,11 @@
 // forwards to its workers (signals.cpp), torchrun 2.x's default set.
 #include "world/worker_env.h"
 
+#include <unistd.h>  // environ (declared by glibc with _GNU_SOURCE, which g++ defines)
+
 #include <stdexcept>
 
 #include "compat/torch_facts.h"
-
-extern char** environ;
 
 namespace cohort::detail::launch {
 namespace {
