@@ -13,31 +13,13 @@
 #include <cohort/error.h>
 #include <cohort/number.h>
 
+#include "../common/cli_numbers.h"
 #include "train.h"
 
 namespace {
 
-// Every number goes through cohort's one parser (cohort/number.h): the whole text, in range, or one
-// line naming the flag, the range and the text. The limits are README's settings table.
-template <typename Int>
-CLI::Option* add_integer(CLI::App& app, const cohort::IntegerRange& range, Int& target, const std::string& help) {
-  return app
-      .add_option_function<std::string>(
-          range.name,
-          [&target, range](const std::string& text) { target = static_cast<Int>(cohort::parse_integer(text, range)); },
-          help + " (" + cohort::describe_range(range) + ")")
-      ->default_str(std::to_string(target));
-}
-
-CLI::Option* add_real(CLI::App& app, const cohort::RealRange& range, double& target, const std::string& help) {
-  std::ostringstream shown;
-  shown << target;
-  return app
-      .add_option_function<std::string>(
-          range.name, [&target, range](const std::string& text) { target = cohort::parse_real(text, range); },
-          help + " (" + cohort::describe_range(range) + ")")
-      ->default_str(shown.str());
-}
+using examples::add_integer;
+using examples::add_real;
 
 }  // namespace
 

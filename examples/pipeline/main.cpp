@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "../common/cli_numbers.h"
+
 namespace {
 
 struct Config {
@@ -35,13 +37,7 @@ struct Config {
   std::string data_dir = cohort::data::kFashionMnistDir;
 };
 
-CLI::Option* add_integer(CLI::App& app, const cohort::IntegerRange& range, int64_t& target, const std::string& help) {
-  return app
-      .add_option_function<std::string>(
-          range.name, [&target, range](const std::string& text) { target = cohort::parse_integer(text, range); },
-          help + " (" + cohort::describe_range(range) + ")")
-      ->default_str(std::to_string(target));
-}
+using examples::add_integer;
 
 // 784 -> 256 -> ... -> 10: Flatten, then Linear and ReLU pairs; no BatchNorm (microbatches would
 // change its statistics).
