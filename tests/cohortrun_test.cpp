@@ -13,11 +13,11 @@
 
 #include "cohortrun/flag_values.h"
 #include "cohortrun/flags.h"
-#include "cohortrun/log_prefix.h"
+#include "world/log_prefix.h"
 #include "cohortrun/membership.h"
 #include "cohortrun/output.h"
 #include "cohortrun/summary.h"
-#include "cohortrun/worker_env.h"
+#include "world/worker_env.h"
 #include "cohortrun_command.h"
 #include "cohortrun_test_paths.h"
 #include "launch_helpers.h"

@@ -2,6 +2,8 @@
 // (counts, labels and pixel sums cross-checked against a numpy reading of the same .gz files), and
 // every error on synthetic files in a temporary directory: missing, truncated, bad magic, trailing
 // bytes, images/labels count mismatch, labels out of range. Missing real data fails, never skips.
+// Also CIFAR-10's binary batches (include/cohort/cifar.h) on files written here (no CIFAR-10 package
+// exists), their errors, and the synthetic CIFAR-shaped set.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/cifar.h"
 #include "cohort/data.h"
 #include "cohort/error.h"
 #include "support/errors.h"
@@ -225,6 +228,95 @@ TEST_F(IdxFiles, ImagesAndLabelsMustAgree) {
                    "labels in 12..12, expected 0..9");
   write_gz("t10k-images-idx3-ubyte.gz", idx_bytes(0x803, {1, 2, 2}, {0, 0, 0, 0}));
   EXPECT_ERROR_HAS(data::load_fashion_mnist(dir_, data::Split::kTest), "are 2x2, expected 28x28");
+}
+
+// ---- CIFAR-10 ----
+
+// `n` records: label (first_label + i) % 10, pixel p of record i = (i * 7 + p) % 256.
+std::vector<uint8_t> cifar_records(int n, int first_label = 0) {
+  std::vector<uint8_t> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(static_cast<uint8_t>((first_label + i) % 10));
+    for (int p = 0; p < 3072; ++p) out.push_back(static_cast<uint8_t>((i * 7 + p) % 256));
+  }
+  return out;
+}
+
+class CifarFiles : public IdxFiles {};
+
+TEST_F(CifarFiles, ReadsRecordsAsPlanesOfRedGreenBlue) {
+  const auto path = write_plain("test_batch.bin", cifar_records(3, 4));
+  const auto batch = data::load_cifar10_batch(path, data::Cifar10Options().records_per_file(0));
+  ASSERT_EQ(batch.images.sizes(), (std::vector<int64_t>{3, 3, 32, 32}));
+  EXPECT_EQ(batch.images.dtype(), torch::kUInt8);
+  EXPECT_TRUE(batch.labels.equal(torch::tensor({4, 5, 6}, torch::kLong)));
+  // Record 2, green plane (bytes 1024..2047), row 1, column 5: pixel 1024 + 32 + 5.
+  EXPECT_EQ(batch.images[2][1][1][5].item<int>(), (2 * 7 + 1024 + 32 + 5) % 256);
+}
+
+TEST_F(CifarFiles, LoadsASplitNormalizedPerChannel) {
+  for (int i = 1; i <= 5; ++i) write_plain("data_batch_" + std::to_string(i) + ".bin", cifar_records(2, i));
+  write_plain("test_batch.bin", cifar_records(2));
+  const auto train = data::load_cifar10(dir_, data::Split::kTrain, data::Cifar10Options().records_per_file(2));
+  ASSERT_EQ(train.images.sizes(), (std::vector<int64_t>{10, 3, 32, 32}));
+  EXPECT_FALSE(train.synthetic);
+  EXPECT_EQ(train.labels[2].item<int64_t>(), 2);  // data_batch_2's first record
+  // Set record 2 is data_batch_2's record 0 (red pixel 0: byte 0); set record 1 is data_batch_1's record 1.
+  EXPECT_NEAR(train.images[2][0][0][0].item<double>(), (0 / 255.0 - data::kCifar10Mean[0]) / data::kCifar10Std[0], 1e-5);
+  EXPECT_NEAR(train.images[1][2][0][0].item<double>(), ((7 + 2048) % 256 / 255.0 - data::kCifar10Mean[2]) / data::kCifar10Std[2],
+              1e-5);
+  const auto test = data::load_cifar10(dir_, data::Split::kTest, data::Cifar10Options().records_per_file(2));
+  EXPECT_EQ(test.images.size(0), 2);
+}
+
+TEST_F(CifarFiles, MissingFileNamesItAndWhereToGetTheData) {
+  EXPECT_ERROR_HAS(data::load_cifar10(dir_, data::Split::kTest),
+                   "CIFAR-10 file not found: " + dir_ + "/test_batch.bin (No such file or directory); get the binary "
+                   "version (cifar-10-binary.tar.gz) from https://www.cs.toronto.edu/~kriz/cifar.html");
+  write_plain("data_batch_1.bin", cifar_records(1));
+  EXPECT_ERROR_HAS(data::load_cifar10(dir_, data::Split::kTrain, data::Cifar10Options().records_per_file(1)),
+                   "CIFAR-10 file not found: " + dir_ + "/data_batch_2.bin");
+}
+
+TEST_F(CifarFiles, TruncatedFileSaysItsSizeAndTheRecordSize) {
+  auto bytes = cifar_records(2);
+  bytes.resize(bytes.size() - 100);
+  const auto cut = write_plain("cut.bin", bytes);
+  EXPECT_ERROR_HAS(data::load_cifar10_batch(cut), "CIFAR-10 file " + cut + " is truncated: 6046 bytes is not a whole "
+                   "number of 3073-byte records (1 records and 2973 bytes)");
+  // Cut at a record boundary: only the count the release has (10000) tells.
+  const auto short_file = write_plain("short.bin", cifar_records(2));
+  EXPECT_ERROR_HAS(data::load_cifar10_batch(short_file), "CIFAR-10 file " + short_file + " holds 2 records (6146 "
+                   "bytes), expected 10000 (30730000 bytes): truncated?");
+  EXPECT_ERROR_HAS(data::load_cifar10_batch(write_plain("empty.bin", {})), "empty.bin is empty");
+}
+
+TEST_F(CifarFiles, LabelOutsideTheTenClassesNamesTheRecord) {
+  auto bytes = cifar_records(3);
+  bytes[2 * 3073] = 57;
+  const auto bad = write_plain("bad.bin", bytes);
+  EXPECT_ERROR_HAS(data::load_cifar10_batch(bad, data::Cifar10Options().records_per_file(0)),
+                   "CIFAR-10 file " + bad + " has label 57 in record 2, expected 0..9");
+}
+
+TEST(SyntheticCifar, IsLabelledSyntheticShapedLikeCifarAndRepeatable) {
+  const auto a = data::synthetic_cifar10(64, 3), b = data::synthetic_cifar10(64, 3), c = data::synthetic_cifar10(64, 4);
+  EXPECT_TRUE(a.synthetic);
+  EXPECT_EQ(a.images.sizes(), (std::vector<int64_t>{64, 3, 32, 32}));
+  EXPECT_EQ(a.images.dtype(), torch::kFloat);
+  EXPECT_GE(a.labels.min().item<int64_t>(), 0);
+  EXPECT_LE(a.labels.max().item<int64_t>(), 9);
+  EXPECT_TRUE(a.images.equal(b.images) && a.labels.equal(b.labels));
+  EXPECT_FALSE(a.images.equal(c.images));
+  // Learnable: images of one class are nearer each other than to another class's.
+  const auto same = a.labels == a.labels[0];
+  const auto other = a.labels != a.labels[0];
+  ASSERT_GT(same.sum().item<int64_t>(), 1);
+  const auto first = a.images[0].flatten();
+  const auto distance = (a.images.flatten(1) - first).norm(2, 1);
+  EXPECT_LT(distance.index({same}).sum().item<double>() / (same.sum().item<double>() - 1),
+            distance.index({other}).mean().item<double>());
+  EXPECT_ERROR_HAS(data::synthetic_cifar10(-1), "synthetic_cifar10: samples must be at least 0, got -1");
 }
 
 }  // namespace

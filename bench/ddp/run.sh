@@ -8,6 +8,9 @@
 # this machine with free communication (the cores' and memory's own scaling), the ceiling for DDP.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# One thread per process everywhere, the 1-rank runs included (cohortrun sets OMP_NUM_THREADS only for
+# several workers, and Debian's LibTorch multiplies with OpenBLAS, which torch::set_num_threads misses).
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 reps=${1:-5}
 steps=${2:-40}
 run=build/tools/cohortrun

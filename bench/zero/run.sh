@@ -6,6 +6,9 @@
 # COHORT_SHM=0 (Gloo over loopback): the shared-memory transport moves no bytes over loopback.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# One thread per process everywhere, the 1-rank runs included (cohortrun sets OMP_NUM_THREADS only for
+# several workers, and Debian's LibTorch multiplies with OpenBLAS, which torch::set_num_threads misses).
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 reps=${1:-5}
 steps=${2:-30}
 run=build/tools/cohortrun

@@ -1,7 +1,7 @@
-// fashion_mnist: the main cohort job. Trains a small CNN on Fashion-MNIST on every rank the
-// launcher gives it (cohortrun, torchrun, srun, mpirun, or a lone process). This file only reads
-// the command line and turns any failure into one `error: ...` line and exit status 1; train.cpp
-// does the work.
+// fashion_mnist: the main cohort job. Trains a small CNN on Fashion-MNIST with cohort::Trainer on
+// every rank the launcher gives it (cohortrun, torchrun, srun, mpirun), or on --devices N local
+// workers it starts itself. This file only reads the command line and turns any failure into one
+// `error: ...` line and exit status 1; train.cpp does the work.
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
@@ -10,41 +10,24 @@
 #include <sstream>
 #include <string>
 
+#include <cohort/error.h>
 #include <cohort/number.h>
 
+#include "../common/cli_numbers.h"
 #include "train.h"
 
 namespace {
 
-// Every number goes through cohort's one parser (cohort/number.h): the whole text, in range, or one
-// line naming the flag, the range and the text. The limits are README's settings table.
-template <typename Int>
-CLI::Option* add_integer(CLI::App& app, const cohort::IntegerRange& range, Int& target, const std::string& help) {
-  return app
-      .add_option_function<std::string>(
-          range.name,
-          [&target, range](const std::string& text) { target = static_cast<Int>(cohort::parse_integer(text, range)); },
-          help + " (" + cohort::describe_range(range) + ")")
-      ->default_str(std::to_string(target));
-}
-
-CLI::Option* add_real(CLI::App& app, const cohort::RealRange& range, double& target, const std::string& help) {
-  std::ostringstream shown;
-  shown << target;
-  return app
-      .add_option_function<std::string>(
-          range.name, [&target, range](const std::string& text) { target = cohort::parse_real(text, range); },
-          help + " (" + cohort::describe_range(range) + ")")
-      ->default_str(shown.str());
-}
+using examples::add_integer;
+using examples::add_real;
 
 }  // namespace
 
 int main(int argc, char** argv) {
   fashion_mnist::TrainConfig config;
   CLI::App app{
-      "Trains a CNN on Fashion-MNIST with cohort's DistributedDataParallel; run it under "
-      "cohortrun, torchrun, srun or mpirun for several ranks."};
+      "Trains a CNN on Fashion-MNIST with cohort::Trainer; --devices N starts N local workers, or run it "
+      "under cohortrun, torchrun, srun or mpirun."};
   add_integer(app, {"--epochs", 1, 100000}, config.epochs, "Passes over the training set");
   add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size, "Samples per step on each rank");
   add_real(app, {"--lr", 1e-12, 1000}, config.lr, "Learning rate of Adam");
@@ -78,6 +61,15 @@ int main(int argc, char** argv) {
                  "Train with the ZeRO engine as this DeepSpeed ds_config.json says (--zero-stage "
                  "overrides its stage)")
       ->check(CLI::ExistingFile);
+  app.add_option("--devices", config.devices,
+                 "Processes on this node: N (started by the program itself without a launcher) or auto")
+      ->capture_default_str();
+  app.add_option("--strategy", config.strategy, "ddp, zero1, zero2, zero3 or single (--zero-stage wins)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "single"}))
+      ->capture_default_str();
+  app.add_option("--precision", config.precision, "32-true, bf16-mixed or 16-mixed (16-mixed: GPU and ZeRO only)")
+      ->check(CLI::IsMember({"32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16"}))
+      ->capture_default_str();
   app.add_flag("--no-memory-check", config.no_memory_check,
                "Skip the check that the batch's estimated memory fits in the memory available");
   try {

@@ -1,7 +1,6 @@
-// The Fashion-MNIST job itself: init the world, load the data, train the CNN under DDP (or the ZeRO
-// engine) with a
-// DistributedSampler, evaluate exactly over all ranks after each epoch and print the digest.
-// main.cpp only turns the command line into a TrainConfig.
+// The Fashion-MNIST job itself, on cohort::Trainer: load the data, train the CNN under DDP (or the
+// ZeRO engine), evaluate exactly over all ranks after each epoch and print the digest. Without a
+// launcher, --devices N starts N local workers. main.cpp only turns the command line into a TrainConfig.
 #pragma once
 
 #include <cohort/data.h>
@@ -35,6 +34,10 @@ struct TrainConfig {
   int zero_stage = -1;
   /// A DeepSpeed ds_config.json: train with the ZeRO engine as it says ("" = DDP, unless zero_stage).
   std::string deepspeed_config;
+  /// The Trainer's devices (processes on this node; "auto": the launcher's), strategy and precision.
+  std::string devices = "auto";
+  std::string strategy = "ddp";
+  std::string precision = "32-true";
 };
 
 /// Runs the whole job; rank 0 prints progress, one summary line per epoch and `params-sha256:

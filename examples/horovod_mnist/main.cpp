@@ -16,6 +16,7 @@
 
 #include <cstdio>
 
+#include "../common/cli_numbers.h"
 #include "models/fashion_mnist_net.h"
 
 namespace hvd = cohort::hvd;
@@ -104,20 +105,8 @@ void run(const Args& args) {
   }
 }
 
-template <typename Int>
-void add_integer(CLI::App& app, const cohort::IntegerRange& range, Int& target, const std::string& help) {
-  app.add_option_function<std::string>(
-         range.name, [&target, range](const std::string& text) { target = Int(cohort::parse_integer(text, range)); },
-         help + " (" + cohort::describe_range(range) + ")")
-      ->default_str(std::to_string(target));
-}
-
-void add_real(CLI::App& app, const cohort::RealRange& range, double& target, const std::string& help) {
-  app.add_option_function<std::string>(
-         range.name, [&target, range](const std::string& text) { target = cohort::parse_real(text, range); },
-         help + " (" + cohort::describe_range(range) + ")")
-      ->default_str(std::to_string(target));
-}
+using examples::add_integer;
+using examples::add_real;
 
 }  // namespace
 

@@ -133,6 +133,11 @@ class Comm {
   template <typename T>
   T recv_object(int src, int tag = 0);
 
+  /// Fails this Comm on purpose, when work between its calls failed (a pipeline stage that raised):
+  /// every later call here raises `reason`, and every peer's pending and later calls raise naming this
+  /// rank and `reason`, so no rank waits for this one. The first failure of a Comm is the one kept.
+  void abort(const std::string& reason);
+
   /// Number of collectives issued so far (the sequence number of the next one).
   int64_t sequence_number() const;
 

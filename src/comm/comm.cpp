@@ -84,6 +84,8 @@ int Comm::size() const { return impl_->size(); }
 std::chrono::milliseconds Comm::timeout() const { return impl_->timeout(); }
 int64_t Comm::sequence_number() const { return impl_->sequence_number(); }
 
+void Comm::abort(const std::string& reason) { impl_->abort(reason); }
+
 Work Comm::allreduce_async(torch::Tensor tensor, ReduceOp op) {
   check_reduce(tensor, op, "allreduce");
   auto pending = make_op(OpKind::kAllreduce, tensor, op);

@@ -119,6 +119,8 @@ class CommImpl {
   std::shared_ptr<PendingOp> post_send(std::shared_ptr<PendingOp> op);
   std::shared_ptr<PendingOp> post_recv(std::shared_ptr<PendingOp> op);
   bool is_completed(PendingOp& op);
+  /// Comm::abort: poisons this Comm with `reason` and tells the peers.
+  void abort(const std::string& reason) { poison(reason); }
 
  private:
   void launch(PendingOp& op);

@@ -1,14 +1,14 @@
 // Horovod's environment variables (see settings.h).
 #include "horovod/settings.h"
 
+#include <unistd.h>  // environ (declared by glibc with _GNU_SOURCE, which g++ defines)
+
 #include <algorithm>
 #include <atomic>
 #include <set>
 
 #include "cohort/number.h"
 #include "core/log.h"
-
-extern char** environ;
 
 namespace cohort::hvd::detail {
 namespace {

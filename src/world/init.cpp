@@ -15,6 +15,7 @@
 #include "comm/comm_impl.h"
 #include "core/log.h"
 #include "world/launch_env.h"
+#include "world/malloc_policy.h"
 #include "world/rendezvous.h"
 #include "world/timeline.h"
 
@@ -91,6 +92,9 @@ World init(const InitOptions& options) {
   COHORT_CHECK(launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
                " is not less than the world size ", launch.size);
   if (launch.size > 1) detail::set_rank_identity(launch.rank, launch.size);  // a lone process needs no prefix
+  // Before the first step allocates; outside the log macro, which skips its arguments below "info".
+  const auto malloc_policy = detail::apply_malloc_policy();
+  COHORT_INFO(malloc_policy.reason);
 
   World world;
   world.rank_ = launch.rank;

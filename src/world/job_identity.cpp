@@ -58,9 +58,10 @@ void check_same_job(c10d::Store& store, const JobCheck& check) {
       break;
     case JobCheck::Role::kCompare: {
       const Published published = read_published(store, check.timeout);
-      COHORT_CHECK(published.run_id.has_value(), "rendezvous at ", check.where, ": the store there did not say ",
-                   "which job it belongs to within ", check.timeout.count(), " ms (", published.failure,
-                   "): is rank 0 of ", job_label(check.run_id), " running a cohort program?");
+      if (!published.run_id)
+        throw JobUnanswered("rendezvous at " + check.where + ": the store there did not say which job it belongs to "
+                            "within " + std::to_string(check.timeout.count()) + " ms (" + published.failure +
+                            "): is rank 0 of " + job_label(check.run_id) + " running a cohort program?");
       theirs = published.run_id;
       break;
     }

@@ -12,6 +12,8 @@
 #include <optional>
 #include <string>
 
+#include "cohort/error.h"
+
 namespace cohort::detail {
 
 /// What check_same_job needs to know about this rank and its rendezvous.
@@ -28,6 +30,14 @@ struct JobCheck {
 /// Publishes or compares this rank's run id in `store` (before anything else is written there).
 /// Throws cohort::Error naming both jobs when the store belongs to another job, and on timeout.
 void check_same_job(c10d::Store& store, const JobCheck& check);
+
+/// Thrown by check_same_job when the store gave no answer (it went away, or said nothing in time), as
+/// opposed to naming another job: a store that vanished may have been another job's, so the caller
+/// connects again while its deadline allows.
+class JobUnanswered : public Error {
+ public:
+  using Error::Error;
+};
 
 /// The run id published in the store that listens at host:port, read within `timeout` (a port in use:
 /// whose is it?). nullopt when nothing answers as a cohort store in time. Never throws.

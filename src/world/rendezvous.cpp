@@ -143,13 +143,25 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config) {
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
-  auto store = open_store(config);
   // Before anything else is written: a rank of another job must not announce itself here.
   JobCheck job{config.run_id, JobCheck::Role::kCompare, endpoint_of(config), config.timeout};
   if (!config.rank0_hosts) job.role = JobCheck::Role::kFirstPublishes;
   else if (config.rank == 0) job.role = JobCheck::Role::kPublish;
-  check_same_job(*store, job);
-  return store;
+  const auto deadline = std::chrono::steady_clock::now() + config.timeout;
+  for (;;) {
+    auto store = open_store(config);
+    try {
+      check_same_job(*store, job);
+      return store;
+    } catch (const JobUnanswered&) {
+      // The store went away before it said whose it was: another job's rank 0 that has ended (this
+      // job's own rank 0 may hold the port by now). Connect again until the deadline.
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left < std::chrono::milliseconds(100)) throw;
+      job.timeout = left;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
 }
 
 void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config) {

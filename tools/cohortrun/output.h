@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cohortrun/log_prefix.h"
+#include "world/log_prefix.h"
 #include "cohortrun/options.h"
 
 namespace cohort::detail::launch {

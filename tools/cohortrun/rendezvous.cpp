@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "cohortrun/net.h"
+#include "world/net.h"
 #include "cohortrun/signals.h"
-#include "cohortrun/worker_env.h"
+#include "world/worker_env.h"
 
 namespace cohort::detail::launch {
 namespace {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cohortrun/options.h"
-#include "cohortrun/worker_env.h"
-#include "cohortrun/worker_process.h"
+#include "world/worker_env.h"
+#include "world/worker_process.h"
 
 namespace cohort::detail::launch {
 

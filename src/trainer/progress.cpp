@@ -1,6 +1,6 @@
-// Progress bar of rank 0 (see progress.h). Throughput and ETA come from rank 0's own clock: DDP
-// keeps the ranks in lockstep, so global samples/s is this rank's rate times the world size.
-#include "progress.h"
+// Progress bar of rank 0 (see cohort/progress.h). Throughput and ETA come from rank 0's own clock:
+// DDP keeps the ranks in lockstep, so global samples/s is this rank's rate times the world size.
+#include "cohort/progress.h"
 
 #include <unistd.h>
 
@@ -9,18 +9,18 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace fashion_mnist {
+namespace cohort {
 
 namespace {
 
 constexpr int kBarWidth = 20;
 constexpr double kRedrawSeconds = 0.1;  // in-place redraws at most ten times a second
 
-}  // namespace
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
+
+}  // namespace
 
 ProgressStyle progress_style_for(std::FILE* stream) {
   return isatty(fileno(stream)) ? ProgressStyle::kInPlace : ProgressStyle::kLines;
@@ -56,7 +56,13 @@ std::string format_progress(const ProgressState& state) {
                 "%s [%s] %*" PRId64 "/%" PRId64 "  loss %.4f  %.0f samples/s  ETA %s",
                 state.label.c_str(), bar.c_str(), digits, state.step, state.total, state.loss,
                 state.samples_per_second, format_duration(state.eta_seconds).c_str());
-  return text;
+  std::string line = text;
+  for (const auto& [name, value] : state.extra) {
+    char item[128];
+    std::snprintf(item, sizeof item, "  %s %.4g", name.c_str(), value);
+    line += item;
+  }
+  return line;
 }
 
 ProgressBar::ProgressBar(std::string label, int64_t total, ProgressStyle style, std::FILE* stream)
@@ -65,11 +71,12 @@ ProgressBar::ProgressBar(std::string label, int64_t total, ProgressStyle style, 
   state_.total = total;
 }
 
-void ProgressBar::update(int64_t step, double loss, int64_t samples) {
+void ProgressBar::update(int64_t step, double loss, int64_t samples, const std::map<std::string, double>& extra) {
   if (style_ == ProgressStyle::kOff) return;
   const double elapsed = seconds_since(start_);
   state_.step = step;
   state_.loss = loss;
+  state_.extra = extra;
   state_.samples_per_second = elapsed > 0 ? samples / elapsed : 0;
   state_.eta_seconds = step > 0 ? elapsed / step * (state_.total - step) : 0;
   draw(/*force=*/step >= state_.total);
@@ -106,4 +113,4 @@ void ProgressBar::finish() {
   std::fflush(stream_);
 }
 
-}  // namespace fashion_mnist
+}  // namespace cohort

@@ -1,6 +1,6 @@
 // The environment of each worker, exactly the variables torchrun's agent sets (RANK, LOCAL_RANK,
 // WORLD_SIZE, ..., TORCHELASTIC_*), so a program sees the same world under cohortrun and torchrun.
-// Pure functions of the group layout, tested alone.
+// Pure functions of the group layout, tested alone; shared by cohortrun and the Trainer's self-launch.
 #pragma once
 
 #include <map>

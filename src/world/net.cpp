@@ -1,6 +1,6 @@
 // Socket helpers for the rendezvous (see net.h), on getaddrinfo/getifaddrs so IPv4, IPv6 and names
 // behave alike.
-#include "cohortrun/net.h"
+#include "world/net.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

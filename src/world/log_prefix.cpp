@@ -1,5 +1,5 @@
 // Line splitting, prefix templates and stream tails for worker output (see log_prefix.h).
-#include "cohortrun/log_prefix.h"
+#include "world/log_prefix.h"
 
 #include <cctype>
 

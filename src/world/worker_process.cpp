@@ -1,7 +1,7 @@
 // fork + exec of one worker (see worker_process.h). Between fork and exec only async-signal-safe
 // calls are made: the launcher has threads (the TCPStore server), and only the forking thread exists
 // in the child.
-#include "cohortrun/worker_process.h"
+#include "world/worker_process.h"
 
 #include <fcntl.h>
 #include <signal.h>

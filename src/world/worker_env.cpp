@@ -2,13 +2,13 @@
 // TORCHELASTIC_USE_AGENT_STORE is False because workers host their own store at MASTER_PORT (torchrun
 // 2.x's agent hosts it and says True). TORCHELASTIC_SIGNALS_TO_HANDLE names the signals cohortrun
 // forwards to its workers (signals.cpp), torchrun 2.x's default set.
-#include "cohortrun/worker_env.h"
+#include "world/worker_env.h"
+
+#include <unistd.h>  // environ (declared by glibc with _GNU_SOURCE, which g++ defines)
 
 #include <stdexcept>
 
 #include "compat/torch_facts.h"
-
-extern char** environ;
 
 namespace cohort::detail::launch {
 namespace {

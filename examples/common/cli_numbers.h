@@ -1,0 +1,34 @@
+// Numeric command-line flags of the examples through cohort's one parser (cohort/number.h): the whole
+// text, in range, or one line naming the flag, the range and the text.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <sstream>
+#include <string>
+
+#include "cohort/number.h"
+
+namespace examples {
+
+template <typename Int>
+CLI::Option* add_integer(CLI::App& app, const cohort::IntegerRange& range, Int& target, const std::string& help) {
+  return app
+      .add_option_function<std::string>(
+          range.name,
+          [&target, range](const std::string& text) { target = static_cast<Int>(cohort::parse_integer(text, range)); },
+          help + " (" + cohort::describe_range(range) + ")")
+      ->default_str(std::to_string(target));
+}
+
+inline CLI::Option* add_real(CLI::App& app, const cohort::RealRange& range, double& target, const std::string& help) {
+  std::ostringstream shown;
+  shown << target;
+  return app
+      .add_option_function<std::string>(
+          range.name, [&target, range](const std::string& text) { target = cohort::parse_real(text, range); },
+          help + " (" + cohort::describe_range(range) + ")")
+      ->default_str(shown.str());
+}
+
+}  // namespace examples

@@ -1,0 +1,75 @@
+// The Fashion-MNIST job's report callback (see report.h).
+#include "report.h"
+
+#include <cohort/ddp.h>  // reduce_metrics
+#include <cohort/number.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+namespace fashion_mnist {
+namespace {
+
+// A double that reads back bit for bit ("0.001", "0.0030000000000000001").
+std::string exact_text(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+}  // namespace
+
+JobReport::JobReport(FashionMnistModule& module, LrRule lr, int epochs)
+    : module_(module), lr_(std::move(lr)), epochs_(epochs) {}
+
+void JobReport::on_fit_start(cohort::Trainer& trainer, cohort::TrainingModule&) { trainer_ = &trainer; }
+
+void JobReport::print_epoch(int64_t epoch, double train_loss, double accuracy) {
+  const long long correct = std::llround(accuracy * static_cast<double>(test_samples_));
+  const double train_seconds = module_.train_seconds(), eval_seconds = module_.eval_seconds();
+  std::printf("epoch %lld/%d: train loss %.4f, test accuracy %.2f%% (%lld/%lld), time %.1f s (train %.1f s, "
+              "eval %.1f s)\n",
+              static_cast<long long>(epoch), epochs_, train_loss, 100.0 * static_cast<double>(correct) /
+              static_cast<double>(std::max<int64_t>(test_samples_, 1)), correct, static_cast<long long>(test_samples_),
+              train_seconds + eval_seconds, train_seconds, eval_seconds);
+  std::fflush(stdout);
+}
+
+void JobReport::on_train_epoch_end(cohort::Trainer& trainer, cohort::TrainingModule&) {
+  if (!trainer.world().is_main()) return;
+  const auto& metrics = trainer.callback_metrics();
+  print_epoch(trainer.current_epoch(), metrics.at("train_loss"), metrics.at("test_accuracy"));
+}
+
+// The training loss of the batches this epoch ran, over all ranks (every rank ran as many samples).
+void JobReport::print_partial_epoch(cohort::Trainer& trainer, const std::map<std::string, double>& test) {
+  const auto shown = trainer.progress_bar_metrics();
+  const double samples = static_cast<double>(trainer.samples_in_epoch()) / trainer.world().size();
+  const double loss = shown.count("loss") ? shown.at("loss") : 0.0;
+  const auto sums = cohort::reduce_metrics({torch::tensor(loss * samples, torch::kFloat64)});
+  if (!trainer.world().is_main()) return;
+  print_epoch(trainer.current_epoch() + 1, sums[0].item<double>() / static_cast<double>(trainer.samples_in_epoch()),
+              test.at("test_accuracy"));
+}
+
+void JobReport::save_state(std::map<std::string, std::string>& values) const {
+  if (lr_.configured) values["lr"] = exact_text(*lr_.configured);
+}
+
+void JobReport::load_state(const std::map<std::string, std::string>& values) {
+  if (!lr_.configured || trainer_ == nullptr) return;
+  const double wanted = *lr_.configured;
+  const auto found = values.find("lr");
+  const double saved = found == values.end() ? trainer_->lr()
+                                             : cohort::parse_real(found->second, {"the checkpoint's lr", 0, 1e300});
+  if (lr_.applies)
+    for (auto& group : trainer_->optimizer().param_groups()) group.options().set_lr(wanted);
+  if (saved == wanted || !trainer_->world().is_main()) return;
+  std::ostringstream line;
+  line << "lr: training continues with " << wanted << " (" << lr_.source << "), not the checkpoint's " << saved
+       << ": this run's setting wins, as setting a param group's lr after loading does in PyTorch";
+  std::printf("%s\n", line.str().c_str());
+}
+
+}  // namespace fashion_mnist

@@ -1,0 +1,160 @@
+// pipeline: trains a deep MLP on Fashion-MNIST split into pipeline stages across ranks (cohort's
+// Pipeline: GPipe, 1F1B or interleaved 1F1B), optionally times data-parallel replicas of the whole
+// pipeline (a {data, pipe} mesh, DDP per stage). Run it under cohortrun, e.g.
+//   build/tools/cohortrun --nproc-per-node 4 build/examples/pipeline --stages 4 --schedule 1f1b
+// Rank 0 prints the partition, the loss as it trains, and the test accuracy. See docs/pipeline.md.
+#include <c10/util/Exception.h>
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <cohort/cohort.h>
+#include <cohort/data.h>
+#include <cohort/mesh.h>
+#include <cohort/number.h>
+#include <cohort/pipeline.h>
+#include <cohort/sampler.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "../common/cli_numbers.h"
+
+namespace {
+
+struct Config {
+  int64_t stages = 0;  // 0: world size / data-parallel
+  std::string schedule = "1f1b";
+  int64_t chunks = 4;
+  int64_t stages_per_rank = 2;
+  int64_t data_parallel = 1;
+  std::string partition = "parameters";
+  int64_t hidden_layers = 6;
+  int64_t epochs = 1;
+  int64_t max_steps = 0;
+  int64_t batch_size = 64;
+  double lr = 1e-3;
+  int64_t threads = 1;
+  std::string data_dir = cohort::data::kFashionMnistDir;
+};
+
+using examples::add_integer;
+
+// 784 -> 256 -> ... -> 10: Flatten, then Linear and ReLU pairs; no BatchNorm (microbatches would
+// change its statistics).
+torch::nn::Sequential deep_mlp(int64_t hidden_layers) {
+  torch::nn::Sequential net;
+  net->push_back(torch::nn::Flatten());
+  int64_t width = 28 * 28;
+  for (int64_t i = 0; i < hidden_layers; ++i) {
+    net->push_back(torch::nn::Linear(width, 256));
+    net->push_back(torch::nn::ReLU());
+    width = 256;
+  }
+  net->push_back(torch::nn::Linear(width, 10));
+  return net;
+}
+
+double test_accuracy(cohort::pipeline::Pipeline& pipeline, const cohort::data::FashionMnist& test) {
+  int64_t correct = 0;
+  const int64_t n = test.images.size(0);
+  for (int64_t start = 0; start < n; start += 1000) {
+    auto rows = torch::indexing::Slice(start, std::min(n, start + 1000));
+    auto logits = pipeline.forward(test.images.index({rows}));
+    correct += logits.argmax(1).eq(test.labels.index({rows})).sum().item<int64_t>();
+  }
+  return double(correct) / double(n);
+}
+
+void train(const Config& config) {
+  torch::set_num_threads(int(config.threads));
+  auto world = cohort::init();
+  const int64_t stages = config.stages > 0 ? config.stages : world.size() / config.data_parallel;
+  COHORT_CHECK(stages * config.data_parallel == world.size(), "--stages ", stages, " x --data-parallel ",
+               config.data_parallel, " is not the world size ", world.size());
+  const int per_rank = config.schedule == "interleaved" ? int(config.stages_per_rank) : 1;
+  // Row-major: the ranks of one pipeline are consecutive; each stage's replicas form a data group.
+  cohort::Mesh mesh(world.comm(), {{"data", int(config.data_parallel)}, {"pipe", int(stages)}});
+  torch::manual_seed(0);  // the same initial model on every rank; each keeps its stages
+  auto model = deep_mlp(config.hidden_layers);
+  auto part = cohort::pipeline::partition(model, int(stages) * per_rank,
+                                          cohort::pipeline::PartitionOptions().method(config.partition));
+  if (world.rank() == 0) std::cout << "partition (" << config.partition << "):\n" << part.describe() << std::flush;
+  auto options = cohort::pipeline::PipelineOptions()
+                     .schedule(config.schedule)
+                     .chunks(int(config.chunks))
+                     .stages_per_rank(per_rank)
+                     .loss_fn([](const torch::Tensor& out, const torch::Tensor& y) {
+                       return torch::nn::functional::cross_entropy(out, y);
+                     });
+  if (config.data_parallel > 1) options.data_comm(mesh.group_ptr("data"));
+  cohort::pipeline::Pipeline pipeline(mesh.group_ptr("pipe"),
+                                      cohort::pipeline::stages_of_rank(part, int(stages), mesh.coordinate("pipe")),
+                                      options);
+  torch::optim::Adam optimizer(pipeline.parameters(), torch::optim::AdamOptions(config.lr));
+  const auto train_set = cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTrain);
+  const auto test_set = cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTest);
+  cohort::DistributedSampler sampler(train_set.images.size(0), cohort::SamplerOptions()
+                                                                   .num_replicas(int(config.data_parallel))
+                                                                   .rank(mesh.coordinate("data")));
+  int64_t step = 0;
+  double loss = 0;
+  for (int64_t epoch = 0; epoch < config.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    for (const auto& batch : sampler.batch_tensors(config.batch_size)) {
+      if (batch.size(0) < config.chunks) continue;  // a tail too small to split into --chunks
+      optimizer.zero_grad();
+      loss = pipeline.step(train_set.images.index({batch}), train_set.labels.index({batch})).item<double>();
+      optimizer.step();
+      ++step;  // on every rank: all of them stop at --max-steps together
+      if (world.rank() == 0 && step % 100 == 0)
+        std::printf("epoch %lld step %lld loss %.4f\n", (long long)epoch, (long long)step, loss);
+      if (config.max_steps > 0 && step >= config.max_steps) break;
+    }
+    if (config.max_steps > 0 && step >= config.max_steps) break;
+  }
+  const double accuracy = test_accuracy(pipeline, test_set);
+  if (world.rank() == 0)
+    std::printf("steps %lld final loss %.4f test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",
+                (long long)step, loss, accuracy, config.schedule.c_str(), (long long)stages, int(config.chunks),
+                (long long)config.data_parallel);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config config;
+  CLI::App app{"Trains a deep MLP on Fashion-MNIST split into pipeline stages over the ranks cohortrun starts."};
+  add_integer(app, {"--stages", 0, 1024}, config.stages, "Pipeline ranks (0: world size / --data-parallel)");
+  app.add_option("--schedule", config.schedule, "Pipeline schedule")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
+      ->capture_default_str();
+  add_integer(app, {"--chunks", 1, 4096}, config.chunks, "Microbatches per step");
+  add_integer(app, {"--stages-per-rank", 1, 64}, config.stages_per_rank, "Stages per rank with --schedule interleaved");
+  add_integer(app, {"--data-parallel", 1, 1024}, config.data_parallel, "Replicas of the whole pipeline (DDP per stage)");
+  app.add_option("--partition", config.partition, "How the layers are cut into stages")
+      ->check(CLI::IsMember({"parameters", "uniform"}))
+      ->capture_default_str();
+  add_integer(app, {"--hidden-layers", 1, 256}, config.hidden_layers, "Hidden Linear+ReLU layers of 256");
+  add_integer(app, {"--epochs", 1, 100000}, config.epochs, "Passes over the training set");
+  add_integer(app, {"--max-steps", 0, int64_t(1e12)}, config.max_steps, "Stop after this many steps (0: no limit)");
+  add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size, "Samples per step on each pipeline");
+  add_integer(app, {"--threads", 1, 1024}, config.threads, "Torch threads per rank");
+  app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const cohort::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    train(config);
+    return 0;
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 1;
+}

@@ -1,0 +1,118 @@
+// Pipeline parallelism: a torch::nn::Sequential split into stages across the ranks of a Comm, run one
+// step at a time on microbatches by a schedule (cohort/pipeline_schedule.h: GPipe, 1F1B, interleaved).
+// Each rank holds its stages' parameters only; step() returns the batch's mean loss on every rank and
+// leaves the gradients in the stages' parameters, so the user's optimizer steps as usual. With a data
+// Comm, each stage's replicas average their gradients with cohort DDP once per step. See docs/pipeline.md.
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/comm.h"
+#include "cohort/ddp.h"
+#include "cohort/export.h"
+#include "cohort/pipeline_schedule.h"
+
+COHORT_EXPORT_BEGIN
+namespace cohort {
+namespace pipeline {
+
+/// How partition() cuts a Sequential (DeepSpeed's partition_method).
+struct PartitionOptions {
+  /// "parameters": contiguous stages with balanced trainable parameter counts (the most loaded stage
+  /// as light as possible); "uniform": balanced layer counts. Ignored when `boundaries` is given.
+  TORCH_ARG(std::string, method) = "parameters";
+  /// Explicit cut: stage s holds layers [boundaries[s], boundaries[s + 1]); stages + 1 increasing
+  /// numbers from 0 to the layer count.
+  TORCH_ARG(std::vector<int64_t>, boundaries) = {};
+};
+
+/// A Sequential cut into stages. The stages share the layers (and parameters) of the model they were
+/// cut from, and keep its layer names ("3.weight"), so checkpoints name parameters as the whole model.
+struct Partition {
+  std::vector<torch::nn::Sequential> stages;
+  std::vector<int64_t> boundaries;   ///< stages + 1 layer indices
+  std::vector<int64_t> parameters;   ///< trainable parameters per stage
+  /// One line per stage: "stage 1: layers 3-5 (Linear, ReLU, Linear), 4160 parameters".
+  std::string describe() const;
+};
+
+/// Cuts `model` into `stages` stages of at least one layer each; bad options throw naming the option.
+Partition partition(const torch::nn::Sequential& model, int stages, const PartitionOptions& options = {});
+/// The first layer of each stage and the layer count (pure: tested alone). `layer_parameters[i]` is
+/// layer i's trainable parameter count.
+std::vector<int64_t> partition_boundaries(const std::vector<int64_t>& layer_parameters, int stages,
+                                          const std::string& method);
+/// The stages a rank runs: s, s + ranks, s + 2 ranks ... (Schedule::rank_of).
+std::vector<torch::nn::Sequential> stages_of_rank(const Partition& partition, int ranks, int rank);
+
+/// The loss of the last stage's output on one microbatch and its targets (a mean over the microbatch).
+using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
+
+struct PipelineOptions {
+  /// "gpipe", "1f1b" or "interleaved" (make_schedule); ignored when a Schedule is given.
+  TORCH_ARG(std::string, schedule) = "1f1b";
+  /// Microbatches per step: the batch is split as torch.tensor_split does (uneven when it does not divide).
+  TORCH_ARG(int, chunks) = 4;
+  /// Stages each rank holds ("interleaved" only; 1 otherwise).
+  TORCH_ARG(int, stages_per_rank) = 1;
+  /// Required: the loss of a microbatch (e.g. cross entropy with its default mean reduction).
+  TORCH_ARG(LossFn, loss_fn) = nullptr;
+  /// Keep only each stage's input between forward and backward and run the forward again in backward
+  /// (less memory, one more forward). Layers drawing random numbers (dropout) draw anew.
+  TORCH_ARG(bool, recompute) = false;
+  /// Data parallel: the Comm of this stage's replicas (Mesh::group_ptr("data")); each stage is then
+  /// wrapped in cohort DDP over it, its gradients averaged once per step, after its last microbatch.
+  TORCH_ARG(std::shared_ptr<Comm>, data_comm) = nullptr;
+  /// Options of those DDP wrappers (their `comm` is data_comm).
+  TORCH_ARG(DDPOptions, ddp) = {};
+};
+
+namespace detail {
+class PipelineImpl;
+}
+
+/// Runs this rank's stages in a pipeline over `comm` (the pipeline group: one rank per position).
+/// Every rank of `comm` constructs it with its own stages (stages_of_rank) and calls step() together.
+class Pipeline {
+ public:
+  /// The schedule named by options.schedule(), built for comm.size() ranks and options.chunks().
+  Pipeline(std::shared_ptr<Comm> comm, std::vector<torch::nn::Sequential> stages, PipelineOptions options);
+  /// A schedule of one's own (checked with validate()); its ranks must be comm.size().
+  Pipeline(std::shared_ptr<Comm> comm, std::vector<torch::nn::Sequential> stages, Schedule schedule,
+           PipelineOptions options);
+  ~Pipeline();
+  Pipeline(Pipeline&&) noexcept;
+  Pipeline& operator=(Pipeline&&) noexcept;
+
+  /// One training step's forward and backward: `inputs` matter on the rank of stage 0, `targets` on
+  /// the rank of the last stage (others may pass undefined tensors). Gradients accumulate into the
+  /// stages' parameters (zero them before, step the optimizer after). Each microbatch's loss counts
+  /// with weight rows / batch rows, so the result is the mean loss of the whole batch on every rank.
+  /// A failure on any rank (a stage that throws, a dead rank) raises on every rank naming it.
+  torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& targets);
+  /// Inference on the whole batch (no gradients): the last stage's output, on every rank.
+  torch::Tensor forward(const torch::Tensor& inputs);
+
+  /// This rank's stage numbers and modules, in stage order.
+  const std::vector<int>& stage_ids() const;
+  const std::vector<torch::nn::Sequential>& stages() const;
+  /// Trainable parameters of this rank's stages (for the optimizer).
+  std::vector<torch::Tensor> parameters() const;
+  const Schedule& schedule() const;
+  /// The most microbatches whose activations this rank held at once during the last step (all stages).
+  int peak_activations() const;
+
+ private:
+  std::unique_ptr<detail::PipelineImpl> impl_;
+};
+
+}  // namespace pipeline
+}  // namespace cohort
+COHORT_EXPORT_END

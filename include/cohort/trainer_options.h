@@ -1,0 +1,68 @@
+// cohort::TrainerOptions: what a cohort::Trainer does, with PyTorch Lightning's names where the
+// meaning is the same (accelerator, devices, strategy, precision, max_epochs, ...). Every value is
+// checked when the Trainer is made: a bad one is a cohort::Error of one line naming the option, the
+// value and the accepted values. See docs/trainer.md.
+#pragma once
+
+#include <torch/arg.h>
+
+#include <cstdint>
+#include <string>
+
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
+namespace cohort {
+
+struct TrainerOptions {
+  /// "cpu", "cuda" or "auto" (cuda when LibTorch has CUDA and a GPU is visible).
+  TORCH_ARG(std::string, accelerator) = "auto";
+  /// Processes (one per device) on this node: a positive number, or "auto" (the launcher's local
+  /// world, else 1). Without a launcher and above 1 the Trainer starts the other workers itself.
+  TORCH_ARG(std::string, devices) = "auto";
+
+ public:
+  TrainerOptions& devices(int64_t count) {
+    devices_ = std::to_string(count);
+    return *this;
+  }
+  TORCH_ARG(int64_t, num_nodes) = 1;
+  /// "ddp" (cohort::DistributedDataParallel), "zero1", "zero2", "zero3" (the ZeRO engine at that
+  /// stage), "deepspeed" (the ZeRO engine as deepspeed_config says), "single" (one device, no
+  /// reduction), or "auto" (ddp).
+  TORCH_ARG(std::string, strategy) = "auto";
+  /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
+  /// file's).
+  TORCH_ARG(std::string, deepspeed_config) = "";
+  /// "32-true", "bf16-mixed", "16-mixed", or the aliases "32", "16", "bf16".
+  TORCH_ARG(std::string, precision) = "32-true";
+  /// -1: no limit by epochs (then max_steps must be set); Lightning's default is 1000.
+  TORCH_ARG(int64_t, max_epochs) = 1000;
+  /// Optimizer steps in all; -1: no limit.
+  TORCH_ARG(int64_t, max_steps) = -1;
+  TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
+  /// Clip the global gradient norm to this; 0: no clipping.
+  TORCH_ARG(double, gradient_clip_val) = 0.0;
+  /// Validate every this many training batches (an integer above 1) or fraction of the epoch (at most
+  /// 1.0); 1.0: at the end of each epoch.
+  TORCH_ARG(double, val_check_interval) = 1.0;
+  TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
+  /// Logged step values go to the loggers every this many optimizer steps.
+  TORCH_ARG(int64_t, log_every_n_steps) = 50;
+  /// Where logs and checkpoints go by default ("" = the working directory).
+  TORCH_ARG(std::string, default_root_dir) = "";
+  /// Seeds torch's generator before the module's weights exist (-1: leave it) and the training
+  /// sampler's shuffle (-1: 0).
+  TORCH_ARG(int64_t, seed) = -1;
+  /// torch's deterministic algorithms (at::globalContext().setDeterministicAlgorithms).
+  TORCH_ARG(bool, deterministic) = false;
+  /// Rank 0's progress bar (a cohort::ProgressBar callback unless one is given).
+  TORCH_ARG(bool, enable_progress_bar) = true;
+  /// A ModelCheckpoint saving the last state under default_root_dir/checkpoints unless one is given.
+  TORCH_ARG(bool, enable_checkpointing) = true;
+  /// A CSVLogger under default_root_dir unless loggers are given.
+  TORCH_ARG(bool, logger) = true;
+};
+
+}  // namespace cohort
+COHORT_EXPORT_END

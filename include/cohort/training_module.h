@@ -1,0 +1,121 @@
+// cohort::TrainingModule: Lightning's LightningModule for C++. A module says what one step computes
+// (training_step returns the loss), how it is evaluated (validation_step, test_step, logging metrics
+// with log()), and which optimizer updates it (configure_optimizers); the Trainer owns the loop, the
+// strategy, the data and the checkpoints. See docs/trainer.md.
+//
+//   struct Classifier : cohort::TrainingModule {
+//     Classifier() : TrainingModule(make_network()) {}
+//     torch::Tensor training_step(cohort::Batch& batch, int64_t) override {
+//       auto loss = torch::nn::functional::cross_entropy(forward(batch.data), batch.target);
+//       log("train_loss", loss, cohort::LogOptions().prog_bar(true));
+//       return loss;
+//     }
+//     std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> p) override {
+//       return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(1e-3));
+//     }
+//   };
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/schedulers/lr_scheduler.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cohort/data_loader.h"
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
+namespace cohort {
+
+/// How a logged value is shown and aggregated (Lightning's self.log arguments).
+struct LogOptions {
+  /// Show it in the progress bar.
+  TORCH_ARG(bool, prog_bar) = false;
+  /// Reduce it over ranks: the epoch value is the exact sample-weighted mean over every rank's
+  /// batches; a step value is the mean over ranks.
+  TORCH_ARG(bool, sync_dist) = false;
+  /// Record the value of each step / the mean over the epoch. Unset: Lightning's defaults (step
+  /// values in training_step, epoch values in validation_step and test_step).
+  TORCH_ARG(std::optional<bool>, on_step) = std::nullopt;
+  TORCH_ARG(std::optional<bool>, on_epoch) = std::nullopt;
+  /// Send it to the loggers (metrics.csv, TensorBoard).
+  TORCH_ARG(bool, logger) = true;
+};
+
+/// When the LR scheduler steps: after each epoch (Lightning's default) or each optimizer step.
+enum class SchedulerInterval { kEpoch, kStep };
+
+/// What configure_lr_scheduler returns: a LibTorch scheduler on the optimizer it was given.
+struct SchedulerSetup {
+  std::shared_ptr<torch::optim::LRScheduler> scheduler;
+  SchedulerInterval interval = SchedulerInterval::kEpoch;
+  int64_t frequency = 1;
+};
+
+namespace detail {
+/// What a TrainingModule reaches of the Trainer that runs it (implemented in src/trainer).
+class ModuleLink {
+ public:
+  virtual ~ModuleLink() = default;
+  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+  virtual void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) = 0;
+  virtual int64_t current_epoch() const = 0;
+  virtual int64_t global_step() const = 0;
+};
+}  // namespace detail
+
+class TrainingModule : public torch::nn::Module {
+ public:
+  /// `network` is what forward() runs: as is under ddp/dp/single, through the ZeRO engine under
+  /// zero1-3 (cast to the compute precision; at stage 3 unit by unit, gathering each unit's
+  /// parameters in time). It is registered as the submodule "network".
+  explicit TrainingModule(torch::nn::Sequential network);
+
+  /// One training batch: returns the loss the Trainer runs backward on.
+  virtual torch::Tensor training_step(Batch& batch, int64_t batch_index) = 0;
+  virtual void validation_step(Batch& batch, int64_t batch_index) {}
+  virtual void test_step(Batch& batch, int64_t batch_index) {}
+  /// The optimizer over `parameters`: the network's trainable parameters (ddp, dp, single) or this
+  /// rank's fp32 shards of them (zero1-3; not called when a ds_config names an optimizer).
+  virtual std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) = 0;
+  /// An optional LR scheduler on the optimizer configure_optimizers returned.
+  virtual SchedulerSetup configure_lr_scheduler(torch::optim::Optimizer& optimizer) { return {}; }
+
+  // Hooks, called on every rank in Lightning's order.
+  virtual void on_fit_start() {}
+  virtual void on_fit_end() {}
+  virtual void on_train_epoch_start() {}
+  virtual void on_train_epoch_end() {}
+  virtual void on_train_batch_end(const torch::Tensor& loss, int64_t batch_index) {}
+  virtual void on_validation_epoch_start() {}
+  virtual void on_validation_epoch_end() {}
+  virtual void on_test_epoch_end() {}
+
+  /// Records a metric of the current step or epoch (a scalar tensor or number); see LogOptions.
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
+  void log(const std::string& name, double value, const LogOptions& options = {});
+
+  /// Runs the network under the Trainer's strategy (or directly, outside a Trainer).
+  torch::Tensor forward(const torch::Tensor& input);
+  torch::nn::Sequential& network() { return network_; }
+  /// Epochs finished / optimizer steps taken so far (0 outside a Trainer).
+  int64_t current_epoch() const;
+  int64_t global_step() const;
+
+  /// For the Trainer: where forward() and log() go while it runs this module (null: nowhere).
+  void attach(detail::ModuleLink* link) { link_ = link; }
+
+ private:
+  torch::nn::Sequential network_;
+  detail::ModuleLink* link_ = nullptr;
+};
+
+}  // namespace cohort
+COHORT_EXPORT_END

@@ -1,0 +1,173 @@
+// Pipeline: construction (stages checked against the schedule, DDP per stage over the data group), one
+// training step around the actions (actions.cpp), inference, and the public facade.
+#include <torch/torch.h>
+
+#include "comm/op_util.h"
+#include "pipeline/pipeline_impl.h"
+
+namespace cohort::pipeline {
+namespace detail {
+
+PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Sequential> stages_in,
+                           Schedule schedule_in, PipelineOptions options)
+    : stages(std::move(stages_in)), schedule(std::move(schedule_in)), comm_(std::move(comm)),
+      options_(std::move(options)) {
+  COHORT_CHECK(comm_, "Pipeline: the Comm is null");
+  rank_ = comm_->rank();
+  COHORT_CHECK(options_.loss_fn(), "Pipeline: PipelineOptions::loss_fn is not set (the last stage's loss, e.g. "
+               "torch::nn::functional::cross_entropy)");
+  COHORT_CHECK(schedule.ranks == comm_->size(), "Pipeline: schedule '", schedule.name, "' is for ",
+               schedule.ranks, " ranks but the Comm has ", comm_->size());
+  validate(schedule);
+  for (int s = rank_; s < schedule.stages; s += schedule.ranks) stage_ids.push_back(s);
+  check_stages();
+  for (const auto& stage : stages) {
+    for (const auto& p : stage->parameters()) {
+      device_ = p.device();
+      break;
+    }
+  }
+  last_backward_.assign(stages.size(), -1);
+  for (const auto& action : schedule.actions[rank_])
+    if (action.kind == ActionKind::kBackward) last_backward_[local_index(action.stage)] = action.microbatch;
+  if (options_.data_comm()) {
+    auto ddp_options = options_.ddp();
+    ddp_options.comm(options_.data_comm());
+    for (const auto& stage : stages) ddp_.push_back(std::make_unique<DataParallelCore>(stage.ptr(), ddp_options));
+  }
+}
+
+void PipelineImpl::check_stages() const {
+  std::string ids;
+  for (int s : stage_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(s);
+  COHORT_CHECK(stages.size() == stage_ids.size(), "Pipeline: rank ", rank_, " was given ", stages.size(),
+               " stage module(s) but schedule '", schedule.name, "' (", schedule.stages, " stages on ",
+               schedule.ranks, " ranks) places stage(s) ", ids, " here (stages_of_rank gives them)");
+  for (size_t i = 0; i < stages.size(); ++i)
+    COHORT_CHECK(!stages[i].is_empty(), "Pipeline: stage ", stage_ids[i], " on rank ", rank_, " is a null module");
+}
+
+int PipelineImpl::local_index(int stage) const {
+  COHORT_CHECK(is_mine(stage), "Pipeline: schedule '", schedule.name, "' runs stage ", stage, " on rank ", rank_,
+               ", which holds stages of rank ", schedule.rank_of(stage), " only");
+  return stage / schedule.ranks;
+}
+
+torch::nn::Sequential PipelineImpl::module_of(int stage) const { return stages[local_index(stage)]; }
+
+void PipelineImpl::split_batch(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  const int chunks = schedule.microbatches;
+  const bool first = is_mine(0), last = is_mine(schedule.stages - 1);
+  COHORT_CHECK(!first || inputs.defined(), "Pipeline::step: inputs are undefined on rank ", rank_,
+               ", which runs stage 0");
+  COHORT_CHECK(!last || targets.defined(), "Pipeline::step: targets are undefined on rank ", rank_,
+               ", which runs the last stage (", schedule.stages - 1, ")");
+  input_chunks_.clear();
+  target_chunks_.clear();
+  weights_.clear();
+  if (first) input_chunks_ = torch::tensor_split(inputs, chunks, 0);
+  if (!last) return;
+  const int64_t rows = targets.size(0);
+  COHORT_CHECK(!first || inputs.size(0) == rows, "Pipeline::step: inputs have ", inputs.size(0),
+               " rows but targets ", rows);
+  COHORT_CHECK(rows >= chunks, "Pipeline::step: a batch of ", rows, " rows cannot be split into ", chunks,
+               " microbatches (PipelineOptions::chunks): give at least ", chunks, " rows");
+  target_chunks_ = torch::tensor_split(targets, chunks, 0);
+  for (const auto& chunk : target_chunks_) weights_.push_back(double(chunk.size(0)) / double(rows));
+}
+
+torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  try {
+    split_batch(inputs, targets);
+    slots_.clear();
+    local_mail_.clear();
+    sends_.clear();
+    held_ = 0;
+    peak_activations = 0;
+    loss_sum_ = torch::zeros({1}, torch::kDouble);
+    run_actions();
+    for (auto& send : sends_) send.wait();
+    sends_.clear();
+    slots_.clear();
+    return broadcast_loss();
+  } catch (const Error& e) {
+    fail(e.what());
+  } catch (const std::exception& e) {
+    fail("Pipeline::step on rank " + std::to_string(rank_) + " failed: " + cohort::detail::first_line(e.what()));
+  }
+}
+
+torch::Tensor PipelineImpl::broadcast_loss() {
+  const int root = schedule.rank_of(schedule.stages - 1);
+  auto loss = rank_ == root ? loss_sum_ : torch::zeros({1}, torch::kDouble);
+  comm_->broadcast(loss, root);
+  return loss.squeeze(0);
+}
+
+torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor x;
+  std::vector<Work> sends;
+  for (int s : stage_ids) {
+    if (s == 0) {
+      COHORT_CHECK(inputs.defined(), "Pipeline::forward: inputs are undefined on rank ", rank_,
+                   ", which runs stage 0");
+      x = inputs;
+    } else if (!is_mine(s - 1)) {
+      ActivationReceive receive;
+      receive.post(*comm_, schedule.rank_of(s - 1), tag(s, 0, Direction::kForward));
+      x = receive.take(*comm_, device_);
+    }
+    x = module_of(s)->forward(x);
+    if (!is_last(s) && !is_mine(s + 1))
+      send_activation(*comm_, x, schedule.rank_of(s + 1), tag(s + 1, 0, Direction::kForward), sends);
+  }
+  for (auto& send : sends) send.wait();
+  // The last stage's rank announces the output's dtype and shape, then broadcasts it.
+  const int root = schedule.rank_of(schedule.stages - 1);
+  auto header = rank_ == root ? encode_header(x) : encode_header(torch::zeros({0}));
+  comm_->broadcast(header, root);
+  if (rank_ != root) x = empty_from_header(header, device_);
+  return comm_->broadcast(x.contiguous(), root);
+}
+
+void PipelineImpl::fail(const std::string& message) {
+  comm_->abort(message);
+  if (options_.data_comm()) options_.data_comm()->abort(message);
+  throw Error(message);
+}
+
+}  // namespace detail
+
+Pipeline::Pipeline(std::shared_ptr<Comm> comm, std::vector<torch::nn::Sequential> stages, PipelineOptions options)
+    : Pipeline(comm, std::move(stages),
+               make_schedule(options.schedule(), comm ? comm->size() : 1, options.chunks(), options.stages_per_rank()),
+               options) {}
+
+Pipeline::Pipeline(std::shared_ptr<Comm> comm, std::vector<torch::nn::Sequential> stages, Schedule schedule,
+                   PipelineOptions options)
+    : impl_(std::make_unique<detail::PipelineImpl>(std::move(comm), std::move(stages), std::move(schedule),
+                                                   std::move(options))) {}
+
+Pipeline::~Pipeline() = default;
+Pipeline::Pipeline(Pipeline&&) noexcept = default;
+Pipeline& Pipeline::operator=(Pipeline&&) noexcept = default;
+
+torch::Tensor Pipeline::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
+  return impl_->step(inputs, targets);
+}
+torch::Tensor Pipeline::forward(const torch::Tensor& inputs) { return impl_->forward(inputs); }
+const std::vector<int>& Pipeline::stage_ids() const { return impl_->stage_ids; }
+const std::vector<torch::nn::Sequential>& Pipeline::stages() const { return impl_->stages; }
+const Schedule& Pipeline::schedule() const { return impl_->schedule; }
+int Pipeline::peak_activations() const { return impl_->peak_activations; }
+
+std::vector<torch::Tensor> Pipeline::parameters() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& stage : impl_->stages)
+    for (const auto& p : stage->parameters())
+      if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+}  // namespace cohort::pipeline

@@ -1,0 +1,185 @@
+// The Trainer's loop (see trainer_impl.h): epochs of batches, the optimizer step at each
+// accumulation boundary, validation every val_check_interval and at epoch ends, LR scheduling,
+// metrics to callbacks and loggers. Every rank runs the same number of steps (the training sampler
+// pads), so the strategy's collectives line up; evaluation uses the exact split and reduces once.
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "cohort/ddp.h"
+#include "cohort/error.h"
+#include "trainer/trainer_impl.h"
+
+namespace cohort::detail {
+namespace {
+
+Batch on_device(Batch batch, const torch::Device& device) {
+  return {batch.data.to(device), batch.target.to(device)};
+}
+
+}  // namespace
+
+void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitOptions& fit_options) {
+  attach(target);
+  train = &train_data;
+  val = fit_options.val();
+  train->distribute(world.size(), world.rank(), false, std::max<int64_t>(options.raw.seed(), 0));
+  if (val != nullptr) val->distribute(world.size(), world.rank(), true, 0);
+  const int64_t batches = train->num_batches(), accumulate = strategy->accumulation();
+  COHORT_CHECK(batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
+               " samples over ", world.size(), " rank(s), batch_size ", train->options().batch_size(), ")");
+  const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
+  COHORT_CHECK(!zero || batches % accumulate == 0, "accumulate_grad_batches (or the ds_config's "
+               "gradient_accumulation_steps) ", accumulate,
+               " does not divide the ", batches, " training batches per epoch, which the ZeRO engine needs "
+               "(its accumulation boundary counts micro-batches): choose a divisor, or drop_last with another batch size");
+  val_every = options.val_every_batches > 0 ? options.val_every_batches
+              : options.val_fraction < 1.0 ? std::max<int64_t>(1, std::llround(batches * options.val_fraction))
+                                           : 0;
+  add_default_callbacks();
+  each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
+  module->on_fit_start();
+  if (!fit_options.ckpt_path().empty()) resume(fit_options.ckpt_path());
+  module->network()->train(true);
+  while (run_epoch()) {
+  }
+  module->on_fit_end();
+  each_callback([&](Callback& c) { c.on_fit_end(owner, *module); });
+  if (world.is_main())
+    for (auto& logger : loggers) logger->flush();
+}
+
+bool TrainerImpl::finished() const {
+  const TrainerOptions& raw = options.raw;
+  return stop || (raw.max_steps() >= 0 && step >= raw.max_steps()) ||
+         (raw.max_epochs() >= 0 && epoch >= raw.max_epochs());
+}
+
+bool TrainerImpl::run_epoch() {
+  if (finished()) return false;
+  train->set_epoch(epoch);
+  loss_sum = 0;
+  loss_samples = 0;
+  module->on_train_epoch_start();
+  each_callback([&](Callback& c) { c.on_train_epoch_start(owner, *module); });
+  stage = Stage::kTrain;
+  const int64_t skip = owner.batches_done_in_epoch();
+  bool complete = skip >= train->num_batches();
+  train->for_each(skip, [&](int64_t index, Batch& batch) {
+    const bool go_on = train_batch(index, batch);
+    complete = index + 1 == train->num_batches();
+    return go_on;
+  });
+  if (complete) end_epoch();
+  return !finished();
+}
+
+bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
+  batch = on_device(std::move(batch), world.device());
+  batch_size = batch.data.size(0);
+  const int64_t batches = train->num_batches();
+  const bool boundary = (index + 1) % strategy->accumulation() == 0 || index + 1 == batches;
+  torch::Tensor loss;
+  {
+    auto autocast = strategy->autocast();
+    loss = module->training_step(batch, index);
+  }
+  COHORT_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the loss, one number; got ",
+               loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : "an undefined tensor");
+  const double value = loss.item<double>();
+  // A non-finite loss makes every later step and the saved weights meaningless: stop, naming it.
+  COHORT_CHECK(std::isfinite(value), "step ", step + 1, ": the training loss is ",
+               std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf",
+               "; training stopped (the weights are no longer finite; lower the learning rate, now ", strategy->lr(), ")");
+  strategy->backward(loss, boundary);
+  loss_sum += value * static_cast<double>(batch_size);
+  loss_samples += batch_size;
+  samples_in_epoch += batch_size * world.size();  // the padded sampler gives every rank as many
+  module->on_train_batch_end(loss, index);
+  if (boundary) after_optimizer_step(index);
+  return !stop && !(options.raw.max_steps() >= 0 && step >= options.raw.max_steps());
+}
+
+void TrainerImpl::after_optimizer_step(int64_t index) {
+  strategy->step();
+  ++step;
+  if (scheduler.scheduler && scheduler.interval == SchedulerInterval::kStep && step % scheduler.frequency == 0)
+    scheduler.scheduler->step();
+  const auto values = metrics.take_step(world.comm());
+  publish(values, step % options.raw.log_every_n_steps() == 0);
+  each_callback([&](Callback& c) { c.on_train_batch_end(owner, *module, index); });
+  if (val != nullptr && val_every > 0 && (index + 1) % val_every == 0 && index + 1 < train->num_batches())
+    validate_now();
+}
+
+void TrainerImpl::end_epoch() {
+  module->on_train_epoch_end();
+  const auto values = metrics.take_epoch(Stage::kTrain, world.comm());
+  publish(values, true);
+  if (val != nullptr && (epoch + 1) % options.raw.check_val_every_n_epoch() == 0) validate_now();
+  if (scheduler.scheduler && scheduler.interval == SchedulerInterval::kEpoch && (epoch + 1) % scheduler.frequency == 0)
+    scheduler.scheduler->step();
+  // From here a checkpoint resumes at the start of the next epoch.
+  epoch += 1;
+  train->set_epoch(epoch);
+  samples_in_epoch = 0;
+  each_callback([&](Callback& c) { c.on_train_epoch_end(owner, *module); });
+  agree_stop();
+}
+
+void TrainerImpl::validate_now() {
+  const auto values = evaluate(*val, Stage::kValidate);
+  publish(values, true);
+  each_callback([&](Callback& c) { c.on_validation_end(owner, *module); });
+  agree_stop();
+}
+
+std::map<std::string, double> TrainerImpl::evaluate(DataLoader& data, Stage which) {
+  const Stage previous = stage;
+  stage = which;
+  const bool was_training = module->network()->is_training();
+  module->network()->train(false);
+  torch::NoGradGuard no_grad;
+  if (which == Stage::kValidate) module->on_validation_epoch_start();
+  data.for_each(0, [&](int64_t index, Batch& batch) {
+    batch = on_device(std::move(batch), world.device());
+    batch_size = batch.data.size(0);
+    auto autocast = strategy->autocast();
+    which == Stage::kValidate ? module->validation_step(batch, index) : module->test_step(batch, index);
+    return true;
+  });
+  which == Stage::kValidate ? module->on_validation_epoch_end() : module->on_test_epoch_end();
+  auto values = metrics.take_epoch(which, world.comm());
+  module->network()->train(was_training);
+  stage = previous;
+  return values;
+}
+
+std::map<std::string, double> TrainerImpl::run_evaluation(TrainingModule& target, DataLoader& data, Stage which) {
+  attach(target);
+  data.distribute(world.size(), world.rank(), true, 0);
+  const auto values = evaluate(data, which);
+  publish(values, true);
+  if (world.is_main())
+    for (auto& logger : loggers) logger->flush();
+  return values;
+}
+
+void TrainerImpl::publish(const std::map<std::string, double>& values, bool to_loggers) {
+  for (const auto& [key, value] : values) callback_metrics[key] = value;
+  if (!to_loggers || values.empty() || !world.is_main()) return;
+  std::map<std::string, double> logged;
+  for (const auto& [key, value] : values)
+    if (metrics.to_logger(key)) logged[key] = value;
+  if (logged.empty()) return;
+  logged["epoch"] = static_cast<double>(epoch);
+  for (auto& logger : loggers) logger->log_metrics(logged, step);
+}
+
+bool TrainerImpl::agree_stop() {
+  const auto wishes = reduce_metrics({torch::tensor(int64_t(stop_wish ? 1 : 0))}, &world.comm());
+  if (wishes[0].item<int64_t>() > 0) stop = true;
+  return stop;
+}
+
+}  // namespace cohort::detail

@@ -1,0 +1,48 @@
+// What TrainingModule::log records, by stage: the values of the current step and the sums that make
+// each epoch value an exact sample-weighted mean. Values logged with sync_dist are reduced over the
+// ranks (one reduce_metrics per step with such values, one per epoch): every rank must log the same
+// sync_dist names in a step or epoch, as in Lightning.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "cohort/comm.h"
+#include "cohort/training_module.h"
+
+namespace cohort::detail {
+
+enum class Stage { kTrain, kValidate, kTest };
+
+class MetricStore {
+ public:
+  /// Records `value` of a batch of `batch_size` samples in `stage`.
+  void log(const std::string& name, double value, const LogOptions& options, Stage stage, int64_t batch_size);
+  /// The step values logged since the last call (sync_dist ones averaged over ranks), keyed as
+  /// Lightning keys them ("loss", or "loss_step" when the epoch mean is recorded too).
+  std::map<std::string, double> take_step(Comm& comm);
+  /// The epoch means of `stage` (sync_dist ones exact over ranks), then forgets them.
+  std::map<std::string, double> take_epoch(Stage stage, Comm& comm);
+  /// Names logged with prog_bar(true) (as keyed in the results).
+  const std::set<std::string>& prog_bar() const { return prog_bar_; }
+  /// Names whose values go to the loggers.
+  bool to_logger(const std::string& key) const { return !no_logger_.count(key); }
+
+ private:
+  struct Sum {
+    double weighted = 0;
+    int64_t samples = 0;
+    bool sync = false;
+  };
+  struct StepValue {
+    double value = 0;
+    bool sync = false;
+  };
+  std::map<std::string, StepValue> step_;
+  std::map<Stage, std::map<std::string, Sum>> epoch_;
+  std::set<std::string> prog_bar_, no_logger_;
+};
+
+}  // namespace cohort::detail

@@ -1,0 +1,110 @@
+// ModelCheckpoint (see cohort/trainer_callbacks.h). The newest states go to <dirpath> through
+// cohort's retention (keep_last of them, to fall back on); the best save_top_k by `monitor` to
+// <dirpath>/best, where rank 0 deletes the ones that fall out of the top k. Scores are rank 0's, so
+// every rank takes part in the same saves.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "cohort/error.h"
+#include "cohort/trainer.h"
+#include "trainer/rank0_value.h"
+
+namespace cohort {
+namespace {
+
+std::string available_metrics(const std::map<std::string, double>& metrics) {
+  std::string names;
+  for (const auto& item : metrics) names += (names.empty() ? "" : ", ") + item.first;
+  return names.empty() ? "none yet" : names;
+}
+
+}  // namespace
+
+ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
+  COHORT_CHECK(options_.mode() == "min" || options_.mode() == "max", "ModelCheckpointOptions.mode \"",
+               options_.mode(), "\" is not accepted: expected min or max");
+  COHORT_CHECK(options_.save_top_k() >= -1, "ModelCheckpointOptions.save_top_k ", options_.save_top_k(),
+               " is not accepted: expected -1 (all), 0 (none) or a positive number");
+  COHORT_CHECK(options_.every_n_train_steps() >= 0, "ModelCheckpointOptions.every_n_train_steps ",
+               options_.every_n_train_steps(), " is not accepted: expected an integer >= 0");
+  COHORT_CHECK(options_.keep_last() >= 0, "ModelCheckpointOptions.keep_last ", options_.keep_last(),
+               " is not accepted: expected an integer >= 0 (0: keep all)");
+  COHORT_CHECK(options_.every_n_epochs() >= 0, "ModelCheckpointOptions.every_n_epochs ", options_.every_n_epochs(),
+               " is not accepted: expected an integer >= 0");
+}
+
+void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainingModule& module) {
+  if (options_.dirpath().empty()) options_.dirpath(trainer.root_dir() + "/checkpoints");
+}
+
+void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainingModule& module, int64_t batch_index) {
+  const int64_t every = options_.every_n_train_steps();
+  if (every > 0 && trainer.global_step() % every == 0) save(trainer);
+}
+
+void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, TrainingModule& module) {
+  const int64_t every = options_.every_n_epochs();
+  if (every > 0 && trainer.current_epoch() % every == 0) save(trainer);
+}
+
+void ModelCheckpoint::on_fit_end(Trainer& trainer, TrainingModule& module) {
+  // The final state, so that ckpt_path "last" continues exactly where this fit ended.
+  if (options_.save_last() && trainer.global_step() != last_saved_step_) {
+    trainer.save_checkpoint(last_dir(), options_.keep_last());
+    last_saved_step_ = trainer.global_step();
+  }
+}
+
+void ModelCheckpoint::save(Trainer& trainer) {
+  if (trainer.global_step() == last_saved_step_) return;
+  // Ranked first, so that the state saved in last/ knows this step's place in the top k.
+  if (!options_.monitor().empty() && options_.save_top_k() != 0) rank(trainer);
+  if (options_.save_last()) trainer.save_checkpoint(last_dir(), options_.keep_last());
+  last_saved_step_ = trainer.global_step();
+}
+
+// Saves into <dirpath>/best when the monitored value makes the top k, then drops the one it displaces.
+void ModelCheckpoint::rank(Trainer& trainer) {
+  const auto& metrics = trainer.callback_metrics();
+  const auto found = metrics.find(options_.monitor());
+  COHORT_CHECK(found != metrics.end(), "ModelCheckpoint: monitor \"", options_.monitor(),
+               "\" was not logged (logged: ", available_metrics(metrics), ")");
+  const double score = detail::rank0_value(trainer.world(), found->second);
+  if (std::isnan(score)) return;
+  const bool minimize = options_.mode() == "min";
+  auto better = [minimize](double a, double b) { return minimize ? a < b : a > b; };
+  const auto k = static_cast<size_t>(options_.save_top_k());
+  if (options_.save_top_k() > 0 && best_.size() >= k && !better(score, best_.back().first)) return;
+  const std::string saved = trainer.save_checkpoint(options_.dirpath() + "/best", 0);
+  best_.emplace_back(score, saved);
+  std::stable_sort(best_.begin(), best_.end(), [&](const auto& a, const auto& b) { return better(a.first, b.first); });
+  while (options_.save_top_k() > 0 && best_.size() > k) {
+    if (trainer.world().is_main()) std::filesystem::remove_all(best_.back().second);
+    best_.pop_back();
+  }
+}
+
+void ModelCheckpoint::save_state(std::map<std::string, std::string>& values) const {
+  std::ostringstream best;
+  best.precision(17);
+  for (const auto& [score, path] : best_) best << score << ' ' << path << '\n';
+  values["ModelCheckpoint.best"] = best.str();
+}
+
+void ModelCheckpoint::load_state(const std::map<std::string, std::string>& values) {
+  const auto found = values.find("ModelCheckpoint.best");
+  if (found == values.end()) return;
+  best_.clear();
+  std::istringstream in(found->second);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto space = line.find(' ');
+    if (space == std::string::npos) continue;
+    best_.emplace_back(std::stod(line.substr(0, space)), line.substr(space + 1));
+  }
+}
+
+}  // namespace cohort

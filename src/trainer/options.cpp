@@ -1,0 +1,147 @@
+// Checking TrainerOptions (see options.h). Names and accepted values follow Lightning's Trainer.
+#include "trainer/options.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "cohort/error.h"
+#include "core/text.h"
+
+namespace cohort::detail {
+namespace {
+
+[[noreturn]] void refuse(const std::string& option, const std::string& value, const std::string& accepted) {
+  throw Error("TrainerOptions." + option + " \"" + printable(value) + "\" is not accepted: expected " + accepted);
+}
+
+std::string number_text(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+void check_at_least(const std::string& option, int64_t value, int64_t min, const std::string& accepted) {
+  if (value < min) refuse(option, std::to_string(value), accepted);
+}
+
+bool resolve_cuda(const std::string& accelerator, bool cuda_available) {
+  if (accelerator == "cpu") return false;
+  if (accelerator == "auto") return cuda_available;
+  if (accelerator == "cuda" || accelerator == "gpu") {
+    COHORT_CHECK(cuda_available, "TrainerOptions.accelerator \"", accelerator,
+                 "\" asks for a GPU, but LibTorch sees none (no CUDA build or no visible device): use \"cpu\" or \"auto\"");
+    return true;
+  }
+  refuse("accelerator", accelerator, "one of cpu, cuda, gpu, auto");
+}
+
+int resolve_devices(const std::string& devices) {
+  if (devices == "auto") return 0;
+  const std::string accepted = "a number of devices from 1 to 4096, or auto";
+  if (!all_digits(devices) || devices.size() > 4) refuse("devices", devices, accepted);
+  const int count = std::stoi(devices);
+  if (count < 1 || count > 4096) refuse("devices", devices, accepted);
+  return count;
+}
+
+void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
+  const std::string& name = options.strategy();
+  if (name == "auto" || name == "ddp") {
+    out.strategy = StrategyKind::kDdp;
+  } else if (name == "zero1" || name == "zero2" || name == "zero3") {
+    out.strategy = StrategyKind::kZero;
+    out.zero_stage = name.back() - '0';
+  } else if (name == "deepspeed") {
+    out.strategy = StrategyKind::kDeepSpeed;
+    COHORT_CHECK(!options.deepspeed_config().empty(), "TrainerOptions.strategy \"deepspeed\" needs "
+                 "TrainerOptions.deepspeed_config: the path of a ds_config.json (or use zero1, zero2, zero3)");
+  } else if (name == "single") {
+    out.strategy = StrategyKind::kSingle;
+  } else {
+    refuse("strategy", name, "one of ddp, zero1, zero2, zero3, deepspeed, single, auto");
+  }
+  COHORT_CHECK(options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed ||
+                   out.strategy == StrategyKind::kZero,
+               "TrainerOptions.deepspeed_config \"", printable(options.deepspeed_config()),
+               "\" is given, but TrainerOptions.strategy is \"", name,
+               "\": a ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
+}
+
+Precision resolve_precision(const std::string& name) {
+  if (name == "32-true" || name == "32") return Precision::k32;
+  if (name == "bf16-mixed" || name == "bf16") return Precision::kBf16Mixed;
+  if (name == "16-mixed" || name == "16") return Precision::k16Mixed;
+  refuse("precision", name, "one of 32-true, bf16-mixed, 16-mixed (or 32, bf16, 16)");
+}
+
+void resolve_validation(const TrainerOptions& options, ResolvedOptions& out) {
+  const double interval = options.val_check_interval();
+  const std::string accepted = "a fraction of the epoch in (0, 1] or a whole number of batches >= 1";
+  if (!std::isfinite(interval) || interval <= 0) refuse("val_check_interval", number_text(interval), accepted);
+  if (interval > 1) {
+    if (interval != std::floor(interval)) refuse("val_check_interval", number_text(interval), accepted);
+    out.val_every_batches = static_cast<int64_t>(interval);
+  } else {
+    out.val_fraction = interval;
+  }
+  check_at_least("check_val_every_n_epoch", options.check_val_every_n_epoch(), 1, "an integer >= 1");
+}
+
+void check_loop_limits(const TrainerOptions& options) {
+  check_at_least("max_epochs", options.max_epochs(), -1, "an integer >= 0, or -1 for no limit");
+  check_at_least("max_steps", options.max_steps(), -1, "an integer >= 0, or -1 for no limit");
+  COHORT_CHECK(options.max_epochs() >= 0 || options.max_steps() >= 0,
+               "TrainerOptions.max_epochs -1 and max_steps -1: training would never end; set one of them");
+  check_at_least("accumulate_grad_batches", options.accumulate_grad_batches(), 1, "an integer >= 1");
+  check_at_least("log_every_n_steps", options.log_every_n_steps(), 1, "an integer >= 1");
+  check_at_least("num_nodes", options.num_nodes(), 1, "an integer >= 1");
+  check_at_least("seed", options.seed(), -1, "an integer >= 0, or -1 to leave the generator as it is");
+  const double clip = options.gradient_clip_val();
+  if (!std::isfinite(clip) || clip < 0)
+    refuse("gradient_clip_val", number_text(clip), "a finite number >= 0 (0: no clipping)");
+}
+
+}  // namespace
+
+ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_available) {
+  ResolvedOptions out;
+  out.raw = options;
+  out.cuda = resolve_cuda(options.accelerator(), cuda_available);
+  out.devices = resolve_devices(options.devices());
+  resolve_strategy(options, out);
+  out.precision = resolve_precision(options.precision());
+  check_loop_limits(options);
+  resolve_validation(options, out);
+  COHORT_CHECK(out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",
+               options.precision(), "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "
+               "use \"bf16-mixed\" on the CPU");
+  COHORT_CHECK(out.precision != Precision::k16Mixed || out.strategy == StrategyKind::kZero ||
+                   out.strategy == StrategyKind::kDeepSpeed,
+               "TrainerOptions.precision \"", options.precision(), "\" with strategy \"", options.strategy(),
+               "\": float16 needs loss scaling, which the ZeRO engine does; use strategy zero1/zero2/zero3 or "
+               "precision bf16-mixed");
+  COHORT_CHECK(out.strategy != StrategyKind::kSingle || out.devices <= 1, "TrainerOptions.strategy \"single\" "
+               "runs on one device, but devices is ", options.devices(), ": use devices 1, or strategy ddp");
+  return out;
+}
+
+std::string precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::k32: return "32-true";
+    case Precision::kBf16Mixed: return "bf16-mixed";
+    case Precision::k16Mixed: return "16-mixed";
+  }
+  return "?";
+}
+
+std::string strategy_name(const ResolvedOptions& options) {
+  switch (options.strategy) {
+    case StrategyKind::kDdp: return "ddp";
+    case StrategyKind::kZero: return "zero" + std::to_string(options.zero_stage);
+    case StrategyKind::kDeepSpeed: return "deepspeed";
+    case StrategyKind::kSingle: return "single";
+  }
+  return "?";
+}
+
+}  // namespace cohort::detail

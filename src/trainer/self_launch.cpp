@@ -1,0 +1,202 @@
+// The Trainer's self-launch (see self_launch.h).
+#include "trainer/self_launch.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <iterator>
+
+#include "cohort/error.h"
+#include "world/net.h"
+#include "world/worker_env.h"
+
+namespace cohort::detail {
+namespace {
+
+// This program's arguments as it was started (argv is not passed to the Trainer).
+std::vector<std::string> own_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> args;
+  size_t begin = 0;
+  for (size_t end; (end = text.find('\0', begin)) != std::string::npos; begin = end + 1)
+    args.push_back(text.substr(begin, end - begin));
+  COHORT_CHECK(!args.empty(), "self-launch: cannot read this program's arguments from /proc/self/cmdline");
+  return args;
+}
+
+std::string own_executable() {
+  char path[4096];
+  const ssize_t size = ::readlink("/proc/self/exe", path, sizeof path - 1);
+  COHORT_CHECK(size > 0, "self-launch: cannot read /proc/self/exe");
+  return std::string(path, static_cast<size_t>(size));
+}
+
+// The workers get OMP_NUM_THREADS=1 (as under torchrun and cohortrun), which the OpenMP runtime reads
+// only at process start; for rank 0 to compute exactly as they do (the same params-sha256 as under
+// cohortrun), this process starts over with it: the same program, arguments and pid (execve).
+void restart_with_worker_threads(const launch::EnvVars& base, const std::vector<std::string>& args,
+                                 const std::string& path) {
+  if (base.count("OMP_NUM_THREADS")) return;
+  launch::EnvVars env = base;
+  env["OMP_NUM_THREADS"] = "1";
+  std::vector<std::string> envp = launch::to_envp(env);
+  std::vector<char*> argv_c, envp_c;
+  for (const auto& arg : args) argv_c.push_back(const_cast<char*>(arg.c_str()));
+  for (const auto& item : envp) envp_c.push_back(const_cast<char*>(item.c_str()));
+  argv_c.push_back(nullptr);
+  envp_c.push_back(nullptr);
+  std::fflush(nullptr);
+  ::execve(path.c_str(), argv_c.data(), envp_c.data());
+  throw Error("self-launch: cannot restart " + path + " with OMP_NUM_THREADS=1: " + std::strerror(errno));
+}
+
+}  // namespace
+
+void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {
+  if (env.launcher == "none") {
+    COHORT_CHECK(num_nodes == 1, "TrainerOptions.num_nodes is ", num_nodes, ", but this process was started "
+                 "without a launcher: start one process per node with srun, mpirun or cohortrun --nnodes ", num_nodes);
+    return;
+  }
+  if (devices == 0) return;  // "auto": the launcher's world as it is
+  const int64_t expected = int64_t(devices) * num_nodes;
+  const std::string tasks = env.launcher == "slurm" ? " (SLURM_NTASKS)" : "";
+  COHORT_CHECK(env.size == expected, env.launcher, " started ", env.size, " task(s)", tasks,
+               ", but the Trainer asks for devices ", devices, " x num_nodes ", num_nodes, " = ", expected,
+               ": make the launcher's tasks per node equal devices and its nodes num_nodes");
+}
+
+SelfLauncher::SelfLauncher(const LaunchEnv& env, int devices) {
+  if (env.launcher != "none" || devices <= 1) return;
+  start(devices);
+}
+
+void SelfLauncher::start(int devices) {
+  launch::GroupLayout layout;
+  layout.local_world_size = devices;
+  layout.world_size = devices;
+  layout.master_port = launch::pick_free_port();
+  layout.run_id = "cohort-trainer-" + std::to_string(::getpid());
+  COHORT_CHECK(layout.master_port > 0, "self-launch: no free TCP port on this machine for the rendezvous");
+  const launch::EnvVars base = launch::process_env();
+  const std::vector<std::string> args = own_arguments();
+  const std::string path = own_executable();
+  restart_with_worker_threads(base, args, path);
+  for (int rank = 1; rank < devices; ++rank) {
+    auto worker = std::make_unique<Worker>();
+    worker->rank = rank;
+    worker->prefix = launch::expand_prefix("", rank, rank, layout.role);
+    const launch::SpawnRequest request{path, args, launch::to_envp(launch::build_worker_env(base, layout, rank, ""))};
+    try {
+      worker->process = launch::WorkerProcess::spawn(request);
+    } catch (const std::runtime_error& e) {
+      stop_workers();
+      throw Error(std::string("self-launch of rank ") + std::to_string(rank) + ": " + e.what());
+    }
+    workers_.push_back(std::move(worker));
+  }
+  // This process is rank 0: the same variables, set before cohort::init() reads them.
+  for (const auto& [key, value] : launch::build_worker_env(base, layout, 0, "")) {
+    const auto found = base.find(key);
+    if (found == base.end() || found->second != value) ::setenv(key.c_str(), value.c_str(), 1);
+  }
+  pump_ = std::thread([this] { pump(); });
+}
+
+bool SelfLauncher::forward(Worker& worker, int fd, launch::LineSplitter& splitter, bool is_err) {
+  char buffer[4096];
+  const ssize_t got = ::read(fd, buffer, sizeof buffer);
+  if (got < 0) return errno == EAGAIN || errno == EINTR;
+  std::vector<std::string> lines = splitter.feed(buffer, static_cast<size_t>(got));
+  if (got == 0) {
+    const std::string rest = splitter.flush();
+    if (!rest.empty()) lines.push_back(rest);
+  }
+  std::FILE* stream = is_err ? stderr : stdout;
+  for (const std::string& line : lines) {
+    std::fprintf(stream, "%s%s\n", worker.prefix.c_str(), line.c_str());
+    if (is_err) worker.tail.push(line);
+  }
+  std::fflush(stream);
+  return got > 0;
+}
+
+void SelfLauncher::on_exit(Worker& worker) {
+  const launch::ExitStatus& status = worker.process->status();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (status.success() || !failure_.empty() || stopping_) return;
+  const auto tail = worker.tail.lines();
+  failure_ = "rank " + std::to_string(worker.rank) + " " + status.describe() +
+             (tail.empty() ? "" : ": " + tail.back());
+  for (auto& other : workers_)
+    if (other->process->running()) other->process->signal_group(SIGTERM);
+  changed_.notify_all();
+}
+
+// Forwards every worker's output and notices each exit as it happens, until all have ended.
+void SelfLauncher::pump() {
+  for (size_t ended = 0; ended < workers_.size();) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<Worker*, bool>> owners;
+    for (auto& worker : workers_) {
+      for (bool is_err : {false, true}) {
+        const int fd = is_err ? worker->process->err_fd() : worker->process->out_fd();
+        if (fd < 0) continue;
+        fds.push_back({fd, POLLIN, 0});
+        owners.emplace_back(worker.get(), is_err);
+      }
+    }
+    ::poll(fds.data(), fds.size(), 100);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto [worker, is_err] = owners[i];
+      if (!forward(*worker, fds[i].fd, is_err ? worker->err : worker->out, is_err))
+        is_err ? worker->process->close_err() : worker->process->close_out();
+    }
+    for (auto& worker : workers_) {
+      const bool closed = worker->process->out_fd() < 0 && worker->process->err_fd() < 0;
+      if (worker->ended || !closed || !worker->process->reap()) continue;
+      worker->ended = true;
+      ++ended;
+      on_exit(*worker);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  stopping_ = true;
+  changed_.notify_all();
+}
+
+std::string SelfLauncher::failure(std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, wait, [&] { return !failure_.empty() || stopping_; });
+  return failure_;
+}
+
+void SelfLauncher::stop_workers() {
+  for (auto& worker : workers_)
+    if (worker->process && worker->process->running()) worker->process->signal_group(SIGTERM);
+}
+
+SelfLauncher::~SelfLauncher() {
+  if (workers_.empty()) return;
+  // On success the workers finish the same job; on an error in this process they are stopped.
+  if (std::uncaught_exceptions() > 0) {
+    stop_workers();
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!changed_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_; })) {
+      for (auto& worker : workers_)
+        if (worker->process->running()) worker->process->signal_group(SIGKILL);
+    }
+  }
+  if (pump_.joinable()) pump_.join();
+}
+
+}  // namespace cohort::detail

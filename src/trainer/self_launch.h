@@ -1,0 +1,65 @@
+// Lightning's subprocess launcher for cohort: a Trainer with devices > 1 in a program started
+// without a launcher re-executes the same program with the same arguments as local ranks 1..n-1,
+// with torchrun's environment (the variables cohortrun sets, world/worker_env.h), and becomes rank
+// 0 itself. Their output comes through prefixed "[rankN]: "; a worker that fails stops the others
+// and its message becomes the job's error; workers die with this process (PR_SET_PDEATHSIG) and are
+// stopped and reaped when it fails, so none is left behind. Under a launcher nothing is started, and
+// the launcher's world is checked against devices x num_nodes.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "world/launch_env.h"
+#include "world/log_prefix.h"
+#include "world/worker_process.h"
+
+namespace cohort::detail {
+
+/// Throws cohort::Error when the launcher's world does not match devices (0: "auto") x num_nodes,
+/// naming both; num_nodes > 1 without a launcher is refused too.
+void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes);
+
+class SelfLauncher {
+ public:
+  /// Starts workers 1..devices-1 when `env` has no launcher and devices > 1; else nothing.
+  SelfLauncher(const LaunchEnv& env, int devices);
+  ~SelfLauncher();
+  SelfLauncher(const SelfLauncher&) = delete;
+  SelfLauncher& operator=(const SelfLauncher&) = delete;
+
+  bool active() const { return !workers_.empty(); }
+  /// The first failed worker's message ("rank 1 exited with code 1: error: ..."), waiting up to
+  /// `wait` for one to fail; "" when none did.
+  std::string failure(std::chrono::milliseconds wait);
+  /// Stops the workers (SIGTERM, then SIGKILL) and reaps them.
+  void stop_workers();
+
+ private:
+  struct Worker {
+    std::unique_ptr<launch::WorkerProcess> process;
+    int rank = 0;
+    std::string prefix;
+    launch::LineSplitter out, err;
+    launch::TailBuffer tail{5};
+    bool ended = false;
+  };
+  void start(int devices);
+  void pump();
+  bool forward(Worker& worker, int fd, launch::LineSplitter& splitter, bool is_err);
+  void on_exit(Worker& worker);
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::string failure_;
+  bool stopping_ = false;
+  std::thread pump_;
+};
+
+}  // namespace cohort::detail

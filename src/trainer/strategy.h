@@ -1,0 +1,54 @@
+// The Trainer's view of a strategy: forward, backward of a micro-batch, the optimizer step at the
+// accumulation boundary, the state a checkpoint holds and the full parameters. "ddp"/"single" wrap
+// cohort::DistributedDataParallel (or nothing) around the module's network and the module's own
+// optimizer; "zero1-3"/"deepspeed" are the ZeRO engine.
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/autocast.h"
+#include "cohort/checkpoint.h"
+#include "cohort/training_module.h"
+#include "cohort/world.h"
+#include "trainer/options.h"
+
+namespace cohort::detail {
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  /// The network's output for `input` (float32 when the strategy computes in another dtype).
+  virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+  /// Backward of one micro-batch's loss; `boundary`: the last one of its accumulation window, whose
+  /// gradients are reduced over ranks now.
+  virtual void backward(const torch::Tensor& loss, bool boundary) = 0;
+  /// At the boundary: clip, step the optimizer, zero the gradients.
+  virtual void step() = 0;
+  virtual torch::optim::Optimizer& optimizer() = 0;
+  /// Micro-batches per optimizer step (a ds_config's gradient_accumulation_steps under ZeRO).
+  virtual int64_t accumulation() const = 0;
+  virtual double lr() const = 0;
+  virtual void add_to(CheckpointState& state) = 0;
+  /// Float32 CPU copies of the parameters by name (a collective under ZeRO stage 3).
+  virtual std::vector<std::pair<std::string, torch::Tensor>> full_parameters() = 0;
+  /// "ddp (2 ranks)", "ZeRO stage 2 (bf16)".
+  virtual std::string describe() const = 0;
+  /// Autocast for training_step / validation_step under bf16-mixed (null otherwise).
+  virtual std::unique_ptr<AutocastGuard> autocast() const { return nullptr; }
+};
+
+/// The strategy `options` names for `module` on this world (the module is on world.device()).
+std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
+
+/// "Adam", "SGD", ... (LearningRateMonitor's lr-<name>).
+std::string optimizer_name(const torch::optim::Optimizer& optimizer);
+
+/// The trainable parameters of `module`, in order.
+std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module);
+
+}  // namespace cohort::detail

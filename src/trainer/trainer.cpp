@@ -1,0 +1,170 @@
+// cohort::Trainer's setup (see trainer_impl.h): options checked, workers started when needed, the
+// world joined, the default callbacks and logger added, the strategy built for the module.
+#include <ATen/Context.h>
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include <filesystem>
+
+#include "cohort/error.h"
+#include "cohort/progress.h"
+#include "trainer/trainer_impl.h"
+
+namespace cohort {
+namespace detail {
+namespace {
+
+const ResolvedOptions& checked(const ResolvedOptions& options) {
+  check_launch_matches(detect_launch_env(current_env()), options.devices, options.raw.num_nodes());
+  return options;
+}
+
+World join_world(const ResolvedOptions& options) {
+  COHORT_CHECK(!cohort::is_initialized() || cohort::current_world().size() > 1 || options.devices <= 1,
+               "TrainerOptions.devices is ", options.devices, " but cohort::init() already made a world of one: "
+               "make the Trainer before calling cohort::init(), or start the program under a launcher");
+  return cohort::init(InitOptions().backend(options.cuda ? Backend::kNccl : Backend::kGloo));
+}
+
+}  // namespace
+
+TrainerImpl::TrainerImpl(Trainer& trainer, const TrainerOptions& raw)
+    : owner(trainer),
+      options(resolve_options(raw, torch::cuda::is_available())),
+      launcher(detect_launch_env(current_env()), checked(options).devices),
+      world(join_world(options)) {
+  if (options.raw.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
+  if (options.raw.seed() >= 0) torch::manual_seed(static_cast<uint64_t>(options.raw.seed()));
+}
+
+TrainerImpl::~TrainerImpl() {
+  if (module != nullptr) module->attach(nullptr);
+}
+
+torch::Tensor TrainerImpl::forward(const torch::Tensor& input) { return strategy->forward(input); }
+
+void TrainerImpl::log(const std::string& name, const torch::Tensor& value, const LogOptions& log_options) {
+  metrics.log(name, value.detach().to(torch::kCPU, torch::kFloat64).item<double>(), log_options, stage, batch_size);
+}
+
+// The strategy is made once per module (its optimizer state lives in it), on this rank's device.
+void TrainerImpl::attach(TrainingModule& target) {
+  if (module == &target) return;
+  COHORT_CHECK(module == nullptr, "this Trainer already trains another TrainingModule: use one Trainer per module");
+  target.to(world.device());
+  module = &target;
+  strategy = make_strategy(options, target, world);
+  scheduler = target.configure_lr_scheduler(strategy->optimizer());
+  COHORT_CHECK(scheduler.frequency >= 1, "configure_lr_scheduler: frequency ", scheduler.frequency,
+               " is not accepted: expected an integer >= 1");
+  target.attach(this);
+}
+
+void TrainerImpl::add_default_callbacks() {
+  bool has_checkpoint = false, has_bar = false;
+  for (const auto& callback : callbacks) {
+    has_checkpoint |= dynamic_cast<ModelCheckpoint*>(callback.get()) != nullptr;
+    has_bar |= dynamic_cast<ProgressBarCallback*>(callback.get()) != nullptr;
+  }
+  if (options.raw.enable_checkpointing() && !has_checkpoint) callbacks.push_back(std::make_shared<ModelCheckpoint>());
+  if (options.raw.enable_progress_bar() && !has_bar) callbacks.push_back(std::make_shared<ProgressBarCallback>());
+  if (options.raw.logger() && loggers.empty()) loggers.push_back(std::make_shared<CSVLogger>(owner.root_dir()));
+}
+
+}  // namespace detail
+
+Trainer::Trainer(TrainerOptions options) : impl_(std::make_unique<detail::TrainerImpl>(*this, options)) {}
+Trainer::~Trainer() = default;
+
+Trainer& Trainer::add_callback(std::shared_ptr<Callback> callback) {
+  COHORT_CHECK(callback != nullptr, "add_callback: the callback is null");
+  impl_->callbacks.push_back(std::move(callback));
+  return *this;
+}
+
+Trainer& Trainer::add_logger(std::shared_ptr<Logger> logger) {
+  COHORT_CHECK(logger != nullptr, "add_logger: the logger is null");
+  impl_->loggers.push_back(std::move(logger));
+  return *this;
+}
+
+void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& options) {
+  try {
+    impl_->fit(module, train, options);
+  } catch (const std::exception&) {
+    // A worker this process started failed first: its message is the job's error.
+    if (impl_->launcher.active()) {
+      const std::string failure = impl_->launcher.failure(std::chrono::seconds(10));
+      if (!failure.empty()) throw Error(failure);
+    }
+    throw;
+  }
+}
+
+std::map<std::string, double> Trainer::validate(TrainingModule& module, DataLoader& data) {
+  return impl_->run_evaluation(module, data, detail::Stage::kValidate);
+}
+std::map<std::string, double> Trainer::test(TrainingModule& module, DataLoader& data) {
+  return impl_->run_evaluation(module, data, detail::Stage::kTest);
+}
+
+const World& Trainer::world() const { return impl_->world; }
+const TrainerOptions& Trainer::options() const { return impl_->options.raw; }
+std::string Trainer::describe() const {
+  const std::string what = impl_->strategy ? impl_->strategy->describe() : detail::strategy_name(impl_->options);
+  return what + ", " + detail::precision_name(impl_->options.precision);
+}
+int64_t Trainer::current_epoch() const { return impl_->epoch; }
+int64_t Trainer::global_step() const { return impl_->step; }
+const std::map<std::string, double>& Trainer::callback_metrics() const { return impl_->callback_metrics; }
+
+std::map<std::string, double> Trainer::progress_bar_metrics() const {
+  std::map<std::string, double> out;
+  for (const auto& [key, value] : impl_->callback_metrics)
+    if (impl_->metrics.prog_bar().count(key)) out[key] = value;
+  if (impl_->loss_samples > 0) out["loss"] = impl_->loss_sum / static_cast<double>(impl_->loss_samples);
+  return out;
+}
+
+int64_t Trainer::num_training_batches() const { return impl_->train ? impl_->train->num_batches() : 0; }
+int64_t Trainer::samples_in_epoch() const { return impl_->samples_in_epoch; }
+int64_t Trainer::batches_done_in_epoch() const {
+  if (impl_->train == nullptr) return 0;
+  // Only an epoch's last batch may be short, and the count restarts after it: rounding up is exact.
+  const int64_t global = impl_->train->options().batch_size() * impl_->world.size();
+  return (impl_->samples_in_epoch + global - 1) / global;
+}
+
+void Trainer::request_stop(const std::string& reason) {
+  impl_->stop_wish = true;
+  if (impl_->stop_reason.empty()) impl_->stop_reason = reason;
+}
+bool Trainer::should_stop() const { return impl_->stop; }
+
+double Trainer::lr() const {
+  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::lr: no module was fitted yet");
+  return impl_->strategy->lr();
+}
+torch::optim::Optimizer& Trainer::optimizer() {
+  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::optimizer: no module was fitted yet");
+  return impl_->strategy->optimizer();
+}
+std::string Trainer::optimizer_name() const {
+  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::optimizer_name: no module was fitted yet");
+  return detail::optimizer_name(impl_->strategy->optimizer());
+}
+
+std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) { return impl_->save(dir, keep_last); }
+
+std::vector<std::pair<std::string, torch::Tensor>> Trainer::full_parameters() {
+  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::full_parameters: no module was fitted yet");
+  return impl_->strategy->full_parameters();
+}
+
+std::string Trainer::root_dir() const {
+  const std::string& root = impl_->options.raw.default_root_dir();
+  return root.empty() ? std::filesystem::current_path().string() : root;
+}
+const std::vector<std::shared_ptr<Logger>>& Trainer::loggers() const { return impl_->loggers; }
+
+}  // namespace cohort

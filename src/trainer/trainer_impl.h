@@ -1,0 +1,86 @@
+// The Trainer's state and loop (cohort/trainer.h is the public face). trainer.cpp sets up the world,
+// the strategy and the defaults; fit_loop.cpp runs epochs, batches and evaluation; trainer_state.cpp
+// saves and resumes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cohort/trainer.h"
+#include "trainer/metrics.h"
+#include "trainer/options.h"
+#include "trainer/self_launch.h"
+#include "trainer/strategy.h"
+
+namespace cohort::detail {
+
+class TrainerImpl : public ModuleLink {
+ public:
+  TrainerImpl(Trainer& owner, const TrainerOptions& options);
+  ~TrainerImpl() override;
+
+  // ModuleLink: what the running module reaches.
+  torch::Tensor forward(const torch::Tensor& input) override;
+  void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
+  int64_t current_epoch() const override { return epoch; }
+  int64_t global_step() const override { return step; }
+
+  void fit(TrainingModule& module, DataLoader& train_data, const FitOptions& fit_options);
+  std::map<std::string, double> run_evaluation(TrainingModule& module, DataLoader& data, Stage stage);
+
+  // fit_loop.cpp
+  bool run_epoch();  // false: training is over
+  bool train_batch(int64_t index, Batch& batch);
+  void after_optimizer_step(int64_t index);
+  std::map<std::string, double> evaluate(DataLoader& data, Stage stage);
+  void validate_now();
+  void end_epoch();
+  bool finished() const;
+  void publish(const std::map<std::string, double>& values, bool to_loggers);
+  bool agree_stop();
+
+  // trainer_state.cpp
+  CheckpointState checkpoint_state();
+  std::string save(const std::string& dir, int keep_last);
+  void resume(const std::string& ckpt_path);
+  std::string resolve_ckpt_path(const std::string& ckpt_path);
+
+  void attach(TrainingModule& module);
+  void add_default_callbacks();
+  template <typename Hook>
+  void each_callback(Hook hook) {
+    for (auto& callback : callbacks) hook(*callback);
+  }
+
+  Trainer& owner;
+  ResolvedOptions options;
+  SelfLauncher launcher;  // before the world: the other local workers, when this process starts them
+  World world;
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  std::vector<std::shared_ptr<Logger>> loggers;
+
+  TrainingModule* module = nullptr;
+  std::unique_ptr<Strategy> strategy;
+  SchedulerSetup scheduler;
+  DataLoader* train = nullptr;
+  DataLoader* val = nullptr;
+
+  Stage stage = Stage::kTrain;
+  int64_t batch_size = 0;        // of the batch being run (weights its logged values)
+  int64_t epoch = 0;             // epochs finished
+  int64_t step = 0;              // optimizer steps taken
+  int64_t samples_in_epoch = 0;  // consumed by all ranks in this epoch (the resume position)
+  int64_t val_every = 0;         // validate every this many batches in an epoch (0: at its end)
+  double loss_sum = 0;           // this rank's training loss x samples in this epoch
+  int64_t loss_samples = 0;
+  MetricStore metrics;
+  std::map<std::string, double> callback_metrics;
+  bool stop_wish = false;  // this rank's request_stop
+  bool stop = false;       // agreed by all ranks
+  std::string stop_reason;
+};
+
+}  // namespace cohort::detail

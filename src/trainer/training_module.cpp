@@ -1,0 +1,28 @@
+// TrainingModule (see cohort/training_module.h): forward() and log() go to the Trainer running it.
+#include "cohort/training_module.h"
+
+#include "cohort/error.h"
+
+namespace cohort {
+
+TrainingModule::TrainingModule(torch::nn::Sequential network)
+    : network_(register_module("network", std::move(network))) {}
+
+void TrainingModule::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
+  COHORT_CHECK(value.numel() == 1, "log(\"", name, "\"): a metric is one number, got a tensor of shape ",
+               value.sizes());
+  if (link_ != nullptr) link_->log(name, value, options);
+}
+
+void TrainingModule::log(const std::string& name, double value, const LogOptions& options) {
+  log(name, torch::tensor(value, torch::kFloat64), options);
+}
+
+torch::Tensor TrainingModule::forward(const torch::Tensor& input) {
+  return link_ != nullptr ? link_->forward(input) : network_->forward(input);
+}
+
+int64_t TrainingModule::current_epoch() const { return link_ != nullptr ? link_->current_epoch() : 0; }
+int64_t TrainingModule::global_step() const { return link_ != nullptr ? link_->global_step() : 0; }
+
+}  // namespace cohort

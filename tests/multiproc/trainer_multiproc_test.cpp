@@ -1,0 +1,172 @@
+// cohort::Trainer on real rank processes: on 2 ranks in fp32 a Trainer run ends with exactly the
+// parameters of the hand-written loop with the same seed and data order (ddp, zero2, zero3); a fit
+// stopped by max_steps and resumed with ckpt_path "last" ends where an uninterrupted one does; and a
+// program started without a launcher with devices 2 starts its second worker itself, prefixes its
+// output and, when that worker dies, fails naming it with no process left behind.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "cohort/ddp.h"
+#include "cohort/trainer.h"
+#include "cohort/zero.h"
+#include "launch_helpers.h"
+#include "support/multiproc.h"
+#include "support/tiny_trainer_module.h"
+
+using ::testing::HasSubstr;
+using namespace cohort::testing;
+
+namespace {
+
+constexpr int64_t kBatch = 4, kEpochs = 2;  // 64 samples over 2 ranks: 8 steps per epoch
+
+cohort::TrainerOptions quiet(const std::string& strategy) {
+  return cohort::TrainerOptions().strategy(strategy).accelerator("cpu").max_epochs(kEpochs)
+      .enable_progress_bar(false).enable_checkpointing(false).logger(false);
+}
+
+// The loop a user writes by hand: sampler, DDP or the ZeRO engine, Adam.
+std::vector<torch::Tensor> hand_written(const std::string& strategy) {
+  auto data = tiny_data();
+  auto net = tiny_network();
+  cohort::DistributedSampler sampler(data->size(), cohort::SamplerOptions().shuffle(true).seed(0));
+  auto adam = [](std::vector<torch::Tensor> p) {
+    return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(0.01));
+  };
+  auto train = [&](auto&& step) {
+    for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+      sampler.set_epoch(epoch);
+      for (const auto& batch : sampler.batch_tensors(kBatch)) step(data->get_batch(batch));
+    }
+  };
+  std::vector<torch::Tensor> out;
+  if (strategy == "ddp") {
+    cohort::DistributedDataParallel ddp(net);
+    auto opt = adam(net->parameters());
+    train([&](const cohort::Batch& b) {
+      opt->zero_grad();
+      torch::nn::functional::cross_entropy(ddp(b.data), b.target).backward();
+      opt->step();
+    });
+    for (const auto& p : net->parameters()) out.push_back(p.detach().clone());
+    return out;
+  }
+  const int stage = strategy.back() - '0';
+  auto config = cohort::ZeroConfig().world_size(2).zero_optimization(
+      cohort::ZeroOptimizationConfig().stage(stage).overlap_comm(stage >= 3));
+  auto engine = cohort::initialize(config, net, cohort::EngineOptions().optimizer_factory(adam));
+  train([&](const cohort::Batch& b) {
+    engine.backward(torch::nn::functional::cross_entropy(engine.forward(b.data), b.target));
+    engine.step();
+  });
+  for (const auto& [name, value] : engine.full_parameters()) out.push_back(value.clone());
+  return out;
+}
+
+// `seed` makes the module's initial weights: a resumed fit must replace them with the checkpoint's.
+std::vector<torch::Tensor> with_trainer(cohort::TrainerOptions options, const std::string& ckpt_path = "",
+                                        std::shared_ptr<cohort::Callback> callback = nullptr, int64_t seed = 7) {
+  cohort::Trainer trainer(options);
+  if (callback) trainer.add_callback(callback);
+  TinyModule module(seed);
+  cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true).num_workers(2));
+  trainer.fit(module, loader, cohort::FitOptions().ckpt_path(ckpt_path));
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, value] : trainer.full_parameters()) out.push_back(value);
+  return out;
+}
+
+void expect_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_TRUE(torch::equal(a[i].to(torch::kFloat), b[i].to(torch::kFloat))) << what << ": parameter " << i << " differs";
+}
+
+TEST(TrainerMultiproc, SameParametersAsTheHandWrittenLoop) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    for (const std::string strategy : {"ddp", "zero2", "zero3"})
+      expect_same(hand_written(strategy), with_trainer(quiet(strategy)), strategy);
+  });
+}
+
+TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
+  const std::string dir = make_temp_dir("trainer_resume_");
+  RanksOptions options;
+  options.env["TRAINER_TEST_DIR"] = dir;
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    const std::string root = std::getenv("TRAINER_TEST_DIR");
+    const auto straight = with_trainer(quiet("ddp"));
+    auto checkpoint = [&] {
+      return std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions().dirpath(root));
+    };
+    with_trainer(quiet("ddp").max_steps(11), "", checkpoint());  // stops mid-epoch 2
+    EXPECT_TRUE(std::filesystem::exists(root + "/step-11/manifest.json"));
+    const auto resumed = with_trainer(quiet("ddp"), "last", checkpoint(), /*seed=*/99);
+    expect_same(straight, resumed, "resumed");
+  }, options);
+  remove_tree(dir);
+}
+
+// The program of the self-launch tests: run as a plain process (no launcher variables), it asks for
+// devices 2 and so becomes rank 0 of a job whose rank 1 it starts itself, with these same arguments.
+TEST(TrainerSelfLaunch, DISABLED_Program) {
+  const std::string dir = std::getenv("TRAINER_TEST_DIR");
+  cohort::Trainer trainer(quiet("ddp").devices(2).max_epochs(1));
+  const int rank = trainer.world().rank();
+  std::ofstream(dir + "/" + std::to_string(rank) + ".pid") << ::getpid();
+  struct Failing : TinyModule {
+    torch::Tensor training_step(cohort::Batch& batch, int64_t index) override {
+      if (std::getenv("TRAINER_FAIL") && current_epoch() == 0 && index == 3 && rank_ == 1) {
+        std::fprintf(stderr, "error: rank 1 broke on purpose\n");
+        std::_Exit(3);
+      }
+      return TinyModule::training_step(batch, index);
+    }
+    int rank_ = 0;
+  } module;
+  module.rank_ = rank;
+  cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
+  trainer.fit(module, loader);
+  std::printf("rank %d of %d (%s) trained %lld steps\n", rank, trainer.world().size(),
+              trainer.world().launcher().c_str(), static_cast<long long>(trainer.global_step()));
+}
+
+ProcResult run_program(const std::string& dir, bool fail) {
+  char self[4096];
+  const ssize_t size = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  Env extra{{"TRAINER_TEST_DIR", dir}};
+  if (fail) extra["TRAINER_FAIL"] = "1";
+  return run_process({std::string(self, size_t(size)), "--gtest_filter=TrainerSelfLaunch.DISABLED_Program",
+                      "--gtest_also_run_disabled_tests"}, clean_env(extra), std::chrono::seconds(120));
+}
+
+TEST(TrainerSelfLaunch, StartsTheOtherWorkerWithPrefixedOutput) {
+  const std::string dir = make_temp_dir("trainer_self_launch_");
+  const ProcResult result = run_program(dir, false);
+  EXPECT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("rank 0 of 2 (cohortrun/torchrun) trained 8 steps\n"));
+  EXPECT_THAT(result.out, HasSubstr("[rank1]: rank 1 of 2 (cohortrun/torchrun) trained 8 steps\n"));
+  EXPECT_TRUE(alive_after(recorded_pids(dir), std::chrono::seconds(10)).empty());
+  remove_tree(dir);
+}
+
+TEST(TrainerSelfLaunch, AWorkerDyingFailsTheJobNamingIt) {
+  const std::string dir = make_temp_dir("trainer_self_fail_");
+  const ProcResult result = run_program(dir, true);
+  EXPECT_NE(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out + result.err, HasSubstr("rank 1 exited with code 3: error: rank 1 broke on purpose"));
+  EXPECT_THAT(result.err, HasSubstr("[rank1]: error: rank 1 broke on purpose"));
+  EXPECT_EQ(recorded_pids(dir).size(), 2u);
+  EXPECT_TRUE(alive_after(recorded_pids(dir), std::chrono::seconds(10)).empty());
+  remove_tree(dir);
+}
+
+}  // namespace

@@ -1,0 +1,308 @@
+// cohort::Trainer in one process: every bad option named in one line; the launcher's world checked
+// against devices x num_nodes; the loader's batches the same with and without worker threads;
+// EarlyStopping and top-k checkpoints deciding on scripted metrics; metrics.csv in Lightning's
+// layout; TensorBoard event files whose TFRecord framing and CRCs are checked here and, when the
+// tensorboard package is installed, read back by TensorBoard's own reader.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cohort/progress.h"
+#include "cohort/trainer.h"
+#include "support/errors.h"
+#include "support/python.h"
+#include "support/tiny_trainer_module.h"
+#include "trainer/options.h"
+#include "trainer/self_launch.h"
+
+using ::testing::HasSubstr;
+using namespace cohort::testing;
+
+namespace {
+
+std::string option_error(const cohort::TrainerOptions& options) {
+  try {
+    cohort::detail::resolve_options(options, /*cuda_available=*/false);
+  } catch (const cohort::Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
+  using O = cohort::TrainerOptions;
+  EXPECT_EQ(option_error(O().accelerator("tpu")),
+            "TrainerOptions.accelerator \"tpu\" is not accepted: expected one of cpu, cuda, gpu, auto");
+  EXPECT_EQ(option_error(O().accelerator("cuda")),
+            "TrainerOptions.accelerator \"cuda\" asks for a GPU, but LibTorch sees none (no CUDA build or no visible "
+            "device): use \"cpu\" or \"auto\"");
+  EXPECT_EQ(option_error(O().devices("two")),
+            "TrainerOptions.devices \"two\" is not accepted: expected a number of devices from 1 to 4096, or auto");
+  EXPECT_EQ(option_error(O().devices(0)),
+            "TrainerOptions.devices \"0\" is not accepted: expected a number of devices from 1 to 4096, or auto");
+  EXPECT_EQ(option_error(O().strategy("fsdp")), "TrainerOptions.strategy \"fsdp\" is not accepted: expected one of "
+                                                "ddp, zero1, zero2, zero3, deepspeed, single, auto");
+  EXPECT_EQ(option_error(O().strategy("deepspeed")),
+            "TrainerOptions.strategy \"deepspeed\" needs TrainerOptions.deepspeed_config: the path of a "
+            "ds_config.json (or use zero1, zero2, zero3)");
+  EXPECT_EQ(option_error(O().deepspeed_config("ds.json")),
+            "TrainerOptions.deepspeed_config \"ds.json\" is given, but TrainerOptions.strategy is \"auto\": a "
+            "ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
+  EXPECT_EQ(option_error(O().precision("8-mixed")), "TrainerOptions.precision \"8-mixed\" is not accepted: expected "
+                                                    "one of 32-true, bf16-mixed, 16-mixed (or 32, bf16, 16)");
+  EXPECT_EQ(option_error(O().precision("16")),
+            "TrainerOptions.precision \"16\" needs a GPU (LibTorch has no float16 autocast or convolution on the "
+            "CPU): use \"bf16-mixed\" on the CPU");
+  EXPECT_EQ(option_error(O().max_epochs(-2)),
+            "TrainerOptions.max_epochs \"-2\" is not accepted: expected an integer >= 0, or -1 for no limit");
+  EXPECT_EQ(option_error(O().max_steps(-5)),
+            "TrainerOptions.max_steps \"-5\" is not accepted: expected an integer >= 0, or -1 for no limit");
+  EXPECT_EQ(option_error(O().max_epochs(-1)),
+            "TrainerOptions.max_epochs -1 and max_steps -1: training would never end; set one of them");
+  EXPECT_EQ(option_error(O().accumulate_grad_batches(0)),
+            "TrainerOptions.accumulate_grad_batches \"0\" is not accepted: expected an integer >= 1");
+  EXPECT_EQ(option_error(O().gradient_clip_val(-1)),
+            "TrainerOptions.gradient_clip_val \"-1\" is not accepted: expected a finite number >= 0 (0: no clipping)");
+  EXPECT_EQ(option_error(O().val_check_interval(2.5)),
+            "TrainerOptions.val_check_interval \"2.5\" is not accepted: expected a fraction of the epoch in (0, 1] or "
+            "a whole number of batches >= 1");
+  EXPECT_EQ(option_error(O().check_val_every_n_epoch(0)),
+            "TrainerOptions.check_val_every_n_epoch \"0\" is not accepted: expected an integer >= 1");
+  EXPECT_EQ(option_error(O().log_every_n_steps(0)),
+            "TrainerOptions.log_every_n_steps \"0\" is not accepted: expected an integer >= 1");
+  EXPECT_EQ(option_error(O().num_nodes(0)), "TrainerOptions.num_nodes \"0\" is not accepted: expected an integer >= 1");
+  EXPECT_EQ(option_error(O().seed(-3)), "TrainerOptions.seed \"-3\" is not accepted: expected an integer >= 0, or -1 "
+                                        "to leave the generator as it is");
+  EXPECT_EQ(option_error(O().strategy("single").devices(2)),
+            "TrainerOptions.strategy \"single\" runs on one device, but devices is 2: use devices 1, or strategy ddp");
+}
+
+TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {
+  EXPECT_EQ(error_of([] { cohort::ModelCheckpoint(cohort::ModelCheckpointOptions().mode("best")); }),
+            "ModelCheckpointOptions.mode \"best\" is not accepted: expected min or max");
+  EXPECT_EQ(error_of([] { cohort::ModelCheckpoint(cohort::ModelCheckpointOptions().save_top_k(-2)); }),
+            "ModelCheckpointOptions.save_top_k -2 is not accepted: expected -1 (all), 0 (none) or a positive number");
+  EXPECT_EQ(error_of([] { cohort::EarlyStopping(cohort::EarlyStoppingOptions()); }),
+            "EarlyStoppingOptions.monitor is empty: name a logged metric");
+  EXPECT_EQ(error_of([] { cohort::EarlyStopping(cohort::EarlyStoppingOptions().monitor("loss").patience(-1)); }),
+            "EarlyStoppingOptions.patience -1 is not accepted: expected an integer >= 0");
+  EXPECT_EQ(error_of([] { cohort::LearningRateMonitor("batch"); }),
+            "LearningRateMonitor logging_interval \"batch\" is not accepted: expected step or epoch");
+  EXPECT_EQ(error_of([] { cohort::DataLoader(tiny_data(4), cohort::LoaderOptions().batch_size(0)); }),
+            "LoaderOptions.batch_size 0 is not accepted: expected an integer >= 1");
+  EXPECT_EQ(error_of([] { cohort::DataLoader(tiny_data(4), cohort::LoaderOptions().num_workers(-1)); }),
+            "LoaderOptions.num_workers -1 is not accepted: expected an integer from 0 to 256");
+}
+
+TEST(TrainerOptions, AliasesResolveToLightningsNames) {
+  using cohort::detail::precision_name;
+  auto resolved = [](const cohort::TrainerOptions& o) { return cohort::detail::resolve_options(o, false); };
+  EXPECT_EQ(precision_name(resolved(cohort::TrainerOptions().precision("32")).precision), "32-true");
+  EXPECT_EQ(precision_name(resolved(cohort::TrainerOptions().precision("bf16")).precision), "bf16-mixed");
+  EXPECT_EQ(cohort::detail::strategy_name(resolved(cohort::TrainerOptions().strategy("zero3"))), "zero3");
+  EXPECT_EQ(resolved(cohort::TrainerOptions().val_check_interval(5)).val_every_batches, 5);
+}
+
+TEST(TrainerLaunch, TheLaunchersWorldMustMatchDevicesTimesNodes) {
+  cohort::detail::LaunchEnv slurm;
+  slurm.launcher = "slurm";
+  slurm.size = 4;
+  EXPECT_EQ(error_of([&] { cohort::detail::check_launch_matches(slurm, 2, 1); }),
+            "slurm started 4 task(s) (SLURM_NTASKS), but the Trainer asks for devices 2 x num_nodes 1 = 2: make the "
+            "launcher's tasks per node equal devices and its nodes num_nodes");
+  EXPECT_NO_THROW(cohort::detail::check_launch_matches(slurm, 2, 2));
+  EXPECT_NO_THROW(cohort::detail::check_launch_matches(slurm, 0, 1));  // devices "auto"
+  cohort::detail::LaunchEnv none;
+  EXPECT_EQ(error_of([&] { cohort::detail::check_launch_matches(none, 2, 2); }),
+            "TrainerOptions.num_nodes is 2, but this process was started without a launcher: start one process per "
+            "node with srun, mpirun or cohortrun --nnodes 2");
+}
+
+TEST(DataLoader, WorkerThreadsNeverChangeTheBatches) {
+  auto data = tiny_data(50);
+  cohort::DataLoader plain(data, cohort::LoaderOptions().batch_size(7).shuffle(true));
+  cohort::DataLoader threaded(data, cohort::LoaderOptions().batch_size(7).shuffle(true).num_workers(3));
+  for (auto* loader : {&plain, &threaded}) loader->distribute(2, 1, false, 5);
+  for (int64_t epoch : {0, 1}) {
+    std::vector<torch::Tensor> seen;
+    plain.set_epoch(epoch);
+    threaded.set_epoch(epoch);
+    plain.for_each(0, [&](int64_t, cohort::Batch& b) { return seen.push_back(b.data), true; });
+    size_t at = 0;
+    threaded.for_each(0, [&](int64_t index, cohort::Batch& b) {
+      EXPECT_TRUE(torch::equal(seen.at(at++), b.data)) << "epoch " << epoch << " batch " << index;
+      return true;
+    });
+    EXPECT_EQ(at, seen.size());
+    EXPECT_EQ(seen.size(), 4u);  // 25 samples on this rank of 2, batches of 7
+  }
+}
+
+struct TempDir {
+  std::string path = std::filesystem::temp_directory_path() / ("trainer_test_" + std::to_string(::getpid()) + "_" +
+                                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  TempDir() { std::filesystem::remove_all(path); }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+cohort::TrainerOptions quiet(const std::string& root) {
+  return cohort::TrainerOptions().accelerator("cpu").default_root_dir(root).enable_progress_bar(false);
+}
+
+TEST(EarlyStopping, StopsAfterPatienceChecksWithoutImprovement) {
+  TempDir dir;
+  cohort::Trainer trainer(quiet(dir.path).max_epochs(10).enable_checkpointing(false).logger(false));
+  auto stopping = std::make_shared<cohort::EarlyStopping>(cohort::EarlyStoppingOptions().monitor("score").patience(2));
+  trainer.add_callback(stopping);
+  ScriptedModule module({5, 4, 4.5, 3.9, 4.0, 4.1, 1, 1, 1, 1});
+  cohort::DataLoader train(tiny_data(16), cohort::LoaderOptions().batch_size(8));
+  cohort::DataLoader val(tiny_data(8), cohort::LoaderOptions().batch_size(8));
+  trainer.fit(module, train, cohort::FitOptions().val(&val));
+  // Best 3.9 at epoch 4; epochs 5 and 6 do not improve: stop after 6 epochs (12 steps).
+  EXPECT_EQ(trainer.current_epoch(), 6);
+  EXPECT_EQ(stopping->stopped_step(), 12);
+  EXPECT_EQ(stopping->reason(), "score did not improve in the last 2 checks; best 3.9");
+  EXPECT_TRUE(trainer.should_stop());
+}
+
+TEST(ModelCheckpoint, KeepsTheTopKByTheMonitoredMetric) {
+  TempDir dir;
+  cohort::Trainer trainer(quiet(dir.path).max_epochs(5));
+  auto checkpoint = std::make_shared<cohort::ModelCheckpoint>(
+      cohort::ModelCheckpointOptions().monitor("score").mode("max").save_top_k(2));
+  trainer.add_callback(checkpoint);
+  ScriptedModule module({0.1, 0.7, 0.3, 0.9, 0.2});
+  cohort::DataLoader train(tiny_data(16), cohort::LoaderOptions().batch_size(8));
+  cohort::DataLoader val(tiny_data(8), cohort::LoaderOptions().batch_size(8));
+  trainer.fit(module, train, cohort::FitOptions().val(&val));
+  const std::string best = dir.path + "/checkpoints/best";
+  ASSERT_EQ(checkpoint->best_k().size(), 2u);
+  EXPECT_EQ(checkpoint->best_k()[0], std::make_pair(0.9, best + "/step-8"));
+  EXPECT_EQ(checkpoint->best_k()[1], std::make_pair(0.7, best + "/step-4"));
+  std::vector<std::string> kept;
+  for (const auto& entry : std::filesystem::directory_iterator(best))
+    if (entry.path().filename().string().rfind("step-", 0) == 0) kept.push_back(entry.path().filename());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"step-4", "step-8"}));
+  EXPECT_TRUE(std::filesystem::exists(dir.path + "/checkpoints/step-10/manifest.json"));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(CSVLogger, WritesLightningsMetricsCsv) {
+  TempDir dir;
+  cohort::CSVLogger logger(dir.path);
+  logger.log_metrics({{"train_loss", 0.5}, {"epoch", 0}}, 1);
+  logger.log_metrics({{"val_acc", 0.875}, {"epoch", 0}}, 2);
+  logger.flush();
+  EXPECT_EQ(logger.log_dir(), dir.path + "/lightning_logs/version_0");
+  EXPECT_EQ(read_text(logger.log_dir() + "/metrics.csv"), "epoch,step,train_loss,val_acc\n0,1,0.5,\n0,2,,0.875\n");
+  EXPECT_EQ(cohort::CSVLogger(dir.path).log_dir(), dir.path + "/lightning_logs/version_1");
+}
+
+TEST(CSVLogger, TheTrainerLogsStepAndEpochValues) {
+  TempDir dir;
+  cohort::Trainer trainer(quiet(dir.path).max_epochs(2).log_every_n_steps(1).enable_checkpointing(false));
+  TinyModule module;
+  cohort::DataLoader train(tiny_data(16), cohort::LoaderOptions().batch_size(8));
+  cohort::DataLoader val(tiny_data(8), cohort::LoaderOptions().batch_size(4));
+  trainer.fit(module, train, cohort::FitOptions().val(&val));
+  const std::string csv = read_text(trainer.loggers().at(0)->log_dir() + "/metrics.csv");
+  std::istringstream lines(csv);
+  std::string header;
+  std::getline(lines, header);
+  EXPECT_EQ(header, "epoch,step,train_loss_epoch,train_loss_step,val_acc,val_loss");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 4 + 2 + 2);  // 4 steps, 2 train epochs, 2 validations
+  EXPECT_TRUE(trainer.callback_metrics().count("val_acc"));
+}
+
+TEST(TensorBoard, Crc32cMatchesTheStandardCheckValue) {
+  const char* text = "123456789";
+  EXPECT_EQ(cohort::detail::crc32c(text, std::strlen(text)), 0xE3069283u);  // RFC 3720's check value
+}
+
+// Reads TFRecords back, checking both CRCs, and returns the payloads.
+std::vector<std::string> read_records(const std::string& bytes) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    uint64_t length = 0;
+    uint32_t length_crc = 0, data_crc = 0;
+    std::memcpy(&length, bytes.data() + at, 8);
+    std::memcpy(&length_crc, bytes.data() + at + 8, 4);
+    EXPECT_EQ(length_crc, cohort::detail::masked_crc32c(bytes.data() + at, 8));
+    const std::string payload = bytes.substr(at + 12, length);
+    std::memcpy(&data_crc, bytes.data() + at + 12 + length, 4);
+    EXPECT_EQ(data_crc, cohort::detail::masked_crc32c(payload.data(), payload.size()));
+    out.push_back(payload);
+    at += 16 + length;
+  }
+  return out;
+}
+
+std::string write_events(const std::string& dir) {
+  cohort::TensorBoardLogger logger(dir);
+  logger.log_metrics({{"loss", 0.25}, {"acc", 0.5}}, 3);
+  logger.log_metrics({{"loss", 0.125}}, 7);
+  logger.flush();
+  return logger.file();
+}
+
+TEST(TensorBoard, EventFilesAreTFRecordsOfEventMessages) {
+  TempDir dir;
+  const auto records = read_records(read_text(write_events(dir.path)));
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_THAT(records[0], HasSubstr("brain.Event:2"));
+  // After the wall time (a tag byte and 8 bytes): step 7 and the Summary with one Value, byte for byte.
+  EXPECT_EQ(records[2].substr(9),
+            std::string("\x10\x07\x2a\x0d\x0a\x0b\x0a\x04" "loss" "\x15\x00\x00\x00\x3e", 17));
+}
+
+TEST(TensorBoard, TensorBoardReadsTheScalarsBack) {
+  const std::string python = python_with_torch();
+  if (std::system((python + " -c 'import tensorboard' 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "the tensorboard package is not installed for " << python
+                 << " (pip install tensorboard); EventFilesAreTFRecordsOfEventMessages checks the framing";
+  }
+  TempDir dir;
+  const std::string file = write_events(dir.path);
+  const std::string script = python + " -c \"\nimport sys\nfrom tensorboard.backend.event_processing import "
+                             "event_accumulator as ea\na = ea.EventAccumulator(sys.argv[1]); a.Reload()\n"
+                             "for t in sorted(a.Tags()['scalars']):\n  print(t, [(e.step, e.value) for e in "
+                             "a.Scalars(t)])\n\" " + file;
+  std::FILE* pipe = ::popen(script.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof buffer, pipe)) out += buffer;
+  EXPECT_EQ(::pclose(pipe), 0);
+  EXPECT_EQ(out, "acc [(3, 0.5)]\nloss [(3, 0.25), (7, 0.125)]\n");
+}
+
+TEST(Progress, FormatsTheExamplesLineWithExtraMetrics) {
+  cohort::ProgressState state;
+  state.label = "epoch 1/2";
+  state.step = 5;
+  state.total = 10;
+  state.loss = 0.5;
+  state.samples_per_second = 100;
+  state.eta_seconds = 65;
+  state.extra = {{"val_acc", 0.875}};
+  EXPECT_EQ(cohort::format_progress(state),
+            "epoch 1/2 [##########..........]  5/10  loss 0.5000  100 samples/s  ETA 1:05  val_acc 0.875");
+}
+
+}  // namespace
