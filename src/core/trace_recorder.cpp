@@ -42,10 +42,11 @@ void record(Event event) {
   g_events.push_back(std::move(event));
 }
 
-void record_span(const std::string& name, const char* category, int64_t begin_us) {
+void record_span(const std::string& name, const char* category, int64_t begin_us, const char* phase) {
   Event event;
   event.name = name;
   event.category = category;
+  event.phase = phase;
   event.begin_us = begin_us;
   event.end_us = now_us();
   record(std::move(event));

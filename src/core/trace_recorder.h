@@ -36,8 +36,9 @@ void configure(const std::string& path);
 std::string path();
 /// Appends one event (thread-safe); a no-op while off.
 void record(Event event);
-/// Records [begin_us, now] under `category`.
-void record_span(const std::string& name, const char* category, int64_t begin_us);
+/// Records [begin_us, now] under `category`; `phase` "wait" marks time spent waiting for communication
+/// (the summary does not count it as compute even inside a user span).
+void record_span(const std::string& name, const char* category, int64_t begin_us, const char* phase = "");
 /// Records an instant `phase` mark ("ready", "launch") named `name` under `category`.
 void record_mark(const std::string& name, const char* category, const char* phase, int64_t bytes = -1);
 /// Hands over every recorded event and stops recording (the merge at shutdown).
@@ -46,11 +47,12 @@ std::vector<Event> take_events();
 /// RAII span of an internal category ("ddp", "zero", "checkpoint"): free when recording is off.
 class ScopedSpan {
  public:
-  ScopedSpan(const char* name, const char* category) : name_(name), category_(category) {
+  ScopedSpan(const char* name, const char* category, const char* phase = "")
+      : name_(name), category_(category), phase_(phase) {
     if (cohort::trace::enabled()) begin_us_ = now_us();
   }
   ~ScopedSpan() {
-    if (begin_us_ >= 0 && cohort::trace::enabled()) record_span(name_, category_, begin_us_);
+    if (begin_us_ >= 0 && cohort::trace::enabled()) record_span(name_, category_, begin_us_, phase_);
   }
   ScopedSpan(const ScopedSpan&) = delete;
   ScopedSpan& operator=(const ScopedSpan&) = delete;
@@ -58,6 +60,7 @@ class ScopedSpan {
  private:
   const char* name_;
   const char* category_;
+  const char* phase_;
   int64_t begin_us_ = -1;
 };
 

@@ -25,6 +25,21 @@ Intervals merged(Intervals in) {
   return out;
 }
 
+// The parts of merged `from` not covered by merged `cut`.
+Intervals minus(const Intervals& from, const Intervals& cut) {
+  Intervals out;
+  for (auto [begin, end] : from) {
+    for (const auto& [cut_begin, cut_end] : cut) {
+      if (cut_end <= begin || cut_begin >= end) continue;
+      if (cut_begin > begin) out.push_back({begin, cut_begin});
+      begin = std::max(begin, cut_end);
+      if (begin >= end) break;
+    }
+    if (begin < end) out.push_back({begin, end});
+  }
+  return out;
+}
+
 // Time of the (merged) intervals inside [window.first, window.second).
 double length_in(const Intervals& set, Interval window) {
   double total = 0;
@@ -50,7 +65,7 @@ struct Agreement {
 };
 
 struct RankEvents {
-  Intervals compute, transfer, steps;
+  Intervals compute, waits, transfer, steps;  // waits: DDP/ZeRO waiting on communication
   std::vector<Agreement> agreements;
 };
 
@@ -71,8 +86,10 @@ void collect(const nlohmann::json& event, std::map<int, RankEvents>& ranks, Last
   const std::string phase = args.value("phase", "");
   auto& mine = ranks[rank];
   if (category == "user" && ph == "X") (name == "step" ? mine.steps : mine.compute).push_back({ts, end});
+  if (phase == "wait" && ph == "X") mine.waits.push_back({ts, end});
   if (category != "comm") return;
-  if (phase == "transfer") mine.transfer.push_back({ts, end});
+  // Queued (behind earlier ops, or handed to the launcher) and transfer: the collective's own time.
+  if (phase == "transfer" || phase == "queued") mine.transfer.push_back({ts, end});
   if (phase == "agreement") mine.agreements.push_back({{ts, end}, op_key(args)});
   if (phase == "ready") {
     auto& last = last_ready[op_key(args)];
@@ -86,7 +103,8 @@ StepSummary summarize_window(int rank, int step, Interval window, const RankEven
   out.rank = rank;
   out.step = step;
   out.wall_ms = (window.second - window.first) / 1000;
-  const Intervals compute = merged(events.compute), transfer = merged(events.transfer);
+  const Intervals compute = minus(merged(events.compute), merged(events.waits));
+  const Intervals transfer = merged(events.transfer);
   out.compute_ms = length_in(compute, window) / 1000;
   out.comm_ms = length_in(transfer, window) / 1000;
   out.hidden_ms = overlap_in(transfer, compute, window) / 1000;
@@ -111,7 +129,7 @@ StepSummary summarize_window(int rank, int step, Interval window, const RankEven
 
 std::vector<StepSummary> summarize(const nlohmann::json& trace) {
   COHORT_CHECK(trace.is_object() && trace.contains("traceEvents") && trace["traceEvents"].is_array(),
-               "cohort-trace: not a Chrome trace (no traceEvents array)");
+               "not a cohort timeline (no traceEvents array)");
   std::map<int, RankEvents> ranks;
   LastReady last_ready;
   for (const auto& event : trace["traceEvents"]) collect(event, ranks, last_ready);

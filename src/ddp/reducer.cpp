@@ -111,7 +111,12 @@ void Reducer::on_gradient_ready(int64_t index) {
   ready_[index] = 1;
   if (!rebuilt_) arrival_order_.push_back(index);
   Bucket& bucket = buckets_[location_[index].first];
-  if (--bucket.pending == 0) launch_ready_buckets();
+  if (--bucket.pending > 0) return;
+  // The timeline: ready can precede launch when an earlier bucket still waits for a gradient.
+  if (trace::enabled())
+    trace::record_mark("bucket " + std::to_string(location_[index].first) + " ready", "ddp", "ready",
+                       int64_t(bucket.flat.nbytes()));
+  launch_ready_buckets();
 }
 
 void Reducer::launch_ready_buckets() {
@@ -166,7 +171,7 @@ void Reducer::finalize_backward() {
   mark_unused_parameters();
   const auto start = Clock::now();
   {
-    trace::ScopedSpan span("bucket wait", "ddp");  // the timeline: backward ended; the rest is exposed
+    trace::ScopedSpan span("bucket wait", "ddp", "wait");  // the timeline: backward ended; the rest is exposed
     for (auto& bucket : buckets_) bucket.work.wait();
   }
   last_wait_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();

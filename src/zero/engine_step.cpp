@@ -91,7 +91,7 @@ double ZeroEngineImpl::global_norm_squared() {
 }
 
 void ZeroEngineImpl::write_back_and_gather() {
-  trace::ScopedSpan span("parameter allgather", "zero");  // the timeline: stage 1/2's step-end gather
+  trace::ScopedSpan span("parameter allgather", "zero", "wait");  // the timeline: stage 1/2's step-end gather
   std::vector<Work> works;
   for (auto& group : groups_) {
     group.master.mutable_grad() = torch::Tensor();

@@ -54,7 +54,10 @@ void ZeroEngineImpl::ensure_gathered(int64_t g) {
   gather(g);
   FlatGroup& group = groups_[size_t(g)];
   if (group.presence == FlatGroup::Presence::kGathered) return;
-  group.gather_work.wait();
+  {
+    trace::ScopedSpan span("gather wait", "zero", "wait");  // the timeline: a gather forward waits on
+    group.gather_work.wait();
+  }
   group.gather_work = Work();
   const auto& layout = group.layout;
   for (size_t k = 0; k < layout.params.size(); ++k) {
