@@ -109,12 +109,18 @@ StepSummary summarize_window(int rank, int step, Interval window, const RankEven
   out.comm_ms = length_in(transfer, window) / 1000;
   out.hidden_ms = overlap_in(transfer, compute, window) / 1000;
   out.exposed_ms = out.comm_ms - out.hidden_ms;
+  // Idle: agreement time with nothing else going on (an async op agreed on while backward computes,
+  // or while an earlier op transfers, costs nothing), so compute + exposed + idle <= wall.
+  Intervals busy = compute;
+  busy.insert(busy.end(), transfer.begin(), transfer.end());
+  busy = merged(busy);
   std::map<int, double> waited_for;
   Intervals idle;
   for (const auto& agreement : events.agreements) {
-    const double inside = length_in({agreement.span}, window);
+    const Intervals alone = minus({agreement.span}, busy);
+    const double inside = length_in(alone, window);
     if (inside <= 0) continue;
-    idle.push_back(agreement.span);
+    idle.insert(idle.end(), alone.begin(), alone.end());
     auto last = last_ready.find(agreement.op_key);
     if (last != last_ready.end() && last->second.second != rank) waited_for[last->second.second] += inside;
   }

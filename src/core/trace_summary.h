@@ -1,8 +1,9 @@
 // What `cohort-trace summary` computes from a merged timeline (the JSON rank 0 wrote), per rank and
-// per step: compute (user spans other than "step", less DDP's and ZeRO's waits on communication inside them), communication (collectives' queued and transfer phases), how much of
-// it ran under compute (hidden, overlap %) and how much did not (exposed), and idle time (collectives'
-// agreement phases: waiting for the slowest rank, named by the latest "ready" mark). Steps are a rank's
-// user spans named "step", matched across ranks by their order; with none, the whole run is one step.
+// per step: compute (user spans other than "step", less DDP's and ZeRO's waits on communication inside
+// them), communication (collectives' queued and transfer phases), how much of it ran under compute
+// (hidden, overlap %) and how much did not (exposed), and idle time (agreement phases while nothing
+// else runs: waiting for the slowest rank, named by the latest "ready" mark). Steps are a rank's user
+// spans named "step", matched across ranks by their order; with none, the whole run is one step.
 #pragma once
 
 #include <nlohmann/json.hpp>

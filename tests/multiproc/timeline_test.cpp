@@ -141,7 +141,8 @@ TEST(TimelineSummary, IntervalArithmeticOnAHandMadeTrace) {
   EXPECT_THROW(summarize(nlohmann::json::object()), cohort::Error);
 }
 
-// DDP's bucket wait inside a user's backward span is waiting on communication, not compute.
+// DDP's bucket wait inside a user's backward span is waiting on communication, not compute; an
+// agreement while computing is not idle time.
 TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
   nlohmann::json trace = {{"traceEvents", nlohmann::json::array()}};
   auto& events = trace["traceEvents"];
@@ -150,6 +151,9 @@ TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
   events.push_back(span(0, "ddp", "bucket wait", 60, 20, {{"phase", "wait"}}));
   events.push_back(span(0, "zero", "gather wait", 90, 30, {{"phase", "wait"}}));
   events.push_back(span(0, "comm", "allreduce", 50, 40, {{"phase", "transfer"}, {"seq", 0}}));
+  // An agreement under compute is not idle; one after everything is.
+  events.push_back(span(0, "comm", "allreduce", 20, 35, {{"phase", "agreement"}, {"seq", 1}}));
+  events.push_back(span(0, "comm", "allreduce", 95, 30, {{"phase", "agreement"}, {"seq", 2}}));
   const auto steps = summarize(trace);
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].step, 0);
@@ -157,6 +161,7 @@ TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
   EXPECT_DOUBLE_EQ(steps[0].compute_ms, 0.07);   // 0-60 and 80-90
   EXPECT_DOUBLE_EQ(steps[0].hidden_ms, 0.02);    // 50-60 and 80-90
   EXPECT_DOUBLE_EQ(steps[0].exposed_ms, 0.02);   // 60-80
+  EXPECT_DOUBLE_EQ(steps[0].idle_ms, 0.03);      // 95-125
 }
 
 // Each step: a compute span (rank 1 sleeps 100 ms longer), then an allreduce of 64 MiB (tens of ms: the
