@@ -7,6 +7,9 @@
 #include "cohort/autocast.h"
 #include "support/errors.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace autocast_test {
+
 namespace {
 
 using cohort::testing::error_of;
@@ -47,3 +50,5 @@ TEST(AutocastGuard, BadRequestsAreNamed) {
 }
 
 }  // namespace
+
+}  // namespace autocast_test

@@ -6,6 +6,9 @@
 
 #include "ddp/bucket_assignment.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace bucket_assignment_test {
+
 using cohort::detail::assign_buckets;
 using cohort::detail::BucketLimits;
 
@@ -56,3 +59,5 @@ TEST(BucketAssignment, OneLargeParameterMakesItsOwnBucket) {
   EXPECT_EQ(buckets[0], (std::vector<int64_t>{2, 1}));
   EXPECT_EQ(buckets[1], (std::vector<int64_t>{0}));
 }
+
+}  // namespace bucket_assignment_test

@@ -16,6 +16,9 @@
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace checkpoint_e2e_test {
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using namespace cohort::testing;
@@ -116,3 +119,5 @@ TEST(CheckpointE2E, WorkerKilledDuringASaveResumesFromThePreviousCheckpoint) {
   EXPECT_FALSE(fs::exists(ckpt + "/.step-10.tmp"));  // the next save of step 10 cleaned it up
   EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));
 }
+
+}  // namespace checkpoint_e2e_test

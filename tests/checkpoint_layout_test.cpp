@@ -5,6 +5,9 @@
 #include "checkpoint/layout.h"
 #include "support/errors.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace checkpoint_layout_test {
+
 using namespace cohort::detail::ckpt;
 using cohort::testing::error_of;
 
@@ -68,3 +71,5 @@ TEST(CheckpointLayout, RetentionNeverRemovesLaterSteps) {
   plan = plan_retention({5, 6, 7, 8}, 8, 1);
   EXPECT_EQ(plan.remove, (std::vector<int64_t>{7, 6, 5}));
 }
+
+}  // namespace checkpoint_layout_test

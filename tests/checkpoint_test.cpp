@@ -16,6 +16,9 @@
 #include "support/errors.h"
 #include "support/small_models.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace checkpoint_test {
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using cohort::testing::error_of;
@@ -380,3 +383,5 @@ TEST(Manifest, FieldsOfAnotherTypeAreRefusedByName) {
   EXPECT_EQ(read_text(R"({"format": "cohort-checkpoint", "format_version": 4294967296})"),
             path + ": 'format_version' is not an integer of its range (4294967296)");
 }
+
+}  // namespace checkpoint_test

@@ -21,6 +21,9 @@
 #include "zero/memory_plan.h"
 #include "support/errors.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace cohort_plan_test {
+
 namespace {
 
 using cohort::detail::MemoryPlan;
@@ -265,3 +268,5 @@ TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
 }
 
 }  // namespace
+
+}  // namespace cohort_plan_test

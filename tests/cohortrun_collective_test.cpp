@@ -14,6 +14,9 @@
 #include "launch_helpers.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace cohortrun_collective_test {
+
 using namespace cohort::testing;
 using namespace std::chrono_literals;
 
@@ -99,3 +102,5 @@ TEST(CohortrunCollective, TwoNetworkNamespacesAllreduce) {
   expect_world(results(ra.out + rb.out), 4);
   EXPECT_EQ(results(ra.out).count(0), 1u) << "the node hosting the rendezvous is node 0";
 }
+
+}  // namespace cohortrun_collective_test

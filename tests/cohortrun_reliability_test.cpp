@@ -17,6 +17,9 @@
 #include "launch_helpers.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace cohortrun_reliability_test {
+
 using namespace cohort::testing;
 using namespace std::chrono_literals;
 
@@ -228,3 +231,5 @@ TEST(CohortrunReliability, NodeOfAnotherJobIsRefusedAtTheRendezvous) {
   EXPECT_NE((x_refused ? ry : rx).err.find("1 of 2 nodes arrived"), std::string::npos)
       << rx.describe() << ry.describe();
 }
+
+}  // namespace cohortrun_reliability_test

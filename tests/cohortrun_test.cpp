@@ -24,6 +24,9 @@
 #include "support/multiproc.h"
 #include "support/python.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace cohortrun_test {
+
 using namespace cohort::detail::launch;
 using namespace cohort::testing;
 using namespace std::chrono_literals;
@@ -654,3 +657,5 @@ TEST(CohortrunRendezvous, TwoNetworkNamespacesFormOneWorld) {
   }
   EXPECT_EQ(count_of(ra.out + rb.out, "]: MET"), 4u);
 }
+
+}  // namespace cohortrun_test

@@ -13,6 +13,9 @@
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace fashion_mnist_limits_test {
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -212,3 +215,5 @@ TEST(FashionMnistLimits, ResumeInAnotherModeNamesBothModes) {
 }
 
 }  // namespace
+
+}  // namespace fashion_mnist_limits_test

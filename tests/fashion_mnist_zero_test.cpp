@@ -10,6 +10,9 @@
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace fashion_mnist_zero_test {
+
 using ::testing::HasSubstr;
 using namespace cohort::testing;
 using namespace std::chrono_literals;
@@ -69,3 +72,5 @@ TEST(FashionMnistZero, DeepSpeedConfigBf16StageThreeResumesFromItsCheckpoint) {
 }
 
 }  // namespace
+
+}  // namespace fashion_mnist_zero_test

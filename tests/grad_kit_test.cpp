@@ -14,6 +14,9 @@
 #include "cohort/zero.h"
 #include "support/errors.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace grad_kit_test {
+
 namespace {
 
 using cohort::detail::GradHookSet;
@@ -103,3 +106,5 @@ TEST(ZeroLifetime, Stage3BackwardAfterTheEngineIsGoneSaysSo) {
 }
 
 }  // namespace
+
+}  // namespace grad_kit_test

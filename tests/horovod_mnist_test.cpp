@@ -10,6 +10,9 @@
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace horovod_mnist_test {
+
 using ::testing::HasSubstr;
 using namespace cohort::testing;
 using namespace std::chrono_literals;
@@ -64,3 +67,5 @@ TEST(HorovodMnist, SameEpochUnderMpirunAndCohortrun) {
   EXPECT_LT(mpi.loss, 2.0) << by_mpirun.out;
   EXPECT_THAT(by_mpirun.out, HasSubstr("Train Epoch: 1 [0/512 (0%)]\tLoss: "));
 }
+
+}  // namespace horovod_mnist_test

@@ -21,6 +21,9 @@
 #include "cohort/error.h"
 #include "support/errors.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace idx_reader_test {
+
 namespace {
 
 namespace data = cohort::data;
@@ -320,3 +323,5 @@ TEST(SyntheticCifar, IsLabelledSyntheticShapedLikeCifarAndRepeatable) {
 }
 
 }  // namespace
+
+}  // namespace idx_reader_test

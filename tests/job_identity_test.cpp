@@ -17,6 +17,9 @@
 #include "world/launch_env.h"
 #include "world/rendezvous.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace job_identity_test {
+
 using ::testing::HasSubstr;
 using namespace cohort::detail;
 using cohort::testing::error_of;
@@ -137,3 +140,5 @@ TEST(JobIdentity, ControlPlaneConnectsPeersOfOneJob) {
   EXPECT_FALSE(one.get());
   EXPECT_TRUE(result.agreed());
 }
+
+}  // namespace job_identity_test

@@ -14,6 +14,9 @@
 #include "cohort/world.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace malloc_policy_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::report;
 using cohort::testing::run_ranks;
@@ -99,3 +102,5 @@ TEST(MallocPolicy, RejectsAValueThatIsNotASwitch) {
               HasSubstr("COHORT_MALLOC_TUNING=2 is not a switch (0: glibc's defaults, 1: keep freed memory, the "
                         "default) from 0 to 1"));
 }
+
+}  // namespace malloc_policy_test

@@ -22,6 +22,9 @@
 #include "support/multiproc.h"
 #include "support/python.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace models_test {
+
 using cohort::models::ResNet18;
 using cohort::models::ResNet18Options;
 using cohort::models::ViT;
@@ -241,3 +244,5 @@ TEST_P(ModelsOnTwoRanks, Zero2MatchesOneProcessWithTheGlobalBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelsOnTwoRanks, ::testing::Values("resnet18", "vit"));
+
+}  // namespace models_test

@@ -12,6 +12,9 @@
 
 #include "mpi_worker_path.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace mpirun_test {
+
 namespace {
 
 struct Outcome {
@@ -66,3 +69,5 @@ TEST(Mpirun, TwoRanksFindEachOtherAndAllreduce) {
   // Both ranks derived the same port from the job id, without MASTER_PORT.
   EXPECT_EQ(by_rank[0][4].str(), by_rank[1][4].str()) << outcome.output;
 }
+
+}  // namespace mpirun_test

@@ -11,6 +11,9 @@
 #include "cohort/number.h"
 #include "cohort/world.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace number_test {
+
 namespace {
 
 const cohort::IntegerRange kBatch{"--batch-size", 1, 1 << 20};
@@ -118,3 +121,5 @@ TEST(Number, InitRefusesAnOverflowingTimeout) {
 }
 
 }  // namespace
+
+}  // namespace number_test

@@ -22,6 +22,9 @@
 #include "support/errors.h"
 #include "support/python.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace sampler_test {
+
 namespace {
 
 using cohort::DistributedSampler;
@@ -282,3 +285,5 @@ TEST(DistributedSampler, BatchesAreConsecutiveChunks) {
 }
 
 }  // namespace
+
+}  // namespace sampler_test

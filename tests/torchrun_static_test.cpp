@@ -12,6 +12,9 @@
 #include "support/multiproc.h"
 #include "support/python.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace torchrun_static_test {
+
 namespace {
 
 std::string run_command(const std::string& command, int& status) {
@@ -38,3 +41,5 @@ TEST(TorchrunStatic, WorkersJoinTheAgentsStore) {
   EXPECT_THAT(output, ::testing::HasSubstr("RESULT rank=0 size=2 sum=1"));
   EXPECT_THAT(output, ::testing::HasSubstr("RESULT rank=1 size=2 sum=1"));
 }
+
+}  // namespace torchrun_static_test

@@ -23,6 +23,9 @@
 #include "trainer/options.h"
 #include "trainer/self_launch.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace trainer_test {
+
 using ::testing::HasSubstr;
 using namespace cohort::testing;
 
@@ -306,3 +309,5 @@ TEST(Progress, FormatsTheExamplesLineWithExtraMetrics) {
 }
 
 }  // namespace
+
+}  // namespace trainer_test

@@ -12,6 +12,9 @@
 #include "cohort/error.h"
 #include "world/launch_env.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace world_env_test {
+
 namespace {
 
 using cohort::detail::detect_launch_env;
@@ -408,3 +411,5 @@ TEST(WorldEnv, CurrentEnvReadsTheProcessEnvironment) {
 }
 
 }  // namespace
+
+}  // namespace world_env_test

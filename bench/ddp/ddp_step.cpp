@@ -53,9 +53,18 @@ int run(const Args& args, const cohort::World& world) {
       start = Clock::now();
       wait = 0;
     }
+    // Spans for the timeline (COHORT_TIMELINE; bench/timeline): free when it is off.
+    cohort::trace::Span step_span("step");
     opt.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(net->forward(x), y);
-    loss.backward();
+    torch::Tensor loss;
+    {
+      cohort::trace::Span forward("forward");
+      loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+    }
+    {
+      cohort::trace::Span backward("backward");
+      loss.backward();
+    }
     if (ddp) {
       wait += ddp->last_wait_seconds();
     } else if (raw) {
@@ -65,6 +74,7 @@ int run(const Args& args, const cohort::World& world) {
         p.grad().div_(world.size());
       }
     }
+    cohort::trace::Span optimizer_step("optimizer step");
     opt.step();
   }
   world.comm().barrier();

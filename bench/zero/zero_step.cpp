@@ -80,7 +80,16 @@ int main(int argc, char** argv) {
     adam = std::make_unique<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
     train_step = [&] {
       adam->zero_grad();
-      loss_of((*ddp)->forward(input)).backward();
+      torch::Tensor loss;
+      {
+        cohort::trace::Span forward("forward");  // the timeline's spans (bench/timeline); free when off
+        loss = loss_of((*ddp)->forward(input));
+      }
+      {
+        cohort::trace::Span backward("backward");
+        loss.backward();
+      }
+      cohort::trace::Span optimizer_step("optimizer step");
       adam->step();
     };
   } else {
@@ -92,7 +101,16 @@ int main(int argc, char** argv) {
     engine = std::make_unique<cohort::ZeroEngine<torch::nn::SequentialImpl>>(model.ptr(), config,
                                                                              cohort::EngineOptions());
     train_step = [&] {
-      engine->backward(loss_of(engine->forward(input)));
+      torch::Tensor loss;
+      {
+        cohort::trace::Span forward("forward");
+        loss = loss_of(engine->forward(input));
+      }
+      {
+        cohort::trace::Span backward("backward");
+        engine->backward(loss);
+      }
+      cohort::trace::Span optimizer_step("optimizer step");
       engine->step();
     };
   }
@@ -100,7 +118,10 @@ int main(int argc, char** argv) {
   world.comm().barrier();
   const int64_t bytes_before = loopback_bytes();
   auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < steps; ++i) train_step();
+  for (int i = 0; i < steps; ++i) {
+    cohort::trace::Span step_span("step");
+    train_step();
+  }
   world.comm().barrier();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t bytes = loopback_bytes() - bytes_before;

@@ -14,6 +14,7 @@
 #include "cohort/pipeline.h"
 #include "cohort/progress.h"
 #include "cohort/sampler.h"
+#include "cohort/trace.h"
 #include "cohort/trainer.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"

@@ -20,6 +20,7 @@
 #include "cohort/error.h"
 #include "cohort_config.h"
 #include "core/log.h"
+#include "core/trace_recorder.h"
 #include "world/launch_env.h"
 
 namespace fs = std::filesystem;
@@ -182,6 +183,7 @@ void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
 
 std::string save_checkpoint(const std::string& dir, CheckpointState& state, const SaveOptions& options) {
   using namespace detail::ckpt;
+  detail::trace::ScopedSpan span("save_checkpoint", "checkpoint");  // the timeline's row for saves
   Group group(options.comm());
   const fs::path root(dir);
   const fs::path final_dir = root / step_dir_name(state.step());

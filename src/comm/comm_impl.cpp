@@ -9,6 +9,7 @@
 #include "comm/failure_report.h"
 #include "comm/op_util.h"
 #include "core/log.h"
+#include "core/trace_recorder.h"
 
 namespace cohort::detail {
 namespace {
@@ -106,6 +107,7 @@ std::shared_ptr<PendingOp> CommImpl::submit(std::shared_ptr<PendingOp> op, bool 
   std::unique_lock<std::mutex> lock(mutex_);
   if (!poisoned_.empty()) throw Error(poisoned_);
   op->seq = next_seq_++;
+  if (trace::enabled()) op->queued_us_ = trace::now_us();
   if (config_.size == 1) {
     op->launched_ = op->data_done_ = true;
     return op;
@@ -163,6 +165,8 @@ void CommImpl::launch(PendingOp& op) {
     AgreeResult result;
     std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
     const bool agreed = result.agreed();
+    if (op.queued_us_ >= 0) op.agreed_us_ = trace::now_us();
+    op.transport_ = op.shm && shm_ ? "shm" : op.device_completion && nccl_ ? "nccl" : "gloo";
     if (failure) {
       error = explain(*failure, op);
     } else if (!agreed) {
@@ -174,6 +178,7 @@ void CommImpl::launch(PendingOp& op) {
       };
       try {
         op.shm(*shm_, watch);
+        if (op.queued_us_ >= 0) op.data_us_ = trace::now_us();
       } catch (const TransportStopped& stopped) {
         error = stopped.message;
       } catch (const std::exception& e) {
@@ -192,6 +197,7 @@ void CommImpl::launch(PendingOp& op) {
     // Completion is signalled through the future so the waiting thread can watch peers meanwhile.
     op.work_->getFuture()->addCallback([self = op.shared_from_this()](c10::ivalue::Future&) {
       std::lock_guard<std::mutex> lock(self->mutex_);
+      if (self->queued_us_ >= 0) self->data_us_ = trace::now_us();
       self->data_done_ = true;
       self->cv_.notify_all();
     });
@@ -259,6 +265,7 @@ void CommImpl::await_device(PendingOp& op, Clock::time_point deadline) {
     if (Clock::now() > deadline) fail(op, explain_timeout(op));
   }
   std::lock_guard<std::mutex> lock(op.mutex_);
+  if (op.queued_us_ >= 0) op.data_us_ = trace::now_us();
   op.data_done_ = true;
 }
 
@@ -284,6 +291,7 @@ void CommImpl::wait(PendingOp& op) {
   if (op.finish) op.finish();
   std::lock_guard<std::mutex> lock(op.mutex_);
   op.finished_ = true;
+  if (op.queued_us_ >= 0 && op.peer < 0) trace_phases(op);
 }
 
 void CommImpl::fail_transport(PendingOp& op, const std::string& what) {

@@ -56,6 +56,10 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   bool notice_ = false;          // point to point: the sender's notice arrived (receive side)
   std::string transport_error_;  // point to point: what the transport raised while a waiter thread waited
   friend class cohort::Work;
+  // The timeline (core/trace_recorder.h): when this op was queued, agreed on, and its data arrived;
+  // -1 while not recorded.
+  int64_t queued_us_ = -1, agreed_us_ = -1, data_us_ = -1;
+  const char* transport_ = "gloo";
 };
 
 struct CommConfig {
@@ -142,6 +146,8 @@ class CommImpl {
   /// Blocks in c10d's wait of a point-to-point op (on a waiter thread) and records its outcome.
   void wait_transport(PendingOp& op);
   std::string explain_p2p_timeout(const PendingOp& op);
+  /// The timeline: records a finished collective's phases (comm/comm_trace.cpp).
+  void trace_phases(const PendingOp& op) const;
 
   CommConfig config_;
   std::string prefix_;  // store key prefix of this Comm

@@ -7,6 +7,7 @@
 
 #include "core/grad_kit.h"
 #include "core/log.h"
+#include "core/trace_recorder.h"
 #include "comm/coalesced.h"
 #include "ddp/param_check.h"
 #include "world/resolve_comm.h"
@@ -110,7 +111,12 @@ void Reducer::on_gradient_ready(int64_t index) {
   ready_[index] = 1;
   if (!rebuilt_) arrival_order_.push_back(index);
   Bucket& bucket = buckets_[location_[index].first];
-  if (--bucket.pending == 0) launch_ready_buckets();
+  if (--bucket.pending > 0) return;
+  // The timeline: ready can precede launch when an earlier bucket still waits for a gradient.
+  if (trace::enabled())
+    trace::record_mark("bucket " + std::to_string(location_[index].first) + " ready", "ddp", "ready",
+                       int64_t(bucket.flat.nbytes()));
+  launch_ready_buckets();
 }
 
 void Reducer::launch_ready_buckets() {
@@ -118,6 +124,9 @@ void Reducer::launch_ready_buckets() {
   const double scale = 1.0 / comm_->size();
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_++];
+    if (trace::enabled())  // the timeline: this bucket's last gradient arrived; its allreduce starts
+      trace::record_mark("bucket " + std::to_string(next_launch_ - 1) + " launch", "ddp", "launch",
+                         int64_t(bucket.flat.nbytes()));
     bucket.flat.mul_(scale);
     bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
   }
@@ -161,7 +170,10 @@ void Reducer::finalize_backward() {
   if (no_sync_depth_ > 0) return;
   mark_unused_parameters();
   const auto start = Clock::now();
-  for (auto& bucket : buckets_) bucket.work.wait();
+  {
+    trace::ScopedSpan span("bucket wait", "ddp", "wait");  // the timeline: backward ended; the rest is exposed
+    for (auto& bucket : buckets_) bucket.work.wait();
+  }
   last_wait_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   std::fill(touched_.begin(), touched_.end(), 0);
   if (!rebuilt_) rebuild_buckets_once();

@@ -6,6 +6,7 @@
 #include "comm/comm_impl.h"
 #include "comm/op_label.h"
 #include "core/log.h"
+#include "core/trace_recorder.h"
 
 namespace cohort::hvd {
 namespace detail {
@@ -38,6 +39,8 @@ Context& Context::get(const char* caller) {
 void Context::create(const InitOptions& options) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_context) return;
+  // Horovod's timeline variable: before init, so init starts recording (COHORT_TIMELINE loses to it).
+  if (const char* timeline = std::getenv("HOROVOD_TIMELINE")) cohort::detail::trace::configure(timeline);
   g_context = std::make_unique<Context>(cohort::init(options));
   // After cohort::init's own exit handler, so this one runs first: the stall inspector and our copy of
   // the world go before the world is torn down.

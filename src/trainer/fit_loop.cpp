@@ -8,6 +8,7 @@
 
 #include "cohort/ddp.h"
 #include "cohort/error.h"
+#include "cohort/trace.h"
 #include "trainer/trainer_impl.h"
 
 namespace cohort::detail {
@@ -79,8 +80,11 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
   batch_size = batch.data.size(0);
   const int64_t batches = train->num_batches();
   const bool boundary = (index + 1) % strategy->accumulation() == 0 || index + 1 == batches;
+  // The timeline (docs/timeline.md): a step span per batch, compute spans inside it.
+  cohort::trace::Span step_span("step");
   torch::Tensor loss;
   {
+    cohort::trace::Span compute("training_step");
     auto autocast = strategy->autocast();
     loss = module->training_step(batch, index);
   }
@@ -91,7 +95,10 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
   COHORT_CHECK(std::isfinite(value), "step ", step + 1, ": the training loss is ",
                std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf",
                "; training stopped (the weights are no longer finite; lower the learning rate, now ", strategy->lr(), ")");
-  strategy->backward(loss, boundary);
+  {
+    cohort::trace::Span compute("backward");
+    strategy->backward(loss, boundary);
+  }
   loss_sum += value * static_cast<double>(batch_size);
   loss_samples += batch_size;
   samples_in_epoch += batch_size * world.size();  // the padded sampler gives every rank as many
@@ -101,7 +108,10 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
 }
 
 void TrainerImpl::after_optimizer_step(int64_t index) {
-  strategy->step();
+  {
+    cohort::trace::Span compute("optimizer step");
+    strategy->step();
+  }
   ++step;
   if (scheduler.scheduler && scheduler.interval == SchedulerInterval::kStep && step % scheduler.frequency == 0)
     scheduler.scheduler->step();

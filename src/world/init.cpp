@@ -17,6 +17,7 @@
 #include "world/launch_env.h"
 #include "world/malloc_policy.h"
 #include "world/rendezvous.h"
+#include "world/timeline.h"
 
 namespace cohort {
 namespace {
@@ -145,6 +146,7 @@ World init(const InitOptions& options) {
                 launch.master_port, " (this host: ", config.local_address, ")");
   }
   world.comm_ = std::make_shared<Comm>(std::make_unique<detail::CommImpl>(config));
+  detail::timeline_start(*world.comm_);
   g_world = world;
   static std::once_flag at_exit;
   // Registered after LibTorch and CUDA initialised, so it runs before their static teardown.
@@ -160,6 +162,7 @@ void shutdown() {
     comm = g_world->comm_ptr();
     g_world.reset();
   }
+  detail::timeline_finish(*comm);
   comm.reset();  // outside the lock: a Comm's teardown joins its threads
 }
 

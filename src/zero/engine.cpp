@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "comm/coalesced.h"
 #include "world/resolve_comm.h"
+#include "core/trace_recorder.h"
 #include "zero/engine_impl.h"
 #include "zero/inner_optimizer.h"
 
@@ -207,6 +208,9 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   const auto& layout = group.layout;
   torch::NoGradGuard no_grad;
   group.launched = true;
+  if (trace::enabled() && world_ > 1)  // the timeline: this group's gradients are complete; reduction starts
+    trace::record_mark(stage_ == 0 ? "allreduce launch" : "reduce-scatter launch", "zero", "launch",
+                       int64_t(group.flat_grad.defined() ? group.flat_grad.nbytes() : 0));
   if (stage_ <= 1) {  // the gradients are already flat; stage 0 allreduces, stage 1 reduce-scatters
     if (world_ == 1) {
       if (stage_ == 1) group.shard_grad = group.flat_grad;
@@ -255,6 +259,7 @@ void ZeroEngineImpl::finish_reduces() {
   for (auto& group : groups_) group.pending = 0;
   launch_ready_reduces();
   torch::NoGradGuard no_grad;
+  trace::ScopedSpan span("gradient reduce wait", "zero", "wait");  // the timeline: exposed reduction
   for (auto& group : groups_) {
     group.reduce_work.wait();
     if (stage_ >= 2 && !group.reduce_output.is_same(group.shard_grad)) group.shard_grad.add_(group.reduce_output);

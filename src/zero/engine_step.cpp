@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/log.h"
+#include "core/trace_recorder.h"
 #include "zero/engine_impl.h"
 #include "zero/inner_optimizer.h"
 
@@ -90,6 +91,7 @@ double ZeroEngineImpl::global_norm_squared() {
 }
 
 void ZeroEngineImpl::write_back_and_gather() {
+  trace::ScopedSpan span("parameter allgather", "zero", "wait");  // the timeline: stage 1/2's step-end gather
   std::vector<Work> works;
   for (auto& group : groups_) {
     group.master.mutable_grad() = torch::Tensor();

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "cohort/error.h"
+#include "core/trace_recorder.h"
 #include "zero/engine_impl.h"
 
 namespace cohort::detail {
@@ -44,6 +45,7 @@ void ZeroEngineImpl::gather(int64_t g) {
   FlatGroup& group = groups_[size_t(g)];
   if (group.presence != FlatGroup::Presence::kFreed) return;
   group.gathered = torch::empty({group.layout.padded}, group.flat.options());
+  if (trace::enabled()) trace::record_mark("gather launch", "zero", "launch", int64_t(group.gathered.nbytes()));
   group.gather_work = comm_->allgather_async(group.gathered, group.flat);
   group.presence = FlatGroup::Presence::kGathering;
 }
@@ -52,7 +54,10 @@ void ZeroEngineImpl::ensure_gathered(int64_t g) {
   gather(g);
   FlatGroup& group = groups_[size_t(g)];
   if (group.presence == FlatGroup::Presence::kGathered) return;
-  group.gather_work.wait();
+  {
+    trace::ScopedSpan span("gather wait", "zero", "wait");  // the timeline: a gather forward waits on
+    group.gather_work.wait();
+  }
   group.gather_work = Work();
   const auto& layout = group.layout;
   for (size_t k = 0; k < layout.params.size(); ++k) {

@@ -8,6 +8,9 @@
 #include "compat/c10d_compat.h"
 #include "gpu/gpu_support.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace gpu_nccl_test {
+
 namespace {
 
 using cohort::ReduceOp;
@@ -80,3 +83,5 @@ TEST(GpuNccl, SetDeviceMakesItCurrent) {
 }
 
 }  // namespace
+
+}  // namespace gpu_nccl_test

@@ -10,6 +10,9 @@
 #include "gpu/gpu_support.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace gpu_training_test {
+
 namespace {
 
 using cohort::ReduceOp;
@@ -179,3 +182,5 @@ TEST(GpuTraining, CheckpointOfCudaTensorsAndRng) {
 }
 
 }  // namespace
+
+}  // namespace gpu_training_test

@@ -16,6 +16,9 @@
 #include "support/multiproc.h"
 #include "support/small_models.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace checkpoint_reshard_test {
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using cohort::testing::report;
@@ -229,3 +232,5 @@ TEST(CheckpointReshard, ARankKilledDuringASaveLeavesThePreviousCheckpoint) {
   EXPECT_TRUE(info->skipped.empty());
   fs::remove_all(dir);
 }
+
+}  // namespace checkpoint_reshard_test

@@ -14,6 +14,9 @@
 #include "support/multiproc.h"
 #include "support/small_models.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace checkpoint_resume_test {
+
 namespace fs = std::filesystem;
 using cohort::testing::report;
 using cohort::testing::run_ranks;
@@ -114,3 +117,5 @@ TEST(CheckpointResume, ResumedRunEqualsUninterruptedRun) {
   }
   fs::remove_all(dir);
 }
+
+}  // namespace checkpoint_resume_test

@@ -18,6 +18,9 @@
 #include "support/multiproc.h"
 #include "support/small_models.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace checkpoint_tool_test {
+
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using cohort::testing::run_ranks;
@@ -38,23 +41,9 @@ class Flat : public cohort::Stateful {
   int64_t begin_ = 0;
 };
 
-struct ToolRun {
-  int code = 0;
-  std::string out;
-};
+using cohort::testing::ToolRun;
 
-ToolRun tool(const std::string& args) {
-  const char* build = std::getenv("COHORT_BUILD_DIR");
-  const std::string command =
-      std::string(build ? build : "build") + "/tools/cohort_ckpt/cohort-ckpt " + args + " 2>&1";
-  ToolRun run;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) run.out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+ToolRun tool(const std::string& args) { return cohort::testing::run_tool("tools/cohort_ckpt/cohort-ckpt", args); }
 
 // The bytes of tensor `name` in a safetensors file, and its header entry.
 std::string safetensors_bytes(const std::string& path, const std::string& name, std::string* entry) {
@@ -188,3 +177,5 @@ TEST(CheckpointTool, RefusesItsOwnInputReadsWithoutLatestNamesUnknownSubcommands
   EXPECT_EQ(unknown.out, "cohort-ckpt: error: unknown subcommand 'inspect': expected info, verify or consolidate\n");
   fs::remove_all(dir);
 }
+
+}  // namespace checkpoint_tool_test

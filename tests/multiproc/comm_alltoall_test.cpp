@@ -11,6 +11,9 @@
 #include "support/errors.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_alltoall_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::error_of;
 using cohort::testing::run_ranks;
@@ -87,3 +90,5 @@ TEST(AlltoallErrors, SplitSizesThatDisagreeFailOnEveryRank) {
     EXPECT_EQ(comm.allreduce(torch::ones({1}))[0].item<float>(), 2.f);
   });
 }
+
+}  // namespace comm_alltoall_test

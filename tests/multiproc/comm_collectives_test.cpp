@@ -7,6 +7,9 @@
 #include "cohort/world.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_collectives_test {
+
 using cohort::ReduceOp;
 using cohort::testing::run_ranks;
 
@@ -135,3 +138,5 @@ TEST(LoneProcess, IsAWorldOfOneWithoutSockets) {
   EXPECT_EQ(world.comm().allgather(t).sizes(), (std::vector<int64_t>{1, 3}));
   world.comm().barrier();
 }
+
+}  // namespace comm_collectives_test

@@ -16,6 +16,9 @@
 #include "cohort/world.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_failure_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::report;
 using cohort::testing::run_ranks;
@@ -227,3 +230,5 @@ TEST(BadInput, NcclWithoutACudaDevice) {
   ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
   EXPECT_THAT(results[0].reports[0], HasSubstr("backend nccl requested but no CUDA device is available"));
 }
+
+}  // namespace comm_failure_test

@@ -17,6 +17,9 @@
 #include "comm/comm_impl.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_groups_test {
+
 using ::testing::HasSubstr;
 using cohort::ReduceOp;
 using cohort::testing::report;
@@ -254,3 +257,5 @@ TEST(GroupFailures, DeadRankInAGroupIsNamedBothWays) {
   EXPECT_THAT(r.reports[0], HasSubstr("in group 'odd' failed: rank 3 (group rank 1 of 'odd') died"));
   EXPECT_LT(seconds_of(r), 10.0);
 }
+
+}  // namespace comm_groups_test

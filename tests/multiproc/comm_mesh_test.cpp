@@ -11,6 +11,9 @@
 #include "support/errors.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_mesh_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::error_of;
 using cohort::testing::run_ranks;
@@ -91,3 +94,5 @@ TEST(Readme, GroupsPointToPointAndAlltoallExample) {
     EXPECT_EQ(bool(pair), world.rank() < 2);
   });
 }
+
+}  // namespace comm_mesh_test

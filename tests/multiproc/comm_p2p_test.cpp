@@ -16,6 +16,9 @@
 #include "cohort/world.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_p2p_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::report;
 using cohort::testing::run_ranks;
@@ -185,3 +188,5 @@ TEST(PointToPointFailures, DeadPeerInAGroupIsNamed) {
                                       "'odd' failed: rank 3 (group rank 1 of 'odd') died"));
   EXPECT_LT(seconds_of(r), 10.0);
 }
+
+}  // namespace comm_p2p_test

@@ -19,6 +19,9 @@
 #include "comm/comm_impl.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_shm_test {
+
 using ::testing::HasSubstr;
 using cohort::ReduceOp;
 using cohort::testing::report;
@@ -196,3 +199,5 @@ TEST(Shm, AStoppedRankTimesOutNamingIt) {
   EXPECT_THAT(r.reports[0], HasSubstr("rank 1 never arrived"));
   EXPECT_LT(std::stod(r.reports[1].substr(8)), 10.0);
 }
+
+}  // namespace comm_shm_test

@@ -22,6 +22,9 @@
 #include "support/python.h"
 #include "support/small_models.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace ddp_pytorch_parity_test {
+
 using cohort::testing::is_rank_process;
 using cohort::testing::run_ranks;
 
@@ -167,3 +170,5 @@ void check_parity(const std::string& model_name, const std::vector<int64_t>& sam
 
 TEST(DdpPytorchParity, MlpMatchesPythonDdp) { check_parity<Mlp>("mlp", {20}); }
 TEST(DdpPytorchParity, CnnWithBatchNormMatchesPythonDdp) { check_parity<Cnn>("cnn", {1, 8, 8}); }
+
+}  // namespace ddp_pytorch_parity_test

@@ -11,6 +11,9 @@
 #include "support/multiproc.h"
 #include "support/small_models.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace ddp_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::report;
 using cohort::testing::run_ranks;
@@ -259,3 +262,5 @@ TEST(Ddp, LoneProcessTrainsLocally) {
   loss.backward();
   EXPECT_TRUE(model->fc1->weight.grad().defined());
 }
+
+}  // namespace ddp_test

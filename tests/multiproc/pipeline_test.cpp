@@ -15,6 +15,9 @@
 #include "support/errors.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace pipeline_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::error_of;
 using cohort::testing::report;
@@ -257,3 +260,5 @@ TEST(PipelineFailures, RankThatDiesIsNamedNotWaitedFor) {
   ASSERT_EQ(results[0].reports.size(), 1u) << cohort::testing::describe(results);
   EXPECT_THAT(results[0].reports[0], HasSubstr("rank 1 died"));
 }
+
+}  // namespace pipeline_test

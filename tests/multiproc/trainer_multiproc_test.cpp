@@ -19,6 +19,9 @@
 #include "support/multiproc.h"
 #include "support/tiny_trainer_module.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace trainer_multiproc_test {
+
 using ::testing::HasSubstr;
 using namespace cohort::testing;
 
@@ -170,3 +173,5 @@ TEST(TrainerSelfLaunch, AWorkerDyingFailsTheJobNamingIt) {
 }
 
 }  // namespace
+
+}  // namespace trainer_multiproc_test

@@ -13,6 +13,9 @@
 #include "cohort/zero.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace zero_checkpoint_test {
+
 namespace fs = std::filesystem;
 using cohort::testing::run_ranks;
 using cohort::testing::RanksOptions;
@@ -168,3 +171,5 @@ TEST(ZeroCheckpoint, ResumedStageThreeTrainsOnLikeAnUninterruptedRun) {
 }
 
 }  // namespace
+
+}  // namespace zero_checkpoint_test

@@ -11,6 +11,9 @@
 #include "support/errors.h"
 #include "support/multiproc.h"
 
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace zero_test {
+
 using ::testing::HasSubstr;
 using cohort::testing::report;
 using cohort::testing::run_ranks;
@@ -269,3 +272,5 @@ TEST(ZeroEngine, StageThreeNeedsASequential) {
 }
 
 }  // namespace
+
+}  // namespace zero_test

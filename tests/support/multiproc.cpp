@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -174,6 +175,18 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
       if (!r.passed) ADD_FAILURE() << "rank " << r.rank << " failed:\n" << describe(results);
   }
   return results;
+}
+
+ToolRun run_tool(const std::string& relative, const std::string& args) {
+  const char* build = std::getenv("COHORT_BUILD_DIR");
+  const std::string command = std::string(build ? build : "build") + "/" + relative + " " + args + " 2>&1";
+  ToolRun run;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) run.out.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return run;
 }
 
 }  // namespace cohort::testing

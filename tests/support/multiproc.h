@@ -45,4 +45,13 @@ int free_port();
 /// Output of all ranks, for failure messages.
 std::string describe(const std::vector<RankResult>& results);
 
+/// What one of cohort's command-line tools did: exit code and stdout+stderr.
+struct ToolRun {
+  int code = 0;
+  std::string out;
+};
+/// Runs the tool at `relative` under the build directory (COHORT_BUILD_DIR, "build" if unset),
+/// e.g. run_tool("tools/cohort_ckpt/cohort-ckpt", "verify dir").
+ToolRun run_tool(const std::string& relative, const std::string& args);
+
 }  // namespace cohort::testing

@@ -1,0 +1,76 @@
+// Chrome-trace conversion of one rank's events (see trace_chrome.h).
+#include "core/trace_chrome.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+namespace cohort::detail::trace {
+namespace {
+
+// Each category's rows start at its own tid so the viewer groups them: user spans first.
+int track_base(const std::string& category) {
+  static const std::map<std::string, int> bases = {{"user", 0}, {"ddp", 100}, {"zero", 200},
+                                                   {"checkpoint", 300}, {"comm", 400}};
+  auto it = bases.find(category);
+  return it == bases.end() ? 900 : it->second;
+}
+
+nlohmann::json args_of(const Event& event) {
+  nlohmann::json args = nlohmann::json::object();
+  if (*event.phase) args["phase"] = event.phase;
+  if (event.seq >= 0) args["seq"] = event.seq;
+  if (event.bytes >= 0) args["bytes"] = event.bytes;
+  if (!event.transport.empty()) args["transport"] = event.transport;
+  if (!event.group.empty()) args["group"] = event.group;
+  if (!event.op.empty()) args["op"] = event.op;
+  return args;
+}
+
+nlohmann::json metadata(const char* what, int rank, int tid, const std::string& name) {
+  return {{"ph", "M"}, {"name", what}, {"pid", rank}, {"tid", tid}, {"args", {{"name", name}}}};
+}
+
+}  // namespace
+
+nlohmann::json to_chrome(const std::vector<Event>& events, int rank, int64_t offset_us) {
+  std::vector<const Event*> order;
+  for (const auto& event : events) order.push_back(&event);
+  std::stable_sort(order.begin(), order.end(), [](const Event* a, const Event* b) {
+    return a->begin_us != b->begin_us ? a->begin_us < b->begin_us : a->end_us > b->end_us;
+  });
+  nlohmann::json out = nlohmann::json::array();
+  out.push_back(metadata("process_name", rank, 0, "rank " + std::to_string(rank)));
+  out.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0},
+                 {"args", {{"sort_index", rank}}}});
+  // Per category: the end of the last event on each row; an event takes the first row that is free.
+  std::map<std::string, std::vector<int64_t>> rows;
+  for (const Event* event : order) {
+    const std::string category = event->category;
+    const int base = track_base(category);
+    nlohmann::json chrome = {{"name", event->name}, {"cat", category}, {"pid", rank},
+                             {"ts", event->begin_us + offset_us}, {"args", args_of(*event)}};
+    if (event->end_us == event->begin_us && *event->phase) {  // a mark: drawn on the category's first row
+      chrome["ph"] = "i";
+      chrome["s"] = "t";
+      chrome["tid"] = base;
+      out.push_back(std::move(chrome));
+      continue;
+    }
+    auto& ends = rows[category];
+    size_t row = 0;
+    while (row < ends.size() && ends[row] > event->begin_us) ++row;
+    if (row == ends.size()) {
+      ends.push_back(0);
+      out.push_back(metadata("thread_name", rank, base + int(row), category + " " + std::to_string(row)));
+    }
+    ends[row] = event->end_us;
+    chrome["ph"] = "X";
+    chrome["dur"] = event->end_us - event->begin_us;
+    chrome["tid"] = base + int(row);
+    out.push_back(std::move(chrome));
+  }
+  return out;
+}
+
+}  // namespace cohort::detail::trace

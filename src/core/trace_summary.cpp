@@ -1,0 +1,178 @@
+// The timeline summary (see trace_summary.h): interval arithmetic over each rank's events.
+#include "core/trace_summary.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <sstream>
+
+#include "cohort/error.h"
+
+namespace cohort::detail::trace {
+namespace {
+
+using Interval = std::pair<double, double>;  // [begin, end) in microseconds
+using Intervals = std::vector<Interval>;
+
+// Sorted, disjoint intervals covering the same time as `in`.
+Intervals merged(Intervals in) {
+  std::sort(in.begin(), in.end());
+  Intervals out;
+  for (const auto& interval : in) {
+    if (!out.empty() && interval.first <= out.back().second) out.back().second = std::max(out.back().second, interval.second);
+    else out.push_back(interval);
+  }
+  return out;
+}
+
+// The parts of merged `from` not covered by merged `cut`.
+Intervals minus(const Intervals& from, const Intervals& cut) {
+  Intervals out;
+  for (auto [begin, end] : from) {
+    for (const auto& [cut_begin, cut_end] : cut) {
+      if (cut_end <= begin || cut_begin >= end) continue;
+      if (cut_begin > begin) out.push_back({begin, cut_begin});
+      begin = std::max(begin, cut_end);
+      if (begin >= end) break;
+    }
+    if (begin < end) out.push_back({begin, end});
+  }
+  return out;
+}
+
+// Time of the (merged) intervals inside [window.first, window.second).
+double length_in(const Intervals& set, Interval window) {
+  double total = 0;
+  for (const auto& [begin, end] : set) total += std::max(0.0, std::min(end, window.second) - std::max(begin, window.first));
+  return total;
+}
+
+// Time covered by both merged sets inside the window.
+double overlap_in(const Intervals& a, const Intervals& b, Interval window) {
+  double total = 0;
+  for (const auto& x : a)
+    for (const auto& y : b) {
+      const double begin = std::max({x.first, y.first, window.first});
+      const double end = std::min({x.second, y.second, window.second});
+      total += std::max(0.0, end - begin);
+    }
+  return total;
+}
+
+struct Agreement {
+  Interval span;
+  std::string op_key;  // group and sequence number: the same collective on every rank
+};
+
+struct RankEvents {
+  Intervals compute, waits, transfer, steps;  // waits: DDP/ZeRO waiting on communication
+  std::vector<Agreement> agreements;
+};
+
+std::string op_key(const nlohmann::json& args) {
+  return args.value("group", std::string()) + "#" + std::to_string(args.value("seq", int64_t(-1)));
+}
+
+// The rank whose "ready" mark for each op came last, and so was waited for.
+using LastReady = std::map<std::string, std::pair<double, int>>;
+
+void collect(const nlohmann::json& event, std::map<int, RankEvents>& ranks, LastReady& last_ready) {
+  const std::string ph = event.value("ph", "");
+  if (ph != "X" && ph != "i") return;
+  const int rank = event.value("pid", 0);
+  const double ts = event.value("ts", 0.0), end = ts + event.value("dur", 0.0);
+  const std::string category = event.value("cat", ""), name = event.value("name", "");
+  const auto args = event.value("args", nlohmann::json::object());
+  const std::string phase = args.value("phase", "");
+  auto& mine = ranks[rank];
+  if (category == "user" && ph == "X") (name == "step" ? mine.steps : mine.compute).push_back({ts, end});
+  if (phase == "wait" && ph == "X") mine.waits.push_back({ts, end});
+  if (category != "comm") return;
+  // Queued (behind earlier ops, or handed to the launcher) and transfer: the collective's own time.
+  if (phase == "transfer" || phase == "queued") mine.transfer.push_back({ts, end});
+  if (phase == "agreement") mine.agreements.push_back({{ts, end}, op_key(args)});
+  if (phase == "ready") {
+    auto& last = last_ready[op_key(args)];
+    if (last.second < 0 || ts > last.first || (ts == last.first && rank < last.second)) last = {ts, rank};
+  }
+}
+
+StepSummary summarize_window(int rank, int step, Interval window, const RankEvents& events,
+                             const LastReady& last_ready) {
+  StepSummary out;
+  out.rank = rank;
+  out.step = step;
+  out.wall_ms = (window.second - window.first) / 1000;
+  const Intervals compute = minus(merged(events.compute), merged(events.waits));
+  const Intervals transfer = merged(events.transfer);
+  out.compute_ms = length_in(compute, window) / 1000;
+  out.comm_ms = length_in(transfer, window) / 1000;
+  out.hidden_ms = overlap_in(transfer, compute, window) / 1000;
+  out.exposed_ms = out.comm_ms - out.hidden_ms;
+  // Idle: agreement time with nothing else going on (an async op agreed on while backward computes,
+  // or while an earlier op transfers, costs nothing), so compute + exposed + idle <= wall.
+  Intervals busy = compute;
+  busy.insert(busy.end(), transfer.begin(), transfer.end());
+  busy = merged(busy);
+  std::map<int, double> waited_for;
+  Intervals idle;
+  for (const auto& agreement : events.agreements) {
+    const Intervals alone = minus({agreement.span}, busy);
+    const double inside = length_in(alone, window);
+    if (inside <= 0) continue;
+    idle.insert(idle.end(), alone.begin(), alone.end());
+    auto last = last_ready.find(agreement.op_key);
+    if (last != last_ready.end() && last->second.second != rank) waited_for[last->second.second] += inside;
+  }
+  out.idle_ms = length_in(merged(idle), window) / 1000;
+  double most = 0;
+  for (const auto& [other, time] : waited_for)
+    if (time > most) most = time, out.slowest_rank = other;
+  return out;
+}
+
+}  // namespace
+
+std::vector<StepSummary> summarize(const nlohmann::json& trace) {
+  COHORT_CHECK(trace.is_object() && trace.contains("traceEvents") && trace["traceEvents"].is_array(),
+               "not a cohort timeline (no traceEvents array)");
+  std::map<int, RankEvents> ranks;
+  LastReady last_ready;
+  for (const auto& event : trace["traceEvents"]) collect(event, ranks, last_ready);
+  std::vector<StepSummary> out;
+  for (auto& [rank, events] : ranks) {
+    std::sort(events.steps.begin(), events.steps.end());
+    if (events.steps.empty()) {
+      double begin = 1e300, end = -1e300;
+      for (const auto* set : {&events.compute, &events.transfer})
+        for (const auto& interval : *set) begin = std::min(begin, interval.first), end = std::max(end, interval.second);
+      for (const auto& agreement : events.agreements)
+        begin = std::min(begin, agreement.span.first), end = std::max(end, agreement.span.second);
+      if (begin <= end) out.push_back(summarize_window(rank, -1, {begin, end}, events, last_ready));
+      continue;
+    }
+    for (size_t s = 0; s < events.steps.size(); ++s)
+      out.push_back(summarize_window(rank, int(s), events.steps[s], events, last_ready));
+  }
+  return out;
+}
+
+std::string format_summary(const std::vector<StepSummary>& steps, bool csv) {
+  std::ostringstream out;
+  char line[256];
+  if (csv) out << "rank,step,wall_ms,compute_ms,comm_ms,hidden_ms,overlap_percent,exposed_ms,idle_ms,slowest_rank\n";
+  else out << "rank  step    wall ms  compute ms  comm ms  hidden ms  overlap %  exposed ms  idle ms  waited for\n";
+  for (const auto& s : steps) {
+    const std::string step = s.step < 0 ? "all" : std::to_string(s.step);
+    const std::string slowest = s.slowest_rank < 0 ? "-" : "rank " + std::to_string(s.slowest_rank);
+    const char* format = csv ? "%d,%s,%.3f,%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%s\n"
+                             : "%4d  %4s  %9.2f  %10.2f  %7.2f  %9.2f  %9.1f  %10.2f  %7.2f  %s\n";
+    std::snprintf(line, sizeof(line), format, s.rank, step.c_str(), s.wall_ms, s.compute_ms, s.comm_ms,
+                  s.hidden_ms, s.overlap_percent(), s.exposed_ms, s.idle_ms,
+                  csv ? std::to_string(s.slowest_rank).c_str() : slowest.c_str());
+    out << line;
+  }
+  return out.str();
+}
+
+}  // namespace cohort::detail::trace

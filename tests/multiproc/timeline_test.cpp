@@ -1,0 +1,249 @@
+// The timeline (include/cohort/trace.h, docs/timeline.md): the summary's interval arithmetic on a
+// hand-made trace; a scripted two-rank workload (known sleeps in spans, one rank late) whose file
+// parses, has well-formed events, collective phases in order, and a summary that matches the times
+// the ranks measured themselves within 10%; HOROVOD_TIMELINE under cohort::hvd; off by default.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "cohort/horovod.h"
+#include "cohort/trace.h"
+#include "cohort/world.h"
+#include "core/trace_summary.h"
+#include "support/multiproc.h"
+
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace timeline_test {
+
+namespace fs = std::filesystem;
+using cohort::testing::report;
+using cohort::testing::run_ranks;
+using cohort::detail::trace::StepSummary;
+using cohort::detail::trace::summarize;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("cohort-timeline-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << "no file " << path;
+  return nlohmann::json::parse(in);
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+nlohmann::json span(int pid, const std::string& cat, const std::string& name, double ts, double dur,
+                    nlohmann::json args = nlohmann::json::object()) {
+  return {{"ph", "X"}, {"pid", pid}, {"tid", 0}, {"cat", cat}, {"name", name}, {"ts", ts}, {"dur", dur}, {"args", args}};
+}
+
+// Every complete event has a duration >= 0; every B has its E on the same row; each collective's
+// phases come in the order queued, ready, agreement, transfer, done on each rank.
+void expect_well_formed(const nlohmann::json& events, int ranks) {
+  std::map<std::pair<int, int>, int> open;
+  std::map<std::pair<int, std::string>, std::vector<std::pair<std::string, double>>> phases;
+  std::set<int> named;
+  for (const auto& e : events) {
+    const std::string ph = e["ph"].get<std::string>();
+    const int pid = e["pid"].get<int>();
+    if (ph == "M" && e["name"] == "process_name") {
+      named.insert(pid);
+      EXPECT_EQ(e["args"]["name"].get<std::string>(), "rank " + std::to_string(pid));
+    }
+    if (ph == "B") ++open[{pid, e["tid"].get<int>()}];
+    if (ph == "E") --open[{pid, e["tid"].get<int>()}];
+    if (ph == "X") EXPECT_GE(e["dur"].get<double>(), 0) << e.dump();
+    if (e.value("cat", "") != "comm") continue;
+    const auto& args = e["args"];
+    const std::string key = args.value("group", "") + "#" + std::to_string(args["seq"].get<int64_t>());
+    phases[{pid, key}].push_back({args["phase"].get<std::string>(), e["ts"].get<double>()});
+    EXPECT_TRUE(args.contains("transport") && args.contains("bytes") && args.contains("op")) << e.dump();
+  }
+  EXPECT_EQ(int(named.size()), ranks);
+  for (const auto& [row, depth] : open) EXPECT_EQ(depth, 0) << "rank " << row.first << " row " << row.second;
+  ASSERT_FALSE(phases.empty());
+  const std::vector<std::string> order = {"queued", "ready", "agreement", "transfer", "done"};
+  for (const auto& [op, list] : phases) {
+    std::map<std::string, double> start;
+    for (const auto& [phase, ts] : list) start[phase] = ts;
+    ASSERT_EQ(list.size(), order.size()) << "rank " << op.first << " op " << op.second;
+    ASSERT_EQ(start.size(), order.size()) << "rank " << op.first << " op " << op.second;
+    for (size_t i = 0; i + 1 < order.size(); ++i)
+      EXPECT_LE(start.at(order[i]), start.at(order[i + 1])) << "rank " << op.first << " op " << op.second;
+  }
+}
+
+// cohort-trace summary: the table, the CSV (a header and a line per rank and step), and its errors.
+void expect_tool_prints_the_summary(const fs::path& trace, int lines) {
+  const std::string tool = "tools/cohort_trace/cohort-trace";
+  const auto table = cohort::testing::run_tool(tool, "summary " + trace.string());
+  EXPECT_EQ(table.code, 0) << table.out;
+  EXPECT_NE(table.out.find("waited for"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("rank 1"), std::string::npos) << table.out;
+  const auto csv = cohort::testing::run_tool(tool, "summary " + trace.string() + " --csv");
+  EXPECT_EQ(csv.code, 0) << csv.out;
+  EXPECT_EQ(csv.out.rfind("rank,step,wall_ms,compute_ms,comm_ms,hidden_ms,overlap_percent,", 0), 0u) << csv.out;
+  EXPECT_EQ(std::count(csv.out.begin(), csv.out.end(), '\n'), lines + 1) << csv.out;
+  const fs::path not_a_trace = trace.parent_path() / "other.json";
+  std::ofstream(not_a_trace) << "{\"a\": 1}";
+  const auto bad = cohort::testing::run_tool(tool, "summary " + not_a_trace.string());
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.out.find("cohort-trace: error: " + not_a_trace.string() + ": not a cohort timeline (no traceEvents array)"),
+            std::string::npos) << bad.out;
+  EXPECT_EQ(cohort::testing::run_tool(tool, "summary").code, 2);
+}
+
+}  // namespace
+
+// Two ranks: rank 0 computes 0-100 us and transfers 50-150 (half hidden); it then waits 150-250 in an
+// agreement that rank 1 joined last (its ready mark is latest).
+TEST(TimelineSummary, IntervalArithmeticOnAHandMadeTrace) {
+  nlohmann::json trace = {{"traceEvents", nlohmann::json::array()}};
+  auto& events = trace["traceEvents"];
+  events.push_back(span(0, "user", "forward", 0, 60));
+  events.push_back(span(0, "user", "backward", 40, 60));  // overlaps forward: counted once
+  events.push_back(span(0, "comm", "allreduce", 50, 100, {{"phase", "transfer"}, {"seq", 0}}));
+  events.push_back(span(0, "comm", "allreduce", 150, 100, {{"phase", "agreement"}, {"seq", 1}}));
+  events.push_back({{"ph", "i"}, {"pid", 0}, {"cat", "comm"}, {"ts", 150}, {"args", {{"phase", "ready"}, {"seq", 1}}}});
+  events.push_back({{"ph", "i"}, {"pid", 1}, {"cat", "comm"}, {"ts", 245}, {"args", {{"phase", "ready"}, {"seq", 1}}}});
+  events.push_back(span(1, "comm", "allreduce", 245, 5, {{"phase", "agreement"}, {"seq", 1}}));
+  const auto steps = summarize(trace);
+  ASSERT_EQ(steps.size(), 2u);
+  const StepSummary& r0 = steps[0];
+  EXPECT_EQ(r0.step, -1);
+  EXPECT_DOUBLE_EQ(r0.wall_ms, 0.25);
+  EXPECT_DOUBLE_EQ(r0.compute_ms, 0.1);
+  EXPECT_DOUBLE_EQ(r0.comm_ms, 0.1);
+  EXPECT_DOUBLE_EQ(r0.hidden_ms, 0.05);
+  EXPECT_DOUBLE_EQ(r0.exposed_ms, 0.05);
+  EXPECT_DOUBLE_EQ(r0.overlap_percent(), 50);
+  EXPECT_DOUBLE_EQ(r0.idle_ms, 0.1);
+  EXPECT_EQ(r0.slowest_rank, 1);
+  EXPECT_EQ(steps[1].slowest_rank, -1);  // rank 1 was the last: it waited for nobody
+  EXPECT_THROW(summarize(nlohmann::json::object()), cohort::Error);
+}
+
+// DDP's bucket wait inside a user's backward span is waiting on communication, not compute; an
+// agreement while computing is not idle time.
+TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
+  nlohmann::json trace = {{"traceEvents", nlohmann::json::array()}};
+  auto& events = trace["traceEvents"];
+  events.push_back(span(0, "user", "step", 0, 200));
+  events.push_back(span(0, "user", "backward", 0, 100));
+  events.push_back(span(0, "ddp", "bucket wait", 60, 20, {{"phase", "wait"}}));
+  events.push_back(span(0, "zero", "gather wait", 90, 30, {{"phase", "wait"}}));
+  events.push_back(span(0, "comm", "allreduce", 50, 40, {{"phase", "transfer"}, {"seq", 0}}));
+  // An agreement under compute is not idle; one after everything is.
+  events.push_back(span(0, "comm", "allreduce", 20, 35, {{"phase", "agreement"}, {"seq", 1}}));
+  events.push_back(span(0, "comm", "allreduce", 95, 30, {{"phase", "agreement"}, {"seq", 2}}));
+  const auto steps = summarize(trace);
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].step, 0);
+  EXPECT_DOUBLE_EQ(steps[0].wall_ms, 0.2);
+  EXPECT_DOUBLE_EQ(steps[0].compute_ms, 0.07);   // 0-60 and 80-90
+  EXPECT_DOUBLE_EQ(steps[0].hidden_ms, 0.02);    // 50-60 and 80-90
+  EXPECT_DOUBLE_EQ(steps[0].exposed_ms, 0.02);   // 60-80
+  EXPECT_DOUBLE_EQ(steps[0].idle_ms, 0.03);      // 95-125
+}
+
+// Each step: a compute span (rank 1 sleeps 100 ms longer), then an allreduce of 64 MiB (tens of ms: the
+// call's fixed costs outside the recorded phases, a ms or two under load, stay within the 10%).
+TEST(Timeline, ScriptedWorkloadSummaryMatchesMeasuredTimes) {
+  const fs::path dir = fresh_dir("scripted");
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  constexpr int kSteps = 3;
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    auto data = torch::ones({1 << 24});
+    for (int step = 0; step < kSteps; ++step) {
+      cohort::trace::Span step_span("step");
+      const auto compute_start = std::chrono::steady_clock::now();
+      {
+        cohort::trace::Span compute("compute");
+        std::this_thread::sleep_for(std::chrono::milliseconds(rank == 1 ? 160 : 60));
+      }
+      const double compute_ms = ms_since(compute_start);
+      const auto comm_start = std::chrono::steady_clock::now();
+      comm.allreduce(data);
+      report(std::to_string(compute_ms) + " " + std::to_string(ms_since(comm_start)));
+    }
+    cohort::shutdown();
+  }, options);
+  const auto trace = read_json(dir / "trace.json");
+  expect_well_formed(trace["traceEvents"], 2);
+  const auto steps = summarize(trace);
+  ASSERT_EQ(steps.size(), size_t(2 * kSteps));
+  std::map<int, std::vector<std::pair<double, double>>> measured;  // rank -> (compute ms, allreduce ms)
+  for (const auto& result : results)
+    for (const auto& line : result.reports) {
+      const auto space = line.find(' ');
+      measured[result.rank].push_back({std::stod(line.substr(0, space)), std::stod(line.substr(space + 1))});
+    }
+  ASSERT_EQ(measured[0].size(), size_t(kSteps));
+  ASSERT_EQ(measured[1].size(), size_t(kSteps));
+  for (const auto& s : steps) {
+    const auto [compute, allreduce] = measured[s.rank][size_t(s.step)];
+    EXPECT_NEAR(s.compute_ms, compute, 0.1 * compute) << "rank " << s.rank << " step " << s.step;
+    EXPECT_GT(s.comm_ms, 0) << "rank " << s.rank << " step " << s.step;
+    // The call also hashes the fingerprint and hands the op to the launcher and back: 10%.
+    EXPECT_NEAR(s.comm_ms + s.idle_ms, allreduce, 0.1 * allreduce) << "rank " << s.rank << " step " << s.step;
+    if (s.rank == 0 && s.step > 0) {  // after step 0 both ranks start a step together
+      const double late = measured[1][size_t(s.step)].first - compute;
+      EXPECT_NEAR(s.idle_ms, late, 0.1 * late) << "step " << s.step;
+      EXPECT_EQ(s.slowest_rank, 1) << "step " << s.step;
+    }
+  }
+  expect_tool_prints_the_summary(dir / "trace.json", 2 * kSteps);
+  fs::remove_all(dir);
+}
+
+TEST(Timeline, HorovodTimelineVariableWritesTheFile) {
+  const fs::path dir = fresh_dir("hvd");
+  cohort::testing::RanksOptions options;
+  options.env["HOROVOD_TIMELINE"] = (dir / "hvd.json").string();
+  run_ranks(2, [](int, int) {
+    cohort::hvd::init();
+    cohort::hvd::allreduce(torch::ones({4}), "x");
+    cohort::hvd::shutdown();
+  }, options);
+  const auto trace = read_json(dir / "hvd.json");
+  expect_well_formed(trace["traceEvents"], 2);
+  fs::remove_all(dir);
+}
+
+TEST(Timeline, OffByDefaultRecordsNothingAndWritesNoFile) {
+  const fs::path dir = fresh_dir("off");
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_TEST_DIR"] = dir.string();
+  run_ranks(2, [](int, int) {
+    ::unsetenv("COHORT_TIMELINE");
+    fs::current_path(std::getenv("COHORT_TEST_DIR"));
+    auto& comm = cohort::init().comm();
+    { cohort::trace::Span span("step"); comm.allreduce(torch::ones({4})); }
+    EXPECT_FALSE(cohort::trace::enabled());
+    cohort::shutdown();
+  }, options);
+  EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+}  // namespace timeline_test
