@@ -6,11 +6,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "cohortrun/cpu_binding.h"
 #include "cohortrun/flag_values.h"
 #include "cohortrun/flags.h"
 #include "world/log_prefix.h"
@@ -656,6 +660,191 @@ TEST(CohortrunRendezvous, TwoNetworkNamespacesFormOneWorld) {
     }
   }
   EXPECT_EQ(count_of(ra.out + rb.out, "]: MET"), 4u);
+}
+
+// ---------------------------------------------------------------- --bind-cores
+
+namespace {
+
+// The CPUs this test process may run on, as the kernel lists them (independent of cohortrun's code).
+std::string my_cpu_list() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Cpus_allowed_list:", 0) == 0) return line.substr(line.find_first_not_of(" \t", 18));
+  }
+  return "";
+}
+
+// Local rank -> the CPU list its worker printed ("[rankN]: CPUS 0-1", env worker --print-cpus).
+std::map<int, std::string> cpus_from_output(const std::string& out) {
+  std::map<int, std::string> cpus;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    int rank = -1;
+    char list[256] = {0};
+    if (std::sscanf(line.c_str(), "[rank%d]: CPUS %255s", &rank, list) == 2) cpus[rank] = list;
+  }
+  return cpus;
+}
+
+std::vector<HostCpu> plain_cpus(const std::vector<int>& numbers) {
+  std::vector<HostCpu> cpus;
+  for (int cpu : numbers) cpus.push_back({cpu, 0, cpu});
+  return cpus;
+}
+
+}  // namespace
+
+TEST(CohortrunBindCores, CpuListsParseAndFormat) {
+  EXPECT_EQ(parse_cpu_list("--core-list", "0-3,8,10-11"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parse_cpu_list("--core-list", "5,1,1-2"), (std::vector<int>{1, 2, 5}));
+  for (const std::string bad : {"", "3-1", "a", "1,,2", "0-", "-1", "1,", "0-99999999"}) {
+    try {
+      parse_cpu_list("--core-list", bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()), "--core-list=" + bad +
+                                           " is not a CPU list like 0-3,8 (CPU numbers, ranges A-B with A <= B)");
+    }
+  }
+  EXPECT_EQ(format_cpu_list({11, 0, 1, 2, 3, 8, 10}), "0-3,8,10-11");
+  EXPECT_EQ(format_cpu_list({4}), "4");
+  EXPECT_EQ(format_cpu_list({}), "");
+}
+
+TEST(CohortrunBindCores, SplitsEvenlyAndKeepsHardwareThreadsTogether) {
+  using Split = std::vector<std::vector<int>>;
+  EXPECT_EQ(split_cpus(plain_cpus({0, 1}), 2), (Split{{0}, {1}}));
+  EXPECT_EQ(split_cpus(plain_cpus({0, 1, 2, 3, 4}), 2), (Split{{0, 1, 2}, {3, 4}}));  // remainder first
+  EXPECT_EQ(split_cpus(plain_cpus({0, 1, 2, 3, 4, 5, 6}), 3), (Split{{0, 1, 2}, {3, 4}, {5, 6}}));
+  EXPECT_EQ(split_cpus(plain_cpus({2, 5, 7}), 1), (Split{{2, 5, 7}}));
+  // Intel's numbering: CPU i and i+4 are the two hardware threads of core i % 4. Contiguous numbers
+  // would put rank 1 on the siblings of rank 0's cores.
+  std::vector<HostCpu> smt;
+  for (int cpu = 0; cpu < 8; ++cpu) smt.push_back({cpu, 0, cpu % 4});
+  EXPECT_EQ(split_cpus(smt, 2), (Split{{0, 1, 4, 5}, {2, 3, 6, 7}}));
+  // Two packages with the same core ids; unknown cores (-1) count as cores of their own.
+  EXPECT_EQ(split_cpus({{0, 0, 0}, {1, 1, 0}, {2, 0, 1}, {3, 1, 1}}, 2), (Split{{0, 2}, {1, 3}}));
+  EXPECT_EQ(split_cpus({{3, 0, -1}, {1, 0, -1}}, 2), (Split{{1}, {3}}));
+}
+
+TEST(CohortrunBindCores, FlagsResolveAgainstTheAllowedCpus) {
+  HostFacts host{2, 0, plain_cpus({0, 1})};
+  const auto bound = parse_command_line({"--bind-cores", "--nproc-per-node=2", COHORT_ENV_WORKER}, host);
+  EXPECT_TRUE(bound.options.bind_cores);
+  EXPECT_EQ(bound.options.local_rank_cpus, (std::vector<std::vector<int>>{{0}, {1}}));
+  const auto plain = parse_command_line({"--nproc-per-node=2", COHORT_ENV_WORKER}, host);
+  EXPECT_FALSE(plain.options.bind_cores);
+  EXPECT_TRUE(plain.options.local_rank_cpus.empty());
+  const auto listed = parse_command_line({"--core-list", "1", COHORT_ENV_WORKER}, host);  // implies it
+  EXPECT_EQ(listed.options.local_rank_cpus, (std::vector<std::vector<int>>{{1}}));
+  const auto refusal = [&](const std::vector<std::string>& args) {
+    try {
+      parse_command_line(args, host);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal({"--bind-cores", "--nproc-per-node=3", COHORT_ENV_WORKER}),
+            "--bind-cores needs a core per local rank: --nproc-per-node=3 starts 3 but this process may use "
+            "2 (CPUs 0-1)");
+  EXPECT_EQ(refusal({"--core-list=1", "--nproc-per-node=2", COHORT_ENV_WORKER}),
+            "--bind-cores needs a core per local rank: --nproc-per-node=2 starts 2 but --core-list=1 has 1");
+  EXPECT_EQ(refusal({"--core-list=0-2", COHORT_ENV_WORKER}),
+            "--core-list=0-2: CPU 2 is not one this process may use (CPUs 0-1)");
+}
+
+TEST(CohortrunBindCores, ThreadCountsFollowTheCpusUnlessSet) {
+  EnvVars env{{"OMP_NUM_THREADS", "1"}};
+  set_thread_counts(env, {}, 3);
+  EXPECT_EQ(env, (EnvVars{{"OMP_NUM_THREADS", "3"}, {"OPENBLAS_NUM_THREADS", "3"}, {"MKL_NUM_THREADS", "3"}}));
+  EnvVars mine{{"OMP_NUM_THREADS", "8"}};
+  set_thread_counts(mine, {{"OMP_NUM_THREADS", "8"}}, 2);
+  EXPECT_EQ(mine, (EnvVars{{"OMP_NUM_THREADS", "8"}, {"OPENBLAS_NUM_THREADS", "2"}, {"MKL_NUM_THREADS", "2"}}));
+  EXPECT_EQ(describe_binding(1, {2, 3}, {}), "--bind-cores: local rank 1 -> CPUs 2-3 (OMP_NUM_THREADS=2)");
+  EXPECT_EQ(describe_binding(0, {0}, {{"OMP_NUM_THREADS", "8"}}),
+            "--bind-cores: local rank 0 -> CPUs 0 (OMP_NUM_THREADS=8)");
+}
+
+TEST(CohortrunBindCores, EachRankRunsOnItsOwnCpus) {
+  const std::vector<int> allowed = parse_cpu_list("test", my_cpu_list());
+  if (allowed.size() < 2) GTEST_SKIP() << "needs 2 allowed CPUs, this process has " << my_cpu_list();
+  const auto result = run_process(cohortrun({"--bind-cores", "--nproc-per-node=2", COHORT_ENV_WORKER, "--print-cpus"}),
+                                  clean_env());
+  ASSERT_EQ(result.code, 0) << result.describe();
+  const auto cpus = cpus_from_output(result.out);
+  const auto envs = envs_from_output(result.out);
+  ASSERT_EQ(cpus.size(), 2u) << result.describe();
+  std::vector<int> seen;
+  for (const auto& [rank, list] : cpus) {
+    const auto mine = parse_cpu_list("worker", list);
+    const size_t expected = allowed.size() / 2 + (rank < int(allowed.size() % 2) ? 1 : 0);
+    EXPECT_EQ(mine.size(), expected) << "rank " << rank << ": " << list;  // 2 cores: one each
+    for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) {
+      EXPECT_EQ(envs.at(rank).at(name), std::to_string(mine.size())) << name;
+    }
+    EXPECT_EQ(count_of(result.err, "--bind-cores: local rank " + std::to_string(rank) + " -> CPUs " + list +
+                                       " (OMP_NUM_THREADS=" + std::to_string(mine.size()) + ")\n"), 1u)
+        << result.describe();
+    seen.insert(seen.end(), mine.begin(), mine.end());
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, allowed);  // disjoint, and together every allowed CPU
+  // A user's OMP_NUM_THREADS is kept; the BLAS counts still follow the CPUs.
+  const auto kept = run_process(cohortrun({"--bind-cores", "--nproc-per-node=2", COHORT_ENV_WORKER}),
+                                clean_env({{"OMP_NUM_THREADS", "7"}}));
+  ASSERT_EQ(kept.code, 0) << kept.describe();
+  for (const auto& [rank, env] : envs_from_output(kept.out)) {
+    EXPECT_EQ(env.at("OMP_NUM_THREADS"), "7");
+    EXPECT_EQ(env.at("OPENBLAS_NUM_THREADS"), std::to_string(parse_cpu_list("worker", cpus.at(rank)).size()));
+  }
+}
+
+TEST(CohortrunBindCores, WithoutTheFlagAffinityIsUnchanged) {
+  const auto result = run_process(cohortrun({"--nproc-per-node=2", COHORT_ENV_WORKER, "--print-cpus"}), clean_env());
+  ASSERT_EQ(result.code, 0) << result.describe();
+  const auto cpus = cpus_from_output(result.out);
+  ASSERT_EQ(cpus.size(), 2u) << result.describe();
+  for (const auto& [rank, list] : cpus) EXPECT_EQ(list, my_cpu_list()) << "rank " << rank;
+  for (const auto& [rank, env] : envs_from_output(result.out)) {
+    EXPECT_EQ(env.at("OMP_NUM_THREADS"), "1");  // the usual one thread per worker
+    EXPECT_FALSE(env.count("OPENBLAS_NUM_THREADS") || env.count("MKL_NUM_THREADS")) << rank;
+  }
+  EXPECT_EQ(result.err.find("--bind-cores"), std::string::npos) << result.describe();
+}
+
+TEST(CohortrunBindCores, MoreRanksThanCpusIsRefused) {
+  const std::string list = my_cpu_list();
+  const size_t count = parse_cpu_list("test", list).size();
+  const std::string nproc = std::to_string(count + 1);
+  const auto result =
+      run_process(cohortrun({"--bind-cores", "--nproc-per-node=" + nproc, COHORT_ENV_WORKER}), clean_env());
+  EXPECT_EQ(result.code, 2) << result.describe();
+  EXPECT_EQ(result.err, "cohortrun: error: --bind-cores needs a core per local rank: --nproc-per-node=" + nproc +
+                            " starts " + nproc + " but this process may use " + std::to_string(count) + " (CPUs " +
+                            list + ")\n" + usage_hint() + "\n");
+  EXPECT_TRUE(result.out.empty()) << result.describe();
+}
+
+TEST(CohortrunBindCores, RespectsTheLaunchersOwnCpuSet) {
+  const std::vector<int> allowed = parse_cpu_list("test", my_cpu_list());
+  if (allowed.size() < 2) GTEST_SKIP() << "needs 2 allowed CPUs, this process has " << my_cpu_list();
+  const std::string last = std::to_string(allowed.back());  // as Slurm's cpuset or taskset would
+  const auto one = run_process({"/usr/bin/taskset", "-c", last, COHORTRUN_PATH, "--bind-cores", COHORT_ENV_WORKER,
+                                "--print-cpus"},
+                               clean_env());
+  ASSERT_EQ(one.code, 0) << one.describe();
+  EXPECT_EQ(cpus_from_output(one.out), (std::map<int, std::string>{{0, last}})) << one.describe();
+  const auto two = run_process({"/usr/bin/taskset", "-c", last, COHORTRUN_PATH, "--bind-cores", "--nproc-per-node=2",
+                                COHORT_ENV_WORKER},
+                               clean_env());
+  EXPECT_EQ(two.code, 2) << two.describe();
+  EXPECT_NE(two.err.find("--nproc-per-node=2 starts 2 but this process may use 1 (CPUs " + last + ")"),
+            std::string::npos)
+      << two.describe();
 }
 
 }  // namespace cohortrun_test

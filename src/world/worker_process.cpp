@@ -4,14 +4,17 @@
 #include "world/worker_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <stdexcept>
 
 namespace cohort::detail::launch {
@@ -28,8 +31,41 @@ void close_fds_from(int first, int skip) {
   }
 }
 
+// What the child reports through its pipe when it cannot become the program.
+struct ChildError {
+  int stage = 0;  // kBindStage or kExecStage
+  int error = 0;  // errno
+};
+constexpr int kBindStage = 1, kExecStage = 2;
+
+// A CPU mask for sched_setaffinity, made before fork (allocation is not async-signal-safe).
+struct CpuMask {
+  cpu_set_t* set = nullptr;
+  size_t bytes = 0;
+  explicit CpuMask(const std::vector<int>& cpus) {
+    if (cpus.empty()) return;
+    const int count = *std::max_element(cpus.begin(), cpus.end()) + 1;
+    set = CPU_ALLOC(count);
+    if (set == nullptr) throw std::bad_alloc();
+    bytes = CPU_ALLOC_SIZE(count);
+    CPU_ZERO_S(bytes, set);
+    for (int cpu : cpus) CPU_SET_S(cpu, bytes, set);
+  }
+  ~CpuMask() {
+    if (set != nullptr) CPU_FREE(set);
+  }
+  CpuMask(const CpuMask&) = delete;
+  CpuMask& operator=(const CpuMask&) = delete;
+};
+
+[[noreturn]] void child_fails(int report_w, int stage) {
+  const ChildError report{stage, errno};
+  (void)!::write(report_w, &report, sizeof report);
+  ::_exit(127);
+}
+
 [[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp,
-                             int out_w, int err_w, int report_w, pid_t parent) {
+                             const CpuMask& mask, int out_w, int err_w, int report_w, pid_t parent) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl took effect
@@ -42,10 +78,9 @@ void close_fds_from(int first, int skip) {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) ::signal(sig, SIG_DFL);
+  if (mask.set != nullptr && ::sched_setaffinity(0, mask.bytes, mask.set) != 0) child_fails(report_w, kBindStage);
   ::execve(request.path.c_str(), argv, envp);
-  const int error = errno;
-  (void)!::write(report_w, &error, sizeof error);
-  ::_exit(127);
+  child_fails(report_w, kExecStage);
 }
 
 std::vector<char*> c_strings(const std::vector<std::string>& items) {
@@ -98,10 +133,11 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const SpawnRequest& request)
   }
   auto argv = c_strings(request.argv);
   auto envp = c_strings(request.envp);
+  const CpuMask mask(request.cpus);
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid == 0) {
-    exec_child(request, argv.data(), envp.data(), out_pipe[1], err_pipe[1], report_pipe[1], parent);
+    exec_child(request, argv.data(), envp.data(), mask, out_pipe[1], err_pipe[1], report_pipe[1], parent);
   }
   const int fork_error = errno;
   for (int fd : {out_pipe[1], err_pipe[1], report_pipe[1]}) ::close(fd);
@@ -116,18 +152,22 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const SpawnRequest& request)
   worker->err_fd_ = err_pipe[0];
   ::fcntl(worker->out_fd_, F_SETFL, O_NONBLOCK);
   ::fcntl(worker->err_fd_, F_SETFL, O_NONBLOCK);
-  int exec_error = 0;
+  ChildError failed;
   ssize_t got;
   do {
-    got = ::read(report_pipe[0], &exec_error, sizeof exec_error);
+    got = ::read(report_pipe[0], &failed, sizeof failed);
   } while (got < 0 && errno == EINTR);
   ::close(report_pipe[0]);
-  if (got == static_cast<ssize_t>(sizeof exec_error)) {
+  if (got == static_cast<ssize_t>(sizeof failed)) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     worker->running_ = false;
-    throw std::runtime_error("cannot execute " + request.path + ": " + strerror(exec_error));
+    if (failed.stage == kBindStage) {
+      throw std::runtime_error("cannot bind " + request.path + " to its " + std::to_string(request.cpus.size()) +
+                               " CPUs (sched_setaffinity): " + strerror(failed.error));
+    }
+    throw std::runtime_error("cannot execute " + request.path + ": " + strerror(failed.error));
   }
   return worker;
 }

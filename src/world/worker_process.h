@@ -1,6 +1,7 @@
 // One worker process: fork + exec in its own process group, stdout and stderr on pipes, SIGKILL on
 // the launcher's death (PR_SET_PDEATHSIG) so no worker outlives a killed cohortrun, and every other
-// descriptor closed so workers never hold the launcher's sockets or each other's pipes.
+// descriptor closed so workers never hold the launcher's sockets or each other's pipes. Optionally
+// bound to given CPUs (cohortrun --bind-cores) before exec: every thread the program starts inherits it.
 #pragma once
 
 #include <sys/types.h>
@@ -30,6 +31,7 @@ struct SpawnRequest {
   std::string path;                // file to execute
   std::vector<std::string> argv;   // argv[0] first
   std::vector<std::string> envp;   // KEY=VALUE
+  std::vector<int> cpus;           // CPUs the worker may run on (set before exec); empty: inherited
 };
 
 class WorkerProcess {

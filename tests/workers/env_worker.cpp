@@ -1,5 +1,6 @@
 // Test worker for cohortrun: prints its arguments and every environment variable ("ENV KEY=VALUE"),
 // or writes them to --env-dir DIR/<RANK>.env, so tests can check what the launcher set.
+// --print-cpus: also prints "CPUS <list>", the CPUs it may run on (/proc/self/status Cpus_allowed_list).
 // --meet-at-master: rank 0 listens on MASTER_PORT (as the rank hosting the workers' store does; exit
 // 3 if the port is taken) until every other rank connected to MASTER_ADDR:MASTER_PORT; prints MET.
 #include <arpa/inet.h>
@@ -79,20 +80,38 @@ int join_meeting() {
   return 5;
 }
 
+// "0-1" from the kernel's own view of this process, not from anything the launcher says.
+std::string allowed_cpus() {
+  FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return "unreadable";
+  char line[4096];
+  std::string list = "missing";
+  while (std::fgets(line, sizeof line, status) != nullptr) {
+    if (std::strncmp(line, "Cpus_allowed_list:", 18) != 0) continue;
+    list = line + 18;
+    list.erase(0, list.find_first_not_of(" \t"));
+    list.erase(list.find_last_not_of(" \t\n") + 1);
+  }
+  std::fclose(status);
+  return list;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   write_pid_file("");
-  bool meet = false;
+  bool meet = false, print_cpus = false;
   double sleep_seconds = 0;
   std::string args_line = "ARGS", env_dir;
   for (int i = 1; i < argc; ++i) {
     args_line += std::string(" ") + argv[i];
     if (std::strcmp(argv[i], "--meet-at-master") == 0) meet = true;
+    if (std::strcmp(argv[i], "--print-cpus") == 0) print_cpus = true;
     if (std::strcmp(argv[i], "--sleep") == 0 && i + 1 < argc) sleep_seconds = std::atof(argv[i + 1]);
     if (std::strcmp(argv[i], "--env-dir") == 0 && i + 1 < argc) env_dir = argv[i + 1];
   }
   std::printf("%s\n", args_line.c_str());
+  if (print_cpus) std::printf("CPUS %s\n", allowed_cpus().c_str());
   FILE* env_out = stdout;
   if (!env_dir.empty()) env_out = std::fopen((env_dir + "/" + std::getenv("RANK") + ".env").c_str(), "w");
   for (char** entry = environ; *entry != nullptr; ++entry) {

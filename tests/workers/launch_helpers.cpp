@@ -25,6 +25,7 @@ bool is_launcher_variable(const std::string& name) {
   static const char* kNames[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
                                  "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME",
                                  "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS",
+                                 "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                  "NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                                  "COHORT_TEST_PID_DIR", "COHORT_SOURCE_DIR"};
   for (const char* known : kNames) {

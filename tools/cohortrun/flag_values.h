@@ -6,15 +6,18 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "cohortrun/cpu_binding.h"
 #include "cohortrun/options.h"
 
 namespace cohort::detail::launch {
 
-/// What the machine has, for --nproc-per-node cpu|gpu|auto.
+/// What the machine has, for --nproc-per-node cpu|gpu|auto and --bind-cores.
 struct HostFacts {
   int cpu_count = 1;
   int gpu_count = 0;
+  std::vector<HostCpu> allowed_cpus;  // for --bind-cores: the CPUs cohortrun may use
 };
 
 /// "N" or "MIN:MAX" with 0 < MIN <= MAX.

@@ -18,7 +18,8 @@ struct FlagInfo {
   bool takes_value;
 };
 
-// torchrun's flags (torch/distributed/run.py), plus --stop-timeout (cohortrun's own).
+// torchrun's flags (torch/distributed/run.py), plus cohortrun's own --stop-timeout and --bind-cores,
+// and --core-list (named after PyTorch's torch.backends.xeon.run_cpu).
 constexpr FlagInfo kFlags[] = {
     {"nnodes", true},          {"nproc-per-node", true},     {"node-rank", true},
     {"master-addr", true},     {"master-port", true},        {"rdzv-backend", true},
@@ -27,7 +28,8 @@ constexpr FlagInfo kFlags[] = {
     {"start-method", true},    {"role", true},               {"module", false},
     {"no-python", false},      {"run-path", false},          {"log-dir", true},
     {"redirects", true},       {"tee", true},                {"local-ranks-filter", true},
-    {"stop-timeout", true},    {"help", false},
+    {"stop-timeout", true},    {"bind-cores", false},        {"core-list", true},
+    {"help", false},
 };
 
 const FlagInfo* find_flag(const std::string& name, const std::string& as_typed) {
@@ -123,6 +125,7 @@ namespace {
 // The on/off flags; the others' values land in a map from flag name to text.
 struct Switches {
   bool standalone = false, module = false, no_python = false, run_path = false, help = false;
+  bool bind_cores = false;
 };
 
 void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches& on) {
@@ -155,6 +158,11 @@ void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches
   value_flag("tee,-t", "0-3|R:V,...", "streams to log files and the console");
   value_flag("local-ranks-filter", "R,...", "local ranks shown on the console (default all)");
   value_flag("stop-timeout", "SECONDS", "SIGTERM to SIGKILL grace when stopping workers (30)");
+  app.add_flag("--bind-cores", on.bind_cores,
+               "each local rank its own share of the CPUs cohortrun may use; OMP_NUM_THREADS, "
+               "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS = that CPU count unless you set them")
+      ->envname("PET_BIND_CORES");
+  value_flag("core-list", "0-3,8,...", "--bind-cores over these CPUs only (run_cpu's --core-list)");
   app.add_flag("--help,-h", on.help, "print this help");
 }
 
@@ -196,6 +204,7 @@ void read_values(std::map<std::string, std::string>& text, const HostFacts& host
   if (has("tee")) o.tee = parse_std_spec("--tee", text["tee"]);
   if (has("local-ranks-filter")) o.local_ranks_filter = parse_rank_list(text["local-ranks-filter"]);
   if (has("stop-timeout")) o.stop_timeout = parse_seconds("--stop-timeout", text["stop-timeout"]);
+  o.core_list = text["core-list"];
 }
 
 }  // namespace
@@ -226,10 +235,12 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
   LaunchOptions& o = parsed.options;
   read_values(text, host, o);
   o.standalone = on.standalone;
+  o.bind_cores = on.bind_cores || !o.core_list.empty();
   if (line.program.empty()) throw UsageError("no program to run was given");
   o.program = line.program[0];
   o.args.assign(line.program.begin() + 1, line.program.end());
   resolve_options(o);
+  if (o.bind_cores) o.local_rank_cpus = bind_local_ranks(o, host.allowed_cpus);
   o.program_path = resolve_program(o.program, getenv_or_empty("PATH"));
   return parsed;
 }

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cohortrun/cpu_binding.h"
 #include "cohortrun/flags.h"
 #include "cohortrun/output.h"
 #include "cohortrun/program.h"
@@ -210,7 +211,10 @@ std::optional<int> run_round(const LaunchContext& context, Rendezvous& rdzv, int
 int run_launch(const LaunchOptions& options) {
   install_signal_handlers();
   LaunchContext context{options, process_env(), getenv_or_empty("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"), {}};
-  if (options.nproc > 1 && !context.base_env.count("OMP_NUM_THREADS")) {
+  for (size_t local_rank = 0; local_rank < options.local_rank_cpus.size(); ++local_rank) {
+    say(describe_binding(static_cast<int>(local_rank), options.local_rank_cpus[local_rank], context.base_env));
+  }
+  if (options.nproc > 1 && !options.bind_cores && !context.base_env.count("OMP_NUM_THREADS")) {
     say("setting OMP_NUM_THREADS=1 for each worker (more than one per node); set it yourself to tune");
   }
   if (!prepare_run_dir(context)) return 1;
@@ -235,6 +239,7 @@ int cohortrun_main(int argc, char** argv) {
   try {
     HostFacts host;
     host.cpu_count = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+    host.allowed_cpus = allowed_host_cpus();
     bool wants_gpus = false;  // ask CUDA only when the answer matters
     for (const auto& arg : args) {
       wants_gpus |= arg.find("gpu") != std::string::npos || arg.find("auto") != std::string::npos;

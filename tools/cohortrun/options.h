@@ -63,6 +63,9 @@ struct LaunchOptions {
   StdSpec tee;
   std::string log_dir;
   std::set<int> local_ranks_filter;  // empty: every local rank shows on the console
+  bool bind_cores = false;           // --bind-cores (or --core-list): each local rank its own CPUs
+  std::string core_list;             // --core-list as given: the CPUs to split ("" = all allowed)
+  std::vector<std::vector<int>> local_rank_cpus;  // resolved: local rank -> CPUs; empty unless bound
   std::string program;               // as given
   std::string program_path;          // resolved to a file that can be executed
   std::vector<std::string> args;     // the program's arguments

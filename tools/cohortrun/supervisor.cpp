@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 
+#include "cohortrun/cpu_binding.h"
 #include "cohortrun/output.h"
 #include "cohortrun/signals.h"
 
@@ -103,8 +104,12 @@ class Attempt {
         }
         request.argv.push_back(arg);
       }
-      request.envp = to_envp(build_worker_env(spec_.base_env, spec_.layout, local_rank,
-                                              slot->error_file));
+      EnvVars env = build_worker_env(spec_.base_env, spec_.layout, local_rank, slot->error_file);
+      if (!options.local_rank_cpus.empty()) {  // --bind-cores
+        request.cpus = options.local_rank_cpus[static_cast<size_t>(local_rank)];
+        set_thread_counts(env, spec_.base_env, request.cpus.size());
+      }
+      request.envp = to_envp(env);
       try {
         slot->process = WorkerProcess::spawn(request);
       } catch (const std::exception& e) {
