@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 reps=${1:-7}
 steps=${2:-60}
-run=build/tools/cohortrun
+run=${COHORTRUN:-build/tools/cohortrun}  # COHORTRUN: another build's launcher
 step=build/bench/trainer/trainer_step
 out=$(mktemp)
 for rep in $(seq "$reps"); do
