@@ -2,7 +2,8 @@
 // against devices x num_nodes; the loader's batches the same with and without worker threads;
 // EarlyStopping and top-k checkpoints deciding on scripted metrics; metrics.csv in Lightning's
 // layout; TensorBoard event files whose TFRecord framing and CRCs are checked here and, when the
-// tensorboard package is installed, read back by TensorBoard's own reader.
+// tensorboard package is installed, read back by TensorBoard's own reader; strategy "dp" (replicas on
+// threads) ending where "single" does with the whole batch.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -12,6 +13,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +26,7 @@
 #include "support/python.h"
 #include "support/tiny_trainer_module.h"
 #include "trainer/options.h"
+#include "trainer/replica_workers.h"
 #include "trainer/self_launch.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -31,9 +37,9 @@ using namespace cohort::testing;
 
 namespace {
 
-std::string option_error(const cohort::TrainerOptions& options) {
+std::string option_error(const cohort::TrainerOptions& options, bool cuda_available = false) {
   try {
-    cohort::detail::resolve_options(options, /*cuda_available=*/false);
+    cohort::detail::resolve_options(options, cuda_available);
   } catch (const cohort::Error& e) {
     return e.what();
   }
@@ -52,7 +58,7 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
   EXPECT_EQ(option_error(O().devices(0)),
             "TrainerOptions.devices \"0\" is not accepted: expected a number of devices from 1 to 4096, or auto");
   EXPECT_EQ(option_error(O().strategy("fsdp")), "TrainerOptions.strategy \"fsdp\" is not accepted: expected one of "
-                                                "ddp, zero1, zero2, zero3, deepspeed, single, auto");
+                                                "ddp, dp, zero1, zero2, zero3, deepspeed, single, auto");
   EXPECT_EQ(option_error(O().strategy("deepspeed")),
             "TrainerOptions.strategy \"deepspeed\" needs TrainerOptions.deepspeed_config: the path of a "
             "ds_config.json (or use zero1, zero2, zero3)");
@@ -86,6 +92,15 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
                                         "to leave the generator as it is");
   EXPECT_EQ(option_error(O().strategy("single").devices(2)),
             "TrainerOptions.strategy \"single\" runs on one device, but devices is 2: use devices 1, or strategy ddp");
+  EXPECT_EQ(option_error(O().strategy("dp").num_nodes(2)),
+            "TrainerOptions.num_nodes \"2\" is not accepted: expected 1 with strategy dp (its replicas are threads of "
+            "one process; use strategy ddp across nodes)");
+  EXPECT_EQ(option_error(O().strategy("dp").precision("16-mixed").accelerator("cuda"), /*cuda_available=*/true),
+            "TrainerOptions.precision \"16-mixed\" with strategy \"dp\": float16 needs loss scaling, which the ZeRO "
+            "engine does; use strategy zero1/zero2/zero3 or precision bf16-mixed");
+  EXPECT_EQ(option_error(O().strategy("dp").deepspeed_config("ds.json")),
+            "TrainerOptions.deepspeed_config \"ds.json\" is given, but TrainerOptions.strategy is \"dp\": a "
+            "ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
 }
 
 TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {
@@ -306,6 +321,162 @@ TEST(Progress, FormatsTheExamplesLineWithExtraMetrics) {
   state.extra = {{"val_acc", 0.875}};
   EXPECT_EQ(cohort::format_progress(state),
             "epoch 1/2 [##########..........]  5/10  loss 0.5000  100 samples/s  ETA 1:05  val_acc 0.875");
+}
+
+// ---- strategy "dp": replicas on threads of this process -------------------------------------------
+
+// TinyModule with SGD (momentum): Adam divides by the gradient's root mean square, which turns the
+// rounding of a near-zero gradient into a visible step; SGD keeps dp's rounding at rounding size.
+struct SgdModule : TinyModule {
+  std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
+    return std::make_unique<torch::optim::SGD>(parameters, torch::optim::SGDOptions(0.1).momentum(0.9));
+  }
+};
+
+struct DpRun {
+  std::vector<torch::Tensor> parameters;
+  std::map<std::string, double> metrics;
+};
+
+// 50 samples in batches of `batch` (the last one short), 2 epochs, validation on 20 samples.
+DpRun fit_with(const std::string& strategy, int devices, cohort::TrainerOptions options, int64_t batch = 10) {
+  cohort::Trainer trainer(options.strategy(strategy).devices(devices).accelerator("cpu").max_epochs(2)
+                              .enable_progress_bar(false).enable_checkpointing(false).logger(false));
+  SgdModule module;
+  cohort::DataLoader train(tiny_data(50), cohort::LoaderOptions().batch_size(batch).shuffle(true));
+  cohort::DataLoader val(tiny_data(20), cohort::LoaderOptions().batch_size(6));
+  trainer.fit(module, train, cohort::FitOptions().val(&val));
+  DpRun out;
+  for (const auto& [name, value] : trainer.full_parameters()) out.parameters.push_back(value);
+  out.metrics = trainer.callback_metrics();
+  return out;
+}
+
+// dp sums the same terms in another order (chunk means weighted by chunk size against one mean over
+// the batch; replica gradients added after backward), so the results agree to float32 rounding, not
+// bit for bit: 1e-6 on parameters of size ~0.5 after ~20 SGD steps.
+void expect_close(const DpRun& dp, const DpRun& single, const std::string& what) {
+  ASSERT_EQ(dp.parameters.size(), single.parameters.size());
+  for (size_t i = 0; i < dp.parameters.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(dp.parameters[i], single.parameters[i], /*rtol=*/0, /*atol=*/1e-6))
+        << what << ": parameter " << i << " differs by "
+        << (dp.parameters[i] - single.parameters[i]).abs().max().item<double>();
+    EXPECT_FALSE(torch::equal(dp.parameters[i], tiny_network()->parameters()[i])) << what << ": never trained";
+  }
+  for (const char* key : {"train_loss_epoch", "val_loss", "val_acc"}) {
+    ASSERT_TRUE(dp.metrics.count(key)) << what << ": " << key;
+    EXPECT_NEAR(dp.metrics.at(key), single.metrics.at(key), 1e-6) << what << ": " << key;
+  }
+}
+
+TEST(TrainerDp, ReplicasEndWhereOneDeviceWithTheWholeBatchEnds) {
+  using O = cohort::TrainerOptions;
+  for (int replicas : {2, 3}) {
+    const std::string n = std::to_string(replicas) + " replicas";
+    // Batches of 10 (3 replicas: chunks 4, 4, 2) and a last batch of 10 or 4 (3 replicas: 2, 2, none).
+    expect_close(fit_with("dp", replicas, O()), fit_with("single", 1, O()), n);
+    expect_close(fit_with("dp", replicas, O().accumulate_grad_batches(2).gradient_clip_val(0.5)),
+                 fit_with("single", 1, O().accumulate_grad_batches(2).gradient_clip_val(0.5)), n + ", accumulate 2, clip");
+    expect_close(fit_with("dp", replicas, O(), /*batch=*/7), fit_with("single", 1, O(), 7), n + ", batch 7");
+  }
+}
+
+TEST(TrainerDp, OneReplicaIsSingleBitForBit) {
+  using O = cohort::TrainerOptions;
+  const DpRun dp = fit_with("dp", 1, O().accumulate_grad_batches(3)), single = fit_with("single", 1, O().accumulate_grad_batches(3));
+  for (size_t i = 0; i < dp.parameters.size(); ++i) EXPECT_TRUE(torch::equal(dp.parameters[i], single.parameters[i]));
+}
+
+TEST(TrainerDp, ResumeFromLastEqualsAnUninterruptedFit) {
+  TempDir dir;
+  auto run = [&](int64_t max_steps, const std::string& ckpt_path, int64_t seed) {
+    cohort::Trainer trainer(quiet(dir.path).strategy("dp").devices(2).max_epochs(2).max_steps(max_steps).logger(false));
+    TinyModule module(seed);
+    cohort::DataLoader train(tiny_data(50), cohort::LoaderOptions().batch_size(10).shuffle(true));
+    trainer.fit(module, train, cohort::FitOptions().ckpt_path(ckpt_path));
+    std::vector<torch::Tensor> out;
+    for (const auto& [name, value] : trainer.full_parameters()) out.push_back(value);
+    return out;
+  };
+  const auto straight = run(-1, "", 7);
+  std::filesystem::remove_all(dir.path);
+  run(7, "", 7);  // stops mid-epoch 2; the default ModelCheckpoint saves step 7
+  const auto resumed = run(-1, "last", /*seed=*/99);
+  ASSERT_EQ(straight.size(), resumed.size());
+  for (size_t i = 0; i < straight.size(); ++i) EXPECT_TRUE(torch::equal(straight[i], resumed[i])) << "parameter " << i;
+}
+
+// Each replica's training_step runs under the precision's autocast (a thread-local state in LibTorch).
+TEST(TrainerDp, ReplicasComputeUnderBf16Autocast) {
+  struct Recording : SgdModule {
+    torch::Tensor training_step(cohort::Batch& batch, int64_t) override {
+      torch::Tensor out = forward(batch.data);
+      std::lock_guard<std::mutex> lock(mutex);
+      dtypes.insert(out.scalar_type());
+      threads.insert(std::this_thread::get_id());
+      return torch::nn::functional::cross_entropy(out.to(torch::kFloat), batch.target);
+    }
+    std::mutex mutex;
+    std::set<torch::ScalarType> dtypes;
+    std::set<std::thread::id> threads;
+  } module;
+  cohort::Trainer trainer(cohort::TrainerOptions().strategy("dp").devices(3).accelerator("cpu").precision("bf16-mixed")
+                              .max_steps(2).enable_progress_bar(false).enable_checkpointing(false).logger(false));
+  cohort::DataLoader train(tiny_data(12), cohort::LoaderOptions().batch_size(6));
+  trainer.fit(module, train);
+  EXPECT_EQ(module.dtypes, std::set<torch::ScalarType>{torch::kBFloat16});
+  EXPECT_EQ(module.threads.size(), 3u);  // one persistent thread per replica, none made per step
+  EXPECT_FALSE(module.threads.count(std::this_thread::get_id()));
+  EXPECT_EQ(trainer.describe(), "dp (3 replica(s) on cpu), bf16-mixed");
+}
+
+TEST(TrainerDp, RefusesALaunchersWorldAndNetworksItCannotCopy) {
+  const std::map<std::string, std::string> launched{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"},
+      {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29999"}};
+  for (const auto& [key, value] : launched) ::setenv(key.c_str(), value.c_str(), 1);
+  const std::string launcher_error = error_of([] { cohort::Trainer(cohort::TrainerOptions().strategy("dp").devices(2)); });
+  for (const auto& item : launched) ::unsetenv(item.first.c_str());
+  EXPECT_EQ(launcher_error, "TrainerOptions.strategy \"dp\" runs its replicas as threads of one process, but "
+                            "cohortrun/torchrun started 2 processes: start one process (no launcher, or one task), or "
+                            "use strategy ddp (one process per device)");
+  struct Plain : torch::nn::Module {  // a torch::nn::Module, not a Cloneable: no clone()
+    torch::Tensor forward(torch::Tensor x) { return x; }
+  };
+  struct PlainModule : TinyModule {
+    PlainModule() { network()->push_back(std::make_shared<Plain>()); }
+  } module;
+  cohort::Trainer trainer(cohort::TrainerOptions().strategy("dp").devices(2).accelerator("cpu").max_steps(1)
+                              .enable_progress_bar(false).enable_checkpointing(false).logger(false));
+  cohort::DataLoader train(tiny_data(8), cohort::LoaderOptions().batch_size(4));
+  const std::string clone_error = error_of([&] { trainer.fit(module, train); });
+  EXPECT_THAT(clone_error, ::testing::StartsWith("strategy dp copies the network once per device with clone(), "
+                                                  "which failed: clone() has not been implemented for "));
+  EXPECT_THAT(clone_error, ::testing::EndsWith(" (derive your modules from torch::nn::Cloneable, as LibTorch's are)"));
+}
+
+TEST(ReplicaWorkers, EachWorkerComputesWithItsShareOfTheThreadsAndFailuresComeBack) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(4);
+  {
+    cohort::detail::ReplicaWorkers workers(2, /*intra_op_threads=*/1);
+    std::vector<int> seen(2, 0);
+    workers.run(2, [&](int k) {
+      torch::ones({1 << 16}).sum();  // a parallel op: the lazy first-use initialisation has run
+      seen[static_cast<size_t>(k)] = at::get_num_threads();
+    });
+    EXPECT_EQ(seen, (std::vector<int>{1, 1}));
+    EXPECT_EQ(at::get_num_threads(), 4);
+    EXPECT_EQ(error_of([&] {
+                workers.run(2, [](int k) {
+                  if (k == 1) throw cohort::Error("replica 1 failed");
+                });
+              }),
+              "replica 1 failed");
+    int ran = 0;
+    workers.run(1, [&](int k) { ran += k + 1; });  // still usable, and only worker 0 ran
+    EXPECT_EQ(ran, 1);
+  }
+  at::set_num_threads(before);
 }
 
 }  // namespace

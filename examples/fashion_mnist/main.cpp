@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
       "Trains a CNN on Fashion-MNIST with cohort::Trainer; --devices N starts N local workers, or run it "
       "under cohortrun, torchrun, srun or mpirun."};
   add_integer(app, {"--epochs", 1, 100000}, config.epochs, "Passes over the training set");
-  add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size, "Samples per step on each rank");
+  add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size,
+              "Samples per step on each rank (each replica under --strategy dp)");
   add_real(app, {"--lr", 1e-12, 1000}, config.lr, "Learning rate of Adam");
   add_integer(app, {"--seed", 0, INT64_MAX}, config.seed, "Seed of the initial weights and of the shuffle");
   add_integer(app, {"--threads", 0, 1024}, config.threads,
@@ -62,10 +63,13 @@ int main(int argc, char** argv) {
                  "overrides its stage)")
       ->check(CLI::ExistingFile);
   app.add_option("--devices", config.devices,
-                 "Processes on this node: N (started by the program itself without a launcher) or auto")
+                 "Processes on this node: N (started by the program itself without a launcher) or auto; "
+                 "with --strategy dp, replicas in this process")
       ->capture_default_str();
-  app.add_option("--strategy", config.strategy, "ddp, zero1, zero2, zero3 or single (--zero-stage wins)")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "single"}))
+  app.add_option("--strategy", config.strategy,
+                 "ddp, dp (--devices replicas on threads of this one process), zero1, zero2, zero3 or single "
+                 "(--zero-stage wins)")
+      ->check(CLI::IsMember({"ddp", "dp", "zero1", "zero2", "zero3", "single"}))
       ->capture_default_str();
   app.add_option("--precision", config.precision, "32-true, bf16-mixed or 16-mixed (16-mixed: GPU and ZeRO only)")
       ->check(CLI::IsMember({"32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16"}))

@@ -9,6 +9,7 @@
 #include <cohort/progress.h>
 #include <cohort/trainer.h>
 #include <cohort/zero_config.h>
+#include <torch/cuda.h>
 #include <torch/utils.h>
 
 #include <algorithm>
@@ -72,8 +73,12 @@ std::optional<cohort::ZeroConfig> zero_config(const TrainConfig& config, const c
   return zero;
 }
 
-std::string describe(const TrainConfig& config, const std::optional<cohort::ZeroConfig>& zero) {
+std::string describe(const TrainConfig& config, const std::optional<cohort::ZeroConfig>& zero, int64_t replicas) {
   std::ostringstream out;
+  if (config.strategy == "dp" && !zero) {
+    out << "dp (" << replicas << " replica(s) on threads of this process), Adam lr " << config.lr;
+    return out.str();
+  }
   if (!zero) {
     out << "DDP, Adam lr " << config.lr;
     return out.str();
@@ -108,9 +113,17 @@ class Job {
   cohort::Trainer trainer_;  // joins (or starts) the world before anything else runs
   ThreadChoice threads_;
   std::optional<cohort::ZeroConfig> zero_;
+  int64_t replicas_;  // under --strategy dp: the loader's batch is batch_size x replicas, split over them
   cohort::data::FashionMnist train_, test_;
   Clock::time_point start_ = Clock::now();
 };
+
+// --strategy dp: --devices replicas (auto: every GPU, or 1 on the CPU); otherwise 1.
+int64_t replicas_of(const TrainConfig& config, const cohort::World& world) {
+  if (config.strategy != "dp" || config.zero_stage >= 0 || !config.deepspeed_config.empty()) return 1;
+  if (config.devices != "auto") return std::stoll(config.devices);  // checked by the Trainer already
+  return world.device().is_cuda() ? static_cast<int64_t>(torch::cuda::device_count()) : 1;
+}
 
 ThreadChoice set_threads(const TrainConfig& config, const cohort::World& world) {
   const ThreadChoice choice = choose_threads(config.threads, config.oversubscribe, world.local_size());
@@ -123,6 +136,7 @@ Job::Job(const TrainConfig& config)
       trainer_(trainer_options(config)),
       threads_(set_threads(config, trainer_.world())),
       zero_(zero_config(config, trainer_.world())),
+      replicas_(replicas_of(config, trainer_.world())),
       train_(non_empty(cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTrain), config.data_dir,
                        "training")),
       test_(non_empty(cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTest), config.data_dir,
@@ -134,15 +148,17 @@ Job::Job(const TrainConfig& config)
 void Job::print_header() const {
   const cohort::World& world = trainer_.world();
   const int64_t per_rank = (train_.images.size(0) + world.size() - 1) / world.size();
+  const int64_t batch = config_.batch_size * replicas_;
   std::printf(
-      "fashion_mnist: %d rank(s) (launcher: %s) on %s, %d thread(s) per rank, batch %lld per rank (%lld global), %s, "
+      "fashion_mnist: %d rank(s) (launcher: %s) on %s, %d thread(s) per rank, batch %lld per %s (%lld global), %s, "
       "seed %lld\n",
       world.size(), world.launcher().c_str(), world.device().str().c_str(), threads_.threads,
-      static_cast<long long>(config_.batch_size), static_cast<long long>(config_.batch_size * world.size()),
-      describe(config_, zero_).c_str(), static_cast<long long>(config_.seed));
+      static_cast<long long>(config_.batch_size), config_.strategy == "dp" ? "replica" : "rank",
+      static_cast<long long>(batch * world.size()), describe(config_, zero_, replicas_).c_str(),
+      static_cast<long long>(config_.seed));
   std::printf("data: %lld train / %lld test images from %s; %lld steps per epoch\n",
               static_cast<long long>(train_.images.size(0)), static_cast<long long>(test_.images.size(0)),
-              config_.data_dir.c_str(), static_cast<long long>((per_rank + config_.batch_size - 1) / config_.batch_size));
+              config_.data_dir.c_str(), static_cast<long long>((per_rank + batch - 1) / batch));
   std::fflush(stdout);
 }
 
@@ -163,7 +179,7 @@ void Job::run() {
   const int64_t per_rank = (train_.images.size(0) + world.size() - 1) / world.size();
   check_memory({zero_ && zero_->train_micro_batch_size_per_gpu() > 0 ? "the ds_config's train_micro_batch_size_per_gpu"
                                                                       : "--batch-size",
-                config_.batch_size, std::min(config_.batch_size, per_rank)});
+                config_.batch_size, std::min(config_.batch_size * replicas_, per_rank)});
   if (world.is_main()) {
     print_header();
     if (!threads_.note.empty()) std::fprintf(stderr, "%s\n", threads_.note.c_str());
@@ -177,9 +193,9 @@ void Job::run() {
     trainer_.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
         .dirpath(config_.checkpoint_dir).every_n_train_steps(config_.checkpoint_every).every_n_epochs(0).keep_last(3)));
   cohort::DataLoader train(std::make_shared<cohort::TensorDataset>(train_.images, train_.labels),
-                           cohort::LoaderOptions().batch_size(config_.batch_size).shuffle(true));
+                           cohort::LoaderOptions().batch_size(config_.batch_size * replicas_).shuffle(true));
   cohort::DataLoader test(std::make_shared<cohort::TensorDataset>(test_.images, test_.labels),
-                          cohort::LoaderOptions().batch_size(config_.batch_size));
+                          cohort::LoaderOptions().batch_size(config_.batch_size * replicas_));
   const std::string resume = config_.resume == "auto" ? (config_.checkpoint_dir.empty() ? "" : "last")
                              : config_.resume == "never" ? "" : config_.resume;
   trainer_.fit(module, train, cohort::FitOptions().val(&test).ckpt_path(resume));

@@ -13,7 +13,7 @@ namespace fashion_mnist {
 /// What the command line sets (see main.cpp for the flags and docs/fashion_mnist.md).
 struct TrainConfig {
   int epochs = 2;
-  int64_t batch_size = 64;  ///< per rank; the global batch is batch_size * world size
+  int64_t batch_size = 64;  ///< per rank (replica under dp); the global batch is batch_size * world size (* replicas)
   double lr = 1e-3;         ///< of Adam
   int64_t seed = 0;
   int threads = 0;        ///< torch threads per rank; 0: usable cores / ranks on this node, min 1

@@ -19,6 +19,7 @@ struct TrainerOptions {
   TORCH_ARG(std::string, accelerator) = "auto";
   /// Processes (one per device) on this node: a positive number, or "auto" (the launcher's local
   /// world, else 1). Without a launcher and above 1 the Trainer starts the other workers itself.
+  /// Under strategy "dp": replicas in this one process (auto: every visible GPU, or 1 on the CPU).
   TORCH_ARG(std::string, devices) = "auto";
 
  public:
@@ -27,9 +28,10 @@ struct TrainerOptions {
     return *this;
   }
   TORCH_ARG(int64_t, num_nodes) = 1;
-  /// "ddp" (cohort::DistributedDataParallel), "zero1", "zero2", "zero3" (the ZeRO engine at that
-  /// stage), "deepspeed" (the ZeRO engine as deepspeed_config says), "single" (one device, no
-  /// reduction), or "auto" (ddp).
+  /// "ddp" (cohort::DistributedDataParallel), "dp" (DataParallel / MirroredStrategy: one process,
+  /// a replica per device on its own thread, gradients summed in process), "zero1", "zero2", "zero3"
+  /// (the ZeRO engine at that stage), "deepspeed" (the ZeRO engine as deepspeed_config says),
+  /// "single" (one device, no reduction), or "auto" (ddp).
   TORCH_ARG(std::string, strategy) = "auto";
   /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
   /// file's).

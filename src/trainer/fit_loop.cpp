@@ -86,7 +86,7 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
   {
     cohort::trace::Span compute("training_step");
     auto autocast = strategy->autocast();
-    loss = module->training_step(batch, index);
+    loss = strategy->training_step(*module, batch, index);
   }
   COHORT_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the loss, one number; got ",
                loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : "an undefined tensor");

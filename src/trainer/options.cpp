@@ -57,8 +57,10 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
                  "TrainerOptions.deepspeed_config: the path of a ds_config.json (or use zero1, zero2, zero3)");
   } else if (name == "single") {
     out.strategy = StrategyKind::kSingle;
+  } else if (name == "dp") {
+    out.strategy = StrategyKind::kDp;
   } else {
-    refuse("strategy", name, "one of ddp, zero1, zero2, zero3, deepspeed, single, auto");
+    refuse("strategy", name, "one of ddp, dp, zero1, zero2, zero3, deepspeed, single, auto");
   }
   COHORT_CHECK(options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed ||
                    out.strategy == StrategyKind::kZero,
@@ -109,6 +111,7 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   out.cuda = resolve_cuda(options.accelerator(), cuda_available);
   out.devices = resolve_devices(options.devices());
   resolve_strategy(options, out);
+  out.processes = out.strategy == StrategyKind::kDp ? 1 : out.devices;
   out.precision = resolve_precision(options.precision());
   check_loop_limits(options);
   resolve_validation(options, out);
@@ -122,6 +125,10 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
                "precision bf16-mixed");
   COHORT_CHECK(out.strategy != StrategyKind::kSingle || out.devices <= 1, "TrainerOptions.strategy \"single\" "
                "runs on one device, but devices is ", options.devices(), ": use devices 1, or strategy ddp");
+  // dp's replicas are threads of this one process: there is nothing to place on other nodes.
+  if (out.strategy == StrategyKind::kDp && options.num_nodes() != 1)
+    refuse("num_nodes", std::to_string(options.num_nodes()),
+           "1 with strategy dp (its replicas are threads of one process; use strategy ddp across nodes)");
   return out;
 }
 
@@ -140,6 +147,7 @@ std::string strategy_name(const ResolvedOptions& options) {
     case StrategyKind::kZero: return "zero" + std::to_string(options.zero_stage);
     case StrategyKind::kDeepSpeed: return "deepspeed";
     case StrategyKind::kSingle: return "single";
+    case StrategyKind::kDp: return "dp";
   }
   return "?";
 }

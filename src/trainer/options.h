@@ -9,13 +9,15 @@
 
 namespace cohort::detail {
 
-enum class StrategyKind { kDdp, kZero, kDeepSpeed, kSingle };
+enum class StrategyKind { kDdp, kZero, kDeepSpeed, kSingle, kDp };
 enum class Precision { k32, kBf16Mixed, k16Mixed };
 
 struct ResolvedOptions {
   TrainerOptions raw;
   bool cuda = false;         // accelerator resolved
   int devices = 0;           // 0: "auto" (the launcher's local world, else 1)
+  /// Processes on this node: devices, but 1 under "dp", whose devices are replicas on threads.
+  int processes = 0;
   StrategyKind strategy = StrategyKind::kDdp;
   int zero_stage = 0;        // kZero
   Precision precision = Precision::k32;

@@ -1,7 +1,8 @@
 // The Trainer's view of a strategy: forward, backward of a micro-batch, the optimizer step at the
 // accumulation boundary, the state a checkpoint holds and the full parameters. "ddp"/"single" wrap
 // cohort::DistributedDataParallel (or nothing) around the module's network and the module's own
-// optimizer; "zero1-3"/"deepspeed" are the ZeRO engine.
+// optimizer; "zero1-3"/"deepspeed" are the ZeRO engine; "dp" runs replicas of the network on threads
+// of this process (strategy_dp.cpp).
 #pragma once
 
 #include <torch/types.h>
@@ -22,6 +23,10 @@ namespace cohort::detail {
 class Strategy {
  public:
   virtual ~Strategy() = default;
+  /// The module's training_step on `batch` (dp: on each replica's chunk of it, the losses combined).
+  virtual torch::Tensor training_step(TrainingModule& module, Batch& batch, int64_t index) {
+    return module.training_step(batch, index);
+  }
   /// The network's output for `input` (float32 when the strategy computes in another dtype).
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;
   /// Backward of one micro-batch's loss; `boundary`: the last one of its accumulation window, whose
@@ -40,6 +45,9 @@ class Strategy {
   virtual std::string describe() const = 0;
   /// Autocast for training_step / validation_step under bf16-mixed (null otherwise).
   virtual std::unique_ptr<AutocastGuard> autocast() const { return nullptr; }
+  /// A value TrainingModule::log gave on one of the strategy's replica threads: kept, to be combined
+  /// over the replicas (true); false for any other thread.
+  virtual bool log_from_replica(const std::string& name, double value, const LogOptions& options) { return false; }
 };
 
 /// The strategy `options` names for `module` on this world (the module is on world.device()).

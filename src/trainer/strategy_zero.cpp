@@ -13,6 +13,8 @@ namespace cohort::detail {
 
 std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, TrainingModule& module,
                                             const World& world);
+std::unique_ptr<Strategy> make_dp_strategy(const ResolvedOptions& options, TrainingModule& module,
+                                           const World& world);
 
 namespace {
 
@@ -92,6 +94,7 @@ class ZeroStrategy : public Strategy {
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world) {
   if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)
     return std::make_unique<ZeroStrategy>(options, module, world);
+  if (options.strategy == StrategyKind::kDp) return make_dp_strategy(options, module, world);
   return make_ddp_strategy(options, module, world);
 }
 

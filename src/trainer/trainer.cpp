@@ -15,13 +15,17 @@ namespace detail {
 namespace {
 
 const ResolvedOptions& checked(const ResolvedOptions& options) {
-  check_launch_matches(detect_launch_env(current_env()), options.devices, options.raw.num_nodes());
+  const LaunchEnv env = detect_launch_env(current_env());
+  COHORT_CHECK(options.strategy != StrategyKind::kDp || env.size == 1, "TrainerOptions.strategy \"dp\" runs its "
+               "replicas as threads of one process, but ", env.launcher, " started ", env.size, " processes: start "
+               "one process (no launcher, or one task), or use strategy ddp (one process per device)");
+  check_launch_matches(env, options.processes, options.raw.num_nodes());
   return options;
 }
 
 World join_world(const ResolvedOptions& options) {
-  COHORT_CHECK(!cohort::is_initialized() || cohort::current_world().size() > 1 || options.devices <= 1,
-               "TrainerOptions.devices is ", options.devices, " but cohort::init() already made a world of one: "
+  COHORT_CHECK(!cohort::is_initialized() || cohort::current_world().size() > 1 || options.processes <= 1,
+               "TrainerOptions.devices is ", options.processes, " but cohort::init() already made a world of one: "
                "make the Trainer before calling cohort::init(), or start the program under a launcher");
   return cohort::init(InitOptions().backend(options.cuda ? Backend::kNccl : Backend::kGloo));
 }
@@ -31,7 +35,7 @@ World join_world(const ResolvedOptions& options) {
 TrainerImpl::TrainerImpl(Trainer& trainer, const TrainerOptions& raw)
     : owner(trainer),
       options(resolve_options(raw, torch::cuda::is_available())),
-      launcher(detect_launch_env(current_env()), checked(options).devices),
+      launcher(detect_launch_env(current_env()), checked(options).processes),
       world(join_world(options)) {
   if (options.raw.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
   if (options.raw.seed() >= 0) torch::manual_seed(static_cast<uint64_t>(options.raw.seed()));
@@ -44,7 +48,9 @@ TrainerImpl::~TrainerImpl() {
 torch::Tensor TrainerImpl::forward(const torch::Tensor& input) { return strategy->forward(input); }
 
 void TrainerImpl::log(const std::string& name, const torch::Tensor& value, const LogOptions& log_options) {
-  metrics.log(name, value.detach().to(torch::kCPU, torch::kFloat64).item<double>(), log_options, stage, batch_size);
+  const double number = value.detach().to(torch::kCPU, torch::kFloat64).item<double>();
+  if (strategy && strategy->log_from_replica(name, number, log_options)) return;  // dp combines them
+  metrics.log(name, number, log_options, stage, batch_size);
 }
 
 // The strategy is made once per module (its optimizer state lives in it), on this rank's device.
