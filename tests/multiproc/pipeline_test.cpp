@@ -253,10 +253,10 @@ namespace {
 // One pipelined training (1F1B, Adam) with its checkpoint state: the stages' shards by whole-model names.
 struct CheckpointedRun {
   CheckpointedRun(const std::shared_ptr<cohort::Comm>& comm, torch::nn::Sequential model_,
-                  const pp::PartitionOptions& cut)
+                  const pp::PartitionOptions& cut, std::shared_ptr<cohort::Comm> data = nullptr)
       : model(std::move(model_)),
         pipeline(comm, pp::stages_of_rank(pp::partition(model, comm->size(), cut), comm->size(), comm->rank()),
-                 pp::PipelineOptions().schedule("1f1b").loss_fn(loss_fn)),
+                 pp::PipelineOptions().schedule("1f1b").loss_fn(loss_fn).data_comm(std::move(data))),
         opt(make_optimizer("adam", pipeline.parameters())) {
     state.add("model", pipeline.model_state()).add("optimizer", pipeline.optimizer_state(*opt));
   }
@@ -381,6 +381,41 @@ TEST(PipelineCheckpoint, ResumesExactlyReshardsByNameAndConsolidates) {
   for (const auto& p : whole->named_parameters()) loaded[p.key()] = p.value();
   expect_near_reference(loaded, 3, "consolidated");
   std::filesystem::remove_all(dir);
+}
+
+// On a 2 x 2 pipeline x DDP mesh both replicas of a stage hold its tensors: each is written once (the
+// replicas share the writing) and both replicas load it.
+TEST(PipelineCheckpoint, DataParallelReplicasWriteEachTensorOnce) {
+  cohort::testing::RanksOptions options = with_timeout(60);
+  std::string dir;
+  if (cohort::testing::is_rank_process()) {
+    dir = std::getenv("PIPELINE_CKPT_DIR");
+  } else {
+    char name[] = "/tmp/pipeline_replicas_XXXXXX";
+    dir = ::mkdtemp(name);
+  }
+  options.env["PIPELINE_CKPT_DIR"] = dir;
+  run_ranks(4, [&](int rank, int) {
+    auto world = cohort::init();
+    cohort::Mesh mesh(world.comm(), {{"pipe", 2}, {"data", 2}});
+    CheckpointedRun first(mesh.group_ptr("pipe"), deep_mlp(), {}, mesh.group_ptr("data"));
+    first.train(0, 2);
+    cohort::save_checkpoint(dir, first.state.set_step(2), cohort::SaveOptions().comm(world.comm_ptr()));
+    if (rank == 0) {
+      const std::string info = run_tool("info --tensors " + dir);
+      EXPECT_THAT(info, HasSubstr("saved by 4 rank(s)"));
+      EXPECT_THAT(info, HasSubstr("model/0.weight  owned float32 [16, 8]  1 piece(s)"));
+      EXPECT_THAT(info, HasSubstr("optimizer/9.weight.exp_avg_sq  owned float32 [16, 16]  1 piece(s)"));
+    }
+    first.train(2, 4);
+    CheckpointedRun again(mesh.group_ptr("pipe"), deep_mlp(), {}, mesh.group_ptr("data"));
+    cohort::load_checkpoint(dir, again.state, cohort::LoadOptions().comm(world.comm_ptr()).must_exist(true));
+    again.train(2, 4);
+    const auto resumed = again.parameters();
+    for (const auto& [name, value] : first.parameters())
+      EXPECT_TRUE(torch::equal(value, resumed.at(name))) << "rank " << rank << " parameter " << name;
+  }, options);
+  if (!cohort::testing::is_rank_process()) std::filesystem::remove_all(dir);
 }
 
 TEST(PipelineFailures, StageThatRaisesIsNamedOnEveryRank) {
