@@ -1,5 +1,6 @@
 // The pure arithmetic of checkpoints (src/checkpoint/layout.h): writer assignment, slice copies for
 // resharding, and file names.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "checkpoint/layout.h"
@@ -17,6 +18,20 @@ TEST(CheckpointLayout, WritersBalanceBytes) {
   EXPECT_EQ(assign_writers({1, 1, 1}, 1), (std::vector<int>{0, 0, 0}));
   EXPECT_EQ(assign_writers({7, 7, 7, 7}, 4), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(assign_writers({}, 3), std::vector<int>{});
+}
+
+TEST(CheckpointLayout, OwnedTensorsAreWrittenOnceByOneHolder) {
+  // Two pipeline stages on ranks {0, 1} and {2, 3} (data-parallel replicas): each tensor goes to one
+  // of its holders, largest first to the least-loaded: a (100) -> 0, c (80) -> 2, b (60) -> 1, d (10) -> 3.
+  const HeldTensors first = {{"a", 100}, {"b", 60}}, second = {{"c", 80}, {"d", 10}};
+  const auto writers = assign_owned_writers(std::vector<HeldTensors>{first, first, second, second});
+  EXPECT_EQ(writers, (std::map<std::string, int>{{"a", 0}, {"b", 1}, {"c", 2}, {"d", 3}}));
+  // A tensor one rank holds is written by it; a rank holding nothing writes nothing.
+  EXPECT_EQ(assign_owned_writers(std::vector<HeldTensors>{{}, {{"x", 4}}}), (std::map<std::string, int>{{"x", 1}}));
+  EXPECT_TRUE(assign_owned_writers(std::vector<HeldTensors>(2)).empty());
+  // Holders that disagree on the size are an error naming both.
+  EXPECT_THAT(error_of([] { assign_owned_writers(std::vector<HeldTensors>{{{"w", 8}}, {{"w", 4}}}); }),
+              ::testing::HasSubstr("ranks 0 and 1 hold tensor 'w' with 8 and 4 bytes"));
 }
 
 TEST(CheckpointLayout, SliceCopiesCutSavedSlicesDifferently) {

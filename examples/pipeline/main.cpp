@@ -1,12 +1,14 @@
 // pipeline: trains a deep MLP on Fashion-MNIST split into pipeline stages across ranks (cohort's
 // Pipeline: GPipe, 1F1B or interleaved 1F1B), optionally times data-parallel replicas of the whole
-// pipeline (a {data, pipe} mesh, DDP per stage). Run it under cohortrun, e.g.
+// pipeline (a {data, pipe} mesh, DDP or ZeRO-1 per stage), and saves and resumes checkpoints of its
+// stages' shards. Run it under cohortrun, e.g.
 //   build/tools/cohortrun --nproc-per-node 4 build/examples/pipeline --stages 4 --schedule 1f1b
 // Rank 0 prints the partition, the loss as it trains, and the test accuracy. See docs/pipeline.md.
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <cohort/checkpoint.h>
 #include <cohort/cohort.h>
 #include <cohort/data.h>
 #include <cohort/mesh.h>
@@ -34,6 +36,10 @@ struct Config {
   int64_t batch_size = 64;
   double lr = 1e-3;
   int64_t threads = 1;
+  int64_t zero_stage = 0;  // 1: ZeRO-1 over each stage's replicas instead of DDP
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  std::string resume = "auto";
   std::string data_dir = cohort::data::kFashionMnistDir;
 };
 
@@ -65,6 +71,59 @@ double test_accuracy(cohort::pipeline::Pipeline& pipeline, const cohort::data::F
   return double(correct) / double(n);
 }
 
+// Checkpoints: each stage's shard of the model and of Adam's moments (by whole-model names), the
+// sampler's position and the step; --resume auto picks up the latest one in --checkpoint-dir.
+struct Checkpointing {
+  Checkpointing(const Config& config_, cohort::pipeline::Pipeline& pipeline, torch::optim::Optimizer* optimizer,
+                cohort::DistributedSampler& sampler, std::shared_ptr<cohort::Comm> comm_)
+      : config(config_), comm(std::move(comm_)),
+        from(config.resume == "auto" ? config.checkpoint_dir : config.resume == "never" ? "" : config.resume) {
+    if (config.checkpoint_dir.empty() && from.empty()) return;
+    state.add("model", pipeline.model_state()).add("sampler", sampler, samples_in_epoch);
+    if (optimizer != nullptr) state.add("optimizer", pipeline.optimizer_state(*optimizer));
+  }
+  /// The step to go on from (0 from scratch).
+  int64_t resume() {
+    if (from.empty()) return 0;
+    if (!cohort::load_checkpoint(from, state, cohort::LoadOptions().comm(comm))) return 0;
+    saved_step = state.step();  // nothing new to save before the next step
+    return state.step();
+  }
+  /// Every --checkpoint-every steps, and at the end (`last`) unless that step was just saved.
+  void save(int64_t step, bool last) {
+    const bool every = config.checkpoint_every > 0 && step % config.checkpoint_every == 0;
+    if (config.checkpoint_dir.empty() || !(every || last) || step == saved_step) return;
+    cohort::save_checkpoint(config.checkpoint_dir, state.set_step(step), cohort::SaveOptions().comm(comm));
+    saved_step = step;
+  }
+  const Config& config;
+  std::shared_ptr<cohort::Comm> comm;
+  std::string from;  // the checkpoint directory to resume from, if any
+  cohort::CheckpointState state;
+  int64_t samples_in_epoch = 0;  // of this epoch, all replicas together
+  int64_t saved_step = -1;
+};
+
+cohort::pipeline::PipelineOptions pipeline_options(const Config& config, const cohort::Mesh& mesh, int per_rank) {
+  auto options = cohort::pipeline::PipelineOptions()
+                     .schedule(config.schedule)
+                     .chunks(int(config.chunks))
+                     .stages_per_rank(per_rank)
+                     .loss_fn([](const torch::Tensor& out, const torch::Tensor& y) {
+                       return torch::nn::functional::cross_entropy(out, y);
+                     });
+  if (config.data_parallel > 1) options.data_comm(mesh.group_ptr("data"));
+  if (config.zero_stage > 0) {
+    COHORT_CHECK(config.data_parallel > 1, "--zero-stage ", config.zero_stage, " needs --data-parallel 2 or more");
+    const double lr = config.lr;
+    options.zero(cohort::ZeroConfig().zero_optimization(cohort::ZeroOptimizationConfig().stage(int(config.zero_stage))))
+        .zero_optimizer([lr](std::vector<torch::Tensor> shards) {
+          return std::make_unique<torch::optim::Adam>(shards, torch::optim::AdamOptions(lr));
+        });
+  }
+  return options;
+}
+
 void train(const Config& config) {
   torch::set_num_threads(int(config.threads));
   auto world = cohort::init();
@@ -79,39 +138,46 @@ void train(const Config& config) {
   auto part = cohort::pipeline::partition(model, int(stages) * per_rank,
                                           cohort::pipeline::PartitionOptions().method(config.partition));
   if (world.rank() == 0) std::cout << "partition (" << config.partition << "):\n" << part.describe() << std::flush;
-  auto options = cohort::pipeline::PipelineOptions()
-                     .schedule(config.schedule)
-                     .chunks(int(config.chunks))
-                     .stages_per_rank(per_rank)
-                     .loss_fn([](const torch::Tensor& out, const torch::Tensor& y) {
-                       return torch::nn::functional::cross_entropy(out, y);
-                     });
-  if (config.data_parallel > 1) options.data_comm(mesh.group_ptr("data"));
   cohort::pipeline::Pipeline pipeline(mesh.group_ptr("pipe"),
                                       cohort::pipeline::stages_of_rank(part, int(stages), mesh.coordinate("pipe")),
-                                      options);
-  torch::optim::Adam optimizer(pipeline.parameters(), torch::optim::AdamOptions(config.lr));
+                                      pipeline_options(config, mesh, per_rank));
+  // With --zero-stage the stages' ZeRO engines hold Adam, each over its shard.
+  std::unique_ptr<torch::optim::Adam> optimizer;
+  if (config.zero_stage == 0)
+    optimizer = std::make_unique<torch::optim::Adam>(pipeline.parameters(), torch::optim::AdamOptions(config.lr));
   const auto train_set = cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTrain);
   const auto test_set = cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTest);
   cohort::DistributedSampler sampler(train_set.images.size(0), cohort::SamplerOptions()
                                                                    .num_replicas(int(config.data_parallel))
                                                                    .rank(mesh.coordinate("data")));
-  int64_t step = 0;
+  Checkpointing checkpoints(config, pipeline, optimizer.get(), sampler, world.comm_ptr());
+  int64_t step = checkpoints.resume();
+  const int64_t start_epoch = sampler.epoch();
   double loss = 0;
-  for (int64_t epoch = 0; epoch < config.epochs; ++epoch) {
+  for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
+    if (epoch != start_epoch) checkpoints.samples_in_epoch = 0;
     sampler.set_epoch(epoch);
+    int64_t skip = checkpoints.samples_in_epoch / (config.batch_size * config.data_parallel);  // done before the resume
     for (const auto& batch : sampler.batch_tensors(config.batch_size)) {
+      if (skip > 0) {
+        --skip;
+        continue;
+      }
+      checkpoints.samples_in_epoch += config.batch_size * config.data_parallel;
       if (batch.size(0) < config.chunks) continue;  // a tail too small to split into --chunks
-      optimizer.zero_grad();
+      if (optimizer) optimizer->zero_grad();
       loss = pipeline.step(train_set.images.index({batch}), train_set.labels.index({batch})).item<double>();
-      optimizer.step();
+      if (optimizer) optimizer->step();
+      else pipeline.optimizer_step();
       ++step;  // on every rank: all of them stop at --max-steps together
       if (world.rank() == 0 && step % 100 == 0)
         std::printf("epoch %lld step %lld loss %.4f\n", (long long)epoch, (long long)step, loss);
+      checkpoints.save(step, false);
       if (config.max_steps > 0 && step >= config.max_steps) break;
     }
     if (config.max_steps > 0 && step >= config.max_steps) break;
   }
+  checkpoints.save(step, true);
   const double accuracy = test_accuracy(pipeline, test_set);
   if (world.rank() == 0)
     std::printf("steps %lld final loss %.4f test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",
@@ -139,6 +205,16 @@ int main(int argc, char** argv) {
   add_integer(app, {"--max-steps", 0, int64_t(1e12)}, config.max_steps, "Stop after this many steps (0: no limit)");
   add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size, "Samples per step on each pipeline");
   add_integer(app, {"--threads", 1, 1024}, config.threads, "Torch threads per rank");
+  add_integer(app, {"--zero-stage", 0, 1}, config.zero_stage,
+              "1: ZeRO-1 over each stage's replicas (needs --data-parallel 2+) instead of DDP");
+  app.add_option("--checkpoint-dir", config.checkpoint_dir,
+                 "Save checkpoints here (each stage's shard; step-<n>/ directories and a 'latest' pointer)");
+  add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, config.checkpoint_every,
+              "Save a checkpoint every K steps (and at the end); needs --checkpoint-dir");
+  app.add_option("--resume", config.resume,
+                 "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
+                 "never: start from scratch; or a checkpoint directory to load")
+      ->capture_default_str();
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
   try {
     app.parse(argc, argv);

@@ -2,15 +2,18 @@
 // step at a time on microbatches by a schedule (cohort/pipeline_schedule.h: GPipe, 1F1B, interleaved).
 // Each rank holds its stages' parameters only; step() returns the batch's mean loss on every rank and
 // leaves the gradients in the stages' parameters, so the user's optimizer steps as usual. With a data
-// Comm, each stage's replicas average their gradients with cohort DDP once per step. See docs/pipeline.md.
+// Comm, each stage's replicas average their gradients with cohort DDP (or shard their optimizer state
+// with ZeRO) once per step. Checkpoints save each stage's shard by whole-model names. See docs/pipeline.md.
 #pragma once
 
 #include <torch/arg.h>
 #include <torch/nn/modules/container/sequential.h>
+#include <torch/optim/optimizer.h>
 #include <torch/types.h>
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,8 @@
 #include "cohort/ddp.h"
 #include "cohort/export.h"
 #include "cohort/pipeline_schedule.h"
+#include "cohort/stateful.h"
+#include "cohort/zero.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {
@@ -55,6 +60,9 @@ std::vector<torch::nn::Sequential> stages_of_rank(const Partition& partition, in
 /// The loss of the last stage's output on one microbatch and its targets (a mean over the microbatch).
 using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 
+/// Builds a ZeRO engine's optimizer over its fp32 shard tensors (EngineOptions::optimizer_factory).
+using ZeroOptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+
 struct PipelineOptions {
   /// "gpipe", "1f1b" or "interleaved" (make_schedule); ignored when a Schedule is given.
   TORCH_ARG(std::string, schedule) = "1f1b";
@@ -72,6 +80,15 @@ struct PipelineOptions {
   TORCH_ARG(std::shared_ptr<Comm>, data_comm) = nullptr;
   /// Options of those DDP wrappers (their `comm` is data_comm).
   TORCH_ARG(DDPOptions, ddp) = {};
+  /// ZeRO over the data group instead of DDP (needs data_comm): each stage is given to a ZeRO engine
+  /// of this config over data_comm, which shards the stage's optimizer state over its replicas and
+  /// reduce-scatters its gradients once per step, in the backward of its last microbatch. Step with
+  /// Pipeline::optimizer_step() (no optimizer of one's own). zero_optimization.stage 1 (or 2), fp32,
+  /// gradient_accumulation_steps 1, no gradient_clipping (an engine sees one stage's gradients only).
+  TORCH_ARG(std::optional<ZeroConfig>, zero) = std::nullopt;
+  /// The engines' optimizer over their fp32 shards when the config has no "optimizer"
+  /// (EngineOptions::optimizer_factory), e.g. a torch::optim::Adam of the shard tensors.
+  TORCH_ARG(ZeroOptimizerFactory, zero_optimizer) = nullptr;
 };
 
 namespace detail {
@@ -108,6 +125,24 @@ class Pipeline {
   const Schedule& schedule() const;
   /// The most microbatches whose activations this rank held at once during the last step (all stages).
   int peak_activations() const;
+  /// With PipelineOptions::zero: each stage's engine steps its optimizer on its shard and gathers the
+  /// parameters back, then zeroes the gradients (call after step()). Without it, throws: step an
+  /// optimizer of parameters() instead.
+  void optimizer_step();
+
+  /// Checkpoints (cohort/checkpoint.h): this rank's stages' parameters and buffers, named as in the
+  /// whole model ("3.weight"), each written once by one of the ranks holding it (StateKind::kOwned).
+  /// Loading takes each tensor by name, so a checkpoint loads at the same or another partition and
+  /// stage count; cohort-ckpt consolidate makes the whole model of it. Add it on every rank:
+  ///   state.add("model", pipeline.model_state()).add("optimizer", pipeline.optimizer_state(opt));
+  /// The stages must keep the whole model's layer names (partition() and stages_of_rank() do). The
+  /// Stateful refers to this Pipeline (and optimizer_state's to the optimizer): keep them alive with it.
+  std::shared_ptr<Stateful> model_state();
+  /// The per-parameter state of `optimizer` (built over parameters()) by parameter name
+  /// ("3.weight.exp_avg", "3.weight.step"), and each group's learning rate.
+  std::shared_ptr<Stateful> optimizer_state(torch::optim::Optimizer& optimizer);
+  /// The whole pipeline's cut, known on every rank: "2 stages (layers 0-5 | 6-10)".
+  std::string describe_partition() const;
 
  private:
   std::unique_ptr<detail::PipelineImpl> impl_;

@@ -27,6 +27,11 @@ enum class StateKind {
   /// This rank's own value (an RNG state). Loaded by the rank of the same number; a rank that did
   /// not exist when saving takes rank 0's.
   kPerRank,
+  /// A whole tensor that only some ranks hold, the same on each of them (a pipeline stage's
+  /// parameters, named as in the whole model). Written once, by one of the ranks that list it;
+  /// loaded by every rank that lists it, whichever rank saved it, so the holders may change between
+  /// save and load (another pipeline partition). A saved one that no loading rank lists is a mismatch.
+  kOwned,
 };
 
 /// One tensor of state as this rank holds it. `tensor` is live storage: saving reads it, loading
@@ -54,6 +59,9 @@ class Stateful {
   virtual StateValues state_values() const { return {}; }
   /// Called after every tensor was loaded, with the saved numbers.
   virtual void load_state_values(const StateValues& values) {}
+  /// Whether a checkpoint may lack some of the tensors listed (state made lazily, as optimizer
+  /// moments: prepare_load() creates it, and a checkpoint saved before it existed has none).
+  virtual bool tensors_optional() const { return false; }
 };
 
 }  // namespace cohort

@@ -25,6 +25,36 @@ std::vector<int> assign_writers(const std::vector<int64_t>& bytes, int world_siz
   return writer;
 }
 
+std::map<std::string, int> assign_owned_writers(const std::vector<HeldTensors>& per_rank) {
+  std::map<std::string, std::pair<int64_t, std::vector<int>>> holders;  // name -> bytes, ranks
+  for (size_t r = 0; r < per_rank.size(); ++r) {
+    for (const auto& [name, bytes] : per_rank[r]) {
+      auto& held = holders[name];
+      COHORT_CHECK(held.second.empty() || held.first == bytes, "ranks ", held.second.front(), " and ", r,
+                   " hold tensor '", name, "' with ", held.first, " and ", bytes,
+                   " bytes: a tensor several ranks hold (StateKind::kOwned) must be the same on each");
+      held.first = bytes;
+      held.second.push_back(static_cast<int>(r));
+    }
+  }
+  std::vector<const std::string*> order;
+  for (const auto& item : holders) order.push_back(&item.first);
+  std::stable_sort(order.begin(), order.end(), [&](const std::string* a, const std::string* b) {
+    return holders[*a].first > holders[*b].first;
+  });
+  std::vector<int64_t> load(per_rank.size(), 0);
+  std::map<std::string, int> writer;
+  for (const std::string* name : order) {
+    const auto& [bytes, ranks] = holders[*name];
+    int best = ranks.front();
+    for (int r : ranks)
+      if (load[r] < load[best]) best = r;
+    writer[*name] = best;
+    load[best] += bytes;
+  }
+  return writer;
+}
+
 std::vector<SliceCopy> plan_slice_copies(const std::vector<Slice>& saved, int64_t begin, int64_t end,
                                          const std::string& what) {
   std::vector<size_t> order(saved.size());

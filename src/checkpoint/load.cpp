@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "checkpoint/entry.h"
@@ -83,11 +84,23 @@ LoadRequest request_of(const std::vector<CheckpointState::Entry>& entries) {
     request.entries.push_back(entry.name);
     values[entry.name] = entry.stateful->state_values();
     for (StateTensor& t : entry.stateful->state_tensors()) {
-      request.wanted.push_back({entry.name + "/" + t.name, t, entry.tensors_optional});
+      request.wanted.push_back({entry.name + "/" + t.name, t,
+                                entry.tensors_optional || entry.stateful->tensors_optional()});
     }
   }
   request.zero_stage = zero_stage_of(values);
   return request;
+}
+
+// The kOwned tensors every rank lists, one name a line (see LoadRequest::owned_anywhere).
+std::set<std::string> owned_anywhere(Group& group, const LoadRequest& request) {
+  std::string mine;
+  for (const Wanted& w : request.wanted)
+    if (w.tensor.kind == StateKind::kOwned) mine += w.name + "\n";
+  std::set<std::string> out;
+  for (const std::string& text : group.allgather(mine))
+    for (const std::string& name : split_lines(text)) out.insert(name);
+  return out;
 }
 
 // Every rank's staging status ("" or "M<message>" for a mismatch, "E<message>"); the first problem,
@@ -134,7 +147,8 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
   const auto paths = agreed_candidates(group, dir, options);
   if (!paths) return std::nullopt;
   const auto entries = entries_with_rng(state);
-  const LoadRequest request = request_of(entries);
+  LoadRequest request = request_of(entries);
+  request.owned_anywhere = owned_anywhere(group, request);
 
   std::vector<std::string> skipped;
   std::string only_problem;  // the reason itself when there was a single candidate

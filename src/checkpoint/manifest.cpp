@@ -27,6 +27,7 @@ StateKind kind_from_name(const std::string& name) {
   if (name == "replicated") return StateKind::kReplicated;
   if (name == "sharded") return StateKind::kSharded;
   if (name == "per_rank") return StateKind::kPerRank;
+  if (name == "owned") return StateKind::kOwned;
   throw Error("unknown tensor kind '" + name + "'");
 }
 
@@ -159,6 +160,7 @@ const char* kind_name(StateKind kind) {
     case StateKind::kReplicated: return "replicated";
     case StateKind::kSharded: return "sharded";
     case StateKind::kPerRank: return "per_rank";
+    case StateKind::kOwned: return "owned";
   }
   return "?";
 }

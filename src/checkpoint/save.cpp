@@ -76,7 +76,8 @@ std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorReco
       if (fresh) continue;
       TensorRecord& into = it->second;
       COHORT_CHECK(into.kind == record.kind && into.dtype == record.dtype &&
-                       into.flat_numel == record.flat_numel && record.kind != StateKind::kReplicated,
+                       into.flat_numel == record.flat_numel && record.kind != StateKind::kReplicated &&
+                       record.kind != StateKind::kOwned,
                    "ranks disagree about tensor '", record.name, "' (", kind_name(record.kind), " ",
                    dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ",
                    dtype_name(into.dtype), " on rank ", into.pieces[0].rank, ")");
@@ -97,7 +98,8 @@ std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorReco
 
 // Phase 2 on one rank: the shard file and the records of what is in it.
 std::vector<TensorRecord> write_shard(const std::string& path, const std::vector<Collected>& tensors,
-                                      int rank, int world_size, int64_t* payload) {
+                                      const std::map<std::string, int>& owned_writers, int rank,
+                                      int world_size, int64_t* payload) {
   std::vector<int64_t> replicated_bytes;
   for (const Collected& c : tensors) {
     if (c.tensor.kind == StateKind::kReplicated) replicated_bytes.push_back(c.tensor.tensor.nbytes());
@@ -112,6 +114,7 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
     const StateTensor& t = c.tensor;
     COHORT_CHECK(t.tensor.defined(), "tensor '", c.name, "' is undefined");
     if (t.kind == StateKind::kReplicated && writers[replicated_index++] != rank) continue;
+    if (t.kind == StateKind::kOwned && owned_writers.at(c.name) != rank) continue;
     TensorRecord record;
     record.name = c.name;
     record.kind = t.kind;
@@ -137,6 +140,25 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
 }
 
 void apply_retention(const fs::path& root, int64_t saved, int keep_last);
+
+// Which rank writes each kOwned tensor: every rank tells the others what it holds (a line
+// "<bytes> <name>" each; nothing when its collection failed) and all compute the same assignment.
+std::map<std::string, int> agree_owned_writers(Group& group, const std::vector<Collected>& tensors, bool ok) {
+  std::string mine;
+  for (const Collected& c : tensors)
+    if (ok && c.tensor.kind == StateKind::kOwned)
+      mine += std::to_string(c.tensor.tensor.nbytes()) + " " + c.name + "\n";
+  std::vector<HeldTensors> per_rank;
+  for (const std::string& text : group.allgather(mine)) {
+    per_rank.emplace_back();
+    for (size_t begin = 0, end; begin < text.size(); begin = end + 1) {
+      end = text.find('\n', begin);
+      const size_t space = text.find(' ', begin);
+      per_rank.back().push_back({text.substr(space + 1, end - space - 1), std::stoll(text.substr(begin, space - begin))});
+    }
+  }
+  return assign_owned_writers(per_rank);
+}
 
 // Phase 3 on rank 0: rename the finished directory into place, then point `latest` at it.
 void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int keep_last) {
@@ -215,8 +237,13 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
     for (const Collected& c : tensors) {
       COHORT_CHECK(names.insert(c.name).second, "two tensors are named '", c.name, "'");
     }
-    records = write_shard((tmp / shard).string(), tensors, group.rank(), group.size(), &payload);
   });
+  const auto owned_writers = agree_owned_writers(group, tensors, status.empty());
+  if (status.empty()) {
+    status = status_of([&] {
+      records = write_shard((tmp / shard).string(), tensors, owned_writers, group.rank(), group.size(), &payload);
+    });
+  }
   maybe_die_for_test(group.rank(), state.step());
   const auto gathered = group.allgather(status.empty() ? "ok" + records_to_json(records) : "error" + status);
   std::vector<std::string> statuses;

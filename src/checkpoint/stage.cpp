@@ -73,7 +73,8 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
   }
   for (const TensorRecord& r : m.tensors) {
     const std::string entry = r.name.substr(0, r.name.find('/'));
-    if (registered.count(entry) && !asked.count(r.name)) {
+    const bool anothers = r.kind == StateKind::kOwned && request.owned_anywhere.count(r.name);
+    if (registered.count(entry) && !asked.count(r.name) && !anothers) {
       throw MismatchError(where + "it has tensor '" + r.name + "', which this state does not have");
     }
   }

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -40,6 +41,9 @@ struct LoadRequest {
   std::vector<Wanted> wanted;
   std::vector<std::string> entries;
   std::optional<int> zero_stage;
+  /// The StateKind::kOwned tensors any loading rank lists: a saved one this rank does not list is
+  /// then another rank's, not a mismatch.
+  std::set<std::string> owned_anywhere;
 };
 
 /// "ZeRO stage 2", or "DDP (no ZeRO engine)" when there is no stage.

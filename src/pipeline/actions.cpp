@@ -141,8 +141,8 @@ void PipelineImpl::run_backward(int stage, int microbatch) {
       if (is_last(stage)) loss = loss_of(microbatch, output);
     }
     // A stage without trainable parameters on an input without gradient (a Flatten first) has no graph.
-    if (is_last(stage) && loss.requires_grad()) torch::autograd::backward({loss * weights_.at(microbatch)});
-    else if (!is_last(stage) && output.requires_grad()) torch::autograd::backward({output}, {grad});
+    if (is_last(stage) && loss.requires_grad()) backward_of(local, microbatch, loss * weights_.at(microbatch), {});
+    else if (!is_last(stage) && output.requires_grad()) backward_of(local, microbatch, output, grad);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -1,5 +1,5 @@
-// Pipeline: construction (stages checked against the schedule, DDP per stage over the data group), one
-// training step around the actions (actions.cpp), inference, and the public facade.
+// Pipeline: construction (stages checked against the schedule, DDP or ZeRO per stage over the data group:
+// data_parallel.cpp), one training step around the actions (actions.cpp), inference, and the public facade.
 #include <torch/torch.h>
 
 #include "comm/op_util.h"
@@ -30,7 +30,10 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
   last_backward_.assign(stages.size(), -1);
   for (const auto& action : schedule.actions[rank_])
     if (action.kind == ActionKind::kBackward) last_backward_[local_index(action.stage)] = action.microbatch;
-  if (options_.data_comm()) {
+  gather_layer_ranges();
+  if (options_.zero()) {
+    make_zero_engines();
+  } else if (options_.data_comm()) {
     auto ddp_options = options_.ddp();
     ddp_options.comm(options_.data_comm());
     for (const auto& stage : stages) ddp_.push_back(std::make_unique<DataParallelCore>(stage.ptr(), ddp_options));

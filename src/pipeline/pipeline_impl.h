@@ -45,9 +45,20 @@ class PipelineImpl {
   std::vector<torch::nn::Sequential> stages;
   Schedule schedule;
   int peak_activations = 0;
+  std::vector<int64_t> layer_bounds;  // the whole cut: stages + 1 layer indices (note "layer ranges")
+  bool names_whole_model = true;      // the stages' layers are named by their place in the whole model
+  std::vector<std::unique_ptr<ZeroEngineCore>> zero;  // per local stage, with PipelineOptions::zero
+
+  /// Throws naming `what` when checkpoints cannot name this pipeline's tensors as the whole model.
+  void check_checkpointable(const char* what) const;
 
  private:
   void check_stages() const;
+  void gather_layer_ranges();
+  void make_zero_engines();
+  /// The backward of one microbatch: through its stage's ZeRO engine (which then reduces) for the
+  /// stage's last microbatch under PipelineOptions::zero, else plain autograd.
+  void backward_of(int local, int microbatch, const torch::Tensor& root, const torch::Tensor& grad);
   void split_batch(const torch::Tensor& inputs, const torch::Tensor& targets);
   void run_actions();
   void run(const Action& action);
@@ -88,5 +99,8 @@ class PipelineImpl {
   torch::Tensor loss_sum_;
   int held_ = 0;
 };
+
+/// "2 stages (layers 0-5 | 6-10)".
+std::string describe_bounds(const std::vector<int64_t>& bounds);
 
 }  // namespace cohort::pipeline::detail

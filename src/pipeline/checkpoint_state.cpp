@@ -1,0 +1,217 @@
+// Checkpoints of a pipelined model: the Statefuls of this rank's stages (cohort/checkpoint.h). Every
+// tensor is StateKind::kOwned and named as in the whole model ("3.weight", "3.weight.exp_avg"), so
+// each stage's shard is written by one of the ranks holding it, a load takes each tensor by name from
+// whichever rank saved it (another partition loads too), and cohort-ckpt consolidate gives the whole
+// model's state_dict. The cut itself is learnt at construction (note "layer ranges").
+#include <torch/torch.h>
+
+#include <set>
+
+#include "core/log.h"
+#include "core/optimizer_state.h"
+#include "pipeline/pipeline_impl.h"
+
+namespace cohort::pipeline::detail {
+namespace {
+
+// The whole-model layer range [first, first + count) of a stage whose children are named by their
+// place in the whole model ("3", "4", ...), or {-1, count} when they are not (a stage built by hand).
+std::pair<int64_t, int64_t> layer_range(const torch::nn::Sequential& stage) {
+  const auto children = stage->named_children();
+  int64_t first = -1;
+  for (size_t i = 0; i < children.size(); ++i) {
+    const std::string& key = children[i].key();
+    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos) return {-1, int64_t(children.size())};
+    const int64_t index = std::stoll(key);
+    if (i == 0) first = index;
+    if (index != first + int64_t(i)) return {-1, int64_t(children.size())};
+  }
+  return {first, int64_t(children.size())};
+}
+
+// Parameters and buffers of a rank's stages.
+class StageModuleState : public Stateful {
+ public:
+  explicit StageModuleState(const PipelineImpl& pipeline) : pipeline_(pipeline) {}
+  std::vector<StateTensor> state_tensors() override {
+    std::vector<StateTensor> out;
+    for (const auto& stage : pipeline_.stages) {
+      for (const auto& item : stage->named_parameters(true)) out.push_back({item.key(), item.value(), StateKind::kOwned});
+      for (const auto& item : stage->named_buffers(true)) out.push_back({item.key(), item.value(), StateKind::kOwned});
+    }
+    return out;
+  }
+  StateValues state_values() const override {
+    StateValues values{{"pipeline.stages", double(pipeline_.layer_bounds.size() - 1)}};
+    for (size_t s = 0; s < pipeline_.layer_bounds.size(); ++s)
+      values["pipeline.bound" + std::to_string(s)] = double(pipeline_.layer_bounds[s]);
+    return values;
+  }
+  void load_state_values(const StateValues& values) override {
+    const auto stages = values.find("pipeline.stages");
+    if (stages == values.end()) return;
+    std::vector<int64_t> saved;
+    for (int s = 0; s <= int(stages->second); ++s) {
+      const auto bound = values.find("pipeline.bound" + std::to_string(s));
+      if (bound != values.end()) saved.push_back(int64_t(bound->second));
+    }
+    if (saved != pipeline_.layer_bounds)
+      COHORT_INFO("pipeline: loaded a checkpoint saved as ", describe_bounds(saved), " into ",
+                  describe_bounds(pipeline_.layer_bounds), " (each tensor taken by its name)");
+  }
+
+ private:
+  const PipelineImpl& pipeline_;
+};
+
+// The per-parameter state of the user's optimizer over this rank's stages, by parameter name. A
+// state's step (0 for SGD's momentum, which has none) is a tensor too, "<name>.step": unlike a
+// Stateful's numbers (rank 0's only) it is saved by each stage's own ranks, and its presence says the
+// parameter had a state (an optimizer saved before its first step has none).
+class StageOptimizerState : public Stateful {
+ public:
+  StageOptimizerState(const PipelineImpl& pipeline, torch::optim::Optimizer& optimizer)
+      : optimizer_(optimizer) {
+    for (const auto& stage : pipeline.stages)
+      for (const auto& item : stage->named_parameters(true))
+        if (item.value().requires_grad()) params_.emplace_back(item.key(), item.value());
+  }
+
+  bool tensors_optional() const override { return true; }
+
+  void prepare_load() override {
+    created_.clear();
+    loading_ = true;
+    for (const auto& [name, p] : params_) {
+      if (cohort::detail::find_param_state(optimizer_, p) != nullptr) continue;
+      const auto* group = group_of(p);
+      if (group == nullptr) continue;  // not this optimizer's parameter
+      auto state = cohort::detail::fresh_state(optimizer_, group->options(), p);
+      if (!state) continue;
+      cohort::detail::set_param_state(optimizer_, p, std::move(state));
+      created_.insert(name);
+    }
+  }
+
+  std::vector<StateTensor> state_tensors() override {
+    std::vector<StateTensor> out;
+    steps_.clear();
+    for (const auto& [name, p] : params_) {
+      auto* state = cohort::detail::find_param_state(optimizer_, p);
+      if (state == nullptr) continue;
+      for (const auto& [field, t] : cohort::detail::state_fields(*state, "optimizer state of " + name))
+        if (t.defined()) out.push_back({name + "." + field, t, StateKind::kOwned});
+      const int64_t* step = cohort::detail::step_of(*state);
+      // Loading: -1 until the checkpoint's value lands (it stays -1 when the checkpoint has none).
+      auto holder = torch::full({1}, loading_ ? -1 : (step ? *step : 0), torch::kLong);
+      steps_.emplace_back(name, holder);
+      out.push_back({name + ".step", holder, StateKind::kOwned});
+    }
+    loading_ = false;  // the next call is a save's (also when this load fails)
+    return out;
+  }
+
+  StateValues state_values() const override {
+    StateValues values;
+    for (size_t g = 0; g < optimizer_.param_groups().size(); ++g)
+      values["g" + std::to_string(g) + ".lr"] = optimizer_.param_groups()[g].options().get_lr();
+    return values;
+  }
+
+  void load_state_values(const StateValues& values) override {
+    for (size_t g = 0; g < optimizer_.param_groups().size(); ++g) {
+      const auto lr = values.find("g" + std::to_string(g) + ".lr");
+      if (lr != values.end()) optimizer_.param_groups()[g].options().set_lr(lr->second);
+    }
+    for (const auto& [name, holder] : steps_) {
+      const auto& p = param(name);
+      auto* state = cohort::detail::find_param_state(optimizer_, p);
+      const int64_t saved = holder.item<int64_t>();
+      if (saved < 0) {  // saved before this parameter had a state: back to none, as when saved
+        if (created_.count(name)) cohort::detail::erase_param_state(optimizer_, p);
+        continue;
+      }
+      if (state == nullptr) continue;
+      if (int64_t* step = cohort::detail::step_of(*state)) *step = saved;
+    }
+    created_.clear();
+  }
+
+ private:
+  const torch::optim::OptimizerParamGroup* group_of(const torch::Tensor& p) const {
+    for (const auto& group : optimizer_.param_groups())
+      for (const auto& q : group.params())
+        if (q.is_same(p)) return &group;
+    return nullptr;
+  }
+  const torch::Tensor& param(const std::string& name) const {
+    for (const auto& item : params_)
+      if (item.first == name) return item.second;
+    throw Error("pipeline optimizer state: no parameter '" + name + "'");
+  }
+
+  torch::optim::Optimizer& optimizer_;
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::vector<std::pair<std::string, torch::Tensor>> steps_;
+  std::set<std::string> created_;
+  bool loading_ = false;
+};
+
+}  // namespace
+
+std::string describe_bounds(const std::vector<int64_t>& bounds) {
+  if (bounds.size() < 2) return "an unknown partition";
+  std::string text = std::to_string(bounds.size() - 1) + " stages (layers ";
+  for (size_t s = 0; s + 1 < bounds.size(); ++s)
+    text += (s ? " | " : "") + std::to_string(bounds[s]) + "-" + std::to_string(bounds[s + 1] - 1);
+  return text + ")";
+}
+
+// Note "layer ranges": every rank tells the pipeline group the whole-model layer range of each of its
+// stages, so every rank knows the whole cut (saved with checkpoints, shown when a load reshards), and
+// whether the stages keep the whole model's layer names, which checkpoints need.
+void PipelineImpl::gather_layer_ranges() {
+  const int per_rank = int(stages.size());
+  auto mine = torch::empty({per_rank, 2}, torch::kLong);
+  for (int i = 0; i < per_rank; ++i) {
+    const auto [first, count] = layer_range(stages[i]);
+    mine[i][0] = first;
+    mine[i][1] = count;
+  }
+  const auto all = comm_->size() > 1 ? comm_->allgather(mine) : mine.unsqueeze(0);  // [ranks, per_rank, 2]
+  layer_bounds = {0};
+  names_whole_model = true;
+  for (int s = 0; s < schedule.stages; ++s) {
+    const auto range = all[schedule.rank_of(s)][s / schedule.ranks];
+    const int64_t first = range[0].item<int64_t>(), count = range[1].item<int64_t>();
+    if (first != layer_bounds.back()) names_whole_model = false;
+    layer_bounds.push_back(layer_bounds.back() + count);
+  }
+}
+
+void PipelineImpl::check_checkpointable(const char* what) const {
+  COHORT_CHECK(names_whole_model, "Pipeline::", what, ": the stages' layers are not named by their place in the "
+               "whole model (stage s must hold layers \"b[s]\", \"b[s]+1\", ... as partition() and "
+               "stages_of_rank() give them), so checkpoints could not name parameters as the whole model");
+  COHORT_CHECK(!options_.zero(), "Pipeline::", what, ": checkpoints of a pipeline with ZeRO over the data group "
+               "(PipelineOptions::zero) are not supported: its optimizer state lives in each stage's ZeRO engine; "
+               "use PipelineOptions::data_comm with DDP to checkpoint");
+}
+
+}  // namespace cohort::pipeline::detail
+
+namespace cohort::pipeline {
+
+std::shared_ptr<Stateful> Pipeline::model_state() {
+  impl_->check_checkpointable("model_state");
+  return std::make_shared<detail::StageModuleState>(*impl_);
+}
+
+std::shared_ptr<Stateful> Pipeline::optimizer_state(torch::optim::Optimizer& optimizer) {
+  impl_->check_checkpointable("optimizer_state");
+  return std::make_shared<detail::StageOptimizerState>(*impl_, optimizer);
+}
+
+std::string Pipeline::describe_partition() const { return detail::describe_bounds(impl_->layer_bounds); }
+
+}  // namespace cohort::pipeline
