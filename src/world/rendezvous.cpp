@@ -10,7 +10,9 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <thread>
 
 #include "cohort/error.h"
@@ -109,18 +111,20 @@ bool accepts_connections(const std::string& host, int port) {
               "running, and is MASTER_ADDR=" + config.master_addr + " reachable from this host? (" + why + ")");
 }
 
-// The TCPStore itself: rank 0 hosts it, the others connect once something listens there.
-c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config) {
+// The TCPStore itself: rank 0 hosts it, the others connect once something listens there, all by
+// `deadline` (the rendezvous's, so a reconnection does not start COHORT_TIMEOUT over).
+c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config,
+                                           std::chrono::steady_clock::time_point deadline) {
   c10d::TCPStoreOptions options;
   options.port = uint16_t(config.master_port);
   options.isServer = config.rank == 0 && config.rank0_hosts;
   options.numWorkers = c10::nullopt;
   options.waitWorkers = false;
-  options.timeout = config.timeout;
+  options.timeout = std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                  deadline - std::chrono::steady_clock::now()));
   check_resolves(config);
   if (options.isServer && port_in_use(config.master_port)) throw_port_in_use(config);
   if (!options.isServer) {
-    const auto deadline = std::chrono::steady_clock::now() + config.timeout;
     while (!accepts_connections(config.master_addr, config.master_port)) {
       if (std::chrono::steady_clock::now() > deadline) throw_unreachable(config, "nothing accepted a connection");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -149,9 +153,10 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
   else if (config.rank == 0) job.role = JobCheck::Role::kPublish;
   const auto deadline = std::chrono::steady_clock::now() + config.timeout;
   for (;;) {
-    auto store = open_store(config);
+    auto store = open_store(config, deadline);
     try {
       check_same_job(*store, job);
+      store->setTimeout(config.timeout);  // every later wait on the store gets the whole COHORT_TIMEOUT
       return store;
     } catch (const JobUnanswered&) {
       // The store went away before it said whose it was: another job's rank 0 that has ended (this
