@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "support/multiproc.h"
 #include "zero/memory_plan.h"
 #include "support/errors.h"
 
@@ -118,35 +119,10 @@ TEST(MemoryPlan, BadInput) {
                       error_of([] { cohort::detail::parse_plan_optimizer("lamb"); }));
 }
 
-// The tool: ${COHORT_BUILD_DIR}/tools/cohort_plan/cohort-plan under ctest, else found from this
-// test's own path (build/tests/cohort_plan_test).
-std::string tool_path() {
-  const char* build = std::getenv("COHORT_BUILD_DIR");
-  if (build != nullptr && *build != '\0') return std::string(build) + "/tools/cohort_plan/cohort-plan";
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  std::string exe = n > 0 ? std::string(self, static_cast<size_t>(n)) : "";
-  exe = exe.substr(0, exe.find_last_of('/'));  // build/tests
-  return exe.substr(0, exe.find_last_of('/')) + "/tools/cohort_plan/cohort-plan";
-}
-
-struct ToolRun {
-  int status = -1;
-  std::string output;  // stdout and stderr together
-};
+using cohort::testing::ToolRun;
 
 ToolRun run_tool(const std::string& args) {
-  const std::string tool = tool_path();
-  EXPECT_EQ(access(tool.c_str(), X_OK), 0) << tool << " is not built";
-  ToolRun run;
-  FILE* pipe = popen((tool + " " + args + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, got);
-  const int status = pclose(pipe);
-  run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return cohort::testing::run_tool("tools/cohort_plan/cohort-plan", args);
 }
 
 // The "total per rank" cell of the table row of `stage`, e.g. "120.0 GB (120000000000)".
@@ -158,18 +134,18 @@ std::string total_of(const std::string& output, int stage) {
 
 TEST(CohortPlanTool, PaperExampleTable) {
   const ToolRun run = run_tool("--params 7.5e9 --ranks 64");
-  ASSERT_EQ(run.status, 0) << run.output;
-  EXPECT_EQ(total_of(run.output, 0), "120.0 GB (120000000000)") << run.output;
-  EXPECT_EQ(total_of(run.output, 1), "31.4 GB (31406250000)") << run.output;
-  EXPECT_EQ(total_of(run.output, 2), "16.6 GB (16640625000)") << run.output;
-  EXPECT_EQ(total_of(run.output, 3), "1.9 GB (1875000000)") << run.output;
-  EXPECT_NE(run.output.find("K = 12 bytes per parameter (fp32 master 4 + momentum 4 + variance 4)"),
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_EQ(total_of(run.out, 0), "120.0 GB (120000000000)") << run.out;
+  EXPECT_EQ(total_of(run.out, 1), "31.4 GB (31406250000)") << run.out;
+  EXPECT_EQ(total_of(run.out, 2), "16.6 GB (16640625000)") << run.out;
+  EXPECT_EQ(total_of(run.out, 3), "1.9 GB (1875000000)") << run.out;
+  EXPECT_NE(run.out.find("K = 12 bytes per parameter (fp32 master 4 + momentum 4 + variance 4)"),
             std::string::npos)
-      << run.output;
+      << run.out;
   const ToolRun one = run_tool("--params 7.5e9 --ranks 64 --stage 2 --precision fp32 --optimizer sgd");
-  ASSERT_EQ(one.status, 0) << one.output;
-  EXPECT_EQ(total_of(one.output, 2), "30.5 GB (30468750000)") << one.output;  // 4 psi + 4 psi / 64
-  EXPECT_EQ(total_of(one.output, 0), "row 0 missing");
+  ASSERT_EQ(one.code, 0) << one.out;
+  EXPECT_EQ(total_of(one.out, 2), "30.5 GB (30468750000)") << one.out;  // 4 psi + 4 psi / 64
+  EXPECT_EQ(total_of(one.out, 0), "row 0 missing");
 }
 
 TEST(CohortPlanTool, ExampleModel) {
@@ -177,10 +153,10 @@ TEST(CohortPlanTool, ExampleModel) {
   const int64_t expected = (1 * 32 * 9 + 32) + (32 * 64 * 9 + 64) + (9216 * 128 + 128) + (128 * 10 + 10);
   ASSERT_EQ(expected, 1199882);
   const ToolRun run = run_tool("--model fashion_mnist_cnn --ranks 4");
-  ASSERT_EQ(run.status, 0) << run.output;
-  EXPECT_NE(run.output.find("parameters  1199882 (--model fashion_mnist_cnn"), std::string::npos) << run.output;
-  EXPECT_EQ(total_of(run.output, 0), "0.0 GB (19198112)") << run.output;  // 16 bytes each
-  EXPECT_EQ(total_of(run.output, 3), "0.0 GB (4799536)") << run.output;   // 16 * ceil(psi / 4)
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_NE(run.out.find("parameters  1199882 (--model fashion_mnist_cnn"), std::string::npos) << run.out;
+  EXPECT_EQ(total_of(run.out, 0), "0.0 GB (19198112)") << run.out;  // 16 bytes each
+  EXPECT_EQ(total_of(run.out, 3), "0.0 GB (4799536)") << run.out;   // 16 * ceil(psi / 4)
 }
 
 std::string temp_dir() {
@@ -196,12 +172,12 @@ TEST(CohortPlanTool, Checkpoints) {
   torch::nn::Sequential net(torch::nn::Linear(10, 5), torch::nn::BatchNorm1d(5));
   torch::save(net, dir + "/module.pt");
   ToolRun run = run_tool("--checkpoint " + dir + "/module.pt --ranks 2 --stage 0");
-  ASSERT_EQ(run.status, 0) << run.output;
-  EXPECT_NE(run.output.find("parameters  65 (--checkpoint " + dir + "/module.pt: torch::save archive, 4 tensors;"
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_NE(run.out.find("parameters  65 (--checkpoint " + dir + "/module.pt: torch::save archive, 4 tensors;"
                             " 11 buffer elements not counted)"),
             std::string::npos)
-      << run.output;
-  EXPECT_EQ(total_of(run.output, 0), "0.0 GB (1040)") << run.output;
+      << run.out;
+  EXPECT_EQ(total_of(run.out, 0), "0.0 GB (1040)") << run.out;
 
   // torch::pickle_save of a dict holding a tensor and a list of tensors: 12 + 5 + 4 = 21 elements.
   c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
@@ -210,25 +186,25 @@ TEST(CohortPlanTool, Checkpoints) {
   const std::vector<char> bytes = torch::pickle_save(c10::IValue(dict));
   std::ofstream(dir + "/dict.pt", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   run = run_tool("--checkpoint " + dir + "/dict.pt --ranks 3 --stage 3");
-  ASSERT_EQ(run.status, 0) << run.output;
-  EXPECT_NE(run.output.find("parameters  21 (--checkpoint " + dir + "/dict.pt: torch::pickle_save data, 3 tensors)"),
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_NE(run.out.find("parameters  21 (--checkpoint " + dir + "/dict.pt: torch::pickle_save data, 3 tensors)"),
             std::string::npos)
-      << run.output;
-  EXPECT_EQ(total_of(run.output, 3), "0.0 GB (112)") << run.output;  // 16 * ceil(21 / 3)
+      << run.out;
+  EXPECT_EQ(total_of(run.out, 3), "0.0 GB (112)") << run.out;  // 16 * ceil(21 / 3)
 
   // A missing file and a file of neither format: one line each, exit status 2.
   run = run_tool("--checkpoint " + dir + "/missing.pt --ranks 2");
-  EXPECT_EQ(run.status, 2);
-  EXPECT_EQ(run.output, "cohort-plan: error: --checkpoint " + dir + "/missing.pt: cannot open: No such file or directory\n");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_EQ(run.out, "cohort-plan: error: --checkpoint " + dir + "/missing.pt: cannot open: No such file or directory\n");
   std::ofstream(dir + "/junk.pt") << "not a checkpoint\n";
   run = run_tool("--checkpoint " + dir + "/junk.pt --ranks 2");
-  EXPECT_EQ(run.status, 2);
-  EXPECT_EQ(run.output.rfind("cohort-plan: error: --checkpoint " + dir +
+  EXPECT_EQ(run.code, 2);
+  EXPECT_EQ(run.out.rfind("cohort-plan: error: --checkpoint " + dir +
                                  "/junk.pt: neither a torch::save archive nor torch::pickle_save data",
                              0),
             0u)
-      << run.output;
-  EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+      << run.out;
+  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1) << run.out;
   for (const char* name : {"module.pt", "dict.pt", "junk.pt"}) std::remove((dir + "/" + name).c_str());
   rmdir(dir.c_str());
 }
@@ -262,8 +238,8 @@ TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
   };
   for (const auto& [args, want] : cases) {
     const ToolRun run = run_tool(args);
-    EXPECT_EQ(run.status, 2) << args;
-    EXPECT_EQ(run.output, want) << args;
+    EXPECT_EQ(run.code, 2) << args;
+    EXPECT_EQ(run.out, want) << args;
   }
 }
 

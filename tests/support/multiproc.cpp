@@ -178,8 +178,15 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
 }
 
 ToolRun run_tool(const std::string& relative, const std::string& args) {
-  const char* build = std::getenv("COHORT_BUILD_DIR");
-  const std::string command = std::string(build ? build : "build") + "/" + relative + " " + args + " 2>&1";
+  const char* from_ctest = std::getenv("COHORT_BUILD_DIR");
+  std::string build = from_ctest != nullptr && *from_ctest != '\0' ? from_ctest : "";
+  if (build.empty()) {  // run by hand: build/tests/<executable> -> build
+    char self[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    const std::string exe = n > 0 ? std::string(self, size_t(n)) : "build/tests/x";
+    build = exe.substr(0, exe.substr(0, exe.find_last_of('/')).find_last_of('/'));
+  }
+  const std::string command = build + "/" + relative + " " + args + " 2>&1";
   ToolRun run;
   FILE* pipe = ::popen(command.c_str(), "r");
   char buffer[4096];

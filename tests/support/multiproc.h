@@ -50,8 +50,8 @@ struct ToolRun {
   int code = 0;
   std::string out;
 };
-/// Runs the tool at `relative` under the build directory (COHORT_BUILD_DIR, "build" if unset),
-/// e.g. run_tool("tools/cohort_ckpt/cohort-ckpt", "verify dir").
+/// Runs the tool at `relative` under the build directory (COHORT_BUILD_DIR as ctest sets it, else the
+/// folder above this test executable's), e.g. run_tool("tools/cohort_ckpt/cohort-ckpt", "verify dir").
 ToolRun run_tool(const std::string& relative, const std::string& args);
 
 }  // namespace cohort::testing
