@@ -13,6 +13,7 @@
 #include <cohort/error.h>
 #include <cohort/number.h>
 
+#include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "train.h"
 
@@ -76,22 +77,5 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-memory-check", config.no_memory_check,
                "Skip the check that the batch's estimated memory fits in the memory available");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; a bad command line is 2, as in cohortrun
-  } catch (const cohort::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());  // a number out of range: cohort/number.h's line
-    return 2;
-  }
-
-  try {
-    fashion_mnist::run_training(config);
-    return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());  // no C++ stack trace
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-  }
-  return 1;
+  return examples::parse_and_run(app, argc, argv, [&] { fashion_mnist::run_training(config); });
 }

@@ -16,6 +16,7 @@
 
 #include <cstdio>
 
+#include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "models/fashion_mnist_net.h"
 
@@ -125,21 +126,5 @@ int main(int argc, char** argv) {
   add_real(app, {"--gradient-predivide-factor", 1e-6, 1e6}, args.gradient_predivide_factor,
            "apply gradient predivide factor in optimizer");
   app.add_option("--data-dir", args.data_dir, "directory of the Fashion-MNIST IDX files")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  } catch (const cohort::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
-  try {
-    run(args);
-    return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-  }
-  return 1;
+  return examples::parse_and_run(app, argc, argv, [&] { run(args); });
 }

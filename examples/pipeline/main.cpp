@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 
 namespace {
@@ -216,21 +217,5 @@ int main(int argc, char** argv) {
                  "never: start from scratch; or a checkpoint directory to load")
       ->capture_default_str();
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
-  } catch (const cohort::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
-  }
-  try {
-    train(config);
-    return 0;
-  } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-  }
-  return 1;
+  return examples::parse_and_run(app, argc, argv, [&] { train(config); });
 }
