@@ -11,18 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-class Cnn(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, 3)
-        self.conv2 = nn.Conv2d(32, 64, 3)
-        self.fc1 = nn.Linear(9216, 128)
-        self.fc2 = nn.Linear(128, 10)
-
-    def forward(self, x):
-        x = F.relu(self.conv1(x))
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+# The FashionCNN as models/fashion_mnist_net.h defines it (the one Python definition, models/).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
+from pytorch_models import FashionCnn as Cnn  # noqa: E402
 
 
 class Mlp(nn.Module):
