@@ -8,14 +8,24 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <future>
+#include <system_error>
 #include <thread>
+
+#include "cohort/world.h"
 
 #include "comm/control_plane.h"
 #include "support/errors.h"
 #include "support/multiproc.h"
+#include "world/job_identity.h"
 #include "world/launch_env.h"
 #include "world/rendezvous.h"
+#include "world/store_probe.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace job_identity_test {
@@ -32,6 +42,35 @@ RendezvousConfig rank_config(int port, int rank, const std::string& run_id) {
   config.run_id = run_id;
   return config;
 }
+
+// A socket listening on a fresh port of 127.0.0.1 that accepts nothing: connections wait in its queue,
+// and closing it resets them (what another job's rank 0 does when it ends as this rank connects).
+struct SilentListener {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int port = 0;
+  SilentListener() {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(::listen(fd, 16), 0);
+    socklen_t size = sizeof address;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
+    port = ntohs(address.sin_port);
+  }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  ~SilentListener() { close(); }
+};
+
+// A store whose connection is gone: c10d's own exception, not a cohort::Error.
+struct ResetStore : c10d::HashStore {
+  void set(const std::string&, const std::vector<uint8_t>&) override {
+    throw std::system_error(ECONNRESET, std::system_category());
+  }
+};
 
 }  // namespace
 
@@ -98,6 +137,75 @@ TEST(JobIdentity, PortInUseNamesTheJobHoldingIt) {
               HasSubstr("MASTER_PORT=" + std::to_string(port) + " is already in use on rank 0 (127.0.0.1) by "
                         "job 'job-a' (this is job 'job-b'): choose another port, or launch with cohortrun "
                         "--standalone which picks a free one"));
+}
+
+// LibTorch 1.13's TCPStore client aborted the whole process ("terminate called after throwing an
+// instance of 'std::system_error' ... Connection reset by peer") when the listener it had just
+// connected to closed before accepting: a rank 0 that found its port held by another job that was
+// ending, and asked it whose it was. The question now fails as an answer, and the process lives on.
+TEST(JobIdentity, AStoreThatClosesBeforeAcceptingIsNoAnswerNotACrash) {
+  SilentListener listener;
+  std::thread closer([&] {
+    std::this_thread::sleep_for(300ms);
+    listener.close();
+  });
+  EXPECT_EQ(job_listening_at("127.0.0.1", listener.port, 2000ms), std::nullopt);
+  closer.join();
+  std::this_thread::sleep_for(500ms);  // long enough for a c10d callback thread to meet the reset
+  EXPECT_EQ(job_listening_at("127.0.0.1", listener.port, 500ms), std::nullopt);  // and nothing listens now
+}
+
+// A rank that first meets a listener which vanishes (another job's rank 0 ending) joins its own job's
+// store once that appears on the port, within its one deadline.
+TEST(JobIdentity, RankJoinsItsJobAfterAStrangersListenerVanished) {
+  SilentListener listener;
+  const int port = listener.port;
+  auto host = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(300ms);
+    listener.close();
+    std::this_thread::sleep_for(200ms);
+    auto store = connect_store(rank_config(port, 0, "job-a"));
+    wait_for_all_ranks(*store, rank_config(port, 0, "job-a"));
+  });
+  RendezvousConfig joining = rank_config(port, 1, "job-a");
+  joining.timeout = 10000ms;
+  auto store = connect_store(joining);
+  wait_for_all_ranks(*store, joining);
+  host.get();
+}
+
+TEST(JobIdentity, StoreKeyIsReadOrSaysWhyNot) {
+  const int port = cohort::testing::free_port();
+  c10d::TCPStoreOptions options;
+  options.port = uint16_t(port);
+  options.isServer = true;
+  options.waitWorkers = false;
+  c10d::TCPStore server("127.0.0.1", options);
+  server.set("some/key", std::vector<uint8_t>{'v', '1'});
+  const StoreKeyRead read = read_store_key("127.0.0.1", port, "some/key", 2000ms);
+  EXPECT_EQ(read.value, (std::vector<uint8_t>{'v', '1'})) << read.failure;
+  const auto start = std::chrono::steady_clock::now();
+  const StoreKeyRead missing = read_store_key("127.0.0.1", port, "no/such/key", 500ms);
+  EXPECT_FALSE(missing.value);
+  EXPECT_FALSE(missing.failure.empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << "a missing key is given up at the timeout";
+  SilentListener silent;  // accepts in the kernel, never answers
+  const StoreKeyRead unanswered = read_store_key("127.0.0.1", silent.port, "some/key", 500ms);
+  EXPECT_FALSE(unanswered.value);
+  EXPECT_FALSE(unanswered.failure.empty());
+  silent.close();
+  EXPECT_THAT(read_store_key("127.0.0.1", silent.port, "some/key", 500ms).failure,
+              HasSubstr("nothing accepted a connection at 127.0.0.1:" + std::to_string(silent.port)));
+}
+
+// c10d's and Gloo's own exceptions while joining become one cohort::Error saying which step failed.
+TEST(JobIdentity, StoreFailureWhileJoiningIsACohortError) {
+  const std::string message = error_of([] {
+    cohort::init(cohort::InitOptions().rank(0).world_size(2).master_addr("127.0.0.1").master_port(29999).store(
+        c10::make_intrusive<ResetStore>()));
+  });
+  EXPECT_THAT(message, HasSubstr("joining the world at 127.0.0.1:29999 failed while waiting for every rank to "
+                                 "arrive: Connection reset by peer"));
 }
 
 TEST(JobIdentity, UnresolvableMasterAddrIsNamedAtOnce) {

@@ -57,6 +57,21 @@ bool use_nccl(Backend backend) {
   return false;
 }
 
+// c10d and Gloo throw their own exceptions (a store connection that closed is a std::system_error
+// "Connection reset by peer"); each becomes an Error saying which step of joining failed, and where.
+template <class Step>
+auto joining(const std::string& step, const std::string& endpoint, Step&& run) -> decltype(run()) {
+  try {
+    return run();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw Error("joining the world at " + endpoint + " failed while " + step + ": " +
+                what.substr(0, what.find('\n')));
+  }
+}
+
 }  // namespace
 
 Comm& World::comm() const {
@@ -122,6 +137,7 @@ World init(const InitOptions& options) {
   config.use_nccl = nccl;
   config.shm = shm_enabled();
   config.shm_slot_bytes = shm_slot_bytes();
+  std::string endpoint = "this process";  // where the world meets, for errors
   if (launch.size > 1 || options.store()) {
     COHORT_CHECK(!launch.master_addr.empty(), "no master address for a world of ", launch.size,
                  " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
@@ -136,16 +152,20 @@ World init(const InitOptions& options) {
     const detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size,
                                         timeout,            !launch.agent_store, launch.run_id};
     config.run_id = launch.run_id;
-    config.store = options.store() ? options.store() : detail::connect_store(rdzv);
+    endpoint = launch.master_addr + ":" + std::to_string(launch.master_port);
+    config.store = options.store()
+                       ? options.store()
+                       : joining("connecting to the rendezvous store", endpoint, [&] { return detail::connect_store(rdzv); });
     if (launch.restart_count)
       config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),
                                                             config.store);
-    detail::wait_for_all_ranks(*config.store, rdzv);
+    joining("waiting for every rank to arrive", endpoint, [&] { detail::wait_for_all_ranks(*config.store, rdzv); });
     config.local_address = detail::local_address_towards(launch.master_addr, launch.master_port);
     COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", launch.master_addr, ":",
                 launch.master_port, " (this host: ", config.local_address, ")");
   }
-  world.comm_ = std::make_shared<Comm>(std::make_unique<detail::CommImpl>(config));
+  world.comm_ = joining("connecting the ranks to each other", endpoint,
+                        [&] { return std::make_shared<Comm>(std::make_unique<detail::CommImpl>(config)); });
   detail::timeline_start(*world.comm_);
   g_world = world;
   static std::once_flag at_exit;

@@ -2,14 +2,9 @@
 // an empty id (no launcher named the job) is still a value that can be published and compared.
 #include "world/job_identity.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <future>
-#include <memory>
-#include <thread>
-
 #include "cohort/error.h"
 #include "comm/control_plane.h"
+#include "world/store_probe.h"
 
 namespace cohort::detail {
 namespace {
@@ -29,72 +24,55 @@ std::optional<std::string> decode(const std::vector<uint8_t>& value) {
   return text.substr(std::string(kTag).size());
 }
 
-// The published run id, or why there is none: c10d's wait (which, unlike check(), gives up at its
-// timeout even when the listener is no store at all) timed out, or the store is gone.
+// The run id the store at `where` (HOST:PORT) publishes, or why there is none: the store went away,
+// said nothing in time, or the listener is no store (see store_probe.h: never through a 1.13 client).
 struct Published {
   std::optional<std::string> run_id;
   std::string failure;
 };
 
-Published read_published(c10d::Store& store, std::chrono::milliseconds timeout) {
-  try {
-    store.wait({kJobKey}, timeout);
-    const auto run_id = decode(store.get(kJobKey));
-    return {run_id, run_id ? "" : "a value that is not a run id"};
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    return {std::nullopt, what.substr(0, what.find('\n'))};
-  }
+Published read_published(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  const StoreKeyRead read = read_store_key(host, port, kJobKey, timeout);
+  if (!read.value) return {std::nullopt, read.failure};
+  const auto run_id = decode(*read.value);
+  return {run_id, run_id ? "" : "a value that is not a run id"};
 }
 
-}  // namespace
-
-void check_same_job(c10d::Store& store, const JobCheck& check) {
-  std::optional<std::string> theirs;
-  switch (check.role) {
-    case JobCheck::Role::kPublish: store.set(kJobKey, encode(check.run_id)); return;
-    case JobCheck::Role::kFirstPublishes:
-      theirs = decode(store.compareSet(kJobKey, {}, encode(check.run_id)));
-      break;
-    case JobCheck::Role::kCompare: {
-      const Published published = read_published(store, check.timeout);
-      if (!published.run_id)
-        throw JobUnanswered("rendezvous at " + check.where + ": the store there did not say which job it belongs to "
-                            "within " + std::to_string(check.timeout.count()) + " ms (" + published.failure +
-                            "): is rank 0 of " + job_label(check.run_id) + " running a cohort program?");
-      theirs = published.run_id;
-      break;
-    }
-  }
-  COHORT_CHECK(theirs.has_value(), "rendezvous at ", check.where, ": the store's ", kJobKey, " is not a run id");
-  COHORT_CHECK(*theirs == check.run_id, "rendezvous at ", check.where, " belongs to ", job_label(*theirs),
+void compare(const std::string& theirs, const JobCheck& check) {
+  COHORT_CHECK(theirs == check.run_id, "rendezvous at ", check.where(), " belongs to ", job_label(theirs),
                ", not to this rank's ", job_label(check.run_id),
                ": two jobs were started on one MASTER_ADDR:MASTER_PORT; give each job its own port "
                "(cohortrun --master-port, or --standalone)");
 }
 
+}  // namespace
+
+void check_listening_job(const JobCheck& check) {
+  const Published published = read_published(check.host, check.port, check.timeout);
+  if (!published.run_id)
+    throw JobUnanswered("rendezvous at " + check.where() + ": the store there did not say which job it belongs "
+                        "to within " + std::to_string(check.timeout.count()) + " ms (" + published.failure +
+                        "): is rank 0 of " + job_label(check.run_id) + " running a cohort program?");
+  compare(*published.run_id, check);
+}
+
+void check_same_job(c10d::Store& store, const JobCheck& check) {
+  switch (check.role) {
+    case JobCheck::Role::kPublish: store.set(kJobKey, encode(check.run_id)); return;
+    case JobCheck::Role::kFirstPublishes: {
+      const auto theirs = decode(store.compareSet(kJobKey, {}, encode(check.run_id)));
+      COHORT_CHECK(theirs.has_value(), "rendezvous at ", check.where(), ": the store's ", kJobKey,
+                   " is not a run id");
+      compare(*theirs, check);
+      return;
+    }
+    case JobCheck::Role::kCompare: check_listening_job(check); return;
+  }
+}
+
 std::optional<std::string> job_listening_at(const std::string& host, int port,
                                             std::chrono::milliseconds timeout) {
-  // A listener that never answers (a plain socket holding the port) blocks LibTorch 2.x's TCPStore
-  // client in its handshake without a timeout, so the probe runs on a thread of its own that is left
-  // behind if it does not answer in time (it holds only copies and ends with the process).
-  auto answer = std::make_shared<std::promise<std::optional<std::string>>>();
-  auto future = answer->get_future();
-  std::thread([answer, host, port, timeout] {
-    try {
-      c10d::TCPStoreOptions options;
-      options.port = uint16_t(port);
-      options.isServer = false;
-      options.waitWorkers = false;
-      options.timeout = timeout;
-      c10d::TCPStore store(host, options);
-      answer->set_value(read_published(store, timeout).run_id);
-    } catch (const std::exception&) {
-      answer->set_value(std::nullopt);  // not a cohort store, or gone: "in use" without naming a job
-    }
-  }).detach();
-  if (future.wait_for(timeout + std::chrono::milliseconds(500)) != std::future_status::ready) return std::nullopt;
-  return future.get();
+  return read_published(host, port, timeout).run_id;  // nullopt: not a cohort store, or gone
 }
 
 }  // namespace cohort::detail

@@ -23,9 +23,16 @@ struct JobCheck {
   /// that and compare. kFirstPublishes: the launcher hosts the store (torchrun's agent store), so the
   /// first rank to arrive publishes and every later one compares.
   enum class Role { kPublish, kCompare, kFirstPublishes } role = Role::kCompare;
-  std::string where;  // "HOST:PORT", for messages
+  std::string host;  // the store's address and port
+  int port = 0;
   std::chrono::milliseconds timeout{300000};
+
+  std::string where() const { return host + ":" + std::to_string(port); }
 };
+
+/// kCompare, before this rank's c10d client connects (see store_probe.h): reads whose store listens at
+/// check.host:check.port and throws cohort::Error naming both jobs when it is another job's.
+void check_listening_job(const JobCheck& check);
 
 /// Publishes or compares this rank's run id in `store` (before anything else is written there).
 /// Throws cohort::Error naming both jobs when the store belongs to another job, and on timeout.

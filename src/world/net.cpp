@@ -102,33 +102,37 @@ int pick_free_port() {
   return port;
 }
 
-bool can_connect(const std::string& host, int port, int timeout_ms) {
+int connect_to(const std::string& host, int port, int timeout_ms) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* resolved = nullptr;
   if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &resolved) != 0) {
-    return false;
+    return -1;
   }
-  bool connected = false;
-  for (addrinfo* a = resolved; a != nullptr && !connected; a = a->ai_next) {
+  int connected = -1;
+  for (addrinfo* a = resolved; a != nullptr && connected < 0; a = a->ai_next) {
     const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) continue;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-      connected = true;
-    } else if (errno == EINPROGRESS) {
+    bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!ok && errno == EINPROGRESS) {
       pollfd waiting{fd, POLLOUT, 0};
-      if (::poll(&waiting, 1, timeout_ms) == 1) {
-        int error = 0;
-        socklen_t size = sizeof error;
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size);
-        connected = error == 0;
-      }
+      int error = 0;
+      socklen_t size = sizeof error;
+      ok = ::poll(&waiting, 1, timeout_ms) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 &&
+           error == 0;
     }
-    ::close(fd);
+    if (ok) connected = fd;
+    else ::close(fd);
   }
   ::freeaddrinfo(resolved);
   return connected;
+}
+
+bool can_connect(const std::string& host, int port, int timeout_ms) {
+  const int fd = connect_to(host, port, timeout_ms);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0;
 }
 
 }  // namespace cohort::detail::launch

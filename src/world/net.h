@@ -16,6 +16,9 @@ bool is_local_host(const std::string& host);
 /// A TCP port that was free a moment ago on every address of this machine (0 on failure).
 int pick_free_port();
 
+/// A non-blocking socket connected to host:port within `timeout_ms` (the caller closes it), or -1.
+int connect_to(const std::string& host, int port, int timeout_ms);
+
 /// True when a TCP connection to host:port succeeds within `timeout_ms`.
 bool can_connect(const std::string& host, int port, int timeout_ms);
 

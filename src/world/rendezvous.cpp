@@ -19,6 +19,7 @@
 #include "comm/control_plane.h"
 #include "core/log.h"
 #include "world/job_identity.h"
+#include "world/net.h"
 
 namespace cohort::detail {
 namespace {
@@ -72,43 +73,29 @@ bool port_in_use(int port) {
   return in_use;
 }
 
-// One quiet connection attempt of at most a second (c10d's own retries log a line each).
-bool accepts_connections(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return false;
-  bool connected = false;
-  for (addrinfo* a = res; a != nullptr && !connected; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) continue;
-    connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    if (!connected && errno == EINPROGRESS) {
-      pollfd waiting{fd, POLLOUT, 0};
-      int error = 0;
-      socklen_t size = sizeof(error);
-      connected = ::poll(&waiting, 1, 1000) == 1 &&
-                  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
-    }
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  return connected;
-}
-
 [[noreturn]] void throw_port_in_use(const RendezvousConfig& config) {
   const auto holder = job_listening_at(config.master_addr, config.master_port, kProbeTimeout);
   const std::string by = holder ? " by " + job_label(*holder) + " (this is " + job_label(config.run_id) + ")" : "";
-  throw Error("MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" +
-              config.master_addr + ")" + by + ": choose another port, or launch with cohortrun --standalone "
-              "which picks a free one");
+  const std::string message =
+      "MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" + config.master_addr +
+      ")" + by + ": choose another port, or launch with cohortrun --standalone which picks a free one";
+  // Its holder ended while we asked (another job's rank 0 that finished): the port may be ours now.
+  if (!holder && !launch::can_connect(config.master_addr, config.master_port, 1000)) throw JobUnanswered(message);
+  throw Error(message);
 }
 
 [[noreturn]] void throw_unreachable(const RendezvousConfig& config, const std::string& why) {
   throw Error("cannot reach the master at " + endpoint_of(config) + " within " +
               std::to_string(config.timeout.count()) + " ms (rank 0 hosts the rendezvous store there): is rank 0 "
               "running, and is MASTER_ADDR=" + config.master_addr + " reachable from this host? (" + why + ")");
+}
+
+// Until something listens at MASTER_ADDR:MASTER_PORT (probing quietly: c10d's retries log a line each).
+void wait_for_listener(const RendezvousConfig& config, std::chrono::steady_clock::time_point deadline) {
+  while (!launch::can_connect(config.master_addr, config.master_port, 1000)) {
+    if (std::chrono::steady_clock::now() > deadline) throw_unreachable(config, "nothing accepted a connection");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 // The TCPStore itself: rank 0 hosts it, the others connect once something listens there, all by
@@ -122,14 +109,8 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config,
   options.waitWorkers = false;
   options.timeout = std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(
                                                                   deadline - std::chrono::steady_clock::now()));
-  check_resolves(config);
   if (options.isServer && port_in_use(config.master_port)) throw_port_in_use(config);
-  if (!options.isServer) {
-    while (!accepts_connections(config.master_addr, config.master_port)) {
-      if (std::chrono::steady_clock::now() > deadline) throw_unreachable(config, "nothing accepted a connection");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
+  if (!options.isServer) wait_for_listener(config, deadline);
   try {
     return c10::make_intrusive<c10d::TCPStore>(config.master_addr, options);
   } catch (const std::exception& e) {
@@ -148,19 +129,26 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config,
 
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
   // Before anything else is written: a rank of another job must not announce itself here.
-  JobCheck job{config.run_id, JobCheck::Role::kCompare, endpoint_of(config), config.timeout};
+  JobCheck job{config.run_id, JobCheck::Role::kCompare, config.master_addr, config.master_port, config.timeout};
   if (!config.rank0_hosts) job.role = JobCheck::Role::kFirstPublishes;
   else if (config.rank == 0) job.role = JobCheck::Role::kPublish;
+  check_resolves(config);
   const auto deadline = std::chrono::steady_clock::now() + config.timeout;
   for (;;) {
-    auto store = open_store(config, deadline);
     try {
-      check_same_job(*store, job);
+      // Whose store it is, asked before c10d's client connects to it (store_probe.h says why).
+      if (job.role == JobCheck::Role::kCompare) {
+        wait_for_listener(config, deadline);
+        check_listening_job(job);
+      }
+      auto store = open_store(config, deadline);
+      if (job.role != JobCheck::Role::kCompare) check_same_job(*store, job);
       store->setTimeout(config.timeout);  // every later wait on the store gets the whole COHORT_TIMEOUT
       return store;
     } catch (const JobUnanswered&) {
-      // The store went away before it said whose it was: another job's rank 0 that has ended (this
-      // job's own rank 0 may hold the port by now). Connect again until the deadline.
+      // The store went away before it said whose it was, or nothing listens yet: another job's rank 0
+      // that has ended (this job's own rank 0 may hold the port by now), or ours not started. Ask
+      // again until the deadline.
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left < std::chrono::milliseconds(100)) throw;
       job.timeout = left;
