@@ -58,7 +58,7 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
   EXPECT_EQ(option_error(O().devices(0)),
             "TrainerOptions.devices \"0\" is not accepted: expected a number of devices from 1 to 4096, or auto");
   EXPECT_EQ(option_error(O().strategy("fsdp")), "TrainerOptions.strategy \"fsdp\" is not accepted: expected one of "
-                                                "ddp, dp, zero1, zero2, zero3, deepspeed, single, auto");
+                                                "ddp, dp, zero1, zero2, zero3, deepspeed, pipeline, single, auto");
   EXPECT_EQ(option_error(O().strategy("deepspeed")),
             "TrainerOptions.strategy \"deepspeed\" needs TrainerOptions.deepspeed_config: the path of a "
             "ds_config.json (or use zero1, zero2, zero3)");
@@ -101,6 +101,17 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
   EXPECT_EQ(option_error(O().strategy("dp").deepspeed_config("ds.json")),
             "TrainerOptions.deepspeed_config \"ds.json\" is given, but TrainerOptions.strategy is \"dp\": a "
             "ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
+  EXPECT_EQ(option_error(O().strategy("pipeline").precision("bf16-mixed")),
+            "TrainerOptions.precision \"bf16-mixed\" with strategy \"pipeline\": the pipeline trains in 32-true only");
+  EXPECT_EQ(option_error(O().pipeline_stages(2)), "TrainerOptions.pipeline_stages \"2\" is not accepted: expected 0 "
+                                                  "unless strategy is \"pipeline\" (strategy is \"auto\")");
+  EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_stages(-1)),
+            "TrainerOptions.pipeline_stages \"-1\" is not accepted: expected an integer >= 1 (stages per pipeline), "
+            "or 0 for every rank");
+  EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_chunks(0)),
+            "TrainerOptions.pipeline_chunks \"0\" is not accepted: expected an integer >= 1 (microbatches per batch)");
+  EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_schedule("interleaved")),
+            "TrainerOptions.pipeline_schedule \"interleaved\" is not accepted: expected one of 1f1b, gpipe");
 }
 
 TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {

@@ -68,9 +68,9 @@ int main(int argc, char** argv) {
                  "with --strategy dp, replicas in this process")
       ->capture_default_str();
   app.add_option("--strategy", config.strategy,
-                 "ddp, dp (--devices replicas on threads of this one process), zero1, zero2, zero3 or single "
-                 "(--zero-stage wins)")
-      ->check(CLI::IsMember({"ddp", "dp", "zero1", "zero2", "zero3", "single"}))
+                 "ddp, dp (--devices replicas on threads of this one process), zero1, zero2, zero3, pipeline "
+                 "(the network cut into one stage per rank, 1F1B over 4 microbatches) or single (--zero-stage wins)")
+      ->check(CLI::IsMember({"ddp", "dp", "zero1", "zero2", "zero3", "pipeline", "single"}))
       ->capture_default_str();
   app.add_option("--precision", config.precision, "32-true, bf16-mixed or 16-mixed (16-mixed: GPU and ZeRO only)")
       ->check(CLI::IsMember({"32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16"}))

@@ -38,10 +38,17 @@ torch::nn::Sequential sequential_net(int64_t seed) {
 FashionMnistModule::FashionMnistModule(int64_t seed, double lr) : TrainingModule(sequential_net(seed)), lr_(lr) {}
 
 torch::Tensor FashionMnistModule::training_step(cohort::Batch& batch, int64_t) {
-  const torch::Tensor loss = torch::nn::functional::cross_entropy(forward(batch.data), batch.target);
+  return loss(forward(batch.data), batch.target);
+}
+
+torch::Tensor FashionMnistModule::loss(const torch::Tensor& output, const torch::Tensor& target) {
+  return torch::nn::functional::cross_entropy(output, target);
+}
+
+// Logged here rather than in training_step, which --strategy pipeline does not call.
+void FashionMnistModule::on_train_batch_end(const torch::Tensor& loss, int64_t) {
   // The epoch's loss: the exact sample-weighted mean over every rank's batches.
   log("train_loss", loss, cohort::LogOptions().on_step(false).on_epoch(true).sync_dist(true));
-  return loss;
 }
 
 // The share of right answers, in float64 so that share x samples gives back the exact count.

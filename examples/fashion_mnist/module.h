@@ -17,6 +17,9 @@ class FashionMnistModule : public cohort::TrainingModule {
  public:
   FashionMnistModule(int64_t seed, double lr);
   torch::Tensor training_step(cohort::Batch& batch, int64_t batch_index) override;
+  /// Cross entropy: training_step's loss, and each microbatch's under --strategy pipeline.
+  torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) override;
+  void on_train_batch_end(const torch::Tensor& loss, int64_t batch_index) override;
   void validation_step(cohort::Batch& batch, int64_t batch_index) override;
   std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override;
   void on_train_epoch_start() override;

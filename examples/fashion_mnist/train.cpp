@@ -79,6 +79,10 @@ std::string describe(const TrainConfig& config, const std::optional<cohort::Zero
     out << "dp (" << replicas << " replica(s) on threads of this process), Adam lr " << config.lr;
     return out.str();
   }
+  if (config.strategy == "pipeline" && !zero) {
+    out << "pipeline (one stage per rank, 1F1B over 4 microbatches), Adam lr " << config.lr;
+    return out.str();
+  }
   if (!zero) {
     out << "DDP, Adam lr " << config.lr;
     return out.str();
@@ -147,14 +151,16 @@ Job::Job(const TrainConfig& config)
 
 void Job::print_header() const {
   const cohort::World& world = trainer_.world();
-  const int64_t per_rank = (train_.images.size(0) + world.size() - 1) / world.size();
+  // Under --strategy pipeline every rank reads the same batches (the data is one share).
+  const int64_t shares = config_.strategy == "pipeline" && !zero_ ? 1 : world.size();
+  const int64_t per_rank = (train_.images.size(0) + shares - 1) / shares;
   const int64_t batch = config_.batch_size * replicas_;
   std::printf(
       "fashion_mnist: %d rank(s) (launcher: %s) on %s, %d thread(s) per rank, batch %lld per %s (%lld global), %s, "
       "seed %lld\n",
       world.size(), world.launcher().c_str(), world.device().str().c_str(), threads_.threads,
       static_cast<long long>(config_.batch_size), config_.strategy == "dp" ? "replica" : "rank",
-      static_cast<long long>(batch * world.size()), describe(config_, zero_, replicas_).c_str(),
+      static_cast<long long>(batch * shares), describe(config_, zero_, replicas_).c_str(),
       static_cast<long long>(config_.seed));
   std::printf("data: %lld train / %lld test images from %s; %lld steps per epoch\n",
               static_cast<long long>(train_.images.size(0)), static_cast<long long>(test_.images.size(0)),

@@ -31,8 +31,17 @@ struct TrainerOptions {
   /// "ddp" (cohort::DistributedDataParallel), "dp" (DataParallel / MirroredStrategy: one process,
   /// a replica per device on its own thread, gradients summed in process), "zero1", "zero2", "zero3"
   /// (the ZeRO engine at that stage), "deepspeed" (the ZeRO engine as deepspeed_config says),
-  /// "single" (one device, no reduction), or "auto" (ddp).
+  /// "pipeline" (the network cut into stages across ranks, cohort::pipeline; fp32; the module's
+  /// loss() gives each microbatch's loss), "single" (one device, no reduction), or "auto" (ddp).
   TORCH_ARG(std::string, strategy) = "auto";
+  /// Strategy "pipeline": stages per pipeline, one per rank (0: every rank of the world is a stage).
+  /// When it divides the world, the world is (world / stages) pipelines side by side, each stage
+  /// averaging its gradients with its replicas (DDP), and each pipeline reading its own share of the data.
+  TORCH_ARG(int64_t, pipeline_stages) = 0;
+  /// Strategy "pipeline": microbatches per batch (split as torch.tensor_split does).
+  TORCH_ARG(int64_t, pipeline_chunks) = 4;
+  /// Strategy "pipeline": "1f1b" or "gpipe" (cohort/pipeline_schedule.h).
+  TORCH_ARG(std::string, pipeline_schedule) = "1f1b";
   /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
   /// file's).
   TORCH_ARG(std::string, deepspeed_config) = "";

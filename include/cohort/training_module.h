@@ -80,6 +80,10 @@ class TrainingModule : public torch::nn::Module {
 
   /// One training batch: returns the loss the Trainer runs backward on.
   virtual torch::Tensor training_step(Batch& batch, int64_t batch_index) = 0;
+  /// Strategy "pipeline" only: the loss of the last stage's `output` on one microbatch and its
+  /// `target`, a mean over the microbatch (e.g. cross_entropy). Under "pipeline" the Trainer runs the
+  /// step itself (every stage's forward, this loss, backward) and training_step is not called.
+  virtual torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target);
   virtual void validation_step(Batch& batch, int64_t batch_index) {}
   virtual void test_step(Batch& batch, int64_t batch_index) {}
   /// The optimizer over `parameters`: the network's trainable parameters (ddp, dp, single) or this

@@ -24,11 +24,12 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   attach(target);
   train = &train_data;
   val = fit_options.val();
-  train->distribute(world.size(), world.rank(), false, std::max<int64_t>(options.raw.seed(), 0));
-  if (val != nullptr) val->distribute(world.size(), world.rank(), true, 0);
+  const auto [shares, share] = strategy->data_split(world);
+  train->distribute(shares, share, false, std::max<int64_t>(options.raw.seed(), 0));
+  if (val != nullptr) val->distribute(shares, share, true, 0);
   const int64_t batches = train->num_batches(), accumulate = strategy->accumulation();
   COHORT_CHECK(batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
-               " samples over ", world.size(), " rank(s), batch_size ", train->options().batch_size(), ")");
+               " samples over ", shares, " share(s) of the data, batch_size ", train->options().batch_size(), ")");
   const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
   COHORT_CHECK(!zero || batches % accumulate == 0, "accumulate_grad_batches (or the ds_config's "
                "gradient_accumulation_steps) ", accumulate,
@@ -101,7 +102,7 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
   }
   loss_sum += value * static_cast<double>(batch_size);
   loss_samples += batch_size;
-  samples_in_epoch += batch_size * world.size();  // the padded sampler gives every rank as many
+  samples_in_epoch += batch_size * strategy->data_split(world).first;  // the padded sampler gives each share as many
   module->on_train_batch_end(loss, index);
   if (boundary) after_optimizer_step(index);
   return !stop && !(options.raw.max_steps() >= 0 && step >= options.raw.max_steps());
@@ -167,7 +168,8 @@ std::map<std::string, double> TrainerImpl::evaluate(DataLoader& data, Stage whic
 
 std::map<std::string, double> TrainerImpl::run_evaluation(TrainingModule& target, DataLoader& data, Stage which) {
   attach(target);
-  data.distribute(world.size(), world.rank(), true, 0);
+  const auto [shares, share] = strategy->data_split(world);
+  data.distribute(shares, share, true, 0);
   const auto values = evaluate(data, which);
   publish(values, true);
   if (world.is_main())

@@ -59,14 +59,33 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
     out.strategy = StrategyKind::kSingle;
   } else if (name == "dp") {
     out.strategy = StrategyKind::kDp;
+  } else if (name == "pipeline") {
+    out.strategy = StrategyKind::kPipeline;
   } else {
-    refuse("strategy", name, "one of ddp, dp, zero1, zero2, zero3, deepspeed, single, auto");
+    refuse("strategy", name, "one of ddp, dp, zero1, zero2, zero3, deepspeed, pipeline, single, auto");
   }
   COHORT_CHECK(options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed ||
                    out.strategy == StrategyKind::kZero,
                "TrainerOptions.deepspeed_config \"", printable(options.deepspeed_config()),
                "\" is given, but TrainerOptions.strategy is \"", name,
                "\": a ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
+}
+
+// The pipeline options are read by strategy "pipeline" only; given to another, they are a mistake.
+void check_pipeline_options(const TrainerOptions& options, const ResolvedOptions& out) {
+  check_at_least("pipeline_stages", options.pipeline_stages(), 0,
+                 "an integer >= 1 (stages per pipeline), or 0 for every rank");
+  check_at_least("pipeline_chunks", options.pipeline_chunks(), 1, "an integer >= 1 (microbatches per batch)");
+  const std::string& schedule = options.pipeline_schedule();
+  if (schedule != "1f1b" && schedule != "gpipe") refuse("pipeline_schedule", schedule, "one of 1f1b, gpipe");
+  if (out.strategy == StrategyKind::kPipeline) {
+    COHORT_CHECK(out.precision == Precision::k32, "TrainerOptions.precision \"", options.precision(),
+                 "\" with strategy \"pipeline\": the pipeline trains in 32-true only");
+    return;
+  }
+  if (options.pipeline_stages() != 0)
+    refuse("pipeline_stages", std::to_string(options.pipeline_stages()),
+           "0 unless strategy is \"pipeline\" (strategy is \"" + options.strategy() + "\")");
 }
 
 Precision resolve_precision(const std::string& name) {
@@ -115,6 +134,7 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   out.precision = resolve_precision(options.precision());
   check_loop_limits(options);
   resolve_validation(options, out);
+  check_pipeline_options(options, out);
   COHORT_CHECK(out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",
                options.precision(), "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "
                "use \"bf16-mixed\" on the CPU");
@@ -148,6 +168,7 @@ std::string strategy_name(const ResolvedOptions& options) {
     case StrategyKind::kDeepSpeed: return "deepspeed";
     case StrategyKind::kSingle: return "single";
     case StrategyKind::kDp: return "dp";
+    case StrategyKind::kPipeline: return "pipeline";
   }
   return "?";
 }

@@ -9,7 +9,7 @@
 
 namespace cohort::detail {
 
-enum class StrategyKind { kDdp, kZero, kDeepSpeed, kSingle, kDp };
+enum class StrategyKind { kDdp, kZero, kDeepSpeed, kSingle, kDp, kPipeline };
 enum class Precision { k32, kBf16Mixed, k16Mixed };
 
 struct ResolvedOptions {

@@ -2,7 +2,7 @@
 // accumulation boundary, the state a checkpoint holds and the full parameters. "ddp"/"single" wrap
 // cohort::DistributedDataParallel (or nothing) around the module's network and the module's own
 // optimizer; "zero1-3"/"deepspeed" are the ZeRO engine; "dp" runs replicas of the network on threads
-// of this process (strategy_dp.cpp).
+// of this process (strategy_dp.cpp); "pipeline" cuts it into stages across ranks (strategy_pipeline.cpp).
 #pragma once
 
 #include <torch/types.h>
@@ -27,6 +27,9 @@ class Strategy {
   virtual torch::Tensor training_step(TrainingModule& module, Batch& batch, int64_t index) {
     return module.training_step(batch, index);
   }
+  /// How the training and evaluation data are split: (shares, this rank's share). One share per rank,
+  /// except under "pipeline", whose ranks of one pipeline read the same batches.
+  virtual std::pair<int, int> data_split(const World& world) const { return {world.size(), world.rank()}; }
   /// The network's output for `input` (float32 when the strategy computes in another dtype).
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;
   /// Backward of one micro-batch's loss; `boundary`: the last one of its accumulation window, whose

@@ -15,6 +15,8 @@ std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, Trai
                                             const World& world);
 std::unique_ptr<Strategy> make_dp_strategy(const ResolvedOptions& options, TrainingModule& module,
                                            const World& world);
+std::unique_ptr<Strategy> make_pipeline_strategy(const ResolvedOptions& options, TrainingModule& module,
+                                                 const World& world);
 
 namespace {
 
@@ -95,6 +97,7 @@ std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, Training
   if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)
     return std::make_unique<ZeroStrategy>(options, module, world);
   if (options.strategy == StrategyKind::kDp) return make_dp_strategy(options, module, world);
+  if (options.strategy == StrategyKind::kPipeline) return make_pipeline_strategy(options, module, world);
   return make_ddp_strategy(options, module, world);
 }
 

@@ -137,7 +137,7 @@ int64_t Trainer::samples_in_epoch() const { return impl_->samples_in_epoch; }
 int64_t Trainer::batches_done_in_epoch() const {
   if (impl_->train == nullptr) return 0;
   // Only an epoch's last batch may be short, and the count restarts after it: rounding up is exact.
-  const int64_t global = impl_->train->options().batch_size() * impl_->world.size();
+  const int64_t global = impl_->train->options().batch_size() * impl_->strategy->data_split(impl_->world).first;
   return (impl_->samples_in_epoch + global - 1) / global;
 }
 

@@ -14,7 +14,7 @@ CheckpointState TrainerImpl::checkpoint_state() {
   strategy->add_to(state);
   if (scheduler.scheduler) state.add("scheduler", *scheduler.scheduler);
   state.add("sampler", train->sampler(), samples_in_epoch);
-  state.set("trainer.global_batch", std::to_string(train->options().batch_size() * world.size()));
+  state.set("trainer.global_batch", std::to_string(train->options().batch_size() * strategy->data_split(world).first));
   std::map<std::string, std::string> values;
   for (const auto& callback : callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
@@ -43,7 +43,7 @@ void TrainerImpl::resume(const std::string& ckpt_path) {
   const auto info = load_checkpoint(dir, state, LoadOptions().must_exist(ckpt_path != "last"));
   if (!info) return;
   const std::string saved_batch = state.get("trainer.global_batch");
-  const std::string batch = std::to_string(train->options().batch_size() * world.size());
+  const std::string batch = std::to_string(train->options().batch_size() * strategy->data_split(world).first);
   COHORT_CHECK(saved_batch == batch, "the checkpoint ", info->path, " was saved with a global batch of ", saved_batch,
                " samples, this run has ", batch, " (batch_size x ranks): keep the global batch to resume");
   step = state.step();

@@ -22,6 +22,11 @@ torch::Tensor TrainingModule::forward(const torch::Tensor& input) {
   return link_ != nullptr ? link_->forward(input) : network_->forward(input);
 }
 
+torch::Tensor TrainingModule::loss(const torch::Tensor&, const torch::Tensor&) {
+  throw Error("strategy \"pipeline\" computes each microbatch's loss on the last stage: override "
+              "TrainingModule::loss(output, target), e.g. return torch::nn::functional::cross_entropy(output, target)");
+}
+
 int64_t TrainingModule::current_epoch() const { return link_ != nullptr ? link_->current_epoch() : 0; }
 int64_t TrainingModule::global_step() const { return link_ != nullptr ? link_->global_step() : 0; }
 

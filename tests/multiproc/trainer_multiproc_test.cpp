@@ -16,6 +16,7 @@
 #include "cohort/trainer.h"
 #include "cohort/zero.h"
 #include "launch_helpers.h"
+#include "support/errors.h"
 #include "support/multiproc.h"
 #include "support/tiny_trainer_module.h"
 
@@ -105,17 +106,122 @@ TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
   options.env["TRAINER_TEST_DIR"] = dir;
   run_ranks(2, [](int, int) {
     cohort::init();
-    const std::string root = std::getenv("TRAINER_TEST_DIR");
-    const auto straight = with_trainer(quiet("ddp"));
-    auto checkpoint = [&] {
-      return std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions().dirpath(root));
-    };
-    with_trainer(quiet("ddp").max_steps(11), "", checkpoint());  // stops mid-epoch 2
-    EXPECT_TRUE(std::filesystem::exists(root + "/step-11/manifest.json"));
-    const auto resumed = with_trainer(quiet("ddp"), "last", checkpoint(), /*seed=*/99);
-    expect_same(straight, resumed, "resumed");
+    for (const std::string strategy : {"ddp", "pipeline"}) {
+      const std::string root = std::string(std::getenv("TRAINER_TEST_DIR")) + "/" + strategy;
+      const auto straight = with_trainer(quiet(strategy));
+      auto checkpoint = [&] {
+        return std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions().dirpath(root));
+      };
+      // pipeline: 64 samples in batches of 4 on every rank, 16 steps per epoch; ddp: 8.
+      const int64_t stop = strategy == "ddp" ? 11 : 21;  // mid-epoch 2
+      with_trainer(quiet(strategy).max_steps(stop), "", checkpoint());
+      EXPECT_TRUE(std::filesystem::exists(root + "/step-" + std::to_string(stop) + "/manifest.json"));
+      const auto resumed = with_trainer(quiet(strategy), "last", checkpoint(), /*seed=*/99);
+      expect_same(straight, resumed, strategy + " resumed");
+    }
   }, options);
   remove_tree(dir);
+}
+
+// One process over the batches `shares` pipelines read together: step k's batch is every share's
+// k-th batch of kBatch (the DistributedSampler of that share), one Adam step on their union, the
+// gradient's norm clipped to `clip` (0: not clipped).
+torch::nn::Sequential one_process(int shares, double clip) {
+  auto data = tiny_data();
+  auto net = tiny_network();
+  std::vector<cohort::DistributedSampler> samplers;
+  for (int r = 0; r < shares; ++r)
+    samplers.emplace_back(data->size(), cohort::SamplerOptions().num_replicas(shares).rank(r).shuffle(true).seed(0));
+  torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(0.01));
+  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+    std::vector<std::vector<torch::Tensor>> batches;
+    for (auto& sampler : samplers) {
+      sampler.set_epoch(epoch);
+      batches.push_back(sampler.batch_tensors(kBatch));
+    }
+    for (size_t k = 0; k < batches[0].size(); ++k) {
+      std::vector<torch::Tensor> parts;
+      for (const auto& share : batches) parts.push_back(share[k]);
+      const cohort::Batch b = data->get_batch(torch::cat(parts));
+      adam.zero_grad();
+      torch::nn::functional::cross_entropy(net->forward(b.data), b.target).backward();
+      if (clip > 0) torch::nn::utils::clip_grad_norm_(net->parameters(), clip);
+      adam.step();
+    }
+  }
+  return net;
+}
+
+// Pipelined: the same weights as one process (within float rounding: microbatches sum in another
+// order), and the same validation loss over the whole data.
+void expect_pipeline_trains_as_one_process(cohort::TrainerOptions options, int shares) {
+  auto reference = one_process(shares, options.gradient_clip_val());
+  cohort::Trainer trainer(options);
+  TinyModule module;
+  cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
+  trainer.fit(module, loader);
+  const auto trained = trainer.full_parameters();
+  const auto expected = reference->named_parameters();
+  ASSERT_EQ(trained.size(), expected.size());
+  for (size_t i = 0; i < trained.size(); ++i) {
+    EXPECT_EQ(trained[i].first, expected[i].key());
+    EXPECT_TRUE(torch::allclose(trained[i].second, expected[i].value(), 1e-5, 1e-6))
+        << trained[i].first << " differs by " << (trained[i].second - expected[i].value()).abs().max().item<double>();
+  }
+  cohort::DataLoader all(tiny_data(), cohort::LoaderOptions().batch_size(16));
+  const auto metrics = trainer.validate(module, all);
+  torch::NoGradGuard no_grad;
+  const auto whole = tiny_data()->get_batch(torch::arange(64));
+  const double expected_loss =
+      torch::nn::functional::cross_entropy(reference->forward(whole.data), whole.target).item<double>();
+  EXPECT_NEAR(metrics.at("val_loss"), expected_loss, 1e-5);
+}
+
+TEST(TrainerPipeline, TwoStagesTrainAsOneProcess) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    expect_pipeline_trains_as_one_process(quiet("pipeline"), 1);
+    expect_pipeline_trains_as_one_process(quiet("pipeline").pipeline_schedule("gpipe").pipeline_chunks(3)
+                                              .gradient_clip_val(0.05), 1);
+  });
+}
+
+// 4 ranks, pipeline_stages 2: two pipelines of two stages, each reading half the data.
+TEST(TrainerPipeline, TwoPipelinesOfTwoStagesTrainAsOneProcessOnTheirUnion) {
+  run_ranks(4, [](int, int) {
+    cohort::init();
+    expect_pipeline_trains_as_one_process(quiet("pipeline").pipeline_stages(2), 2);
+  });
+}
+
+TEST(TrainerPipeline, AModuleWithoutLossAndStagesNotDividingTheWorldAreNamed) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    struct WithoutLoss : cohort::TrainingModule {
+      WithoutLoss() : TrainingModule(tiny_network()) {}
+      torch::Tensor training_step(cohort::Batch& batch, int64_t) override {
+        return torch::nn::functional::cross_entropy(forward(batch.data), batch.target);
+      }
+      std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> p) override {
+        return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1));
+      }
+    };
+    cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch));
+    EXPECT_THAT(error_of([&] {
+                  cohort::Trainer trainer(quiet("pipeline").pipeline_stages(3));
+                  TinyModule module;
+                  trainer.fit(module, loader);
+                }),
+                HasSubstr("TrainerOptions.pipeline_stages 3 does not divide the 2 ranks: the world is (ranks / "
+                          "stages) pipelines of one rank per stage"));
+    const std::string missing = error_of([&] {
+      cohort::Trainer trainer(quiet("pipeline"));
+      WithoutLoss module;
+      trainer.fit(module, loader);
+    });
+    EXPECT_THAT(missing, HasSubstr("strategy \"pipeline\" computes each microbatch's loss on the last stage: "
+                                   "override TrainingModule::loss(output, target)"));
+  });
 }
 
 // The program of the self-launch tests: run as a plain process (no launcher variables), it asks for

@@ -35,6 +35,9 @@ struct TinyModule : TrainingModule {
     log("train_loss", loss, LogOptions().prog_bar(true).on_epoch(true).sync_dist(true));
     return loss;
   }
+  torch::Tensor loss(const torch::Tensor& output, const torch::Tensor& target) override {  // strategy pipeline
+    return torch::nn::functional::cross_entropy(output, target);
+  }
   void validation_step(Batch& batch, int64_t) override {
     auto logits = forward(batch.data);
     log("val_loss", torch::nn::functional::cross_entropy(logits, batch.target), LogOptions().sync_dist(true));

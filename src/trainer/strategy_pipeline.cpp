@@ -1,0 +1,142 @@
+// "pipeline": the module's network cut into stages across the ranks of each pipeline
+// (cohort::pipeline), the world laid out as (world / stages) pipelines side by side with each stage
+// averaging its gradients over its replicas (the Pipeline's DDP over the "data" axis). A training
+// step is the Pipeline's: every stage's forward on microbatches, TrainingModule::loss at the last
+// stage, backward; the loss comes back on every rank. Evaluation runs Pipeline::forward, whose output
+// reaches every rank, so validation_step and test_step run unchanged. Every rank of a pipeline reads
+// the same batches (the data is split over the pipelines only).
+#include <torch/nn/utils/clip_grad.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "cohort/error.h"
+#include "cohort/mesh.h"
+#include "cohort/pipeline.h"
+#include "trainer/strategy.h"
+
+namespace cohort::detail {
+namespace {
+
+class PipelineStrategy : public Strategy {
+ public:
+  PipelineStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
+      : options_(options), module_(module), world_(world) {
+    const int stages = options.raw.pipeline_stages() > 0 ? int(options.raw.pipeline_stages()) : world.size();
+    COHORT_CHECK(world.size() % stages == 0, "TrainerOptions.pipeline_stages ", stages, " does not divide the ",
+                 world.size(), " ranks: the world is (ranks / stages) pipelines of one rank per stage");
+    std::shared_ptr<Comm> data_comm;
+    pipe_comm_ = world.comm_ptr();
+    if (stages < world.size()) {
+      mesh_.emplace(world.comm(), std::vector<MeshDim>{{"data", world.size() / stages}, {"pipe", stages}});
+      pipe_comm_ = mesh_->group_ptr("pipe");
+      data_comm = mesh_->group_ptr("data");
+    }
+    partition_ = pipeline::partition(module.network(), stages);
+    const int64_t accumulate = options.raw.accumulate_grad_batches();
+    auto loss = [&module, accumulate](const torch::Tensor& output, const torch::Tensor& target) {
+      const torch::Tensor value = module.loss(output, target);
+      return accumulate > 1 ? value / static_cast<double>(accumulate) : value;
+    };
+    pipeline_.emplace(pipe_comm_, pipeline::stages_of_rank(partition_, stages, pipe_comm_->rank()),
+                      pipeline::PipelineOptions()
+                          .schedule(options.raw.pipeline_schedule())
+                          .chunks(int(options.raw.pipeline_chunks()))
+                          .loss_fn(loss)
+                          .data_comm(data_comm));
+    parameters_ = pipeline_->parameters();
+    optimizer_ = module.configure_optimizers(parameters_);
+    COHORT_CHECK(optimizer_ != nullptr, "configure_optimizers returned no optimizer");
+  }
+
+  std::pair<int, int> data_split(const World&) const override {
+    if (!mesh_) return {1, 0};
+    return {mesh_->size("data"), mesh_->coordinate("data")};
+  }
+
+  torch::Tensor training_step(TrainingModule&, Batch& batch, int64_t) override {
+    const torch::Tensor loss = pipeline_->step(batch.data, batch.target);
+    const int64_t accumulate = options_.raw.accumulate_grad_batches();
+    return accumulate > 1 ? loss * static_cast<double>(accumulate) : loss;
+  }
+
+  torch::Tensor forward(const torch::Tensor& input) override { return pipeline_->forward(input); }
+
+  void backward(const torch::Tensor&, bool) override {}  // the pipeline's step ran it, stage by stage
+
+  void step() override {
+    if (options_.raw.gradient_clip_val() > 0) clip_global_norm(options_.raw.gradient_clip_val());
+    optimizer_->step();
+    optimizer_->zero_grad();
+  }
+
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  int64_t accumulation() const override { return options_.raw.accumulate_grad_batches(); }
+  double lr() const override { return optimizer_->param_groups().at(0).options().get_lr(); }
+
+  void add_to(CheckpointState& state) override {
+    if (!model_state_) model_state_ = pipeline_->model_state();
+    if (!optimizer_state_) optimizer_state_ = pipeline_->optimizer_state(*optimizer_);
+    state.add("model", model_state_).add("optimizer", optimizer_state_);
+  }
+
+  // Every parameter from the rank of the stage that trains it (the other ranks' copies are stale).
+  std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
+    std::vector<std::pair<std::string, torch::Tensor>> out;
+    for (const auto& item : module_.network()->named_parameters()) {
+      torch::Tensor value = item.value().detach().to(torch::kCPU, torch::kFloat).clone();
+      pipe_comm_->broadcast(value, owner_of(item.key()));
+      out.emplace_back(item.key(), value);
+    }
+    return out;
+  }
+
+  std::string describe() const override {
+    const int pipelines = mesh_ ? mesh_->size("data") : 1;
+    return "pipeline (" + pipeline_->describe_partition() + ", " + options_.raw.pipeline_schedule() + ", " +
+           std::to_string(options_.raw.pipeline_chunks()) + " microbatches" +
+           (pipelines > 1 ? ", " + std::to_string(pipelines) + " pipelines" : "") + ")";
+  }
+
+ private:
+  // The pipeline rank holding the layer a parameter name ("3.weight") starts with.
+  int owner_of(const std::string& name) const {
+    const int64_t layer = std::stoll(name.substr(0, name.find('.')));
+    const auto& cuts = partition_.boundaries;
+    const auto stage = std::upper_bound(cuts.begin(), cuts.end(), layer) - cuts.begin() - 1;
+    return int(stage) % pipe_comm_->size();
+  }
+
+  // Clipping by the norm over every stage's gradients, as one process would (each rank holds a part).
+  void clip_global_norm(double max_norm) {
+    torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
+    for (const auto& p : parameters_)
+      if (p.grad().defined()) squares += p.grad().detach().to(torch::kCPU, torch::kFloat64).pow(2).sum();
+    const double norm = std::sqrt(pipe_comm_->allreduce(squares).item<double>());
+    const double scale = max_norm / (norm + 1e-6);  // clip_grad_norm_'s epsilon
+    if (scale >= 1.0) return;
+    for (const auto& p : parameters_)
+      if (p.grad().defined()) p.grad().mul_(scale);
+  }
+
+  ResolvedOptions options_;
+  TrainingModule& module_;
+  World world_;
+  std::optional<Mesh> mesh_;
+  std::shared_ptr<Comm> pipe_comm_;
+  pipeline::Partition partition_;
+  std::optional<pipeline::Pipeline> pipeline_;
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::shared_ptr<Stateful> model_state_, optimizer_state_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_pipeline_strategy(const ResolvedOptions& options, TrainingModule& module,
+                                                 const World& world) {
+  return std::make_unique<PipelineStrategy>(options, module, world);
+}
+
+}  // namespace cohort::detail
