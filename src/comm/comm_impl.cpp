@@ -174,6 +174,9 @@ void CommImpl::launch(PendingOp& op) {
     } else if (op.shm && shm_) {
       auto watch = [&] {
         if (auto failure = control_->check_peers()) throw TransportStopped{explain(*failure, op)};
+        // The caller's thread may have failed this op first (it watches too), or the Comm is closing:
+        // then the peers will not arrive, and this thread must not wait for them until the deadline.
+        if (auto stopped = stopped_reason()) throw TransportStopped{*stopped};
         if (Clock::now() > deadline) throw TransportStopped{explain_timeout(op)};
       };
       try {
@@ -207,6 +210,13 @@ void CommImpl::launch(PendingOp& op) {
   op.launched_ = true;
   if (!op.work_) op.data_done_ = true;  // device_completion: await_data polls the Work
   op.cv_.notify_all();
+}
+
+std::optional<std::string> CommImpl::stopped_reason() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!poisoned_.empty()) return poisoned_;
+  if (stop_) return std::string("the Comm is being destroyed");
+  return std::nullopt;
 }
 
 std::string CommImpl::poison(const std::string& error) {

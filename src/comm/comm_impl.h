@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "comm/control_plane.h"
@@ -136,6 +137,9 @@ class CommImpl {
   void await_device(PendingOp& op, Clock::time_point deadline);
   /// The first failure becomes the Comm's: records it (once), tells the peers, returns the final text.
   std::string poison(const std::string& error);
+  /// Why a transfer in flight must stop now: the Comm was poisoned (another thread failed an op) or is
+  /// being destroyed; nullopt while healthy.
+  std::optional<std::string> stopped_reason();
   /// A transport error: waits briefly for the control plane to name a dead peer, then fails with it.
   [[noreturn]] void fail_transport(PendingOp& op, const std::string& what);
   /// Point to point: numbers the op on its (peer, tag) channel and sets its deadline clock.

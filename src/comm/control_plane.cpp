@@ -412,6 +412,8 @@ std::optional<PeerFailure> ControlPlane::check_peers() {
   std::vector<pollfd> fds;
   std::vector<int> owners;
   for (int p = 0; p < size_; ++p) {
+    // A death another thread saw first stays a death: every watcher must learn of it, not only the first.
+    if (p != rank_ && peers_[p].closed && !peers_[p].said_bye) return PeerFailure{PeerFailure::kDied, p, ""};
     if (p == rank_ || peers_[p].fd < 0 || peers_[p].closed) continue;
     fds.push_back(pollfd{peers_[p].fd, POLLIN, 0});
     owners.push_back(p);
