@@ -755,6 +755,11 @@ TEST(CohortrunBindCores, FlagsResolveAgainstTheAllowedCpus) {
             "--bind-cores needs a core per local rank: --nproc-per-node=2 starts 2 but --core-list=1 has 1");
   EXPECT_EQ(refusal({"--core-list=0-2", COHORT_ENV_WORKER}),
             "--core-list=0-2: CPU 2 is not one this process may use (CPUs 0-1)");
+  // An empty value (a variable that was not set) is refused, not read as "no flag".
+  EXPECT_EQ(refusal({"--core-list=", COHORT_ENV_WORKER}),
+            "--core-list was given an empty value: give a value (0-3,8,...) or leave the flag out");
+  EXPECT_EQ(refusal({"--master-addr", "", COHORT_ENV_WORKER}),
+            "--master-addr was given an empty value: give a value (HOST) or leave the flag out");
 }
 
 TEST(CohortrunBindCores, ThreadCountsFollowTheCpusUnlessSet) {

@@ -128,13 +128,20 @@ struct Switches {
   bool bind_cores = false;
 };
 
-void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches& on) {
+// A value flag's key ("tee") and the form of its value, to refuse "--tee=" with no value by name.
+struct ValueFlag {
+  std::string key;
+  std::string type;
+};
+
+void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches& on, std::vector<ValueFlag>& values) {
   const auto value_flag = [&](const std::string& name, const std::string& type,
                               const std::string& description) {
     const std::string key = name.substr(0, name.find(','));  // "tee,-t": key tee, alias -t
     std::string env = "PET_" + key;
     for (auto& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
     app.add_option("--" + name, text[key], description)->envname(env)->type_name(type);
+    values.push_back({key, type});
   };
   value_flag("nnodes", "N|MIN:MAX", "number of nodes (default 1)");
   value_flag("nproc-per-node", "N|cpu|gpu|auto", "workers on this node (default 1)");
@@ -164,6 +171,23 @@ void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches
       ->envname("PET_BIND_CORES");
   value_flag("core-list", "0-3,8,...", "--bind-cores over these CPUs only (run_cpu's --core-list)");
   app.add_flag("--help,-h", on.help, "print this help");
+}
+
+// "--master-addr=$HOST" with HOST unset: named plainly (CLI11 would say "1 required HOST missing").
+void refuse_empty_values(const std::vector<std::string>& flags, const std::vector<ValueFlag>& values) {
+  for (size_t i = 0; i < flags.size(); ++i) {
+    const std::string& arg = flags[i];
+    if (arg.rfind("--", 0) != 0) continue;
+    const auto eq = arg.find('=');
+    const bool empty = eq == std::string::npos ? i + 1 < flags.size() && flags[i + 1].empty() : eq + 1 == arg.size();
+    if (!empty) continue;
+    std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    for (auto& c : name) c = c == '_' ? '-' : c;
+    for (const auto& flag : values)
+      if (flag.key == name)
+        throw UsageError("--" + name + " was given an empty value: give a value (" + flag.type +
+                         ") or leave the flag out");
+  }
 }
 
 std::string help_text(const CLI::App& app) {
@@ -215,7 +239,9 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
   app.set_help_flag();  // --help is handled below, after the cut at the program
   std::map<std::string, std::string> text;  // flag name -> value, as typed or from PET_*
   Switches on;
-  add_flags(app, text, on);
+  std::vector<ValueFlag> values;
+  add_flags(app, text, on, values);
+  refuse_empty_values(line.flags, values);
   std::vector<std::string> reversed(line.flags.rbegin(), line.flags.rend());
   try {
     app.parse(reversed);
