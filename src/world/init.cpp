@@ -72,6 +72,34 @@ auto joining(const std::string& step, const std::string& endpoint, Step&& run) -
   }
 }
 
+// The rendezvous of a world of several ranks: the store in `config` (connected, every rank arrived)
+// and the address peers reach this rank at. Returns where the world meets ("HOST:PORT"), for errors.
+std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, detail::CommConfig& config) {
+  COHORT_CHECK(!launch.master_addr.empty(), "no master address for a world of ", launch.size,
+               " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
+  COHORT_CHECK(options.store() || launch.master_port != 0, "no master port for a world of ", launch.size,
+               " (launcher: ", launch.launcher, " exports none): export MASTER_PORT to every rank");
+  COHORT_CHECK(options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
+               "master port ", launch.master_port, " is out of range 1..65535");
+  // torchrun's static rendezvous hosts the store itself and says so (agent_store); it keeps it
+  // across restarts, so each restart's keys get their own prefix.
+  const detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank,       launch.size,
+                                      config.timeout,     !launch.agent_store, launch.run_id};
+  config.run_id = launch.run_id;
+  const std::string endpoint = launch.master_addr + ":" + std::to_string(launch.master_port);
+  config.store = options.store() ? options.store()
+                                 : joining("connecting to the rendezvous store", endpoint,
+                                           [&] { return detail::connect_store(rdzv); });
+  if (launch.restart_count)
+    config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),
+                                                          config.store);
+  joining("waiting for every rank to arrive", endpoint, [&] { detail::wait_for_all_ranks(*config.store, rdzv); });
+  config.local_address = detail::local_address_towards(launch.master_addr, launch.master_port);
+  COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", endpoint, " (this host: ",
+              config.local_address, ")");
+  return endpoint;
+}
+
 }  // namespace
 
 Comm& World::comm() const {
@@ -139,30 +167,9 @@ World init(const InitOptions& options) {
   config.shm_slot_bytes = shm_slot_bytes();
   std::string endpoint = "this process";  // where the world meets, for errors
   if (launch.size > 1 || options.store()) {
-    COHORT_CHECK(!launch.master_addr.empty(), "no master address for a world of ", launch.size,
-                 " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
-    COHORT_CHECK(options.store() || launch.master_port != 0, "no master port for a world of ", launch.size,
-                 " (launcher: ", launch.launcher, " exports none): export MASTER_PORT to every rank");
-    COHORT_CHECK(options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
-                 "master port ", launch.master_port, " is out of range 1..65535");
     world.master_addr_ = launch.master_addr;
     world.master_port_ = launch.master_port;
-    // torchrun's static rendezvous hosts the store itself and says so (agent_store); it keeps it
-    // across restarts, so each restart's keys get their own prefix.
-    const detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank, launch.size,
-                                        timeout,            !launch.agent_store, launch.run_id};
-    config.run_id = launch.run_id;
-    endpoint = launch.master_addr + ":" + std::to_string(launch.master_port);
-    config.store = options.store()
-                       ? options.store()
-                       : joining("connecting to the rendezvous store", endpoint, [&] { return detail::connect_store(rdzv); });
-    if (launch.restart_count)
-      config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),
-                                                            config.store);
-    joining("waiting for every rank to arrive", endpoint, [&] { detail::wait_for_all_ranks(*config.store, rdzv); });
-    config.local_address = detail::local_address_towards(launch.master_addr, launch.master_port);
-    COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", launch.master_addr, ":",
-                launch.master_port, " (this host: ", config.local_address, ")");
+    endpoint = meet(launch, options, config);
   }
   world.comm_ = joining("connecting the ranks to each other", endpoint,
                         [&] { return std::make_shared<Comm>(std::make_unique<detail::CommImpl>(config)); });
