@@ -11,6 +11,9 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 reps=${1:-7}
 steps=${2:-60}
 run=${COHORTRUN:-build/tools/cohortrun}  # COHORTRUN: another build's launcher
+# Each rank on its own core: unbound, 2 ranks on this 2-vCPU VM ran 104 or 137 ms a CNN step by where
+# the scheduler put them, whatever the code (docs/BENCHMARKS.md). BIND=0 leaves placement to the kernel.
+bind=--bind-cores; [ "${BIND:-1}" = 0 ] && bind=''
 step=build/bench/trainer/trainer_step
 out=$(mktemp)
 for rep in $(seq "$reps"); do
@@ -20,7 +23,7 @@ for rep in $(seq "$reps"); do
     for strategy in ddp single; do
       nproc=2; [ "$strategy" = single ] && nproc=1
       for mode in loop trainer; do
-        $run --standalone --nproc-per-node $nproc $step --mode $mode --strategy $strategy $common 2>/dev/null |
+        $run --standalone $bind --nproc-per-node $nproc $step --mode $mode --strategy $strategy $common 2>/dev/null |
           sed 's/^\[rank0\]: //' | grep RESULT >>"$out"
       done
     done
