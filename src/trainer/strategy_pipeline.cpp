@@ -5,7 +5,6 @@
 // stage, backward; the loss comes back on every rank. Evaluation runs Pipeline::forward, whose output
 // reaches every rank, so validation_step and test_step run unchanged. Every rank of a pipeline reads
 // the same batches (the data is split over the pipelines only).
-#include <torch/nn/utils/clip_grad.h>
 
 #include <algorithm>
 #include <cmath>
