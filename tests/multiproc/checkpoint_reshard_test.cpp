@@ -100,16 +100,8 @@ struct Trained {
 
 // A directory that the test process makes and its rank processes find in the environment.
 std::string shared_dir(RanksOptions& options) {
-  std::string dir;
-  if (cohort::testing::is_rank_process()) {
-    dir = std::getenv("CKPT_TEST_DIR");
-  } else {
-    char name[] = "/tmp/checkpoint_reshard_XXXXXX";
-    dir = ::mkdtemp(name);
-  }
-  options.env["CKPT_TEST_DIR"] = dir;
   options.env["COHORT_TIMEOUT"] = "30";
-  return dir;
+  return cohort::testing::shared_temp_dir(options, "CKPT_TEST_DIR", "checkpoint_reshard_");
 }
 
 }  // namespace

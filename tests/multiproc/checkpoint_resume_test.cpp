@@ -74,14 +74,7 @@ std::vector<torch::Tensor> load_params(const std::string& path) {
 
 TEST(CheckpointResume, ResumedRunEqualsUninterruptedRun) {
   cohort::testing::RanksOptions options;
-  std::string dir;
-  if (cohort::testing::is_rank_process()) {
-    dir = std::getenv("CKPT_TEST_DIR");
-  } else {
-    char name[] = "/tmp/checkpoint_resume_XXXXXX";
-    dir = ::mkdtemp(name);
-  }
-  options.env["CKPT_TEST_DIR"] = dir;
+  const std::string dir = cohort::testing::shared_temp_dir(options, "CKPT_TEST_DIR", "checkpoint_resume_");
   const std::string ckpt = dir + "/ckpt";
   // A rank process runs the body of the first run_ranks call it reaches, so every call passes the
   // same body, which reads its part from the environment.

@@ -67,14 +67,7 @@ std::string safetensors_bytes(const std::string& path, const std::string& name, 
 
 TEST(CheckpointTool, InfoVerifyConsolidate) {
   cohort::testing::RanksOptions options;
-  std::string dir;
-  if (cohort::testing::is_rank_process()) {
-    dir = std::getenv("CKPT_TEST_DIR");
-  } else {
-    char name[] = "/tmp/checkpoint_tool_XXXXXX";
-    dir = ::mkdtemp(name);
-  }
-  options.env["CKPT_TEST_DIR"] = dir;
+  const std::string dir = cohort::testing::shared_temp_dir(options, "CKPT_TEST_DIR", "checkpoint_tool_");
   run_ranks(3, [&](int rank, int size) {
     cohort::init();
     torch::manual_seed(1);

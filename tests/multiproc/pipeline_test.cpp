@@ -321,14 +321,7 @@ std::string run_tool(const std::string& args) {
 // whole model's state_dict of it, equal to the stages that were saved.
 TEST(PipelineCheckpoint, ResumesExactlyReshardsByNameAndConsolidates) {
   cohort::testing::RanksOptions options = with_timeout(60);
-  std::string dir;
-  if (cohort::testing::is_rank_process()) {
-    dir = std::getenv("PIPELINE_CKPT_DIR");
-  } else {
-    char name[] = "/tmp/pipeline_checkpoint_XXXXXX";
-    dir = ::mkdtemp(name);
-  }
-  options.env["PIPELINE_CKPT_DIR"] = dir;
+  const std::string dir = cohort::testing::shared_temp_dir(options, "PIPELINE_CKPT_DIR", "pipeline_checkpoint_");
   run_ranks(2, [&](int rank, int) {
     auto world = cohort::init();
     auto comm = world.comm_ptr();
@@ -390,14 +383,7 @@ TEST(PipelineCheckpoint, ResumesExactlyReshardsByNameAndConsolidates) {
 // replicas share the writing) and both replicas load it.
 TEST(PipelineCheckpoint, DataParallelReplicasWriteEachTensorOnce) {
   cohort::testing::RanksOptions options = with_timeout(60);
-  std::string dir;
-  if (cohort::testing::is_rank_process()) {
-    dir = std::getenv("PIPELINE_CKPT_DIR");
-  } else {
-    char name[] = "/tmp/pipeline_replicas_XXXXXX";
-    dir = ::mkdtemp(name);
-  }
-  options.env["PIPELINE_CKPT_DIR"] = dir;
+  const std::string dir = cohort::testing::shared_temp_dir(options, "PIPELINE_CKPT_DIR", "pipeline_replicas_");
   run_ranks(4, [&](int rank, int) {
     auto world = cohort::init();
     cohort::Mesh mesh(world.comm(), {{"pipe", 2}, {"data", 2}});

@@ -64,6 +64,19 @@ bool is_rank_process() {
   return flag != nullptr && std::string(flag) == "1";
 }
 
+std::string shared_temp_dir(RanksOptions& options, const std::string& variable, const std::string& prefix) {
+  std::string dir;
+  if (is_rank_process()) {
+    const char* passed = std::getenv(variable.c_str());
+    dir = passed != nullptr ? passed : "";
+  } else {
+    std::string name = "/tmp/" + prefix + "XXXXXX";
+    dir = ::mkdtemp(name.data());
+  }
+  options.env[variable] = dir;
+  return dir;
+}
+
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};

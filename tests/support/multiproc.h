@@ -30,6 +30,11 @@ struct RanksOptions {
 /// True in a rank process started by run_ranks.
 bool is_rank_process();
 
+/// A directory every rank of one run_ranks call shares: the test process makes it (/tmp/<prefix>XXXXXX)
+/// and passes it in `options.env[variable]`; a rank process reads it back from there. The test process
+/// removes it when done.
+std::string shared_temp_dir(RanksOptions& options, const std::string& variable, const std::string& prefix);
+
 /// In the test process: starts `n` rank processes running this test, each calling body(rank, n),
 /// waits for all and returns their results. In a rank process: calls body and exits (status 1 if
 /// the body recorded a test failure).
