@@ -17,6 +17,9 @@ namespace {
 // How long a waiting thread sleeps between looks at the control plane while data moves.
 constexpr auto kWatchInterval = std::chrono::milliseconds(50);
 
+// Marks a fingerprint whose data moves through the shared-memory segment (see agree_and_move).
+constexpr uint64_t kShmPathBit = uint64_t(1) << 63;
+
 // Thrown by the shared-memory transport's watch: the message is already the final explanation.
 struct TransportStopped {
   std::string message;
@@ -154,47 +157,12 @@ void CommImpl::launcher_loop() {
 
 void CommImpl::launch(PendingOp& op) {
   op.started_ = Clock::now();
-  const auto deadline = op.started_ + config_.timeout;
   std::string error;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error = poisoned_;
   }
-  if (error.empty()) {
-    const uint64_t hash = op.fingerprint.hash(uint64_t(op.seq));
-    AgreeResult result;
-    std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
-    const bool agreed = result.agreed();
-    if (op.queued_us_ >= 0) op.agreed_us_ = trace::now_us();
-    op.transport_ = op.shm && shm_ ? "shm" : op.device_completion && nccl_ ? "nccl" : "gloo";
-    if (failure) {
-      error = explain(*failure, op);
-    } else if (!agreed) {
-      error = explain_desync(op);
-    } else if (op.shm && shm_) {
-      auto watch = [&] {
-        if (auto failure = control_->check_peers()) throw TransportStopped{explain(*failure, op)};
-        // The caller's thread may have failed this op first (it watches too), or the Comm is closing:
-        // then the peers will not arrive, and this thread must not wait for them until the deadline.
-        if (auto stopped = stopped_reason()) throw TransportStopped{*stopped};
-        if (Clock::now() > deadline) throw TransportStopped{explain_timeout(op)};
-      };
-      try {
-        op.shm(*shm_, watch);
-        if (op.queued_us_ >= 0) op.data_us_ = trace::now_us();
-      } catch (const TransportStopped& stopped) {
-        error = stopped.message;
-      } catch (const std::exception& e) {
-        error = describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
-      }
-    } else if (op.launch) {
-      try {
-        op.work_ = op.launch();
-      } catch (const std::exception& e) {
-        error = describe(op) + " could not start: " + first_line(e.what());
-      }
-    }
-  }
+  if (error.empty()) error = agree_and_move(op);
   if (!error.empty()) error = poison(error);
   if (op.work_ && !op.device_completion) {
     // Completion is signalled through the future so the waiting thread can watch peers meanwhile.
@@ -210,6 +178,52 @@ void CommImpl::launch(PendingOp& op) {
   op.launched_ = true;
   if (!op.work_) op.data_done_ = true;  // device_completion: await_data polls the Work
   op.cv_.notify_all();
+}
+
+std::string CommImpl::agree_and_move(PendingOp& op) {
+  const auto deadline = op.started_ + config_.timeout;
+  const bool on_shm = op.shm && shm_;
+  op.transport_ = on_shm ? "shm" : op.device_completion && nccl_ ? "nccl" : "gloo";
+  // The path is part of what must match: a rank moving data through the segment while a peer waits in
+  // Gloo would otherwise hang until the timeout instead of being named a desync.
+  const uint64_t hash = op.fingerprint.hash(uint64_t(op.seq)) ^ (on_shm ? kShmPathBit : 0);
+  if (shm_) {
+    // On one host the agreement rides on the segment's barrier (shm_transport.h), fused with the
+    // first barrier of the data when the data moves there too.
+    auto watch = [&] {
+      if (auto failure = control_->check_peers()) throw TransportStopped{explain(*failure, op)};
+      // The caller's thread may have failed this op first (it watches too), or the Comm is closing:
+      // then the peers will not arrive, and this thread must not wait for them until the deadline.
+      if (auto stopped = stopped_reason()) throw TransportStopped{*stopped};
+      if (Clock::now() > deadline) throw TransportStopped{explain_timeout(op)};
+    };
+    try {
+      const bool agreed = on_shm ? op.shm(*shm_, hash, watch) : shm_->agree(hash, watch);
+      if (op.queued_us_ >= 0) {
+        op.agreed_us_ = shm_->agreed_us();
+        if (on_shm) op.data_us_ = trace::now_us();
+      }
+      if (!agreed) return explain_desync(op);
+    } catch (const TransportStopped& stopped) {
+      return stopped.message;
+    } catch (const std::exception& e) {
+      return describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
+    }
+    if (on_shm) return "";
+  } else {
+    AgreeResult result;
+    std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
+    if (op.queued_us_ >= 0) op.agreed_us_ = trace::now_us();
+    if (failure) return explain(*failure, op);
+    if (!result.agreed()) return explain_desync(op);
+  }
+  if (!op.launch) return "";
+  try {
+    op.work_ = op.launch();
+  } catch (const std::exception& e) {
+    return describe(op) + " could not start: " + first_line(e.what());
+  }
+  return "";
 }
 
 std::optional<std::string> CommImpl::stopped_reason() {

@@ -36,8 +36,9 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   bool inline_p2p = false;  // CUDA: NCCL pairs messages in issue order, so no waiter threads
   /// Starts the data movement after agreement; returns null when there is nothing to move.
   std::function<c10::intrusive_ptr<c10d::Work>()> launch;
-  /// Instead of `launch`: moves the data through the shared-memory transport, blocking until done.
-  std::function<void(ShmTransport&, const ShmTransport::Watch&)> shm;
+  /// Instead of `launch`: agrees on the fingerprint hash and moves the data through the shared-memory
+  /// transport, blocking until done; false when the ranks' fingerprints differ (ShmTransport).
+  std::function<bool(ShmTransport&, uint64_t fingerprint, const ShmTransport::Watch&)> shm;
   /// Runs once on the waiting thread after the data arrived (copy back, divide for avg, unpack).
   std::function<void()> finish;
   /// CUDA tensors: done only when the GPU finished. An NCCL Work's future completes when the kernel is
@@ -125,6 +126,9 @@ class CommImpl {
 
  private:
   void launch(PendingOp& op);
+  /// Agrees on `op` with every rank (through the shared-memory segment on one host, else the control
+  /// plane) and moves or starts its data; returns the failure, "" when all went well.
+  std::string agree_and_move(PendingOp& op);
   void launcher_loop();
   /// Poisons the Comm with `message`, tells the peers, and throws it.
   [[noreturn]] void fail(PendingOp& op, const std::string& message);

@@ -1,7 +1,8 @@
 // The timeline's view of a collective (core/trace_recorder.h): once an op is waited for, its phases
 // become events: "queued" (issued, waiting behind earlier ops), "ready" (an instant: this rank entered
-// the agreement, Horovod's NEGOTIATE mark), "agreement" (the fingerprint agreement on the control
-// plane: it lasts until the last rank is ready, so a long one means another rank was late),
+// the agreement, Horovod's NEGOTIATE mark), "agreement" (the fingerprint agreement, on the control
+// plane or at the shared-memory segment's first barrier: it lasts until the last rank is ready, so a
+// long one means another rank was late),
 // "transfer" (data moving on shm, Gloo or NCCL) and "done" (an instant: the caller's wait returned).
 #include <c10/core/ScalarType.h>
 

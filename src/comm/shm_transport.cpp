@@ -15,24 +15,35 @@
 #include <cstring>
 #include <random>
 
+#include "comm/shm_reduce.h"
 #include "core/log.h"
+#include "core/trace_recorder.h"
 
 namespace cohort::detail {
 
 struct ShmHeader {
   uint64_t magic;  // random, written by rank 0: proves every rank mapped the same memory
   uint32_t size;
-  alignas(64) std::atomic<uint32_t> arrived;     // ranks at the current barrier
-  alignas(64) std::atomic<uint32_t> generation;  // bumped by the last rank to arrive (futex word)
-  std::atomic<uint32_t> sleepers;                // ranks inside futex_wait (skip the wake when none)
+  alignas(64) std::atomic<uint32_t> wake;  // futex word: bumped by every arrival
+  std::atomic<uint32_t> sleepers;          // ranks inside futex_wait (skip the wake when none)
+};
+
+struct ShmTransport::RankLine {
+  alignas(64) std::atomic<uint64_t> barriers;  // barriers this rank reached
+  std::atomic<uint64_t> fingerprint[2];        // the fingerprint of barrier k, at [k % 2]
 };
 
 namespace {
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit atomics");
-constexpr size_t kHeaderBytes = 4096;
-constexpr int kSpins = 2000;  // short: on a node whose cores all train, spinning steals compute
+constexpr size_t kLineBytes = 64;
+// Spinning catches a peer that arrives within microseconds (the common case on one host) without a
+// futex round trip; it stays short because on a node whose cores all train, spinning steals compute.
+constexpr auto kSpinFor = std::chrono::microseconds(50);
 constexpr auto kWatchEvery = std::chrono::milliseconds(10);
+
+// The header page(s): ShmHeader, then one RankLine per rank.
+size_t header_bytes(int size) { return (kLineBytes * (2 + size_t(size)) + 4095) / 4096 * 4096; }
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -52,39 +63,11 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-size_t mapped_size(int size, size_t slot_bytes) { return kHeaderBytes + 2 * size_t(size) * slot_bytes; }
+size_t mapped_size(int size, size_t slot_bytes) { return header_bytes(size) + 2 * size_t(size) * slot_bytes; }
 
 void* map_segment(int fd, size_t bytes) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   return base == MAP_FAILED ? nullptr : base;
-}
-
-// parts[0] op parts[1] op ... (rank order) into `out`, which aliases none of them. `out` is a view of
-// caller memory taken by value: the *_out functions take a non-const reference.
-void reduce_into(at::Tensor out, const std::vector<at::Tensor>& parts, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg:
-      at::add_out(out, parts[0], parts[1]);
-      for (size_t j = 2; j < parts.size(); ++j) out.add_(parts[j]);
-      return;
-    case ReduceOp::kProduct:
-      at::mul_out(out, parts[0], parts[1]);
-      for (size_t j = 2; j < parts.size(); ++j) out.mul_(parts[j]);
-      return;
-    case ReduceOp::kMin:
-      at::minimum_out(out, parts[0], parts[1]);
-      for (size_t j = 2; j < parts.size(); ++j) at::minimum_out(out, out, parts[j]);
-      return;
-    case ReduceOp::kMax:
-      at::maximum_out(out, parts[0], parts[1]);
-      for (size_t j = 2; j < parts.size(); ++j) at::maximum_out(out, out, parts[j]);
-      return;
-  }
-}
-
-at::Tensor view_of(void* data, int64_t numel, at::ScalarType dtype) {
-  return at::from_blob(data, {numel}, at::TensorOptions().dtype(dtype).device(at::kCPU));
 }
 
 // Start of part `j` when `n` elements are split into `parts` nearly equal parts.
@@ -217,25 +200,38 @@ bool ShmTransport::can_reduce(const at::Tensor& t) {
 bool ShmTransport::can_move(const at::Tensor& t) { return t.is_cpu() && t.is_contiguous(); }
 
 char* ShmTransport::slot(int set, int rank) const {
-  return static_cast<char*>(base_) + kHeaderBytes + (size_t(set) * size_ + rank) * slot_bytes_;
+  return static_cast<char*>(base_) + header_bytes(size_) + (size_t(set) * size_ + rank) * slot_bytes_;
 }
 
-void ShmTransport::barrier(const Watch& watch) {
-  const uint32_t generation = header_->generation.load();
-  if (header_->arrived.fetch_add(1) + 1 == uint32_t(size_)) {
-    header_->arrived.store(0);
-    header_->generation.fetch_add(1);
-    if (header_->sleepers.load() > 0) futex_wake_all(&header_->generation);
-    return;
-  }
-  for (int i = 0; i < kSpins; ++i) {
-    if (header_->generation.load(std::memory_order_acquire) != generation) return;
+ShmTransport::RankLine& ShmTransport::line(int rank) const {
+  // The segment's pages start zeroed (posix_fallocate): every rank's count is 0 before its first barrier.
+  return *reinterpret_cast<RankLine*>(static_cast<char*>(base_) + kLineBytes * (2 + size_t(rank)));
+}
+
+bool ShmTransport::peers_reached(uint64_t count) const {
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && line(r).barriers.load(std::memory_order_acquire) < count) return false;
+  return true;
+}
+
+void ShmTransport::wait_for_peers(uint64_t count, const Watch& watch) {
+  const auto spin_until = std::chrono::steady_clock::now() + kSpinFor;
+  for (int i = 1;; ++i) {
+    if (peers_reached(count)) return;
     cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > spin_until) break;
   }
   auto next_watch = std::chrono::steady_clock::now() + kWatchEvery;
-  while (header_->generation.load() == generation) {
+  for (;;) {
+    // Registered as a sleeper before reading the word: an arrival after this read changes the word,
+    // so futex_wait returns at once instead of missing the wake.
     header_->sleepers.fetch_add(1);
-    futex_wait(&header_->generation, generation, kWatchEvery);
+    const uint32_t word = header_->wake.load();
+    if (peers_reached(count)) {
+      header_->sleepers.fetch_sub(1);
+      return;
+    }
+    futex_wait(&header_->wake, word, kWatchEvery);
     header_->sleepers.fetch_sub(1);
     if (std::chrono::steady_clock::now() >= next_watch) {
       watch();  // throws when a peer died or the deadline passed
@@ -244,22 +240,41 @@ void ShmTransport::barrier(const Watch& watch) {
   }
 }
 
-void ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, const Watch& watch) {
+bool ShmTransport::barrier(const Watch& watch, const uint64_t* fingerprint) {
+  const uint64_t count = ++barriers_;
+  RankLine& mine = line(rank_);
+  // A peer overwrites slot count % 2 only at barrier count + 2, which it cannot reach before this rank
+  // arrived at count + 1, after reading below: two slots are enough.
+  if (fingerprint) mine.fingerprint[count % 2].store(*fingerprint, std::memory_order_relaxed);
+  mine.barriers.store(count, std::memory_order_release);
+  header_->wake.fetch_add(1);
+  if (header_->sleepers.load() > 0) futex_wake_all(&header_->wake);
+  wait_for_peers(count, watch);
+  if (!fingerprint) return true;
+  if (trace::enabled()) agreed_us_ = trace::now_us();
+  for (int r = 0; r < size_; ++r)
+    if (line(r).fingerprint[count % 2].load(std::memory_order_relaxed) != *fingerprint) return false;
+  return true;
+}
+
+bool ShmTransport::agree(uint64_t fingerprint, const Watch& watch) { return barrier(watch, &fingerprint); }
+
+bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch) {
   const auto dtype = buffer.scalar_type();
   const size_t item = buffer.element_size();
   const int64_t chunk = int64_t(slot_bytes_ / item);
   char* data = static_cast<char*>(buffer.data_ptr());
+  std::vector<const void*> parts(size_);
   for (int64_t start = 0; start < buffer.numel(); start += chunk) {
     const int64_t n = std::min(chunk, buffer.numel() - start);
     const int set = next_set();
     std::memcpy(slot(set, rank_), data + start * item, n * item);
-    barrier(watch);
+    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
     // Reduce my slice of every slot, in rank order, into my output and publish it in my slot.
     const int64_t lo = split_point(n, size_, rank_), hi = split_point(n, size_, rank_ + 1);
     if (hi > lo) {
-      std::vector<at::Tensor> parts;
-      for (int r = 0; r < size_; ++r) parts.push_back(view_of(slot(set, r) + lo * item, hi - lo, dtype));
-      reduce_into(view_of(data + (start + lo) * item, hi - lo, dtype), parts, op);
+      for (int r = 0; r < size_; ++r) parts[r] = slot(set, r) + lo * item;
+      reduce_parts(data + (start + lo) * item, parts, hi - lo, dtype, op);
       std::memcpy(slot(set, rank_) + lo * item, data + (start + lo) * item, (hi - lo) * item);
     }
     barrier(watch);
@@ -270,30 +285,33 @@ void ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, const Watch&
     }
   }
   ++ops_done_;
+  return true;
 }
 
-void ShmTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
-                                  const Watch& watch) {
+bool ShmTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
+                                  uint64_t fingerprint, const Watch& watch) {
   const auto dtype = input.scalar_type();
   const size_t item = input.element_size();
   const int64_t block = output.numel();  // each rank's share of the input
   const int64_t chunk = int64_t(slot_bytes_ / (item * size_));
   const char* in = static_cast<const char*>(input.data_ptr());
   char* out = static_cast<char*>(output.data_ptr());
+  std::vector<const void*> parts(size_);
   for (int64_t start = 0; start < block; start += chunk) {
     const int64_t n = std::min(chunk, block - start);
     const int set = next_set();
     for (int q = 0; q < size_; ++q)
       std::memcpy(slot(set, rank_) + q * n * item, in + (q * block + start) * item, n * item);
-    barrier(watch);
-    std::vector<at::Tensor> parts;
-    for (int r = 0; r < size_; ++r) parts.push_back(view_of(slot(set, r) + rank_ * n * item, n, dtype));
-    reduce_into(view_of(out + start * item, n, dtype), parts, op);
+    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
+    for (int r = 0; r < size_; ++r) parts[r] = slot(set, r) + rank_ * n * item;
+    reduce_parts(out + start * item, parts, n, dtype, op);
   }
   ++ops_done_;
+  return true;
 }
 
-void ShmTransport::allgather(const at::Tensor& output, const at::Tensor& input, const Watch& watch) {
+bool ShmTransport::allgather(const at::Tensor& output, const at::Tensor& input, uint64_t fingerprint,
+                             const Watch& watch) {
   const size_t bytes = input.nbytes();
   const char* in = static_cast<const char*>(input.data_ptr());
   char* out = static_cast<char*>(output.data_ptr());
@@ -301,23 +319,25 @@ void ShmTransport::allgather(const at::Tensor& output, const at::Tensor& input, 
     const size_t n = std::min(slot_bytes_, bytes - start);
     const int set = next_set();
     std::memcpy(slot(set, rank_), in + start, n);
-    barrier(watch);
+    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
     for (int r = 0; r < size_; ++r) std::memcpy(out + r * bytes + start, slot(set, r), n);
   }
   ++ops_done_;
+  return true;
 }
 
-void ShmTransport::broadcast(const at::Tensor& buffer, int root, const Watch& watch) {
+bool ShmTransport::broadcast(const at::Tensor& buffer, int root, uint64_t fingerprint, const Watch& watch) {
   const size_t bytes = buffer.nbytes();
   char* data = static_cast<char*>(buffer.data_ptr());
   for (size_t start = 0; start < bytes; start += slot_bytes_) {
     const size_t n = std::min(slot_bytes_, bytes - start);
     const int set = next_set();
     if (rank_ == root) std::memcpy(slot(set, root), data + start, n);
-    barrier(watch);
+    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
     if (rank_ != root) std::memcpy(data + start, slot(set, root), n);
   }
   ++ops_done_;
+  return true;
 }
 
 }  // namespace cohort::detail

@@ -2,7 +2,7 @@
 // byte through the kernel twice and reduces on its own threads; on a node whose cores are all busy
 // training, that CPU time comes out of the step. Here every rank maps one POSIX shared-memory segment
 // holding a slot per rank (twice, alternating), and a collective is done chunk by chunk with memcpy,
-// LibTorch's vectorized elementwise kernels and a futex barrier:
+// vectorized elementwise reductions (comm/shm_reduce.h) and a barrier:
 //   allreduce      copy in -> barrier -> rank r reduces slice r of every slot -> barrier -> copy out
 //   reduce_scatter copy in -> barrier -> rank r reduces its block of every slot
 //   allgather      copy in -> barrier -> copy every slot out
@@ -11,6 +11,14 @@
 // overwriting a slot a peer still reads. Sums are taken in rank order on every rank, so results are
 // bitwise identical everywhere and from run to run. The segment is unlinked as soon as every rank has
 // mapped it, so a crash leaves nothing behind in /dev/shm.
+//
+// The barrier is a counter per rank on a cache line of its own (no shared counter the ranks fight
+// over): a rank publishes how many barriers it reached and waits until every peer's count is as high,
+// spinning briefly (collectives on one host complete within microseconds of each other) and then
+// sleeping on a futex, looking at its peers (Watch) every few milliseconds. A barrier may carry the
+// collective's fingerprint hash: every rank reads every peer's, so the agreement that the control plane
+// does over sockets between hosts costs no more here than the barrier the data needs anyway. Ranks
+// whose fingerprints differ all see it at that barrier, before any peer's data is read.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -47,25 +55,40 @@ class ShmTransport {
   /// Byte moves (allgather, broadcast) take any contiguous CPU tensor.
   static bool can_move(const at::Tensor& t);
 
+  // Each collective takes its fingerprint hash (comm/fingerprint.h) and returns false, having read no
+  // peer's data, when some rank's differs (a desync: the caller explains it); true when done.
+
+  /// Agreement alone, for a collective whose data moves elsewhere (Gloo) or not at all (barrier).
+  bool agree(uint64_t fingerprint, const Watch& watch);
   /// In place; kAvg is a sum here (the caller divides).
-  void allreduce(const at::Tensor& buffer, ReduceOp op, const Watch& watch);
+  bool allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch);
   /// `input` holds size() equal blocks; block rank() of the reduction lands in `output`.
-  void reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, const Watch& watch);
+  bool reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, uint64_t fingerprint,
+                      const Watch& watch);
   /// `output` receives every rank's `input`, in rank order.
-  void allgather(const at::Tensor& output, const at::Tensor& input, const Watch& watch);
-  void broadcast(const at::Tensor& buffer, int root, const Watch& watch);
+  bool allgather(const at::Tensor& output, const at::Tensor& input, uint64_t fingerprint, const Watch& watch);
+  bool broadcast(const at::Tensor& buffer, int root, uint64_t fingerprint, const Watch& watch);
 
   size_t slot_bytes() const { return slot_bytes_; }
   /// Collectives completed here (tests check the path was taken).
   int64_t ops_done() const { return ops_done_; }
+  /// The timeline: when the last agreement completed (trace::now_us()), -1 while tracing is off.
+  int64_t agreed_us() const { return agreed_us_; }
 
  private:
   ShmTransport(int rank, int size, size_t slot_bytes, void* base, size_t mapped_bytes);
+  struct RankLine;  // one rank's barrier count and fingerprints, on a cache line of its own
+  RankLine& line(int rank) const;
 
   /// The next chunk's set of slots (0 or 1): alternates on every chunk of every collective.
   int next_set() { return int(chunks_++ & 1); }
   char* slot(int set, int rank) const;
-  void barrier(const Watch& watch);
+  /// Waits until every rank reached this barrier. With `fingerprint`, also compares every rank's:
+  /// false when they differ (every rank sees the same verdict).
+  bool barrier(const Watch& watch, const uint64_t* fingerprint = nullptr);
+  /// Spins, then sleeps, until every peer's barrier count reached `count`.
+  void wait_for_peers(uint64_t count, const Watch& watch);
+  bool peers_reached(uint64_t count) const;
 
   int rank_, size_;
   size_t slot_bytes_;
@@ -73,6 +96,8 @@ class ShmTransport {
   size_t mapped_bytes_;
   ShmHeader* header_;
   uint64_t chunks_ = 0;
+  uint64_t barriers_ = 0;  // barriers this rank reached
+  int64_t agreed_us_ = -1;
   int64_t ops_done_ = 0;
 };
 

@@ -162,6 +162,56 @@ TEST(Shm, BadSettingsAreRejected) {
   }
 }
 
+// On one host every collective agrees through the segment, whatever path its data takes: a rank in a
+// shared-memory allreduce and a rank in a Gloo all-to-all must both be told of the desync at once (with
+// the agreement over sockets for Gloo's ops they would wait for each other until the timeout).
+TEST(Shm, ASharedMemoryCollectiveAgainstAGlooOneIsADesyncNamedAtOnce) {
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_TIMEOUT"] = "60";
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    ASSERT_NE(shm_of(comm), nullptr);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      auto t = torch::ones({4});
+      if (rank == 0) comm.allreduce(t);
+      else comm.alltoall_single(torch::empty({4}), t);
+      ADD_FAILURE() << "expected a cohort::Error";
+    } catch (const cohort::Error& e) {
+      report(e.what());
+      report(std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    }
+  }, options);
+  for (const auto& r : results) {
+    ASSERT_GE(r.reports.size(), 2u) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("collective mismatch (desync) at collective #0"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 0: #0 allreduce(sum) float32 [4]"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 1: #0 alltoall float32 [4]"));
+    EXPECT_LT(std::stod(r.reports[1]), 5.0);
+  }
+}
+
+// Collectives of both paths interleaved, blocking ones on the caller's thread and async ones on the
+// launcher thread: each agrees in its turn and every result is right.
+TEST(Shm, BothPathsAndBothThreadsInterleaveInIssueOrder) {
+  run_ranks(3, [](int rank, int size) {
+    auto& comm = cohort::init().comm();
+    ASSERT_NE(shm_of(comm), nullptr);
+    for (int i = 0; i < 20; ++i) {
+      auto async_sum = torch::full({100 + i}, float(rank + 1));
+      auto pending = comm.allreduce_async(async_sum);                          // shm, launcher thread
+      auto gathered = torch::empty({3});
+      comm.alltoall_single(gathered, torch::full({3}, float(rank)));           // Gloo
+      auto blocking_sum = comm.allreduce(torch::full({7}, float(i + rank)));  // shm, this thread
+      comm.barrier();
+      pending.wait();
+      EXPECT_TRUE(async_sum.eq(6.f).all().item<bool>());
+      EXPECT_TRUE(gathered.equal(torch::tensor({0.f, 1.f, 2.f})));
+      EXPECT_TRUE(blocking_sum.eq(float(3 * i + 3)).all().item<bool>());
+    }
+  });
+}
+
 // A rank that stops (SIGSTOP: alive, sockets open) while the others wait in a shared-memory barrier:
 // they must give up at the collective's timeout and name it, not spin forever.
 TEST(Shm, AStoppedRankTimesOutNamingIt) {
