@@ -236,7 +236,14 @@ struct Bench {
   bool print = false;
   uint64_t agree_seq = 0;
 
-  void sync() { sync_group->barrier()->wait(); }
+  // Lines the ranks up before a timed block. Gloo's barrier lets ranks leave up to milliseconds apart
+  // on this VM, which a block of 100 4-KiB calls would carry as tens of us per call; cohort's own
+  // barrier after it (on one host: the shared-memory segment's) lines them up to microseconds, as
+  // MPI_Barrier does for bench/allreduce_mpi.
+  void sync() {
+    sync_group->barrier()->wait();
+    comm.barrier();
+  }
 
   void raw_allreduce(std::vector<at::Tensor>& t, ProcessGroupBase* group = nullptr) {
     (group ? group : raw.get())->allreduce(t)->wait();

@@ -167,7 +167,10 @@ std::shared_ptr<PendingOp> plan_reduce_scatter(CommImpl* impl, torch::Tensor out
   // The choice of path may depend only on what every rank agreed on (dtype, shape), never on this
   // rank's output layout: an output of another layout or dtype gets a working copy.
   if (buf.numel() > 0 && impl->shm() && ShmTransport::can_reduce(buf)) {
-    const bool direct = output.is_contiguous() && output.scalar_type() == buf.scalar_type();
+    // The transport reads this rank's own block straight from the input: an output inside the input
+    // (a view of this rank's block) gets a working copy.
+    const bool direct =
+        output.is_contiguous() && output.scalar_type() == buf.scalar_type() && !output.is_alias_of(buf);
     torch::Tensor out = direct ? output.view(-1) : torch::empty({buf.numel() / n}, buf.options());
     pending->shm = [out, buf, op](ShmTransport& shm, uint64_t fingerprint, const Watch& watch) {
       return shm.reduce_scatter(out, buf, op, fingerprint, watch);

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -40,6 +41,7 @@ constexpr size_t kLineBytes = 64;
 // Spinning catches a peer that arrives within microseconds (the common case on one host) without a
 // futex round trip; it stays short because on a node whose cores all train, spinning steals compute.
 constexpr auto kSpinFor = std::chrono::microseconds(50);
+constexpr int kPureSpins = 256;  // about a microsecond of pause instructions before yielding
 constexpr auto kWatchEvery = std::chrono::milliseconds(10);
 
 // The header page(s): ShmHeader, then one RankLine per rank.
@@ -215,11 +217,16 @@ bool ShmTransport::peers_reached(uint64_t count) const {
 }
 
 void ShmTransport::wait_for_peers(uint64_t count, const Watch& watch) {
-  const auto spin_until = std::chrono::steady_clock::now() + kSpinFor;
+  const auto start = std::chrono::steady_clock::now();
   for (int i = 1;; ++i) {
     if (peers_reached(count)) return;
-    cpu_relax();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() > spin_until) break;
+    if (i < kPureSpins) {
+      cpu_relax();
+      continue;
+    }
+    // The peer may be waiting for this very CPU (the scheduler put both ranks on one core): let it run.
+    sched_yield();
+    if (i % 16 == 0 && std::chrono::steady_clock::now() - start > kSpinFor) break;
   }
   auto next_watch = std::chrono::steady_clock::now() + kWatchEvery;
   for (;;) {
@@ -268,20 +275,22 @@ bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fin
   for (int64_t start = 0; start < buffer.numel(); start += chunk) {
     const int64_t n = std::min(chunk, buffer.numel() - start);
     const int set = next_set();
-    std::memcpy(slot(set, rank_), data + start * item, n * item);
-    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
-    // Reduce my slice of every slot, in rank order, into my output and publish it in my slot.
-    const int64_t lo = split_point(n, size_, rank_), hi = split_point(n, size_, rank_ + 1);
-    if (hi > lo) {
-      for (int r = 0; r < size_; ++r) parts[r] = slot(set, r) + lo * item;
-      reduce_parts(data + (start + lo) * item, parts, hi - lo, dtype, op);
-      std::memcpy(slot(set, rank_) + lo * item, data + (start + lo) * item, (hi - lo) * item);
+    char* chunk_data = data + start * item;
+    auto slice = [&](int r) { return std::make_pair(split_point(n, size_, r) * item, split_point(n, size_, r + 1) * item); };
+    // Publish the slices the peers reduce; this rank reads its own slice from its own memory.
+    for (int q = 0; q < size_; ++q) {
+      const auto [a, b] = slice(q);
+      if (q != rank_) std::memcpy(slot(set, rank_) + a, chunk_data + a, b - a);
     }
+    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
+    // Reduce my slice of every rank, in rank order, into the unused slice of my slot: published as is.
+    const auto [lo, hi] = slice(rank_);
+    for (int r = 0; r < size_; ++r) parts[r] = r == rank_ ? chunk_data + lo : slot(set, r) + lo;
+    reduce_parts(slot(set, rank_) + lo, parts, int64_t((hi - lo) / item), dtype, op);
     barrier(watch);
     for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      const int64_t a = split_point(n, size_, r), b = split_point(n, size_, r + 1);
-      std::memcpy(data + (start + a) * item, slot(set, r) + a * item, (b - a) * item);
+      const auto [a, b] = slice(r);
+      std::memcpy(chunk_data + a, slot(set, r) + a, b - a);
     }
   }
   ++ops_done_;
@@ -300,10 +309,12 @@ bool ShmTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& in
   for (int64_t start = 0; start < block; start += chunk) {
     const int64_t n = std::min(chunk, block - start);
     const int set = next_set();
+    // Publish the blocks the peers reduce; this rank reads its own block from the input.
     for (int q = 0; q < size_; ++q)
-      std::memcpy(slot(set, rank_) + q * n * item, in + (q * block + start) * item, n * item);
+      if (q != rank_) std::memcpy(slot(set, rank_) + q * n * item, in + (q * block + start) * item, n * item);
     if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
-    for (int r = 0; r < size_; ++r) parts[r] = slot(set, r) + rank_ * n * item;
+    for (int r = 0; r < size_; ++r)
+      parts[r] = r == rank_ ? in + (rank_ * block + start) * item : slot(set, r) + rank_ * n * item;
     reduce_parts(out + start * item, parts, n, dtype, op);
   }
   ++ops_done_;

@@ -3,8 +3,9 @@
 // training, that CPU time comes out of the step. Here every rank maps one POSIX shared-memory segment
 // holding a slot per rank (twice, alternating), and a collective is done chunk by chunk with memcpy,
 // vectorized elementwise reductions (comm/shm_reduce.h) and a barrier:
-//   allreduce      copy in -> barrier -> rank r reduces slice r of every slot -> barrier -> copy out
-//   reduce_scatter copy in -> barrier -> rank r reduces its block of every slot
+//   allreduce      copy in the peers' slices -> barrier -> rank r reduces slice r of every rank (its own
+//                  from its own memory) into slice r of its slot -> barrier -> copy every slice out
+//   reduce_scatter copy in the peers' blocks -> barrier -> rank r reduces its block of every rank
 //   allgather      copy in -> barrier -> copy every slot out
 //   broadcast      root copies in -> barrier -> the others copy out
 // Alternating between two sets of slots makes one barrier per chunk enough to keep a rank from

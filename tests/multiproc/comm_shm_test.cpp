@@ -212,6 +212,21 @@ TEST(Shm, BothPathsAndBothThreadsInterleaveInIssueOrder) {
   });
 }
 
+// The transport reads a rank's own block of a reduce-scatter straight from its input: an output that
+// is that very block (a view into the input) must still get the reduction, not a half-written mix.
+TEST(Shm, ReduceScatterIntoAViewOfTheInputsOwnBlock) {
+  run_ranks(3, [](int rank, int size) {
+    auto& comm = cohort::init().comm();
+    ASSERT_NE(shm_of(comm), nullptr);
+    const int64_t block = 5000;
+    auto input = input_of(rank, size * block, torch::kFloat);
+    auto own_block = input.narrow(0, rank * block, block);
+    comm.reduce_scatter_async(own_block, input, ReduceOp::kSum).wait();
+    EXPECT_TRUE(torch::equal(own_block, expected_reduction(size, size * block, torch::kFloat, ReduceOp::kSum)
+                                            .narrow(0, rank * block, block)));
+  }, tiny_chunks());
+}
+
 // A rank that stops (SIGSTOP: alive, sockets open) while the others wait in a shared-memory barrier:
 // they must give up at the collective's timeout and name it, not spin forever.
 TEST(Shm, AStoppedRankTimesOutNamingIt) {
