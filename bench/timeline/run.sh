@@ -10,6 +10,10 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 reps=${1:-5}
 steps=${2:-40}
 run=build/tools/cohortrun
+# Each rank on a core of its own (cohortrun --bind-cores): unbound, 2 ranks on this 2-vCPU VM run in a
+# fast or a slow mode by where the scheduler puts them (docs/BENCHMARKS.md), which would swamp a 2%
+# effect. BIND=0 leaves placement to the kernel.
+bind=--bind-cores; [ "${BIND:-1}" = 0 ] && bind=''
 trace_tool=build/tools/cohort_trace/cohort-trace
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -28,7 +32,7 @@ for rep in $(seq "$reps"); do
     for timeline in off on; do
       trace="$work/$config-$rep.json"
       if [ "$timeline" = on ]; then export COHORT_TIMELINE="$trace"; else unset COHORT_TIMELINE; fi
-      rate=$($run --standalone --nproc-per-node 2 ${commands[$config]} 2>/dev/null | grep -o 'samples_per_s=[0-9.]*' | cut -d= -f2)
+      rate=$($run --standalone $bind --nproc-per-node 2 ${commands[$config]} 2>/dev/null | grep -o 'samples_per_s=[0-9.]*' | cut -d= -f2)
       echo "$config $timeline $rate" >>"$results"
       if [ "$timeline" = on ]; then
         $trace_tool summary "$trace" --csv | tail -n +2 | sed "s/^/$config,/" >>"$summaries"

@@ -31,8 +31,8 @@ void CommImpl::trace_phases(const PendingOp& op) const {
   event.seq = op.seq;
   event.bytes = input_bytes(op.fingerprint);
   event.transport = op.transport_;
-  event.group = config_.group_name;
-  event.op = op.fingerprint.describe();
+  event.group = trace::intern(config_.group_name);
+  event.op = trace::intern(op.fingerprint.describe());
   // Clock is the steady clock trace::now_us() reads too.
   const int64_t ready =
       std::chrono::duration_cast<std::chrono::microseconds>(op.started_.time_since_epoch()).count();

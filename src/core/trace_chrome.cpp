@@ -21,9 +21,9 @@ nlohmann::json args_of(const Event& event) {
   if (*event.phase) args["phase"] = event.phase;
   if (event.seq >= 0) args["seq"] = event.seq;
   if (event.bytes >= 0) args["bytes"] = event.bytes;
-  if (!event.transport.empty()) args["transport"] = event.transport;
-  if (!event.group.empty()) args["group"] = event.group;
-  if (!event.op.empty()) args["op"] = event.op;
+  if (*event.transport) args["transport"] = event.transport;
+  if (*event.group) args["group"] = event.group;
+  if (*event.op) args["op"] = event.op;
   return args;
 }
 

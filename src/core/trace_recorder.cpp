@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <unordered_set>
 
 namespace cohort::trace::detail {
 std::atomic<bool> g_recording{false};
@@ -15,12 +16,19 @@ namespace {
 std::mutex g_mutex;
 std::string g_path;
 std::vector<Event> g_events;
+std::unordered_set<std::string> g_texts;  // intern(): nodes never move, so their c_str() stays valid
 
 }  // namespace
 
 int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+const char* intern(const std::string& text) {
+  if (text.empty()) return "";
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_texts.insert(text).first->c_str();
 }
 
 void configure(const std::string& path) {
@@ -44,7 +52,7 @@ void record(Event event) {
 
 void record_span(const std::string& name, const char* category, int64_t begin_us, const char* phase) {
   Event event;
-  event.name = name;
+  event.name = intern(name);
   event.category = category;
   event.phase = phase;
   event.begin_us = begin_us;
@@ -54,7 +62,7 @@ void record_span(const std::string& name, const char* category, int64_t begin_us
 
 void record_mark(const std::string& name, const char* category, const char* phase, int64_t bytes) {
   Event event;
-  event.name = name;
+  event.name = intern(name);
   event.category = category;
   event.phase = phase;
   event.begin_us = event.end_us = now_us();

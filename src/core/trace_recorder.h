@@ -14,18 +14,27 @@ namespace cohort::detail::trace {
 
 using cohort::trace::enabled;
 
+// Every text of an event is a static string or one interned by intern(): an event owns no heap
+// memory. Owning strings, the recorder's small long-lived allocations landed between the large blocks a
+// training step frees and reuses, split them, and glibc served each step's tensors from fresh pages
+// instead (measured: ZeRO-2 MLP, 2,500 more page faults per rank and step, 30% slower with the
+// timeline on; docs/BENCHMARKS.md).
 struct Event {
-  std::string name;       // "forward", "allreduce", "bucket 2 launch"
+  const char* name = "";   // "forward", "allreduce", "bucket 2 launch"
   const char* category = "user";
   const char* phase = "";  // a collective's phase: "queued", "agreement", "transfer", "done"; or ""
   int64_t begin_us = 0;
   int64_t end_us = 0;      // == begin_us for an instant (a "ready" or "done" mark)
   int64_t seq = -1;        // a collective's sequence number on its Comm
   int64_t bytes = -1;      // bytes moved, when known
-  std::string transport;   // "shm", "gloo", "nccl" or ""
-  std::string group;       // the Comm's group name ("" for the world)
-  std::string op;          // a collective's full description: "allreduce(sum) float32 [3]"
+  const char* transport = "";  // "shm", "gloo", "nccl" or ""
+  const char* group = "";      // the Comm's group name ("" for the world)
+  const char* op = "";         // a collective's full description: "allreduce(sum) float32 [3]"
 };
+
+/// A copy of `text` that lives as long as the process, one per distinct text (events repeat the same
+/// few names step after step).
+const char* intern(const std::string& text);
 
 /// Microseconds on this process's steady clock (the clock every event uses).
 int64_t now_us();
