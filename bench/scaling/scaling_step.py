@@ -16,6 +16,8 @@ from ddp_step import spawn_ranks, timed_steps  # noqa: E402
 
 
 def rank_main(rank, args, port):
+    if args.bind_cores:  # as cohortrun --bind-cores does for the C++ side: rank r on core r
+        os.sched_setaffinity(0, {rank % os.cpu_count()})
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     torch.manual_seed(0)
@@ -41,6 +43,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--bind-cores", action="store_true", help="pin rank r to core r")
     spawn_ranks(rank_main, p.parse_args())
 
 
