@@ -1,19 +1,12 @@
 // bench/allreduce: what cohort::Comm costs over the transport it wraps. nccl-tests style rows (float32,
 // 4 KiB to 64 MiB) for cohort::Comm::allreduce and raw c10d ProcessGroupGloo on the same store, taking
 // turns in rotating order (medians, per-repetition ratios; rank 0's clock); the fingerprint agreement
-// alone; tensor fusion (200 x 1 KiB, separate vs fused). `--nproc N` re-runs this program as N local
+// alone; tensor fusion (200 x 1 KiB, separate vs fused); send/recv ping-pong (8 B to 4 MiB). `--nproc N` re-runs this program as N local
 // ranks; under a launcher (cohortrun, torchrun, mpirun, srun) each process is one rank.
 #include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,133 +27,22 @@
 #include "world/launch_env.h"
 #include "world/rendezvous.h"
 
-extern char** environ;
+#include "bench_util.h"
 
 namespace {
 
 using cohort::detail::ProcessGroupBase;
-using SteadyClock = std::chrono::steady_clock;
 
-struct BenchOptions {
+struct BenchOptions : BlockTiming {
   int nproc = 1;
-  int reps = 21;
-  int warmup = 3;
   int64_t min_bytes = 4 << 10;
   int64_t max_bytes = 64 << 20;
   int64_t block_bytes = 32 << 20;  // bytes reduced per timed block (2 to 100 calls)
-  std::string mode = "all";  // all, sizes, fusion
+  std::string mode = "all";  // all, sizes, fusion, pingpong
+  int64_t pingpong_max = 4 << 20;
   int fusion_tensors = 200;
   int fusion_floats = 256;
 };
-
-// ---- local ranks (--nproc) -------------------------------------------------------------------------
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// Re-executes this program `n` times as ranks on 127.0.0.1 (re-exec, not fork: torch's thread pools do
-// not survive fork), sharing our stdout/stderr, and waits. One failing rank stops the others.
-int run_local_ranks(int n, char** argv) {
-  std::vector<std::string> base;
-  bool has_omp = false;
-  for (char** e = environ; *e != nullptr; ++e) {
-    base.emplace_back(*e);
-    has_omp = has_omp || base.back().rfind("OMP_NUM_THREADS=", 0) == 0;
-  }
-  // Gloo reduces on its own threads; one intra-op thread per rank keeps N ranks on N cores honest.
-  if (!has_omp) base.push_back("OMP_NUM_THREADS=1");
-  const int port = free_port();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < n; ++rank) {
-    std::vector<std::string> env = base;
-    for (const char* key : {"RANK", "LOCAL_RANK"}) env.push_back(std::string(key) + "=" + std::to_string(rank));
-    for (const char* key : {"WORLD_SIZE", "LOCAL_WORLD_SIZE"}) env.push_back(std::string(key) + "=" + std::to_string(n));
-    env.push_back("MASTER_ADDR=127.0.0.1");
-    env.push_back("MASTER_PORT=" + std::to_string(port));
-    std::vector<char*> envp;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) {
-      std::perror("posix_spawn");
-      for (pid_t p : pids) ::kill(p, SIGTERM);
-      return 1;
-    }
-    pids.push_back(pid);
-  }
-  int result = 0;
-  for (int left = n; left > 0; --left) {
-    int status = 0;
-    const pid_t pid = ::wait(&status);
-    if (pid < 0) break;
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      if (result == 0) {
-        std::fprintf(stderr, "bench: a rank (pid %d) failed; stopping the others\n", int(pid));
-        for (pid_t p : pids)
-          if (p != pid) ::kill(p, SIGTERM);
-      }
-      result = 1;
-    }
-  }
-  return result;
-}
-
-// ---- timing ----------------------------------------------------------------------------------------
-
-// The q-quantile (0..1) of `v`, interpolated between neighbours.
-double quantile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const double at = q * double(v.size() - 1);
-  const size_t lo = size_t(at);
-  const size_t hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (v[hi] - v[lo]) * (at - double(lo));
-}
-
-// Per-call microseconds of each variant, one sample per repetition.
-struct Timings {
-  std::vector<std::vector<double>> samples;  // [variant][repetition]
-  double median(size_t v) const { return quantile(samples[v], 0.5); }
-  // Ratios a/b taken within each repetition (neighbouring blocks, so slow drifts of a shared machine's
-  // load cancel); the median and quartiles of those.
-  std::vector<double> ratios(size_t a, size_t b) const {
-    std::vector<double> r;
-    for (size_t i = 0; i < samples[a].size(); ++i) r.push_back(samples[a][i] / samples[b][i]);
-    return r;
-  }
-};
-
-// Each variant runs in blocks of `iters` calls; the variants take turns block by block and the order
-// rotates each repetition (A B, then B A, ...) so none always runs first. `sync` lines the ranks up
-// before every block (untimed). Every rank runs the same schedule.
-Timings measure_interleaved(const std::vector<std::function<void()>>& variants, int iters,
-                            const BenchOptions& options, const std::function<void()>& sync) {
-  const size_t k = variants.size();
-  for (int w = 0; w < options.warmup; ++w)
-    for (const auto& run : variants)
-      for (int i = 0; i < iters; ++i) run();
-  Timings t;
-  t.samples.resize(k);
-  for (int rep = 0; rep < options.reps; ++rep) {
-    for (size_t j = 0; j < k; ++j) {
-      const size_t v = (j + rep) % k;
-      sync();
-      const auto start = SteadyClock::now();
-      for (int i = 0; i < iters; ++i) variants[v]();
-      const std::chrono::duration<double, std::micro> took = SteadyClock::now() - start;
-      t.samples[v].push_back(took.count() / iters);
-    }
-  }
-  return t;
-}
 
 double gbps(int64_t bytes, double us) { return double(bytes) / (us * 1e-6) / 1e9; }
 
@@ -333,6 +215,50 @@ struct Bench {
     }
   }
 
+  // Point to point between ranks 0 and 1: a message goes there and back, the one-way time is half the
+  // round trip. cohort's send/recv against raw c10d Gloo's, interleaved; 8 B to 4 MiB in x4 steps.
+  void pingpong() {
+    const int rank = comm.rank();
+    if (print)
+      std::printf("# send/recv ping-pong, ranks 0 and 1, float32; one-way time = round trip / 2; medians of %d "
+                  "interleaved repetitions (warm-up %d)\n#\n# %9s %9s %4s | %9s | %9s | %10s\n# %9s %9s %4s | "
+                  "%9s | %9s | %10s\n", options.reps, options.warmup, "size", "count", "iter", "cohort", "raw c10d",
+                  "cohort/raw", "(B)", "(elems)", "", "time(us)", "time(us)", "median");
+    for (int64_t bytes = 8; bytes <= options.pingpong_max; bytes *= 4) {
+      const int64_t count = bytes / 4;
+      const int iters = int(std::clamp<int64_t>(options.block_bytes / bytes, 2, 100));
+      auto a = torch::arange(count, torch::kFloat);
+      std::vector<at::Tensor> b{torch::zeros({count})};
+      const auto cohort_trip = [&] {
+        if (rank == 0) {
+          comm.send(a, 1);
+          comm.recv(a, 1);
+        } else if (rank == 1) {
+          comm.recv(a, 0);
+          comm.send(a, 0);
+        }
+      };
+      const auto raw_trip = [&] {
+        if (rank == 0) {
+          raw->send(b, 1, 0)->wait();
+          raw->recv(b, 1, 0)->wait();
+        } else if (rank == 1) {
+          raw->recv(b, 0, 0)->wait();
+          raw->send(b, 0, 0)->wait();
+        }
+      };
+      cohort_trip();  // the message must come back unchanged before anything is timed
+      COHORT_CHECK(rank > 1 || torch::equal(a, torch::arange(count, torch::kFloat)), "bench: ping-pong of ",
+                   count, " elements came back changed");
+      const Timings t = measure_interleaved({cohort_trip, raw_trip}, iters, options, [&] { sync(); });
+      if (print)
+        std::printf("  %9lld %9lld %4d | %9.2f | %9.2f | %10.3f\n", (long long)bytes, (long long)count, iters,
+                    t.median(0) / 2, t.median(1) / 2, quantile(t.ratios(0, 1), 0.5));
+      std::fflush(stdout);
+    }
+    if (print) std::printf("#\n");
+  }
+
   // Tensor fusion: many small tensors, one collective each against one fused collective.
   void fusion() {
     const int k = options.fusion_tensors;
@@ -391,7 +317,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(4), int64_t(1) << 32));
   app.add_option("--block-bytes", options.block_bytes, "bytes reduced per timed block (2 to 100 calls)")
       ->check(CLI::Range(int64_t(4), int64_t(1) << 36));
-  app.add_option("--mode", options.mode, "what to measure")->check(CLI::IsMember({"all", "sizes", "fusion"}));
+  app.add_option("--mode", options.mode, "what to measure")->check(CLI::IsMember({"all", "sizes", "fusion", "pingpong"}));
+  app.add_option("--pingpong-max-bytes", options.pingpong_max, "largest ping-pong message (from 8 B, x4)")
+      ->check(CLI::Range(int64_t(8), int64_t(1) << 32));
   app.add_option("--fusion-tensors", options.fusion_tensors, "tensors in the fusion test")
       ->check(CLI::Range(1, 100000));
   app.add_option("--fusion-floats", options.fusion_floats, "float32 elements per fused tensor")
@@ -428,6 +356,7 @@ int main(int argc, char** argv) {
                   world.size(), world.launcher().c_str(), TORCH_VERSION, torch::get_num_threads());
     if (options.mode == "all" || options.mode == "sizes") bench.sizes();
     if (options.mode == "all" || options.mode == "fusion") bench.fusion();
+    if (options.mode == "all" || options.mode == "pingpong") bench.pingpong();
     bench.sync();  // nobody tears down its control plane while a peer still uses it
     bench.cp.reset();
     bench.handoff.reset();

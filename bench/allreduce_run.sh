@@ -4,6 +4,7 @@
 # each repetition), then one markdown table for docs/BENCHMARKS.md: per size the median over runs of
 # each program's per-run median, and the median of the per-run ratios cohort / Open MPI.
 # Usage: bench/allreduce_run.sh [runs] [flags for both programs, e.g. --reps 11 --max-bytes 16777216]
+# MODE=pingpong compares send/recv instead (both programs' --mode pingpong: 8 B to 4 MiB, one-way us).
 # (COHORT_BUILD_DIR names the build folder, default build/; allreduce_mpi needs CMake to find MPI.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,8 +23,9 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "# bench/allreduce_run.sh $runs $*"
 echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, $(getconf _NPROCESSORS_ONLN) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-run_cohort() { "$cohort" --nproc 2 --mode sizes "$@" >"$out/cohort.$run"; }
-run_mpi() { "${mpirun[@]}" "$mpi" "$@" >"$out/mpi.$run"; }
+mode=${MODE:-sizes}
+run_cohort() { "$cohort" --nproc 2 --mode "$mode" "$@" >"$out/cohort.$run"; }
+run_mpi() { "${mpirun[@]}" "$mpi" --mode "$mode" "$@" >"$out/mpi.$run"; }
 for run in $(seq "$runs"); do
   if [ $((run % 2)) = 1 ]; then run_cohort "$@"; run_mpi "$@"; else run_mpi "$@"; run_cohort "$@"; fi
   echo "run $run/$runs done" >&2
@@ -46,7 +48,7 @@ cohort = [rows(f"{folder}/cohort.{r}") for r in range(1, runs + 1)]
 mpi = [rows(f"{folder}/mpi.{r}") for r in range(1, runs + 1)]
 
 def size_name(b):
-    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB" if b >= 1 << 10 else f"{b} B"
 
 print(f"\n| size | cohort median us | Open MPI median us | cohort / Open MPI |")
 print("|---|---|---|---|")

@@ -20,11 +20,6 @@ constexpr auto kWatchInterval = std::chrono::milliseconds(50);
 // Marks a fingerprint whose data moves through the shared-memory segment (see agree_and_move).
 constexpr uint64_t kShmPathBit = uint64_t(1) << 63;
 
-// Thrown by the shared-memory transport's watch: the message is already the final explanation.
-struct TransportStopped {
-  std::string message;
-};
-
 }  // namespace
 
 CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
@@ -40,6 +35,7 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
   if (config_.use_nccl) nccl_ = make_nccl(backend);
   shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
                                  config_.shm_slot_bytes);
+  if (shm_) mailbox_ = std::make_unique<ShmMailbox>(*shm_);
 }
 
 CommImpl::~CommImpl() {
@@ -53,7 +49,8 @@ CommImpl::~CommImpl() {
   // Point-to-point waiters end once their transfer does (or c10d's timeout passes); a poisoned Comm
   // leaks its process group below, so those blocked in it are left to finish on their own.
   for (auto& waiter : waiters_) {
-    if (poisoned_.empty()) waiter.thread.join();
+    // A shared-memory waiter must be joined: it reads the segment and the mailbox destroyed below.
+    if (poisoned_.empty() || waiter.prompt) waiter.thread.join();
     else waiter.thread.detach();
   }
   if (!poisoned_.empty()) {

@@ -20,6 +20,7 @@
 
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
+#include "comm/shm_mailbox.h"
 #include "comm/shm_transport.h"
 #include "compat/c10d_compat.h"
 
@@ -39,6 +40,11 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   /// Instead of `launch`: agrees on the fingerprint hash and moves the data through the shared-memory
   /// transport, blocking until done; false when the ranks' fingerprints differ (ShmTransport).
   std::function<bool(ShmTransport&, uint64_t fingerprint, const ShmTransport::Watch&)> shm;
+  /// Point to point on one host: the contiguous CPU tensor whose bytes go through the shared-memory
+  /// rings (comm/shm_mailbox.h); undefined when the message takes Gloo or NCCL.
+  at::Tensor shm_buffer;
+  /// A blocking send/recv: the caller waits anyway, so its own thread does the waiting (no thread hop).
+  bool caller_waits = false;
   /// Runs once on the waiting thread after the data arrived (copy back, divide for avg, unpack).
   std::function<void()> finish;
   /// CUDA tensors: done only when the GPU finished. An NCCL Work's future completes when the kernel is
@@ -62,6 +68,11 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   // -1 while not recorded.
   int64_t queued_us_ = -1, agreed_us_ = -1, data_us_ = -1;
   const char* transport_ = "gloo";
+};
+
+/// Thrown by a shared-memory wait's watch: the message is already the final explanation.
+struct TransportStopped {
+  std::string message;
 };
 
 struct CommConfig {
@@ -103,6 +114,8 @@ class CommImpl {
 
   /// The shared-memory transport, or null (ranks on several hosts, a world of one, COHORT_SHM=0).
   ShmTransport* shm() const { return shm_.get(); }
+  /// Point to point through the segment's rings, or null where shm() is.
+  ShmMailbox* mailbox() const { return mailbox_.get(); }
 
   /// The process group for tensors on `device`: Gloo for CPU, NCCL for CUDA when this Comm has it,
   /// else Gloo (which stages CUDA tensors through host memory: several ranks on one GPU).
@@ -120,6 +133,11 @@ class CommImpl {
   /// once; a receive waits for the sender's notice on a thread of its own and checks it before posting.
   std::shared_ptr<PendingOp> post_send(std::shared_ptr<PendingOp> op);
   std::shared_ptr<PendingOp> post_recv(std::shared_ptr<PendingOp> op);
+  /// Point to point through the shared-memory rings (p2p_shm.cpp): a send is written at once when it
+  /// fits, a receive taken at once when its message is there; otherwise a waiter (or the caller, for
+  /// a blocking call) finishes it.
+  std::shared_ptr<PendingOp> post_shm_send(std::shared_ptr<PendingOp> op);
+  std::shared_ptr<PendingOp> post_shm_recv(std::shared_ptr<PendingOp> op);
   bool is_completed(PendingOp& op);
   /// Comm::abort: poisons this Comm with `reason` and tells the peers.
   void abort(const std::string& reason) { poison(reason); }
@@ -148,8 +166,12 @@ class CommImpl {
   [[noreturn]] void fail_transport(PendingOp& op, const std::string& what);
   /// Point to point: numbers the op on its (peer, tag) channel and sets its deadline clock.
   void number_p2p(PendingOp& op, std::map<std::pair<int, int>, int64_t>& counters);
-  /// Runs `body` on a thread of its own (p2p waits); joined at destruction.
-  void spawn_waiter(std::function<void()> body);
+  /// Runs `body` on a thread of its own (p2p waits); joined at destruction. `prompt`: the body ends
+  /// within milliseconds once the Comm is poisoned or closing, so it is joined even then.
+  void spawn_waiter(std::function<void()> body, bool prompt = false);
+  /// What a point-to-point wait in the segment watches: a dead or aborting peer, the Comm poisoned or
+  /// closing, the op's deadline; throws TransportStopped naming it.
+  ShmWatch p2p_watch(const std::shared_ptr<PendingOp>& op);
   void mark_launched(PendingOp& op, const std::string& error);
   /// Blocks in c10d's wait of a point-to-point op (on a waiter thread) and records its outcome.
   void wait_transport(PendingOp& op);
@@ -162,6 +184,7 @@ class CommImpl {
   std::unique_ptr<ControlPlane> control_;
   c10::intrusive_ptr<ProcessGroupBase> gloo_, nccl_;
   std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<ShmMailbox> mailbox_;  // point to point through shm_'s rings; null without shm_
 
   mutable std::mutex mutex_;
   std::condition_variable queue_cv_;
@@ -174,6 +197,7 @@ class CommImpl {
   struct Waiter {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
+    bool prompt = false;
   };
   std::vector<Waiter> waiters_;
   std::string poisoned_;  // the first failure; empty while healthy

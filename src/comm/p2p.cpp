@@ -50,7 +50,7 @@ void CommImpl::number_p2p(PendingOp& op, std::map<std::pair<int, int>, int64_t>&
   op.started_ = Clock::now();
 }
 
-void CommImpl::spawn_waiter(std::function<void()> body) {
+void CommImpl::spawn_waiter(std::function<void()> body, bool prompt) {
   std::lock_guard<std::mutex> lock(mutex_);
   // Reap the finished ones, so a long pipeline does not pile up threads.
   for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -164,14 +164,23 @@ void check_peer(const Comm& comm, const torch::Tensor& tensor, int peer, int tag
 
 }  // namespace
 
-Work Comm::isend(torch::Tensor tensor, int dst, int tag) {
-  check_peer(*this, tensor, dst, tag, "isend");
+namespace {
+
+// The bytes of a CPU message between ranks on one host go through the shared-memory rings; all else
+// (CUDA tensors, ranks on several hosts, COHORT_SHM=0) through the process group.
+bool on_shm(detail::CommImpl& impl, const torch::Tensor& buffer) { return impl.shm() && buffer.is_cpu(); }
+
+Work post_send(detail::CommImpl* impl, const torch::Tensor& tensor, int dst, int tag, bool caller_waits) {
   auto pending = detail::make_op(detail::OpKind::kSend, tensor, ReduceOp::kSum, dst);
   pending->peer = dst;
   pending->tag = tag;
   pending->inline_p2p = tensor.is_cuda();
+  pending->caller_waits = caller_waits;
   torch::Tensor buf = detail::transport_view(tensor.contiguous());
-  auto* impl = impl_.get();
+  if (on_shm(*impl, buf)) {
+    pending->shm_buffer = buf;
+    return Work(impl->post_shm_send(pending));
+  }
   auto* raw = pending.get();
   if (buf.numel() > 0) {
     pending->launch = [impl, buf, dst, tag, raw] {
@@ -179,17 +188,23 @@ Work Comm::isend(torch::Tensor tensor, int dst, int tag) {
       return impl->backend_for(buf.device()).send(tensors, dst, detail::gloo_tag(tag, raw->seq));
     };
   }
-  return Work(impl_->post_send(pending));
+  return Work(impl->post_send(pending));
 }
 
-Work Comm::irecv(torch::Tensor tensor, int src, int tag) {
-  check_peer(*this, tensor, src, tag, "irecv");
+Work post_recv(detail::CommImpl* impl, torch::Tensor tensor, int src, int tag, bool caller_waits) {
   auto pending = detail::make_op(detail::OpKind::kRecv, tensor, ReduceOp::kSum, src);
   pending->peer = src;
   pending->tag = tag;
   pending->inline_p2p = tensor.is_cuda();
+  pending->caller_waits = caller_waits;
   torch::Tensor buf = tensor.is_contiguous() ? tensor : tensor.contiguous();
-  auto* impl = impl_.get();
+  pending->finish = [tensor, buf]() mutable {
+    if (!buf.is_same(tensor)) tensor.copy_(buf);
+  };
+  if (on_shm(*impl, buf)) {
+    pending->shm_buffer = buf;
+    return Work(impl->post_shm_recv(pending));
+  }
   auto* raw = pending.get();
   if (buf.numel() > 0) {
     pending->launch = [impl, buf, src, tag, raw] {
@@ -197,14 +212,30 @@ Work Comm::irecv(torch::Tensor tensor, int src, int tag) {
       return impl->backend_for(buf.device()).recv(tensors, src, detail::gloo_tag(tag, raw->seq));
     };
   }
-  pending->finish = [tensor, buf]() mutable {
-    if (!buf.is_same(tensor)) tensor.copy_(buf);
-  };
-  return Work(impl_->post_recv(pending));
+  return Work(impl->post_recv(pending));
 }
 
-void Comm::send(const torch::Tensor& tensor, int dst, int tag) { isend(tensor, dst, tag).wait(); }
-void Comm::recv(torch::Tensor tensor, int src, int tag) { irecv(tensor, src, tag).wait(); }
+}  // namespace
+
+Work Comm::isend(torch::Tensor tensor, int dst, int tag) {
+  check_peer(*this, tensor, dst, tag, "isend");
+  return post_send(impl_.get(), tensor, dst, tag, false);
+}
+
+Work Comm::irecv(torch::Tensor tensor, int src, int tag) {
+  check_peer(*this, tensor, src, tag, "irecv");
+  return post_recv(impl_.get(), tensor, src, tag, false);
+}
+
+void Comm::send(const torch::Tensor& tensor, int dst, int tag) {
+  check_peer(*this, tensor, dst, tag, "send");
+  post_send(impl_.get(), tensor, dst, tag, true).wait();
+}
+
+void Comm::recv(torch::Tensor tensor, int src, int tag) {
+  check_peer(*this, tensor, src, tag, "recv");
+  post_recv(impl_.get(), tensor, src, tag, true).wait();
+}
 
 // An object travels as its length (int64 [1]) and then its bytes: int64 for a vector, uint8 for a
 // string, so a string sent where a vector is expected is a dtype mismatch, named like any other.

@@ -3,20 +3,16 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
-#include <linux/futex.h>
-#include <sched.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <climits>
 #include <cstring>
 #include <random>
 
 #include "comm/shm_reduce.h"
+#include "comm/shm_wait.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 
@@ -25,8 +21,7 @@ namespace cohort::detail {
 struct ShmHeader {
   uint64_t magic;  // random, written by rank 0: proves every rank mapped the same memory
   uint32_t size;
-  alignas(64) std::atomic<uint32_t> wake;  // futex word: bumped by every arrival
-  std::atomic<uint32_t> sleepers;          // ranks inside futex_wait (skip the wake when none)
+  alignas(64) ShmWakeup arrivals;  // bumped by every arrival at a barrier
 };
 
 struct ShmTransport::RankLine {
@@ -36,36 +31,28 @@ struct ShmTransport::RankLine {
 
 namespace {
 
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "futex words must be plain 32-bit atomics");
 constexpr size_t kLineBytes = 64;
-// Spinning catches a peer that arrives within microseconds (the common case on one host) without a
-// futex round trip; it stays short because on a node whose cores all train, spinning steals compute.
-constexpr auto kSpinFor = std::chrono::microseconds(50);
-constexpr int kPureSpins = 256;  // about a microsecond of pause instructions before yielding
-constexpr auto kWatchEvery = std::chrono::milliseconds(10);
+constexpr int kSlotSets = 3;  // see ShmTransport::next_set
 
 // The header page(s): ShmHeader, then one RankLine per rank.
 size_t header_bytes(int size) { return (kLineBytes * (2 + size_t(size)) + 4095) / 4096 * 4096; }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
+// Point-to-point rings, one per ordered pair of ranks: a power of two from 4 to 256 KiB, smaller as
+// the pairs multiply, so that all of them take at most about 8 MiB of /dev/shm (16 MiB at 64 ranks).
+size_t ring_capacity_for(int size) {
+  const size_t pairs = size_t(size) * size_t(std::max(size - 1, 1));
+  size_t capacity = size_t(256) << 10;
+  while (capacity > 4096 && capacity * pairs > (size_t(8) << 20)) capacity /= 2;
+  return capacity;
 }
 
-// Shared (not FUTEX_PRIVATE) futex: the word lives in memory mapped by several processes.
-void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::milliseconds timeout) {
-  timespec ts{time_t(timeout.count() / 1000), long(timeout.count() % 1000) * 1000000L};
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
-}
+size_t ring_stride(int size) { return ShmRing::footprint(ring_capacity_for(size)); }
 
-void futex_wake_all(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
+size_t slots_bytes(int size, size_t slot_bytes) { return size_t(kSlotSets) * size_t(size) * slot_bytes; }
 
-size_t mapped_size(int size, size_t slot_bytes) { return header_bytes(size) + 2 * size_t(size) * slot_bytes; }
+size_t mapped_size(int size, size_t slot_bytes) {
+  return header_bytes(size) + slots_bytes(size, slot_bytes) + size_t(size) * size_t(size - 1) * ring_stride(size);
+}
 
 void* map_segment(int fd, size_t bytes) {
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -205,6 +192,14 @@ char* ShmTransport::slot(int set, int rank) const {
   return static_cast<char*>(base_) + header_bytes(size_) + (size_t(set) * size_ + rank) * slot_bytes_;
 }
 
+void* ShmTransport::ring_memory(int from, int to) const {
+  // Pairs in order (0,1), (0,2), ..., (1,0), (1,2), ...: no ring from a rank to itself.
+  const size_t pair = size_t(from) * size_t(size_ - 1) + size_t(to < from ? to : to - 1);
+  return static_cast<char*>(base_) + header_bytes(size_) + slots_bytes(size_, slot_bytes_) + pair * ring_stride(size_);
+}
+
+size_t ShmTransport::ring_capacity() const { return ring_capacity_for(size_); }
+
 ShmTransport::RankLine& ShmTransport::line(int rank) const {
   // The segment's pages start zeroed (posix_fallocate): every rank's count is 0 before its first barrier.
   return *reinterpret_cast<RankLine*>(static_cast<char*>(base_) + kLineBytes * (2 + size_t(rank)));
@@ -217,34 +212,7 @@ bool ShmTransport::peers_reached(uint64_t count) const {
 }
 
 void ShmTransport::wait_for_peers(uint64_t count, const Watch& watch) {
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 1;; ++i) {
-    if (peers_reached(count)) return;
-    if (i < kPureSpins) {
-      cpu_relax();
-      continue;
-    }
-    // The peer may be waiting for this very CPU (the scheduler put both ranks on one core): let it run.
-    sched_yield();
-    if (i % 16 == 0 && std::chrono::steady_clock::now() - start > kSpinFor) break;
-  }
-  auto next_watch = std::chrono::steady_clock::now() + kWatchEvery;
-  for (;;) {
-    // Registered as a sleeper before reading the word: an arrival after this read changes the word,
-    // so futex_wait returns at once instead of missing the wake.
-    header_->sleepers.fetch_add(1);
-    const uint32_t word = header_->wake.load();
-    if (peers_reached(count)) {
-      header_->sleepers.fetch_sub(1);
-      return;
-    }
-    futex_wait(&header_->wake, word, kWatchEvery);
-    header_->sleepers.fetch_sub(1);
-    if (std::chrono::steady_clock::now() >= next_watch) {
-      watch();  // throws when a peer died or the deadline passed
-      next_watch = std::chrono::steady_clock::now() + kWatchEvery;
-    }
-  }
+  shm_wait([&] { return peers_reached(count); }, header_->arrivals, watch);
 }
 
 bool ShmTransport::barrier(const Watch& watch, const uint64_t* fingerprint) {
@@ -254,8 +222,7 @@ bool ShmTransport::barrier(const Watch& watch, const uint64_t* fingerprint) {
   // arrived at count + 1, after reading below: two slots are enough.
   if (fingerprint) mine.fingerprint[count % 2].store(*fingerprint, std::memory_order_relaxed);
   mine.barriers.store(count, std::memory_order_release);
-  header_->wake.fetch_add(1);
-  if (header_->sleepers.load() > 0) futex_wake_all(&header_->wake);
+  header_->arrivals.notify();
   wait_for_peers(count, watch);
   if (!fingerprint) return true;
   if (trace::enabled()) agreed_us_ = trace::now_us();
@@ -270,28 +237,42 @@ bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fin
   const auto dtype = buffer.scalar_type();
   const size_t item = buffer.element_size();
   const int64_t chunk = int64_t(slot_bytes_ / item);
+  const int64_t numel = buffer.numel();
   char* data = static_cast<char*>(buffer.data_ptr());
   std::vector<const void*> parts(size_);
-  for (int64_t start = 0; start < buffer.numel(); start += chunk) {
-    const int64_t n = std::min(chunk, buffer.numel() - start);
+  // Slice r of a chunk of n elements, in bytes: [first, second).
+  auto slice = [&](int64_t n, int r) {
+    return std::make_pair(split_point(n, size_, r) * item, split_point(n, size_, r + 1) * item);
+  };
+  // Publishes the slices of the chunk at `start` that the peers reduce (this rank reads its own slice
+  // from its own memory); returns the chunk's set.
+  auto copy_in = [&](int64_t start) {
     const int set = next_set();
-    char* chunk_data = data + start * item;
-    auto slice = [&](int r) { return std::make_pair(split_point(n, size_, r) * item, split_point(n, size_, r + 1) * item); };
-    // Publish the slices the peers reduce; this rank reads its own slice from its own memory.
+    const int64_t n = std::min(chunk, numel - start);
     for (int q = 0; q < size_; ++q) {
-      const auto [a, b] = slice(q);
-      if (q != rank_) std::memcpy(slot(set, rank_) + a, chunk_data + a, b - a);
+      const auto [a, b] = slice(n, q);
+      if (q != rank_) std::memcpy(slot(set, rank_) + a, data + start * item + a, b - a);
     }
-    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
+    return set;
+  };
+  // Pipelined, one barrier per chunk: chunk k is reduced and chunk k+1 copied in before the barrier,
+  // chunk k copied out after it. Three sets of slots make that safe (see next_set).
+  int set = copy_in(0);
+  if (!barrier(watch, &fingerprint)) return false;
+  for (int64_t start = 0; start < numel; start += chunk) {
+    const int64_t n = std::min(chunk, numel - start);
+    char* chunk_data = data + start * item;
     // Reduce my slice of every rank, in rank order, into the unused slice of my slot: published as is.
-    const auto [lo, hi] = slice(rank_);
+    const auto [lo, hi] = slice(n, rank_);
     for (int r = 0; r < size_; ++r) parts[r] = r == rank_ ? chunk_data + lo : slot(set, r) + lo;
     reduce_parts(slot(set, rank_) + lo, parts, int64_t((hi - lo) / item), dtype, op);
+    const int next = start + chunk < numel ? copy_in(start + chunk) : -1;
     barrier(watch);
     for (int r = 0; r < size_; ++r) {
-      const auto [a, b] = slice(r);
+      const auto [a, b] = slice(n, r);
       std::memcpy(chunk_data + a, slot(set, r) + a, b - a);
     }
+    set = next;
   }
   ++ops_done_;
   return true;

@@ -1,15 +1,16 @@
 // Shared-memory data path for ranks that all run on one host. Gloo over loopback TCP copies every
 // byte through the kernel twice and reduces on its own threads; on a node whose cores are all busy
 // training, that CPU time comes out of the step. Here every rank maps one POSIX shared-memory segment
-// holding a slot per rank (twice, alternating), and a collective is done chunk by chunk with memcpy,
+// holding a slot per rank (three times, in rotation), and a collective is done chunk by chunk with memcpy,
 // vectorized elementwise reductions (comm/shm_reduce.h) and a barrier:
 //   allreduce      copy in the peers' slices -> barrier -> rank r reduces slice r of every rank (its own
-//                  from its own memory) into slice r of its slot -> barrier -> copy every slice out
+//                  from its own memory) into slice r of its slot, and copies in the next chunk ->
+//                  barrier -> copy every slice of the chunk out (one barrier per chunk, pipelined)
 //   reduce_scatter copy in the peers' blocks -> barrier -> rank r reduces its block of every rank
 //   allgather      copy in -> barrier -> copy every slot out
 //   broadcast      root copies in -> barrier -> the others copy out
-// Alternating between two sets of slots makes one barrier per chunk enough to keep a rank from
-// overwriting a slot a peer still reads. Sums are taken in rank order on every rank, so results are
+// Rotating over three sets of slots makes one barrier per chunk enough to keep a rank from overwriting
+// a slot a peer still reads (next_set). Sums are taken in rank order on every rank, so results are
 // bitwise identical everywhere and from run to run. The segment is unlinked as soon as every rank has
 // mapped it, so a crash leaves nothing behind in /dev/shm.
 //
@@ -20,6 +21,9 @@
 // collective's fingerprint hash: every rank reads every peer's, so the agreement that the control plane
 // does over sockets between hosts costs no more here than the barrier the data needs anyway. Ranks
 // whose fingerprints differ all see it at that barrier, before any peer's data is read.
+//
+// After the slots, the segment holds a one-way ring per ordered pair of ranks (comm/shm_ring.h) for
+// point-to-point messages (comm/shm_mailbox.h).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +35,8 @@
 #include <string>
 
 #include "cohort/comm.h"
+#include "comm/shm_ring.h"
+#include "comm/shm_wait.h"
 
 namespace cohort::detail {
 
@@ -40,7 +46,7 @@ class ShmTransport {
  public:
   /// Called every few milliseconds while a rank waits for its peers; throws to give up (a peer died,
   /// an abort notice arrived, the collective's deadline passed).
-  using Watch = std::function<void()>;
+  using Watch = ShmWatch;
 
   /// Every rank of the group calls this (collectively, through `store` under `prefix`). Returns a
   /// transport when all `size` ranks could map the same segment, else null on every rank. `enabled`
@@ -71,6 +77,11 @@ class ShmTransport {
   bool broadcast(const at::Tensor& buffer, int root, uint64_t fingerprint, const Watch& watch);
 
   size_t slot_bytes() const { return slot_bytes_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  /// The memory of the point-to-point ring from rank `from` to rank `to` (ShmRing's layout).
+  void* ring_memory(int from, int to) const;
+  size_t ring_capacity() const;
   /// Collectives completed here (tests check the path was taken).
   int64_t ops_done() const { return ops_done_; }
   /// The timeline: when the last agreement completed (trace::now_us()), -1 while tracing is off.
@@ -81,8 +92,11 @@ class ShmTransport {
   struct RankLine;  // one rank's barrier count and fingerprints, on a cache line of its own
   RankLine& line(int rank) const;
 
-  /// The next chunk's set of slots (0 or 1): alternates on every chunk of every collective.
-  int next_set() { return int(chunks_++ & 1); }
+  /// The next chunk's set of slots (0, 1 or 2), in rotation over every chunk of every collective. A set
+  /// is written again three chunks later: by then every rank has passed a barrier that each peer
+  /// reached only after reading the set for the last time, also in allreduce's pipeline, where a
+  /// chunk's copy-out follows the barrier that the next chunk's copy-in precedes.
+  int next_set() { return int(chunks_++ % 3); }
   char* slot(int set, int rank) const;
   /// Waits until every rank reached this barrier. With `fingerprint`, also compares every rank's:
   /// false when they differ (every rank sees the same verdict).
