@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cohort's allreduce next to Open MPI's on 2 local ranks: bench/allreduce --nproc 2 --mode sizes and
-# bench/allreduce_mpi under `mpirun --bind-to none -np 2`, taking turns run by run (the order flips
+# bench/allreduce_mpi under mpirun -np 2 (ranks bound to cores, see BIND), taking turns run by run (the order flips
 # each repetition), then one markdown table for docs/BENCHMARKS.md: per size the median over runs of
 # each program's per-run median, and the median of the per-run ratios cohort / Open MPI.
 # Usage: bench/allreduce_run.sh [runs] [flags for both programs, e.g. --reps 11 --max-bytes 16777216]
@@ -16,15 +16,27 @@ mpi=$build/bench/allreduce_mpi
 for program in "$cohort" "$mpi"; do
   [ -x "$program" ] || { echo "allreduce_run.sh: $program is not built (allreduce_mpi needs MPI: libopenmpi-dev)" >&2; exit 2; }
 done
+# BIND=1 (default) gives each rank a core of its own in both programs (cohortrun --bind-cores, mpirun
+# --bind-to core): unbound, this VM's scheduler now and then puts both ranks on one vCPU after they slept
+# (a ping-pong then takes ~10 us instead of ~2), which spinning cannot help. BIND=0: neither is bound.
+bind=${BIND:-1}
+mode=${MODE:-sizes}
 mpirun=(mpirun --bind-to none --oversubscribe -np 2)
+[ "$bind" = 1 ] && mpirun=(mpirun --bind-to core -np 2)
 [ "$(id -u)" = 0 ] && mpirun+=(--allow-run-as-root)  # Open MPI refuses root without it
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1      # what bench/allreduce --nproc sets for its ranks
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "# bench/allreduce_run.sh $runs $*"
+echo "# bench/allreduce_run.sh $runs $* (MODE=$mode BIND=$bind)"
 echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, $(getconf _NPROCESSORS_ONLN) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-mode=${MODE:-sizes}
-run_cohort() { "$cohort" --nproc 2 --mode "$mode" "$@" >"$out/cohort.$run"; }
+run_cohort() {
+  if [ "$bind" = 1 ]; then
+    "$build/tools/cohortrun" --standalone --nproc-per-node 2 --bind-cores "$cohort" --mode "$mode" "$@" 2>/dev/null |
+      sed 's/^\[rank0\]: //' >"$out/cohort.$run"
+  else
+    "$cohort" --nproc 2 --mode "$mode" "$@" >"$out/cohort.$run"
+  fi
+}
 run_mpi() { "${mpirun[@]}" "$mpi" --mode "$mode" "$@" >"$out/mpi.$run"; }
 for run in $(seq "$runs"); do
   if [ $((run % 2)) = 1 ]; then run_cohort "$@"; run_mpi "$@"; else run_mpi "$@"; run_cohort "$@"; fi
