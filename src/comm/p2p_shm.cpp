@@ -48,10 +48,9 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_send(std::shared_ptr<PendingOp> op
 
 namespace {
 
-// The receive's outcome: "" when its bytes arrived, else why not.
+// Why a receive that met a mismatched envelope failed.
 std::string mismatch_text(const ShmMailbox::Receive& receive, const std::string& what, const std::string& sender,
                           const std::string& mine) {
-  if (!receive.mismatch) return "";
   return "point-to-point mismatch at " + what + ": this rank receives into " + mine + " but " + sender + " sent #" +
          std::to_string(receive.mismatch->seq) + " " + receive.mismatch->described +
          ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver "
@@ -71,7 +70,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op
   receive->destination = op->shm_buffer.data_ptr();
   receive->n = op->shm_buffer.nbytes();
   auto conclude = [this, op, receive](std::string error) {
-    if (error.empty())
+    if (error.empty() && receive->mismatch)  // the texts only then: a receive costs microseconds
       error = mismatch_text(*receive, describe(*op), rank_label(op->peer), op->fingerprint.tensor_text());
     if (!error.empty()) error = poison(error);
     mark_launched(*op, error);
