@@ -49,18 +49,23 @@ inline void cpu_relax() {
 template <typename Ready>
 void shm_wait(Ready ready, ShmWakeup& wakeup, const ShmWatch& watch) {
   using Clock = std::chrono::steady_clock;
-  constexpr int kPureSpins = 256;  // about a microsecond of pause instructions before yielding
+  // Pause instructions only for the first 10 us (a peer on another core answers within a few: a
+  // small message's round trip), then yields until 50 us: the peer may need this very CPU. Yielding
+  // from the start cost a ping-pong 0.5-1 us per message (a syscall between two looks).
+  constexpr auto kPureSpinFor = std::chrono::microseconds(10);
   constexpr auto kSpinFor = std::chrono::microseconds(50);
   constexpr auto kWatchEvery = std::chrono::milliseconds(10);
   const auto start = Clock::now();
+  bool yielding = false;
   for (int i = 1;; ++i) {
     if (ready()) return;
-    if (i < kPureSpins) {
-      cpu_relax();
-      continue;
+    if (yielding) sched_yield();
+    else cpu_relax();
+    if (i % 32 == 0) {
+      const auto spent = Clock::now() - start;
+      if (spent > kSpinFor) break;
+      yielding = spent > kPureSpinFor;
     }
-    sched_yield();
-    if (i % 16 == 0 && Clock::now() - start > kSpinFor) break;
   }
   auto next_watch = Clock::now() + kWatchEvery;
   const timespec timeout{0, long(std::chrono::nanoseconds(kWatchEvery).count())};
