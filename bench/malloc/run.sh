@@ -25,7 +25,7 @@ declare -A preload=([glibc]="" [policy]="" [jemalloc]="$libdir/libjemalloc.so.2"
 allocators=(glibc policy)
 for a in jemalloc tcmalloc; do [ -e "${preload[$a]}" ] && allocators+=("$a"); done
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out" "$out.time"' EXIT
 
 # One measured run: prints "faults seconds peak_kib" of /usr/bin/time.
 measure() {

@@ -26,7 +26,9 @@ namespace {
 
 struct Args {
   int64_t batch_size = 64, test_batch_size = 1000, epochs = 2, seed = 42, log_interval = 100, threads = 1;
-  double lr = 0.01, momentum = 0.9, gradient_predivide_factor = 1.0;
+  // lr 0.02 and momentum 0.9, not Horovod's MNIST 0.01 and 0.5: Fashion-MNIST in 2 epochs (0.01 gave
+  // 88.98 % after 2 epochs on 2 ranks, 0.02 gives 89.80 %).
+  double lr = 0.02, momentum = 0.9, gradient_predivide_factor = 1.0;
   bool fp16_allreduce = false;
   std::string data_dir = cohort::data::kFashionMnistDir;
 };

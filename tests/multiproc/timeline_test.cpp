@@ -33,11 +33,10 @@ using cohort::detail::trace::summarize;
 
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("cohort-timeline-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+// The test's directory, made once by the test process (its rank processes re-run the test body and
+// read it back: a directory of their own would be left behind in /tmp).
+fs::path fresh_dir(cohort::testing::RanksOptions& options, const std::string& name) {
+  return cohort::testing::shared_temp_dir(options, "TIMELINE_TEST_DIR", "cohort-timeline-" + name + "-");
 }
 
 nlohmann::json read_json(const fs::path& path) {
@@ -167,8 +166,8 @@ TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
 // Each step: a compute span (rank 1 sleeps 100 ms longer), then an allreduce of 64 MiB (tens of ms: the
 // call's fixed costs outside the recorded phases, a ms or two under load, stay within the 10%).
 TEST(Timeline, ScriptedWorkloadSummaryMatchesMeasuredTimes) {
-  const fs::path dir = fresh_dir("scripted");
   cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "scripted");
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
   constexpr int kSteps = 3;
   auto results = run_ranks(2, [](int rank, int) {
@@ -217,8 +216,8 @@ TEST(Timeline, ScriptedWorkloadSummaryMatchesMeasuredTimes) {
 }
 
 TEST(Timeline, HorovodTimelineVariableWritesTheFile) {
-  const fs::path dir = fresh_dir("hvd");
   cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "hvd");
   options.env["HOROVOD_TIMELINE"] = (dir / "hvd.json").string();
   run_ranks(2, [](int, int) {
     cohort::hvd::init();
@@ -231,12 +230,11 @@ TEST(Timeline, HorovodTimelineVariableWritesTheFile) {
 }
 
 TEST(Timeline, OffByDefaultRecordsNothingAndWritesNoFile) {
-  const fs::path dir = fresh_dir("off");
   cohort::testing::RanksOptions options;
-  options.env["COHORT_TEST_DIR"] = dir.string();
+  const fs::path dir = fresh_dir(options, "off");
   run_ranks(2, [](int, int) {
     ::unsetenv("COHORT_TIMELINE");
-    fs::current_path(std::getenv("COHORT_TEST_DIR"));
+    fs::current_path(std::getenv("TIMELINE_TEST_DIR"));
     auto& comm = cohort::init().comm();
     { cohort::trace::Span span("step"); comm.allreduce(torch::ones({4})); }
     EXPECT_FALSE(cohort::trace::enabled());

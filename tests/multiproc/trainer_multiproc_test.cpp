@@ -101,9 +101,8 @@ TEST(TrainerMultiproc, SameParametersAsTheHandWrittenLoop) {
 }
 
 TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
-  const std::string dir = make_temp_dir("trainer_resume_");
   RanksOptions options;
-  options.env["TRAINER_TEST_DIR"] = dir;
+  const std::string dir = cohort::testing::shared_temp_dir(options, "TRAINER_TEST_DIR", "trainer_resume_");
   run_ranks(2, [](int, int) {
     cohort::init();
     for (const std::string strategy : {"ddp", "pipeline"}) {
