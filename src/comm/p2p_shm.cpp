@@ -1,6 +1,6 @@
 // Point to point between ranks on one host, through the shared-memory segment's rings (ShmMailbox)
 // instead of a control-plane notice plus Gloo: the envelope carries what the notice did (number on the
-// channel, fingerprint hash, the sender's description), so a mismatch is still named before any byte
+// channel, fingerprint hash, the sender's dtype and shape), so a mismatch is still named before any byte
 // lands, and a small message costs two memcpys instead of two socket round trips and a thread.
 #include <ATen/ATen.h>
 
@@ -22,7 +22,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_send(std::shared_ptr<PendingOp> op
   number_p2p(*op, send_seq_);
   op->transport_ = "shm";
   const ShmMailbox::Envelope envelope{uint64_t(op->tag), uint64_t(op->seq), op->fingerprint.hash(uint64_t(op->seq)),
-                                      op->fingerprint.tensor_text()};
+                                      int32_t(op->fingerprint.dtype), op->fingerprint.shape};
   const at::Tensor& buffer = op->shm_buffer;
   uint64_t ticket = 0;
   if (mailbox_->try_send(op->peer, envelope, buffer.data_ptr(), buffer.nbytes(), ticket)) {
@@ -48,11 +48,19 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_send(std::shared_ptr<PendingOp> op
 
 namespace {
 
+// The sender's "dtype [shape]", as the receiver's own tensor is described.
+std::string described(const ShmMailbox::Envelope& envelope) {
+  Fingerprint sent;
+  sent.dtype = c10::ScalarType(envelope.dtype);
+  sent.shape = envelope.shape;
+  return sent.tensor_text();
+}
+
 // Why a receive that met a mismatched envelope failed.
 std::string mismatch_text(const ShmMailbox::Receive& receive, const std::string& what, const std::string& sender,
                           const std::string& mine) {
   return "point-to-point mismatch at " + what + ": this rank receives into " + mine + " but " + sender + " sent #" +
-         std::to_string(receive.mismatch->seq) + " " + receive.mismatch->described +
+         std::to_string(receive.mismatch->seq) + " " + described(*receive.mismatch) +
          ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver "
          "does not know)";
 }

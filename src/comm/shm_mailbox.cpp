@@ -9,18 +9,24 @@
 namespace cohort::detail {
 namespace {
 
-// Ahead of every message in a ring: this, then `text_bytes` of description, then `n` bytes of data.
+// Ahead of every message in a ring: this, then `dims` int64 sizes of the sender's shape, then `n` bytes
+// of data.
 struct WireHeader {
   uint32_t magic;
-  uint32_t text_bytes;
+  uint32_t dims;
   uint64_t tag, seq, hash, n;
+  int32_t dtype;
+  uint32_t unused;
 };
-constexpr uint32_t kWireMagic = 0xc0405e9d;
-// A description longer than this is cut (it only serves mismatch messages): an envelope always fits
+constexpr uint32_t kWireMagic = 0xc0405e9e;
+// A shape with more dimensions is cut here (it only serves mismatch messages): an envelope always fits
 // the smallest ring whole, so the receiver reads it in one piece.
-constexpr size_t kMaxText = 1024;
+constexpr size_t kMaxDims = 64;
 
-std::string clipped(const std::string& text) { return text.substr(0, kMaxText); }
+size_t dims_sent(const ShmMailbox::Envelope& envelope) { return std::min(envelope.shape.size(), kMaxDims); }
+size_t envelope_bytes(const ShmMailbox::Envelope& envelope) {
+  return sizeof(WireHeader) + dims_sent(envelope) * sizeof(int64_t);
+}
 
 }  // namespace
 
@@ -68,16 +74,17 @@ ShmMailbox::ShmMailbox(const ShmTransport& shm) {
 ShmMailbox::~ShmMailbox() = default;
 
 void ShmMailbox::write_envelope(Outbox& outbox, const Envelope& envelope, size_t n) {
-  const std::string text = clipped(envelope.described);
-  const WireHeader header{kWireMagic, uint32_t(text.size()), envelope.tag, envelope.seq, envelope.hash, uint64_t(n)};
+  const size_t dims = dims_sent(envelope);
+  const WireHeader header{kWireMagic, uint32_t(dims), envelope.tag, envelope.seq, envelope.hash, uint64_t(n),
+                          envelope.dtype, 0};
   outbox.ring.write(&header, sizeof header);
-  outbox.ring.write(text.data(), text.size());
+  outbox.ring.write(envelope.shape.data(), dims * sizeof(int64_t));
 }
 
 bool ShmMailbox::try_send(int peer, const Envelope& envelope, const void* bytes, size_t n, uint64_t& ticket) {
   Outbox& outbox = *outboxes_.at(size_t(peer));
   std::lock_guard<std::mutex> lock(outbox.mutex);
-  const size_t total = sizeof(WireHeader) + clipped(envelope.described).size() + n;
+  const size_t total = envelope_bytes(envelope) + n;
   if (outbox.next_ticket == outbox.serving && outbox.ring.writable() >= total) {
     write_envelope(outbox, envelope, n);
     outbox.ring.write(bytes, n);
@@ -102,8 +109,7 @@ void ShmMailbox::finish_send(int peer, uint64_t ticket, const Envelope& envelope
   }
   // This ticket is served: no other thread writes to the ring until it passes the turn on.
   ShmRing& ring = outbox.ring;
-  const size_t envelope_bytes = sizeof(WireHeader) + clipped(envelope.described).size();
-  ring.wait_writable(envelope_bytes, watch);
+  ring.wait_writable(envelope_bytes(envelope), watch);
   write_envelope(outbox, envelope, n);
   ring.publish();
   // Pieces of a quarter ring: the receiver copies one out while the next is copied in.
@@ -150,11 +156,13 @@ void ShmMailbox::progress(Inbox& inbox) {
       ring.peek(&header, sizeof header);
       if (header.magic != kWireMagic)
         throw std::runtime_error("the shared-memory message stream is corrupt (a bad envelope)");
-      if (ring.readable() < sizeof header + header.text_bytes) break;
+      const size_t shape_bytes = size_t(header.dims) * sizeof(int64_t);
+      if (ring.readable() < sizeof header + shape_bytes) break;
       ring.read(nullptr, sizeof header);
-      std::string text(header.text_bytes, '\0');
-      ring.read(text.data(), text.size());
-      start_incoming(inbox, Envelope{header.tag, header.seq, header.hash, std::move(text)}, size_t(header.n));
+      std::vector<int64_t> shape(header.dims);
+      ring.read(shape.data(), shape_bytes);
+      start_incoming(inbox, Envelope{header.tag, header.seq, header.hash, header.dtype, std::move(shape)},
+                     size_t(header.n));
     }
     Incoming& incoming = *inbox.current;
     const size_t n = std::min({ring.readable(), incoming.remaining, ring.capacity() / 4});
