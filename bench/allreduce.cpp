@@ -1,8 +1,9 @@
 // bench/allreduce: what cohort::Comm costs over the transport it wraps. nccl-tests style rows (float32,
 // 4 KiB to 64 MiB) for cohort::Comm::allreduce and raw c10d ProcessGroupGloo on the same store, taking
 // turns in rotating order (medians, per-repetition ratios; rank 0's clock); the fingerprint agreement
-// alone; tensor fusion (200 x 1 KiB, separate vs fused); send/recv ping-pong (8 B to 4 MiB). `--nproc N` re-runs this program as N local
-// ranks; under a launcher (cohortrun, torchrun, mpirun, srun) each process is one rank.
+// alone; tensor fusion (200 x 1 KiB, separate vs fused); send/recv ping-pong (8 B to 2 MiB).
+// `--nproc N` re-runs this program as N local ranks; under a launcher (cohortrun, torchrun, mpirun,
+// srun) each process is one rank.
 #include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
@@ -216,7 +217,8 @@ struct Bench {
   }
 
   // Point to point between ranks 0 and 1: a message goes there and back, the one-way time is half the
-  // round trip. cohort's send/recv against raw c10d Gloo's, interleaved; 8 B to 4 MiB in x4 steps.
+  // round trip. cohort's send/recv against raw c10d Gloo's, interleaved; from 8 B in x4 steps up to
+  // --pingpong-max-bytes (default 4 MiB, so the last size is 2 MiB).
   void pingpong() {
     const int rank = comm.rank();
     if (print)
@@ -317,7 +319,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t(4), int64_t(1) << 32));
   app.add_option("--block-bytes", options.block_bytes, "bytes reduced per timed block (2 to 100 calls)")
       ->check(CLI::Range(int64_t(4), int64_t(1) << 36));
-  app.add_option("--mode", options.mode, "what to measure")->check(CLI::IsMember({"all", "sizes", "fusion", "pingpong"}));
+  app.add_option("--mode", options.mode, "what to measure")
+      ->check(CLI::IsMember({"all", "sizes", "fusion", "pingpong"}));
   app.add_option("--pingpong-max-bytes", options.pingpong_max, "largest ping-pong message (from 8 B, x4)")
       ->check(CLI::Range(int64_t(8), int64_t(1) << 32));
   app.add_option("--fusion-tensors", options.fusion_tensors, "tensors in the fusion test")

@@ -3,7 +3,7 @@
 // to cohort: 4 KiB to 64 MiB in x4 steps, blocks of clamp(32 MiB / size, 2, 100) calls, 3 untimed
 // warm-up blocks, then 21 timed blocks per size, the ranks lined up on MPI_Barrier before each block;
 // rank 0's clock, median per call. Each size first checks the closed-form sum. `--mode pingpong`: the
-// send/recv ping-pong of bench/allreduce --mode pingpong (8 B to 4 MiB, one-way time = round trip / 2)
+// send/recv ping-pong of bench/allreduce --mode pingpong (8 B to 2 MiB, one-way time = round trip / 2)
 // with MPI_Send/MPI_Recv. Plain C++ and MPI only.
 #include <mpi.h>
 
@@ -32,8 +32,10 @@ struct Options {
 bool parse(int argc, char** argv, Options& o) {
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--mode" && i + 1 < argc && (std::string(argv[i + 1]) == "sizes" || std::string(argv[i + 1]) == "pingpong")) {
-      o.pingpong = std::string(argv[++i]) == "pingpong";
+    const std::string mode = i + 1 < argc ? argv[i + 1] : "";
+    if (flag == "--mode" && (mode == "sizes" || mode == "pingpong")) {
+      o.pingpong = mode == "pingpong";
+      ++i;
       continue;
     }
     int64_t* target = flag == "--min-bytes" ? &o.min_bytes : flag == "--max-bytes" ? &o.max_bytes
@@ -113,8 +115,8 @@ std::vector<double> time_pingpong(int64_t count, int iters, int rank, const Opti
 void pingpong(int rank, const Options& o, const std::string& library) {
   if (rank == 0)
     std::printf("# bench/allreduce_mpi --mode pingpong: MPI_Send/MPI_Recv ping-pong, ranks 0 and 1, %s; one-way "
-                "time = round trip / 2; medians of %d repetitions (warm-up %d)\n#\n# %9s %9s %4s | %9s\n", library.c_str(),
-                o.reps, o.warmup, "size (B)", "count", "iter", "MPI (us)");
+                "time = round trip / 2; medians of %d repetitions (warm-up %d)\n#\n# %9s %9s %4s | %9s\n",
+                library.c_str(), o.reps, o.warmup, "size (B)", "count", "iter", "MPI (us)");
   for (int64_t bytes = 8; bytes <= o.pingpong_max; bytes *= 4) {
     const int iters = int(std::clamp<int64_t>(o.block_bytes / bytes, 2, 100));
     const double us = median(time_pingpong(bytes / 4, iters, rank, o));

@@ -4,7 +4,7 @@
 # each repetition), then one markdown table for docs/BENCHMARKS.md: per size the median over runs of
 # each program's per-run median, and the median of the per-run ratios cohort / Open MPI.
 # Usage: bench/allreduce_run.sh [runs] [flags for both programs, e.g. --reps 11 --max-bytes 16777216]
-# MODE=pingpong compares send/recv instead (both programs' --mode pingpong: 8 B to 4 MiB, one-way us).
+# MODE=pingpong compares send/recv instead (both programs' --mode pingpong: 8 B to 2 MiB, one-way us).
 # (COHORT_BUILD_DIR names the build folder, default build/; allreduce_mpi needs CMake to find MPI.)
 set -euo pipefail
 cd "$(dirname "$0")/.."

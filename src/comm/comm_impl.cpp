@@ -204,7 +204,7 @@ std::string CommImpl::agree_and_move(PendingOp& op) {
     } catch (const TransportStopped& stopped) {
       return stopped.message;
     } catch (const std::exception& e) {
-      return describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
+      return shm_failure(op, e);
     }
     if (on_shm) return "";
   } else {
@@ -337,6 +337,10 @@ std::string CommImpl::describe(const PendingOp& op) const {
            ") " + (send ? "to " : "from ") + rank_label(op.peer) + " " + op.fingerprint.tensor_text() + where();
   }
   return "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() + where();
+}
+
+std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) const {
+  return describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
 }
 
 std::string CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {

@@ -176,6 +176,10 @@ class CommImpl {
   /// Blocks in c10d's wait of a point-to-point op (on a waiter thread) and records its outcome.
   void wait_transport(PendingOp& op);
   std::string explain_p2p_timeout(const PendingOp& op);
+  /// A receive whose sender's message #`sent_seq` was `sent` ("dtype [shape]"), not what it expects.
+  std::string explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const;
+  /// "<op> failed in the shared-memory transport: <what>".
+  std::string shm_failure(const PendingOp& op, const std::exception& e) const;
   /// The timeline: records a finished collective's phases (comm/comm_trace.cpp).
   void trace_phases(const PendingOp& op) const;
 

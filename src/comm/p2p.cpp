@@ -114,10 +114,7 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
           op->notice_ = true;
         }
         if (notice.hash != op->fingerprint.hash(uint64_t(op->seq)))
-          error = "point-to-point mismatch at " + describe(*op) + ": this rank receives into " +
-                  op->fingerprint.tensor_text() + " but " + rank_label(op->peer) + " sent #" +
-                  std::to_string(notice.seq) + " " + notice.described + ". A receive's tensor must have the " +
-                  "sender's dtype and shape (recv_object takes sizes the receiver does not know)";
+          error = explain_p2p_mismatch(*op, notice.seq, notice.described);
         else if (op->launch)
           op->work_ = op->launch();
       }
@@ -132,6 +129,13 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
   if (op->inline_p2p) body();
   else spawn_waiter(body);
   return op;
+}
+
+std::string CommImpl::explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const {
+  return "point-to-point mismatch at " + describe(op) + ": this rank receives into " + op.fingerprint.tensor_text() +
+         " but " + rank_label(op.peer) + " sent #" + std::to_string(sent_seq) + " " + sent +
+         ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver does "
+         "not know)";
 }
 
 std::string CommImpl::explain_p2p_timeout(const PendingOp& op) {

@@ -37,7 +37,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_send(std::shared_ptr<PendingOp> op
     } catch (const TransportStopped& stopped) {
       error = poison(stopped.message);
     } catch (const std::exception& e) {
-      error = poison(describe(*op) + " failed in the shared-memory transport: " + first_line(e.what()));
+      error = poison(shm_failure(*op, e));
     }
     mark_launched(*op, error);
   };
@@ -56,15 +56,6 @@ std::string described(const ShmMailbox::Envelope& envelope) {
   return sent.tensor_text();
 }
 
-// Why a receive that met a mismatched envelope failed.
-std::string mismatch_text(const ShmMailbox::Receive& receive, const std::string& what, const std::string& sender,
-                          const std::string& mine) {
-  return "point-to-point mismatch at " + what + ": this rank receives into " + mine + " but " + sender + " sent #" +
-         std::to_string(receive.mismatch->seq) + " " + described(*receive.mismatch) +
-         ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver "
-         "does not know)";
-}
-
 }  // namespace
 
 std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op) {
@@ -79,7 +70,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op
   receive->n = op->shm_buffer.nbytes();
   auto conclude = [this, op, receive](std::string error) {
     if (error.empty() && receive->mismatch)  // the texts only then: a receive costs microseconds
-      error = mismatch_text(*receive, describe(*op), rank_label(op->peer), op->fingerprint.tensor_text());
+      error = explain_p2p_mismatch(*op, receive->mismatch->seq, described(*receive->mismatch));
     if (!error.empty()) error = poison(error);
     mark_launched(*op, error);
   };
@@ -97,7 +88,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op
     } catch (const TransportStopped& stopped) {
       error = stopped.message;
     } catch (const std::exception& e) {
-      error = describe(*op) + " failed in the shared-memory transport: " + first_line(e.what());
+      error = shm_failure(*op, e);
     }
     conclude(error);
   };
@@ -105,7 +96,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op
   try {
     done = mailbox_->try_receive(op->peer, *receive);
   } catch (const std::exception& e) {
-    conclude(describe(*op) + " failed in the shared-memory transport: " + first_line(e.what()));
+    conclude(shm_failure(*op, e));
     return op;
   }
   if (done) conclude("");

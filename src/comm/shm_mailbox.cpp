@@ -128,19 +128,33 @@ void ShmMailbox::finish_send(int peer, uint64_t ticket, const Envelope& envelope
   outbox.turn.notify_all();
 }
 
-void ShmMailbox::start_incoming(Inbox& inbox, const Envelope& envelope, size_t n) {
-  const auto key = std::make_pair(envelope.tag, envelope.seq);
+void ShmMailbox::start_incoming(Inbox& inbox) {
+  WireHeader header;
+  inbox.ring.read(&header, sizeof header);
+  const size_t n = size_t(header.n);
+  const auto key = std::make_pair(header.tag, header.seq);
+  // The sender's shape is only read when a message could still turn out mismatched: a posted receive
+  // whose hash and size agree skips it (no allocation per message).
+  auto read_envelope = [&] {
+    Envelope envelope{header.tag, header.seq, header.hash, header.dtype, std::vector<int64_t>(header.dims)};
+    inbox.ring.read(envelope.shape.data(), envelope.shape.size() * sizeof(int64_t));
+    return envelope;
+  };
   Incoming incoming{key, n, 0, nullptr, nullptr};
   auto posted = inbox.posted.find(key);
   if (posted != inbox.posted.end()) {
     Receive& receive = *posted->second;
     receive.envelope_seen = true;
     incoming.posted = &receive;
-    if (envelope.hash != receive.hash || n != receive.n) receive.mismatch = envelope;  // its bytes are dropped
-    else incoming.to = static_cast<char*>(receive.destination);
+    if (header.hash == receive.hash && n == receive.n) {
+      inbox.ring.read(nullptr, size_t(header.dims) * sizeof(int64_t));
+      incoming.to = static_cast<char*>(receive.destination);
+    } else {
+      receive.mismatch = read_envelope();  // its bytes are dropped
+    }
   } else {
     auto& aside = inbox.set_aside[key];
-    aside.envelope = envelope;
+    aside.envelope = read_envelope();
     aside.bytes.resize(n);
     incoming.to = aside.bytes.data();
   }
@@ -156,13 +170,8 @@ void ShmMailbox::progress(Inbox& inbox) {
       ring.peek(&header, sizeof header);
       if (header.magic != kWireMagic)
         throw std::runtime_error("the shared-memory message stream is corrupt (a bad envelope)");
-      const size_t shape_bytes = size_t(header.dims) * sizeof(int64_t);
-      if (ring.readable() < sizeof header + shape_bytes) break;
-      ring.read(nullptr, sizeof header);
-      std::vector<int64_t> shape(header.dims);
-      ring.read(shape.data(), shape_bytes);
-      start_incoming(inbox, Envelope{header.tag, header.seq, header.hash, header.dtype, std::move(shape)},
-                     size_t(header.n));
+      if (ring.readable() < sizeof header + size_t(header.dims) * sizeof(int64_t)) break;
+      start_incoming(inbox);
     }
     Incoming& incoming = *inbox.current;
     const size_t n = std::min({ring.readable(), incoming.remaining, ring.capacity() / 4});

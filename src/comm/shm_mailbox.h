@@ -1,6 +1,6 @@
 // Point-to-point messages between ranks on one host, through the shared-memory segment's rings (one
 // ring per ordered pair, comm/shm_ring.h). This is MPI's eager protocol: a message is an envelope
-// (channel tag, number on the channel, fingerprint hash, the sender's "dtype [shape]") and then its
+// (channel tag, number on the channel, fingerprint hash, the sender's dtype and shape) and then its
 // bytes, written into the ring to the receiver.
 //  - A send that fits the ring's free room, with no earlier send to that peer still in line, is written
 //    whole on the caller's thread and is complete at once: the latency of two memcpys and a store.
@@ -72,7 +72,8 @@ class ShmMailbox {
   struct Incoming;
   /// Reads every complete envelope and every byte the ring from the inbox's peer holds.
   void progress(Inbox& inbox);
-  void start_incoming(Inbox& inbox, const Envelope& envelope, size_t n);
+  /// Reads the envelope at the ring's head (whole there) and directs its bytes.
+  void start_incoming(Inbox& inbox);
   /// A message set aside earlier, once complete, into `receive`; false when none (yet).
   bool take_set_aside(Inbox& inbox, Receive& receive);
   void write_envelope(Outbox& outbox, const Envelope& envelope, size_t n);

@@ -32,7 +32,6 @@ struct ShmTransport::RankLine {
 namespace {
 
 constexpr size_t kLineBytes = 64;
-constexpr int kSlotSets = 3;  // see ShmTransport::next_set
 
 // The header page(s): ShmHeader, then one RankLine per rank.
 size_t header_bytes(int size) { return (kLineBytes * (2 + size_t(size)) + 4095) / 4096 * 4096; }
@@ -48,7 +47,9 @@ size_t ring_capacity_for(int size) {
 
 size_t ring_stride(int size) { return ShmRing::footprint(ring_capacity_for(size)); }
 
-size_t slots_bytes(int size, size_t slot_bytes) { return size_t(kSlotSets) * size_t(size) * slot_bytes; }
+size_t slots_bytes(int size, size_t slot_bytes) {
+  return size_t(ShmTransport::kSlotSets) * size_t(size) * slot_bytes;
+}
 
 size_t mapped_size(int size, size_t slot_bytes) {
   return header_bytes(size) + slots_bytes(size, slot_bytes) + size_t(size) * size_t(size - 1) * ring_stride(size);

@@ -76,6 +76,8 @@ class ShmTransport {
   bool allgather(const at::Tensor& output, const at::Tensor& input, uint64_t fingerprint, const Watch& watch);
   bool broadcast(const at::Tensor& buffer, int root, uint64_t fingerprint, const Watch& watch);
 
+  /// Sets of slots, one slot per rank each, that consecutive chunks rotate over (next_set).
+  static constexpr int kSlotSets = 3;
   size_t slot_bytes() const { return slot_bytes_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -96,7 +98,7 @@ class ShmTransport {
   /// is written again three chunks later: by then every rank has passed a barrier that each peer
   /// reached only after reading the set for the last time, also in allreduce's pipeline, where a
   /// chunk's copy-out follows the barrier that the next chunk's copy-in precedes.
-  int next_set() { return int(chunks_++ % 3); }
+  int next_set() { return int(chunks_++ % kSlotSets); }
   char* slot(int set, int rank) const;
   /// Waits until every rank reached this barrier. With `fingerprint`, also compares every rank's:
   /// false when they differ (every rank sees the same verdict).
