@@ -2,10 +2,14 @@
 // token, learned position embedding, pre-norm encoder blocks of multi-head self-attention and a GELU
 // MLP, a final LayerNorm and a linear head on the class token), dropout left out. Parameter names
 // follow torchvision's state_dict; ViT-B/16 is ViTOptions() with image 224, patch 16, width 768,
-// depth 12, heads 12, mlp 3072, 1000 classes. The defaults are a small ViT for 32x32 images.
+// depth 12, heads 12, mlp 3072, 1000 classes. The defaults are a small ViT for 32x32 images. Each
+// encoder block is a sharding unit (cohort/fsdp.h): under ZeRO stage 3 one block's parameters are
+// gathered at a time; elsewhere the unit is a plain call.
 #pragma once
 
 #include <torch/torch.h>
+
+#include "cohort/fsdp.h"
 
 #include <string>
 #include <tuple>
@@ -64,8 +68,8 @@ struct ViTImpl : torch::nn::Module {
     pos_embedding = encoder->register_parameter("pos_embedding", torch::randn({1, side * side + 1, e}) * 0.02);
     auto layers = encoder->register_module("layers", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < options.depth(); ++i)
-      blocks.push_back(layers->register_module("encoder_layer_" + std::to_string(i),
-                                               EncoderBlock(e, options.num_heads(), options.mlp_dim())));
+      blocks.push_back(cohort::fully_shard(layers->register_module(
+          "encoder_layer_" + std::to_string(i), EncoderBlock(e, options.num_heads(), options.mlp_dim()))));
     ln = encoder->register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({e}).eps(1e-6)));
     heads = register_module("heads", std::make_shared<torch::nn::Module>());
     head = heads->register_module("head", torch::nn::Linear(e, options.num_classes()));
@@ -81,7 +85,7 @@ struct ViTImpl : torch::nn::Module {
   torch::nn::Conv2d conv_proj{nullptr};
   torch::Tensor class_token, pos_embedding;
   std::shared_ptr<torch::nn::Module> encoder, heads;
-  std::vector<EncoderBlock> blocks;
+  std::vector<cohort::Unit<EncoderBlockImpl>> blocks;
   torch::nn::LayerNorm ln{nullptr};
   torch::nn::Linear head{nullptr};
 };

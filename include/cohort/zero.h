@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "cohort/comm.h"
+#include "cohort/fsdp.h"
 #include "cohort/stateful.h"
 #include "cohort/zero_config.h"
 #include "cohort/export.h"
@@ -39,6 +40,13 @@ struct EngineOptions {
   /// (DeepSpeed's client optimizer). Takes the shard tensors, returns e.g. a torch::optim::SGD.
   using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
   TORCH_ARG(OptimizerFactory, optimizer_factory) = nullptr;
+  /// Stage 3: which modules become sharding units besides those the model marked with
+  /// cohort::fully_shard (Lightning's auto_wrap_policy; only modules a torch::nn::Sequential calls can
+  /// be reached: see cohort/fsdp.h). Null: a Sequential model without marked units shards each of its
+  /// entries; any other model shards what it marked.
+  TORCH_ARG(UnitPolicy, unit_policy) = nullptr;
+  /// The options of the units unit_policy makes.
+  TORCH_ARG(UnitOptions, unit_options) = {};
 };
 
 namespace detail {
@@ -95,17 +103,27 @@ class ZeroEngineCore : public Stateful {
   void load_state_values(const StateValues& values) override;
 
  protected:
-  /// Stage 3: runs the Sequential unit by unit, gathering each unit's parameters just in time.
-  torch::Tensor forward_units(torch::Tensor input);
-  bool gathers_per_unit() const;
+  /// One forward of the whole model: at stage 3 the root unit's parameters are gathered first, the
+  /// order the units run in is recorded (prefetching follows it), and under no_grad everything is
+  /// freed at the end.
+  class ForwardScope {
+   public:
+    explicit ForwardScope(ZeroEngineCore& engine);
+    ~ForwardScope();
+    ForwardScope(const ForwardScope&) = delete;
+    ForwardScope& operator=(const ForwardScope&) = delete;
+
+   private:
+    detail::ZeroEngineImpl& impl_;
+  };
   torch::Tensor to_compute(const torch::Tensor& t) const;
 
   std::unique_ptr<detail::ZeroEngineImpl> impl_;
 };
 
 /// The engine for a module of type M. forward() casts floating-point tensor arguments to the compute
-/// dtype and calls the module; at stage 3 the module must be a torch::nn::Sequential (LibTorch has no
-/// forward hooks, so the engine runs it unit by unit to gather each unit's parameters in time).
+/// dtype and calls the module; at stage 3 each sharding unit inside it (cohort/fsdp.h) gathers its
+/// parameters just in time.
 template <typename M>
 class ZeroEngine : public ZeroEngineCore {
  public:
@@ -114,12 +132,15 @@ class ZeroEngine : public ZeroEngineCore {
 
   template <typename... Args>
   auto forward(Args&&... args) {
-    if constexpr (std::is_same_v<M, torch::nn::SequentialImpl>) {
-      if (gathers_per_unit()) return forward_units(to_compute(args)...);
-      return module_->forward(cast(std::forward<Args>(args))...);
-    } else {
-      return module_->forward(cast(std::forward<Args>(args))...);
-    }
+    ForwardScope scope(*this);
+    return module_->forward(cast(std::forward<Args>(args))...);
+  }
+  /// Runs fn() as one forward of the model (for code that calls the model itself, e.g. a Trainer
+  /// step computing the loss): what forward() does, without casting arguments.
+  template <typename F>
+  auto run_forward(F&& fn) {
+    ForwardScope scope(*this);
+    return fn();
   }
   template <typename... Args>
   auto operator()(Args&&... args) {

@@ -33,6 +33,14 @@ struct ZeroOptimizationConfig {
   TORCH_ARG(int64_t, allgather_bucket_size) = 500000000;
   /// "offload_optimizer": {"device": "cpu"|"none"}: keep optimizer states (and the step) on the host.
   TORCH_ARG(OffloadDevice, offload_optimizer) = OffloadDevice::kNone;
+  /// Stage 3: elements of the upcoming units gathered ahead of their turn (0: no prefetch).
+  TORCH_ARG(int64_t, stage3_prefetch_bucket_size) = 50000000;
+  /// Stage 3: at most this many elements gathered at once, counting prefetches (a unit about to run
+  /// is always gathered).
+  TORCH_ARG(int64_t, stage3_max_live_parameters) = 1000000000;
+  /// Stage 3: a unit with at most this many elements stays gathered for the whole step (per unit;
+  /// DeepSpeed applies it per parameter, default 1e5; cohort's default 0 shards every unit).
+  TORCH_ARG(int64_t, stage3_param_persistence_threshold) = 0;
 };
 
 /// "fp16": {...}: fp16 training with a loss scaler.
@@ -109,6 +117,9 @@ struct ZeroConfig {
   TORCH_ARG(double, gradient_clipping) = 0.0;
   TORCH_ARG(OptimizerConfig, optimizer) = {};
   TORCH_ARG(SchedulerConfig, scheduler) = {};
+  /// "activation_checkpointing": {...} present: every sharding unit recomputes its forward in
+  /// backward (cohort::checkpoint) instead of keeping its activations.
+  TORCH_ARG(bool, activation_checkpointing) = false;
   /// Keys of the file that cohort ignores, as dotted paths in file order ("wall_clock_breakdown",
   /// "zero_optimization.stage3_max_live_parameters"); parse_ds_config also warns about them.
   TORCH_ARG(std::vector<std::string>, unsupported_keys) = {};

@@ -38,8 +38,23 @@ void relink_grad(torch::Tensor& param, const torch::Tensor& alias) {
   grad = alias;
 }
 
+namespace {
+thread_local std::vector<std::function<void()>>* deferred_callbacks = nullptr;
+}  // namespace
+
 void at_end_of_backward(std::function<void()> callback) {
+  if (deferred_callbacks != nullptr) {
+    deferred_callbacks->push_back(std::move(callback));
+    return;
+  }
   torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
+}
+
+DeferEndOfBackward::DeferEndOfBackward() : outer_(deferred_callbacks) { deferred_callbacks = &callbacks_; }
+
+DeferEndOfBackward::~DeferEndOfBackward() {
+  deferred_callbacks = outer_;
+  for (auto& callback : callbacks_) at_end_of_backward(std::move(callback));
 }
 
 GradHookSet::GradHookSet(const std::vector<torch::Tensor>& params, std::function<void(int64_t)> on_ready)

@@ -30,6 +30,23 @@ void relink_grad(torch::Tensor& param, const torch::Tensor& alias);
 /// Runs `callback` once the backward pass that is running now has finished (on autograd's thread).
 void at_end_of_backward(std::function<void()> callback);
 
+/// While it lives, at_end_of_backward() on this thread collects callbacks instead of queueing them on
+/// the running backward; its destructor queues them on the backward running then. A re-entrant
+/// backward inside an autograd node (activation checkpointing) is a graph task of its own: without
+/// this, a strategy's end-of-backward work would run when the inner pass ends, before the outer
+/// pass produced the remaining gradients.
+class DeferEndOfBackward {
+ public:
+  DeferEndOfBackward();
+  ~DeferEndOfBackward();
+  DeferEndOfBackward(const DeferEndOfBackward&) = delete;
+  DeferEndOfBackward& operator=(const DeferEndOfBackward&) = delete;
+
+ private:
+  std::vector<std::function<void()>> callbacks_;
+  std::vector<std::function<void()>>* outer_;
+};
+
 /// A post hook on each parameter's AccumulateGrad node calling `on_ready(index)` once autograd wrote
 /// the gradient of params[index]. Destroying the set takes the hooks off the nodes, and a hook that
 /// still runs afterwards (a graph that outlives the owner) does nothing: no call into freed memory.

@@ -2,229 +2,18 @@
 // commas and comments, duplicate keys refused, DeepSpeed's defaults and batch-size rules), checks every
 // value it uses (errors name the key path and the value), and collects the keys it does not use into
 // one warning. Also the WarmupLR / WarmupDecayLR formulas of deepspeed/runtime/lr_schedules.py.
-#include <strings.h>
-
-#include <cctype>
-#include <cerrno>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <limits>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <set>
 #include <string>
-#include <vector>
 
 #include "cohort/error.h"
 #include "cohort/zero_config.h"
 #include "core/log.h"
+#include "zero/config_reader.h"
 
 namespace cohort {
 namespace {
 
-using Json = nlohmann::ordered_json;  // keeps the file's key order for the warning
+using namespace detail::ds_config;
 using detail::str;
-
-// What one parse shares: the name used in messages and the paths it read.
-struct Context {
-  std::string source;                 // "ds_config" or "ds_config <path>"
-  std::set<std::string> read;         // dotted paths whose values cohort used (or descended into)
-  [[noreturn]] void fail(const std::string& what) const { throw Error(source + ": " + what); }
-};
-
-std::string join_path(const std::string& prefix, const std::string& key) {
-  return prefix.empty() ? key : prefix + "." + key;
-}
-
-// hjson (DeepSpeed's reader) accepts a comma before '}' or ']'; nlohmann does not. Blank such commas
-// outside strings and comments (a space keeps every line and column of later error messages).
-std::string blank_trailing_commas(std::string text) {
-  const size_t n = text.size();
-  auto skip_blank = [&](size_t i) {
-    while (i < n) {
-      if (std::isspace(static_cast<unsigned char>(text[i]))) {
-        ++i;
-      } else if (text.compare(i, 2, "//") == 0) {
-        while (i < n && text[i] != '\n') ++i;
-      } else if (text.compare(i, 2, "/*") == 0) {
-        const size_t end = text.find("*/", i + 2);
-        i = end == std::string::npos ? n : end + 2;
-      } else {
-        break;
-      }
-    }
-    return i;
-  };
-  for (size_t i = 0; i < n; ++i) {
-    const char c = text[i];
-    if (c == '"') {
-      for (++i; i < n && text[i] != '"'; ++i) {
-        if (text[i] == '\\') ++i;
-      }
-    } else if (c == '/' && i + 1 < n && (text[i + 1] == '/' || text[i + 1] == '*')) {
-      i = skip_blank(i) - 1;
-    } else if (c == ',') {
-      const size_t next = skip_blank(i + 1);
-      if (next < n && (text[next] == '}' || text[next] == ']')) text[i] = ' ';
-    }
-  }
-  return text;
-}
-
-// Parses JSON, refusing duplicate keys as DeepSpeed does (its hjson loader raises on them).
-Json parse_json(const std::string& text, const Context& ctx) {
-  struct Frame {
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<Frame> frames;
-  auto on_event = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) {
-      frames.emplace_back();
-    } else if (event == Json::parse_event_t::object_end) {
-      frames.pop_back();
-    } else if (event == Json::parse_event_t::key && !frames.empty()) {
-      const std::string key = parsed.get<std::string>();
-      std::string path;
-      for (size_t i = 0; i + 1 < frames.size(); ++i) path = join_path(path, frames[i].last_key);
-      if (!frames.back().keys.insert(key).second) {
-        ctx.fail(str("duplicate key ", join_path(path, key), " (DeepSpeed refuses them too)"));
-      }
-      frames.back().last_key = key;
-    }
-    return true;
-  };
-  try {
-    return Json::parse(blank_trailing_commas(text), on_event, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/true);
-  } catch (const Json::exception& error) {  // parse_error, and out_of_range for a number past double
-    std::string what = error.what();
-    const size_t bracket = what.find("] ");
-    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) {
-      what = what.substr(bracket + 2);
-    }
-    ctx.fail("not valid JSON: " + what);
-  }
-}
-
-constexpr const char* kAutoReason =
-    "is a placeholder that Hugging Face's Trainer fills in; DeepSpeed and cohort need the value itself";
-
-// An integer, or a float without fraction (5e8), as DeepSpeed's pydantic models accept; else nullopt.
-std::optional<int64_t> as_integer(const Json& value) {
-  if (value.is_number_unsigned()) {
-    const uint64_t u = value.get<uint64_t>();
-    if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return static_cast<int64_t>(u);
-  } else if (value.is_number_integer()) {
-    return value.get<int64_t>();
-  } else if (value.is_number_float()) {
-    const double d = value.get<double>();
-    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
-  }
-  return std::nullopt;
-}
-
-// One JSON object of the config at a dotted path. The getters return the fallback for an absent or
-// null key, check the type and range of a present one, and record the key as read.
-class Section {
- public:
-  Section(const Json* object, std::string path, Context* ctx)
-      : object_(object), path_(std::move(path)), ctx_(ctx) {}
-
-  bool has(const std::string& key) const {
-    return object_ != nullptr && object_->contains(key) && !(*object_)[key].is_null();
-  }
-  std::string path(const std::string& key) const { return join_path(path_, key); }
-
-  [[noreturn]] void fail(const std::string& key, const std::string& reason) const {
-    const Json& value = (*object_)[key];
-    ctx_->fail(path(key) + "=" + value.dump() + " " +
-               (value.is_string() && value.get<std::string>() == "auto" ? kAutoReason : reason));
-  }
-
-  const Json* take(const std::string& key) {
-    if (object_ != nullptr && object_->contains(key)) ctx_->read.insert(path(key));
-    return has(key) ? &(*object_)[key] : nullptr;
-  }
-
-  Section child(const std::string& key) {
-    const Json* value = take(key);
-    if (value != nullptr && !value->is_object()) fail(key, "is not an object ({...})");
-    return Section(value, path(key), ctx_);
-  }
-
-  bool boolean(const std::string& key, bool fallback) {
-    const Json* value = take(key);
-    if (value == nullptr) return fallback;
-    if (!value->is_boolean()) fail(key, "is not a boolean (true or false)");
-    return value->get<bool>();
-  }
-
-  // An integer in [min, max] (5e8 counts as an integer); nullopt when absent.
-  std::optional<int64_t> integer(const std::string& key, int64_t min,
-                                 int64_t max = std::numeric_limits<int64_t>::max()) {
-    const Json* value = take(key);
-    if (value == nullptr) return std::nullopt;
-    const std::optional<int64_t> result = as_integer(*value);
-    if (!result || *result < min || *result > max) {
-      if (max >= std::numeric_limits<int>::max() && (min == 0 || min == 1)) {  // no bound worth naming
-        fail(key, min == 1 ? "is not a positive integer" : "is not a non-negative integer");
-      }
-      fail(key, str("is not an integer in [", min, ", ", max, "]"));
-    }
-    return result;
-  }
-
-  enum class Sign { kAny, kNonNegative, kPositive };
-  double number(const std::string& key, double fallback, Sign sign) {
-    const Json* value = take(key);
-    if (value == nullptr) return fallback;
-    if (!value->is_number()) fail(key, "is not a number");
-    const double d = value->get<double>();
-    if (sign == Sign::kNonNegative && !(d >= 0)) fail(key, "must be >= 0");
-    if (sign == Sign::kPositive && !(d > 0)) fail(key, "must be > 0");
-    return d;
-  }
-
-  // Index of the value among `choices` (exact, or ignoring ASCII case); fallback when absent.
-  size_t choice(const std::string& key, size_t fallback, const std::vector<std::string>& choices,
-                bool ignore_case = false) {
-    const Json* value = take(key);
-    if (value == nullptr) return fallback;
-    if (value->is_string()) {
-      const std::string text = value->get<std::string>();
-      for (size_t i = 0; i < choices.size(); ++i) {
-        if (text == choices[i] || (ignore_case && strcasecmp(text.c_str(), choices[i].c_str()) == 0)) {
-          return i;
-        }
-      }
-    }
-    std::string list;
-    for (const auto& c : choices) list += (list.empty() ? "" : ", ") + c;
-    fail(key, "is not one of " + list);
-  }
-
- private:
-  const Json* object_;  // null: the section is absent
-  std::string path_;
-  Context* ctx_;
-};
-
-// The keys of `object` cohort did not read, depth first in file order; a key whose object cohort
-// never entered is listed alone, not its contents.
-void collect_unread(const Json& object, const std::string& prefix, const Context& ctx,
-                    std::vector<std::string>* out) {
-  for (const auto& item : object.items()) {
-    const std::string path = join_path(prefix, item.key());
-    if (item.value().is_null()) continue;  // null means the default, wherever it is
-    if (ctx.read.count(path) == 0) {
-      out->push_back(path);
-    } else if (item.value().is_object()) {
-      collect_unread(item.value(), path, ctx, out);
-    }
-  }
-}
 
 // DeepSpeed's _set_batch_related_parameters + _batch_assertion, except that a config with neither
 // train_batch_size nor train_micro_batch_size_per_gpu is accepted (the loop's batch is the micro batch).
@@ -279,6 +68,14 @@ ZeroOptimizationConfig read_zero(Section zero) {
   out.contiguous_gradients(zero.boolean("contiguous_gradients", out.contiguous_gradients()));
   out.reduce_bucket_size(zero.integer("reduce_bucket_size", 1).value_or(out.reduce_bucket_size()));
   out.allgather_bucket_size(zero.integer("allgather_bucket_size", 1).value_or(out.allgather_bucket_size()));
+  out.stage3_prefetch_bucket_size(zero.integer("stage3_prefetch_bucket_size", 0).value_or(out.stage3_prefetch_bucket_size()));
+  out.stage3_max_live_parameters(zero.integer("stage3_max_live_parameters", 0).value_or(out.stage3_max_live_parameters()));
+  out.stage3_param_persistence_threshold(
+      zero.integer("stage3_param_persistence_threshold", 0).value_or(out.stage3_param_persistence_threshold()));
+  if (zero.boolean("stage3_gather_16bit_weights_on_model_save", false))
+    zero.fail("stage3_gather_16bit_weights_on_model_save",
+              "is not supported: cohort saves sharded fp32 checkpoints (save_checkpoint) and writes one "
+              "consolidated file from them with `cohort-ckpt consolidate`; set it false");
   Section offload = zero.child("offload_optimizer");
   if (offload.choice("device", 0, {"none", "cpu"}) == 1) {
     if (out.stage() == 0) {
@@ -287,6 +84,17 @@ ZeroOptimizationConfig read_zero(Section zero) {
     out.offload_optimizer(OffloadDevice::kCpu);
   }
   return out;
+}
+
+// Its other keys (contiguous_memory_optimization, number_checkpoints, ...) tune DeepSpeed's buffers;
+// they are listed among the ignored keys.
+bool read_activation_checkpointing(Section section) {
+  if (section.boolean("partition_activations", false))
+    section.fail("partition_activations", "is not supported: it splits checkpoints across tensor-parallel ranks, "
+                                          "which cohort does not have; set it false");
+  if (section.boolean("cpu_checkpointing", false))
+    section.fail("cpu_checkpointing", "is not supported (checkpoints stay on the device); set it false");
+  return true;
 }
 
 Fp16Config read_fp16(Section fp16) {
@@ -387,6 +195,7 @@ ZeroConfig parse_with_source(const std::string& text, int world_size, const std:
   config.gradient_clipping(top.number("gradient_clipping", 0.0, Section::Sign::kNonNegative));
   if (top.has("optimizer")) config.optimizer(read_optimizer(top.child("optimizer"), ctx));
   if (top.has("scheduler")) config.scheduler(read_scheduler(top.child("scheduler"), ctx));
+  if (top.has("activation_checkpointing")) config.activation_checkpointing(read_activation_checkpointing(top.child("activation_checkpointing")));
   collect_unread(root, "", ctx, &config.unsupported_keys());
   if (!config.unsupported_keys().empty()) {
     std::string list;

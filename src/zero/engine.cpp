@@ -11,6 +11,8 @@
 #include "zero/engine_impl.h"
 #include "zero/inner_optimizer.h"
 
+#include <unordered_map>
+
 namespace cohort::detail {
 namespace {
 
@@ -36,13 +38,6 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
   COHORT_CHECK(gas_ >= 1, "gradient_accumulation_steps: must be >= 1, got ", gas_);
   compute_dtype_ = compute_dtype_of(config_);
   separate_master_ = compute_dtype_ != torch::kFloat;
-  if (stage_ == 3) {
-    sequential_ = dynamic_cast<torch::nn::SequentialImpl*>(module_.get());
-    COHORT_CHECK(sequential_ != nullptr,
-                 "ZeRO stage 3: the model must be a torch::nn::Sequential (LibTorch has no forward hooks, so "
-                 "the engine runs the Sequential's modules one by one to gather each one's parameters just "
-                 "in time); wrap the model's layers in one, or use stage 2");
-  }
   module_->to(compute_dtype_);
   {
     // Every rank starts from rank 0's parameters and buffers, as DDP and DeepSpeed do.
@@ -52,6 +47,7 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
     if (world_ > 1) broadcast_coalesced(*comm_, state, 0);
   }
   collect_parameters();
+  if (stage_ == 3) plan_stage3_units(options);
   build_groups();
   register_hooks();
   if (stage_ == 3)
@@ -68,11 +64,21 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
                " trainable parameter(s), compute dtype ", c10::toString(compute_dtype_));
 }
 
-ZeroEngineImpl::~ZeroEngineImpl() = default;
+ZeroEngineImpl::~ZeroEngineImpl() {
+  for (const auto& unit : plan_.units)
+    if (unit != nullptr) unit->detach(this);
+  for (const auto& route : plan_.routes) route.restore();
+}
 
 void ZeroEngineImpl::collect_parameters() {
+  std::unordered_map<const c10::TensorImpl*, std::string> seen;  // a tied parameter is one parameter
   for (const auto& item : module_->named_parameters()) {
     if (!item.value().requires_grad()) continue;  // frozen: stays whole, never reduced or updated
+    auto [first, fresh] = seen.emplace(item.value().unsafeGetTensorImpl(), item.key());
+    if (!fresh) {
+      tied_.emplace_back(item.key(), first->second);
+      continue;
+    }
     names_.push_back(item.key());
     params_.push_back(item.value());
     shapes_.push_back(item.value().sizes().vec());
@@ -89,13 +95,7 @@ void ZeroEngineImpl::build_groups() {
   for (const auto& p : params_) numels.push_back(p.numel());
   std::vector<GroupLayout> layouts;
   if (stage_ == 3) {
-    // The unit of a parameter: the index of the Sequential child whose name prefixes it ("3.weight").
-    std::vector<int64_t> unit_of;
-    for (const auto& name : names_) unit_of.push_back(std::stoll(name.substr(0, name.find('.'))));
-    layouts = group_by_unit(numels, unit_of, world_);
-    unit_group_.assign(sequential_->size(), -1);
-    for (size_t g = 0; g < layouts.size(); ++g)
-      unit_group_[size_t(std::stoll(names_[size_t(layouts[g].params[0])]))] = int64_t(g);
+    layouts = stage3_layouts();
   } else {
     layouts = group_by_size(numels, config_.zero_optimization().reduce_bucket_size(), world_);
   }
@@ -163,7 +163,12 @@ void ZeroEngineImpl::on_gradient_ready(int64_t index) {
   COHORT_CHECK(!ready_[size_t(index)], "ZeRO engine: parameter '", names_[size_t(index)],
                "' got two gradients in one backward pass");
   ready_[size_t(index)] = 1;
-  if (--group.pending == 0) launch_ready_reduces();
+  if (--group.pending > 0) return;
+  // Stage 3: the unit's backward is over (every gradient of it accumulated), so its gathered
+  // parameters can go even while its reduction waits for its turn; the root's stay to the end.
+  const int64_t g = group_of_[size_t(index)];
+  if (stage_ == 3 && g != unit_group_[0] && !persistent_[size_t(g)]) release(g);
+  launch_ready_reduces();
 }
 
 void ZeroEngineImpl::backward(const torch::Tensor& loss) {
@@ -251,7 +256,6 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   group.shard_grad_clean = false;
   group.reduce_work = comm_->reduce_scatter_async(group.reduce_output, group.reduce_input, ReduceOp::kSum);
   if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
-  if (stage_ == 3) release(int64_t(&group - groups_.data()));
 }
 
 void ZeroEngineImpl::finish_reduces() {
@@ -266,8 +270,7 @@ void ZeroEngineImpl::finish_reduces() {
     group.reduce_input = group.reduce_output = torch::Tensor();
     group.reduce_work = Work();
   }
-  if (stage_ == 3)
-    for (size_t g = 0; g < groups_.size(); ++g) release(int64_t(g));
+  if (stage_ == 3) release_all();
 }
 
 torch::Tensor ZeroEngineImpl::to_compute(const torch::Tensor& t) const {

@@ -6,9 +6,11 @@
 //            reduce-scattered, each rank updates its shard, the shards are all-gathered back.
 //   stage 2: as 1, but a group's gradients are reduce-scattered as soon as backward produced them
 //            and then dropped, so only this rank's gradient shard outlives backward.
-//   stage 3: as 2, and each group (one unit of a Sequential) keeps only its parameter shard; the
-//            whole parameters are all-gathered before the unit's forward and again before its
-//            backward (the next unit's gather is prefetched), and freed after.
+//   stage 3: as 2, and each group (one sharding unit, include/cohort/fsdp.h; unit 0 is the root:
+//            every parameter outside the marked units) keeps only its parameter shard; the whole
+//            parameters are all-gathered before the unit's forward and again before its backward
+//            (the next unit's gather is prefetched, in the order the last forward ran the units),
+//            and freed after (stage3.cpp). The root's stay gathered from forward to the end of backward.
 // The optimizer steps on fp32 master shards: the flat parameters' own shard in fp32 training,
 // a separate fp32 copy with bf16/fp16 compute.
 //
@@ -16,6 +18,8 @@
 // reduce-scatters are launched strictly from the last group to the first (the order backward
 // produces them), a group waiting for all groups after it; the stage 3 gathers follow the unit order
 // of forward and the reverse unit order of backward, which autograd runs the same way on every rank.
+// Groups are numbered root first, then the units in module order, so a model whose blocks run in
+// the order they were registered reduces each block as soon as its backward ends.
 #pragma once
 
 #include <torch/csrc/autograd/function.h>
@@ -30,8 +34,10 @@
 #include "cohort/comm.h"
 #include "cohort/zero.h"
 #include "core/grad_kit.h"
+#include "core/units.h"
 #include "zero/loss_scaler.h"
 #include "zero/partition.h"
+#include "zero/unit_plan.h"
 
 namespace cohort::detail {
 
@@ -54,18 +60,23 @@ struct FlatGroup {
   Work reduce_work;
 };
 
-class ZeroEngineImpl {
+class ZeroEngineImpl : public UnitOwner {
  public:
   ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options);
-  ~ZeroEngineImpl();
+  ~ZeroEngineImpl() override;
 
   void backward(const torch::Tensor& loss);
   void step();
-  torch::Tensor forward_units(torch::Tensor input);
   torch::Tensor to_compute(const torch::Tensor& t) const;
 
-  // stage 3, called by the autograd node placed on each unit's output
-  void before_unit_backward(int64_t group);
+  // stage 3 (stage3.cpp): a forward of the whole model, and the units' calls inside it
+  void begin_forward();
+  void end_forward() noexcept;
+  void before_forward(int64_t unit) override;
+  torch::Tensor mark_output(int64_t unit, const torch::Tensor& output) override;
+  void after_forward(int64_t unit) noexcept override;
+  /// Called by the autograd node placed on each unit's outputs.
+  void before_unit_backward(int64_t unit);
 
   MemoryReport memory_report() const;
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
@@ -76,7 +87,6 @@ class ZeroEngineImpl {
 
   const ZeroConfig& config() const { return config_; }
   int stage() const { return stage_; }
-  bool gathers_per_unit() const { return stage_ == 3; }
   /// DeepSpeed's rule: micro-steps count step() calls; the backward and step() of every gas-th one
   /// reduce and update.
   bool at_boundary() const { return (micro_steps_ + 1) % gas_ == 0; }
@@ -93,6 +103,8 @@ class ZeroEngineImpl {
 
  private:
   void collect_parameters();
+  void plan_stage3_units(const EngineOptions& options);
+  std::vector<GroupLayout> stage3_layouts();
   void build_groups();
   void register_hooks();
   void on_gradient_ready(int64_t param);
@@ -108,14 +120,16 @@ class ZeroEngineImpl {
   void gather(int64_t group);
   void ensure_gathered(int64_t group);
   void release(int64_t group);
+  void release_all();
   void free_parameters(const FlatGroup& group);
+  void prefetch_after(int64_t unit, int direction);
+  int64_t live_elements() const;
   /// Whether the fp32 master is a copy (mixed precision, offload) rather than the parameters' shard.
   bool master_is_copy(const FlatGroup& group) const {
     return separate_master_ || group.master.device() != group.flat.device();
   }
 
   std::shared_ptr<torch::nn::Module> module_;
-  torch::nn::SequentialImpl* sequential_ = nullptr;
   ZeroConfig config_;
   std::shared_ptr<Comm> comm_;
   int stage_ = 0;
@@ -127,10 +141,18 @@ class ZeroEngineImpl {
 
   std::vector<torch::Tensor> params_;  // trainable, module order
   std::vector<std::string> names_;
+  std::vector<std::pair<std::string, std::string>> tied_;  // (name, the name it shares a tensor with)
   std::vector<std::vector<int64_t>> shapes_;  // whole shapes (stage 3 parameters are empty between uses)
   std::vector<int64_t> group_of_;      // parameter -> group
   std::vector<torch::Tensor> grad_aliases_;  // stage 0/1: each parameter's slice of flat_grad
-  std::vector<int64_t> unit_group_;    // stage 3: Sequential child -> group, -1 without parameters
+  // stage 3: the units (unit_plan.h), each one's group (-1 without trainable parameters), the order
+  // the last forward ran them (prefetch follows it), and this forward's calls
+  UnitPlan plan_;
+  std::vector<int64_t> unit_group_;
+  std::vector<int64_t> run_order_, this_order_;
+  std::vector<char> ran_;
+  std::vector<char> persistent_;  // per group: below stage3_param_persistence_threshold, kept whole
+  bool in_forward_ = false;
   std::vector<FlatGroup> groups_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LossScaler scaler_;

@@ -1,11 +1,15 @@
-// ZeRO stage 3: each unit (a child of the Sequential) keeps only its parameter shard. Forward
-// gathers a unit's whole parameters just before it runs (prefetching the next unit's) and frees
-// them after; an autograd node on the unit's output gathers them again just before the unit's
-// backward. Freed parameters keep their TensorImpl (autograd saved them by reference) and only
-// lose their storage, as DeepSpeed does with `param.data = empty`.
+// ZeRO stage 3: each sharding unit (include/cohort/fsdp.h) keeps only its parameter shard. A unit's
+// call gathers its whole parameters just before it runs (prefetching the units that the last forward
+// ran next, within stage3_prefetch_bucket_size and stage3_max_live_parameters) and frees them after
+// (reshard_after_forward); an autograd node on each of its outputs gathers them again just before the
+// unit's backward, and the reduce-scatter of its gradients frees them (engine.cpp). The root unit's
+// parameters stay gathered from the start of forward to the end of backward. Freed parameters keep
+// their TensorImpl (autograd saved them by reference) and only lose their storage, as DeepSpeed does.
 #include <torch/torch.h>
 
+#include "cohort/activation_checkpoint.h"
 #include "cohort/error.h"
+#include "core/log.h"
 #include "core/trace_recorder.h"
 #include "zero/engine_impl.h"
 
@@ -17,9 +21,9 @@ namespace {
 class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackward> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& output,
-                               int64_t engine_handle, int64_t group) {
+                               int64_t engine_handle, int64_t unit) {
     ctx->saved_data["engine"] = engine_handle;
-    ctx->saved_data["group"] = group;
+    ctx->saved_data["unit"] = unit;
     return output.detach();
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -27,7 +31,7 @@ class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackwa
     auto* impl = static_cast<ZeroEngineImpl*>(OwnerHandle::resolve(ctx->saved_data["engine"].toInt()));
     COHORT_CHECK(impl != nullptr, "ZeRO stage 3: backward reached a layer whose engine was destroyed after "
                                   "forward; keep the engine alive until backward has finished");
-    impl->before_unit_backward(ctx->saved_data["group"].toInt());
+    impl->before_unit_backward(ctx->saved_data["unit"].toInt());
     return {grads[0], torch::Tensor(), torch::Tensor()};
   }
 };
@@ -78,38 +82,100 @@ void ZeroEngineImpl::release(int64_t g) {
   group.presence = FlatGroup::Presence::kFreed;
 }
 
-torch::Tensor ZeroEngineImpl::forward_units(torch::Tensor x) {
-  const size_t units = sequential_->size();
-  auto next_group_after = [this, units](size_t unit) -> int64_t {
-    for (size_t u = unit + 1; u < units; ++u)
-      if (unit_group_[u] >= 0) return unit_group_[u];
-    return -1;
-  };
-  for (size_t u = 0; u < units; ++u) {
-    const int64_t g = unit_group_[u];
-    if (g >= 0) {
-      ensure_gathered(g);
-      const int64_t next = next_group_after(u);
-      if (next >= 0) gather(next);  // prefetch: it travels while this unit computes
-    }
-    x = sequential_->begin()[int64_t(u)].forward(x);
-    if (g >= 0) {
-      if (torch::GradMode::is_enabled() && x.requires_grad())
-        x = GatherBeforeBackward::apply(x, handle_.id(), g);
-      release(g);
-    }
-  }
-  return x;
+void ZeroEngineImpl::release_all() {
+  for (size_t g = 0; g < groups_.size(); ++g) release(int64_t(g));
 }
 
-void ZeroEngineImpl::before_unit_backward(int64_t g) {
-  ensure_gathered(g);
-  // Prefetch the unit that backward reaches next (the previous one with parameters).
-  for (int64_t p = g - 1; p >= 0; --p) {
-    if (groups_[size_t(p)].launched) continue;
-    gather(p);
-    break;
+int64_t ZeroEngineImpl::live_elements() const {
+  int64_t live = 0;
+  for (const auto& group : groups_)
+    if (group.presence != FlatGroup::Presence::kFreed) live += group.layout.padded;
+  return live;
+}
+
+// Gathers ahead the units that follow `unit` in the last forward's order (direction +1) or precede
+// it (-1, for backward), as many as the prefetch bucket and the live limit allow.
+void ZeroEngineImpl::prefetch_after(int64_t unit, int direction) {
+  const auto& zero = config_.zero_optimization();
+  const auto at = std::find(run_order_.begin(), run_order_.end(), unit);
+  if (at == run_order_.end() || zero.stage3_prefetch_bucket_size() == 0) return;
+  int64_t budget = zero.stage3_prefetch_bucket_size();
+  for (auto i = (at - run_order_.begin()) + direction; i >= 0 && i < int64_t(run_order_.size()); i += direction) {
+    const int64_t g = unit_group_[size_t(run_order_[size_t(i)])];
+    if (g < 0 || groups_[size_t(g)].launched) continue;
+    if (groups_[size_t(g)].presence != FlatGroup::Presence::kFreed) continue;
+    const int64_t size = groups_[size_t(g)].layout.padded;
+    if (size > budget || live_elements() + size > zero.stage3_max_live_parameters()) return;
+    budget -= size;
+    gather(g);
   }
+}
+
+void ZeroEngineImpl::begin_forward() {
+  if (stage_ != 3) return;
+  in_forward_ = true;
+  this_order_.clear();
+  std::fill(ran_.begin(), ran_.end(), 0);
+  if (unit_group_[0] >= 0) ensure_gathered(unit_group_[0]);
+  if (!run_order_.empty()) prefetch_after(0, +1);
+}
+
+void ZeroEngineImpl::end_forward() noexcept {
+  if (stage_ != 3) return;
+  in_forward_ = false;
+  run_order_ = this_order_;
+  run_order_.insert(run_order_.begin(), 0);  // the root opens every forward
+  if (torch::GradMode::is_enabled()) return;  // the parameters are needed again in backward
+  try {
+    release_all();  // evaluation: nothing stays gathered
+  } catch (const std::exception& e) {
+    COHORT_WARN("ZeRO stage 3: freeing gathered parameters after forward failed: ", e.what());
+  }
+}
+
+void ZeroEngineImpl::before_forward(int64_t unit) {
+  const int64_t g = unit_group_[size_t(unit)];
+  if (in_recomputation()) {  // activation checkpointing runs the unit again inside its backward
+    if (g >= 0) ensure_gathered(g);
+    return;
+  }
+  COHORT_CHECK(in_forward_, "ZeRO stage 3: unit '", plan_.names[size_t(unit)], "' ran outside engine.forward(); "
+               "call the model through the engine (engine.forward(...) or engine.run_forward(fn)) so the "
+               "parameters outside the units are gathered too");
+  COHORT_CHECK(!ran_[size_t(unit)] || !torch::GradMode::is_enabled(), "ZeRO stage 3: unit '",
+               plan_.names[size_t(unit)], "' ran twice in one forward; a unit's gradients are reduced when "
+               "its backward ends, so it may run once per step: give each use a unit of its own, or "
+               "leave the module in its parent's unit");
+  ran_[size_t(unit)] = 1;
+  this_order_.push_back(unit);
+  if (g < 0) return;
+  ensure_gathered(g);
+  prefetch_after(unit, +1);
+}
+
+torch::Tensor ZeroEngineImpl::mark_output(int64_t unit, const torch::Tensor& output) {
+  const int64_t g = unit_group_[size_t(unit)];
+  if (g < 0 || !output.defined() || !output.requires_grad() || !torch::GradMode::is_enabled()) return output;
+  return GatherBeforeBackward::apply(output, handle_.id(), unit);
+}
+
+void ZeroEngineImpl::after_forward(int64_t unit) noexcept {
+  const int64_t g = unit_group_[size_t(unit)];
+  if (g < 0 || in_recomputation() || persistent_[size_t(g)]) return;
+  const bool keep = torch::GradMode::is_enabled() && !plan_.units[size_t(unit)]->options().reshard_after_forward();
+  if (keep) return;
+  try {
+    release(g);
+  } catch (const std::exception& e) {
+    COHORT_WARN("ZeRO stage 3: freeing unit '", plan_.names[size_t(unit)], "' after forward failed: ", e.what());
+  }
+}
+
+void ZeroEngineImpl::before_unit_backward(int64_t unit) {
+  const int64_t g = unit_group_[size_t(unit)];
+  if (g < 0) return;
+  ensure_gathered(g);
+  prefetch_after(unit, -1);  // the unit backward reaches next: the one forward ran before it
 }
 
 }  // namespace cohort::detail

@@ -32,8 +32,8 @@ void ZeroEngineCore::prepare_load() { impl_->prepare_load(); }
 std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->state_tensors(); }
 StateValues ZeroEngineCore::state_values() const { return impl_->state_values(); }
 void ZeroEngineCore::load_state_values(const StateValues& values) { impl_->load_state_values(values); }
-torch::Tensor ZeroEngineCore::forward_units(torch::Tensor input) { return impl_->forward_units(std::move(input)); }
-bool ZeroEngineCore::gathers_per_unit() const { return impl_->gathers_per_unit(); }
+ZeroEngineCore::ForwardScope::ForwardScope(ZeroEngineCore& engine) : impl_(*engine.impl_) { impl_.begin_forward(); }
+ZeroEngineCore::ForwardScope::~ForwardScope() { impl_.end_forward(); }
 torch::Tensor ZeroEngineCore::to_compute(const torch::Tensor& t) const { return impl_->to_compute(t); }
 
 }  // namespace cohort

@@ -253,17 +253,32 @@ TEST(ZeroEngine, WarmupScheduleDrivesTheLearningRate) {
   });
 }
 
-TEST(ZeroEngine, StageThreeNeedsASequential) {
-  run_ranks(1, [](int, int) {
+TEST(ZeroEngine, StageThreeShardsAModelWithoutUnitsAsOne) {
+  // Not a Sequential and no unit marked: the whole model is the root unit, and trains as stage 2 does.
+  run_ranks(2, [](int rank, int size) {
     cohort::init();
     struct Net : torch::nn::Module {
-      Net() { register_module("fc", torch::nn::Linear(2, 2)); }
-      torch::Tensor forward(torch::Tensor x) { return x; }
+      Net() {
+        torch::manual_seed(4);
+        a = register_module("a", torch::nn::Linear(6, 5));
+        b = register_module("b", torch::nn::Linear(5, 3));
+      }
+      torch::Tensor forward(torch::Tensor x) { return b->forward(torch::tanh(a->forward(x))); }
+      torch::nn::Linear a{nullptr}, b{nullptr};
     };
-    auto error = cohort::testing::error_of([] {
-      cohort::initialize(adam_config(3, 1), std::make_shared<Net>());
-    });
-    EXPECT_THAT(error, HasSubstr("ZeRO stage 3: the model must be a torch::nn::Sequential"));
+    std::vector<std::vector<std::pair<std::string, torch::Tensor>>> results;
+    for (int stage : {2, 3}) {
+      auto engine = cohort::initialize(adam_config(stage, size), std::make_shared<Net>());
+      for (int step = 0; step < 3; ++step) {
+        auto [x, y] = batch(step, rank, size);
+        engine.backward(torch::nn::functional::cross_entropy(engine.forward(x), y));
+        engine.step();
+      }
+      results.push_back(engine.full_parameters());
+    }
+    ASSERT_EQ(results[0].size(), results[1].size());
+    for (size_t i = 0; i < results[0].size(); ++i)
+      EXPECT_TRUE(results[0][i].second.allclose(results[1][i].second, 1e-6, 1e-7)) << results[0][i].first;
     auto missing = cohort::testing::error_of([] {
       cohort::initialize(cohort::ZeroConfig(), make_model());
     });
