@@ -331,7 +331,7 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
   const std::string text = R"({
     "train_batch_size": 8,
     "steps_per_print": 10,
-    "zero_optimization": {"stage": 3, "stage3_max_live_parameters": 1e9,
+    "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 1e9, "stage3_max_live_parameters": 2e8,
                           "offload_optimizer": {"device": "cpu", "pin_memory": true}},
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": true, "momentum": 0.9}},
     "flops_profiler": {"enabled": true, "profile_step": 1},
@@ -342,16 +342,17 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
   const ZeroConfig config = parse_ds_config(text, 1);
   const std::string log = testing::internal::GetCapturedStderr();
   const std::vector<std::string> want = {"steps_per_print",
-                                         "zero_optimization.stage3_max_live_parameters",
+                                         "zero_optimization.stage3_max_reuse_distance",
                                          "zero_optimization.offload_optimizer.pin_memory",
                                          "optimizer.params.torch_adam",
                                          "optimizer.params.momentum",  // an SGD key under AdamW
                                          "flops_profiler",
                                          "wall_clock_breakdown"};
   EXPECT_EQ(config.unsupported_keys(), want);
+  EXPECT_EQ(config.zero_optimization().stage3_max_live_parameters(), 200000000);  // read, so not listed
   EXPECT_PRED_FORMAT2(::testing::IsSubstring,
                       "warning: ds_config: ignoring keys cohort does not support: steps_per_print, "
-                      "zero_optimization.stage3_max_live_parameters, zero_optimization.offload_optimizer.pin_memory, "
+                      "zero_optimization.stage3_max_reuse_distance, zero_optimization.offload_optimizer.pin_memory, "
                       "optimizer.params.torch_adam, optimizer.params.momentum, flops_profiler, wall_clock_breakdown\n",
                       log);
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;

@@ -1,6 +1,7 @@
 // cohort: distributed training for the PyTorch C++ API. One include for the whole public API.
 #pragma once
 
+#include "cohort/activation_checkpoint.h"
 #include "cohort/autocast.h"
 #include "cohort/checkpoint.h"
 #include "cohort/cifar.h"
@@ -8,6 +9,7 @@
 #include "cohort/data.h"
 #include "cohort/ddp.h"
 #include "cohort/error.h"
+#include "cohort/fsdp.h"
 #include "cohort/horovod.h"
 #include "cohort/mesh.h"
 #include "cohort/number.h"

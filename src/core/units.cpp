@@ -16,6 +16,13 @@ struct Registry {
   std::unordered_map<const torch::nn::Module*, std::weak_ptr<UnitState>> units;
 };
 
+// "ns::(anonymous namespace)::BlockImpl" -> "BlockImpl": the type as the user wrote it.
+std::string type_name(const torch::nn::Module& module) {
+  const std::string& full = module.name();
+  const auto colon = full.rfind("::");
+  return colon == std::string::npos ? full : full.substr(colon + 2);
+}
+
 Registry& registry() {
   static Registry* r = new Registry();  // never destroyed: units may outlive static destruction
   return *r;
@@ -24,7 +31,7 @@ Registry& registry() {
 }  // namespace
 
 void UnitState::attach(UnitOwner* owner, int64_t index) {
-  COHORT_CHECK(owner_ == nullptr || owner_ == owner, "sharding unit ", module_->name(),
+  COHORT_CHECK(owner_ == nullptr || owner_ == owner, "sharding unit ", type_name(*module_),
                ": already sharded by another engine; a module can belong to one ZeRO stage 3 engine at a time");
   owner_ = owner;
   index_ = index;
@@ -41,7 +48,7 @@ std::shared_ptr<UnitState> register_unit(std::shared_ptr<torch::nn::Module> modu
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto& slot = r.units[module.get()];
-  COHORT_CHECK(slot.expired(), "cohort::fully_shard: this ", module->name(),
+  COHORT_CHECK(slot.expired(), "cohort::fully_shard: this ", type_name(*module),
                " is already a unit; mark each module once (keep the Unit handle and call it)");
   // Drop entries of units that are gone, so addresses reused by new modules start clean.
   for (auto it = r.units.begin(); it != r.units.end();)

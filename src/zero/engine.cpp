@@ -239,7 +239,9 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   for (size_t k = 0; k < layout.params.size(); ++k) {
     auto& param = params_[size_t(layout.params[k])];
     auto& grad = param.mutable_grad();
-    torch::Tensor slot = group.reduce_input.narrow(0, layout.offsets[k], param.numel());
+    // The whole size: at stage 3 the parameter itself may already be freed (on_gradient_ready).
+    const int64_t numel = c10::multiply_integers(shapes_[size_t(layout.params[k])]);
+    torch::Tensor slot = group.reduce_input.narrow(0, layout.offsets[k], numel);
     if (!grad.defined()) {
       slot.zero_();
     } else if (world_ > 1) {

@@ -29,7 +29,9 @@ MemoryReport ZeroEngineImpl::memory_report() const {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineImpl::full_parameters() {
-  std::vector<std::pair<std::string, torch::Tensor>> out;
+  // In the module's order (named_parameters()), whatever order the groups have (stage 3 puts the
+  // root's group first).
+  std::vector<std::pair<std::string, torch::Tensor>> out(params_.size());
   for (const auto& group : groups_) {
     torch::Tensor whole = group.master;
     if (stage_ != 0 && world_ > 1) {
@@ -40,8 +42,8 @@ std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineImpl::full_paramete
     for (size_t k = 0; k < group.layout.params.size(); ++k) {
       const auto index = size_t(group.layout.params[k]);
       const auto& shape = shapes_[index];
-      out.emplace_back(names_[index],
-                       whole.narrow(0, group.layout.offsets[k], c10::multiply_integers(shape)).view(shape).clone());
+      out[index] = {names_[index],
+                    whole.narrow(0, group.layout.offsets[k], c10::multiply_integers(shape)).view(shape).clone()};
     }
   }
   return out;

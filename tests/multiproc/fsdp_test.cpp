@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "cohort/checkpoint.h"
+#include "cohort/ddp.h"
 #include "cohort/fsdp.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
@@ -62,7 +63,7 @@ struct TinyLMImpl : torch::nn::Module {
 };
 TORCH_MODULE(TinyLM);
 
-struct Run {
+struct Variant {
   bool adamw = false, reshard = true, recompute = false;
   std::string name() const {
     return std::string(adamw ? "adamw" : "sgd-m") + (reshard ? "" : " keep-gathered") + (recompute ? " recompute" : "");
@@ -81,7 +82,7 @@ torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& target) 
   return torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), target.reshape(-1));
 }
 
-cohort::ZeroConfig config_of(const Run& run, int size) {
+cohort::ZeroConfig config_of(const Variant& run, int size) {
   auto optimizer = run.adamw ? cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(0.01).weight_decay(0.1)
                              : cohort::OptimizerConfig().type(cohort::OptimizerType::kSgd).lr(0.1).momentum(0.9);
   return cohort::ZeroConfig().world_size(size).optimizer(optimizer).zero_optimization(
@@ -90,8 +91,8 @@ cohort::ZeroConfig config_of(const Run& run, int size) {
 
 // One process, no engine, the whole global batch; a parameter without gradient counts as zero (the
 // engine's rule, DeepSpeed's too).
-std::map<std::string, torch::Tensor> train_reference(const Run& run, int size, int steps) {
-  TinyLM model(cohort::UnitOptions());
+std::map<std::string, torch::Tensor> train_reference(const Variant& run, int size, int steps) {
+  TinyLM model{cohort::UnitOptions()};
   model->eval();  // dropout off: ranks and one process draw different masks
   std::unique_ptr<torch::optim::Optimizer> opt;
   if (run.adamw)
@@ -132,29 +133,91 @@ void equivalence_body(int rank, int size) {
   for (bool adamw : {false, true})
     for (bool reshard : {true, false})
       for (bool recompute : {false, true}) {
-        const Run run{adamw, reshard, recompute};
+        const Variant run{adamw, reshard, recompute};
         auto reference = train_reference(run, size, 20);
         TinyLM model(cohort::UnitOptions().reshard_after_forward(reshard).activation_checkpointing(recompute));
         model->eval();
         auto engine = cohort::initialize(config_of(run, size), model);
         train(engine, rank, size, 0, 20);
         const double diff = max_difference(engine, reference);
-        report(run.name() + " diff " + std::to_string(diff));
+        // It trained (the weights moved), and each rank holds only its shard between steps.
+        TinyLM initial{cohort::UnitOptions()};
+        const double moved = (reference.at("h1.fc1.weight") - initial->named_parameters()["h1.fc1.weight"]).abs().max().item<double>();
+        const auto memory = engine.memory_report();
+        report(run.name() + " diff " + std::to_string(diff) + " moved " + std::to_string(moved) + " parameter bytes " +
+               std::to_string(memory.parameter_bytes) + " of " + std::to_string(memory.num_parameters * 4));
         EXPECT_LT(diff, 1e-5) << run.name();
+        EXPECT_GT(moved, 1e-3) << run.name();
+        EXPECT_LT(memory.parameter_bytes, memory.num_parameters * 4 / size + 64 * 4) << run.name();
+        EXPECT_EQ(memory.buffer_bytes, 0) << run.name() << ": something stayed gathered after the step";
       }
 }
 
-TEST(FullyShard, UnitsOfAnyModuleEqualOneProcessOnTwoRanks) { run_ranks(2, equivalence_body); }
-TEST(FullyShard, UnitsOfAnyModuleEqualOneProcessOnFourRanks) { run_ranks(4, equivalence_body); }
+void print_reports(const std::vector<cohort::testing::RankResult>& results) {
+  for (const auto& r : results)
+    for (const auto& line : r.reports) std::printf("rank %d: %s\n", r.rank, line.c_str());
+}
+
+TEST(FullyShard, UnitsOfAnyModuleEqualOneProcessOnTwoRanks) { print_reports(run_ranks(2, equivalence_body)); }
+TEST(FullyShard, UnitsOfAnyModuleEqualOneProcessOnFourRanks) { print_reports(run_ranks(4, equivalence_body)); }
+
+struct StackImpl : torch::nn::Module {
+  StackImpl() {
+    torch::manual_seed(6);
+    const auto recompute = cohort::UnitOptions().activation_checkpointing(true);
+    a = cohort::fully_shard(register_module("a", torch::nn::Linear(4, 4)), recompute);
+    b = cohort::fully_shard(register_module("b", torch::nn::Linear(4, 4)), recompute);
+  }
+  torch::Tensor forward(torch::Tensor x) { return b(torch::tanh(a(x))); }
+  cohort::Unit<torch::nn::LinearImpl> a, b;
+};
+
+TEST(FullyShard, RecomputedUnitsUnderDdpEqualOneProcess) {
+  // DDP finishes its reduction when backward ends: the recomputation's inner backward must not end it.
+  print_reports(run_ranks(2, [](int rank, int size) {
+    cohort::init();
+    const Variant run{false, true, true};
+    auto reference = train_reference(run, size, 5);
+    TinyLM model{cohort::UnitOptions().activation_checkpointing(true)};
+    model->eval();
+    cohort::DistributedDataParallel ddp(model.ptr(), cohort::DDPOptions().find_unused_parameters(true));
+    torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int step = 0; step < 5; ++step) {
+      auto [tokens, mask, target] = global_batch(step, size);
+      auto mine = [&](const torch::Tensor& t) { return t.narrow(0, rank * kBatch, kBatch); };
+      opt.zero_grad();
+      loss_of(ddp->forward(mine(tokens), mine(mask)), mine(target)).backward();
+      for (auto& p : model->parameters())
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      opt.step();
+    }
+    double worst = 0;
+    for (const auto& item : model->named_parameters())
+      worst = std::max(worst, (item.value() - reference.at(item.key())).abs().max().item<double>());
+    report("ddp recompute diff " + std::to_string(worst));
+    EXPECT_LT(worst, 1e-5);
+    // Every gradient comes from inside a recomputation here: the first one DDP sees is produced by
+    // an inner backward, so DDP's end-of-backward callback is queued there.
+    auto stack = std::make_shared<StackImpl>();
+    auto single = std::make_shared<StackImpl>();
+    cohort::DistributedDataParallel stacked(stack);
+    torch::manual_seed(8);
+    auto x = torch::randn({2 * size, 4});
+    stacked->forward(x.narrow(0, 2 * rank, 2)).pow(2).mean().backward();
+    single->forward(x).pow(2).mean().backward();
+    for (size_t i = 0; i < stack->parameters().size(); ++i)
+      EXPECT_TRUE(stack->parameters()[i].grad().allclose(single->parameters()[i].grad(), 1e-6, 1e-7)) << "parameter " << i;
+  }));
+}
 
 TEST(FullyShard, CheckpointFromFourRanksResumesOnTwo) {
   namespace fs = std::filesystem;
   cohort::testing::RanksOptions options;
   const std::string root = cohort::testing::shared_temp_dir(options, "FSDP_CKPT", "cohort-fsdp-");
-  const Run run{true, true, false};
+  const Variant run{true, true, false};
   run_ranks(4, [&](int rank, int size) {
     cohort::init();
-    TinyLM model(cohort::UnitOptions());
+    TinyLM model{cohort::UnitOptions()};
     model->eval();
     auto engine = cohort::initialize(config_of(run, 2), model);  // the global batch of 2 ranks x 2 rows...
     // ... is 4 ranks x 1 row: the batch math below keeps the global batch.
@@ -171,7 +234,7 @@ TEST(FullyShard, CheckpointFromFourRanksResumesOnTwo) {
   run_ranks(2, [&](int rank, int size) {
     cohort::init();
     auto reference = train_reference(run, 2, 12);
-    TinyLM model(cohort::UnitOptions());
+    TinyLM model{cohort::UnitOptions()};
     model->eval();
     auto engine = cohort::initialize(config_of(run, size), model);
     cohort::CheckpointState state;
@@ -213,15 +276,15 @@ TEST(FullyShard, RefusalsNameTheUnitAndTheFix) {
     auto twice = std::make_shared<TwiceImpl>();
     auto engine = cohort::initialize(sgd3(), twice);
     EXPECT_EQ(cohort::testing::error_of([&] { engine.forward(torch::ones({1, 3}, torch::requires_grad())); }),
-              "[rank 0/1] ZeRO stage 3: unit 'block' ran twice in one forward; a unit's gradients are reduced when "
+              "ZeRO stage 3: unit 'block' ran twice in one forward; a unit's gradients are reduced when "
               "its backward ends, so it may run once per step: give each use a unit of its own, or leave the "
               "module in its parent's unit");
     EXPECT_EQ(cohort::testing::error_of([&] { twice->forward(torch::ones({1, 3})); }),
-              "[rank 0/1] ZeRO stage 3: unit 'block' ran outside engine.forward(); call the model through the "
+              "ZeRO stage 3: unit 'block' ran outside engine.forward(); call the model through the "
               "engine (engine.forward(...) or engine.run_forward(fn)) so the parameters outside the units are "
               "gathered too");
     EXPECT_EQ(cohort::testing::error_of([] { cohort::initialize(sgd3(), std::make_shared<TiedAcrossImpl>()); }),
-              "[rank 0/1] ZeRO stage 3: parameter 'b.0.weight' is the same tensor as 'a.0.weight', but they belong "
+              "ZeRO stage 3: parameter 'b.0.weight' is the same tensor as 'a.0.weight', but they belong "
               "to different units ('b' and 'a'); a shared parameter must live in one unit: mark their common "
               "parent instead, or leave the modules that share it outside the units (the root)");
     EXPECT_THAT(cohort::testing::error_of([] {
