@@ -40,7 +40,7 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
   Job job;
   const ProcResult ddp = job.run({"--strategy", "ddp"});
   ASSERT_EQ(ddp.code, 0) << ddp.describe();
-  EXPECT_THAT(ddp.out, HasSubstr("GPT 7488 parameters; ddp on 2 ranks"));
+  EXPECT_THAT(ddp.out, HasSubstr("GPT 7488 parameters; ddp on 2 rank(s)"));
   EXPECT_EQ(count_of(ddp.out, "val loss "), 2u) << ddp.describe();
   EXPECT_THAT(ddp.out, HasSubstr("sample:\n"));
   const std::string expected = params_digest_of(ddp.out);

@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-bias{false}", flags.bias, "No biases in the Linears and LayerNorms");
   add_integer(app, {"--batch-size", 1, 1 << 20}, flags.batch_size, "Sequences per step on each rank");
   add_integer(app, {"--max-steps", 1, int64_t(1e12)}, flags.max_steps, "Optimizer steps");
-  add_integer(app, {"--eval-interval", 1, int64_t(1e12)}, flags.eval_interval,
+  add_integer(app, {"--eval-interval", 2, int64_t(1e12)}, flags.eval_interval,
               "Validate every this many steps (and after the last)");
   add_integer(app, {"--eval-iters", 1, 100000}, flags.eval_iters, "Validation batches per rank");
   add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate of AdamW");

@@ -76,4 +76,14 @@ std::pair<torch::Tensor, torch::Tensor> windows(const torch::Tensor& tokens, con
           tokens.index_select(0, (offsets + 1).reshape(-1)).view_as(offsets)};
 }
 
+cohort::Batch WindowDataset::get(int64_t index) const {
+  auto [x, y] = windows(tokens_, starts_.narrow(0, index, 1), block_);
+  return {x.squeeze(0), y.squeeze(0)};
+}
+
+cohort::Batch WindowDataset::get_batch(const torch::Tensor& indices) const {
+  auto [x, y] = windows(tokens_, starts_.index_select(0, indices), block_);
+  return {x, y};
+}
+
 }  // namespace gpt_example
