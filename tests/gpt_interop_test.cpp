@@ -122,7 +122,7 @@ TEST(GptInterop, ConsolidatedCheckpointGivesTheSameLossInPython) {
     }
     cohort::CheckpointState state;
     state.add("model", *gpt).set_step(3);
-    const std::string step_dir = cohort::save_checkpoint(dir.path + "/ckpt", state);
+    const std::string step_dir = cohort::save_checkpoint(dir.path + "/ckpt" + std::to_string(config.n_layer()), state);
     const std::string file = dir.path + "/consolidated.safetensors";
     cohort::detail::ckpt::consolidate_checkpoint(step_dir, file);  // what cohort-ckpt consolidate runs
     EXPECT_NEAR(python_loss("loss " + file + " model/ " + config_arguments(config)), loss_of(gpt), 1e-5)

@@ -84,6 +84,16 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
                 .activation_checkpointing(flags.activation_checkpointing));
 }
 
+// The digest hashes the parameters in named_parameters() order; the ZeRO engine's full_parameters()
+// at stage 3 lists the root unit's parameters first (ln_f before the blocks), so put them in order.
+std::vector<std::pair<std::string, torch::Tensor>> in_module_order(
+    const std::vector<std::pair<std::string, torch::Tensor>>& parameters, const torch::nn::Module& module) {
+  const std::map<std::string, torch::Tensor> by_name(parameters.begin(), parameters.end());
+  std::vector<std::pair<std::string, torch::Tensor>> ordered;
+  for (const auto& item : module.named_parameters()) ordered.emplace_back(item.key(), by_name.at(item.key()));
+  return ordered;
+}
+
 // A few lines of text from rank 0's copy of the trained weights.
 void print_sample(const std::vector<std::pair<std::string, torch::Tensor>>& parameters, const GPTConfig& config,
                   const Text& text, const Flags& flags) {
@@ -128,7 +138,7 @@ void run_training(const Flags& flags) {
   trainer.add_callback(std::make_shared<ValidationReport>());
   trainer.fit(module, train, cohort::FitOptions().val(&val));
   if (trainer.global_step() % flags.eval_interval != 0) print_validation(trainer, trainer.validate(module, val).at("val_loss"));
-  const auto parameters = trainer.full_parameters();  // gathers the shards: every rank takes part
+  const auto parameters = in_module_order(trainer.full_parameters(), module);  // a collective at stage 3
   if (!world.is_main()) return;
   print_sample(parameters, config, text, flags);
   std::printf("params-sha256: %s\n", fashion_mnist::tensors_sha256(parameters).c_str());
