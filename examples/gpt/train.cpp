@@ -125,6 +125,7 @@ void run_training(const Flags& flags) {
                 "thread(s) each\n", flags.data.c_str(), text.files, static_cast<long long>(text.bytes.size()),
                 text.vocabulary.size(), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
                 flags.strategy.c_str(), world.size(), static_cast<long long>(threads));
+  std::fflush(stdout);
   // Training: every window of the train split, shuffled each epoch. Validation: eval_iters batches
   // per rank of windows evenly spaced over the validation split, the same at every validation.
   const int64_t train_windows = text.train.numel() - flags.block_size - 1;

@@ -17,7 +17,7 @@ struct Flags {
   int64_t eval_interval = 50, eval_iters = 8;
   double lr = 2e-3, weight_decay = 0.1;
   int64_t seed = 1337;
-  std::string devices = "1";
+  std::string devices = "auto";
   std::string strategy = "fsdp";
   bool activation_checkpointing = false;
   bool keep_gathered = false;  ///< reshard_after_forward off
