@@ -2,8 +2,9 @@
 # The models of models/*.h in PyTorch, for the parameter check (tests/models_test.cpp) and the PyTorch
 # side of bench/scaling. torchvision is not installed here, so ResNet-18 and the VisionTransformer are
 # written out as torchvision defines them (same module names, so the same state_dict keys), dropout
-# left out (it has no parameters). Run as a script it prints "param <model> <name> <sizes...>" for each
-# parameter and "count <model> <parameters>".
+# left out (it has no parameters); the GPT is nanoGPT's, with its names. Run as a script it prints
+# "param <model> <name> <sizes...>" for each parameter and "count <model> <parameters>".
+import math
 from collections import OrderedDict
 
 import torch
@@ -109,6 +110,92 @@ class FashionCnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+class GPTLayerNorm(nn.Module):
+    """nanoGPT's LayerNorm: a weight and an optional bias."""
+
+    def __init__(self, width, bias):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.bias = nn.Parameter(torch.zeros(width)) if bias else None
+
+    def forward(self, x):
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, 1e-5)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, n_embd, n_head, dropout, bias):
+        super().__init__()
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
+        self.attn_dropout = nn.Dropout(dropout)
+        self.resid_dropout = nn.Dropout(dropout)
+        self.n_head, self.dropout = n_head, dropout
+
+    def forward(self, x):
+        b, t, e = x.shape
+        q, k, v = (y.view(b, t, self.n_head, e // self.n_head).transpose(1, 2)
+                   for y in self.c_attn(x).split(e, dim=2))
+        if hasattr(F, "scaled_dot_product_attention"):  # torch 2.x, as LibTorch 2.x in models/gpt.h
+            y = F.scaled_dot_product_attention(q, k, v, None, self.dropout if self.training else 0.0, True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+            future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            y = self.attn_dropout(F.softmax(att.masked_fill(future, float("-inf")), dim=-1)) @ v
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).contiguous().view(b, t, e)))
+
+
+class GPTMLP(nn.Module):
+    def __init__(self, n_embd, dropout, bias):
+        super().__init__()
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd, bias=bias)
+        self.gelu = nn.GELU()
+        self.c_proj = nn.Linear(4 * n_embd, n_embd, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class GPTBlock(nn.Module):
+    def __init__(self, n_embd, n_head, dropout, bias):
+        super().__init__()
+        self.ln_1 = GPTLayerNorm(n_embd, bias)
+        self.attn = CausalSelfAttention(n_embd, n_head, dropout, bias)
+        self.ln_2 = GPTLayerNorm(n_embd, bias)
+        self.mlp = GPTMLP(n_embd, dropout, bias)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """models/gpt.h: nanoGPT's GPT with the head computed from transformer.wte.weight (tied, one tensor)."""
+
+    def __init__(self, n_layer=12, n_head=12, n_embd=768, block_size=1024, vocab_size=50257, dropout=0.0, bias=True):
+        super().__init__()
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(vocab_size, n_embd),
+            wpe=nn.Embedding(block_size, n_embd),
+            drop=nn.Dropout(dropout),
+            h=nn.ModuleList(GPTBlock(n_embd, n_head, dropout, bias) for _ in range(n_layer)),
+            ln_f=GPTLayerNorm(n_embd, bias)))
+        for name, p in self.named_parameters():  # nanoGPT's initialisation, as models/gpt.h
+            if ".ln_" in name:
+                continue
+            if name.endswith(".bias"):
+                nn.init.zeros_(p)
+            else:
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02)
+
+    def forward(self, idx):
+        t = idx.size(-1)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(torch.arange(t, device=idx.device)))
+        for block in self.transformer.h:
+            x = block(x)
+        return F.linear(self.transformer.ln_f(x), self.transformer.wte.weight)
+
+
 MODELS = {
     "resnet18_imagenet": lambda: ResNet18(1000),
     "resnet18_10": lambda: ResNet18(10),
@@ -117,6 +204,8 @@ MODELS = {
     "vit_b_16": lambda: ViT(224, 16, 768, 12, 12, 3072, 1000),
     "vit_tiny_16px": lambda: ViT(16, 4, 32, 2, 2, 64, 10),
     "fashion_mnist_cnn": FashionCnn,
+    "gpt_mini_chars": lambda: GPT(6, 6, 192, 256, 96),
+    "gpt_tiny_nobias": lambda: GPT(2, 2, 16, 8, 11, bias=False),
 }
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev                      # mpirun launches tests on 2 ranks
   dataset-fashion-mnist                           # the demo's data
+  fortunes                                        # examples/gpt's text (/usr/share/games/fortunes)
   iproute2 procps                                 # network namespaces and process checks in tests
 )
 

@@ -1,7 +1,8 @@
 // The models of models/ against PyTorch's definitions and on real rank processes. Parameter names,
 // shapes and counts must equal models/pytorch_models.py's (torchvision's layouts, e.g.
-// resnet18() 11,689,512 parameters); ResNet-18 (CIFAR stem) and the ViT must train on 2 ranks with
-// DDP, ZeRO-2 and ZeRO-3 with sharding units to a falling loss and to the parameters of one process stepping on the global batch.
+// resnet18() 11,689,512 parameters; nanoGPT's names, GPT-2's counts); ResNet-18 (CIFAR stem) and the
+// ViT must train on 2 ranks with DDP, ZeRO-2 and ZeRO-3 with sharding units to a falling loss and to
+// the parameters of one process stepping on the global batch.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -10,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -17,6 +19,7 @@
 #include "cohort/world.h"
 #include "cohort/zero.h"
 #include "models/fashion_mnist_net.h"
+#include "models/gpt.h"
 #include "models/resnet.h"
 #include "models/vit.h"
 #include "support/multiproc.h"
@@ -25,6 +28,8 @@
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace models_test {
 
+using cohort::models::GPT;
+using cohort::models::GPTConfig;
 using cohort::models::ResNet18;
 using cohort::models::ResNet18Options;
 using cohort::models::ViT;
@@ -54,6 +59,8 @@ std::map<std::string, std::shared_ptr<torch::nn::Module>> cpp_models() {
       {"vit_tiny_16px", ViT(ViTOptions().image_size(16).patch_size(4).hidden_dim(32).depth(2).num_heads(2)
                                 .mlp_dim(64)).ptr()},
       {"fashion_mnist_cnn", fashion_mnist::Net().ptr()},
+      {"gpt_mini_chars", GPT(GPTConfig().n_layer(6).n_head(6).n_embd(192).block_size(256).vocab_size(96)).ptr()},
+      {"gpt_tiny_nobias", GPT(GPTConfig().n_layer(2).n_head(2).n_embd(16).block_size(8).vocab_size(11).bias(false)).ptr()},
   };
 }
 
@@ -125,6 +132,70 @@ TEST(Models, ViTRejectsAnImageThatPatchesDoNotTile) {
   } catch (const c10::Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("ViT: image_size 30 is not a multiple of patch_size 4"));
   }
+}
+
+TEST(Models, GptParameterCountIsTheFormula) {
+  // GPT-2's published sizes (the tied head counted once), and the ones built here counted.
+  EXPECT_EQ(cohort::models::gpt_num_parameters(cohort::models::gpt_config("gpt2")), 124439808);
+  EXPECT_EQ(cohort::models::gpt_num_parameters(cohort::models::gpt_config("gpt2-medium")), 354823168);
+  EXPECT_EQ(cohort::models::gpt_num_parameters(cohort::models::gpt_config("gpt2-large")), 774030080);
+  EXPECT_EQ(cohort::models::gpt_num_parameters(cohort::models::gpt_config("gpt2-xl")), 1557611200);
+  EXPECT_EQ(cohort::models::gpt_num_parameters(cohort::models::gpt_config("gpt-1b")), 1017302272);
+  for (const auto& config : {cohort::models::gpt_config("gpt-nano"), cohort::models::gpt_config("gpt-micro").vocab_size(65),
+                             GPTConfig().n_layer(3).n_head(2).n_embd(20).block_size(9).vocab_size(7).bias(false)})
+    EXPECT_EQ(count(*GPT(config)), cohort::models::gpt_num_parameters(config)) << config.n_layer() << " layers";
+  EXPECT_EQ(cohort::models::gpt_configs().size(), 8u);
+}
+
+TEST(Models, GptLogitsAtAPositionIgnoreLaterTokens) {
+  torch::manual_seed(0);
+  GPT gpt(GPTConfig().n_layer(2).n_head(2).n_embd(16).block_size(8).vocab_size(11));
+  gpt->eval();
+  torch::NoGradGuard no_grad;
+  auto tokens = torch::randint(0, 11, {2, 8});
+  auto logits = gpt->forward(tokens);
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 8, 11}));
+  auto changed = tokens.clone();
+  changed.index_put_({torch::indexing::Slice(), 5}, (tokens.select(1, 5) + 1) % 11);
+  auto again = gpt->forward(changed);
+  EXPECT_TRUE(torch::allclose(again.narrow(1, 0, 5), logits.narrow(1, 0, 5)));  // causal
+  EXPECT_FALSE(torch::allclose(again.narrow(1, 5, 3), logits.narrow(1, 5, 3)));
+  EXPECT_EQ(gpt->generate(tokens.narrow(1, 0, 6), 5, 1.0, 3).sizes(), (std::vector<int64_t>{2, 11}));
+}
+
+TEST(Models, GptAttentionIsSoftmaxOfMaskedScores) {
+  torch::manual_seed(1);
+  auto q = torch::randn({2, 3, 5, 4}), k = torch::randn({2, 3, 5, 4}), v = torch::randn({2, 3, 5, 4});
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / 2.0;  // sqrt(head size 4)
+  scores = scores.masked_fill(torch::ones({5, 5}, torch::kBool).triu(1), -1e30);
+  auto expected = torch::matmul(torch::softmax(scores, -1), v);
+  EXPECT_TRUE(torch::allclose(cohort::models::causal_attention(q, k, v, 0.0), expected, 1e-5, 1e-6));
+}
+
+std::string c10_error_of(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  ADD_FAILURE() << "expected an error";
+  return "";
+}
+
+TEST(Models, GptRefusesBadConfigurations) {
+  using ::testing::HasSubstr;
+  EXPECT_THAT(c10_error_of([] { GPT(GPTConfig().n_layer(1).n_head(3).n_embd(16).block_size(4).vocab_size(5)); }),
+              HasSubstr("GPT: n_embd 16 is not a multiple of n_head 3"));
+  EXPECT_THAT(c10_error_of([] { GPT(GPTConfig().n_layer(1).n_head(2).n_embd(16).block_size(4).vocab_size(5).dropout(1)); }),
+              HasSubstr("GPT: dropout 1 is not in [0, 1)"));
+  EXPECT_THAT(c10_error_of([] { GPT(GPTConfig().n_layer(0).n_head(2).n_embd(16).block_size(4).vocab_size(5)); }),
+              HasSubstr("GPT: n_layer, n_head, n_embd, block_size and vocab_size must be positive (got 0, 2, 16, 4, 5)"));
+  GPT small(GPTConfig().n_layer(1).n_head(2).n_embd(16).block_size(4).vocab_size(5));
+  EXPECT_THAT(c10_error_of([&] { small->forward(torch::zeros({1, 5}, torch::kLong)); }),
+              HasSubstr("GPT: sequence length 5 is longer than block_size 4"));
+  EXPECT_THAT(c10_error_of([] { cohort::models::gpt_config("gpt3"); }),
+              HasSubstr("GPT: no configuration named \"gpt3\" (known: gpt-1b, gpt-micro, gpt-mini, gpt-nano, gpt2, "
+                        "gpt2-large, gpt2-medium, gpt2-xl)"));
 }
 
 // ---- Training on 2 ranks ----

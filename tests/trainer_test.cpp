@@ -57,8 +57,8 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
             "TrainerOptions.devices \"two\" is not accepted: expected a number of devices from 1 to 4096, or auto");
   EXPECT_EQ(option_error(O().devices(0)),
             "TrainerOptions.devices \"0\" is not accepted: expected a number of devices from 1 to 4096, or auto");
-  EXPECT_EQ(option_error(O().strategy("fsdp")), "TrainerOptions.strategy \"fsdp\" is not accepted: expected one of "
-                                                "ddp, dp, zero1, zero2, zero3, deepspeed, pipeline, single, auto");
+  EXPECT_EQ(option_error(O().strategy("fsdp2")), "TrainerOptions.strategy \"fsdp2\" is not accepted: expected one of "
+                                                 "ddp, dp, fsdp, zero1, zero2, zero3, deepspeed, pipeline, single, auto");
   EXPECT_EQ(option_error(O().strategy("deepspeed")),
             "TrainerOptions.strategy \"deepspeed\" needs TrainerOptions.deepspeed_config: the path of a "
             "ds_config.json (or use zero1, zero2, zero3)");

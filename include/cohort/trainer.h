@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cohort/data_loader.h"
+#include "cohort/data_module.h"
 #include "cohort/trainer_callbacks.h"
 #include "cohort/trainer_loggers.h"
 #include "cohort/trainer_options.h"
@@ -54,9 +55,15 @@ class Trainer {
   Trainer& add_logger(std::shared_ptr<Logger> logger);
 
   void fit(TrainingModule& module, DataLoader& train, const FitOptions& options = {});
+  /// fit with the DataModule's loaders (prepare_data, setup("fit"), train_dataloader, val_dataloader);
+  /// options.val must then be null.
+  void fit(TrainingModule& module, DataModule& data, const FitOptions& options = {});
   /// One pass over `data` with validation_step / test_step; returns the epoch metrics.
   std::map<std::string, double> validate(TrainingModule& module, DataLoader& data);
   std::map<std::string, double> test(TrainingModule& module, DataLoader& data);
+  /// The same over the DataModule's val_dataloader / test_dataloader (after prepare_data and setup).
+  std::map<std::string, double> validate(TrainingModule& module, DataModule& data);
+  std::map<std::string, double> test(TrainingModule& module, DataModule& data);
 
   const World& world() const;
   const TrainerOptions& options() const;
@@ -68,7 +75,8 @@ class Trainer {
   const std::map<std::string, double>& callback_metrics() const;
   /// Those logged with prog_bar(true).
   std::map<std::string, double> progress_bar_metrics() const;
-  /// Training batches this rank runs per epoch, and samples all ranks consumed so far in this epoch.
+  /// Training batches this rank runs per epoch (after limit_train_batches / fast_dev_run), and samples
+  /// all ranks consumed so far in this epoch.
   int64_t num_training_batches() const;
   int64_t samples_in_epoch() const;
   /// Batches of this epoch trained before now (by an earlier run, when resumed mid-epoch).

@@ -8,11 +8,23 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "cohort/export.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {
+
+/// Lightning's limit_train_batches / limit_val_batches, an int or a float: an integer is a number of
+/// batches (at most the loader's), a floating-point number a fraction of the loader's batches (1.0:
+/// all of them; rounded down, and at least one batch must remain).
+struct BatchLimit {
+  BatchLimit(double fraction) : value(fraction) {}  // NOLINT: implicit, as Lightning's float
+  template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+  BatchLimit(T batches) : value(static_cast<double>(batches)), is_count(true) {}  // NOLINT: Lightning's int
+  double value = 1.0;
+  bool is_count = false;
+};
 
 struct TrainerOptions {
   /// "cpu", "cuda" or "auto" (cuda when LibTorch has CUDA and a GPU is visible).
@@ -30,7 +42,9 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, num_nodes) = 1;
   /// "ddp" (cohort::DistributedDataParallel), "dp" (DataParallel / MirroredStrategy: one process,
   /// a replica per device on its own thread, gradients summed in process), "zero1", "zero2", "zero3"
-  /// (the ZeRO engine at that stage), "deepspeed" (the ZeRO engine as deepspeed_config says),
+  /// (the ZeRO engine at that stage), "fsdp" (Lightning's name for zero3: parameters, gradients and
+  /// optimizer state sharded unit by unit over the units the module names: cohort::fully_shard and
+  /// TrainingModule::shard_units()), "deepspeed" (the ZeRO engine as deepspeed_config says),
   /// "pipeline" (the network cut into stages across ranks, cohort::pipeline; fp32; the module's
   /// loss() gives each microbatch's loss), "single" (one device, no reduction), or "auto" (ddp).
   TORCH_ARG(std::string, strategy) = "auto";
@@ -42,6 +56,13 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, pipeline_chunks) = 4;
   /// Strategy "pipeline": "1f1b" or "gpipe" (cohort/pipeline_schedule.h).
   TORCH_ARG(std::string, pipeline_schedule) = "1f1b";
+  /// Strategy fsdp / zero3, for the units TrainingModule::shard_units() makes (and each entry of a
+  /// network without marked units): free each unit's gathered parameters after its forward and
+  /// gather them again for backward (false: keep them until backward, FSDP's SHARD_GRAD_OP), and
+  /// recompute each unit's activations in backward instead of keeping them. Units the module marked
+  /// with cohort::fully_shard keep the UnitOptions they were given.
+  TORCH_ARG(bool, reshard_after_forward) = true;
+  TORCH_ARG(bool, activation_checkpointing) = false;
   /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
   /// file's).
   TORCH_ARG(std::string, deepspeed_config) = "";
@@ -58,6 +79,22 @@ struct TrainerOptions {
   /// 1.0); 1.0: at the end of each epoch.
   TORCH_ARG(double, val_check_interval) = 1.0;
   TORCH_ARG(int64_t, check_val_every_n_epoch) = 1;
+  /// Training / validation batches per epoch on each rank: an integer count or a fraction of the
+  /// loader's (see BatchLimit); limit_val_batches 0 turns validation off.
+  TORCH_ARG(BatchLimit, limit_train_batches) = 1.0;
+  TORCH_ARG(BatchLimit, limit_val_batches) = 1.0;
+  /// A smoke test (Lightning's fast_dev_run): n > 0 (true: 1) runs n training batches of one epoch, n
+  /// validation batches and, in test(), n test batches; no sanity check, checkpoints or loggers.
+  TORCH_ARG(int64_t, fast_dev_run) = 0;
+  /// Validation batches run before training starts, to fail early on a broken validation_step
+  /// (their metrics are not logged); -1: the whole validation loader; 0: none.
+  TORCH_ARG(int64_t, num_sanity_val_steps) = 2;
+  /// Stop training after this long (checked after each optimizer step; the last checkpoint is saved
+  /// as at any end of fit): "DD:HH:MM:SS" (Lightning's string) or a number of seconds; "": no limit.
+  TORCH_ARG(std::string, max_time) = "";
+
+ public:
+  TrainerOptions& max_time(double seconds);
   /// Logged step values go to the loggers every this many optimizer steps.
   TORCH_ARG(int64_t, log_every_n_steps) = 50;
   /// Where logs and checkpoints go by default ("" = the working directory).

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "cohort/data_loader.h"
+#include "cohort/fsdp.h"
 #include "cohort/export.h"
 
 COHORT_EXPORT_BEGIN
@@ -68,15 +69,27 @@ class ModuleLink {
   virtual void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) = 0;
   virtual int64_t current_epoch() const = 0;
   virtual int64_t global_step() const = 0;
+  /// The module is being destroyed: the Trainer lets go of it (and of the strategy built on it).
+  virtual void detach_module() = 0;
 };
 }  // namespace detail
 
 class TrainingModule : public torch::nn::Module {
  public:
+  /// A module with its own layers (Lightning's shape): the derived class registers them in its
+  /// constructor (register_module; blocks to shard marked with cohort::fully_shard) and defines a
+  /// forward of any signature that its training_step, validation_step and test_step call. The
+  /// strategies train the module itself: ddp and single as it is; zero1-3 and fsdp through the ZeRO
+  /// engine, each step being one forward of the model (engine.run_forward), with the batch's
+  /// floating-point data cast to the compute precision first (its output then comes in that dtype).
+  /// Strategies dp and pipeline need a Sequential network (they copy it or cut it into stages).
+  TrainingModule();
   /// `network` is what forward() runs: as is under ddp/dp/single, through the ZeRO engine under
-  /// zero1-3 (cast to the compute precision; at stage 3 unit by unit, gathering each unit's
+  /// zero1-3/fsdp (cast to the compute precision; at stage 3 unit by unit, gathering each unit's
   /// parameters in time). It is registered as the submodule "network".
   explicit TrainingModule(torch::nn::Sequential network);
+  /// Tells a Trainer still holding the module to let go of it (its strategy refers to the module).
+  ~TrainingModule() override;
 
   /// One training batch: returns the loss the Trainer runs backward on.
   virtual torch::Tensor training_step(Batch& batch, int64_t batch_index) = 0;
@@ -91,6 +104,13 @@ class TrainingModule : public torch::nn::Module {
   virtual std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) = 0;
   /// An optional LR scheduler on the optimizer configure_optimizers returned.
   virtual SchedulerSetup configure_lr_scheduler(torch::optim::Optimizer& optimizer) { return {}; }
+  /// Strategy fsdp / zero3: which modules become sharding units besides those the module marked with
+  /// cohort::fully_shard (Lightning's auto_wrap_policy), e.g. cohort::units_of_type<BlockImpl>() or
+  /// cohort::sequential_children(); only modules a torch::nn::Sequential calls can be reached (see
+  /// cohort/fsdp.h). Their options: TrainerOptions reshard_after_forward / activation_checkpointing.
+  /// Null (the default): a network without marked units is sharded entry by entry; otherwise the
+  /// marked units are, and the rest of the parameters form the root unit.
+  virtual UnitPolicy shard_units() { return nullptr; }
 
   // Hooks, called on every rank in Lightning's order.
   virtual void on_fit_start() {}
@@ -106,9 +126,15 @@ class TrainingModule : public torch::nn::Module {
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options = {});
   void log(const std::string& name, double value, const LogOptions& options = {});
 
-  /// Runs the network under the Trainer's strategy (or directly, outside a Trainer).
-  torch::Tensor forward(const torch::Tensor& input);
-  torch::nn::Sequential& network() { return network_; }
+  /// Runs the network under the Trainer's strategy (or directly, outside a Trainer). A module with its
+  /// own layers overrides it, or defines a forward of another signature (the Trainer never calls it).
+  virtual torch::Tensor forward(const torch::Tensor& input);
+  /// Whether the module was made with a network (TrainingModule(network)), not with its own layers.
+  bool has_network() const { return !network_.is_empty(); }
+  /// The network given to the constructor (a cohort::Error for a module with its own layers).
+  torch::nn::Sequential& network();
+  /// What the strategies train: the network, or the module itself when it has its own layers.
+  torch::nn::Module& model();
   /// Epochs finished / optimizer steps taken so far (0 outside a Trainer).
   int64_t current_epoch() const;
   int64_t global_step() const;
@@ -117,7 +143,7 @@ class TrainingModule : public torch::nn::Module {
   void attach(detail::ModuleLink* link) { link_ = link; }
 
  private:
-  torch::nn::Sequential network_;
+  torch::nn::Sequential network_{nullptr};
   detail::ModuleLink* link_ = nullptr;
 };
 

@@ -1,9 +1,12 @@
-// The Trainer's loop (see trainer_impl.h): epochs of batches, the optimizer step at each
-// accumulation boundary, validation every val_check_interval and at epoch ends, LR scheduling,
-// metrics to callbacks and loggers. Every rank runs the same number of steps (the training sampler
-// pads), so the strategy's collectives line up; evaluation uses the exact split and reduces once.
+// The Trainer's loop (see trainer_impl.h): a sanity check of validation, epochs of batches (as many as
+// limit_train_batches lets), the optimizer step at each accumulation boundary, validation every
+// val_check_interval and at epoch ends, LR scheduling, max_time, metrics to callbacks and loggers.
+// Every rank runs the same number of steps (the training sampler pads), so the strategy's collectives
+// line up; evaluation uses the exact split and reduces once.
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "cohort/ddp.h"
@@ -27,7 +30,9 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   const auto [shares, share] = strategy->data_split(world);
   train->distribute(shares, share, false, std::max<int64_t>(options.raw.seed(), 0));
   if (val != nullptr) val->distribute(shares, share, true, 0);
-  const int64_t batches = train->num_batches(), accumulate = strategy->accumulation();
+  if (val != nullptr && evaluation_batches(*val, Stage::kValidate) == 0) val = nullptr;  // limit_val_batches 0
+  train_batches = limited_batches(options.raw.limit_train_batches(), train->num_batches(), "limit_train_batches");
+  const int64_t batches = train_batches, accumulate = strategy->accumulation();
   COHORT_CHECK(batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
                " samples over ", shares, " share(s) of the data, batch_size ", train->options().batch_size(), ")");
   const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
@@ -42,7 +47,9 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
   module->on_fit_start();
   if (!fit_options.ckpt_path().empty()) resume(fit_options.ckpt_path());
-  module->network()->train(true);
+  sanity_check();
+  module->model().train(true);
+  fit_started = std::chrono::steady_clock::now();
   while (run_epoch()) {
   }
   module->on_fit_end();
@@ -66,12 +73,13 @@ bool TrainerImpl::run_epoch() {
   each_callback([&](Callback& c) { c.on_train_epoch_start(owner, *module); });
   stage = Stage::kTrain;
   const int64_t skip = owner.batches_done_in_epoch();
-  bool complete = skip >= train->num_batches();
-  train->for_each(skip, [&](int64_t index, Batch& batch) {
-    const bool go_on = train_batch(index, batch);
-    complete = index + 1 == train->num_batches();
-    return go_on;
-  });
+  bool complete = skip >= train_batches;
+  if (!complete)
+    train->for_each(skip, [&](int64_t index, Batch& batch) {
+      const bool go_on = train_batch(index, batch);
+      complete = index + 1 == train_batches;
+      return go_on && !complete;
+    });
   if (complete) end_epoch();
   return !finished();
 }
@@ -79,7 +87,7 @@ bool TrainerImpl::run_epoch() {
 bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
   batch = on_device(std::move(batch), world.device());
   batch_size = batch.data.size(0);
-  const int64_t batches = train->num_batches();
+  const int64_t batches = train_batches;
   const bool boundary = (index + 1) % strategy->accumulation() == 0 || index + 1 == batches;
   // The timeline (docs/timeline.md): a step span per batch, compute spans inside it.
   cohort::trace::Span step_span("step");
@@ -119,8 +127,28 @@ void TrainerImpl::after_optimizer_step(int64_t index) {
   const auto values = metrics.take_step(world.comm());
   publish(values, step % options.raw.log_every_n_steps() == 0);
   each_callback([&](Callback& c) { c.on_train_batch_end(owner, *module, index); });
-  if (val != nullptr && val_every > 0 && (index + 1) % val_every == 0 && index + 1 < train->num_batches())
+  if (val != nullptr && val_every > 0 && (index + 1) % val_every == 0 && index + 1 < train_batches)
     validate_now();
+  check_max_time();
+}
+
+// Every rank stops after the same step: the ranks' clocks differ, so their wishes are combined.
+void TrainerImpl::check_max_time() {
+  if (options.max_time_seconds <= 0 || stop) return;
+  const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - fit_started;
+  if (elapsed.count() >= options.max_time_seconds && !stop_wish) {
+    stop_wish = true;
+    if (stop_reason.empty()) stop_reason = "max_time " + options.raw.max_time() + " reached";
+  }
+  agree_stop();
+}
+
+// Lightning's sanity check: a few validation batches before training, their metrics dropped.
+void TrainerImpl::sanity_check() {
+  const int64_t wanted = options.raw.num_sanity_val_steps();
+  if (val == nullptr || wanted == 0) return;
+  const int64_t limit = limited_batches(options.raw.limit_val_batches(), val->num_batches(), "limit_val_batches");
+  evaluate(*val, Stage::kValidate, wanted < 0 ? limit : std::min(wanted, limit));
 }
 
 void TrainerImpl::end_epoch() {
@@ -139,29 +167,37 @@ void TrainerImpl::end_epoch() {
 }
 
 void TrainerImpl::validate_now() {
-  const auto values = evaluate(*val, Stage::kValidate);
+  const auto values = evaluate(*val, Stage::kValidate, evaluation_batches(*val, Stage::kValidate));
   publish(values, true);
   each_callback([&](Callback& c) { c.on_validation_end(owner, *module); });
   agree_stop();
 }
 
-std::map<std::string, double> TrainerImpl::evaluate(DataLoader& data, Stage which) {
+int64_t TrainerImpl::evaluation_batches(DataLoader& data, Stage which) const {
+  if (which == Stage::kValidate)
+    return limited_batches(options.raw.limit_val_batches(), data.num_batches(), "limit_val_batches");
+  const int64_t fast = options.raw.fast_dev_run();
+  return fast > 0 ? std::min(fast, data.num_batches()) : data.num_batches();
+}
+
+std::map<std::string, double> TrainerImpl::evaluate(DataLoader& data, Stage which, int64_t batches) {
   const Stage previous = stage;
   stage = which;
-  const bool was_training = module->network()->is_training();
-  module->network()->train(false);
+  const bool was_training = module->model().is_training();
+  module->model().train(false);
   torch::NoGradGuard no_grad;
   if (which == Stage::kValidate) module->on_validation_epoch_start();
-  data.for_each(0, [&](int64_t index, Batch& batch) {
-    batch = on_device(std::move(batch), world.device());
-    batch_size = batch.data.size(0);
-    auto autocast = strategy->autocast();
-    which == Stage::kValidate ? module->validation_step(batch, index) : module->test_step(batch, index);
-    return true;
-  });
+  if (batches > 0)
+    data.for_each(0, [&](int64_t index, Batch& batch) {
+      batch = on_device(std::move(batch), world.device());
+      batch_size = batch.data.size(0);
+      auto autocast = strategy->autocast();
+      strategy->evaluation_step(*module, batch, index, which);
+      return index + 1 < batches;
+    });
   which == Stage::kValidate ? module->on_validation_epoch_end() : module->on_test_epoch_end();
   auto values = metrics.take_epoch(which, world.comm());
-  module->network()->train(was_training);
+  module->model().train(was_training);
   stage = previous;
   return values;
 }
@@ -170,7 +206,7 @@ std::map<std::string, double> TrainerImpl::run_evaluation(TrainingModule& target
   attach(target);
   const auto [shares, share] = strategy->data_split(world);
   data.distribute(shares, share, true, 0);
-  const auto values = evaluate(data, which);
+  const auto values = evaluate(data, which, evaluation_batches(data, which));
   publish(values, true);
   if (world.is_main())
     for (auto& logger : loggers) logger->flush();

@@ -8,9 +8,8 @@
 #include "core/text.h"
 
 namespace cohort::detail {
-namespace {
 
-[[noreturn]] void refuse(const std::string& option, const std::string& value, const std::string& accepted) {
+void refuse(const std::string& option, const std::string& value, const std::string& accepted) {
   throw Error("TrainerOptions." + option + " \"" + printable(value) + "\" is not accepted: expected " + accepted);
 }
 
@@ -19,6 +18,8 @@ std::string number_text(double value) {
   out << value;
   return out.str();
 }
+
+namespace {
 
 void check_at_least(const std::string& option, int64_t value, int64_t min, const std::string& accepted) {
   if (value < min) refuse(option, std::to_string(value), accepted);
@@ -51,6 +52,10 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
   } else if (name == "zero1" || name == "zero2" || name == "zero3") {
     out.strategy = StrategyKind::kZero;
     out.zero_stage = name.back() - '0';
+  } else if (name == "fsdp") {  // Lightning's name for ZeRO stage 3
+    out.strategy = StrategyKind::kZero;
+    out.zero_stage = 3;
+    out.fsdp = true;
   } else if (name == "deepspeed") {
     out.strategy = StrategyKind::kDeepSpeed;
     COHORT_CHECK(!options.deepspeed_config().empty(), "TrainerOptions.strategy \"deepspeed\" needs "
@@ -62,7 +67,7 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
   } else if (name == "pipeline") {
     out.strategy = StrategyKind::kPipeline;
   } else {
-    refuse("strategy", name, "one of ddp, dp, zero1, zero2, zero3, deepspeed, pipeline, single, auto");
+    refuse("strategy", name, "one of ddp, dp, fsdp, zero1, zero2, zero3, deepspeed, pipeline, single, auto");
   }
   COHORT_CHECK(options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed ||
                    out.strategy == StrategyKind::kZero,
@@ -135,6 +140,7 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   check_loop_limits(options);
   resolve_validation(options, out);
   check_pipeline_options(options, out);
+  resolve_limits(options, out);
   COHORT_CHECK(out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",
                options.precision(), "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "
                "use \"bf16-mixed\" on the CPU");
@@ -164,7 +170,7 @@ std::string precision_name(Precision precision) {
 std::string strategy_name(const ResolvedOptions& options) {
   switch (options.strategy) {
     case StrategyKind::kDdp: return "ddp";
-    case StrategyKind::kZero: return "zero" + std::to_string(options.zero_stage);
+    case StrategyKind::kZero: return options.fsdp ? "fsdp" : "zero" + std::to_string(options.zero_stage);
     case StrategyKind::kDeepSpeed: return "deepspeed";
     case StrategyKind::kSingle: return "single";
     case StrategyKind::kDp: return "dp";

@@ -20,14 +20,31 @@ struct ResolvedOptions {
   int processes = 0;
   StrategyKind strategy = StrategyKind::kDdp;
   int zero_stage = 0;        // kZero
+  bool fsdp = false;         // kZero named "fsdp" (stage 3)
   Precision precision = Precision::k32;
   /// val_check_interval as a whole number of batches (0: a fraction of the epoch, see below).
   int64_t val_every_batches = 0;
   double val_fraction = 1.0;
+  /// max_time in seconds (0: no limit). fast_dev_run has set raw's limits, epochs, steps, sanity
+  /// steps, checkpointing and logger (options_limits.cpp).
+  double max_time_seconds = 0;
 };
 
 /// Checks `options` (cuda_available: whether LibTorch sees a GPU). Throws cohort::Error.
 ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_available);
+
+/// Part of resolve_options (options_limits.cpp): limit_*_batches, fast_dev_run, num_sanity_val_steps,
+/// max_time and the fsdp unit options, checked; fast_dev_run applied to out.raw.
+void resolve_limits(const TrainerOptions& options, ResolvedOptions& out);
+
+/// Batches of a loader with `available` per epoch that `limit` lets run (a cohort::Error naming
+/// `option` when a fraction leaves none of them).
+int64_t limited_batches(const BatchLimit& limit, int64_t available, const std::string& option);
+
+/// Throws the one-line refusal of an option: TrainerOptions.<option> "<value>" is not accepted: expected <accepted>.
+[[noreturn]] void refuse(const std::string& option, const std::string& value, const std::string& accepted);
+/// A number as options print it (2.5, 1e-05).
+std::string number_text(double value);
 
 /// "32-true", "bf16-mixed", "16-mixed"; "ddp", "zero2", "deepspeed", ...
 std::string precision_name(Precision precision);

@@ -1,8 +1,9 @@
 // The Trainer's view of a strategy: forward, backward of a micro-batch, the optimizer step at the
 // accumulation boundary, the state a checkpoint holds and the full parameters. "ddp"/"single" wrap
-// cohort::DistributedDataParallel (or nothing) around the module's network and the module's own
-// optimizer; "zero1-3"/"deepspeed" are the ZeRO engine; "dp" runs replicas of the network on threads
-// of this process (strategy_dp.cpp); "pipeline" cuts it into stages across ranks (strategy_pipeline.cpp).
+// cohort::DistributedDataParallel (or nothing) around the module's model (its network, or the module
+// itself) and the module's own optimizer; "zero1-3"/"fsdp"/"deepspeed" are the ZeRO engine; "dp" runs
+// replicas of the network on threads of this process (strategy_dp.cpp); "pipeline" cuts it into
+// stages across ranks (strategy_pipeline.cpp). ddp, dp and pipeline share ModuleOptimizerStrategy.
 #pragma once
 
 #include <torch/types.h>
@@ -16,6 +17,7 @@
 #include "cohort/checkpoint.h"
 #include "cohort/training_module.h"
 #include "cohort/world.h"
+#include "trainer/metrics.h"
 #include "trainer/options.h"
 
 namespace cohort::detail {
@@ -26,6 +28,10 @@ class Strategy {
   /// The module's training_step on `batch` (dp: on each replica's chunk of it, the losses combined).
   virtual torch::Tensor training_step(TrainingModule& module, Batch& batch, int64_t index) {
     return module.training_step(batch, index);
+  }
+  /// The module's validation_step or test_step on `batch`.
+  virtual void evaluation_step(TrainingModule& module, Batch& batch, int64_t index, Stage stage) {
+    stage == Stage::kValidate ? module.validation_step(batch, index) : module.test_step(batch, index);
   }
   /// How the training and evaluation data are split: (shares, this rank's share). One share per rank,
   /// except under "pipeline", whose ranks of one pipeline read the same batches.
@@ -53,6 +59,35 @@ class Strategy {
   virtual bool log_from_replica(const std::string& name, double value, const LogOptions& options) { return false; }
 };
 
+/// What ddp, single, dp and pipeline share: the optimizer configure_optimizers makes over the
+/// parameters this rank trains, stepped at the accumulation boundary after clipping by the global
+/// gradient norm; accumulate_grad_batches micro-batches per step, each loss divided by it.
+class ModuleOptimizerStrategy : public Strategy {
+ public:
+  void step() override;
+  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
+  int64_t accumulation() const override { return options_.raw.accumulate_grad_batches(); }
+  double lr() const override { return optimizer_->param_groups().at(0).options().get_lr(); }
+
+ protected:
+  explicit ModuleOptimizerStrategy(const ResolvedOptions& options) : options_(options) {}
+  /// The module's configure_optimizers over `parameters` (kept for clipping); derived constructors
+  /// call it once they know what this rank trains.
+  void make_optimizer(TrainingModule& module, std::vector<torch::Tensor> parameters);
+  /// One micro-batch's part of the step's loss: loss / accumulate_grad_batches (as it is for 1, so
+  /// the graph is a hand-written loop's).
+  torch::Tensor per_micro_batch(const torch::Tensor& loss) const;
+  /// Scales the gradients so that their global norm is at most max_norm (clip_grad_norm_ over the
+  /// parameters; pipeline: the norm over every stage's).
+  virtual void clip_gradients(double max_norm);
+  /// After each optimizer step (dp: the replicas are stale).
+  virtual void after_step() {}
+
+  ResolvedOptions options_;
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+};
+
 /// The strategy `options` names for `module` on this world (the module is on world.device()).
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
 
@@ -61,5 +96,11 @@ std::string optimizer_name(const torch::optim::Optimizer& optimizer);
 
 /// The trainable parameters of `module`, in order.
 std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module);
+/// Float32 CPU copies of `module`'s parameters by name.
+std::vector<std::pair<std::string, torch::Tensor>> float_parameters(torch::nn::Module& module);
+
+/// The module's model (its network, or the module itself) as the shared_ptr DDP and the ZeRO engine
+/// take. The module itself is not owned (the Trainer's caller owns it and outlives the strategy).
+std::shared_ptr<torch::nn::Module> model_pointer(TrainingModule& module);
 
 }  // namespace cohort::detail

@@ -18,7 +18,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
-#include <torch/nn/utils/clip_grad.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -81,29 +80,24 @@ torch::nn::Sequential clone_network(const torch::nn::Sequential& network, const 
   return torch::nn::Sequential(std::dynamic_pointer_cast<torch::nn::SequentialImpl>(copy));
 }
 
-class DpStrategy : public Strategy {
+class DpStrategy : public ModuleOptimizerStrategy {
  public:
   DpStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
-      : options_(options), devices_(replica_devices(options, world)), replicas_(make_replicas(module)),
+      : ModuleOptimizerStrategy(options), devices_(replica_devices(options, world)), replicas_(make_replicas(module)),
         workers_(static_cast<int>(replicas_.size()), intra_op_threads()) {
     for (auto& replica : replicas_) {
       trainable_.push_back(trainable_parameters(*replica));
       all_parameters_.push_back(replica->parameters());
       buffers_.push_back(replica->buffers());
     }
-    optimizer_ = module.configure_optimizers(trainable_[0]);
-    COHORT_CHECK(optimizer_ != nullptr, "configure_optimizers returned no optimizer");
+    make_optimizer(module, trainable_[0]);
   }
 
   torch::Tensor training_step(TrainingModule& module, Batch& batch, int64_t index) override;
   torch::Tensor forward(const torch::Tensor& input) override;
   void backward(const torch::Tensor& combined, bool boundary) override;
 
-  void step() override {
-    if (options_.raw.gradient_clip_val() > 0)
-      torch::nn::utils::clip_grad_norm_(trainable_[0], options_.raw.gradient_clip_val());
-    optimizer_->step();
-    optimizer_->zero_grad();
+  void after_step() override {
     window_open_ = false;
     stale_ = true;
   }
@@ -114,9 +108,6 @@ class DpStrategy : public Strategy {
     return true;
   }
 
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
-  int64_t accumulation() const override { return options_.raw.accumulate_grad_batches(); }
-  double lr() const override { return optimizer_->param_groups().at(0).options().get_lr(); }
   // Replica 0 is the module's network: the checkpoint is strategy "single"'s. A load may follow
   // (resume), so the other replicas copy replica 0 before they next run.
   void add_to(CheckpointState& state) override {
@@ -125,10 +116,7 @@ class DpStrategy : public Strategy {
     stale_ = true;
   }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
-    std::vector<std::pair<std::string, torch::Tensor>> out;
-    for (const auto& item : replicas_[0]->named_parameters())
-      out.emplace_back(item.key(), item.value().detach().to(torch::kCPU, torch::kFloat).contiguous());
-    return out;
+    return float_parameters(*replicas_[0]);
   }
   std::string describe() const override {
     const std::string where = devices_[0].is_cuda() ? "cuda:0-" + std::to_string(devices_.size() - 1) : "cpu";
@@ -139,6 +127,9 @@ class DpStrategy : public Strategy {
  private:
   int replicas() const { return static_cast<int>(replicas_.size()); }
   std::vector<torch::nn::Sequential> make_replicas(TrainingModule& module) const {
+    COHORT_CHECK(module.has_network(), "strategy \"dp\" copies a torch::nn::Sequential network once per device, but "
+                 "this TrainingModule has its own layers (made with TrainingModule()): use strategy ddp with devices ",
+                 devices_.size(), ", or give the module a Sequential");
     std::vector<torch::nn::Sequential> out{module.network()};
     for (size_t k = 1; k < devices_.size(); ++k) out.push_back(clone_network(module.network(), devices_[k]));
     return out;
@@ -160,11 +151,9 @@ class DpStrategy : public Strategy {
   void reduce_gradients();
   void replay_logs(TrainingModule& module);
 
-  ResolvedOptions options_;
   std::vector<torch::Device> devices_;
   std::vector<torch::nn::Sequential> replicas_;  // [0]: the module's own network
   std::vector<std::vector<torch::Tensor>> trainable_, all_parameters_, buffers_;  // per replica, same order
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<torch::Tensor> losses_;  // of the last training_step, per replica used, for backward
   std::vector<double> weights_;        // each used replica's share of that batch
   std::vector<std::vector<LoggedValue>> logged_;

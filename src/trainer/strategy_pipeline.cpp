@@ -18,10 +18,13 @@
 namespace cohort::detail {
 namespace {
 
-class PipelineStrategy : public Strategy {
+class PipelineStrategy : public ModuleOptimizerStrategy {
  public:
   PipelineStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
-      : options_(options), module_(module), world_(world) {
+      : ModuleOptimizerStrategy(options), module_(module), world_(world) {
+    COHORT_CHECK(module.has_network(), "strategy \"pipeline\" cuts a torch::nn::Sequential network into stages, but "
+                 "this TrainingModule has its own layers (made with TrainingModule()): give it a Sequential, or use "
+                 "strategy ddp or fsdp");
     const int stages = options.raw.pipeline_stages() > 0 ? int(options.raw.pipeline_stages()) : world.size();
     COHORT_CHECK(world.size() % stages == 0, "TrainerOptions.pipeline_stages ", stages, " does not divide the ",
                  world.size(), " ranks: the world is (ranks / stages) pipelines of one rank per stage");
@@ -33,10 +36,8 @@ class PipelineStrategy : public Strategy {
       data_comm = mesh_->group_ptr("data");
     }
     partition_ = pipeline::partition(module.network(), stages);
-    const int64_t accumulate = options.raw.accumulate_grad_batches();
-    auto loss = [&module, accumulate](const torch::Tensor& output, const torch::Tensor& target) {
-      const torch::Tensor value = module.loss(output, target);
-      return accumulate > 1 ? value / static_cast<double>(accumulate) : value;
+    auto loss = [this, &module](const torch::Tensor& output, const torch::Tensor& target) {
+      return per_micro_batch(module.loss(output, target));
     };
     pipeline_.emplace(pipe_comm_, pipeline::stages_of_rank(partition_, stages, pipe_comm_->rank()),
                       pipeline::PipelineOptions()
@@ -44,9 +45,7 @@ class PipelineStrategy : public Strategy {
                           .chunks(int(options.raw.pipeline_chunks()))
                           .loss_fn(loss)
                           .data_comm(data_comm));
-    parameters_ = pipeline_->parameters();
-    optimizer_ = module.configure_optimizers(parameters_);
-    COHORT_CHECK(optimizer_ != nullptr, "configure_optimizers returned no optimizer");
+    make_optimizer(module, pipeline_->parameters());
   }
 
   std::pair<int, int> data_split(const World&) const override {
@@ -63,16 +62,6 @@ class PipelineStrategy : public Strategy {
   torch::Tensor forward(const torch::Tensor& input) override { return pipeline_->forward(input); }
 
   void backward(const torch::Tensor&, bool) override {}  // the pipeline's step ran it, stage by stage
-
-  void step() override {
-    if (options_.raw.gradient_clip_val() > 0) clip_global_norm(options_.raw.gradient_clip_val());
-    optimizer_->step();
-    optimizer_->zero_grad();
-  }
-
-  torch::optim::Optimizer& optimizer() override { return *optimizer_; }
-  int64_t accumulation() const override { return options_.raw.accumulate_grad_batches(); }
-  double lr() const override { return optimizer_->param_groups().at(0).options().get_lr(); }
 
   void add_to(CheckpointState& state) override {
     if (!model_state_) model_state_ = pipeline_->model_state();
@@ -108,7 +97,7 @@ class PipelineStrategy : public Strategy {
   }
 
   // Clipping by the norm over every stage's gradients, as one process would (each rank holds a part).
-  void clip_global_norm(double max_norm) {
+  void clip_gradients(double max_norm) override {
     torch::Tensor squares = torch::zeros({1}, torch::kFloat64);
     for (const auto& p : parameters_)
       if (p.grad().defined()) squares += p.grad().detach().to(torch::kCPU, torch::kFloat64).pow(2).sum();
@@ -119,15 +108,12 @@ class PipelineStrategy : public Strategy {
       if (p.grad().defined()) p.grad().mul_(scale);
   }
 
-  ResolvedOptions options_;
   TrainingModule& module_;
   World world_;
   std::optional<Mesh> mesh_;
   std::shared_ptr<Comm> pipe_comm_;
   pipeline::Partition partition_;
   std::optional<pipeline::Pipeline> pipeline_;
-  std::vector<torch::Tensor> parameters_;
-  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::shared_ptr<Stateful> model_state_, optimizer_state_;
 };
 

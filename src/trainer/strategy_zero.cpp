@@ -1,8 +1,10 @@
-// "zero1", "zero2", "zero3" and "deepspeed": the ZeRO engine over the module's network. The config is
-// built from the Trainer's options (stage, precision, accumulation, clipping) or read from the
-// ds_config, where the Trainer's options override what they set away from their defaults. Without an
-// "optimizer" in the config the engine's inner optimizer is the module's configure_optimizers over
-// this rank's fp32 shards.
+// "zero1", "zero2", "zero3"/"fsdp" and "deepspeed": the ZeRO engine over the module's model (its
+// network, or the module itself when it has its own layers). The config is built from the Trainer's
+// options (stage, precision, accumulation, clipping) or read from the ds_config, where the Trainer's
+// options override what they set away from their defaults. Without an "optimizer" in the config the
+// engine's inner optimizer is the module's configure_optimizers over this rank's fp32 shards. At
+// stage 3 the units are those the module marked plus those its shard_units() policy makes. A module
+// with its own layers calls its model in its steps: each step runs as one forward of the model.
 #include <sstream>
 
 #include "cohort/error.h"
@@ -44,11 +46,23 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
 class ZeroStrategy : public Strategy {
  public:
   ZeroStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
-      : ZeroStrategy(zero_config(options, world), module) {}
+      : ZeroStrategy(zero_config(options, world), options, module) {}
 
   torch::Tensor forward(const torch::Tensor& input) override {
-    torch::Tensor out = engine_.forward(input);
+    auto& network = *module_.network();
+    torch::Tensor out = engine_.run_forward([&] { return network.forward(to_compute(input)); });
     return out.scalar_type() == torch::kFloat ? out : out.to(torch::kFloat);
+  }
+  // A module with its own layers: its step is the forward (the network path's steps call forward()).
+  torch::Tensor training_step(TrainingModule& module, Batch& batch, int64_t index) override {
+    if (module.has_network()) return module.training_step(batch, index);
+    Batch cast{to_compute(batch.data), batch.target};
+    return engine_.run_forward([&] { return module.training_step(cast, index); });
+  }
+  void evaluation_step(TrainingModule& module, Batch& batch, int64_t index, Stage stage) override {
+    if (module.has_network()) return Strategy::evaluation_step(module, batch, index, stage);
+    Batch cast{to_compute(batch.data), batch.target};
+    engine_.run_forward([&] { Strategy::evaluation_step(module, cast, index, stage); });
   }
   void backward(const torch::Tensor& loss, bool boundary) override {
     engine_.backward(loss);  // the engine scales by 1 / gradient_accumulation_steps itself
@@ -75,20 +89,35 @@ class ZeroStrategy : public Strategy {
   }
 
  private:
-  ZeroStrategy(const ZeroConfig& config, TrainingModule& module)
-      : engine_(initialize(config, module.network(), engine_options(module, config))) {}
+  ZeroStrategy(const ZeroConfig& config, const ResolvedOptions& options, TrainingModule& module)
+      : module_(module), engine_(initialize(config, model_pointer(module), engine_options(options, module, config))) {}
 
-  // A ds_config's "optimizer" wins; otherwise the module's configure_optimizers over the shards.
-  static EngineOptions engine_options(TrainingModule& module, const ZeroConfig& config) {
-    if (config.optimizer().type() != OptimizerType::kNone) return {};
+  // The Sequential path casted in ZeroEngine::forward; a step of a module with its own layers casts
+  // the batch's data the same way.
+  torch::Tensor to_compute(const torch::Tensor& t) const {
+    const torch::Dtype dtype = engine_.compute_dtype();
+    return t.defined() && t.is_floating_point() && t.scalar_type() != dtype ? t.to(dtype) : t;
+  }
+
+  // A ds_config's "optimizer" wins; otherwise the module's configure_optimizers over the shards. At
+  // stage 3 the module's shard_units() names units besides those it marked.
+  static EngineOptions engine_options(const ResolvedOptions& options, TrainingModule& module, const ZeroConfig& config) {
+    EngineOptions out;
+    if (config.zero_optimization().stage() == 3)
+      out.unit_policy(module.shard_units())
+          .unit_options(UnitOptions()
+                            .reshard_after_forward(options.raw.reshard_after_forward())
+                            .activation_checkpointing(options.raw.activation_checkpointing()));
+    if (config.optimizer().type() != OptimizerType::kNone) return out;
     TrainingModule* owner = &module;
-    return EngineOptions().optimizer_factory([owner](std::vector<torch::Tensor> shards) {
+    return out.optimizer_factory([owner](std::vector<torch::Tensor> shards) {
       auto optimizer = owner->configure_optimizers(std::move(shards));
       COHORT_CHECK(optimizer != nullptr, "configure_optimizers returned no optimizer");
       return optimizer;
     });
   }
-  ZeroEngine<torch::nn::SequentialImpl> engine_;
+  TrainingModule& module_;
+  ZeroEngine<torch::nn::Module> engine_;
 };
 
 }  // namespace

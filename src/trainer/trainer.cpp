@@ -1,9 +1,11 @@
 // cohort::Trainer's setup (see trainer_impl.h): options checked, workers started when needed, the
-// world joined, the default callbacks and logger added, the strategy built for the module.
+// world joined, the default callbacks and logger added (none of them, and no ModelCheckpoint or logger
+// at all, under fast_dev_run), the strategy built for the module, a DataModule's data prepared.
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "cohort/error.h"
@@ -45,6 +47,13 @@ TrainerImpl::~TrainerImpl() {
   if (module != nullptr) module->attach(nullptr);
 }
 
+// The scheduler refers to the strategy's optimizer, the strategy to the module: both go first.
+void TrainerImpl::detach_module() {
+  scheduler = {};
+  strategy.reset();
+  module = nullptr;
+}
+
 torch::Tensor TrainerImpl::forward(const torch::Tensor& input) { return strategy->forward(input); }
 
 void TrainerImpl::log(const std::string& name, const torch::Tensor& value, const LogOptions& log_options) {
@@ -67,6 +76,12 @@ void TrainerImpl::attach(TrainingModule& target) {
 }
 
 void TrainerImpl::add_default_callbacks() {
+  if (options.raw.fast_dev_run() > 0) {  // a smoke test leaves no state behind (Lightning's fast_dev_run)
+    callbacks.erase(std::remove_if(callbacks.begin(), callbacks.end(),
+                                   [](const auto& c) { return dynamic_cast<ModelCheckpoint*>(c.get()) != nullptr; }),
+                    callbacks.end());
+    loggers.clear();
+  }
   bool has_checkpoint = false, has_bar = false;
   for (const auto& callback : callbacks) {
     has_checkpoint |= dynamic_cast<ModelCheckpoint*>(callback.get()) != nullptr;
@@ -75,6 +90,17 @@ void TrainerImpl::add_default_callbacks() {
   if (options.raw.enable_checkpointing() && !has_checkpoint) callbacks.push_back(std::make_shared<ModelCheckpoint>());
   if (options.raw.enable_progress_bar() && !has_bar) callbacks.push_back(std::make_shared<ProgressBarCallback>());
   if (options.raw.logger() && loggers.empty()) loggers.push_back(std::make_shared<CSVLogger>(owner.root_dir()));
+}
+
+void TrainerImpl::set_up(DataModule& data, const std::string& stage_name) {
+  if (world.local_rank() == 0) data.prepare_data();
+  world.comm().barrier();  // the node's other ranks read what its local rank 0 prepared
+  data.setup(stage_name);
+}
+
+std::shared_ptr<DataLoader> loader_of(std::shared_ptr<DataLoader> loader, const std::string& what) {
+  COHORT_CHECK(loader != nullptr, "the DataModule's ", what, "() returned no loader: override it to return one");
+  return loader;
 }
 
 }  // namespace detail
@@ -107,6 +133,28 @@ void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& o
   }
 }
 
+void Trainer::fit(TrainingModule& module, DataModule& data, const FitOptions& options) {
+  COHORT_CHECK(options.val() == nullptr, "Trainer::fit with a DataModule: FitOptions.val is given too; the "
+               "DataModule's val_dataloader() gives the validation data");
+  impl_->set_up(data, "fit");
+  auto train = detail::loader_of(data.train_dataloader(), "train_dataloader");
+  auto val = data.val_dataloader();
+  impl_->data_module_loaders = {train, val};
+  fit(module, *train, FitOptions(options).val(val.get()));
+}
+
+std::map<std::string, double> Trainer::validate(TrainingModule& module, DataModule& data) {
+  impl_->set_up(data, "validate");
+  auto loader = detail::loader_of(data.val_dataloader(), "val_dataloader");
+  return validate(module, *loader);
+}
+
+std::map<std::string, double> Trainer::test(TrainingModule& module, DataModule& data) {
+  impl_->set_up(data, "test");
+  auto loader = detail::loader_of(data.test_dataloader(), "test_dataloader");
+  return test(module, *loader);
+}
+
 std::map<std::string, double> Trainer::validate(TrainingModule& module, DataLoader& data) {
   return impl_->run_evaluation(module, data, detail::Stage::kValidate);
 }
@@ -132,7 +180,7 @@ std::map<std::string, double> Trainer::progress_bar_metrics() const {
   return out;
 }
 
-int64_t Trainer::num_training_batches() const { return impl_->train ? impl_->train->num_batches() : 0; }
+int64_t Trainer::num_training_batches() const { return impl_->train ? impl_->train_batches : 0; }
 int64_t Trainer::samples_in_epoch() const { return impl_->samples_in_epoch; }
 int64_t Trainer::batches_done_in_epoch() const {
   if (impl_->train == nullptr) return 0;

@@ -3,6 +3,7 @@
 // saves and resumes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -27,6 +28,7 @@ class TrainerImpl : public ModuleLink {
   void log(const std::string& name, const torch::Tensor& value, const LogOptions& options) override;
   int64_t current_epoch() const override { return epoch; }
   int64_t global_step() const override { return step; }
+  void detach_module() override;
 
   void fit(TrainingModule& module, DataLoader& train_data, const FitOptions& fit_options);
   std::map<std::string, double> run_evaluation(TrainingModule& module, DataLoader& data, Stage stage);
@@ -35,7 +37,10 @@ class TrainerImpl : public ModuleLink {
   bool run_epoch();  // false: training is over
   bool train_batch(int64_t index, Batch& batch);
   void after_optimizer_step(int64_t index);
-  std::map<std::string, double> evaluate(DataLoader& data, Stage stage);
+  std::map<std::string, double> evaluate(DataLoader& data, Stage stage, int64_t batches);
+  int64_t evaluation_batches(DataLoader& data, Stage stage) const;  // limit_val_batches, fast_dev_run
+  void sanity_check();
+  void check_max_time();
   void validate_now();
   void end_epoch();
   bool finished() const;
@@ -48,7 +53,10 @@ class TrainerImpl : public ModuleLink {
   void resume(const std::string& ckpt_path);
   std::string resolve_ckpt_path(const std::string& ckpt_path);
 
+  // trainer.cpp
   void attach(TrainingModule& module);
+  /// prepare_data (local rank 0, the others waiting), then setup(stage) on every rank.
+  void set_up(DataModule& data, const std::string& stage);
   void add_default_callbacks();
   template <typename Hook>
   void each_callback(Hook hook) {
@@ -67,12 +75,15 @@ class TrainerImpl : public ModuleLink {
   SchedulerSetup scheduler;
   DataLoader* train = nullptr;
   DataLoader* val = nullptr;
+  std::vector<std::shared_ptr<DataLoader>> data_module_loaders;  // kept while train / val point into them
 
   Stage stage = Stage::kTrain;
   int64_t batch_size = 0;        // of the batch being run (weights its logged values)
   int64_t epoch = 0;             // epochs finished
   int64_t step = 0;              // optimizer steps taken
   int64_t samples_in_epoch = 0;  // consumed by all ranks in this epoch (the resume position)
+  int64_t train_batches = 0;     // of this rank per epoch, after limit_train_batches / fast_dev_run
+  std::chrono::steady_clock::time_point fit_started;  // max_time counts from here
   int64_t val_every = 0;         // validate every this many batches in an epoch (0: at its end)
   double loss_sum = 0;           // this rank's training loss x samples in this epoch
   int64_t loss_samples = 0;

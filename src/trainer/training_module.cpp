@@ -5,8 +5,24 @@
 
 namespace cohort {
 
+TrainingModule::TrainingModule() = default;
+
 TrainingModule::TrainingModule(torch::nn::Sequential network)
     : network_(register_module("network", std::move(network))) {}
+
+// The derived parts are gone, but the layers and parameters still live in torch::nn::Module's
+// registry: the Trainer's strategy (DDP hooks, the ZeRO engine) can be taken down safely now.
+TrainingModule::~TrainingModule() {
+  if (link_ != nullptr) link_->detach_module();
+}
+
+torch::nn::Sequential& TrainingModule::network() {
+  COHORT_CHECK(has_network(), "TrainingModule::network(): this module has its own layers (made with "
+               "TrainingModule()), not a torch::nn::Sequential network");
+  return network_;
+}
+
+torch::nn::Module& TrainingModule::model() { return has_network() ? static_cast<torch::nn::Module&>(*network_) : *this; }
 
 void TrainingModule::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
   COHORT_CHECK(value.numel() == 1, "log(\"", name, "\"): a metric is one number, got a tensor of shape ",
@@ -19,6 +35,8 @@ void TrainingModule::log(const std::string& name, double value, const LogOptions
 }
 
 torch::Tensor TrainingModule::forward(const torch::Tensor& input) {
+  COHORT_CHECK(has_network(), "TrainingModule::forward: this module has its own layers (made with TrainingModule()): "
+               "override forward, or define one with your inputs, and call it from training_step");
   return link_ != nullptr ? link_->forward(input) : network_->forward(input);
 }
 

@@ -1,5 +1,7 @@
 // cohort::Trainer on real rank processes: on 2 ranks in fp32 a Trainer run ends with exactly the
-// parameters of the hand-written loop with the same seed and data order (ddp, zero2, zero3); a fit
+// parameters of the hand-written loop with the same seed and data order (ddp, zero2, zero3); a module
+// with its own layers and a two-input forward trains under ddp and fsdp (marked and policy units, with
+// and without resharding and recomputation) as one process on the same global batches; a fit
 // stopped by max_steps and resumed with ckpt_path "last" ends where an uninterrupted one does; and a
 // program started without a launcher with devices 2 starts its second worker itself, prefixes its
 // output and, when that worker dies, fails naming it with no process left behind.
@@ -100,6 +102,64 @@ TEST(TrainerMultiproc, SameParametersAsTheHandWrittenLoop) {
   });
 }
 
+// Calls step(batch) on the global batches `shares` data shares read together, kEpochs epochs: step
+// k's batch is every share's k-th batch of kBatch (the DistributedSampler of that share), concatenated.
+void over_global_batches(int shares, const std::function<void(const cohort::Batch&)>& step) {
+  auto data = tiny_data();
+  std::vector<cohort::DistributedSampler> samplers;
+  for (int r = 0; r < shares; ++r)
+    samplers.emplace_back(data->size(), cohort::SamplerOptions().num_replicas(shares).rank(r).shuffle(true).seed(0));
+  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+    std::vector<std::vector<torch::Tensor>> batches;
+    for (auto& sampler : samplers) {
+      sampler.set_epoch(epoch);
+      batches.push_back(sampler.batch_tensors(kBatch));
+    }
+    for (size_t k = 0; k < batches[0].size(); ++k) {
+      std::vector<torch::Tensor> parts;
+      for (const auto& share : batches) parts.push_back(share[k]);
+      step(data->get_batch(torch::cat(parts)));
+    }
+  }
+}
+
+// ResidualModule in one process over the global batches of `shares` ranks, Adam: what the ranks must
+// end with.
+std::vector<std::pair<std::string, torch::Tensor>> residual_one_process(int shares) {
+  ResidualModule module;
+  auto adam = module.configure_optimizers(module.parameters());
+  over_global_batches(shares, [&](const cohort::Batch& b) {
+    adam->zero_grad();
+    torch::nn::functional::cross_entropy(module.logits(b.data), b.target).backward();
+    adam->step();
+  });
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : module.named_parameters()) out.emplace_back(item.key(), item.value().detach().clone());
+  return out;
+}
+
+TEST(TrainerMultiproc, AModuleWithItsOwnLayersTrainsAsOneProcessUnderDdpAndFsdp) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    const auto expected = residual_one_process(2);
+    for (const auto& options : {quiet("ddp"), quiet("fsdp"),
+                                quiet("zero3").reshard_after_forward(false).activation_checkpointing(true)}) {
+      cohort::Trainer trainer(options);
+      ResidualModule module;
+      cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
+      trainer.fit(module, loader);
+      const auto trained = trainer.full_parameters();
+      ASSERT_EQ(trained.size(), expected.size());
+      for (size_t i = 0; i < trained.size(); ++i) {
+        EXPECT_EQ(trained[i].first, expected[i].first) << trainer.describe();
+        EXPECT_TRUE(torch::allclose(trained[i].second, expected[i].second, 1e-5, 1e-5))
+            << trainer.describe() << ": " << trained[i].first << " differs by "
+            << (trained[i].second - expected[i].second).abs().max().item<double>();
+      }
+    }
+  });
+}
+
 TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
   RanksOptions options;
   const std::string dir = cohort::testing::shared_temp_dir(options, "TRAINER_TEST_DIR", "trainer_resume_");
@@ -122,32 +182,17 @@ TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
   remove_tree(dir);
 }
 
-// One process over the batches `shares` pipelines read together: step k's batch is every share's
-// k-th batch of kBatch (the DistributedSampler of that share), one Adam step on their union, the
-// gradient's norm clipped to `clip` (0: not clipped).
+// One process over the batches `shares` pipelines read together (over_global_batches), one Adam step
+// on each, the gradient's norm clipped to `clip` (0: not clipped).
 torch::nn::Sequential one_process(int shares, double clip) {
-  auto data = tiny_data();
   auto net = tiny_network();
-  std::vector<cohort::DistributedSampler> samplers;
-  for (int r = 0; r < shares; ++r)
-    samplers.emplace_back(data->size(), cohort::SamplerOptions().num_replicas(shares).rank(r).shuffle(true).seed(0));
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(0.01));
-  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
-    std::vector<std::vector<torch::Tensor>> batches;
-    for (auto& sampler : samplers) {
-      sampler.set_epoch(epoch);
-      batches.push_back(sampler.batch_tensors(kBatch));
-    }
-    for (size_t k = 0; k < batches[0].size(); ++k) {
-      std::vector<torch::Tensor> parts;
-      for (const auto& share : batches) parts.push_back(share[k]);
-      const cohort::Batch b = data->get_batch(torch::cat(parts));
-      adam.zero_grad();
-      torch::nn::functional::cross_entropy(net->forward(b.data), b.target).backward();
-      if (clip > 0) torch::nn::utils::clip_grad_norm_(net->parameters(), clip);
-      adam.step();
-    }
-  }
+  over_global_batches(shares, [&](const cohort::Batch& b) {
+    adam.zero_grad();
+    torch::nn::functional::cross_entropy(net->forward(b.data), b.target).backward();
+    if (clip > 0) torch::nn::utils::clip_grad_norm_(net->parameters(), clip);
+    adam.step();
+  });
   return net;
 }
 

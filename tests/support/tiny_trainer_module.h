@@ -1,6 +1,7 @@
-// The tiny classifier the Trainer tests train (6 -> 8 -> 3, Adam), its data, and a TrainingModule
+// The tiny classifier the Trainer tests train (6 -> 8 -> 3, Adam), its data, a TrainingModule
 // whose validation metric is scripted per epoch (EarlyStopping and top-k checkpoints decide on known
-// values).
+// values), and ResidualModule: the same task for a module with its own layers and a two-input forward
+// (a residual block marked as a sharding unit, blocks its shard_units() policy makes units of).
 #pragma once
 
 #include <torch/torch.h>
@@ -47,6 +48,54 @@ struct TinyModule : TrainingModule {
     return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(lr_));
   }
   double lr_;
+};
+
+/// x + fc2(relu(fc1(x))) * gate: a residual block with two inputs.
+struct GatedBlockImpl : torch::nn::Module {
+  GatedBlockImpl() : fc1(register_module("fc1", torch::nn::Linear(8, 8))), fc2(register_module("fc2", torch::nn::Linear(8, 8))) {}
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& gate) { return x + fc2(torch::relu(fc1(x))) * gate; }
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(GatedBlock);
+
+/// x + tanh(fc(x)): what the policy makes units of, inside a Sequential.
+struct SkipBlockImpl : torch::nn::Module {
+  SkipBlockImpl() : fc(register_module("fc", torch::nn::Linear(8, 8))) {}
+  torch::Tensor forward(torch::Tensor x) { return x + torch::tanh(fc(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(SkipBlock);
+
+/// A TrainingModule with its own layers (TrainingModule()): embed -> gated residual block (a marked
+/// unit) -> two skip blocks in a Sequential (units by shard_units()) -> head. Its forward takes the
+/// features and a gate made from them.
+struct ResidualModule : TrainingModule {
+  explicit ResidualModule(int64_t seed = 7) {
+    torch::manual_seed(seed);
+    embed = register_module("embed", torch::nn::Linear(6, 8));
+    block = cohort::fully_shard(register_module("block", GatedBlock()));
+    tail = register_module("tail", torch::nn::Sequential(SkipBlock(), SkipBlock()));
+    head = register_module("head", torch::nn::Linear(8, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& gate) {
+    return head(tail->forward(block(torch::relu(embed(x)), gate)));
+  }
+  torch::Tensor logits(const torch::Tensor& x) { return forward(x, torch::sigmoid(x.narrow(1, 0, 1))); }
+  torch::Tensor training_step(Batch& batch, int64_t) override {
+    auto loss = torch::nn::functional::cross_entropy(logits(batch.data), batch.target);
+    log("train_loss", loss, LogOptions().on_epoch(true).sync_dist(true));
+    return loss;
+  }
+  void validation_step(Batch& batch, int64_t) override {
+    log("val_loss", torch::nn::functional::cross_entropy(logits(batch.data), batch.target), LogOptions().sync_dist(true));
+  }
+  UnitPolicy shard_units() override { return units_of_type<SkipBlockImpl>(); }
+  std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
+    return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(0.01));
+  }
+  torch::nn::Linear embed{nullptr}, head{nullptr};
+  Unit<GatedBlockImpl> block;
+  torch::nn::Sequential tail{nullptr};
 };
 
 /// Logs "score" = script[current_epoch] in each validation run.

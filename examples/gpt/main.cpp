@@ -1,0 +1,51 @@
+// gpt: trains a character-level (byte-level) GPT (models/gpt.h, nanoGPT's layout) on a real text,
+// Debian's fortunes by default, with any of cohort's strategies: ddp, zero1, zero2, zero3 or fsdp
+// (each GPT block a sharding unit), with or without activation checkpointing. --devices N starts N
+// local workers (or run it under cohortrun, torchrun, srun or mpirun). It prints "val loss X" at each
+// validation, a sample of generated text and params-sha256 at the end. See docs/gpt.md.
+#include <CLI/CLI.hpp>
+
+#include "../common/cli_main.h"
+#include "../common/cli_numbers.h"
+#include "train.h"
+
+int main(int argc, char** argv) {
+  using examples::add_integer;
+  using examples::add_real;
+  gpt_example::Flags flags;
+  CLI::App app{"Trains a byte-level GPT on a text with cohort's strategies; --devices N starts N local workers, "
+               "or run it under cohortrun, torchrun, srun or mpirun."};
+  add_integer(app, {"--n-layer", 1, 1000}, flags.n_layer, "Transformer blocks");
+  add_integer(app, {"--n-head", 1, 1000}, flags.n_head, "Attention heads per block (must divide --n-embd)");
+  add_integer(app, {"--n-embd", 1, 1 << 16}, flags.n_embd, "Width of the residual stream");
+  add_integer(app, {"--block-size", 1, 1 << 16}, flags.block_size, "Context length in tokens (bytes)");
+  add_real(app, {"--dropout", 0, 0.99}, flags.dropout, "Dropout (0: off, as equal runs need)");
+  app.add_flag("--no-bias{false}", flags.bias, "No biases in the Linears and LayerNorms");
+  add_integer(app, {"--batch-size", 1, 1 << 20}, flags.batch_size, "Sequences per step on each rank");
+  add_integer(app, {"--max-steps", 1, int64_t(1e12)}, flags.max_steps, "Optimizer steps");
+  add_integer(app, {"--eval-interval", 2, int64_t(1e12)}, flags.eval_interval,
+              "Validate every this many steps (and after the last)");
+  add_integer(app, {"--eval-iters", 1, 100000}, flags.eval_iters, "Validation batches per rank");
+  add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate of AdamW");
+  add_real(app, {"--weight-decay", 0, 1000}, flags.weight_decay, "Weight decay of AdamW");
+  add_integer(app, {"--seed", 0, int64_t(1) << 40}, flags.seed, "Seed of the initial weights, the batches and the sample");
+  app.add_option("--devices", flags.devices,
+                 "Processes on this node: N (started by the program itself without a launcher) or auto")
+      ->capture_default_str();
+  app.add_option("--strategy", flags.strategy,
+                 "ddp, zero1, zero2, zero3 or fsdp (ZeRO stage 3 with each GPT block a sharding unit; zero3 is "
+                 "the same for this model)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp"}))
+      ->capture_default_str();
+  app.add_flag("--activation-checkpointing", flags.activation_checkpointing,
+               "Keep no activation inside a block: backward recomputes it (cohort::checkpoint)");
+  app.add_flag("--keep-gathered", flags.keep_gathered,
+               "zero3/fsdp: keep each block's gathered parameters from its forward to its backward "
+               "(reshard_after_forward off)");
+  add_integer(app, {"--sample-tokens", 0, 100000}, flags.sample_tokens, "Bytes of text to generate at the end");
+  add_integer(app, {"--threads", 0, 1024}, flags.threads, "Torch threads per rank (0: cores / local ranks)");
+  app.add_option("--data", flags.data,
+                 "A text file, or a directory whose files without a '.' in their name are read in order")
+      ->capture_default_str();
+  return examples::parse_and_run(app, argc, argv, [&] { gpt_example::run_training(flags); });
+}

@@ -1,0 +1,33 @@
+// The GPT example's job: its flags (nanoGPT's names) and the training run they describe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "text.h"
+
+namespace gpt_example {
+
+struct Flags {
+  int64_t n_layer = 4, n_head = 4, n_embd = 128, block_size = 64;
+  double dropout = 0.0;
+  bool bias = true;
+  int64_t batch_size = 16;  ///< sequences per step on each rank
+  int64_t max_steps = 200;
+  int64_t eval_interval = 50, eval_iters = 8;
+  double lr = 2e-3, weight_decay = 0.1;
+  int64_t seed = 1337;
+  std::string devices = "auto";
+  std::string strategy = "fsdp";
+  bool activation_checkpointing = false;
+  bool keep_gathered = false;  ///< reshard_after_forward off
+  int64_t sample_tokens = 300;
+  int64_t threads = 0;
+  std::string data = kDefaultText;
+};
+
+/// Trains and prints "val loss X" every eval_interval steps (and at the end), a sample of generated
+/// text, and "params-sha256: ..." (rank 0).
+void run_training(const Flags& flags);
+
+}  // namespace gpt_example

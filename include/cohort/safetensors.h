@@ -1,0 +1,47 @@
+// Reading safetensors files (Hugging Face's format, what cohort-ckpt consolidate writes) and loading
+// named tensors into a module: weights saved from PyTorch (safetensors.torch.save_file, or the file
+// written by hand) load into the C++ model of the same parameter names. The header is bounded and
+// validated before anything is allocated; every error is one line naming the file and the tensor.
+//
+//   auto tensors = cohort::load_safetensors("model.safetensors");
+//   cohort::load_state_dict(*gpt, tensors);                                         // PyTorch's names
+//   cohort::load_state_dict(*gpt, tensors, cohort::StateDictOptions().prefix("model/"));  // consolidated
+#pragma once
+
+#include <torch/arg.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "cohort/export.h"
+
+COHORT_EXPORT_BEGIN
+namespace cohort {
+
+/// The largest JSON header load_safetensors reads (the format's own limit: 100 MB).
+inline constexpr int64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+
+/// Every tensor of the safetensors file at `path`, by name (CPU, the file's dtype: F64, F32, F16, BF16,
+/// I64, I32, I16, I8, U8, BOOL). Throws cohort::Error naming the file (and the tensor) when the file is
+/// short, the header too long or not JSON, a dtype unknown, or a tensor's byte range outside the data,
+/// overlapping another or of the wrong size for its shape.
+std::map<std::string, torch::Tensor> load_safetensors(const std::string& path);
+
+struct StateDictOptions {
+  /// Prepended to each of the module's names to find its tensor ("model/" for a consolidated
+  /// cohort checkpoint whose module entry was added as "model").
+  TORCH_ARG(std::string, prefix) = "";
+  /// Refuse tensors under the prefix that name nothing in the module (PyTorch's strict=True); a
+  /// parameter or buffer without a tensor is refused either way.
+  TORCH_ARG(bool, strict) = true;
+};
+
+/// Copies `tensors` into the module's parameters and buffers by name (PyTorch's load_state_dict):
+/// shapes must be equal; dtypes are converted. Nothing is changed unless every check passes.
+void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors,
+                     const StateDictOptions& options = {});
+
+}  // namespace cohort
+COHORT_EXPORT_END
