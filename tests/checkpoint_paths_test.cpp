@@ -79,6 +79,7 @@ TEST(CheckpointPaths, LatestLeadingOutIsRefusedAndNothingItNamesIsRead) {
     const ToolRun info = tool("info " + f.root);
     EXPECT_EQ(info.code, 1);
     EXPECT_EQ(info.out, "cohort-ckpt: error: " + message + "\n");
+    if (latest[0] == '/') continue;  // the tools read `latest` alike whatever it holds: once is enough
     const ToolRun verify = tool("verify " + f.root);
     EXPECT_EQ(verify.code, 1);
     EXPECT_THAT(verify.out, HasSubstr("cohort-ckpt: " + message + "\n"));
@@ -149,7 +150,6 @@ TEST(CheckpointPaths, ConsolidateRefusesAnOutputInsideAnyCheckpointOfTheDirector
   EXPECT_EQ(tool("consolidate " + f.root + " -o " + f.dir + "/link/new.st").code, 2) << "resolved through the link";
   EXPECT_THAT(tool("consolidate " + f.root + " -o " + f.root + "/.step-30.tmp/x.st").out,
               HasSubstr("is inside checkpoint " + f.root + "/.step-30.tmp of " + f.root));
-  EXPECT_EQ(tool("verify " + f.root + "/step-10").code, 0);
   EXPECT_EQ(tool("consolidate " + f.root + " -o " + f.root + "/model.safetensors").code, 0) << "beside them is fine";
 }
 
@@ -178,6 +178,7 @@ TEST(CheckpointPaths, HostileShapesAndNamesAreBadAndNeverConsolidated) {
     const ToolRun verify = tool("verify " + step);
     EXPECT_EQ(verify.code, 1) << cases[i].second;
     EXPECT_EQ(verify.out, "cohort-ckpt: " + cases[i].second + "\n" + step + ": BAD (1 problem(s))\n");
+    if (i != 0 && i + 1 != cases.size()) continue;  // consolidate reads the manifest as verify does
     const ToolRun consolidate = tool("consolidate " + step + " -o " + f.dir + "/out.st");
     EXPECT_EQ(consolidate.code, 1);
     EXPECT_EQ(consolidate.out, "cohort-ckpt: error: " + cases[i].second + "\n");
@@ -198,12 +199,10 @@ TEST(CheckpointPaths, ErrorsQuoteBoundedTextAndNameTheInput) {
                                             ": the pointer must name one of the checkpoint's own step directories; "
                                             "nothing was read\n");
   fs::create_symlink(f.dir + "/loop", f.dir + "/loop");  // issue 28: the filesystem library's text
-  for (const char* command : {"info ", "verify "}) {
-    const ToolRun loop = tool(command + f.dir + "/loop");
-    EXPECT_EQ(loop.code, 2);
-    EXPECT_EQ(loop.out, "cohort-ckpt: error: checkpoint path " + f.dir + "/loop cannot be read: Too many levels of "
-                        "symbolic links\n");
-  }
+  const ToolRun loop = tool("verify " + f.dir + "/loop");
+  EXPECT_EQ(loop.code, 2);
+  EXPECT_EQ(loop.out, "cohort-ckpt: error: checkpoint path " + f.dir + "/loop cannot be read: Too many levels of "
+                      "symbolic links\n");
 }
 
 // A consolidation that fails halfway (RLIMIT_FSIZE standing in for a full disk) leaves no temporary;
