@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
 """Writes the fuzz targets' seed corpus (fuzz/corpus/<target>/): small valid inputs of each format,
-so libFuzzer starts from what cohort really reads. The manifest seed is a real checkpoint's
-(fuzz/corpus/manifest/), copied once from a 2-rank Fashion-MNIST run; the rest are made here."""
+so libFuzzer starts from what cohort really reads. The manifest seeds are real checkpoints'
+(fuzz/corpus/manifest/), copied once from a 2-rank Fashion-MNIST run, plus small hostile ones made here
+(file names leading out of the checkpoint, shapes and names a safetensors file cannot hold); the rest
+are made here."""
 import gzip
+import json
 import pathlib
 import struct
 
@@ -54,3 +57,26 @@ write("idx", "images.idx.gz", gzip.compress(images, mtime=0))
 payload = bytes(range(16))
 header = b"COHORTS1" + struct.pack("<IIIIq", 1, 1, 2, 0, len(payload))
 write("shard", "rank1_of_2.bin", header + payload)
+
+
+def manifest(file_name="shard-00000-of-00001.bin", shape=(2,), names=("model/w",)):
+    """A one-rank manifest of float32 tensors of `shape`, each 8 bytes in `file_name`."""
+    tensors = [{"name": name, "kind": "replicated", "dtype": "float32", "shape": list(shape), "flat_numel": 0,
+                "pieces": [{"rank": 0, "file": file_name, "byte_offset": 8 * i, "nbytes": 8, "crc32": 0,
+                            "offset": 0, "numel": 2}]} for i, name in enumerate(names)]
+    return json.dumps({"format": "cohort-checkpoint", "format_version": 1, "library_version": "0.1.0", "step": 7,
+                       "world_size": 1, "zero_stage": 0, "created": "2026-11-25T22:00:00Z",
+                       "files": [{"name": file_name, "rank": 0, "payload_bytes": 8 * len(names)}],
+                       "tensors": tensors, "values": {"model": {}}, "user": {}}, indent=1)
+
+
+# Paths that lead out of the step directory (issue 28): every one must be refused by name, unread.
+write("manifest", "traversal_dotdot.json", manifest("../../../outside/evil.bin"))
+write("manifest", "traversal_passwd.json", manifest("../../../../../etc/passwd"))
+write("manifest", "traversal_absolute.json", manifest("/etc/passwd"))
+write("manifest", "traversal_parent.json", manifest(".."))
+write("manifest", "traversal_subdir.json", manifest("sub/shard-00000-of-00001.bin"))
+# Shapes and names a safetensors header cannot hold (issue 28): refused as well.
+write("manifest", "shape_negative.json", manifest(shape=(-1, -2)))
+write("manifest", "shape_overflow.json", manifest(shape=(1 << 62, 4)))
+write("manifest", "name_twice.json", manifest(names=("model/w", "model/w")))

@@ -235,6 +235,24 @@ TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
       {"--params 1e9", "cohort-plan: error: --ranks is required\n"},
       {"--model resnet50 --ranks 2",
        "cohort-plan: error: --model resnet50 is not a model cohort-plan knows (fashion_mnist_cnn)\n"},
+      // issue 28: past 2^53 a double rounds the count back into range (2^53 + 1 was accepted as 2^53),
+      // and a fraction rounds to a whole number
+      {"--params 9007199254740993 --ranks 2",
+       "cohort-plan: error: --params is out of range: expected a parameter count from 1 to 9007199254740992, "
+       "got 9007199254740993\n"},
+      {"--params 9.007199254740993e15 --ranks 2",
+       "cohort-plan: error: --params is out of range: expected a parameter count from 1 to 9007199254740992, "
+       "got 9.007199254740993e15\n"},
+      {"--params 4503599627370496.5 --ranks 2",
+       "cohort-plan: error: --params expects a whole parameter count from 1 to 9007199254740992, got "
+       "4503599627370496.5\n"},
+      // issue 28: /dev/zero was read forever (6.4 GB in 12 s); a directory is not a checkpoint either
+      {"--checkpoint /dev/zero --ranks 2",
+       "cohort-plan: error: --checkpoint /dev/zero is not a regular file: cohort-plan reads a torch::save or "
+       "torch::pickle_save file\n"},
+      {"--checkpoint / --ranks 2",
+       "cohort-plan: error: --checkpoint / is not a regular file: cohort-plan reads a torch::save or "
+       "torch::pickle_save file\n"},
   };
   for (const auto& [args, want] : cases) {
     const ToolRun run = run_tool(args);

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +18,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
 #include "cohort/error.h"
+#include "core/safe_file.h"
 
 namespace fs = std::filesystem;
 
@@ -103,10 +103,10 @@ std::string bytes_text(int64_t bytes) {
 }  // namespace
 
 std::string resolve_step_dir(const std::string& path) {
-  if (fs::exists(fs::path(path) / "manifest.json")) return path;
-  COHORT_CHECK(fs::exists(path), "checkpoint path ", path, " does not exist");
-  const std::string latest = read_latest(path);
-  if (!latest.empty()) return (fs::path(path) / latest).string();
+  COHORT_CHECK(path_exists(path), "checkpoint path ", path, " does not exist");
+  if (path_exists((fs::path(path) / "manifest.json").string())) return path;
+  const std::string latest = read_latest(path);  // throws for a pointer that leads out of `path`
+  if (!latest.empty()) return latest;
   // No 'latest' (a copy of the step directories, a save that never moved it): the newest step
   // directory, the one training would resume from.
   const auto steps = step_directories(path);
@@ -115,14 +115,21 @@ std::string resolve_step_dir(const std::string& path) {
 }
 
 void check_output_outside(const std::string& step_dir, const std::string& out) {
-  std::error_code error;
-  const fs::path dir = fs::weakly_canonical(step_dir, error);
-  const fs::path file = fs::weakly_canonical(out, error);
-  const bool inside = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end()).first == dir.end();
-  COHORT_CHECK(!inside, "the output ", out, " is inside the checkpoint it reads (", step_dir,
+  COHORT_CHECK(!path_inside(step_dir, out), "the output ", out, " is inside the checkpoint it reads (", step_dir,
                "): writing it there would replace or add to the checkpoint's own files; write it elsewhere");
-  COHORT_CHECK(file != dir.parent_path() / "latest", "the output ", out, " is the 'latest' pointer of ",
-               fs::path(step_dir).parent_path().string(), ": write it elsewhere");
+  // Any other checkpoint of the same directory (a sibling step-<n>, a save in progress, `latest`).
+  const fs::path root = fs::path(step_dir).parent_path().empty() ? "." : fs::path(step_dir).parent_path();
+  std::error_code error;
+  const fs::path file = fs::weakly_canonical(out, error);
+  const fs::path top = fs::weakly_canonical(root, error);
+  if (!path_inside(top.string(), file.string()) || file == top) return;
+  const std::string first = file.lexically_relative(top).begin()->string();
+  COHORT_CHECK(first != "latest", "the output ", out, " is the 'latest' pointer of ", root.string(),
+               ": write it elsewhere");
+  const bool checkpoint = parse_step_dir(first).has_value() || first.rfind(".step-", 0) == 0;
+  COHORT_CHECK(!checkpoint, "the output ", out, " is inside checkpoint ", (root / first).string(), " of ",
+               root.string(), ": writing it there would replace or add to that checkpoint's files; write it "
+               "elsewhere");
 }
 
 std::string describe_checkpoint(const std::string& dir, bool tensors) {
@@ -232,31 +239,19 @@ int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
-  const std::string tmp = out + ".tmp";
-  std::ofstream file(tmp, std::ios::binary | std::ios::trunc);
-  COHORT_CHECK(file, "cannot create ", tmp);
-  const uint64_t length = text.size();
-  for (int i = 0; i < 8; ++i) file.put(static_cast<char>((length >> (8 * i)) & 0xff));  // little endian
-  file.write(text.data(), static_cast<std::streamsize>(text.size()));
+  SafeFile file(out);  // a failure below leaves neither `out` changed nor a temporary behind
+  char length[8];
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);  // LE
+  file.write(length, sizeof length);
+  file.write(text);
   Files files(dir, m);
   std::vector<char> buffer(kChunk);
-  try {
-    for (const Item& item : items) {
-      for (const Piece& p : item.pieces) {
-        stream_piece(files, p, item.record->name, buffer,
-                     [&](const char* data, int64_t n) { file.write(data, n); });
-      }
+  for (const Item& item : items) {
+    for (const Piece& p : item.pieces) {
+      stream_piece(files, p, item.record->name, buffer, [&](const char* data, int64_t n) { file.write(data, n); });
     }
-    file.flush();
-    COHORT_CHECK(file, "cannot write ", tmp);
-  } catch (...) {
-    file.close();
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw;
   }
-  file.close();
-  fs::rename(tmp, out);
+  file.commit();
   return static_cast<int64_t>(items.size());
 }
 

@@ -11,7 +11,8 @@ namespace cohort::detail::ckpt {
 
 /// `path` itself when it holds a manifest.json, else the step directory `path/latest` names, else
 /// (no `latest`) its newest step-<n> directory, as training resumes. Throws cohort::Error naming the
-/// path when there is none.
+/// path when there is none, when it cannot be looked at (a loop of links), or when `latest` leads out
+/// of `path` (files.h: read_latest).
 std::string resolve_step_dir(const std::string& path);
 
 /// A human-readable summary: step, world size, ZeRO stage, version, files, entries with their
@@ -23,13 +24,14 @@ std::string describe_checkpoint(const std::string& step_dir, bool tensors);
 std::vector<std::string> verify_checkpoint(const std::string& step_dir);
 
 /// Throws cohort::Error when `out` would land inside `step_dir` (replacing or adding to the files it
-/// reads) or on its checkpoint directory's `latest` pointer.
+/// reads), inside any other checkpoint of its checkpoint directory (a step-<n> or .step-<n>.tmp
+/// directory beside it), or on that directory's `latest` pointer.
 void check_output_outside(const std::string& step_dir, const std::string& out);
 
 /// Writes the whole state as one safetensors file (full tensors, sharded ones reassembled; per-rank
 /// ones as "<name>.rank<r>"; numbers and user values in its metadata), checking every checksum on
-/// the way; written to `out`.tmp and renamed (check_output_outside first). Returns the number of
-/// tensors written.
+/// the way; written safely (core/safe_file.h: a temporary beside `out`, renamed over it; nothing left
+/// on a failure) after check_output_outside. Returns the number of tensors written.
 int64_t consolidate_checkpoint(const std::string& step_dir, const std::string& out);
 
 }  // namespace cohort::detail::ckpt

@@ -22,15 +22,15 @@ namespace {
 
 // Step directories to try, best first. Empty when `dir` holds no checkpoint; `none` says why.
 std::vector<std::string> candidates(const std::string& dir, std::string* none) {
-  if (!fs::exists(dir)) {
+  if (!path_exists(dir)) {
     *none = "checkpoint directory " + dir + " does not exist";
     return {};
   }
-  if (fs::exists(fs::path(dir) / "manifest.json")) return {dir};  // a step directory itself
+  if (path_exists((fs::path(dir) / "manifest.json").string())) return {dir};  // a step directory itself
   COHORT_CHECK(fs::is_directory(dir), "checkpoint path ", dir, " is not a directory");
   std::vector<std::string> out;
-  const std::string latest = read_latest(dir);
-  if (!latest.empty()) out.push_back((fs::path(dir) / latest).string());
+  const std::string latest = read_latest(dir);  // throws for a pointer leading out of `dir`: nothing read
+  if (!latest.empty()) out.push_back(latest);
   for (const auto& [step, path] : step_directories(dir)) {
     if (out.empty() || path != out[0]) out.push_back(path);
   }

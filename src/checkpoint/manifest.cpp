@@ -1,20 +1,25 @@
 // manifest.json with nlohmann-json (see manifest.h). Reading validates every key it uses, so a
-// damaged or foreign manifest is one error naming the file and the key, never a JSON exception.
+// damaged or foreign manifest is one error naming the file and the key, never a JSON exception; file
+// names must be plain names inside the step directory (files.h), checked before any is opened.
 #include "checkpoint/manifest.h"
 
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 #include <type_traits>
 
+#include "checkpoint/files.h"
 #include "cohort/error.h"
+#include "core/safe_file.h"
+#include "core/text.h"
 
 namespace cohort::detail::ckpt {
 namespace {
 
 using nlohmann::json;
+
+// A manifest lists every tensor of a model: a few MiB for the largest; anything past this is not one.
+constexpr int64_t kMaxManifestBytes = int64_t(1) << 30;
 
 const std::pair<c10::ScalarType, const char*> kDtypes[] = {
     {c10::ScalarType::Double, "float64"}, {c10::ScalarType::Float, "float32"},
@@ -89,9 +94,9 @@ T field(const json& object, const char* key, const std::string& where) {
   try {
     return typed<T>(object.at(key));
   } catch (const WrongType&) {
-    throw Error(where + ": '" + key + "' is not an integer of its range (" + object.at(key).dump() + ")");
+    throw Error(where + ": '" + key + "' is not an integer of its range (" + excerpt(object.at(key).dump()) + ")");
   } catch (const json::exception&) {
-    throw Error(where + ": '" + key + "' has the wrong type (" + object.at(key).dump() + ")");
+    throw Error(where + ": '" + key + "' has the wrong type (" + excerpt(object.at(key).dump()) + ")");
   }
 }
 
@@ -104,7 +109,7 @@ std::string string_or(const json& object, const char* key, const std::string& fa
 TensorRecord record_from_json(const json& j, const std::string& where) {
   TensorRecord r;
   r.name = field<std::string>(j, "name", where);
-  const std::string here = where + ": tensor '" + r.name + "'";
+  const std::string here = where + ": tensor '" + excerpt(r.name) + "'";
   try {
     r.kind = kind_from_name(field<std::string>(j, "kind", here));
     r.dtype = dtype_from_name(field<std::string>(j, "dtype", here));
@@ -119,6 +124,7 @@ TensorRecord record_from_json(const json& j, const std::string& where) {
     Piece p;
     p.rank = field<int>(pj, "rank", here);
     p.file = field<std::string>(pj, "file", here);
+    check_file_name(p.file, here);
     p.byte_offset = field<int64_t>(pj, "byte_offset", here);
     p.nbytes = field<int64_t>(pj, "nbytes", here);
     p.crc32 = field<uint32_t>(pj, "crc32", here);
@@ -182,15 +188,12 @@ std::string manifest_to_json(const Manifest& m) {
 }
 
 Manifest read_manifest(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  COHORT_CHECK(in, "cannot open ", path);
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_own_file(path, "manifest", kMaxManifestBytes);
   json j;
   try {
-    j = json::parse(text.str());
+    j = json::parse(text);
   } catch (const json::exception& e) {
-    throw Error(path + " is not valid JSON (truncated or damaged): " + e.what());
+    throw Error(path + " is not valid JSON (truncated or damaged): " + excerpt(e.what()));
   }
   COHORT_CHECK(j.is_object() && string_or(j, "format", "") == kFormat, path,
                " is not a cohort checkpoint manifest ('format' is not \"", kFormat, "\")");
@@ -208,10 +211,12 @@ Manifest read_manifest(const std::string& path) {
   for (const json& f : field<json>(j, "files", path)) {
     m.files.push_back({field<std::string>(f, "name", path), field<int>(f, "rank", path),
                        field<int64_t>(f, "payload_bytes", path)});
+    check_file_name(m.files.back().name, path);
   }
   for (const json& t : field<json>(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
   m.values = field<std::map<std::string, StateValues>>(j, "values", path);
   m.user = field<std::map<std::string, std::string>>(j, "user", path);
+  check_records(m, path);
   return m;
 }
 

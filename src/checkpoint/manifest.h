@@ -66,9 +66,14 @@ c10::ScalarType dtype_from_name(const std::string& name);
 const char* kind_name(StateKind kind);
 
 std::string manifest_to_json(const Manifest& manifest);
-/// Reads and validates `path`; errors name the path and the bad key ("... manifest.json: 'world_size'
-/// is missing").
+/// Reads and validates `path` (check_records included); errors name the path and the bad key
+/// ("... manifest.json: 'world_size' is missing"), quoting at most 200 characters of any value.
 Manifest read_manifest(const std::string& path);
+/// Throws cohort::Error (starting with `where`) for records no saved checkpoint has and that would make
+/// a consolidated safetensors file unreadable: two tensors of one name, a negative dimension, a shape
+/// whose size overflows or does not match its bytes, per-rank pieces of one rank twice
+/// (manifest_check.cpp).
+void check_records(const Manifest& manifest, const std::string& where);
 
 /// The records one rank sends to rank 0 while saving (each with its own pieces only).
 std::string records_to_json(const std::vector<TensorRecord>& records);

@@ -20,6 +20,7 @@
 #include "cohort/error.h"
 #include "cohort_config.h"
 #include "core/log.h"
+#include "core/safe_file.h"
 #include "core/trace_recorder.h"
 #include "world/launch_env.h"
 
@@ -170,8 +171,7 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir
   }
   fs::rename(tmp, final_dir);
   sync_directory(root.string());
-  write_file_atomically((root / "latest").string(), final_dir.filename().string() + "\n");
-  sync_directory(root.string());
+  write_file_safely((root / "latest").string(), final_dir.filename().string() + "\n");  // fsyncs root too
   fs::remove_all(old);
   apply_retention(root, *parse_step_dir(final_dir.filename().string()), keep_last);
 }
@@ -219,7 +219,8 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
       const std::string name = item.path().filename().string();
       if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") fs::remove_all(item);
     }
-    fs::create_directory(tmp);
+    // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.
+    COHORT_CHECK(fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");
   })), group.rank(), what);
 
   // (2) Every rank writes its shard.
@@ -276,8 +277,7 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
       if (numbers.count("zero_stage")) manifest.zero_stage = static_cast<int>(numbers.at("zero_stage"));
     }
     manifest.user = state.user_values();
-    write_file_atomically((tmp / "manifest.json").string(), manifest_to_json(manifest));
-    sync_directory(tmp.string());
+    detail::write_file_safely((tmp / "manifest.json").string(), manifest_to_json(manifest));
     commit(root, tmp, final_dir, options.keep_last());
   })), group.rank(), what);
   COHORT_INFO("saved checkpoint ", final_dir.string());

@@ -1,5 +1,5 @@
-// Shard files (see shard_file.h): POSIX write/pread so short writes, fsync and errno are handled
-// explicitly; CRC32 from zlib.
+// Shard files (see shard_file.h): written through core/safe_file.h, read with pread so short reads and
+// errno are handled explicitly; CRC32 from zlib.
 #include "checkpoint/shard_file.h"
 
 #include <fcntl.h>
@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cohort/error.h"
+#include "core/safe_file.h"
 
 namespace cohort::detail::ckpt {
 namespace {
@@ -44,27 +45,12 @@ uint32_t crc32_update(uint32_t crc, const void* data, int64_t bytes) {
 }
 
 ShardWriter::ShardWriter(std::string path, int rank, int world_size)
-    : path_(std::move(path)), rank_(rank), world_size_(world_size) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  COHORT_CHECK(fd_ >= 0, "cannot create ", path_, ": ", errno_text());
+    : path_(std::move(path)), rank_(rank), world_size_(world_size), file_(std::make_unique<SafeFile>(path_)) {
   const Header placeholder{};
-  write(&placeholder, sizeof placeholder);
+  file_->write(&placeholder, sizeof placeholder);
 }
 
-ShardWriter::~ShardWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void ShardWriter::write(const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    COHORT_CHECK(n > 0, "cannot write ", path_, ": ", errno_text());
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
+ShardWriter::~ShardWriter() = default;
 
 Piece ShardWriter::append(const torch::Tensor& tensor) {
   const torch::Tensor bytes = tensor.detach().to(torch::kCPU).contiguous();
@@ -74,7 +60,7 @@ Piece ShardWriter::append(const torch::Tensor& tensor) {
   piece.nbytes = static_cast<int64_t>(bytes.nbytes());
   piece.numel = bytes.numel();
   piece.crc32 = crc32_update(0, bytes.data_ptr(), piece.nbytes);
-  write(bytes.data_ptr(), bytes.nbytes());
+  file_->write(bytes.data_ptr(), bytes.nbytes());
   payload_ += piece.nbytes;
   return piece;
 }
@@ -86,18 +72,14 @@ int64_t ShardWriter::finish() {
   header.rank = static_cast<uint32_t>(rank_);
   header.world_size = static_cast<uint32_t>(world_size_);
   header.payload_bytes = payload_;
-  COHORT_CHECK(::pwrite(fd_, &header, sizeof header, 0) == sizeof header, "cannot write ", path_,
-               ": ", errno_text());
-  COHORT_CHECK(::fsync(fd_) == 0, "cannot flush ", path_, " to disk: ", errno_text());
-  ::close(fd_);
-  fd_ = -1;
+  file_->write_at(&header, sizeof header, 0);
+  file_->commit();
   return payload_;
 }
 
 ShardReader::ShardReader(std::string path, int rank, int world_size, int64_t payload_bytes)
     : path_(std::move(path)), payload_(payload_bytes) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  COHORT_CHECK(fd_ >= 0, "shard file ", path_, " cannot be opened: ", errno_text());
+  fd_ = open_own_file(path_, "shard file");
   try {
     check_header(rank, world_size);
   } catch (...) {  // a constructor that throws runs no destructor: the descriptor would leak

@@ -7,16 +7,22 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include "checkpoint/manifest.h"
+
+namespace cohort::detail {
+class SafeFile;
+}
 
 namespace cohort::detail::ckpt {
 
 inline constexpr int64_t kShardHeaderBytes = 32;
 
-/// Writes a shard: append() each tensor, then finish() (header, fsync). Throws cohort::Error naming
-/// the path when the disk refuses.
+/// Writes a shard: append() each tensor, then finish() (header, fsync, rename into place: a safe write,
+/// core/safe_file.h). Throws cohort::Error naming the path when the disk refuses; a shard never
+/// finished leaves no file.
 class ShardWriter {
  public:
   ShardWriter(std::string path, int rank, int world_size);
@@ -30,15 +36,15 @@ class ShardWriter {
   int64_t finish();
 
  private:
-  void write(const void* data, size_t bytes);
   std::string path_;
   int rank_, world_size_;
-  int fd_ = -1;
+  std::unique_ptr<SafeFile> file_;
   int64_t payload_ = 0;
 };
 
 /// Reads pieces of a shard written by ShardWriter; the constructor checks the header against what
-/// the manifest expects (rank, world size, payload bytes), so a truncated file is found at once.
+/// the manifest expects (rank, world size, payload bytes), so a truncated file is found at once. The
+/// file is opened with O_NOFOLLOW and must be a regular file (core/safe_file.h: open_own_file).
 class ShardReader {
  public:
   ShardReader(std::string path, int rank, int world_size, int64_t payload_bytes);

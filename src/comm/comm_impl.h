@@ -139,6 +139,9 @@ class CommImpl {
   std::shared_ptr<PendingOp> post_shm_send(std::shared_ptr<PendingOp> op);
   std::shared_ptr<PendingOp> post_shm_recv(std::shared_ptr<PendingOp> op);
   bool is_completed(PendingOp& op);
+  /// The ranks that died (closed their control-plane connection without a goodbye); none in a world
+  /// of one. Non-blocking; for shutdown paths (ControlPlane::dead_peers).
+  std::vector<int> dead_peers() { return control_ ? control_->dead_peers() : std::vector<int>{}; }
   /// Comm::abort: poisons this Comm with `reason` and tells the peers.
   void abort(const std::string& reason) { poison(reason); }
 

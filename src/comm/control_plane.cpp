@@ -425,4 +425,17 @@ std::optional<PeerFailure> ControlPlane::check_peers() {
   return std::nullopt;
 }
 
+std::vector<int> ControlPlane::dead_peers() {
+  std::vector<int> dead;
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return dead;  // another thread reads the sockets: ask again in a moment
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_ || peers_[p].fd < 0) continue;
+    while (!peers_[p].closed && drain(p)) {
+    }
+    if (peers_[p].closed && !peers_[p].said_bye) dead.push_back(p);
+  }
+  return dead;
+}
+
 }  // namespace cohort::detail

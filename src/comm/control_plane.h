@@ -88,6 +88,10 @@ class ControlPlane {
   /// Non-blocking look at every socket for a dead or aborting peer (called while a collective runs).
   std::optional<PeerFailure> check_peers();
 
+  /// Non-blocking: the ranks whose connection closed without a goodbye (they died), after reading what
+  /// every socket holds. For shutdown paths (the timeline's gather): abort notices read here are dropped.
+  std::vector<int> dead_peers();
+
  private:
   struct Message {
     uint32_t type = 0;

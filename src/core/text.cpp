@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <string>
 
 namespace cohort::detail {
 
@@ -14,6 +15,11 @@ std::string printable(const std::string& value) {
     out += std::isprint(c) ? std::string(1, static_cast<char>(c)) : std::string(escaped);
   }
   return out;
+}
+
+std::string excerpt(const std::string& value, size_t max_chars) {
+  if (value.size() <= max_chars) return printable(value);
+  return printable(value.substr(0, max_chars)) + "... (" + std::to_string(value.size()) + " bytes)";
 }
 
 bool all_digits(const std::string& s) {

@@ -2,12 +2,17 @@
 // (environment variables, host lists, flags).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace cohort::detail {
 
 /// The value as a message shows it: on one line, control characters escaped as \xNN.
 std::string printable(const std::string& value);
+
+/// What a message may quote of an input that can be any size (a file's contents, a JSON value): its
+/// first `max_chars` characters as printable() shows them, then "... (N bytes)" when there is more.
+std::string excerpt(const std::string& value, size_t max_chars = 200);
 
 /// True when `s` is one or more decimal digits and nothing else.
 bool all_digits(const std::string& s);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
+#include "core/text.h"
 
 namespace cohort::detail::trace {
 namespace {
@@ -138,7 +139,16 @@ std::vector<StepSummary> summarize(const nlohmann::json& trace) {
                "not a cohort timeline (no traceEvents array)");
   std::map<int, RankEvents> ranks;
   LastReady last_ready;
-  for (const auto& event : trace["traceEvents"]) collect(event, ranks, last_ready);
+  size_t index = 0;
+  for (const auto& event : trace["traceEvents"]) {
+    try {
+      collect(event, ranks, last_ready);
+    } catch (const nlohmann::json::exception&) {  // a field of the wrong type: say which event, not the library's words
+      throw Error("not a cohort timeline: traceEvents[" + std::to_string(index) + "] is not a well-formed event (" +
+                  excerpt(event.dump()) + ")");
+    }
+    ++index;
+  }
   std::vector<StepSummary> out;
   for (auto& [rank, events] : ranks) {
     std::sort(events.steps.begin(), events.steps.end());

@@ -6,10 +6,11 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
 #include "cohort/error.h"
 #include "cohort/trainer_loggers.h"
+#include "core/safe_file.h"
 
 namespace cohort {
 namespace {
@@ -61,26 +62,21 @@ void CSVLogger::flush() {
   if (rows_.empty()) return;
   std::filesystem::create_directories(log_dir());
   const std::string path = log_dir() + "/metrics.csv";
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    COHORT_CHECK(out.good(), "CSVLogger: cannot write ", temporary);
-    std::string header;
-    for (const auto& column : columns_) header += (header.empty() ? "" : ",") + column;
-    out << header << "\n";
-    for (const auto& row : rows_) {
-      bool first = true;
-      for (const auto& column : columns_) {
-        if (!first) out << ",";
-        first = false;
-        const auto found = row.find(column);
-        if (found != row.end()) out << shortest(found->second);
-      }
-      out << "\n";
+  std::ostringstream out;
+  std::string header;
+  for (const auto& column : columns_) header += (header.empty() ? "" : ",") + column;
+  out << header << "\n";
+  for (const auto& row : rows_) {
+    bool first = true;
+    for (const auto& column : columns_) {
+      if (!first) out << ",";
+      first = false;
+      const auto found = row.find(column);
+      if (found != row.end()) out << shortest(found->second);
     }
-    COHORT_CHECK(out.good(), "CSVLogger: writing ", temporary, " failed");
+    out << "\n";
   }
-  std::filesystem::rename(temporary, path);  // readers never see half a file
+  detail::write_file_safely(path, out.str());  // readers never see half a file (core/safe_file.h)
 }
 
 }  // namespace cohort

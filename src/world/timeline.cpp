@@ -5,14 +5,19 @@
 // of its own to the trace and works even when the Comm is already poisoned.
 #include "world/timeline.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "comm/comm_impl.h"
 #include "core/log.h"
+#include "core/safe_file.h"
 #include "core/trace_chrome.h"
 #include "core/trace_recorder.h"
 
@@ -20,12 +25,19 @@ namespace cohort::detail {
 namespace {
 
 constexpr int kClockRounds = 8;
-constexpr auto kGatherWait = std::chrono::seconds(60);
+constexpr auto kGatherWait = std::chrono::seconds(60);   // a live rank still finishing its work
+constexpr auto kStoppingWait = std::chrono::seconds(10);  // after SIGTERM: inside cohortrun's 30 s grace
 int64_t g_offset_us = 0;  // add to this rank's clock to read rank 0's
 
 std::string key(const char* what, int rank, int round = -1) {
   std::string out = std::string("cohort/trace/") + what + "/" + std::to_string(rank);
   return round < 0 ? out : out + "/" + std::to_string(round);
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
 }
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
@@ -54,70 +66,158 @@ int64_t measure_offset(c10d::Store& store, int rank, int size) {
   return best_offset;
 }
 
-// Rank 0: every rank's events (its own first); a rank that sends nothing in time is named and skipped.
-nlohmann::json gather_events(c10d::Store& store, int size, nlohmann::json own) {
+// Rank 0: every rank's events (its own first). A rank whose events are not there yet is waited for
+// until `wait` passes, except one the control plane saw die: its events will never come.
+nlohmann::json gather_events(Comm& world, nlohmann::json own, std::chrono::seconds wait) {
+  auto& store = *world.impl().store();
+  const int size = world.size();
   nlohmann::json all = std::move(own);
-  const auto until = std::chrono::steady_clock::now() + kGatherWait;
-  std::vector<bool> got(size, false);
-  got[0] = true;
+  const auto until = std::chrono::steady_clock::now() + wait;
+  std::vector<bool> done(size, false);
+  done[0] = true;
+  std::vector<std::string> died, left_out;
+  const auto take = [&](int r) {
+    const auto raw = store.get(key("events", r));
+    try {
+      for (auto& event : nlohmann::json::parse(raw.begin(), raw.end())) all.push_back(std::move(event));
+    } catch (const std::exception&) {  // not what a rank sends: leave it out, keep the others
+      left_out.push_back(std::to_string(r));
+    }
+    done[r] = true;
+  };
   for (int left = size - 1; left > 0;) {
     for (int r = 1; r < size; ++r) {
-      if (got[r] || !store.check({key("events", r)})) continue;
-      const auto raw = store.get(key("events", r));
-      for (auto& event : nlohmann::json::parse(raw.begin(), raw.end())) all.push_back(std::move(event));
-      got[r] = true;
+      if (done[r] || !store.check({key("events", r)})) continue;
+      take(r);
+      --left;
+    }
+    for (int r : world.impl().dead_peers()) {
+      if (done[r]) continue;
+      if (store.check({key("events", r)})) {
+        take(r);  // sent before it died
+      } else {
+        done[r] = true;
+        died.push_back(std::to_string(r));
+      }
       --left;
     }
     if (left == 0) break;
     if (std::chrono::steady_clock::now() > until) {
       std::string missing;
       for (int r = 1; r < size; ++r)
-        if (!got[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      COHORT_WARN("timeline: ranks ", missing, " sent no events within ", kGatherWait.count(),
-                  " s; the file leaves them out");
+        if (!done[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      COHORT_WARN("timeline: ranks ", missing, " sent no events within ", wait.count(), " s; the file leaves them out");
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  if (!died.empty())
+    COHORT_WARN("timeline: ", died.size() == 1 ? "rank " : "ranks ", join(died), " died before sending ",
+                died.size() == 1 ? "its" : "their", " events; the file leaves ", died.size() == 1 ? "it" : "them", " out");
+  if (!left_out.empty()) COHORT_WARN("timeline: the events of ranks ", join(left_out), " are not JSON; the file leaves them out");
   return all;
 }
 
 void write_file(const std::string& path, const nlohmann::json& events, int size) {
   const nlohmann::json document = {{"traceEvents", events}, {"displayTimeUnit", "ms"},
                                    {"otherData", {{"producer", "cohort"}, {"world_size", size}}}};
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    COHORT_CHECK(out, "timeline: cannot write ", temporary, " (COHORT_TIMELINE=", path, ")");
-    out << document.dump() << "\n";
-    COHORT_CHECK(out.good(), "timeline: writing ", temporary, " failed (disk full?)");
-  }
-  COHORT_CHECK(std::rename(temporary.c_str(), path.c_str()) == 0, "timeline: cannot rename ", temporary, " to ",
-               path);
+  write_file_safely(path, document.dump() + "\n");  // a device, a directory or a link there is refused
   COHORT_INFO("timeline: wrote ", events.size(), " events of ", size, " ranks to ", path);
+}
+
+// Hands this rank's events over (rank r > 0: to the store; rank 0: gathers and writes), once per
+// recording: at shutdown, or on SIGTERM (then waiting for the others at most kStoppingWait).
+std::mutex g_finish_mutex;
+bool g_finished = false;
+
+void finish(Comm& world, std::chrono::seconds wait) {
+  std::lock_guard<std::mutex> lock(g_finish_mutex);
+  if (g_finished) return;
+  g_finished = true;
+  const std::string path = trace::path();
+  auto events = trace::to_chrome(trace::take_events(), world.rank(), g_offset_us);
+  try {
+    if (world.size() == 1) return write_file(path, events, 1);
+    auto& store = *world.impl().store();
+    if (world.rank() != 0) {
+      store.set(key("events", world.rank()), bytes_of(events.dump()));
+      store.check({key("events", world.rank())});  // a round trip: the store has it before this rank goes
+      return;
+    }
+    write_file(path, gather_events(world, std::move(events), wait), world.size());
+  } catch (const std::exception& e) {
+    // At exit nothing may throw: the timeline is lost, the run's outcome is not.
+    COHORT_WARN("timeline: not written to ", path, ": ", e.what());
+  }
+}
+
+// SIGTERM while recording (cohortrun stopping the job after a rank failed, scancel, a time limit): the
+// handler only wakes a thread through a pipe; the thread hands the events over as at shutdown, then
+// ends the process by SIGTERM as before. A program with its own SIGTERM handler keeps it.
+int g_wake[2] = {-1, -1};
+std::thread* g_watcher = nullptr;  // never destroyed: a joinable std::thread at exit would terminate
+
+void on_sigterm(int) {
+  const char wake = 1;
+  (void)!::write(g_wake[1], &wake, 1);
+}
+
+void watch_sigterm(Comm& world) {
+  struct sigaction current {};
+  if (::sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+  if (::pipe2(g_wake, O_CLOEXEC) != 0) return;
+  g_watcher = new std::thread([&world] {
+    char why = 0;
+    while (::read(g_wake[0], &why, 1) < 0 && errno == EINTR) {
+    }
+    if (why != 1) return;  // shutdown: nothing to do
+    finish(world, kStoppingWait);
+    ::signal(SIGTERM, SIG_DFL);
+    ::raise(SIGTERM);
+  });
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  ::sigaction(SIGTERM, &action, nullptr);
+}
+
+void stop_watching() {
+  if (g_watcher == nullptr) return;
+  ::signal(SIGTERM, SIG_DFL);
+  const char stop = 0;
+  (void)!::write(g_wake[1], &stop, 1);
+  g_watcher->join();  // a SIGTERM already taken is finished first (and ends the process)
+  delete g_watcher;
+  g_watcher = nullptr;
+  ::close(g_wake[0]);
+  ::close(g_wake[1]);
 }
 
 }  // namespace
 
 void timeline_start(Comm& world) {
   if (const char* path = std::getenv("COHORT_TIMELINE")) trace::configure(path);
-  if (!trace::enabled() || world.size() == 1) return;
-  g_offset_us = measure_offset(*world.impl().store(), world.rank(), world.size());
+  if (!trace::enabled()) return;
+  if (world.rank() == 0) {
+    try {  // said at the start, not after the whole run
+      check_replaceable(trace::path());
+    } catch (const Error& e) {
+      COHORT_WARN("timeline: ", e.what(), "; the timeline will not be written there");
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_finish_mutex);
+    g_finished = false;
+  }
+  if (world.size() > 1) g_offset_us = measure_offset(*world.impl().store(), world.rank(), world.size());
+  watch_sigterm(world);
 }
 
 void timeline_finish(Comm& world) {
   if (!trace::enabled()) return;
-  const std::string path = trace::path();
-  auto events = trace::to_chrome(trace::take_events(), world.rank(), g_offset_us);
-  try {
-    if (world.size() == 1) return write_file(path, events, 1);
-    auto& store = *world.impl().store();
-    if (world.rank() != 0) return store.set(key("events", world.rank()), bytes_of(events.dump()));
-    write_file(path, gather_events(store, world.size(), std::move(events)), world.size());
-  } catch (const std::exception& e) {
-    // At exit nothing may throw: the timeline is lost, the run's outcome is not.
-    COHORT_WARN("timeline: not written to ", path, ": ", e.what());
-  }
+  finish(world, kGatherWait);
+  stop_watching();
 }
 
 }  // namespace cohort::detail

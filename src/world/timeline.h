@@ -1,7 +1,7 @@
 // The timeline's life in the world (core/trace_recorder.h records, this gathers): at init, recording
 // starts when COHORT_TIMELINE names a file and every rank measures its clock's offset from rank 0's
 // through the store; at shutdown every rank hands its events to rank 0, which writes one Chrome-trace
-// JSON file with one process row per rank (docs/timeline.md).
+// JSON file with one process row per rank (docs/timeline.md); a job stopped by SIGTERM writes it too.
 #pragma once
 
 #include "cohort/comm.h"
@@ -12,7 +12,10 @@ namespace cohort::detail {
 /// rank's clock offset from rank 0 (a collective over the store: every rank calls it).
 void timeline_start(Comm& world);
 /// At shutdown, before the world's Comm goes: gathers every rank's events to rank 0, which writes the
-/// file. A rank that never sends (it died) is named in a warning and left out after a bounded wait.
+/// file (core/safe_file.h: a device, directory or link at the path is refused). A rank the control
+/// plane saw die is named in a warning and left out at once; one that is merely silent, after 60 s.
+/// While recording, SIGTERM does the same first (waiting at most 10 s for the others), then ends the
+/// process by SIGTERM: a job stopped from outside still leaves its timeline.
 void timeline_finish(Comm& world);
 
 }  // namespace cohort::detail

@@ -1,9 +1,14 @@
 // The timeline (include/cohort/trace.h, docs/timeline.md): the summary's interval arithmetic on a
 // hand-made trace; a scripted two-rank workload (known sleeps in spans, one rank late) whose file
 // parses, has well-formed events, collective phases in order, and a summary that matches the times
-// the ranks measured themselves within 10%; HOROVOD_TIMELINE under cohort::hvd; off by default.
+// the ranks measured themselves within 10%; HOROVOD_TIMELINE under cohort::hvd; off by default; the
+// file written safely (a device or a planted link never written through, nothing left by a failed
+// write), a dead rank not waited for, and a job stopped by SIGTERM still leaving its timeline.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -88,6 +93,14 @@ void expect_well_formed(const nlohmann::json& events, int ranks) {
     for (size_t i = 0; i + 1 < order.size(); ++i)
       EXPECT_LE(start.at(order[i]), start.at(order[i + 1])) << "rank " << op.first << " op " << op.second;
   }
+}
+
+// The ranks with a process row in `events`.
+std::set<int> rows_of(const nlohmann::json& events) {
+  std::set<int> out;
+  for (const auto& e : events)
+    if (e["ph"] == "M" && e["name"] == "process_name") out.insert(e["pid"].get<int>());
+  return out;
 }
 
 // cohort-trace summary: the table, the CSV (a header and a line per rank and step), and its errors.
@@ -241,6 +254,108 @@ TEST(Timeline, OffByDefaultRecordsNothingAndWritesNoFile) {
     cohort::shutdown();
   }, options);
   EXPECT_TRUE(fs::is_empty(dir));
+  fs::remove_all(dir);
+}
+
+// Issue 28: COHORT_TIMELINE=/dev/null turned the device into a regular file (as root), and a link
+// planted at `trace.json.tmp` had the write go through it.
+TEST(TimelineFile, ADeviceIsRefusedAndAPlantedLinkIsNotFollowed) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "device");
+  options.env["COHORT_TIMELINE"] = "/dev/null";
+  const auto body = [](int, int) {
+    auto& comm = cohort::init().comm();
+    { cohort::trace::Span span("step"); comm.barrier(); }
+    cohort::shutdown();
+  };
+  auto results = run_ranks(1, body, options);
+  const std::string why = "/dev/null is a character device, not a regular file: cohort writes regular files only";
+  EXPECT_NE(results[0].output.find("timeline: " + why + "; the timeline will not be written there"), std::string::npos)
+      << results[0].output;
+  EXPECT_NE(results[0].output.find("timeline: not written to /dev/null: " + why), std::string::npos) << results[0].output;
+  struct stat info {};
+  ASSERT_EQ(::stat("/dev/null", &info), 0);
+  EXPECT_TRUE(S_ISCHR(info.st_mode)) << "/dev/null is no longer a character device";
+
+  std::ofstream(dir / "victim") << "precious";
+  fs::create_symlink(dir / "victim", dir / "trace.json.tmp");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  run_ranks(1, body, options);
+  EXPECT_EQ(rows_of(read_json(dir / "trace.json")["traceEvents"]), std::set<int>{0});
+  std::ifstream victim(dir / "victim");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "precious");
+  fs::remove_all(dir);
+}
+
+// A write that fails (RLIMIT_FSIZE standing in for a full disk: 20000 spans are ~2 MB, the limit 512 KiB)
+// is one warning naming the file, and leaves no temporary behind.
+TEST(TimelineFile, AFailedWriteLeavesNoTemporary) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "full");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  auto results = run_ranks(1, [](int, int) {
+    cohort::init();
+    for (int i = 0; i < 20000; ++i) cohort::trace::Span span("step");
+    ::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of a signal
+    struct rlimit limit {};
+    ::getrlimit(RLIMIT_FSIZE, &limit);
+    const rlim_t saved = limit.rlim_cur;
+    limit.rlim_cur = 512 << 10;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    cohort::shutdown();
+    limit.rlim_cur = saved;
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }, options);
+  const std::string path = (dir / "trace.json").string();
+  EXPECT_NE(results[0].output.find("timeline: not written to " + path + ": cannot write " + path + ": File too large"),
+            std::string::npos) << results[0].output;
+  EXPECT_TRUE(fs::is_empty(dir)) << "a temporary was left behind";
+  fs::remove_all(dir);
+}
+
+// Issue 28: with the timeline on, a dead rank held rank 0 at exit for 60 s (0.2 s without it). The
+// control plane knows the rank died: its events will never come. (The bound is generous for a loaded
+// machine; the old wait was 60 s, past the ranks' deadline.)
+TEST(Timeline, ADeadRanksMissingEventsEndTheWaitAtOnce) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "dead");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  options.expect_all_pass = false;
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    { cohort::trace::Span span("step"); comm.allreduce(torch::ones({4})); }
+    if (rank == 1) ::raise(SIGKILL);
+    EXPECT_THROW(comm.allreduce(torch::ones({4})), cohort::Error);
+    const auto start = std::chrono::steady_clock::now();
+    cohort::shutdown();
+    report(std::to_string(ms_since(start) / 1000));
+  }, options);
+  ASSERT_TRUE(results[0].passed) << cohort::testing::describe(results);
+  EXPECT_EQ(results[1].signal, SIGKILL);
+  ASSERT_EQ(results[0].reports.size(), 1u);
+  EXPECT_LT(std::stod(results[0].reports[0]), 30.0) << "rank 0 waited for the dead rank's events";
+  EXPECT_NE(results[0].output.find("timeline: rank 1 died before sending its events; the file leaves it out"),
+            std::string::npos) << results[0].output;
+  EXPECT_EQ(rows_of(read_json(dir / "trace.json")["traceEvents"]), std::set<int>{0});
+  fs::remove_all(dir);
+}
+
+// Issue 28: a job stopped by SIGTERM (cohortrun stopping the workers, scancel) wrote no timeline. Each
+// rank hands its events over and still ends by SIGTERM.
+TEST(Timeline, AJobStoppedBySigtermStillWritesItsTimeline) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "sigterm");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  options.expect_all_pass = false;
+  auto results = run_ranks(2, [](int, int) {
+    auto& comm = cohort::init().comm();
+    { cohort::trace::Span span("step"); comm.allreduce(torch::ones({4})); }
+    comm.barrier();
+    ::kill(::getpid(), SIGTERM);
+    for (;;) ::pause();
+  }, options);
+  for (const auto& result : results) EXPECT_EQ(result.signal, SIGTERM) << cohort::testing::describe(results);
+  expect_well_formed(read_json(dir / "trace.json")["traceEvents"], 2);
   fs::remove_all(dir);
 }
 

@@ -1,13 +1,14 @@
 // cohort-ckpt: what is inside a checkpoint (info), whether every byte is as saved (verify), and one
 // full-state safetensors file from a sharded checkpoint (consolidate, streamed: memory bounded by a
 // 4 MiB buffer, not by the model). PATH is a step directory or a checkpoint directory (its `latest`).
-// Exit status: 0 fine, 1 a bad checkpoint, 2 a bad command line (an unknown subcommand, a path
-// without a checkpoint, an output inside the checkpoint it reads).
+// Exit status: 0 fine, 1 a bad checkpoint (a path in it leading out of it included), 2 a bad command
+// line (an unknown subcommand, a path without a checkpoint, an output inside a checkpoint).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
 #include <string>
 
+#include "checkpoint/files.h"
 #include "checkpoint/inspect.h"
 
 using namespace cohort::detail::ckpt;
@@ -42,6 +43,14 @@ int main(int argc, char** argv) {
   try {
     dir = resolve_step_dir(path);
     if (*consolidate) check_output_outside(dir, out);
+  } catch (const CheckpointPathError& e) {  // `latest` leads out of the checkpoint: a bad checkpoint
+    if (*verify) {
+      std::fprintf(stderr, "cohort-ckpt: %s\n", e.what());
+      std::printf("%s: BAD (1 problem(s))\n", path.c_str());
+    } else {
+      std::fprintf(stderr, "cohort-ckpt: error: %s\n", e.what());
+    }
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohort-ckpt: error: %s\n", e.what());
     return 2;  // the command line names no checkpoint, or an output that would overwrite it

@@ -24,10 +24,17 @@ using cohort::detail::MemoryPlanInput;
 using cohort::detail::PlanOptimizer;
 using cohort::detail::Precision;
 
-// "7.5e9", "1199882": a whole, positive count up to 2^53 (where doubles stop being exact).
+// "7.5e9", "1199882": a whole, positive count up to 2^53 (where doubles stop being exact). The text is
+// read again as a long double (64 bits of mantissa at least), which holds 2^53 + 1 and 2^52 + 0.5
+// exactly: a double would round them to a count in range and accept them.
 int64_t parse_count(const std::string& text) {
-  const double value = cohort::parse_real(text, {"--params", 1, 9007199254740992.0, "a parameter count"});
-  if (std::floor(value) != value) {
+  constexpr double kMax = 9007199254740992.0;
+  const double value = cohort::parse_real(text, {"--params", 1, kMax, "a parameter count"});
+  const long double exact = std::strtold(text.c_str(), nullptr);
+  if (exact > static_cast<long double>(kMax)) {
+    throw cohort::Error("--params is out of range: expected a parameter count from 1 to 9007199254740992, got " + text);
+  }
+  if (std::floor(value) != value || std::floor(exact) != exact) {
     throw cohort::Error("--params expects a whole parameter count from 1 to 9007199254740992, got " + text);
   }
   return static_cast<int64_t>(value);

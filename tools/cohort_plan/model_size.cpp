@@ -6,6 +6,10 @@
 #include <torch/script.h>
 #include <torch/serialize.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,20 +51,32 @@ void add_tensors(const c10::IValue& value, std::unordered_set<const void*>* seen
   }
 }
 
+// The whole file: a regular file only (a device such as /dev/zero, a fifo or a directory would be read
+// forever or fail oddly), and never more bytes than its size said when opened.
 std::vector<char> read_file(const std::string& path) {
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    throw cohort::Error("--checkpoint " + path + ": cannot open: " + std::strerror(errno));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a fifo must not block the open
+  if (fd < 0) throw cohort::Error("--checkpoint " + path + ": cannot open: " + std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    throw cohort::Error("--checkpoint " + path + " is not a regular file: cohort-plan reads a torch::save or "
+                        "torch::pickle_save file");
   }
-  std::vector<char> bytes;
-  char buffer[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) bytes.insert(bytes.end(), buffer, buffer + got);
-  const int read_errno = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  if (read_errno != 0) {
-    throw cohort::Error("--checkpoint " + path + ": cannot read: " + std::strerror(read_errno));
+  std::vector<char> bytes(static_cast<size_t>(info.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw cohort::Error("--checkpoint " + path + ": cannot read: " + std::strerror(error));
+    }
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
   }
+  ::close(fd);
+  bytes.resize(done);
   return bytes;
 }
 

@@ -2,14 +2,35 @@
 // COHORT_TIMELINE (docs/timeline.md): per rank and per step, compute, communication, the part of it
 // hidden under compute, the exposed part, and idle time waiting for the slowest rank (named).
 // Exit status: 0 fine, 1 a file that cannot be read or is not a timeline, 2 a bad command line.
+// Every error is one line naming the file (never the JSON library's own text).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "core/trace_summary.h"
+
+namespace {
+
+// The file's JSON, or a one-line reason why not (no file, not a regular file, not JSON).
+nlohmann::json read_trace(const std::string& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error) throw std::runtime_error("cannot open: " + error.message());
+  if (!std::filesystem::is_regular_file(status)) throw std::runtime_error("not a regular file");
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw std::runtime_error("not a cohort timeline: not JSON (byte " + std::to_string(e.byte) + ")");
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Summarises a cohort timeline (COHORT_TIMELINE=trace.json; see docs/timeline.md)."};
@@ -25,12 +46,7 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
-    std::ifstream in(path);
-    if (!in) {
-      std::fprintf(stderr, "cohort-trace: error: cannot open %s\n", path.c_str());
-      return 1;
-    }
-    const auto trace = nlohmann::json::parse(in);
+    const auto trace = read_trace(path);
     std::fputs(cohort::detail::trace::format_summary(cohort::detail::trace::summarize(trace), csv).c_str(), stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohort-trace: error: %s: %s\n", path.c_str(), e.what());
