@@ -30,7 +30,7 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   const auto [shares, share] = strategy->data_split(world);
   train->distribute(shares, share, false, std::max<int64_t>(options.raw.seed(), 0));
   if (val != nullptr) val->distribute(shares, share, true, 0);
-  if (val != nullptr && evaluation_batches(*val, Stage::kValidate) == 0) val = nullptr;  // limit_val_batches 0
+  if (options.raw.limit_val_batches().value == 0) val = nullptr;  // validation off, on every rank alike
   train_batches = limited_batches(options.raw.limit_train_batches(), train->num_batches(), "limit_train_batches");
   const int64_t batches = train_batches, accumulate = strategy->accumulation();
   COHORT_CHECK(batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
