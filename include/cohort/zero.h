@@ -93,6 +93,10 @@ class ZeroEngineCore : public Stateful {
   /// The inner optimizer (it sees only this rank's fp32 shards).
   torch::optim::Optimizer& optimizer();
 
+  /// `t` in the compute dtype when it is a floating-point tensor of another dtype (what forward()
+  /// does to its arguments), else `t` itself.
+  torch::Tensor to_compute(const torch::Tensor& t) const;
+
   /// The full parameters by name, in float32 (gathers shards at stage 3; all ranks must call it).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
 
@@ -116,7 +120,6 @@ class ZeroEngineCore : public Stateful {
    private:
     detail::ZeroEngineImpl& impl_;
   };
-  torch::Tensor to_compute(const torch::Tensor& t) const;
 
   std::unique_ptr<detail::ZeroEngineImpl> impl_;
 };

@@ -92,12 +92,9 @@ class ZeroStrategy : public Strategy {
   ZeroStrategy(const ZeroConfig& config, const ResolvedOptions& options, TrainingModule& module)
       : module_(module), engine_(initialize(config, model_pointer(module), engine_options(options, module, config))) {}
 
-  // The Sequential path casted in ZeroEngine::forward; a step of a module with its own layers casts
+  // The Sequential path casts in ZeroEngine::forward; a step of a module with its own layers casts
   // the batch's data the same way.
-  torch::Tensor to_compute(const torch::Tensor& t) const {
-    const torch::Dtype dtype = engine_.compute_dtype();
-    return t.defined() && t.is_floating_point() && t.scalar_type() != dtype ? t.to(dtype) : t;
-  }
+  torch::Tensor to_compute(const torch::Tensor& t) const { return engine_.to_compute(t); }
 
   // A ds_config's "optimizer" wins; otherwise the module's configure_optimizers over the shards. At
   // stage 3 the module's shard_units() names units besides those it marked.
