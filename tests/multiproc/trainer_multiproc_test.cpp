@@ -312,7 +312,7 @@ TEST(TrainerSelfLaunch, AStoppedWorkerIsNamedAndEndedPromptly) {
   const ProcResult result = run_program(dir, {{"TRAINER_STOP", "1"}, {"COHORT_TIMEOUT", "4"}});
   const auto ended = std::chrono::steady_clock::now().time_since_epoch().count();
   EXPECT_NE(result.code, 0) << result.describe();
-  EXPECT_THAT(result.err, HasSubstr("timed out after 4000 ms: rank 1 never arrived"));
+  EXPECT_THAT(result.out + result.err, HasSubstr("timed out after 4000 ms: rank 1 never arrived"));
   EXPECT_THAT(result.err, HasSubstr("[rank1]: rank 1 got SIGTERM after SIGSTOP"));
   std::ifstream stopped(dir + "/stopped");
   int64_t stop_time = 0;
