@@ -4,6 +4,7 @@
 // line. Short COHORT_TIMEOUTs keep every case to seconds; every address is 127.0.0.1 or unresolvable.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -195,6 +196,15 @@ TEST(CohortrunReliability, BadFlagValuesAreRefusedInOneLine) {
         "--rdzv-conf=join_timeout=5,read_timout=3", COHORT_ENV_WORKER},
        "cohortrun: error: --rdzv-conf key 'read_timout' (read_timout=3) is not known; accepted keys: join_timeout, "
        "last_call_timeout\n"},
+      {{"--nproc-per-node=2", "--redirects", "9:1", COHORT_ENV_WORKER},
+       "cohortrun: error: --redirects=9:1: local rank 9 does not exist (--nproc-per-node=2 starts local ranks "
+       "0..1)\n"},
+      {{"--nproc-per-node=2", "--tee=0:3,2:1", COHORT_ENV_WORKER},
+       "cohortrun: error: --tee=0:3,2:1: local rank 2 does not exist (--nproc-per-node=2 starts local ranks 0..1)\n"},
+      {{"--nproc-per-node=2", "--log-dir", "/proc/nope", COHORT_ENV_WORKER},
+       "cohortrun: error: --log-dir=/proc/nope: cannot create the directory: No such file or directory\n"},
+      {{"--nproc-per-node=2", "--log-dir", "/dev/null", COHORT_ENV_WORKER},
+       "cohortrun: error: --log-dir=/dev/null: cannot create the directory: Not a directory\n"},
   };
   for (const auto& [args, message] : cases) {
     const auto result = run_process(cohortrun(args), clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
@@ -230,6 +240,41 @@ TEST(CohortrunReliability, NodeOfAnotherJobIsRefusedAtTheRendezvous) {
   EXPECT_NE(x_refused, y_refused) << rx.describe() << ry.describe();
   EXPECT_NE((x_refused ? ry : rx).err.find("1 of 2 nodes arrived"), std::string::npos)
       << rx.describe() << ry.describe();
+}
+
+// A grandchild that left its worker's process group (setsid) is re-parented to cohortrun, the
+// subreaper, and ended with the workers; without that it ran on after cohortrun exited.
+TEST(CohortrunReliability, SetsidGrandchildEndsWithTheWorkers) {
+  TempDir pids;
+  const auto result = run_process(
+      cohortrun({"--nproc-per-node=1", "--standalone", "/bin/sh", "-c",
+                 "setsid sleep 120 & echo $! > " + pids.path + "/grandchild.pid; exit 0"}),
+      clean_env(), 60s);
+  EXPECT_EQ(result.code, 0) << result.describe();
+  const std::vector<pid_t> grandchild = recorded_pids(pids.path);
+  ASSERT_EQ(grandchild.size(), 1u) << result.describe();
+  const std::vector<pid_t> alive = alive_after(grandchild, 10s);
+  for (pid_t pid : alive) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(alive.empty()) << "the setsid grandchild " << grandchild[0] << " outlived cohortrun";
+}
+
+// A log file that cannot take more (here the file size limit, as a full disk would) is said at once,
+// the rest of the stream goes to the console, and the end of the job says it again.
+TEST(CohortrunReliability, UnwritableLogFileIsSaidAndTheOutputKept) {
+  TempDir logs;
+  const auto result = run_process(
+      {"/usr/bin/prlimit", "--fsize=16", COHORTRUN_PATH, "--nproc-per-node=1", "--standalone", "--redirects=1",
+       "--log-dir", logs.path, "/bin/sh", "-c", "echo first line of output; echo second line"},
+      clean_env(), 60s);
+  EXPECT_EQ(result.code, 0) << result.describe();
+  EXPECT_NE(result.err.find("[cohortrun] warning: cannot write " + logs.path), std::string::npos) << result.describe();
+  EXPECT_NE(result.err.find("/attempt_0/0/stdout.log: File too large; the log file is incomplete and this stream "
+                            "goes on to the console\n"),
+            std::string::npos) << result.describe();
+  EXPECT_NE(result.out.find("[rank0]: second line\n"), std::string::npos) << result.describe();
+  EXPECT_NE(result.err.find("[cohortrun] warning: 1 worker log file(s) are incomplete (the rest went to the "
+                            "console); the first: cannot write "),
+            std::string::npos) << result.describe();
 }
 
 }  // namespace cohortrun_reliability_test

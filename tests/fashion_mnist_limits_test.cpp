@@ -1,8 +1,9 @@
 // The Fashion-MNIST example refuses what makes no sense, and says so in one line (issue 17 items 3,
 // 4, 6, 9): numbers out of range or overflowing, more threads than cores, a batch whose memory
 // estimate exceeds what is available, an empty training set, a non-finite loss, fp16 on the CPU, a
-// resume in another mode; and a changed --lr on resume is applied and said. A lone process each
-// (no launcher), on the CPU, on small synthetic data.
+// resume in another mode; and a changed --lr on resume is applied and said. Also both examples'
+// checkpoint flags (issue 28), the pipeline example's --chunks against --batch-size and the header's
+// strategy. A lone process each (no launcher), on the CPU, on small synthetic data.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -212,6 +213,52 @@ TEST(FashionMnistLimits, ResumeInAnotherModeNamesBothModes) {
   EXPECT_EQ(zero_as_ddp.err, "error: checkpoint " + zero + "/step-2 was saved by ZeRO stage 1, this run uses DDP (no "
                              "ZeRO engine): the mode differs; resume with ZeRO stage 1 or start a new checkpoint "
                              "directory\n");
+}
+
+// The checkpoint flags of both examples: an empty --checkpoint-dir and --checkpoint-every without one
+// were accepted and saved nothing; a directory that cannot be made was found only at the first save,
+// an epoch later. Each is now one line before anything starts (the data is not even read).
+TEST(FashionMnistLimits, CheckpointFlagsThatWouldSaveNothingAreRefusedAtStart) {
+  const std::string root = make_temp_dir("example_checkpoint_flags_");
+  const std::string file = write_file(root + "/file", "not a directory");
+  for (const std::string program : {"/examples/fashion_mnist", "/examples/pipeline"}) {
+    auto run = [&](std::vector<std::string> args) {
+      args.insert(args.begin(), {build_path(program), "--data", "/nonexistent"});
+      return run_process(args, clean_env(), 60s);
+    };
+    const ProcResult empty = run({"--checkpoint-dir", ""});
+    EXPECT_EQ(empty.code, 2) << program << empty.describe();
+    EXPECT_EQ(empty.err, "error: --checkpoint-dir is empty: give a directory, or leave the flag out\n") << program;
+    const ProcResult every = run({"--checkpoint-every", "5"});
+    EXPECT_EQ(every.code, 2) << program << every.describe();
+    EXPECT_EQ(every.err, "error: --checkpoint-every 5 needs --checkpoint-dir: without a directory nothing is saved\n")
+        << program;
+    const ProcResult unwritable = run({"--checkpoint-dir", file + "/ckpt"});
+    EXPECT_EQ(unwritable.code, 1) << program << unwritable.describe();
+    EXPECT_EQ(unwritable.err, "error: --checkpoint-dir " + file + "/ckpt: cannot create the directory: Not a directory\n")
+        << program;
+    EXPECT_EQ(unwritable.out, "") << program;
+  }
+  remove_tree(root);
+}
+
+// The pipeline example with more microbatches than rows per batch skipped every batch, trained nothing
+// and exited 0 ("steps 0").
+TEST(FashionMnistLimits, PipelineChunksAboveTheBatchAreRefused) {
+  const ProcResult result = run_process({build_path("/examples/pipeline"), "--data", "/nonexistent", "--chunks", "128",
+                                         "--batch-size", "64"}, clean_env(), 60s);
+  EXPECT_EQ(result.code, 2) << result.describe();
+  EXPECT_EQ(result.err, "error: --chunks 128 is more than --batch-size 64: a batch cannot be split into more "
+                        "microbatches than it has samples; lower --chunks or raise --batch-size\n");
+}
+
+// The header named DDP under --strategy zero1/2/3; it names the strategy that trains.
+TEST(FashionMnistLimits, HeaderNamesTheStrategy) {
+  Data data(64, 16);
+  const ProcResult zero = example(data.root, {"--strategy", "zero2", "--batch-size", "16", "--max-steps", "1",
+                                              "--threads", "1"});
+  ASSERT_EQ(zero.code, 0) << zero.describe();
+  EXPECT_THAT(zero.out, HasSubstr("global), ZeRO stage 2 (Float), Adam lr 0.001, seed 0\n"));
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // EarlyStopping and top-k checkpoints deciding on scripted metrics; metrics.csv in Lightning's
 // layout; TensorBoard event files whose TFRecord framing and CRCs are checked here and, when the
 // tensorboard package is installed, read back by TensorBoard's own reader; strategy "dp" (replicas on
-// threads) ending where "single" does with the whole batch.
+// threads) ending where "single" does with the whole batch; devices beyond the node's cores or
+// memory and an unwritable checkpoint directory refused before anything starts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -155,6 +156,22 @@ TEST(TrainerLaunch, TheLaunchersWorldMustMatchDevicesTimesNodes) {
             "node with srun, mpirun or cohortrun --nnodes 2");
 }
 
+// Checked before the first fork: devices 1000 used to fork 120+ workers, devices 64 to reach 10.8 GB.
+TEST(TrainerLaunch, DevicesBeyondTheCoresOrTheMemoryAreRefusedBeforeAnyWorkerStarts) {
+  using cohort::detail::refuse_workers;
+  EXPECT_EQ(refuse_workers({1000, 2, 200000000, 16000000000}),
+            "TrainerOptions.devices 1000 would start 1000 processes on the 2 core(s) this process may use (at most 4 "
+            "per core): use devices 8 or fewer, or a launcher over several nodes");
+  EXPECT_EQ(refuse_workers({64, 32, 170000000, 8000000000}),
+            "TrainerOptions.devices 64 would start 63 more processes of at least 170 MB each (this process's resident "
+            "memory), 10710 MB in all, more than the 8000 MB available on this node: use fewer devices");
+  EXPECT_EQ(refuse_workers({8, 2, 170000000, 8000000000}), "");
+  EXPECT_EQ(refuse_workers({8, 2, -1, -1}), "");  // memory unknown: only the cores are checked
+  // The Trainer refuses before it forks (or re-executes) anything: this process is still the test.
+  const std::string error = error_of([] { cohort::Trainer trainer(cohort::TrainerOptions().devices("4096")); });
+  EXPECT_THAT(error, HasSubstr("TrainerOptions.devices 4096 would start 4096 processes on the "));
+}
+
 TEST(DataLoader, WorkerThreadsNeverChangeTheBatches) {
   auto data = tiny_data(50);
   cohort::DataLoader plain(data, cohort::LoaderOptions().batch_size(7).shuffle(true));
@@ -222,6 +239,22 @@ TEST(ModelCheckpoint, KeepsTheTopKByTheMonitoredMetric) {
   std::sort(kept.begin(), kept.end());
   EXPECT_EQ(kept, (std::vector<std::string>{"step-4", "step-8"}));
   EXPECT_TRUE(std::filesystem::exists(dir.path + "/checkpoints/step-10/manifest.json"));
+}
+
+// A directory that cannot take checkpoints is named when the fit starts, not at the first save.
+TEST(ModelCheckpoint, AnUnwritableDirectoryIsNamedBeforeTheFirstStep) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path);
+  std::ofstream(dir.path + "/file") << "a file, not a directory";
+  cohort::Trainer trainer(quiet(dir.path).max_epochs(1).logger(false));
+  trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+      cohort::ModelCheckpointOptions().dirpath(dir.path + "/file/checkpoints")));
+  TinyModule module;
+  cohort::DataLoader train(tiny_data(16), cohort::LoaderOptions().batch_size(8));
+  EXPECT_EQ(error_of([&] { trainer.fit(module, train); }),
+            "ModelCheckpointOptions.dirpath " + dir.path + "/file/checkpoints: cannot create the directory: Not a "
+            "directory");
+  EXPECT_EQ(trainer.global_step(), 0);
 }
 
 std::string read_text(const std::string& path) {

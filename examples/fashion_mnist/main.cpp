@@ -15,10 +15,12 @@
 
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
+#include "../common/cli_paths.h"
 #include "train.h"
 
 namespace {
 
+using examples::add_directory;
 using examples::add_integer;
 using examples::add_real;
 
@@ -48,10 +50,11 @@ int main(int argc, char** argv) {
          "Progress bar: auto (in place on a terminal, else a line every ~10%), bar, lines, off")
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
-  app.add_option("--checkpoint-dir", config.checkpoint_dir,
-                 "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
+  add_directory(app, "--checkpoint-dir", config.checkpoint_dir,
+                "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
   add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, config.checkpoint_every,
               "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
+  app.callback([&] { examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir); });
   app.add_option("--resume", config.resume,
                  "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
                  "never: start from scratch; or a checkpoint directory to load")

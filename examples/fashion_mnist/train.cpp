@@ -18,6 +18,7 @@
 #include <optional>
 #include <sstream>
 
+#include "../common/cli_paths.h"
 #include "digest.h"
 #include "module.h"
 #include "report.h"
@@ -83,8 +84,15 @@ std::string describe(const TrainConfig& config, const std::optional<cohort::Zero
     out << "pipeline (one stage per rank, 1F1B over 4 microbatches), Adam lr " << config.lr;
     return out.str();
   }
+  if (!zero && config.strategy.rfind("zero", 0) == 0) {  // the Trainer's engine over the module's Adam
+    const bool bf16 = config.precision == "bf16-mixed" || config.precision == "bf16";
+    const bool fp16 = config.precision == "16-mixed" || config.precision == "16";
+    out << "ZeRO stage " << config.strategy.back() << " (" << (bf16 ? "BFloat16" : fp16 ? "Half" : "Float")
+        << "), Adam lr " << config.lr;
+    return out.str();
+  }
   if (!zero) {
-    out << "DDP, Adam lr " << config.lr;
+    out << (config.strategy == "single" ? "single process" : "DDP") << ", Adam lr " << config.lr;
     return out.str();
   }
   const char* dtype = zero->bf16().enabled() ? "BFloat16" : zero->fp16().enabled() ? "Half" : "Float";
@@ -223,6 +231,10 @@ void Job::finish(FashionMnistModule& module, JobReport& report, cohort::DataLoad
 
 }  // namespace
 
-void run_training(const TrainConfig& config) { Job(config).run(); }
+void run_training(const TrainConfig& config) {
+  // Before any worker starts or any data is read, not at the first save an epoch later.
+  if (!config.checkpoint_dir.empty()) examples::check_writable_dir("--checkpoint-dir", config.checkpoint_dir);
+  Job(config).run();
+}
 
 }  // namespace fashion_mnist

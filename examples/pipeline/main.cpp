@@ -21,6 +21,7 @@
 
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
+#include "../common/cli_paths.h"
 
 namespace {
 
@@ -125,7 +126,18 @@ cohort::pipeline::PipelineOptions pipeline_options(const Config& config, const c
   return options;
 }
 
+// Flags that cannot work together, refused before anything starts (exit status 2).
+void check_flags(const Config& config) {
+  // Every batch would be a tail too small to split, so nothing would train.
+  COHORT_CHECK(config.chunks <= config.batch_size, "--chunks ", config.chunks, " is more than --batch-size ",
+               config.batch_size, ": a batch cannot be split into more microbatches than it has samples; lower "
+               "--chunks or raise --batch-size");
+  examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir);
+}
+
 void train(const Config& config) {
+  // Before the first step, not at the first save after --checkpoint-every steps.
+  if (!config.checkpoint_dir.empty()) examples::check_writable_dir("--checkpoint-dir", config.checkpoint_dir);
   torch::set_num_threads(int(config.threads));
   auto world = cohort::init();
   const int64_t stages = config.stages > 0 ? config.stages : world.size() / config.data_parallel;
@@ -208,8 +220,8 @@ int main(int argc, char** argv) {
   add_integer(app, {"--threads", 1, 1024}, config.threads, "Torch threads per rank");
   add_integer(app, {"--zero-stage", 0, 1}, config.zero_stage,
               "1: ZeRO-1 over each stage's replicas (needs --data-parallel 2+) instead of DDP");
-  app.add_option("--checkpoint-dir", config.checkpoint_dir,
-                 "Save checkpoints here (each stage's shard; step-<n>/ directories and a 'latest' pointer)");
+  examples::add_directory(app, "--checkpoint-dir", config.checkpoint_dir,
+                          "Save checkpoints here (each stage's shard; step-<n>/ directories and a 'latest' pointer)");
   add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, config.checkpoint_every,
               "Save a checkpoint every K steps (and at the end); needs --checkpoint-dir");
   app.add_option("--resume", config.resume,
@@ -217,5 +229,6 @@ int main(int argc, char** argv) {
                  "never: start from scratch; or a checkpoint directory to load")
       ->capture_default_str();
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
+  app.callback([&] { check_flags(config); });
   return examples::parse_and_run(app, argc, argv, [&] { train(config); });
 }

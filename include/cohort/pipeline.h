@@ -66,7 +66,8 @@ using ZeroOptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimiz
 struct PipelineOptions {
   /// "gpipe", "1f1b" or "interleaved" (make_schedule); ignored when a Schedule is given.
   TORCH_ARG(std::string, schedule) = "1f1b";
-  /// Microbatches per step: the batch is split as torch.tensor_split does (uneven when it does not divide).
+  /// Microbatches per step: the batch is split as torch.tensor_split does (uneven when it does not divide;
+  /// a batch of fewer rows than chunks, an epoch's short last one, leaves the last microbatches empty).
   TORCH_ARG(int, chunks) = 4;
   /// Stages each rank holds ("interleaved" only; 1 otherwise).
   TORCH_ARG(int, stages_per_rank) = 1;

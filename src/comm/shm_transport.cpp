@@ -12,6 +12,7 @@
 #include <random>
 
 #include "comm/shm_reduce.h"
+#include "comm/shm_stale.h"
 #include "comm/shm_wait.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
@@ -69,11 +70,14 @@ std::vector<uint8_t> bytes_of(const std::string& text) { return std::vector<uint
 struct Segment {
   std::string name;  // empty: none
   void* base = nullptr;
+  int lock_fd = -1;  // rank 0: open, with the owner's lock (shm_stale.h), until the name is unlinked
 };
 
 // Rank 0's segment: a fresh name that carries a random magic, its pages reserved now. An empty Segment
 // and `failure` set when /dev/shm cannot hold it.
 Segment create_shm_segment(int size, size_t slot_bytes, std::string& failure) {
+  for (const std::string& stale : remove_stale_shm_segments())
+    COHORT_INFO("removed ", stale, " from /dev/shm: a segment left by a job whose rank 0 died during set-up");
   std::random_device random;
   const uint64_t magic = (uint64_t(random()) << 32) ^ random();
   char buffer[64];
@@ -81,11 +85,13 @@ Segment create_shm_segment(int size, size_t slot_bytes, std::string& failure) {
   Segment segment{buffer};
   const size_t bytes = mapped_size(size, slot_bytes);
   const int fd = shm_open(segment.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd >= 0) lock_shm_segment(fd);  // "this job is alive" to the next job's stale-segment sweep
   // posix_fallocate reserves the pages now, so a full /dev/shm is a clean fallback here and not a
   // SIGBUS in the middle of a collective.
   const int err = fd < 0 ? errno : posix_fallocate(fd, 0, off_t(bytes));
   if (err == 0) segment.base = map_segment(fd, bytes);
-  if (fd >= 0) close(fd);
+  if (err == 0 && segment.base) segment.lock_fd = fd;
+  else if (fd >= 0) close(fd);
   if (err != 0 || !segment.base) {
     failure = "cannot create " + std::to_string(bytes) + " bytes in /dev/shm (" + std::strerror(err ? err : errno) +
               "; COHORT_SHM_BYTES sets the bytes per rank per chunk)";
@@ -129,6 +135,7 @@ bool decide_shm_verdict(c10d::Store& store, const std::string& key, int size, co
     }
   }
   if (!segment.name.empty()) shm_unlink(segment.name.c_str());
+  if (segment.lock_fd >= 0) close(segment.lock_fd);  // the name is gone: nothing left to protect
   store.set(key + "verdict", bytes_of(all_ok ? "1" : "0"));
   if (all_ok) {
     COHORT_INFO("shared-memory transport for the ", size, " ranks on this host (", slot_bytes,

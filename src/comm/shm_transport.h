@@ -12,7 +12,8 @@
 // Rotating over three sets of slots makes one barrier per chunk enough to keep a rank from overwriting
 // a slot a peer still reads (next_set). Sums are taken in rank order on every rank, so results are
 // bitwise identical everywhere and from run to run. The segment is unlinked as soon as every rank has
-// mapped it, so a crash leaves nothing behind in /dev/shm.
+// mapped it, so a crash after set-up leaves nothing behind in /dev/shm; one during set-up leaves a name
+// that the next job's rank 0 removes (comm/shm_stale.h).
 //
 // The barrier is a counter per rank on a cache line of its own (no shared counter the ranks fight
 // over): a rank publishes how many barriers it reached and waits until every peer's count is as high,

@@ -54,6 +54,9 @@ torch::Tensor PipelineImpl::stage_input(int stage, int microbatch) {
 }
 
 torch::Tensor PipelineImpl::loss_of(int microbatch, const torch::Tensor& output) {
+  // An empty microbatch (fewer rows than chunks): a zero on the graph, so that its backward runs like
+  // the others' and adds nothing; a mean loss over no rows would be NaN.
+  if (target_chunks_.at(microbatch).size(0) == 0) return (output.sum() * 0.0).reshape({});
   auto loss = options_.loss_fn()(output, target_chunks_.at(microbatch));
   COHORT_CHECK(loss.defined() && loss.numel() == 1, "Pipeline: the loss function returned ", describe_tensor(loss),
                " for microbatch ", microbatch, "; it must return one number (the microbatch's mean loss)");

@@ -73,8 +73,9 @@ void PipelineImpl::split_batch(const torch::Tensor& inputs, const torch::Tensor&
   const int64_t rows = targets.size(0);
   COHORT_CHECK(!first || inputs.size(0) == rows, "Pipeline::step: inputs have ", inputs.size(0),
                " rows but targets ", rows);
-  COHORT_CHECK(rows >= chunks, "Pipeline::step: a batch of ", rows, " rows cannot be split into ", chunks,
-               " microbatches (PipelineOptions::chunks): give at least ", chunks, " rows");
+  COHORT_CHECK(rows >= 1, "Pipeline::step: a batch of 0 rows: give at least one row");
+  // Uneven chunks differ by one row at most; with fewer rows than chunks (an epoch's short last
+  // batch) the last microbatches are empty: they run through every stage with weight 0 (loss_of).
   target_chunks_ = torch::tensor_split(targets, chunks, 0);
   for (const auto& chunk : target_chunks_) weights_.push_back(double(chunk.size(0)) / double(rows));
 }

@@ -2,8 +2,13 @@
 // cohort's retention (keep_last of them, to fall back on); the best save_top_k by `monitor` to
 // <dirpath>/best, where rank 0 deletes the ones that fall out of the top k. Scores are rank 0's, so
 // every rank takes part in the same saves.
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -19,6 +24,19 @@ std::string available_metrics(const std::map<std::string, double>& metrics) {
   std::string names;
   for (const auto& item : metrics) names += (names.empty() ? "" : ", ") + item.first;
   return names.empty() ? "none yet" : names;
+}
+
+// The directory made and a file created in it (and removed) on every rank before the first step: a
+// directory that cannot take the checkpoint is named now, not at the first save an epoch later.
+void check_writable(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  COHORT_CHECK(!error, "ModelCheckpointOptions.dirpath ", dir, ": cannot create the directory: ", error.message());
+  std::string probe = dir + "/.write-test-XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  COHORT_CHECK(fd >= 0, "ModelCheckpointOptions.dirpath ", dir, ": cannot create files in it: ", std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
 }
 
 }  // namespace
@@ -38,6 +56,7 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
 
 void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainingModule& module) {
   if (options_.dirpath().empty()) options_.dirpath(trainer.root_dir() + "/checkpoints");
+  check_writable(options_.dirpath());
 }
 
 void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainingModule& module, int64_t batch_index) {

@@ -2,9 +2,11 @@
 #include "trainer/self_launch.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cerrno>
 #include <cstdlib>
@@ -12,6 +14,7 @@
 #include <exception>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "cohort/error.h"
 #include "world/net.h"
@@ -58,7 +61,62 @@ void restart_with_worker_threads(const launch::EnvVars& base, const std::vector<
   throw Error("self-launch: cannot restart " + path + " with OMP_NUM_THREADS=1: " + std::strerror(errno));
 }
 
+std::string megabytes(int64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
+
+int usable_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return std::max(1, int(::sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+int64_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return -1;
+  return resident * ::sysconf(_SC_PAGESIZE);
+}
+
+// MemAvailable, or the room left under this cgroup's memory.max when that is less.
+int64_t available_memory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0, available = -1;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") available = kib * 1024;
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  int64_t limit = 0, used = 0;
+  if (max_file >> limit && current_file >> used) {  // "max" (no limit) fails the read
+    const int64_t room = std::max<int64_t>(0, limit - used);
+    available = available < 0 ? room : std::min(available, room);
+  }
+  return available;
+}
+
+// SIGTERM to the worker's group, then SIGCONT: a stopped worker (SIGSTOP, Ctrl-Z, a debugger's halt)
+// acts on the SIGTERM only once it runs again; without SIGCONT it would sit out the grace period
+// until SIGKILL, as cohortrun's supervisor also avoids.
+void send_stop(const launch::WorkerProcess& process) {
+  process.signal_group(SIGTERM);
+  process.signal_group(SIGCONT);
+}
+
 }  // namespace
+
+std::string refuse_workers(const WorkerRoom& room) {
+  std::ostringstream out;
+  if (room.devices > kProcessesPerCore * room.cores) {
+    out << "TrainerOptions.devices " << room.devices << " would start " << room.devices << " processes on the "
+        << room.cores << " core(s) this process may use (at most " << kProcessesPerCore << " per core): use devices "
+        << kProcessesPerCore * room.cores << " or fewer, or a launcher over several nodes";
+    return out.str();
+  }
+  const int64_t needed = room.resident * (room.devices - 1);
+  if (room.resident <= 0 || room.available < 0 || needed <= room.available) return "";
+  out << "TrainerOptions.devices " << room.devices << " would start " << room.devices - 1 << " more processes of at "
+      << "least " << megabytes(room.resident) << " each (this process's resident memory), " << megabytes(needed)
+      << " in all, more than the " << megabytes(room.available) << " available on this node: use fewer devices";
+  return out.str();
+}
 
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {
   if (env.launcher == "none") {
@@ -80,6 +138,9 @@ SelfLauncher::SelfLauncher(const LaunchEnv& env, int devices) {
 }
 
 void SelfLauncher::start(int devices) {
+  // Before the first fork, not after hundreds of them or gigabytes of workers.
+  const std::string refusal = refuse_workers({devices, usable_cores(), resident_bytes(), available_memory()});
+  COHORT_CHECK(refusal.empty(), refusal);
   launch::GroupLayout layout;
   layout.local_world_size = devices;
   layout.world_size = devices;
@@ -137,7 +198,7 @@ void SelfLauncher::on_exit(Worker& worker) {
   failure_ = "rank " + std::to_string(worker.rank) + " " + status.describe() +
              (tail.empty() ? "" : ": " + tail.back());
   for (auto& other : workers_)
-    if (other->process->running()) other->process->signal_group(SIGTERM);
+    if (other->process->running()) send_stop(*other->process);
   changed_.notify_all();
 }
 
@@ -182,7 +243,7 @@ std::string SelfLauncher::failure(std::chrono::milliseconds wait) {
 
 void SelfLauncher::stop_workers() {
   for (auto& worker : workers_)
-    if (worker->process && worker->process->running()) worker->process->signal_group(SIGTERM);
+    if (worker->process && worker->process->running()) send_stop(*worker->process);
 }
 
 SelfLauncher::~SelfLauncher() {
@@ -191,7 +252,7 @@ SelfLauncher::~SelfLauncher() {
   if (std::uncaught_exceptions() > 0) {
     stop_workers();
     std::unique_lock<std::mutex> lock(mutex_);
-    if (!changed_.wait_for(lock, std::chrono::seconds(5), [&] { return stopping_; })) {
+    if (!changed_.wait_for(lock, kStopGrace, [&] { return stopping_; })) {
       for (auto& worker : workers_)
         if (worker->process->running()) worker->process->signal_group(SIGKILL);
     }

@@ -3,12 +3,14 @@
 // with torchrun's environment (the variables cohortrun sets, world/worker_env.h), and becomes rank
 // 0 itself. Their output comes through prefixed "[rankN]: "; a worker that fails stops the others
 // and its message becomes the job's error; workers die with this process (PR_SET_PDEATHSIG) and are
-// stopped and reaped when it fails, so none is left behind. Under a launcher nothing is started, and
-// the launcher's world is checked against devices x num_nodes.
+// stopped (SIGTERM with SIGCONT, then SIGKILL) and reaped when it fails, so none is left behind.
+// devices is checked against the node's cores and memory before the first fork. Under a launcher
+// nothing is started, and the launcher's world is checked against devices x num_nodes.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,6 +27,19 @@ namespace cohort::detail {
 /// naming both; num_nodes > 1 without a launcher is refused too.
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes);
 
+/// What starting `devices` processes on this node would ask of it: each a whole copy of this program
+/// (at least this process's resident memory) with threads of its own.
+struct WorkerRoom {
+  int devices = 0;
+  int cores = 0;               // this process's usable cores (its affinity mask)
+  int64_t resident = -1;       // this process's resident bytes; -1: unknown
+  int64_t available = -1;      // memory this node can still give (MemAvailable, a cgroup limit); -1: unknown
+};
+/// More than kProcessesPerCore per usable core, or more memory than is available for the
+/// devices - 1 new processes: the refusal, naming devices and what it exceeds; "" when it fits.
+std::string refuse_workers(const WorkerRoom& room);
+constexpr int kProcessesPerCore = 4;
+
 class SelfLauncher {
  public:
   /// Starts workers 1..devices-1 when `env` has no launcher and devices > 1; else nothing.
@@ -37,8 +52,14 @@ class SelfLauncher {
   /// The first failed worker's message ("rank 1 exited with code 1: error: ..."), waiting up to
   /// `wait` for one to fail; "" when none did.
   std::string failure(std::chrono::milliseconds wait);
-  /// Stops the workers (SIGTERM, then SIGKILL) and reaps them.
+  /// Sends the workers SIGTERM and SIGCONT (a stopped one then dies too); the destructor, on an
+  /// error, SIGKILLs those still running after kStopGrace and reaps them.
   void stop_workers();
+  /// How long a failing job waits for a worker that failed first to be seen exiting (its message is
+  /// the job's error); a worker that failed has exited by the time this process notices, one that is
+  /// stopped or hung never will.
+  static constexpr std::chrono::seconds kFailureWait{3};
+  static constexpr std::chrono::seconds kStopGrace{5};
 
  private:
   struct Worker {

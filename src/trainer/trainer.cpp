@@ -126,7 +126,7 @@ void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& o
   } catch (const std::exception&) {
     // A worker this process started failed first: its message is the job's error.
     if (impl_->launcher.active()) {
-      const std::string failure = impl_->launcher.failure(std::chrono::seconds(10));
+      const std::string failure = impl_->launcher.failure(detail::SelfLauncher::kFailureWait);
       if (!failure.empty()) throw Error(failure);
     }
     throw;

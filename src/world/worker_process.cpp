@@ -77,7 +77,7 @@ struct CpuMask {
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) ::signal(sig, SIG_DFL);
+  for (int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGXFSZ}) ::signal(sig, SIG_DFL);
   if (mask.set != nullptr && ::sched_setaffinity(0, mask.bytes, mask.set) != 0) child_fails(report_w, kBindStage);
   ::execve(request.path.c_str(), argv, envp);
   child_fails(report_w, kExecStage);

@@ -2,10 +2,15 @@
 // when every rank is on this host and can be turned off; with tiny chunks (COHORT_SHM_BYTES=4096) every
 // collective crosses many chunk boundaries and uneven slices, and each result must equal, bit for bit,
 // the reduction of every rank's tensor taken in rank order. A rank that stops or dies inside a transfer
-// must make the others fail promptly, naming it.
+// must make the others fail promptly, naming it; a segment left by a dead job is removed at the next
+// start, a live one never.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -263,6 +268,52 @@ TEST(Shm, AStoppedRankTimesOutNamingIt) {
   EXPECT_THAT(r.reports[0], HasSubstr("allreduce(sum) float32 [4194304] timed out after 3000 ms"));
   EXPECT_THAT(r.reports[0], HasSubstr("rank 1 never arrived"));
   EXPECT_LT(std::stod(r.reports[1].substr(8)), 10.0);
+}
+
+namespace {
+
+// A pid that was a process a moment ago and is none now (a child, reaped).
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+bool segment_exists(const std::string& name) { return ::access(("/dev/shm" + name).c_str(), F_OK) == 0; }
+
+void make_segment(const std::string& name) {
+  const int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+  ASSERT_GE(fd, 0) << name;
+  ::close(fd);
+}
+
+}  // namespace
+
+// A rank 0 killed -9 during set-up left its segment's name in /dev/shm, where such names piled up.
+// The next job's rank 0 removes it: cohort's name, the pid in it gone, the owner's lock free. A name
+// whose lock is held (a live job whose pid this namespace does not see) and one of a live pid stay.
+TEST(Shm, SegmentsOfDeadJobsAreRemovedAtTheNextStartAndLiveOnesKept) {
+  const std::string stale = "/cohort-" + std::to_string(dead_pid()) + "-00000000deadbeef";
+  const std::string locked = "/cohort-" + std::to_string(dead_pid()) + "-00000000feedbeef";
+  const std::string live = "/cohort-" + std::to_string(::getpid()) + "-00000000cafebeef";
+  int lock_fd = -1;
+  if (!cohort::testing::is_rank_process()) {
+    for (const auto& name : {stale, locked, live}) make_segment(name);
+    lock_fd = ::shm_open(locked.c_str(), O_RDWR, 0600);
+    ASSERT_EQ(::flock(lock_fd, LOCK_EX | LOCK_NB), 0);
+  }
+  run_ranks(2, [](int, int) {
+    auto world = cohort::init();
+    auto x = torch::ones({4});
+    world.comm().allreduce(x, ReduceOp::kSum);
+    EXPECT_EQ(x[0].item<float>(), 2.0f);
+  });
+  EXPECT_FALSE(segment_exists(stale)) << stale;
+  EXPECT_TRUE(segment_exists(locked)) << locked;
+  EXPECT_TRUE(segment_exists(live)) << live;
+  ::close(lock_fd);
+  for (const auto& name : {stale, locked, live}) ::shm_unlink(name.c_str());
 }
 
 }  // namespace comm_shm_test

@@ -189,6 +189,16 @@ TEST(PipelineEquivalence, TwoStagesEverySchedule) {
   }, with_timeout(60));
 }
 
+// 8 chunks: the last step's 7 rows leave microbatch 7 empty (an epoch's short last batch); it runs
+// through both stages, adds nothing, and the step still equals one process's on the 7 rows.
+TEST(PipelineEquivalence, FewerRowsThanChunksLeaveMicrobatchesEmpty) {
+  run_ranks(2, [](int, int) {
+    auto world = cohort::init();
+    expect_equivalent(world.comm_ptr(), {"1f1b", 1, "sgd", {}, 8});
+    expect_equivalent(world.comm_ptr(), {"gpipe", 1, "adam", {}, 8, true});
+  }, with_timeout(60));
+}
+
 TEST(PipelineEquivalence, ThreeStagesUnevenPartitionAndRecompute) {
   run_ranks(3, [](int, int) {
     auto world = cohort::init();

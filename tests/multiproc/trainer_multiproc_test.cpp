@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -105,7 +106,7 @@ TEST(TrainerMultiproc, SameParametersAsTheHandWrittenLoop) {
 
 // Calls step(batch) on the global batches `shares` data shares read together, kEpochs epochs: step
 // k's batch is every share's k-th batch of kBatch (the DistributedSampler of that share), concatenated.
-void over_global_batches(int shares, const std::function<void(const cohort::Batch&)>& step) {
+void over_global_batches(int shares, int64_t batch, const std::function<void(const cohort::Batch&)>& step) {
   auto data = tiny_data();
   std::vector<cohort::DistributedSampler> samplers;
   for (int r = 0; r < shares; ++r)
@@ -114,7 +115,7 @@ void over_global_batches(int shares, const std::function<void(const cohort::Batc
     std::vector<std::vector<torch::Tensor>> batches;
     for (auto& sampler : samplers) {
       sampler.set_epoch(epoch);
-      batches.push_back(sampler.batch_tensors(kBatch));
+      batches.push_back(sampler.batch_tensors(batch));
     }
     for (size_t k = 0; k < batches[0].size(); ++k) {
       std::vector<torch::Tensor> parts;
@@ -129,7 +130,7 @@ void over_global_batches(int shares, const std::function<void(const cohort::Batc
 std::vector<std::pair<std::string, torch::Tensor>> residual_one_process(int shares) {
   ResidualModule module;
   auto adam = module.configure_optimizers(module.parameters());
-  over_global_batches(shares, [&](const cohort::Batch& b) {
+  over_global_batches(shares, kBatch, [&](const cohort::Batch& b) {
     adam->zero_grad();
     torch::nn::functional::cross_entropy(module.logits(b.data), b.target).backward();
     adam->step();
@@ -183,12 +184,12 @@ TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
   remove_tree(dir);
 }
 
-// One process over the batches `shares` pipelines read together (over_global_batches), one Adam step
-// on each, the gradient's norm clipped to `clip` (0: not clipped).
-torch::nn::Sequential one_process(int shares, double clip) {
+// One process over the batches `shares` pipelines read together (over_global_batches, batches of
+// `batch` per share), one Adam step on each, the gradient's norm clipped to `clip` (0: not clipped).
+torch::nn::Sequential one_process(int shares, double clip, int64_t batch) {
   auto net = tiny_network();
   torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(0.01));
-  over_global_batches(shares, [&](const cohort::Batch& b) {
+  over_global_batches(shares, batch, [&](const cohort::Batch& b) {
     adam.zero_grad();
     torch::nn::functional::cross_entropy(net->forward(b.data), b.target).backward();
     if (clip > 0) torch::nn::utils::clip_grad_norm_(net->parameters(), clip);
@@ -199,11 +200,11 @@ torch::nn::Sequential one_process(int shares, double clip) {
 
 // Pipelined: the same weights as one process (within float rounding: microbatches sum in another
 // order), and the same validation loss over the whole data.
-void expect_pipeline_trains_as_one_process(cohort::TrainerOptions options, int shares) {
-  auto reference = one_process(shares, options.gradient_clip_val());
+void expect_pipeline_trains_as_one_process(cohort::TrainerOptions options, int shares, int64_t batch = kBatch) {
+  auto reference = one_process(shares, options.gradient_clip_val(), batch);
   cohort::Trainer trainer(options);
   TinyModule module;
-  cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
+  cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(batch).shuffle(true));
   trainer.fit(module, loader);
   const auto trained = trainer.full_parameters();
   const auto expected = reference->named_parameters();
@@ -228,6 +229,16 @@ TEST(TrainerPipeline, TwoStagesTrainAsOneProcess) {
     expect_pipeline_trains_as_one_process(quiet("pipeline"), 1);
     expect_pipeline_trains_as_one_process(quiet("pipeline").pipeline_schedule("gpipe").pipeline_chunks(3)
                                               .gradient_clip_val(0.05), 1);
+  });
+}
+
+// Batches of 7 from 64 samples: each epoch ends with a batch of 1 row for 4 microbatches, which
+// used to fail ("a batch of 1 rows cannot be split into 4 microbatches"); its empty microbatches
+// now add nothing, and the fit ends where one process does.
+TEST(TrainerPipeline, AShortLastBatchTrainsAsOneProcess) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    expect_pipeline_trains_as_one_process(quiet("pipeline").pipeline_chunks(4), 1, 7);
   });
 }
 
@@ -269,6 +280,19 @@ TEST(TrainerPipeline, AModuleWithoutLossAndStagesNotDividingTheWorldAreNamed) {
   });
 }
 
+// Rank 1 stops itself (SIGSTOP) as a debugger's halt or Ctrl-Z would; a SIGTERM it gets once
+// continued says so. The time of the stop goes to <dir>/stopped.
+void stop_self() {
+  std::signal(SIGTERM, [](int) {
+    const char line[] = "rank 1 got SIGTERM after SIGSTOP\n";
+    (void)!::write(2, line, sizeof line - 1);
+    ::_exit(143);
+  });
+  std::ofstream(std::string(std::getenv("TRAINER_TEST_DIR")) + "/stopped")
+      << std::chrono::steady_clock::now().time_since_epoch().count();
+  ::raise(SIGSTOP);
+}
+
 // The program of the self-launch tests: run as a plain process (no launcher variables), it asks for
 // devices 2 and so becomes rank 0 of a job whose rank 1 it starts itself, with these same arguments.
 TEST(TrainerSelfLaunch, DISABLED_Program) {
@@ -282,6 +306,7 @@ TEST(TrainerSelfLaunch, DISABLED_Program) {
         std::fprintf(stderr, "error: rank 1 broke on purpose\n");
         std::_Exit(3);
       }
+      if (std::getenv("TRAINER_STOP") && current_epoch() == 0 && index == 3 && rank_ == 1) stop_self();
       return TinyModule::training_step(batch, index);
     }
     int rank_ = 0;
@@ -293,18 +318,17 @@ TEST(TrainerSelfLaunch, DISABLED_Program) {
               trainer.world().launcher().c_str(), static_cast<long long>(trainer.global_step()));
 }
 
-ProcResult run_program(const std::string& dir, bool fail) {
+ProcResult run_program(const std::string& dir, Env extra = {}) {
   char self[4096];
   const ssize_t size = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  Env extra{{"TRAINER_TEST_DIR", dir}};
-  if (fail) extra["TRAINER_FAIL"] = "1";
+  extra["TRAINER_TEST_DIR"] = dir;
   return run_process({std::string(self, size_t(size)), "--gtest_filter=TrainerSelfLaunch.DISABLED_Program",
                       "--gtest_also_run_disabled_tests"}, clean_env(extra), std::chrono::seconds(120));
 }
 
 TEST(TrainerSelfLaunch, StartsTheOtherWorkerWithPrefixedOutput) {
   const std::string dir = make_temp_dir("trainer_self_launch_");
-  const ProcResult result = run_program(dir, false);
+  const ProcResult result = run_program(dir);
   EXPECT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("rank 0 of 2 (cohortrun/torchrun) trained 8 steps\n"));
   EXPECT_THAT(result.out, HasSubstr("[rank1]: rank 1 of 2 (cohortrun/torchrun) trained 8 steps\n"));
@@ -314,11 +338,32 @@ TEST(TrainerSelfLaunch, StartsTheOtherWorkerWithPrefixedOutput) {
 
 TEST(TrainerSelfLaunch, AWorkerDyingFailsTheJobNamingIt) {
   const std::string dir = make_temp_dir("trainer_self_fail_");
-  const ProcResult result = run_program(dir, true);
+  const ProcResult result = run_program(dir, {{"TRAINER_FAIL", "1"}});
   EXPECT_NE(result.code, 0) << result.describe();
   EXPECT_THAT(result.out + result.err, HasSubstr("rank 1 exited with code 3: error: rank 1 broke on purpose"));
   EXPECT_THAT(result.err, HasSubstr("[rank1]: error: rank 1 broke on purpose"));
   EXPECT_EQ(recorded_pids(dir).size(), 2u);
+  EXPECT_TRUE(alive_after(recorded_pids(dir), std::chrono::seconds(10)).empty());
+  remove_tree(dir);
+}
+
+// A stopped worker: rank 0's collective times out naming rank 1, and the job ends at once: the
+// stopped worker gets SIGTERM with SIGCONT (it runs its handler instead of waiting for SIGKILL), and
+// rank 0 waits for a worker's failure only briefly. Before, the job ended 27 s after the stop with
+// COHORT_TIMEOUT=10 (a 10 s wait for a failure that never came, then 5 s to SIGKILL): with
+// COHORT_TIMEOUT=4 that was 19 s or more; now about 4 + 3 s, well within the bound of 14 s.
+TEST(TrainerSelfLaunch, AStoppedWorkerIsNamedAndEndedPromptly) {
+  const std::string dir = make_temp_dir("trainer_self_stop_");
+  const ProcResult result = run_program(dir, {{"TRAINER_STOP", "1"}, {"COHORT_TIMEOUT", "4"}});
+  const auto ended = std::chrono::steady_clock::now().time_since_epoch().count();
+  EXPECT_NE(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out + result.err, HasSubstr("timed out after 4000 ms: rank 1 never arrived"));
+  EXPECT_THAT(result.err, HasSubstr("[rank1]: rank 1 got SIGTERM after SIGSTOP"));
+  std::ifstream stopped(dir + "/stopped");
+  int64_t stop_time = 0;
+  ASSERT_TRUE(stopped >> stop_time) << result.describe();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::duration(ended - stop_time)).count(), 14.0)
+      << result.describe();
   EXPECT_TRUE(alive_after(recorded_pids(dir), std::chrono::seconds(10)).empty());
   remove_tree(dir);
 }

@@ -283,17 +283,34 @@ void check_rdzv_conf_keys(const LaunchOptions& o) {
   }
 }
 
-// A filter naming only local ranks that do not exist would hide every worker's output.
-void check_ranks_filter(const LaunchOptions& o) {
-  std::string list;
-  for (int rank : o.local_ranks_filter) list += (list.empty() ? "" : ",") + std::to_string(rank);
-  for (int rank : o.local_ranks_filter) {
+// A local rank named by a flag must exist: a filter naming only local ranks that do not exist would
+// hide every worker's output, and a --redirects/--tee entry for one would silently do nothing.
+void check_local_ranks(const LaunchOptions& o, const std::string& flag, const std::set<int>& ranks,
+                       const std::string& text) {
+  for (int rank : ranks) {
     if (rank >= o.nproc) {
-      throw UsageError("--local-ranks-filter=" + list + ": local rank " + std::to_string(rank) +
+      throw UsageError(flag + "=" + text + ": local rank " + std::to_string(rank) +
                        " does not exist (--nproc-per-node=" + o.nproc_per_node + " starts local ranks 0.." +
                        std::to_string(o.nproc - 1) + ")");
     }
   }
+}
+
+void check_ranks_filter(const LaunchOptions& o) {
+  std::string list;
+  for (int rank : o.local_ranks_filter) list += (list.empty() ? "" : ",") + std::to_string(rank);
+  check_local_ranks(o, "--local-ranks-filter", o.local_ranks_filter, list);
+}
+
+// --redirects and --tee in their per-rank form (R:V,...), as the map holds them.
+void check_std_spec_ranks(const LaunchOptions& o, const std::string& flag, const StdSpec& spec) {
+  std::set<int> ranks;
+  std::string text;
+  for (const auto& [rank, value] : spec.per_rank) {
+    ranks.insert(rank);
+    text += (text.empty() ? "" : ",") + std::to_string(rank) + ":" + std::to_string(value);
+  }
+  check_local_ranks(o, flag, ranks, text);
 }
 
 }  // namespace
@@ -302,6 +319,8 @@ void resolve_options(LaunchOptions& o) {
   if (o.monitor_interval <= 0) throw UsageError("--monitor-interval must be > 0 seconds");
   check_rdzv_conf_keys(o);
   check_ranks_filter(o);
+  check_std_spec_ranks(o, "--redirects", o.redirects);
+  check_std_spec_ranks(o, "--tee", o.tee);
   if (o.rdzv_conf.count("join_timeout")) {
     o.join_timeout = parse_seconds("--rdzv-conf join_timeout", o.rdzv_conf["join_timeout"]);
   }

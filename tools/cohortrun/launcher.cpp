@@ -15,6 +15,7 @@
 
 #include "cohortrun/cpu_binding.h"
 #include "cohortrun/flags.h"
+#include "cohortrun/orphans.h"
 #include "cohortrun/output.h"
 #include "cohortrun/program.h"
 #include "cohortrun/rendezvous.h"
@@ -83,6 +84,7 @@ struct LaunchContext {
   EnvVars base_env;
   std::string prefix_template;
   RunDir run_dir;
+  std::vector<std::string> log_failures;  // of every attempt, said again when cohortrun ends
 };
 
 // Makes the directory the attempts write to; false (and says why) when it cannot be made.
@@ -172,11 +174,12 @@ std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchOptions& o
 }
 
 // One round: join, run the workers, and decide. nullopt: restart; else cohortrun's exit code.
-std::optional<int> run_round(const LaunchContext& context, Rendezvous& rdzv, int round) {
+std::optional<int> run_round(LaunchContext& context, Rendezvous& rdzv, int round) {
   const LaunchOptions& options = context.options;
   if (termination_signal() != 0) throw Interrupted(termination_signal());
   const RoundInfo info = rdzv.join(round);
   const AttemptResult result = run_attempt(make_attempt(context, rdzv, info, round));
+  context.log_failures.insert(context.log_failures.end(), result.log_failures.begin(), result.log_failures.end());
   if (result.end == AttemptEnd::kSignaled) {
     Outcome stop{Outcome::Kind::kStop, info.node_rank,
                  "node " + std::to_string(info.node_rank) + " got " + signal_name(result.signal)};
@@ -206,10 +209,18 @@ std::optional<int> run_round(const LaunchContext& context, Rendezvous& rdzv, int
   return 1;
 }
 
+// The summary of worker output that did not reach --log-dir (each was also said when it happened).
+void say_log_failures(const std::vector<std::string>& failures) {
+  if (failures.empty()) return;
+  say("warning: " + std::to_string(failures.size()) + " worker log file(s) are incomplete (the rest went to "
+      "the console); the first: " + failures.front());
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& options) {
   install_signal_handlers();
+  become_subreaper();  // the workers' orphans come to cohortrun, which ends them (orphans.h)
   LaunchContext context{options, process_env(), getenv_or_empty("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"), {}};
   for (size_t local_rank = 0; local_rank < options.local_rank_cpus.size(); ++local_rank) {
     say(describe_binding(static_cast<int>(local_rank), options.local_rank_cpus[local_rank], context.base_env));
@@ -221,7 +232,10 @@ int run_launch(const LaunchOptions& options) {
   try {
     const std::unique_ptr<Rendezvous> rdzv = make_rendezvous(options);
     for (int round = 0;; ++round) {
-      if (const std::optional<int> code = run_round(context, *rdzv, round)) return *code;
+      if (const std::optional<int> code = run_round(context, *rdzv, round)) {
+        say_log_failures(context.log_failures);
+        return *code;
+      }
     }
   } catch (const Interrupted& e) {
     say("got " + signal_name(e.signal) + " while waiting for other nodes; no worker is running");
@@ -248,6 +262,7 @@ int cohortrun_main(int argc, char** argv) {
     wants_gpus |= pet == "gpu" || pet == "auto";
     if (wants_gpus) host.gpu_count = static_cast<int>(torch::cuda::device_count());
     parsed = parse_command_line(args, host);
+    if (parsed.help.empty()) check_log_dir(parsed.options.log_dir);
   } catch (const UsageError& e) {
     std::cerr << "cohortrun: error: " << e.what() << "\n" << usage_hint() << std::endl;
     return 2;

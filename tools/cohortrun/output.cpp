@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <stdexcept>
 #include <cstring>
 
@@ -35,7 +36,17 @@ bool needs_log_files(const LaunchOptions& options) {
   return false;
 }
 
-void write_all(int fd, const char* data, size_t size) {
+void check_log_dir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) throw UsageError("--log-dir=" + dir + ": cannot create the directory: " + error.message());
+  if (!std::filesystem::is_directory(dir, error)) throw UsageError("--log-dir=" + dir + " is not a directory");
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    throw UsageError("--log-dir=" + dir + ": cannot write into the directory: " + std::strerror(errno));
+}
+
+int write_all(int fd, const char* data, size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, data, size);
     if (n > 0) {
@@ -45,9 +56,10 @@ void write_all(int fd, const char* data, size_t size) {
       pollfd waiting{fd, POLLOUT, 0};
       ::poll(&waiting, 1, 100);
     } else if (!(n < 0 && errno == EINTR)) {
-      return;
+      return n < 0 ? errno : EIO;
     }
   }
+  return 0;
 }
 
 WorkerOutput::WorkerOutput(std::string prefix, StreamRoute out, StreamRoute err,
@@ -58,6 +70,7 @@ WorkerOutput::WorkerOutput(std::string prefix, StreamRoute out, StreamRoute err,
   for (int i = 0; i < 2; ++i) {
     if (!streams_[i].route.file) continue;
     const std::string path = log_dir + (i == 0 ? "/stdout.log" : "/stderr.log");
+    streams_[i].path = path;
     streams_[i].file_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (streams_[i].file_fd < 0) {
       throw std::runtime_error("cannot create " + path + ": " + std::strerror(errno));
@@ -73,8 +86,22 @@ WorkerOutput::~WorkerOutput() {
 
 void WorkerOutput::on_data(int stream, const char* data, size_t size) {
   Stream& s = streams_[stream == StdSpec::kOut ? 0 : 1];
-  if (s.file_fd >= 0) write_all(s.file_fd, data, size);
+  if (s.file_fd >= 0) {
+    if (const int error = write_all(s.file_fd, data, size)) file_failed(s, error);
+  }
   for (auto& line : s.splitter.feed(data, size)) emit(stream, line);
+}
+
+// The log file cannot take more (ENOSPC, EFBIG, EIO): said at once, and the stream goes on to the
+// console so that what follows is not lost as well.
+void WorkerOutput::file_failed(Stream& s, int error) {
+  ::close(s.file_fd);
+  s.file_fd = -1;
+  s.route.console = true;
+  log_failures_.push_back("cannot write " + s.path + ": " + std::strerror(error));
+  const std::string line = "[cohortrun] warning: " + log_failures_.back() +
+                           "; the log file is incomplete and this stream goes on to the console\n";
+  write_all(2, line.data(), line.size());
 }
 
 void WorkerOutput::finish(int stream) {

@@ -23,8 +23,13 @@ StreamRoute route_stream(const LaunchOptions& options, int local_rank, int strea
 /// True when some stream of some local rank goes to a file (a log directory is needed).
 bool needs_log_files(const LaunchOptions& options);
 
-/// Writes all of `data` to `fd`, retrying on EINTR/EAGAIN; errors (closed console) are ignored.
-void write_all(int fd, const char* data, size_t size);
+/// --log-dir made (with its parents) and checked to be a directory cohortrun may write into, before
+/// any worker starts; throws UsageError naming the flag, the path and the reason otherwise.
+void check_log_dir(const std::string& dir);
+
+/// Writes all of `data` to `fd`, retrying on EINTR/EAGAIN. Returns 0, or the errno of the write that
+/// failed (callers writing to the console ignore it: a closed console is no reason to stop).
+int write_all(int fd, const char* data, size_t size);
 
 /// The output of one worker: splits its pipes into lines, prefixes and routes them, and keeps the
 /// tail of stderr for the failure summary.
@@ -41,17 +46,23 @@ class WorkerOutput {
   /// End of `stream`: a last unterminated line is emitted.
   void finish(int stream);
   std::vector<std::string> stderr_tail() const { return tail_.lines(); }
+  /// A log file that could not be written (a full disk, a file size limit): "cannot write PATH: why",
+  /// one entry per stream. Said on stderr at once; the stream's further output goes to the console.
+  const std::vector<std::string>& log_failures() const { return log_failures_; }
 
  private:
   struct Stream {
     StreamRoute route;
     int file_fd = -1;
+    std::string path;
     LineSplitter splitter;
   };
   void emit(int stream, const std::string& line);
+  void file_failed(Stream& s, int error);
   std::string prefix_;
   Stream streams_[2];
   TailBuffer tail_;
+  std::vector<std::string> log_failures_;
 };
 
 }  // namespace cohort::detail::launch

@@ -42,6 +42,9 @@ void install_signal_handlers() {
   action.sa_flags = SA_RESTART;
   for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::sigaction(sig, &action, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
+  // A log file past the file size limit (ulimit -f) fails its write with EFBIG, which output.cpp
+  // reports, instead of killing cohortrun and orphaning the workers' output.
+  ::signal(SIGXFSZ, SIG_IGN);
 }
 
 int signal_fd() { return g_pipe[0]; }

@@ -1,6 +1,7 @@
 // Signals as events for cohortrun's poll loop (the self-pipe trick): SIGCHLD wakes the supervisor to
 // reap workers; SIGINT, SIGTERM, SIGHUP and SIGQUIT are recorded to be forwarded to every worker.
-// SIGPIPE is ignored so a closed console never kills the launcher while workers run.
+// SIGPIPE is ignored so a closed console never kills the launcher while workers run, and SIGXFSZ so
+// a log file over the file size limit is a failed write (reported), not a dead launcher.
 #pragma once
 
 namespace cohort::detail::launch {

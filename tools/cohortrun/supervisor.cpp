@@ -1,6 +1,7 @@
 // The supervisor's poll loop (see supervisor.h): one thread, poll() over the signal self-pipe and
 // every worker's stdout/stderr, waitpid(WNOHANG) on each wake-up, and a deadline for SIGKILL once a
-// stop began. Workers are signalled by process group so their own children stop with them.
+// stop began. Workers are signalled by process group so their own children stop with them; children
+// that left the group (setsid) are re-parented to cohortrun, the subreaper, and ended at the end.
 #include "cohortrun/supervisor.h"
 
 #include <poll.h>
@@ -15,8 +16,10 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <set>
 
 #include "cohortrun/cpu_binding.h"
+#include "cohortrun/orphans.h"
 #include "cohortrun/output.h"
 #include "cohortrun/signals.h"
 
@@ -211,7 +214,7 @@ class Attempt {
       }
       const int ready = ::poll(fds.data(), fds.size(), poll_timeout_ms());
       if (ready > 0) {
-        if (fds[0].revents) drain_signals();
+        if (fds[0].revents && drain_signals()) reap_orphans(worker_pids());  // an orphan's zombie
         for (size_t i = 1; i < fds.size(); ++i) {
           if (fds[i].revents) pump(*owners[i].first, owners[i].second, false);
         }
@@ -234,15 +237,24 @@ class Attempt {
     return std::chrono::milliseconds(static_cast<long>(spec_.options->monitor_interval * 1000));
   }
 
+  std::set<pid_t> worker_pids() const {
+    std::set<pid_t> pids;
+    for (const auto& slot : slots_) pids.insert(slot->process->pid());
+    return pids;
+  }
+
   void finish() {
+    for (auto& slot : slots_) slot->process->signal_group(SIGKILL);  // children left in its group
+    // Descendants that left the workers' groups (setsid) and were re-parented to this subreaper.
+    end_orphans(worker_pids(), spec_.options->stop_timeout);
     for (auto& slot : slots_) {
-      slot->process->signal_group(SIGKILL);  // children a worker left behind in its group
       pump(*slot, StdSpec::kOut, true);
       pump(*slot, StdSpec::kErr, true);
       slot->output->finish(StdSpec::kOut);
       slot->output->finish(StdSpec::kErr);
       slot->process->close_out();
       slot->process->close_err();
+      for (const auto& failure : slot->output->log_failures()) result_.log_failures.push_back(failure);
     }
     for (auto& failure : result_.failures) {
       for (auto& slot : slots_) {

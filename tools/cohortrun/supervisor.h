@@ -37,6 +37,7 @@ struct AttemptResult {
   std::vector<WorkerFailure> failures;
   std::string stop_reason;  // kStopped: what check_remote returned
   int signal = 0;           // kSignaled: the signal
+  std::vector<std::string> log_failures;  // log files that could not be written (WorkerOutput)
 };
 
 struct AttemptSpec {
