@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <thread>
 
 #include "cohort/comm.h"
@@ -105,15 +106,27 @@ TEST(Desync, DtypeMismatchIsCaughtBeforeDataMoves) {
   }
 }
 
+// COHORT_TIMEOUT bounds the rendezvous as well, so a 2 s one failed this test whenever a rank started
+// more than 2 s late on a loaded machine. The world meets with a generous timeout; the collective under
+// test runs on a group of every rank (the same ranks, numbers and code path) whose timeout is 2 s.
+// Ranks 2 and 3 stay alive, never calling it, until ranks 0 and 1 have reported: however late they
+// run, the failure is "never arrived", never "died".
 TEST(Timeout, NamesTheRanksThatNeverArrived) {
-  auto results = run_ranks(4, [](int rank, int) {
-    auto& comm = cohort::init().comm();
-    if (rank >= 2) {
-      std::this_thread::sleep_for(std::chrono::seconds(5));  // never calls the collective
+  auto options = short_timeout(120);
+  options.deadline = std::chrono::seconds(120);
+  const std::string dir = cohort::testing::shared_temp_dir(options, "COMM_FAILURE_TEST_DIR", "cohort-comm-failure-");
+  auto results = run_ranks(4, [&dir](int rank, int) {
+    const auto world = cohort::init();
+    auto group = world.new_group({0, 1, 2, 3}, cohort::GroupOptions().timeout(std::chrono::milliseconds(2000)));
+    const auto done = [&](int r) { return dir + "/done-" + std::to_string(r); };
+    if (rank >= 2) {  // never calls the collective; waits (bounded) for ranks 0 and 1 to be done
+      for (int i = 0; i < 1000 && !(::access(done(0).c_str(), F_OK) == 0 && ::access(done(1).c_str(), F_OK) == 0); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
       return;
     }
-    expect_error([&] { comm.allreduce(torch::ones({8})); });
-  }, short_timeout(2));
+    expect_error([&] { group->allreduce(torch::ones({8})); });
+    std::ofstream(done(rank)) << "done";
+  }, options);
   for (int rank = 0; rank < 2; ++rank) {
     const auto& r = results[rank];
     ASSERT_FALSE(r.reports.empty()) << r.output;
