@@ -164,7 +164,7 @@ TEST(Store, AnswersWhatGlooAndCohortAsk) {
 
 TEST(Store, AStrangerCannotReadAKey) {
   auto server = serve();
-  client(*server)->set("cohort/job", {'s', 'e', 'c', 'r', 'e', 't'});
+  client(*server)->set("cohort/job", {'r', 'u', 'n', ':', 'j', 'o', 'b', '-', 'a'});
   Stranger stranger(*server);
   std::string answer;
   const std::string log = log_of([&] {
@@ -173,7 +173,7 @@ TEST(Store, AStrangerCannotReadAKey) {
   }, "refused " + stranger.address);
   EXPECT_THAT(log, HasSubstr("rendezvous store at " + server->where() + ": refused " + stranger.address +
                              ": its first message is not a proof of the job's secret"));
-  EXPECT_EQ(answer.find("secret"), std::string::npos) << "the value reached the stranger";
+  EXPECT_EQ(answer.find("run:job-a"), std::string::npos) << "the value reached the stranger";
   // A client with the wrong secret is refused in the same way, and told why.
   EXPECT_THAT(error_of([&] { client(*server, "a-guess"); }),
               HasSubstr("refused this rank (it does not know the job's secret (wrong HMAC proof))"));
