@@ -246,6 +246,9 @@ class StoreRendezvous : public Rendezvous {
       pause_or_interrupt();
       std::this_thread::sleep_for(std::chrono::milliseconds(80));
     }
+    // Whose store it is, from its greeting: another job's is named before our proof fails there.
+    const StoreHello hello = read_store_hello(options_.endpoint.host, options_.endpoint.port, std::chrono::seconds(5));
+    if (hello.run_id && options_.rdzv_id != "none" && *hello.run_id != options_.rdzv_id) refuse_job(*hello.run_id);
     try {
       const JobSecret secret = agents_secret();
       store_ = c10::make_intrusive<CohortStore>(StoreClientOptions{options_.endpoint.host, options_.endpoint.port,
@@ -254,6 +257,12 @@ class StoreRendezvous : public Rendezvous {
       const std::string why = e.what();
       throw RendezvousError("cannot connect to " + where() + ": " + why.substr(0, why.find('\n')));
     }
+  }
+
+  [[noreturn]] void refuse_job(const std::string& theirs) const {
+    throw RendezvousError("the store at " + options_.endpoint.str() + " belongs to job '" + theirs +
+                          "', not to this node's job '" + options_.rdzv_id +
+                          "' (--rdzv-id): two jobs share one rendezvous endpoint; give each its own");
   }
 
   // Node 0 says whose rendezvous this is; the others check it is their job's before joining a round.
@@ -278,11 +287,7 @@ class StoreRendezvous : public Rendezvous {
     }
     run_id_ = guarded([&] { return text(store_->get(kJobKey)); });
     worker_secret_ = guarded([&] { return text(store_->get(kSecretKey)); });
-    if (options_.rdzv_id != "none" && run_id_ != options_.rdzv_id) {
-      throw RendezvousError("the store at " + options_.endpoint.str() + " belongs to job '" + run_id_ +
-                            "', not to this node's job '" + options_.rdzv_id +
-                            "' (--rdzv-id): two jobs share one rendezvous endpoint; give each its own");
-    }
+    if (options_.rdzv_id != "none" && run_id_ != options_.rdzv_id) refuse_job(run_id_);
   }
 
   // Node 0: waits for the others and closes the round; returns the node count.
