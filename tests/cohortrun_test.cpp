@@ -302,6 +302,7 @@ TEST(CohortrunLaunch, SameVariablesAsPythonTorchrun) {
     // torchrun 2.x adds TORCHELASTIC_SIGNALS_TO_HANDLE; cohortrun always does (as 2.x), 1.13 lacks it.
     auto theirs_added = added(torch_envs.at(rank));
     theirs_added.insert("TORCHELASTIC_SIGNALS_TO_HANDLE");
+    theirs_added.insert("COHORT_JOB_SECRET");  // cohortrun's own: the job's secret (docs/security.md)
     EXPECT_EQ(added(our_envs.at(rank)), theirs_added) << "rank " << rank;
     for (const char* same : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                              "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",

@@ -1,5 +1,5 @@
 // Job identity (issue 17, item 2): the run id each launcher gives (LaunchEnv::run_id), its check at
-// the TCPStore rendezvous (a rank of another job is refused naming both jobs, a port in use names the
+// the store's rendezvous (a rank of another job is refused naming both jobs, a port in use names the
 // job that holds it, an unknown MASTER_ADDR is named at once) and on the control plane's handshake.
 // Ranks are threads of this process; every store and socket is on 127.0.0.1.
 #include <gmock/gmock.h>
@@ -25,7 +25,8 @@
 #include "world/job_identity.h"
 #include "world/launch_env.h"
 #include "world/rendezvous.h"
-#include "world/store_probe.h"
+#include "world/store_client.h"
+#include "world/store_server.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace job_identity_test {
@@ -174,27 +175,23 @@ TEST(JobIdentity, RankJoinsItsJobAfterAStrangersListenerVanished) {
   host.get();
 }
 
-TEST(JobIdentity, StoreKeyIsReadOrSaysWhyNot) {
-  const int port = cohort::testing::free_port();
-  c10d::TCPStoreOptions options;
-  options.port = uint16_t(port);
-  options.isServer = true;
-  options.waitWorkers = false;
-  c10d::TCPStore server("127.0.0.1", options);
-  server.set("some/key", std::vector<uint8_t>{'v', '1'});
-  const StoreKeyRead read = read_store_key("127.0.0.1", port, "some/key", 2000ms);
-  EXPECT_EQ(read.value, (std::vector<uint8_t>{'v', '1'})) << read.failure;
-  const auto start = std::chrono::steady_clock::now();
-  const StoreKeyRead missing = read_store_key("127.0.0.1", port, "no/such/key", 500ms);
-  EXPECT_FALSE(missing.value);
-  EXPECT_FALSE(missing.failure.empty());
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << "a missing key is given up at the timeout";
+// Whose store listens at a port is read from its greeting, before this rank proves anything.
+TEST(JobIdentity, StoreGreetingIsReadOrSaysWhyNot) {
+  StoreServerOptions options;
+  options.bind_address = "127.0.0.1";
+  options.secret = "s";
+  options.run_id = "job-a";
+  StoreServer server(options);
+  const StoreHello read = read_store_hello("127.0.0.1", server.port(), 2000ms);
+  EXPECT_EQ(read.run_id, std::optional<std::string>("job-a")) << read.failure;
   SilentListener silent;  // accepts in the kernel, never answers
-  const StoreKeyRead unanswered = read_store_key("127.0.0.1", silent.port, "some/key", 500ms);
-  EXPECT_FALSE(unanswered.value);
-  EXPECT_FALSE(unanswered.failure.empty());
+  const auto start = std::chrono::steady_clock::now();
+  const StoreHello unanswered = read_store_hello("127.0.0.1", silent.port, 500ms);
+  EXPECT_FALSE(unanswered.run_id);
+  EXPECT_THAT(unanswered.failure, HasSubstr("no answer before the deadline"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s) << "a silent listener is given up at the timeout";
   silent.close();
-  EXPECT_THAT(read_store_key("127.0.0.1", silent.port, "some/key", 500ms).failure,
+  EXPECT_THAT(read_store_hello("127.0.0.1", silent.port, 500ms).failure,
               HasSubstr("nothing accepted a connection at 127.0.0.1:" + std::to_string(silent.port)));
 }
 

@@ -30,7 +30,7 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
                         config_.timeout + std::chrono::seconds(5)};
   control_ = std::make_unique<ControlPlane>(
       *config_.store, ControlPlaneConfig{prefix_, config_.rank, config_.size, config_.local_address,
-                                         config_.timeout, config_.run_id});
+                                         config_.timeout, config_.run_id, config_.secret});
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);
   shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,

@@ -87,6 +87,7 @@ struct CommConfig {
   std::string group_name;           // empty for the world; a group's name for messages
   std::vector<int> world_ranks;     // a group's world rank of each of its ranks; empty for the world
   std::string run_id;               // the job (world/job_identity.h): control-plane peers must match
+  std::string secret;               // the job's secret (core/job_secret.h): control-plane peers prove it
 };
 
 class CommImpl {

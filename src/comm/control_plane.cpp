@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cohort/error.h"
+#include "comm/control_handshake.h"
 
 namespace cohort::detail {
 namespace {
@@ -46,80 +47,6 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-bool read_exact(int fd, void* data, size_t n, Clock::time_point deadline) {
-  char* p = static_cast<char*>(data);
-  while (n > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, remaining_ms(deadline)) <= 0) return false;
-    ssize_t got = ::recv(fd, p, n, 0);
-    if (got <= 0) return false;
-    p += got;
-    n -= size_t(got);
-  }
-  return true;
-}
-
-int connect_to(const std::string& host, int port, Clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr)
-    return -1;
-  int fd = -1;
-  while (Clock::now() < deadline) {
-    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (::connect(fd, res->ai_addr, res->ai_addrlen) == 0) break;
-    ::close(fd);
-    fd = -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  ::freeaddrinfo(res);
-  return fd;
-}
-
-constexpr const char* kTwoJobsHint =
-    ": two jobs share one rendezvous (MASTER_ADDR:MASTER_PORT); give each job its own port";
-
-// The handshake that opens every connection, each way: magic, rank, run id length, run id.
-constexpr uint32_t kHandshakeMagic = 0x43504831;  // "CPH1"
-constexpr uint32_t kMaxRunIdBytes = 4096;
-
-struct Handshake {
-  int rank = -1;
-  std::string run_id;
-};
-
-std::string handshake(int rank, const std::string& run_id) {
-  std::string bytes(12 + run_id.size(), '\0');
-  put_u32(&bytes[0], kHandshakeMagic);
-  put_u32(&bytes[4], uint32_t(rank));
-  put_u32(&bytes[8], uint32_t(run_id.size()));
-  std::memcpy(&bytes[12], run_id.data(), run_id.size());
-  return bytes;
-}
-
-bool send_all(int fd, const std::string& bytes) {
-  size_t sent = 0;
-  while (sent < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    sent += size_t(n);
-  }
-  return true;
-}
-
-bool read_handshake(int fd, Clock::time_point deadline, Handshake& out) {
-  char header[12];
-  if (!read_exact(fd, header, sizeof(header), deadline) || get_u32(header) != kHandshakeMagic) return false;
-  const uint32_t length = get_u32(header + 8);
-  if (length > kMaxRunIdBytes) return false;
-  out.rank = int(get_u32(header + 4));
-  out.run_id.assign(length, '\0');
-  return length == 0 || read_exact(fd, &out.run_id[0], length, deadline);
-}
-
 }  // namespace
 
 std::string job_label(const std::string& run_id) {
@@ -129,14 +56,9 @@ std::string job_label(const std::string& run_id) {
 ControlPlane::ControlPlane(c10d::Store& store, const ControlPlaneConfig& config)
     : rank_(config.rank), size_(config.size), peers_(config.size) {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // This rank's own address, as peers dial it: never every interface unless COHORT_STORE_BIND=any.
+  listen_fd_ = listen_for_peers(config.local_address);
   sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  COHORT_CHECK(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                   ::listen(listen_fd_, 4096) == 0,
-               "control plane: cannot listen on a TCP port: ", std::strerror(errno));
   socklen_t len = sizeof(addr);
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
   const std::string endpoint = config.local_address + ":" + std::to_string(ntohs(addr.sin_port));
@@ -146,65 +68,22 @@ ControlPlane::ControlPlane(c10d::Store& store, const ControlPlaneConfig& config)
 
 void ControlPlane::connect_mesh(c10d::Store& store, const ControlPlaneConfig& config) {
   const auto deadline = Clock::now() + config.timeout;
+  const HandshakeConfig handshake{config.rank, config.size, config.run_id, config.secret, config.timeout};
   // Lower ranks are dialled, higher ranks dial us: each pair has exactly one connection, and the
   // listen backlog lets a dial complete before the accept. A dialler waits for the answer to its
   // handshake; rank r answers once its own dials (to ranks below r) are done, so rank 0 answers at
   // once and, by induction, every rank does: the order cannot deadlock.
   for (int peer = 0; peer < rank_; ++peer) {
     auto raw = store.get(config.prefix + "/cp/" + std::to_string(peer));
-    peers_[peer].fd = dial(peer, std::string(raw.begin(), raw.end()), config, deadline);
+    peers_[peer].fd = dial_peer(peer, std::string(raw.begin(), raw.end()), handshake, deadline);
+    set_nodelay(peers_[peer].fd);
   }
-  for (int accepted = rank_ + 1; accepted < size_; ++accepted) accept_one(config, deadline);
+  for (const auto& [rank, fd] : accept_peers(listen_fd_, handshake, deadline)) {
+    set_nodelay(fd);
+    peers_[rank].fd = fd;
+  }
   ::close(listen_fd_);
   listen_fd_ = -1;
-}
-
-int ControlPlane::dial(int peer, const std::string& endpoint, const ControlPlaneConfig& config,
-                       Clock::time_point deadline) {
-  const auto colon = endpoint.rfind(':');
-  const int fd = connect_to(endpoint.substr(0, colon), std::stoi(endpoint.substr(colon + 1)), deadline);
-  COHORT_CHECK(fd >= 0, "control plane: cannot connect to rank ", peer, " at ", endpoint, " within ",
-               config.timeout.count(), " ms");
-  set_nodelay(fd);
-  COHORT_CHECK(send_all(fd, handshake(rank_, config.run_id)), "control plane: handshake with rank ", peer,
-               " at ", endpoint, " failed: ", std::strerror(errno));
-  Handshake theirs;
-  if (!read_handshake(fd, deadline, theirs) || theirs.rank != peer) {
-    ::close(fd);
-    throw Error("control plane: rank " + std::to_string(peer) + " at " + endpoint + " did not answer the " +
-                "handshake within " + std::to_string(config.timeout.count()) + " ms");
-  }
-  if (theirs.run_id != config.run_id) {
-    ::close(fd);
-    throw Error("control plane: rank " + std::to_string(rank_) + " of " + job_label(config.run_id) +
-                " dialled rank " + std::to_string(peer) + " at " + endpoint + " and found " +
-                job_label(theirs.run_id) + kTwoJobsHint);
-  }
-  return fd;
-}
-
-void ControlPlane::accept_one(const ControlPlaneConfig& config, Clock::time_point deadline) {
-  pollfd pfd{listen_fd_, POLLIN, 0};
-  COHORT_CHECK(::poll(&pfd, 1, remaining_ms(deadline)) == 1, "control plane: ranks above ", rank_,
-               " did not connect within ", config.timeout.count(), " ms");
-  const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  COHORT_CHECK(fd >= 0, "control plane: accept failed: ", std::strerror(errno));
-  Handshake theirs;
-  const bool valid = read_handshake(fd, deadline, theirs) && theirs.rank > rank_ && theirs.rank < size_ &&
-                     peers_[theirs.rank].fd < 0;
-  if (!valid) ::close(fd);
-  COHORT_CHECK(valid, "control plane: bad handshake on an incoming connection");
-  // Answer first, so the dialler can name both jobs too.
-  const bool answered = send_all(fd, handshake(rank_, config.run_id));
-  if (theirs.run_id != config.run_id) {
-    ::close(fd);
-    throw Error("control plane: rank " + std::to_string(rank_) + " of " + job_label(config.run_id) +
-                " was dialled by rank " + std::to_string(theirs.rank) + " of " + job_label(theirs.run_id) +
-                kTwoJobsHint);
-  }
-  COHORT_CHECK(answered, "control plane: handshake with rank ", theirs.rank, " failed: ", std::strerror(errno));
-  set_nodelay(fd);
-  peers_[theirs.rank].fd = fd;
 }
 
 ControlPlane::~ControlPlane() {

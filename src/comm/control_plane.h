@@ -3,8 +3,9 @@
 //    rounds, each rank sends 32 bytes per round; min and max of the hashes are equal iff all agree),
 //  - abort notices, so one rank's failure reaches every rank at once,
 //  - dead-rank detection: a process that exits or is killed closes its sockets, which every peer sees.
-// Each connection opens with a handshake of both ends' rank and run id (the job, world/job_identity.h),
-// so a rank of another job that reached this mesh is refused, naming both jobs, before any collective.
+// Each connection opens with a handshake of both ends' rank and run id (the job, world/job_identity.h)
+// and a proof of the job's secret (control_handshake.h), so a rank of another job that reached this
+// mesh is refused, naming both jobs, and a stranger is dropped, before any collective.
 // See docs/design/collective-safety.md for why this is not done with Gloo collectives (cost).
 #pragma once
 
@@ -47,6 +48,7 @@ struct ControlPlaneConfig {
   std::string local_address;  // what peers dial
   std::chrono::milliseconds timeout{300000};
   std::string run_id;         // this rank's job; every peer must show the same
+  std::string secret;         // the job's (core/job_secret.h): every peer proves it (control_handshake.h)
 };
 
 class ControlPlane {
@@ -106,11 +108,8 @@ class ControlPlane {
     std::deque<Message> inbox;    // parsed messages, in arrival order
   };
 
+  /// Dials every lower rank and accepts every higher one (control_handshake.h), by config.timeout.
   void connect_mesh(c10d::Store& store, const ControlPlaneConfig& config);
-  /// Dials `peer` at `endpoint` and exchanges ranks and run ids; returns the socket.
-  int dial(int peer, const std::string& endpoint, const ControlPlaneConfig& config, Clock::time_point deadline);
-  /// Accepts the next higher rank and exchanges ranks and run ids.
-  void accept_one(const ControlPlaneConfig& config, Clock::time_point deadline);
   void send_message(int peer, const Message& message, bool best_effort);
   /// Reads what is available from peer `p` into its inbox; returns a failure on EOF or abort.
   std::optional<PeerFailure> drain(int p);

@@ -35,6 +35,17 @@ struct BackendConfig {
   std::chrono::milliseconds timeout{300000};
 };
 
+/// c10d::Store with the same pure virtuals on every LibTorch: 2.x adds clone() (a second client of
+/// the same store), 1.13 has none; a store cohort writes implements clone_store() instead.
+class StoreBase : public c10d::Store {
+ public:
+  using c10d::Store::Store;
+  virtual c10::intrusive_ptr<c10d::Store> clone_store() = 0;
+#if TORCH_VERSION_MAJOR >= 2
+  c10::intrusive_ptr<c10d::Store> clone() override { return clone_store(); }
+#endif
+};
+
 /// Gloo process group (CPU tensors) on `local_address`.
 c10::intrusive_ptr<ProcessGroupBase> make_gloo(const BackendConfig& config);
 

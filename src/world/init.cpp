@@ -13,6 +13,7 @@
 #include "cohort/comm.h"
 #include "cohort/number.h"
 #include "comm/comm_impl.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 #include "world/launch_env.h"
 #include "world/malloc_policy.h"
@@ -83,9 +84,23 @@ std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, de
                "master port ", launch.master_port, " is out of range 1..65535");
   // torchrun's static rendezvous hosts the store itself and says so (agent_store); it keeps it
   // across restarts, so each restart's keys get their own prefix.
-  const detail::RendezvousConfig rdzv{launch.master_addr, launch.master_port, launch.rank,       launch.size,
-                                      config.timeout,     !launch.agent_store, launch.run_id};
+  detail::RendezvousConfig rdzv;
+  rdzv.master_addr = launch.master_addr;
+  rdzv.master_port = launch.master_port;
+  rdzv.rank = launch.rank;
+  rdzv.size = launch.size;
+  rdzv.timeout = config.timeout;
+  rdzv.rank0_hosts = !launch.agent_store;
+  rdzv.run_id = launch.run_id;
+  // The secret every connection to the store and between ranks proves (docs/security.md).
+  const auto secret = detail::job_secret(detail::current_env(), launch.run_id, launch.master_port);
+  rdzv.secret = secret.value;
+  rdzv.secret_source = secret.source;
+  if (!secret.strong())
+    COHORT_INFO("the job's secret is derived from ", secret.source, " (weak): launch with cohortrun, or export a "
+                "random COHORT_JOB_SECRET to every rank");
   config.run_id = launch.run_id;
+  config.secret = secret.value;
   const std::string endpoint = launch.master_addr + ":" + std::to_string(launch.master_port);
   config.store = options.store() ? options.store()
                                  : joining("connecting to the rendezvous store", endpoint,

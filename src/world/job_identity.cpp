@@ -4,7 +4,7 @@
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
-#include "world/store_probe.h"
+#include "world/store_client.h"
 
 namespace cohort::detail {
 namespace {
@@ -24,18 +24,16 @@ std::optional<std::string> decode(const std::vector<uint8_t>& value) {
   return text.substr(std::string(kTag).size());
 }
 
-// The run id the store at `where` (HOST:PORT) publishes, or why there is none: the store went away,
-// said nothing in time, or the listener is no store (see store_probe.h: never through a 1.13 client).
+// The run id the store at host:port names in its greeting (store_client.h), or why there is none:
+// the store went away, said nothing in time, or the listener is no cohort store.
 struct Published {
   std::optional<std::string> run_id;
   std::string failure;
 };
 
 Published read_published(const std::string& host, int port, std::chrono::milliseconds timeout) {
-  const StoreKeyRead read = read_store_key(host, port, kJobKey, timeout);
-  if (!read.value) return {std::nullopt, read.failure};
-  const auto run_id = decode(*read.value);
-  return {run_id, run_id ? "" : "a value that is not a run id"};
+  const StoreHello hello = read_store_hello(host, port, timeout);
+  return {hello.run_id, hello.failure};
 }
 
 void compare(const std::string& theirs, const JobCheck& check) {

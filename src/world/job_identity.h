@@ -2,8 +2,9 @@
 // MASTER_ADDR:MASTER_PORT (two launches on the default port 29500) must refuse each other, never form
 // one world of strangers. The run id is the launcher's (LaunchEnv::run_id: TORCHELASTIC_RUN_ID, which
 // cohortrun always sets, or the Slurm/MPI job id). The store's host publishes it before any rank
-// announces itself, every other rank compares before it does, and the control plane checks it again on
-// each connection (comm/control_plane.h), so a stranger never takes part in a collective.
+// announces itself (and names it in every greeting, store_client.h), every other rank compares before
+// it does, and the control plane checks it again on each connection (comm/control_plane.h), so a
+// stranger never takes part in a collective.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -30,7 +31,7 @@ struct JobCheck {
   std::string where() const { return host + ":" + std::to_string(port); }
 };
 
-/// kCompare, before this rank's c10d client connects (see store_probe.h): reads whose store listens at
+/// kCompare, before this rank proves itself to the store: reads whose store listens at
 /// check.host:check.port and throws cohort::Error naming both jobs when it is another job's.
 void check_listening_job(const JobCheck& check);
 

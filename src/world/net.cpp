@@ -135,4 +135,64 @@ bool can_connect(const std::string& host, int port, int timeout_ms) {
   return fd >= 0;
 }
 
+int listen_on(const std::string& address, int port, std::string& error) {
+  sockaddr_storage where{};
+  socklen_t size = 0;
+  int family = AF_INET6;
+  if (address.empty()) {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&where);
+    v6->sin6_family = AF_INET6;
+    v6->sin6_addr = in6addr_any;
+    v6->sin6_port = htons(uint16_t(port));
+    size = sizeof(sockaddr_in6);
+  } else if (auto* v4 = reinterpret_cast<sockaddr_in*>(&where); ::inet_pton(AF_INET, address.c_str(), &v4->sin_addr) == 1) {
+    family = v4->sin_family = AF_INET;
+    v4->sin_port = htons(uint16_t(port));
+    size = sizeof(sockaddr_in);
+  } else {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&where);
+    if (::inet_pton(AF_INET6, address.c_str(), &v6->sin6_addr) != 1) {
+      error = "not a numeric address";
+      return -1;
+    }
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(uint16_t(port));
+    size = sizeof(sockaddr_in6);
+  }
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) {
+    error = std::strerror(errno);
+    return -1;
+  }
+  int one = 1, off = 0;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (address.empty()) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&where), size) != 0 || ::listen(fd, 1024) != 0) {
+    error = std::strerror(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string peer_of(int fd) {
+  sockaddr_storage peer{};
+  socklen_t size = sizeof peer;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &size) != 0) return "an unknown peer";
+  const auto* address = reinterpret_cast<const sockaddr*>(&peer);
+  const int port = address->sa_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(address)->sin_port)
+                                                 : ntohs(reinterpret_cast<const sockaddr_in6*>(address)->sin6_port);
+  const std::string text = address_text(address);
+  return (text.find(':') != std::string::npos ? "[" + text + "]" : text) + ":" + std::to_string(port);
+}
+
+int port_of(int fd) {
+  sockaddr_storage mine{};
+  socklen_t size = sizeof mine;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&mine), &size) != 0) return 0;
+  const auto* address = reinterpret_cast<const sockaddr*>(&mine);
+  return address->sa_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in*>(address)->sin_port)
+                                       : ntohs(reinterpret_cast<const sockaddr_in6*>(address)->sin6_port);
+}
+
 }  // namespace cohort::detail::launch

@@ -22,4 +22,14 @@ int connect_to(const std::string& host, int port, int timeout_ms);
 /// True when a TCP connection to host:port succeeds within `timeout_ms`.
 bool can_connect(const std::string& host, int port, int timeout_ms);
 
+/// A non-blocking socket listening at address:port (a numeric address; "" is every interface, IPv4
+/// and IPv6), or -1 with `error` saying why (strerror of the failing call, e.g. "Address already in use").
+int listen_on(const std::string& address, int port, std::string& error);
+
+/// "ADDRESS:PORT" of the peer of a connected socket (or "an unknown peer").
+std::string peer_of(int fd);
+
+/// The port a listening socket holds.
+int port_of(int fd);
+
 }  // namespace cohort::detail::launch

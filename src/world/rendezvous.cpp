@@ -1,4 +1,4 @@
-// TCPStore rendezvous with errors that say where and who (see rendezvous.h).
+// The rendezvous store with errors that say where and who (see rendezvous.h).
 #include "world/rendezvous.h"
 
 #include <arpa/inet.h>
@@ -13,13 +13,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
+#include "core/job_secret.h"
 #include "core/log.h"
 #include "world/job_identity.h"
 #include "world/net.h"
+#include "world/store_client.h"
+#include "world/store_server.h"
 
 namespace cohort::detail {
 namespace {
@@ -98,30 +102,60 @@ void wait_for_listener(const RendezvousConfig& config, std::chrono::steady_clock
   }
 }
 
-// The TCPStore itself: rank 0 hosts it, the others connect once something listens there, all by
-// `deadline` (the rendezvous's, so a reconnection does not start COHORT_TIMEOUT over).
-c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config,
-                                           std::chrono::steady_clock::time_point deadline) {
+// A c10d TCPStore client of torchrun's agent store (the one store cohort does not host).
+c10::intrusive_ptr<c10d::Store> open_agent_store(const RendezvousConfig& config, std::chrono::milliseconds timeout) {
   c10d::TCPStoreOptions options;
   options.port = uint16_t(config.master_port);
-  options.isServer = config.rank == 0 && config.rank0_hosts;
+  options.isServer = false;
   options.numWorkers = c10::nullopt;
   options.waitWorkers = false;
-  options.timeout = std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                                  deadline - std::chrono::steady_clock::now()));
-  if (options.isServer && port_in_use(config.master_port)) throw_port_in_use(config);
-  if (!options.isServer) wait_for_listener(config, deadline);
+  options.timeout = timeout;
   try {
     return c10::make_intrusive<c10d::TCPStore>(config.master_addr, options);
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    if (options.isServer) {
-      if (what.find("in use") != std::string::npos || what.find("EADDRINUSE") != std::string::npos)
-        throw_port_in_use(config);
-      throw Error("rank 0 cannot host the rendezvous store at " + endpoint_of(config) + ": " +
-                  what.substr(0, what.find('\n')));
-    }
     throw_unreachable(config, what.substr(0, what.find('\n')));
+  }
+}
+
+// The store itself: rank 0 hosts it, the others connect once something listens there, all by
+// `deadline` (the rendezvous's, so a reconnection does not start COHORT_TIMEOUT over).
+c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config,
+                                           std::chrono::steady_clock::time_point deadline) {
+  const auto timeout = std::max(std::chrono::milliseconds(100), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                                    deadline - std::chrono::steady_clock::now()));
+  const bool hosts = config.rank == 0 && config.rank0_hosts;
+  if (!hosts) wait_for_listener(config, deadline);
+  if (!config.rank0_hosts) return open_agent_store(config, timeout);
+  const JobSecret secret = config.secret.empty() ? job_secret({}, config.run_id, config.master_port)
+                                                 : JobSecret{config.secret, config.secret_source};
+  StoreClientOptions client{config.master_addr, config.master_port, secret.value, secret.source, timeout};
+  std::shared_ptr<StoreServer> server;
+  if (hosts) {
+    if (port_in_use(config.master_port)) throw_port_in_use(config);
+    StoreServerOptions options;
+    options.bind_address = store_bind_address(config.master_addr, config.master_port);
+    options.port = config.master_port;
+    options.secret = secret.value;
+    options.run_id = config.run_id;
+    try {
+      server = std::make_shared<StoreServer>(options);
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("in use") != std::string::npos) throw_port_in_use(config);
+      throw;
+    }
+    if (!options.bind_address.empty()) client.host = options.bind_address;
+    COHORT_DEBUG("rendezvous store listening at ", server->where(), " (secret from ", secret.source, ")");
+  }
+  try {
+    return c10::make_intrusive<CohortStore>(client, server);
+  } catch (const Error& e) {
+    if (hosts) throw;
+    const std::string what = e.what();
+    // Another job's store would not prove our secret: say whose it is when it says so.
+    if (what.find("did not prove") != std::string::npos || what.find("refused this rank") != std::string::npos)
+      throw;
+    throw_unreachable(config, what);
   }
 }
 
@@ -183,6 +217,28 @@ void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config) {
               " timed out after " + std::to_string(config.timeout.count()) + " ms: " + std::to_string(count) +
               " of " + std::to_string(config.size) + " ranks arrived (ranks " + arrived_list +
               "); missing: ranks " + missing_list);
+}
+
+std::string store_bind_address(const std::string& master_addr, int master_port) {
+  const char* setting = std::getenv("COHORT_STORE_BIND");
+  const std::string bind = setting == nullptr ? "" : setting;
+  if (bind == "any") return "";
+  if (!bind.empty() && bind != "auto") return bind;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string own;
+  if (::getaddrinfo(master_addr.c_str(), nullptr, &hints, &res) == 0) {
+    for (addrinfo* a = res; a != nullptr && own.empty(); a = a->ai_next) {
+      char text[INET6_ADDRSTRLEN] = {0};
+      const void* raw = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
+                                                : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
+      if (::inet_ntop(a->ai_family, raw, text, sizeof text) != nullptr && launch::is_local_host(text)) own = text;
+    }
+    ::freeaddrinfo(res);
+  }
+  return own.empty() ? local_address_towards(master_addr, master_port) : own;
 }
 
 std::string local_address_towards(const std::string& master_addr, int master_port) {

@@ -24,6 +24,7 @@ struct GroupLayout {
   int max_restarts = 0;
   std::string run_id = "none";
   std::string role = "default";
+  std::string secret;         // COHORT_JOB_SECRET for the workers ("": none given, they derive one)
 };
 
 /// Global rank of the first worker and the world size when node i has local_sizes[i] workers

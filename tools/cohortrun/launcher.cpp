@@ -70,6 +70,7 @@ GroupLayout make_layout(const RoundInfo& info, const LaunchOptions& options, int
   layout.restart_count = round;
   layout.max_restarts = options.max_restarts;
   layout.run_id = info.run_id;
+  layout.secret = info.secret;
   layout.role = options.role;
   return layout;
 }

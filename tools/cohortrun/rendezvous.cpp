@@ -1,16 +1,20 @@
 // The rendezvous (protocol in rendezvous.h): a local one for single-node jobs, which needs no store,
-// and a TCPStore one for several nodes. All waiting is polling with a short sleep so a termination
+// and one on cohort's store (world/store_server.h: bound to the endpoint's address, every connection
+// proving the agents' secret) for several nodes. Both hand the workers the job's secret. All waiting is polling with a short sleep so a termination
 // signal interrupts it, and every store error becomes one RendezvousError line.
 #include "cohortrun/rendezvous.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
-#include "world/net.h"
 #include "cohortrun/signals.h"
+#include "core/job_secret.h"
+#include "world/net.h"
+#include "world/rendezvous.h"
+#include "world/store_client.h"
+#include "world/store_server.h"
 #include "world/worker_env.h"
 
 namespace cohort::detail::launch {
@@ -18,8 +22,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Where node 0 publishes its job's run id (outside every cohortrun/<rdzv-id>/ prefix).
+// Where node 0 publishes its job's run id and its workers' secret (outside every cohortrun/<rdzv-id>/ prefix).
 constexpr const char* kJobKey = "cohortrun-job";
+constexpr const char* kSecretKey = "cohortrun-worker-secret";
+
+// The workers' secret (core/job_secret.h): the user's COHORT_JOB_SECRET, else a fresh random one.
+std::string workers_secret() {
+  const char* given = std::getenv("COHORT_JOB_SECRET");
+  return given != nullptr && *given != '\0' ? given : new_job_secret();
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -41,7 +52,7 @@ void pause_or_interrupt() {
 
 class LocalRendezvous : public Rendezvous {
  public:
-  explicit LocalRendezvous(const LaunchOptions& options) : options_(options) {}
+  explicit LocalRendezvous(const LaunchOptions& options) : options_(options), secret_(workers_secret()) {}
 
   RoundInfo join(int) override {
     RoundInfo info;
@@ -54,6 +65,7 @@ class LocalRendezvous : public Rendezvous {
       info.master_port = pick_free_port();
     }
     info.run_id = options_.run_id;
+    info.secret = secret_;
     return info;
   }
   std::optional<Outcome> outcome(int) override { return std::nullopt; }
@@ -65,6 +77,7 @@ class LocalRendezvous : public Rendezvous {
 
  private:
   const LaunchOptions& options_;
+  std::string secret_;
 };
 
 class StoreRendezvous : public Rendezvous {
@@ -113,6 +126,7 @@ class StoreRendezvous : public Rendezvous {
     }
     info.node_rank = arrival;
     info.run_id = run_id_;
+    info.secret = worker_secret_;
     node_count_ = info.node_count;
     place_workers(rp, &info);
     return info;
@@ -184,26 +198,31 @@ class StoreRendezvous : public Rendezvous {
     }
   }
 
-  c10d::TCPStoreOptions store_options(bool server) const {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<std::uint16_t>(options_.endpoint.port);
-    store_options.isServer = server;
-    store_options.numWorkers = c10::nullopt;
-    store_options.waitWorkers = false;
-    store_options.timeout = std::chrono::seconds(60);
-    return store_options;
+  // The agents' own secret: the user's COHORT_JOB_SECRET (the same on every node), else derived from
+  // the rendezvous id (weak: anyone who knows the id can compute it; docs/security.md).
+  JobSecret agents_secret() const {
+    return job_secret(process_env(), "cohortrun:" + options_.rdzv_id, options_.endpoint.port);
   }
 
   void host_store() {
-    const bool taken = can_connect("localhost", options_.endpoint.port, 300);
+    const bool taken = can_connect(options_.endpoint.host, options_.endpoint.port, 300);
     if (taken && options_.rdzv_backend == "static") {
       throw RendezvousError("cannot host " + where() + ": port " +
                             std::to_string(options_.endpoint.port) +
                             " is in use on this machine (another job? choose another --master-port)");
     }
     if (taken) return;  // c10d: another launcher on this machine hosts it; join as a client
+    const JobSecret secret = agents_secret();
+    StoreServerOptions server;
+    server.bind_address = store_bind_address(options_.endpoint.host, options_.endpoint.port);
+    server.port = options_.endpoint.port;
+    server.secret = secret.value;
+    server.run_id = options_.run_id;
     try {
-      store_ = c10::make_intrusive<c10d::TCPStore>("localhost", store_options(true));
+      auto hosted = std::make_shared<StoreServer>(server);
+      const std::string host = server.bind_address.empty() ? options_.endpoint.host : server.bind_address;
+      store_ = c10::make_intrusive<CohortStore>(
+          StoreClientOptions{host, hosted->port(), secret.value, secret.source, std::chrono::seconds(60)}, hosted);
       is_host_ = true;
     } catch (const std::exception& e) {
       const std::string why = e.what();
@@ -227,19 +246,32 @@ class StoreRendezvous : public Rendezvous {
       pause_or_interrupt();
       std::this_thread::sleep_for(std::chrono::milliseconds(80));
     }
+    // Whose store it is, from its greeting: another job's is named before our proof fails there.
+    const StoreHello hello = read_store_hello(options_.endpoint.host, options_.endpoint.port, std::chrono::seconds(5));
+    if (hello.run_id && options_.rdzv_id != "none" && *hello.run_id != options_.rdzv_id) refuse_job(*hello.run_id);
     try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(options_.endpoint.host, store_options(false));
+      const JobSecret secret = agents_secret();
+      store_ = c10::make_intrusive<CohortStore>(StoreClientOptions{options_.endpoint.host, options_.endpoint.port,
+                                                                   secret.value, secret.source, std::chrono::seconds(60)});
     } catch (const std::exception& e) {
       const std::string why = e.what();
       throw RendezvousError("cannot connect to " + where() + ": " + why.substr(0, why.find('\n')));
     }
   }
 
+  [[noreturn]] void refuse_job(const std::string& theirs) const {
+    throw RendezvousError("the store at " + options_.endpoint.str() + " belongs to job '" + theirs +
+                          "', not to this node's job '" + options_.rdzv_id +
+                          "' (--rdzv-id): two jobs share one rendezvous endpoint; give each its own");
+  }
+
   // Node 0 says whose rendezvous this is; the others check it is their job's before joining a round.
   void agree_on_job() {
     if (is_host_) {
       run_id_ = options_.run_id;
+      worker_secret_ = workers_secret();
       guarded([&] {
+        store_->set(kSecretKey, bytes(worker_secret_));
         store_->set(kJobKey, bytes(run_id_));
         return 0;
       });
@@ -254,11 +286,8 @@ class StoreRendezvous : public Rendezvous {
       pause_or_interrupt();
     }
     run_id_ = guarded([&] { return text(store_->get(kJobKey)); });
-    if (options_.rdzv_id != "none" && run_id_ != options_.rdzv_id) {
-      throw RendezvousError("the store at " + options_.endpoint.str() + " belongs to job '" + run_id_ +
-                            "', not to this node's job '" + options_.rdzv_id +
-                            "' (--rdzv-id): two jobs share one rendezvous endpoint; give each its own");
-    }
+    worker_secret_ = guarded([&] { return text(store_->get(kSecretKey)); });
+    if (options_.rdzv_id != "none" && run_id_ != options_.rdzv_id) refuse_job(run_id_);
   }
 
   // Node 0: waits for the others and closes the round; returns the node count.
@@ -346,8 +375,9 @@ class StoreRendezvous : public Rendezvous {
 
   const LaunchOptions& options_;
   std::string run_id_;  // the job's, as node 0 published it
+  std::string worker_secret_;  // the workers' COHORT_JOB_SECRET, as node 0 published it
   std::string prefix_;
-  c10::intrusive_ptr<c10d::TCPStore> store_;
+  c10::intrusive_ptr<CohortStore> store_;
   bool is_host_ = false;
   int node_count_ = 1;
 };

@@ -1,11 +1,13 @@
 // How the nodes of a job find each other and agree, round by round (round N = restart N).
 //
-// Protocol (keys under cohortrun/<rdzv-id>/<round>/ in a c10d TCPStore hosted by node 0):
+// Protocol (keys under cohortrun/<rdzv-id>/<round>/ in cohort's store hosted by node 0):
 //  0. The endpoint's host must resolve (else one line at once, not a join timeout).
 //  1. Node 0 hosts the store: with c10d, the node whose address the endpoint host resolves to (the
 //     first to bind the port when several do); with static, --node-rank 0. Others connect, retrying
 //     until the join timeout. Node 0 publishes its job's run id at `cohortrun-job` (its --rdzv-id,
-//     or a fresh one); a node whose --rdzv-id differs is refused naming both, one without adopts it.
+//     or a fresh one) and its workers' secret (`cohortrun-worker-secret`); a node whose --rdzv-id
+//     differs is refused naming both, one without adopts it. Every agent proves the agents' secret
+//     (COHORT_JOB_SECRET, else derived from the rendezvous id) before its first request.
 //  2. Each other node adds 1 to `joined`; the value is its arrival number (static: it claims
 //     `rank/<R>` instead). Node 0 closes the round when --nnodes arrived (or MIN did and last_call
 //     passed) by writing `master` (MASTER_ADDR and a free MASTER_PORT for the workers) and `closed`
@@ -49,6 +51,7 @@ struct RoundInfo {
   std::string master_addr;
   int master_port = 0;
   std::string run_id;  // the job's identity for its workers (TORCHELASTIC_RUN_ID)
+  std::string secret;  // the secret its workers prove to each other (COHORT_JOB_SECRET)
 };
 
 class Rendezvous {

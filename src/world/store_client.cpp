@@ -1,0 +1,244 @@
+// The store client (see store_client.h): connect, check the hello, prove the secret and check the
+// server's proof, then one request and one reply at a time, every wait bounded by a deadline.
+#include "world/store_client.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "cohort/error.h"
+#include "comm/control_plane.h"
+#include "core/job_secret.h"
+#include "world/net.h"
+
+namespace cohort::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace wire = store_wire;
+
+int ms_left(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return int(std::clamp<int64_t>(left, 0, 1 << 30));
+}
+
+// A timeout of 0 is c10d's "no timeout".
+Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
+  return timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
+}
+
+bool wait_for(int fd, short events, Clock::time_point deadline) {
+  pollfd waiting{fd, events, 0};
+  for (;;) {
+    const int n = ::poll(&waiting, 1, deadline == Clock::time_point::max() ? -1 : ms_left(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    return n > 0;
+  }
+}
+
+// "" when every byte went out by `deadline`, else why not.
+std::string send_all(int fd, const std::string& bytes, Clock::time_point deadline) {
+  for (size_t done = 0; done < bytes.size();) {
+    if (!wait_for(fd, POLLOUT, deadline)) return "no progress sending before the deadline";
+    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n <= 0) return std::string("the connection failed: ") + std::strerror(errno);
+    done += size_t(n);
+  }
+  return "";
+}
+
+std::string receive_all(int fd, char* out, size_t size, Clock::time_point deadline) {
+  for (size_t done = 0; done < size;) {
+    if (!wait_for(fd, POLLIN, deadline)) return "no answer before the deadline";
+    const ssize_t n = ::recv(fd, out + done, size - done, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+    if (n == 0) return "the store closed the connection";
+    if (n < 0) return std::string("the connection failed: ") + std::strerror(errno);
+    done += size_t(n);
+  }
+  return "";
+}
+
+// One whole frame of at most `limit` bytes; "" on success, else why not.
+std::string read_frame(int fd, Clock::time_point deadline, size_t limit, wire::Message& out) {
+  char header[wire::kHeaderBytes];
+  if (auto why = receive_all(fd, header, sizeof header, deadline); !why.empty()) return why;
+  const auto cut = wire::cut_frame(reinterpret_cast<const uint8_t*>(header), sizeof header, limit);
+  if (cut.status == wire::FrameCut::kTooLarge) return "the listener does not speak cohort's store protocol";
+  std::string body(cut.body_bytes, '\0');
+  if (auto why = receive_all(fd, &body[0], body.size(), deadline); !why.empty()) return why;
+  auto message = wire::parse_body(reinterpret_cast<const uint8_t*>(body.data()), body.size());
+  if (!message) return "the listener does not speak cohort's store protocol";
+  out = std::move(*message);
+  return "";
+}
+
+// Connects to a listener, retrying quietly until `deadline`, and reads its hello.
+int open_and_greet(const std::string& host, int port, Clock::time_point deadline, wire::Message& hello,
+                   std::string& failure) {
+  int fd = -1;
+  while ((fd = launch::connect_to(host, port, std::max(1, std::min(1000, ms_left(deadline))))) < 0) {
+    if (ms_left(deadline) < 50) {
+      failure = "nothing accepted a connection at " + host + ":" + std::to_string(port);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  failure = read_frame(fd, deadline, wire::kHandshakeLimit, hello);
+  if (failure.empty() && (hello.code != wire::kHello || hello.args.size() != 3 || hello.args[0] != wire::kProtocol ||
+                          hello.args[2].size() != 32))
+    failure = "the listener does not speak cohort's store protocol";
+  if (failure.empty()) return fd;
+  ::close(fd);
+  return -1;
+}
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string to_text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string keys_text(const std::vector<std::string>& keys) {
+  std::string text;
+  for (const auto& key : keys) text += (text.empty() ? "" : ", ") + key;
+  return text;
+}
+
+}  // namespace
+
+StoreHello read_store_hello(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  wire::Message hello;
+  std::string failure;
+  const int fd = open_and_greet(host, port, Clock::now() + timeout, hello, failure);
+  if (fd < 0) return {std::nullopt, failure};
+  ::close(fd);
+  return {hello.args[1], ""};
+}
+
+CohortStore::CohortStore(const StoreClientOptions& options, std::shared_ptr<StoreServer> server)
+    : StoreBase(options.timeout), options_(options), server_(std::move(server)) {
+  const auto deadline = deadline_after(options.timeout);
+  wire::Message hello;
+  std::string failure;
+  fd_ = open_and_greet(options.host, options.port, deadline, hello, failure);
+  COHORT_CHECK(fd_ >= 0, "cannot connect to the rendezvous store at ", where(), " within ", options.timeout.count(),
+               " ms: ", failure);
+  const std::string mine = random_bytes(32);
+  const std::string proof = hmac_proof(options.secret, "cohort-store-client", hello.args[2], mine);
+  wire::Message answer;
+  failure = send_all(fd_, wire::encode({wire::kAuth, {proof, mine}}), deadline);
+  if (failure.empty()) failure = read_frame(fd_, deadline, wire::kHandshakeLimit, answer);
+  if (failure.empty() && answer.code == wire::kRefused && answer.args.size() == 1)
+    failure = "it refused this rank (" + answer.args[0] + "): every rank needs the job's secret, "
+              "and this one's comes from " + options.secret_source + " (docs/security.md)";
+  else if (failure.empty() && (answer.code != wire::kAuthOk || answer.args.size() != 1 ||
+                               !same_bytes(answer.args[0], hmac_proof(options.secret, "cohort-store-server", mine,
+                                                                      hello.args[2]))))
+    failure = "it did not prove it knows the job's secret: another job's store, or not a store of this job";
+  if (!failure.empty()) {
+    ::close(fd_);
+    throw Error("rendezvous store at " + where() + " (" + job_label(hello.args[1]) + "): " + failure);
+  }
+}
+
+CohortStore::~CohortStore() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string CohortStore::where() const { return options_.host + ":" + std::to_string(options_.port); }
+
+wire::Message CohortStore::call(const wire::Message& request, const std::string& what,
+                                std::chrono::milliseconds wait) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  COHORT_CHECK(fd_ >= 0, "rendezvous store at ", where(), ": ", what, " failed: the connection was lost earlier");
+  const auto limit = getTimeout();
+  // The server answers a parked request when its own timer ends; a little longer here covers the trip.
+  const auto deadline = limit.count() > 0 || wait.count() > 0
+                            ? Clock::now() + limit + wait + std::chrono::seconds(wait.count() > 0 ? 5 : 0)
+                            : Clock::time_point::max();
+  const std::string frame = wire::encode(request);
+  COHORT_CHECK(frame.size() - wire::kHeaderBytes <= wire::kFrameLimit, "rendezvous store at ", where(), ": ", what,
+               " is ", frame.size(), " bytes, over the store's limit of ", wire::kFrameLimit, " bytes");
+  wire::Message reply;
+  std::string failure = send_all(fd_, frame, deadline);
+  if (failure.empty()) failure = read_frame(fd_, deadline, wire::kFrameLimit, reply);
+  if (failure.empty() && reply.code == wire::kRefused)
+    failure = reply.args.empty() ? "the store refused it" : reply.args[0];
+  else if (failure.empty() && reply.code != wire::kOk && reply.code != wire::kTimedOut)
+    failure = "the store answered with code " + std::to_string(int(reply.code));
+  if (!failure.empty()) {
+    if (reply.code != wire::kRefused) {  // the stream is out of step now: never reuse it
+      ::close(fd_);
+      fd_ = -1;
+    }
+    throw Error("rendezvous store at " + where() + ": " + what + " failed: " + failure);
+  }
+  return reply;
+}
+
+void CohortStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  call({wire::kSet, {key, to_text(value)}}, "setting key " + key);
+}
+
+std::vector<uint8_t> CohortStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                             const std::vector<uint8_t>& desired) {
+  const auto reply = call({wire::kCompareSet, {key, to_text(expected), to_text(desired)}}, "compare-set of key " + key);
+  COHORT_CHECK(reply.args.size() == 1, "rendezvous store at ", where(), ": a malformed compare-set answer");
+  return to_bytes(reply.args[0]);
+}
+
+std::vector<uint8_t> CohortStore::get(const std::string& key) {
+  const auto timeout = getTimeout();
+  const auto reply = call({wire::kGet, {key, wire::pack_i64(timeout.count())}}, "getting key " + key, timeout);
+  COHORT_CHECK(reply.code == wire::kOk && reply.args.size() == 1, "rendezvous store at ", where(),
+               ": getting key ", key, " timed out after ", timeout.count(), " ms (no rank set it)");
+  return to_bytes(reply.args[0]);
+}
+
+int64_t CohortStore::add(const std::string& key, int64_t value) {
+  const auto reply = call({wire::kAdd, {key, wire::pack_i64(value)}}, "adding to key " + key);
+  const auto sum = reply.args.size() == 1 ? wire::unpack_i64(reply.args[0]) : std::nullopt;
+  COHORT_CHECK(sum.has_value(), "rendezvous store at ", where(), ": a malformed add answer");
+  return *sum;
+}
+
+bool CohortStore::deleteKey(const std::string& key) {
+  const auto reply = call({wire::kDelete, {key}}, "deleting key " + key);
+  return reply.args.size() == 1 && reply.args[0] == std::string(1, '\1');
+}
+
+bool CohortStore::check(const std::vector<std::string>& keys) {
+  if (keys.empty()) return true;
+  const auto reply = call({wire::kCheck, keys}, "checking keys " + keys_text(keys));
+  return reply.args.size() == 1 && reply.args[0] == std::string(1, '\1');
+}
+
+int64_t CohortStore::getNumKeys() {
+  const auto reply = call({wire::kNumKeys, {}}, "counting keys");
+  const auto count = reply.args.size() == 1 ? wire::unpack_i64(reply.args[0]) : std::nullopt;
+  COHORT_CHECK(count.has_value(), "rendezvous store at ", where(), ": a malformed count answer");
+  return *count;
+}
+
+void CohortStore::wait(const std::vector<std::string>& keys) { wait(keys, getTimeout()); }
+
+void CohortStore::wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) {
+  if (keys.empty()) return;
+  std::vector<std::string> args{wire::pack_i64(timeout.count())};
+  args.insert(args.end(), keys.begin(), keys.end());
+  const auto reply = call({wire::kWait, args}, "waiting for keys " + keys_text(keys), timeout);
+  COHORT_CHECK(reply.code == wire::kOk, "rendezvous store at ", where(), ": waiting for keys ", keys_text(keys),
+               " timed out after ", timeout.count(), " ms");
+}
+
+c10::intrusive_ptr<c10d::Store> CohortStore::clone_store() {
+  auto options = options_;
+  options.timeout = getTimeout();
+  return c10::make_intrusive<CohortStore>(options, server_);
+}
+
+}  // namespace cohort::detail
