@@ -1,6 +1,8 @@
 // The Trainer's self-launch (see self_launch.h).
 #include "trainer/self_launch.h"
 
+#include "core/job_secret.h"
+
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -148,6 +150,9 @@ void SelfLauncher::start(int devices) {
   layout.run_id = "cohort-trainer-" + std::to_string(::getpid());
   COHORT_CHECK(layout.master_port > 0, "self-launch: no free TCP port on this machine for the rendezvous");
   const launch::EnvVars base = launch::process_env();
+  // The job's secret, as cohortrun hands its workers one (docs/security.md): the user's, else a new one.
+  const auto given = base.find("COHORT_JOB_SECRET");
+  layout.secret = given != base.end() && !given->second.empty() ? given->second : new_job_secret();
   const std::vector<std::string> args = own_arguments();
   const std::string path = own_executable();
   restart_with_worker_threads(base, args, path);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -316,6 +317,8 @@ TEST(TrainerSelfLaunch, DISABLED_Program) {
   trainer.fit(module, loader);
   std::printf("rank %d of %d (%s) trained %lld steps\n", rank, trainer.world().size(),
               trainer.world().launcher().c_str(), static_cast<long long>(trainer.global_step()));
+  const char* secret = std::getenv("COHORT_JOB_SECRET");  // the launcher's per-job secret (docs/security.md)
+  std::printf("job secret: %zu characters\n", secret ? std::strlen(secret) : size_t(0));
 }
 
 ProcResult run_program(const std::string& dir, Env extra = {}) {
@@ -332,6 +335,9 @@ TEST(TrainerSelfLaunch, StartsTheOtherWorkerWithPrefixedOutput) {
   EXPECT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("rank 0 of 2 (cohortrun/torchrun) trained 8 steps\n"));
   EXPECT_THAT(result.out, HasSubstr("[rank1]: rank 1 of 2 (cohortrun/torchrun) trained 8 steps\n"));
+  // Both ranks got the same fresh secret from the self-launch, as cohortrun's workers do.
+  EXPECT_THAT(result.out, HasSubstr("\njob secret: 64 characters\n"));
+  EXPECT_THAT(result.out, HasSubstr("[rank1]: job secret: 64 characters\n"));
   EXPECT_TRUE(alive_after(recorded_pids(dir), std::chrono::seconds(10)).empty());
   remove_tree(dir);
 }
