@@ -44,4 +44,10 @@ MallocPolicyResult apply_malloc_policy() {
 #endif
 }
 
+void return_free_memory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace cohort::detail

@@ -24,4 +24,9 @@ struct MallocPolicyResult {
 /// malloc tunables. Throws cohort::Error for a COHORT_MALLOC_TUNING other than 0 or 1.
 MallocPolicyResult apply_malloc_policy();
 
+/// Hands the free memory inside malloc's heap back to the kernel (glibc's malloc_trim; elsewhere a
+/// no-op). For the moment a large structure was just freed and will not come back, such as a whole
+/// model's parameters once they are sharded: the policy above would otherwise keep it resident.
+void return_free_memory();
+
 }  // namespace cohort::detail

@@ -6,6 +6,7 @@
 #include "core/grad_kit.h"
 #include "core/log.h"
 #include "comm/coalesced.h"
+#include "world/malloc_policy.h"
 #include "world/resolve_comm.h"
 #include "core/trace_recorder.h"
 #include "zero/engine_impl.h"
@@ -48,10 +49,10 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
   }
   collect_parameters();
   if (stage_ == 3) plan_stage3_units(options);
-  build_groups();
+  // Hooks first: autograd takes a parameter's gradient shape from it when the hook's accumulator is
+  // made, and build_groups frees stage 3's parameters.
   register_hooks();
-  if (stage_ == 3)
-    for (const auto& group : groups_) free_parameters(group);
+  build_groups();
 
   std::vector<torch::Tensor> masters;
   for (const auto& group : groups_) masters.push_back(group.master);
@@ -59,6 +60,7 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
                                            : make_inner_optimizer(config_.optimizer(), masters);
   COHORT_CHECK(optimizer_ != nullptr, "EngineOptions::optimizer_factory returned no optimizer");
   for (const auto& master : masters) create_state(*optimizer_, master);
+  return_free_memory();  // the parameters' former storage (the whole model at stage 3) is free now
   if (config_.scheduler().type() != SchedulerType::kNone) set_learning_rate(*optimizer_, next_lr());
   COHORT_DEBUG("ZeRO engine: stage ", stage_, ", ", groups_.size(), " group(s), ", params_.size(),
                " trainable parameter(s), compute dtype ", c10::toString(compute_dtype_));
@@ -121,6 +123,7 @@ void ZeroEngineImpl::build_groups() {
     if (stage_ == 3) {
       group.flat = full.narrow(0, begin, end - begin).clone();
       group.shard_grad = torch::zeros({layout.shard}, options);
+      free_parameters(group);  // now, not after every group: the whole model never exists twice
     } else {
       group.flat = full;
       for (size_t k = 0; k < layout.params.size(); ++k) {
@@ -182,7 +185,7 @@ void ZeroEngineImpl::backward(const torch::Tensor& loss) {
       group.pending = int(group.layout.params.size());
       group.launched = false;
     }
-    next_launch_ = 0;
+    next_launch_ = next_retire_ = in_flight_elements_ = 0;
     in_backward_ = true;
   }
   struct Reset {
@@ -201,11 +204,30 @@ void ZeroEngineImpl::backward(const torch::Tensor& loss) {
 void ZeroEngineImpl::launch_ready_reduces() {
   // Last group first, each only after all later ones (the note "launch order").
   const int64_t count = int64_t(groups_.size());
-  while (next_launch_ < count) {
-    FlatGroup& group = groups_[size_t(count - 1 - next_launch_)];
-    if (group.pending > 0) return;
-    launch_reduce(group);
+  while (next_launch_ < count && groups_[size_t(count - 1 - next_launch_)].pending == 0) {
+    launch_reduce(groups_[size_t(count - 1 - next_launch_)]);
     ++next_launch_;
+  }
+  retire_reduces(/*all=*/false);
+}
+
+// Finishes launched reductions in launch order: those already complete, the oldest even when it
+// is not while more than reduce_bucket_size staged elements are in flight, and all of them when
+// `all`. A finished group's staging buffer goes at once, so backward holds the gradients of the
+// reductions still in flight, not of every unit (DeepSpeed's reduce_bucket_size bounds the same).
+void ZeroEngineImpl::retire_reduces(bool all) {
+  const int64_t count = int64_t(groups_.size());
+  torch::NoGradGuard no_grad;
+  while (next_retire_ < next_launch_) {
+    FlatGroup& group = groups_[size_t(count - 1 - next_retire_)];
+    const bool over_budget = in_flight_elements_ > config_.zero_optimization().reduce_bucket_size();
+    if (!all && !over_budget && !group.reduce_work.is_completed()) return;
+    group.reduce_work.wait();
+    if (stage_ >= 2 && !group.reduce_output.is_same(group.shard_grad)) group.shard_grad.add_(group.reduce_output);
+    if (group.reduce_input.defined()) in_flight_elements_ -= group.layout.padded;
+    group.reduce_input = group.reduce_output = torch::Tensor();
+    group.reduce_work = Work();
+    ++next_retire_;
   }
 }
 
@@ -257,6 +279,7 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   group.reduce_output = group.shard_grad_clean ? group.shard_grad : torch::empty({layout.shard}, options);
   group.shard_grad_clean = false;
   group.reduce_work = comm_->reduce_scatter_async(group.reduce_output, group.reduce_input, ReduceOp::kSum);
+  in_flight_elements_ += layout.padded;
   if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
 }
 
@@ -264,13 +287,9 @@ void ZeroEngineImpl::finish_reduces() {
   // Parameters that got no gradient this pass count as zero; launch what is left, in order.
   for (auto& group : groups_) group.pending = 0;
   launch_ready_reduces();
-  torch::NoGradGuard no_grad;
-  trace::ScopedSpan span("gradient reduce wait", "zero", "wait");  // the timeline: exposed reduction
-  for (auto& group : groups_) {
-    group.reduce_work.wait();
-    if (stage_ >= 2 && !group.reduce_output.is_same(group.shard_grad)) group.shard_grad.add_(group.reduce_output);
-    group.reduce_input = group.reduce_output = torch::Tensor();
-    group.reduce_work = Work();
+  {
+    trace::ScopedSpan span("gradient reduce wait", "zero", "wait");  // the timeline: exposed reduction
+    retire_reduces(/*all=*/true);
   }
   if (stage_ == 3) release_all();
 }

@@ -110,6 +110,7 @@ class ZeroEngineImpl : public UnitOwner {
   void on_gradient_ready(int64_t param);
   void launch_ready_reduces();
   void launch_reduce(FlatGroup& group);
+  void retire_reduces(bool all);
   void finish_reduces();
   torch::Tensor gradient_of(const FlatGroup& group);  // the group's reduced gradient for the optimizer
   void write_back_and_gather();
@@ -159,6 +160,8 @@ class ZeroEngineImpl : public UnitOwner {
 
   std::vector<char> ready_;
   int64_t next_launch_ = 0;  // stage 2/3: groups launched this backward, counted from the last
+  int64_t next_retire_ = 0;  // of those, how many have finished (their staging buffers freed)
+  int64_t in_flight_elements_ = 0;  // staged gradient elements of launched, unfinished reductions
   bool in_backward_ = false;
   int64_t micro_steps_ = 0;  // step() calls so far
   int64_t global_steps_ = 0;

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "zero/engine_impl.h"
+#include "zero/gathered_storage.h"
 #include "zero/inner_optimizer.h"
 
 namespace cohort::detail {
@@ -21,7 +22,7 @@ MemoryReport ZeroEngineImpl::memory_report() const {
     report.gradient_bytes += bytes_of(group.flat_grad) + bytes_of(group.shard_grad);
     if (master_is_copy(group)) report.optimizer_bytes += bytes_of(group.master);
     for (const auto& [name, state] : state_tensors_of(*optimizer_, group.master)) report.optimizer_bytes += bytes_of(state);
-    report.buffer_bytes += bytes_of(group.gathered) + bytes_of(group.reduce_input) + bytes_of(group.reduce_output);
+    report.buffer_bytes += storage_bytes(group.gathered) + bytes_of(group.reduce_input) + bytes_of(group.reduce_output);
   }
   if (stage_ >= 2)  // gradients autograd produced that are not reduced yet (inside backward)
     for (const auto& p : params_) report.gradient_bytes += bytes_of(p.grad());

@@ -4,7 +4,8 @@
 // (reshard_after_forward); an autograd node on each of its outputs gathers them again just before the
 // unit's backward, and the reduce-scatter of its gradients frees them (engine.cpp). The root unit's
 // parameters stay gathered from the start of forward to the end of backward. Freed parameters keep
-// their TensorImpl (autograd saved them by reference) and only lose their storage, as DeepSpeed does.
+// their TensorImpl (autograd saved them by reference) and only lose their storage, as DeepSpeed does,
+// and the gathered buffer is emptied in place (zero/gathered_storage.h says why).
 #include <torch/torch.h>
 
 #include "cohort/activation_checkpoint.h"
@@ -12,6 +13,7 @@
 #include "core/log.h"
 #include "core/trace_recorder.h"
 #include "zero/engine_impl.h"
+#include "zero/gathered_storage.h"
 
 namespace cohort::detail {
 namespace {
@@ -48,7 +50,10 @@ void ZeroEngineImpl::free_parameters(const FlatGroup& group) {
 void ZeroEngineImpl::gather(int64_t g) {
   FlatGroup& group = groups_[size_t(g)];
   if (group.presence != FlatGroup::Presence::kFreed) return;
-  group.gathered = torch::empty({group.layout.padded}, group.flat.options());
+  if (group.gathered.defined())
+    refill_storage(group.gathered);
+  else
+    group.gathered = torch::empty({group.layout.padded}, group.flat.options());
   if (trace::enabled()) trace::record_mark("gather launch", "zero", "launch", int64_t(group.gathered.nbytes()));
   group.gather_work = comm_->allgather_async(group.gathered, group.flat);
   group.presence = FlatGroup::Presence::kGathering;
@@ -78,7 +83,7 @@ void ZeroEngineImpl::release(int64_t g) {
   if (group.presence == FlatGroup::Presence::kGathering) group.gather_work.wait();
   group.gather_work = Work();
   free_parameters(group);
-  group.gathered = torch::Tensor();
+  empty_storage(group.gathered);
   group.presence = FlatGroup::Presence::kFreed;
 }
 

@@ -5,6 +5,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
+#include "comm/coalesced.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -124,6 +125,29 @@ TEST_P(Collectives, SizeClasses) { run_ranks(GetParam(), size_classes); }
 TEST_P(Collectives, AsyncFusionAndPointToPoint) { run_ranks(GetParam(), async_fusion_and_p2p); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Collectives, ::testing::Values(2, 4));
+
+TEST(BroadcastCoalesced, BucketsOfBoundedBytesCarryEveryTensor) {
+  // Parameters at DDP and engine construction: buckets of at most 64 bytes here, so tensors share a
+  // bucket, one is larger than any bucket, dtypes interleave and one is not contiguous.
+  run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    const float mine = float(rank + 1);
+    std::vector<torch::Tensor> tensors = {torch::full({3}, mine), torch::full({2, 2}, mine, torch::kDouble),
+                                          torch::full({4}, mine), torch::full({40}, mine),
+                                          torch::full({3, 5}, mine).t(), torch::full({1}, mine, torch::kDouble)};
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      auto first = tensors[i];
+      while (first.dim() > 0) first = first[0];
+      first.fill_(double(i));  // element [0, ...]: tells the tensors apart
+    }
+    cohort::detail::broadcast_coalesced(comm, tensors, /*root=*/1, /*bucket_bytes=*/64);
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      auto flat = tensors[i].reshape(-1);
+      EXPECT_EQ(flat[0].item<double>(), double(i)) << "tensor " << i;
+      EXPECT_TRUE(flat.narrow(0, 1, flat.numel() - 1).eq(2).all().item<bool>()) << "tensor " << i << " not rank 1's";
+    }
+  });
+}
 
 TEST(LoneProcess, IsAWorldOfOneWithoutSockets) {
   // Not under run_ranks: this process has no launcher variables.

@@ -1,0 +1,147 @@
+// One side of the GPT memory benchmark (bench/gpt/run.sh): trains models/gpt.h (byte-level
+// vocabulary, fp32 AdamW, random tokens) under cohort's DDP or the ZeRO engine at stage 1-3, its
+// blocks being sharding units, with or without activation checkpointing; rank 0 prints samples/s and
+// every rank's resident memory: before the model exists, after it is built, after it is wrapped, and
+// the peak (VmHWM). Run it under cohortrun.
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "cohort/cohort.h"
+#include "models/gpt.h"
+
+namespace {
+
+// A /proc/self/status field in MiB (VmRSS: resident now, VmHWM: the peak so far).
+double status_mib(const std::string& field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
+  return 0;
+}
+
+// With COHORT_BENCH_PHASES=1, each phase's own peak (VmHWM reset before it through clear_refs).
+void phase(const char* name) {
+  static const bool on = std::getenv("COHORT_BENCH_PHASES") != nullptr;
+  if (!on) return;
+  std::fprintf(stderr, "phase %s peak %.0f MiB, now %.0f MiB\n", name, status_mib("VmHWM"), status_mib("VmRSS"));
+  std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+struct Flags {
+  std::string mode = "ddp";
+  bool checkpointing = false;
+  int64_t n_layer = 6, n_head = 6, n_embd = 384, block_size = 128, vocab_size = 256, batch = 4;
+  int steps = 10, warmup = 2, threads = 1;
+  int64_t prefetch_bucket_size = cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size();
+  int64_t reduce_bucket_size = cohort::ZeroOptimizationConfig().reduce_bucket_size();
+};
+
+Flags parse(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"GPT under cohort DDP or ZeRO 1-3: samples/s and resident memory per rank"};
+  app.add_option("--mode", f.mode)->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}));
+  app.add_flag("--activation-checkpointing", f.checkpointing);
+  app.add_option("--n-layer", f.n_layer);
+  app.add_option("--n-head", f.n_head);
+  app.add_option("--n-embd", f.n_embd);
+  app.add_option("--block-size", f.block_size);
+  app.add_option("--vocab-size", f.vocab_size);
+  app.add_option("--batch-size", f.batch, "sequences per rank and step");
+  app.add_option("--steps", f.steps, "timed steps");
+  app.add_option("--warmup", f.warmup, "untimed steps first");
+  app.add_option("--threads", f.threads);
+  app.add_option("--stage3-prefetch-bucket-size", f.prefetch_bucket_size, "elements (DeepSpeed's default 5e7)");
+  app.add_option("--reduce-bucket-size", f.reduce_bucket_size, "elements (DeepSpeed's default 5e8)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e));
+  }
+  return f;
+}
+
+using GPTEngine = cohort::ZeroEngine<cohort::models::GPTImpl>;
+
+// One training step's body for the chosen mode: forward, loss, backward, optimizer step.
+std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, const torch::Tensor& tokens,
+                                std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>>& ddp,
+                                std::unique_ptr<torch::optim::AdamW>& adamw, std::unique_ptr<GPTEngine>& engine) {
+  auto input = tokens.narrow(1, 0, f.block_size), target = tokens.narrow(1, 1, f.block_size);
+  auto loss_of = [=](const torch::Tensor& logits) {
+    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
+  };
+  if (f.mode == "ddp") {
+    ddp = std::make_unique<cohort::DistributedDataParallel<cohort::models::GPTImpl>>(model.ptr());
+    adamw = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+    return [wrapped = ddp.get(), optimizer = adamw.get(), input, loss_of] {
+      optimizer->zero_grad();
+      loss_of((*wrapped)->forward(input)).backward();
+      optimizer->step();
+    };
+  }
+  auto zero = cohort::ZeroOptimizationConfig().stage(f.mode.back() - '0').overlap_comm(true)
+                  .stage3_prefetch_bucket_size(f.prefetch_bucket_size).reduce_bucket_size(f.reduce_bucket_size);
+  auto config = cohort::ZeroConfig().zero_optimization(zero).optimizer(
+      cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(1e-4));
+  engine = std::make_unique<GPTEngine>(model.ptr(), config, cohort::EngineOptions());
+  return [e = engine.get(), input, loss_of] {
+    auto loss = loss_of(e->forward(input));
+    phase("forward");
+    e->backward(loss);
+    phase("backward");
+    e->step();
+    phase("step");
+  };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags f = parse(argc, argv);
+  torch::set_num_threads(f.threads);
+  auto world = cohort::init();
+  const double rss_start = status_mib("VmRSS");
+  torch::manual_seed(0);
+  auto config = cohort::models::GPTConfig().n_layer(f.n_layer).n_head(f.n_head).n_embd(f.n_embd)
+                    .block_size(f.block_size).vocab_size(f.vocab_size)
+                    .unit(cohort::UnitOptions().activation_checkpointing(f.checkpointing));
+  cohort::models::GPT model(config);
+  const double rss_built = status_mib("VmRSS");
+  auto tokens = torch::randint(0, f.vocab_size, {f.batch, f.block_size + 1}, torch::kLong);
+  std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>> ddp;
+  std::unique_ptr<torch::optim::AdamW> adamw;
+  std::unique_ptr<GPTEngine> engine;
+  auto step = make_step(f, model, tokens, ddp, adamw, engine);
+  const double rss_wrapped = status_mib("VmRSS");
+  for (int i = 0; i < f.warmup; ++i) step();
+  world.comm().barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < f.steps; ++i) step();
+  world.comm().barrier();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The model state the engine says it holds (DDP: parameters, gradients, AdamW's two moments).
+  const double state_mib = engine ? double(engine->memory_report().total()) / (1 << 20)
+                                  : 16.0 * double(cohort::models::gpt_num_parameters(config)) / (1 << 20);
+  auto mine = torch::tensor({rss_start, rss_built, rss_wrapped, status_mib("VmRSS"), status_mib("VmHWM"), state_mib},
+                            torch::kDouble);
+  auto all = world.comm().allgather(mine).reshape({world.size(), 6});
+  if (world.rank() == 0) {
+    auto peak = all.select(1, 4);
+    std::printf("RESULT impl=cohort mode=%s%s ranks=%d n_layer=%lld n_embd=%lld params=%lld samples_per_s=%.3f "
+                "step_s=%.3f rss_start_mib=%.0f rss_built_mib=%.0f rss_wrapped_mib=%.0f rss_end_mib=%.0f "
+                "peak_max_mib=%.0f peak_sum_mib=%.0f state_mib=%.0f\n",
+                f.mode.c_str(), f.checkpointing ? "+ckpt" : "", world.size(), static_cast<long long>(f.n_layer),
+                static_cast<long long>(f.n_embd), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
+                double(f.steps) * f.batch * world.size() / seconds, seconds / f.steps,
+                all.select(1, 0).max().item<double>(), all.select(1, 1).max().item<double>(),
+                all.select(1, 2).max().item<double>(), all.select(1, 3).max().item<double>(),
+                peak.max().item<double>(), peak.sum().item<double>(), all.select(1, 5).max().item<double>());
+  }
+  return 0;
+}

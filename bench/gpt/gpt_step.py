@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+# PyTorch's anchors for bench/gpt/gpt_step.cpp: the same GPT (models/pytorch_models.py), byte-level
+# vocabulary, fp32 AdamW, random tokens, batch and threads, under DDP or FSDP2 (fully_shard on every
+# block, then the root, as PyTorch's FSDP2 tutorial does), with or without activation checkpointing
+# (torch.utils.checkpoint around each block). Starts --nproc ranks as fresh interpreters (spawn, so
+# each rank's VmHWM is its own) and rank 0 prints a RESULT line in gpt_step.cpp's format.
+import argparse, os, socket, sys, time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
+from pytorch_models import GPT  # noqa: E402
+
+
+def status_mib(field):
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def checkpointed_forward(gpt):
+    """GPT.forward with every block recomputed in backward (torch.utils.checkpoint, non-reentrant)."""
+    def forward(idx):
+        t = gpt.transformer
+        x = t.drop(t.wte(idx) + t.wpe(torch.arange(idx.size(-1))))
+        for block in t.h:
+            x = checkpoint(block, x, use_reentrant=False)
+        return F.linear(t.ln_f(x), t.wte.weight)
+    return forward
+
+
+def wrap(gpt, args):
+    if args.mode == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(gpt)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    mesh = init_device_mesh("cpu", (args.nproc,))
+    for block in gpt.transformer.h:
+        fully_shard(block, mesh=mesh)
+    return fully_shard(gpt, mesh=mesh)
+
+
+def rank_main(rank, args, port):
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
+    rss_start = status_mib("VmRSS")
+    torch.manual_seed(0)
+    gpt = GPT(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab_size)
+    params = sum(p.numel() for p in gpt.parameters())
+    rss_built = status_mib("VmRSS")
+    if args.activation_checkpointing:
+        gpt.forward = checkpointed_forward(gpt)
+    model = wrap(gpt, args)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rss_wrapped = status_mib("VmRSS")
+    tokens = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size + 1))
+    x, y = tokens[:, :-1], tokens[:, 1:]
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        opt.zero_grad()
+        logits = model(x)
+        F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1)).backward()
+        opt.step()
+    dist.barrier()
+    elapsed = time.perf_counter() - start
+    mine = torch.tensor([rss_start, rss_built, rss_wrapped, status_mib("VmRSS"), status_mib("VmHWM")], dtype=torch.double)
+    rows = [torch.zeros_like(mine) for _ in range(args.nproc)]
+    dist.all_gather(rows, mine)
+    every = torch.stack(rows)
+    if rank == 0:
+        mode = f"torch{torch.__version__.split('+')[0]}_{'fsdp2' if args.mode == 'fsdp' else 'ddp'}"
+        print(f"RESULT impl=pytorch mode={mode}{'+ckpt' if args.activation_checkpointing else ''} ranks={args.nproc} "
+              f"n_layer={args.n_layer} n_embd={args.n_embd} params={params} "
+              f"samples_per_s={args.steps * args.batch_size * args.nproc / elapsed:.3f} step_s={elapsed / args.steps:.3f} "
+              f"rss_start_mib={every[:, 0].max():.0f} rss_built_mib={every[:, 1].max():.0f} "
+              f"rss_wrapped_mib={every[:, 2].max():.0f} rss_end_mib={every[:, 3].max():.0f} "
+              f"peak_max_mib={every[:, 4].max():.0f} peak_sum_mib={every[:, 4].sum():.0f}", flush=True)
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--mode", choices=["ddp", "fsdp"], default="fsdp")
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--nproc", type=int, default=2)
+    for name, default in [("n-layer", 6), ("n-head", 6), ("n-embd", 384), ("block-size", 128), ("vocab-size", 256),
+                          ("batch-size", 4), ("steps", 10), ("warmup", 2), ("threads", 1)]:
+        p.add_argument(f"--{name}", type=int, default=default)
+    args = p.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=rank_main, args=(r, args, port)) for r in range(args.nproc)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join()
+    sys.exit(max(proc.exitcode for proc in procs))
+
+
+if __name__ == "__main__":
+    main()

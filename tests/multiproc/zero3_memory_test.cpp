@@ -1,0 +1,107 @@
+// What stage 3 keeps in memory, measured in live malloc bytes (mallinfo2) and the engine's own report:
+// reshard_after_forward really frees a unit's gathered parameters although autograd saved views of
+// them (a Linear saves weight.t()); backward holds the staged gradients of at most reduce_bucket_size
+// elements of reductions in flight, not every unit's.
+#include <gtest/gtest.h>
+#include <malloc.h>
+#include <torch/torch.h>
+
+#include <string>
+
+#include "cohort/fsdp.h"
+#include "cohort/world.h"
+#include "cohort/zero.h"
+#include "support/multiproc.h"
+
+namespace zero3_memory_test {
+
+using cohort::testing::report;
+using cohort::testing::run_ranks;
+
+namespace {
+
+constexpr int64_t kWidth = 1024;  // a unit: one Linear of 1024 x 1024 (+ bias), ~4 MiB of fp32
+constexpr int kUnits = 6;
+constexpr double kUnitMiB = double(kWidth * kWidth + kWidth) * 4 / (1 << 20);
+
+struct LayersImpl : torch::nn::Module {
+  explicit LayersImpl(cohort::UnitOptions unit) {
+    torch::manual_seed(3);
+    for (int i = 0; i < kUnits; ++i)
+      units.push_back(cohort::fully_shard(register_module("l" + std::to_string(i), torch::nn::Linear(kWidth, kWidth)), unit));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& unit : units) x = torch::tanh(unit(x));
+    return x;
+  }
+  std::vector<cohort::Unit<torch::nn::LinearImpl>> units;
+};
+TORCH_MODULE(Layers);
+
+double live_mib() {
+  const auto info = mallinfo2();
+  return double(info.uordblks + info.hblkhd) / (1 << 20);
+}
+
+cohort::ZeroConfig config_of(int64_t reduce_bucket_size) {
+  return cohort::ZeroConfig()
+      .optimizer(cohort::OptimizerConfig().type(cohort::OptimizerType::kSgd).lr(0.01))
+      .zero_optimization(cohort::ZeroOptimizationConfig()
+                             .stage(3)
+                             .overlap_comm(true)
+                             .stage3_prefetch_bucket_size(0)  // only the running unit is gathered
+                             .reduce_bucket_size(reduce_bucket_size));
+}
+
+// Live bytes the forward adds (its graph alive, before backward).
+double forward_growth_mib(bool reshard) {
+  Layers model(cohort::UnitOptions().reshard_after_forward(reshard));
+  auto engine = cohort::initialize(config_of(kWidth * kWidth), model);
+  auto x = torch::randn({2, kWidth});
+  engine.backward(engine.forward(x).sum());  // a first step: lazily made state exists from here on
+  engine.step();
+  const double before = live_mib();
+  auto loss = engine.forward(x).sum();
+  const double growth = live_mib() - before;
+  engine.backward(loss);
+  engine.step();
+  return growth;
+}
+
+}  // namespace
+
+TEST(Zero3Memory, ReshardAfterForwardFreesParametersThatAutogradSaved) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    const double freed = forward_growth_mib(true), kept = forward_growth_mib(false);
+    report("forward adds " + std::to_string(freed) + " MiB resharded, " + std::to_string(kept) + " MiB kept");
+    // Kept: every unit's whole parameters (6 x 4 MiB) live until backward; resharded: none of them.
+    EXPECT_GT(kept, (kUnits - 1) * kUnitMiB);
+    EXPECT_LT(freed, 2 * kUnitMiB);
+  });
+}
+
+TEST(Zero3Memory, BackwardStagesAtMostReduceBucketSizeOfGradients) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    Layers model{cohort::UnitOptions()};
+    auto engine = cohort::initialize(config_of(kWidth * kWidth + kWidth), model);  // one unit's gradients
+    // When unit 0's weight gradient exists, every later unit's reduction has been launched.
+    int64_t held = -1;
+    auto* core = &engine;
+    model->units[0]->weight.register_hook([&held, core](const torch::Tensor& grad) {
+      held = core->memory_report().buffer_bytes;
+      return grad;
+    });
+    engine.backward(engine.forward(torch::randn({2, kWidth})).sum());
+    engine.step();
+    const double held_mib = double(held) / (1 << 20);
+    report(std::to_string(held_mib) + " MiB staged or gathered in backward");
+    ASSERT_GE(held, 0) << "the hook did not run";
+    // Unit 0 gathered, plus the reductions in flight: the bucket's one unit and the one just added
+    // (all five later units' gradients without the bound).
+    EXPECT_LT(held_mib, 3.5 * kUnitMiB);
+  });
+}
+
+}  // namespace zero3_memory_test
