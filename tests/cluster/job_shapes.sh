@@ -53,8 +53,18 @@ scenario_job_shapes() {
 shape_by_hand() {
   local out=$1 reference=$2 start rc1 rc2 p1 p2
   shift 2
+  export NNODES=2 MASTER_ADDR=n1 RDZV_ID="rendezvous-$$"
+  # The rendezvous alone: workers that exit at once (/bin/true), timed from start to both exits.
   start=$(now)
-  export NNODES=2 MASTER_ADDR=n1 RDZV_ID="by-hand-$$"
+  TRAIN=/bin/true run_on n2 60 "$out/rdzv.n2.log" "$here/jobs/cohortrun_node.sh" &
+  p2=$!
+  TRAIN=/bin/true run_on n1 60 "$out/rdzv.n1.log" "$here/jobs/cohortrun_node.sh"
+  rc1=$?
+  wait "$p2"; rc2=$?
+  [ "$rc1$rc2" = 00 ] || fail "cohortrun with /bin/true on n1 and n2 exited with $rc1 and $rc2"
+  cl_log "timing: rendezvous of cohortrun on 2 hosts, workers /bin/true: $(elapsed "$start") s in all"
+  start=$(now)
+  export RDZV_ID="by-hand-$$"
   run_on n2 240 "$out/c.n2.log" "$here/jobs/cohortrun_node.sh" "$@" &
   p2=$!
   run_on n1 240 "$out/c.n1.log" "$here/jobs/cohortrun_node.sh" "$@" &

@@ -24,7 +24,7 @@ on_host() {
 # Starts a command on a host in the background; its pid (the command's own: nsenter execs) goes to $!.
 on_host_bg() {
   local host=$1 log=$2; shift 2
-  on_host "$host" "$@" >"$log" 2>&1 &
+  (exec nsenter -t "$(cat "$CL_DIR/$host.holder")" --net --mount --uts --wd="$PWD" -- "$@") >"$log" 2>&1 &
 }
 
 # Every process in one of our network namespaces (they are ours by construction), by the namespaces'

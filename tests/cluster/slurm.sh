@@ -49,7 +49,10 @@ slurm_up() {
   cl_slurm_conf >"$SLURM_CONF"
   on_host_bg head "$CL_DIR/slurm/ctld.out" slurmctld -D -i
   local host i
-  for host in "${CL_HOSTS[@]:1}"; do on_host_bg "$host" "$CL_DIR/slurm/d-$host.out" slurmd -D -N "$host"; done
+  for host in "${CL_HOSTS[@]:1}"; do
+    on_host_bg "$host" "$CL_DIR/slurm/d-$host.out" slurmd -D -N "$host"
+    echo $! >"$CL_DIR/$host.slurmd"
+  done
   for i in $(seq 300); do
     [ "$(on_host head sinfo -h -o '%T %D' 2>/dev/null)" = "idle $((${#CL_HOSTS[@]} - 1))" ] && return 0
     sleep 0.2
