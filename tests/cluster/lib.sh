@@ -7,7 +7,7 @@
 CL_PREFIX="cc$$"                  # namespaces ${CL_PREFIX}<host>; interface names stay under 15 chars
 CL_DIR=""                         # this run's files (hosts, logs, Slurm's state); made by cluster_up
 CL_HOSTS=()                       # host names, login/controller host first: head n1 n2 ...
-CL_ROOT_PIDS=()                   # processes started in the machine's own namespace (munged, watchdog)
+CL_ROOT_PIDS=()                   # processes started in the machine's own namespace (munged)
 CL_SUBNET="10.77.0"               # only inside the namespaces: the bridge has no uplink, no route out
 
 cl_log() { echo "[cluster] $*" >&2; }
