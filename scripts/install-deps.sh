@@ -13,6 +13,8 @@ packages=(
   dataset-fashion-mnist                           # the demo's data
   fortunes                                        # examples/gpt's text (/usr/share/games/fortunes)
   iproute2 procps                                 # network namespaces and process checks in tests
+  slurmd slurmctld slurm-client munge             # tests/cluster: Slurm across namespace hosts
+  iptables                                        # tests/cluster: a partitioned host (DROP)
 )
 
 missing=()

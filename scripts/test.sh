@@ -22,6 +22,8 @@ if [ "${COHORT_TORCH2:-1}" != 0 ]; then
   # The benchmarks are measured by hand (docs/BENCHMARKS.md); the second build skips them to save CI time.
   COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build" \
     -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF
-  # Launcher logic does not change with LibTorch: 4 pairs of jobs on one port here, 20 in the first build.
-  (cd build-torch2 && COHORT_TEST_JOB_PAIRS=4 ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
+  # Launcher logic does not change with LibTorch: 4 pairs of jobs on one port here, 20 in the first build,
+  # and the cluster scenarios (tests/cluster: Slurm and MPI across namespace hosts) in the first only.
+  (cd build-torch2 && COHORT_TEST_JOB_PAIRS=4 ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" \
+    -LE cluster "$@")
 fi

@@ -510,6 +510,45 @@ TEST(CohortrunSignals, SignalOnOneNodeStopsTheOthers) {
   EXPECT_TRUE(alive_after(recorded_pids(pids.path), 2s).empty());
 }
 
+// The node hosting the rendezvous dies with its workers (SIGKILL, as a machine that goes away): the
+// other node loses the store while its workers run, stops them and exits 1 naming what it lost. It
+// used to abort (std::terminate, exit 134) on its own "lost" record (tests/cluster found it).
+TEST(CohortrunSignals, LostRendezvousHostEndsTheOtherNodeInOneLine) {
+  TempDir pids;
+  const std::string rdzv = endpoint();
+  const auto node = [&] {
+    return start_process(cohortrun({"--nnodes=2", "--nproc-per-node=2", "--rdzv-backend=c10d",
+                                    "--rdzv-endpoint=" + rdzv, "--monitor-interval=0.1",
+                                    COHORT_FAIL_WORKER, "--sleep", "120"}),
+                         clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
+  };
+  Proc a = node(), b = node();
+  ASSERT_TRUE(wait_for_pid_files(pids.path, 4, 15s));
+  // Node 0 (the host) runs ranks 0 and 1 and is rank 0's parent; kill it and them at once.
+  const auto pid_of = [&](int rank) {
+    pid_t pid = -1;
+    std::ifstream(pids.path + "/" + std::to_string(rank) + ".0.pid") >> pid;
+    return pid;
+  };
+  std::ifstream stat("/proc/" + std::to_string(pid_of(0)) + "/stat");
+  std::string field;
+  pid_t host = -1;
+  stat >> field >> field >> field >> host;  // pid (comm) state ppid
+  ASSERT_TRUE(host == a.pid || host == b.pid) << "rank 0's parent " << host << " is neither cohortrun";
+  Proc& dead = host == a.pid ? a : b;
+  Proc& left = host == a.pid ? b : a;
+  ::kill(dead.pid, SIGKILL);
+  ::kill(pid_of(0), SIGKILL);
+  ::kill(pid_of(1), SIGKILL);
+  finish_process(dead, 10s);
+  const auto result = finish_process(left, 30s);
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_NE(result.err.find("[cohortrun] error: lost contact with rendezvous"), std::string::npos)
+      << result.describe();
+  EXPECT_EQ(result.err.find("terminate called"), std::string::npos) << result.describe();
+  EXPECT_TRUE(alive_after(recorded_pids(pids.path), 5s).empty());
+}
+
 TEST(CohortrunBadInput, ExitsTwoWithOneLineAndStartsNothing) {
   TempDir pids;
   const std::string not_executable = pids.path + "/not_executable";

@@ -101,6 +101,20 @@ TEST(FashionMnistLimits, ThreadsAreCappedAtTheCoresUnlessOversubscribed) {
   EXPECT_THAT(over.out, HasSubstr(", " + asked + " thread(s) per rank"));
 }
 
+// --threads holds for OpenBLAS too, whatever OMP_NUM_THREADS says: OpenBLAS sizes its pool from it at
+// load, and srun sets none, so `--threads 1` used to train with a BLAS thread per core under srun and
+// print another params-sha256 than under cohortrun (tests/cluster found it).
+TEST(FashionMnistLimits, ThreadsFlagHoldsWhateverOmpNumThreadsSays) {
+  Data data;
+  const std::vector<std::string> flags = {"--threads", "1", "--max-steps", "2", "--batch-size", "16"};
+  const ProcResult one = example(data.root, flags, {{"OMP_NUM_THREADS", "1"}});
+  const ProcResult two = example(data.root, flags, {{"OMP_NUM_THREADS", "2"}});
+  ASSERT_EQ(one.code, 0) << one.describe();
+  ASSERT_EQ(two.code, 0) << two.describe();
+  EXPECT_EQ(params_digest_of(one.out).size(), 64u) << one.describe();
+  EXPECT_EQ(params_digest_of(one.out), params_digest_of(two.out));
+}
+
 // Bytes per sample of one step as the example estimates it (examples/fashion_mnist/resources.cpp).
 constexpr int64_t kStepBytesPerSample = 4 * 2 * ((784 + 2 * 21632 + 2 * 36864 + 3 * 9216 + 276) + (9 * 676 + 288 * 576));
 

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "../common/cli_paths.h"
+#include "../common/threads.h"
 #include "digest.h"
 #include "module.h"
 #include "report.h"
@@ -139,7 +140,7 @@ int64_t replicas_of(const TrainConfig& config, const cohort::World& world) {
 
 ThreadChoice set_threads(const TrainConfig& config, const cohort::World& world) {
   const ThreadChoice choice = choose_threads(config.threads, config.oversubscribe, world.local_size());
-  torch::set_num_threads(choice.threads);
+  examples::set_threads(choice.threads);
   return choice;
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 
+#include "../common/threads.h"
 #include "../fashion_mnist/digest.h"
 #include "models/gpt.h"
 
@@ -115,7 +116,7 @@ void run_training(const Flags& flags) {
   const cohort::World& world = trainer.world();
   const int64_t threads = flags.threads > 0 ? flags.threads
       : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / world.local_size());
-  torch::set_num_threads(static_cast<int>(threads));
+  examples::set_threads(static_cast<int>(threads));
   const Text text = load_text(flags.data, flags.block_size + 2);
   const GPTConfig config = model_config(flags, text);
   torch::manual_seed(static_cast<uint64_t>(flags.seed));  // the seed alone fixes the initial weights

@@ -4,7 +4,7 @@
 // DistributedOptimizer (optionally fp16-compressed) and metric_average by allreduce. Runs under
 // mpirun, srun, cohortrun/torchrun or alone. Differences from the Python original: Fashion-MNIST and
 // cohort's CNN (models/fashion_mnist_net.h) instead of MNIST and its small net, momentum 0.9, a log line
-// every 100 batches (docs/horovod.md).
+// every 100 batches, --max-steps to stop early and params-sha256 at the end (docs/horovod.md).
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
@@ -18,6 +18,8 @@
 
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
+#include "../common/threads.h"
+#include "../fashion_mnist/digest.h"
 #include "models/fashion_mnist_net.h"
 
 namespace hvd = cohort::hvd;
@@ -26,6 +28,7 @@ namespace {
 
 struct Args {
   int64_t batch_size = 64, test_batch_size = 1000, epochs = 2, seed = 42, log_interval = 100, threads = 1;
+  int64_t max_steps = 0;  // optimizer steps in all, over epochs; 0 = no limit
   // lr 0.02 and momentum 0.9, not Horovod's MNIST 0.01 and 0.5: Fashion-MNIST in 2 epochs (0.01 gave
   // 88.98 % after 2 epochs on 2 ranks, 0.02 gives 89.80 %).
   double lr = 0.02, momentum = 0.9, gradient_predivide_factor = 1.0;
@@ -38,12 +41,13 @@ double metric_average(double value, const std::string& name) {
   return hvd::allreduce(torch::tensor({value}, torch::kDouble), name).item<double>();
 }
 
+// One epoch, or what is left of --max-steps; `steps` counts optimizer steps over epochs.
 void train_epoch(int64_t epoch, const Args& args, fashion_mnist::Net& model, hvd::DistributedOptimizer& optimizer,
-                 cohort::DistributedSampler& sampler, const cohort::data::FashionMnist& data) {
+                 cohort::DistributedSampler& sampler, const cohort::data::FashionMnist& data, int64_t& steps) {
   model->train();
   sampler.set_epoch(epoch);  // a new shuffle per epoch, the same on every rank
   const auto batches = sampler.batch_tensors(args.batch_size);
-  for (size_t i = 0; i < batches.size(); ++i) {
+  for (size_t i = 0; i < batches.size() && (args.max_steps == 0 || steps < args.max_steps); ++i, ++steps) {
     optimizer.zero_grad();
     auto output = model->forward(data.images.index_select(0, batches[i]));
     auto loss = torch::nn::functional::cross_entropy(output, data.labels.index_select(0, batches[i]));
@@ -83,7 +87,7 @@ double test(const Args& args, fashion_mnist::Net& model, const cohort::data::Fas
 void run(const Args& args) {
   hvd::init();
   torch::manual_seed(args.seed);
-  torch::set_num_threads(int(args.threads));  // as the original: one thread per rank on CPU
+  examples::set_threads(int(args.threads));  // as the original: one thread per rank on CPU
   const auto train_data = cohort::data::load_fashion_mnist(args.data_dir, cohort::data::Split::kTrain);
   const auto test_data = cohort::data::load_fashion_mnist(args.data_dir, cohort::data::Split::kTest);
   cohort::DistributedSampler train_sampler(
@@ -102,10 +106,13 @@ void run(const Args& args) {
           .compression(args.fp16_allreduce ? hvd::Compression::fp16 : hvd::Compression::none)
           .op(hvd::Average)
           .gradient_predivide_factor(args.gradient_predivide_factor));
-  for (int64_t epoch = 1; epoch <= args.epochs; ++epoch) {
-    train_epoch(epoch, args, model, optimizer, train_sampler, train_data);
+  int64_t steps = 0;
+  for (int64_t epoch = 1; epoch <= args.epochs && (args.max_steps == 0 || steps < args.max_steps); ++epoch) {
+    train_epoch(epoch, args, model, optimizer, train_sampler, train_data, steps);
     test(args, model, test_data);
   }
+  // The same digest as fashion_mnist's: two runs trained exactly alike print the same line.
+  if (hvd::rank() == 0) std::printf("params-sha256: %s\n", fashion_mnist::parameters_sha256(*model).c_str());
 }
 
 using examples::add_integer;
@@ -124,6 +131,8 @@ int main(int argc, char** argv) {
   add_integer(app, {"--seed", 0, INT64_MAX}, args.seed, "random seed");
   add_integer(app, {"--log-interval", 1, int64_t(1e9)}, args.log_interval, "batches between training log lines");
   add_integer(app, {"--threads", 1, 1024}, args.threads, "torch threads per rank");
+  add_integer(app, {"--max-steps", 0, int64_t(1e12)}, args.max_steps,
+              "stop after this many optimizer steps in all (then test once); 0 = no limit");
   app.add_flag("--fp16-allreduce", args.fp16_allreduce, "use fp16 compression during allreduce");
   add_real(app, {"--gradient-predivide-factor", 1e-6, 1e6}, args.gradient_predivide_factor,
            "apply gradient predivide factor in optimizer");

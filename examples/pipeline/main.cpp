@@ -22,6 +22,7 @@
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "../common/cli_paths.h"
+#include "../common/threads.h"
 
 namespace {
 
@@ -138,7 +139,7 @@ void check_flags(const Config& config) {
 void train(const Config& config) {
   // Before the first step, not at the first save after --checkpoint-every steps.
   if (!config.checkpoint_dir.empty()) examples::check_writable_dir("--checkpoint-dir", config.checkpoint_dir);
-  torch::set_num_threads(int(config.threads));
+  examples::set_threads(int(config.threads));
   auto world = cohort::init();
   const int64_t stages = config.stages > 0 ? config.stages : world.size() / config.data_parallel;
   COHORT_CHECK(stages * config.data_parallel == world.size(), "--stages ", stages, " x --data-parallel ",

@@ -169,9 +169,11 @@ std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchOptions& o
     }
     return standing;
   }
-  // kStopped: another node ended the round, or the store is gone
-  if (result.stop_reason.rfind("lost|", 0) == 0) throw RendezvousError(decode_outcome(result.stop_reason).description);
-  return decode_outcome(result.stop_reason);
+  // kStopped: another node ended the round, or the store is gone ("lost|node|why", from check_remote:
+  // not an outcome record, so decode_outcome would refuse it)
+  const std::string& reason = result.stop_reason;
+  if (reason.rfind("lost|", 0) == 0) throw RendezvousError(reason.substr(reason.find('|', 5) + 1));
+  return decode_outcome(reason);
 }
 
 // One round: join, run the workers, and decide. nullopt: restart; else cohortrun's exit code.
