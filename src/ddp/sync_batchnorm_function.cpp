@@ -23,8 +23,11 @@ torch::Tensor compute_view(const torch::Tensor& t) {
 }
 
 struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {
+  // weight and bias are optional arguments: LibTorch 1.13's apply refuses undefined tensors.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
-                               const torch::Tensor& weight, const torch::Tensor& bias, const SyncBatchNormCall* call) {
+                               const c10::optional<torch::Tensor>& weight_arg,
+                               const c10::optional<torch::Tensor>& bias_arg, const SyncBatchNormCall* call) {
+    const auto weight = weight_arg.value_or(torch::Tensor()), bias = bias_arg.value_or(torch::Tensor());
     const auto x = compute_view(input.contiguous());
     const int64_t channels = x.size(1);
     const int64_t count = x.size(1) == 0 ? 0 : x.numel() / channels;
@@ -74,7 +77,10 @@ struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> 
 }  // namespace
 
 torch::Tensor sync_batch_norm(const torch::Tensor& input, const SyncBatchNormCall& call) {
-  return SyncBatchNormFunction::apply(input, call.weight, call.bias, &call);
+  const auto optional = [](const torch::Tensor& t) {
+    return t.defined() ? c10::optional<torch::Tensor>(t) : c10::optional<torch::Tensor>();
+  };
+  return SyncBatchNormFunction::apply(input, optional(call.weight), optional(call.bias), &call);
 }
 
 }  // namespace cohort::detail
