@@ -166,7 +166,6 @@ void check_parity(const Parity& p) {
 
 }  // namespace
 
-TEST(SyncBatchNormParity, Images2dFloat32MatchesPytorch) { check_parity({{3, 4, 4}}); }
 TEST(SyncBatchNormParity, Images2dFloat64MatchesPytorch) { check_parity({{3, 4, 4}, torch::kDouble}); }
 TEST(SyncBatchNormParity, Sequences1dCumulativeAverageWithoutAffineMatchesPytorch) {
   check_parity({{4, 5}, torch::kFloat, c10::nullopt, /*affine=*/false});
