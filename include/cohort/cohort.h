@@ -16,6 +16,7 @@
 #include "cohort/pipeline.h"
 #include "cohort/progress.h"
 #include "cohort/sampler.h"
+#include "cohort/sync_batchnorm.h"
 #include "cohort/trace.h"
 #include "cohort/trainer.h"
 #include "cohort/world.h"

@@ -48,6 +48,10 @@ struct TrainerOptions {
   /// "pipeline" (the network cut into stages across ranks, cohort::pipeline; fp32; the module's
   /// loss() gives each microbatch's loss), "single" (one device, no reduction), or "auto" (ddp).
   TORCH_ARG(std::string, strategy) = "auto";
+  /// Lightning's sync_batchnorm: before the strategy wraps the model, cohort::convert_sync_batchnorm
+  /// turns its BatchNorm1d/2d/3d into cohort::SyncBatchNorm over the world's ranks (batch statistics
+  /// of the global batch). Strategies ddp, single, zero1-3, fsdp and deepspeed; not dp or pipeline.
+  TORCH_ARG(bool, sync_batchnorm) = false;
   /// Strategy "pipeline": stages per pipeline, one per rank (0: every rank of the world is a stage).
   /// When it divides the world, the world is (world / stages) pipelines side by side, each stage
   /// averaging its gradients with its replicas (DDP), and each pipeline reading its own share of the data.

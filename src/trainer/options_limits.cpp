@@ -69,6 +69,15 @@ void check_unit_options(const TrainerOptions& options, const ResolvedOptions& ou
     refuse("activation_checkpointing", "true", "false, " + accepted + "; elsewhere call cohort::checkpoint in forward");
 }
 
+// SyncBatchNorm needs one process per replica (dp's replicas are threads) and the whole model on each
+// (a pipeline stage holds a part of it).
+void check_sync_batchnorm(const TrainerOptions& options, const ResolvedOptions& out) {
+  if (!options.sync_batchnorm()) return;
+  if (out.strategy == StrategyKind::kDp || out.strategy == StrategyKind::kPipeline)
+    refuse("sync_batchnorm", "true", "false with strategy \"" + options.strategy() +
+                                         "\" (ddp, zero1-3, fsdp and deepspeed synchronise BatchNorm)");
+}
+
 }  // namespace
 
 void resolve_limits(const TrainerOptions& options, ResolvedOptions& out) {
@@ -81,6 +90,7 @@ void resolve_limits(const TrainerOptions& options, ResolvedOptions& out) {
     refuse("fast_dev_run", std::to_string(options.fast_dev_run()), "true or a number of batches >= 1; false or 0: off");
   out.max_time_seconds = parse_max_time(options.max_time());
   check_unit_options(options, out);
+  check_sync_batchnorm(options, out);
   if (options.fast_dev_run() > 0) {  // Lightning's fast_dev_run: n batches of everything, one epoch, no state
     const int64_t n = options.fast_dev_run();
     out.raw.limit_train_batches(n).limit_val_batches(n).max_epochs(1).max_steps(n).num_sanity_val_steps(0)

@@ -10,6 +10,7 @@
 
 #include "cohort/error.h"
 #include "cohort/progress.h"
+#include "cohort/sync_batchnorm.h"
 #include "trainer/trainer_impl.h"
 
 namespace cohort {
@@ -67,6 +68,8 @@ void TrainerImpl::attach(TrainingModule& target) {
   if (module == &target) return;
   COHORT_CHECK(module == nullptr, "this Trainer already trains another TrainingModule: use one Trainer per module");
   target.to(world.device());
+  if (options.raw.sync_batchnorm())  // before the strategy sees the parameters, as Lightning does
+    convert_sync_batchnorm(target.model(), ConvertSyncBatchNormOptions().comm(world.comm_ptr()));
   module = &target;
   strategy = make_strategy(options, target, world);
   scheduler = target.configure_lr_scheduler(strategy->optimizer());
