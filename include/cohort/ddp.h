@@ -72,7 +72,7 @@ class DataParallelCore : public Joinable {
   torch::Device join_device() const override;
 
  protected:
-  void attach_join(Join* join, bool first) override;
+  void attach_join(Join* join) override;
 
   std::unique_ptr<detail::Reducer> reducer_;
 };

@@ -58,10 +58,10 @@ class Joinable {
   virtual torch::Device join_device() const { return torch::kCPU; }
 
  protected:
-  /// Join::run calls it with the Join (and whether this object is its first joinable), and with null
-  /// when run() ends. While attached, the first joinable calls Join::begin_step() before each step's
-  /// first collective and Join::end_step() before it needs the step (the others read current()).
-  virtual void attach_join(Join* join, bool first) {}
+  /// Join::run calls it with the Join, and with null when run() ends. While attached, the joinable the
+  /// Join leads() with calls Join::begin_step() before each step's first collective and
+  /// Join::end_step() before it needs the step; the others read Join::current().
+  virtual void attach_join(Join* join) {}
 
  private:
   friend class Join;
@@ -89,6 +89,8 @@ class Join {
   const JoinStep& end_step();
   /// The step begin_step()/end_step() or the shadowing loop last resolved.
   const JoinStep& current() const;
+  /// Whether `joinable` runs the join allreduce: the first joinable with a Comm.
+  bool leads(const Joinable& joinable) const;
   const JoinOptions& options() const { return options_; }
 
  private:

@@ -30,7 +30,9 @@ void DataParallelCore::join_shadow_step(const JoinStep& step) { reducer_->shadow
 void DataParallelCore::join_finish(int source) { reducer_->sync_from(source); }
 Comm* DataParallelCore::join_comm() { return &reducer_->comm(); }
 torch::Device DataParallelCore::join_device() const { return reducer_->device(); }
-void DataParallelCore::attach_join(Join* join, bool first) { reducer_->attach_join(join, first); }
+void DataParallelCore::attach_join(Join* join) {
+  reducer_->attach_join(join, join != nullptr && join->leads(*this) ? detail::JoinRole::kLeads : detail::JoinRole::kFollows);
+}
 
 std::vector<torch::Tensor> reduce_metrics(std::vector<torch::Tensor> values, Comm* comm) {
   // A borrowed Comm wrapped without ownership, so the one rule of resolve_comm applies here too.

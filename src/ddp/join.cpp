@@ -55,7 +55,7 @@ Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
 
 Join::~Join() {
   if (!state_ || !state_->running) return;
-  for (auto* j : state_->joinables) j->attach_join(nullptr, false);
+  for (auto* j : state_->joinables) j->attach_join(nullptr);
 }
 
 void Join::begin_step() {
@@ -94,6 +94,8 @@ const JoinStep& Join::end_step() {
 
 const JoinStep& Join::current() const { return state_->current; }
 
+bool Join::leads(const Joinable& joinable) const { return state_->joinables[state_->first] == &joinable; }
+
 void Join::run(const std::function<void()>& loop) {
   State& s = *state_;
   if (!options_.enable() || s.comm->size() == 1) return loop();
@@ -105,11 +107,11 @@ void Join::run(const std::function<void()>& loop) {
   struct Detach {
     State& s;
     ~Detach() {
-      for (auto* j : s.joinables) j->attach_join(nullptr, false);
+      for (auto* j : s.joinables) j->attach_join(nullptr);
       s.running = false;
     }
   } detach{s};
-  for (size_t i = 0; i < s.joinables.size(); ++i) s.joinables[i]->attach_join(this, i == s.first);
+  for (auto* j : s.joinables) j->attach_join(this);
   loop();
   // This rank has joined: its vector slot stays 0 while it shadows the steps the others still take.
   while (true) {

@@ -28,6 +28,9 @@
 
 namespace cohort::detail {
 
+/// kLeads: the reducer runs its Join's join allreduce each step; kFollows: it reads Join::current().
+enum class JoinRole { kLeads, kFollows };
+
 class Reducer {
  public:
   Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
@@ -40,7 +43,7 @@ class Reducer {
   torch::Device device() const;
 
   // Join (reducer_join.cpp)
-  void attach_join(Join* join, bool first);
+  void attach_join(Join* join, JoinRole role);
   /// The collectives of one synchronized backward, with zeros, in finalize_backward's order.
   void shadow_step(const JoinStep& step);
   /// Copies rank `source`'s parameters and buffers to every rank (-1: nothing to do).
@@ -88,7 +91,7 @@ class Reducer {
   double scale_ = 1.0;      // what buckets are multiplied by before the sum: 1 / the step's divisor
   int buffer_source_ = 0;   // whose buffers the step broadcasts: rank 0, or the lowest active rank
   Join* join_ = nullptr;    // the Join this reducer is attached to, if any
-  bool join_first_ = false; // it runs the Join's join allreduce
+  JoinRole join_role_ = JoinRole::kFollows;
   bool join_pending_ = false;
   GradHookSet hooks_;  // last member: destroyed first, so no hook runs into a half-destroyed reducer
 };

@@ -13,9 +13,9 @@ torch::Device Reducer::device() const {
   return torch::kCPU;
 }
 
-void Reducer::attach_join(Join* join, bool first) {
+void Reducer::attach_join(Join* join, JoinRole role) {
   join_ = join;
-  join_first_ = first;
+  join_role_ = role;
   join_pending_ = false;
 }
 
@@ -23,13 +23,13 @@ void Reducer::begin_join_step() {
   scale_ = 1.0 / comm_->size();
   buffer_source_ = 0;
   if (join_ == nullptr) return;
-  if (join_first_) join_->begin_step();
+  if (join_role_ == JoinRole::kLeads) join_->begin_step();
   join_pending_ = true;
 }
 
 void Reducer::resolve_join_step() {
   join_pending_ = false;
-  const JoinStep& step = join_first_ ? join_->end_step() : join_->current();
+  const JoinStep& step = join_role_ == JoinRole::kLeads ? join_->end_step() : join_->current();
   scale_ = 1.0 / step.divisor;
   // Rank 0 may have joined: its buffers no longer move, so an active rank's go out.
   buffer_source_ = step.active.front();
