@@ -3,7 +3,8 @@
 // per-step rule (the active ranks' gradients summed in rank order, each times 1 / divisor), so the
 // parameters after the Join are checked on every rank, the joined ones included. Also: early
 // termination raising on every rank naming the rank that ran out, the failure without a Join, and the
-// Trainer's uneven_inputs (ddp, zero2) against one process stepping on the same unpadded shares.
+// Trainer's uneven_inputs (ddp, zero2) against one process stepping on the same unpadded shares, and
+// its refusal under strategy pipeline.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -268,6 +269,16 @@ TEST(JoinTrainer, UnevenInputsTrainAsOneProcessOnTheSameSharesUnderDdpAndZero) {
       report(strategy + " diff=" + std::to_string(worst));
     }
   });
+}
+
+TEST(JoinTrainer, UnevenInputsWithStrategyPipelineIsRefusedNamingTheOption) {
+  try {
+    cohort::Trainer trainer(cohort::TrainerOptions().strategy("pipeline").accelerator("cpu").uneven_inputs(true));
+    ADD_FAILURE() << "expected an error";
+  } catch (const cohort::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "TrainerOptions.uneven_inputs with strategy \"pipeline\": a pipeline's stages "
+              "read the same batches and cannot run uneven shares; set uneven_inputs(false)");
+  }
 }
 
 }  // namespace join_test
