@@ -1,7 +1,9 @@
 // One rank of the DDP step benchmark: trains a model for --steps steps and rank 0 prints a RESULT line
 // (samples/s over all ranks, step time, the time backward waited for buckets and the buckets' time alone).
-// Modes: cohort (DistributedDataParallel) and naive (raw c10d allreduce of each gradient after backward,
-// as the LibTorch distributed example does). bench/ddp/run.sh runs it against PyTorch's Python DDP.
+// Modes: cohort (DistributedDataParallel), join (the same inside a cohort::Join that no rank leaves
+// early: Join's cost per step, bench/ddp/join_run.sh) and naive (raw c10d allreduce of each gradient
+// after backward, as the LibTorch distributed example does). bench/ddp/run.sh runs it against PyTorch's
+// Python DDP.
 #include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
@@ -36,7 +38,7 @@ int run(const Args& args, const cohort::World& world) {
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   std::unique_ptr<cohort::DistributedDataParallel<typename Net::ContainedType>> ddp;
   c10::intrusive_ptr<cohort::detail::ProcessGroupBase> raw;
-  if (args.mode == "cohort") {
+  if (args.mode == "cohort" || args.mode == "join") {
     ddp = std::make_unique<cohort::DistributedDataParallel<typename Net::ContainedType>>(
         net.ptr(), cohort::DDPOptions().bucket_cap_mb(args.bucket_cap_mb).first_bucket_cap_mb(args.first_bucket_cap_mb));
   } else if (world.size() > 1) {
@@ -47,35 +49,43 @@ int run(const Args& args, const cohort::World& world) {
   }
   double wait = 0;
   Clock::time_point start;
-  for (int step = 0; step < args.warmup + args.steps; ++step) {
-    if (step == args.warmup) {
-      world.comm().barrier();
-      start = Clock::now();
-      wait = 0;
-    }
-    // Spans for the timeline (COHORT_TIMELINE; bench/timeline): free when it is off.
-    cohort::trace::Span step_span("step");
-    opt.zero_grad();
-    torch::Tensor loss;
-    {
-      cohort::trace::Span forward("forward");
-      loss = torch::nn::functional::cross_entropy(net->forward(x), y);
-    }
-    {
-      cohort::trace::Span backward("backward");
-      loss.backward();
-    }
-    if (ddp) {
-      wait += ddp->last_wait_seconds();
-    } else if (raw) {
-      for (auto& p : net->parameters()) {
-        std::vector<at::Tensor> grads{p.grad()};
-        raw->allreduce(grads)->wait();
-        p.grad().div_(world.size());
+  auto loop = [&] {
+    for (int step = 0; step < args.warmup + args.steps; ++step) {
+      if (step == args.warmup) {
+        world.comm().barrier();
+        start = Clock::now();
+        wait = 0;
       }
+      // Spans for the timeline (COHORT_TIMELINE; bench/timeline): free when it is off.
+      cohort::trace::Span step_span("step");
+      opt.zero_grad();
+      torch::Tensor loss;
+      {
+        cohort::trace::Span forward("forward");
+        loss = torch::nn::functional::cross_entropy(net->forward(x), y);
+      }
+      {
+        cohort::trace::Span backward("backward");
+        loss.backward();
+      }
+      if (ddp) {
+        wait += ddp->last_wait_seconds();
+      } else if (raw) {
+        for (auto& p : net->parameters()) {
+          std::vector<at::Tensor> grads{p.grad()};
+          raw->allreduce(grads)->wait();
+          p.grad().div_(world.size());
+        }
+      }
+      cohort::trace::Span optimizer_step("optimizer step");
+      opt.step();
     }
-    cohort::trace::Span optimizer_step("optimizer step");
-    opt.step();
+  };
+  // join: every step also runs the join allreduce (and waits for it before the first bucket).
+  if (args.mode == "join") {
+    cohort::Join({ddp.get()}).run(loop);
+  } else {
+    loop();
   }
   world.comm().barrier();
   const double elapsed = seconds_since(start);
@@ -110,7 +120,7 @@ int main(int argc, char** argv) {
   Args args;
   CLI::App app{"DDP step benchmark (one rank; launch with cohortrun)"};
   app.add_option("--model", args.model, "cnn or mlp")->check(CLI::IsMember({"cnn", "mlp"}));
-  app.add_option("--mode", args.mode, "cohort or naive")->check(CLI::IsMember({"cohort", "naive"}));
+  app.add_option("--mode", args.mode, "cohort, join or naive")->check(CLI::IsMember({"cohort", "join", "naive"}));
   app.add_option("--batch", args.batch, "batch per rank");
   app.add_option("--steps", args.steps, "timed steps");
   app.add_option("--warmup", args.warmup, "untimed steps first");

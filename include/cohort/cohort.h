@@ -11,6 +11,7 @@
 #include "cohort/error.h"
 #include "cohort/fsdp.h"
 #include "cohort/horovod.h"
+#include "cohort/join.h"
 #include "cohort/mesh.h"
 #include "cohort/number.h"
 #include "cohort/pipeline.h"

@@ -68,6 +68,9 @@ class DataLoader {
   /// (padded, shuffled with seed + epoch when shuffle), evaluation loaders with the exact split
   /// (every sample once over all ranks, in order). Throws cohort::Error naming a bad option.
   void distribute(int replicas, int rank, bool evaluation, int64_t seed);
+  /// A training loader without padding (TrainerOptions::uneven_inputs): shuffled as distribute()
+  /// shuffles, but every sample once over all ranks (the sampler's exact_split).
+  void distribute_unpadded(int replicas, int rank, int64_t seed);
   void set_epoch(int64_t epoch);
   /// The sampler of the last distribute() (a world of one before it).
   DistributedSampler& sampler();

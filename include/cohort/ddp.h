@@ -13,6 +13,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/export.h"
+#include "cohort/join.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {
@@ -35,10 +36,12 @@ class Reducer;
 }
 
 /// The non-template part of DDP: parameters, buckets and hooks. Use DistributedDataParallel<M>.
-class DataParallelCore {
+/// A Joinable: inside cohort::Join a rank out of inputs shadows its bucket allreduces and buffer
+/// broadcast, and at the end takes the parameters and buffers of the last rank to join.
+class DataParallelCore : public Joinable {
  public:
   DataParallelCore(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
-  ~DataParallelCore();
+  ~DataParallelCore() override;
   DataParallelCore(DataParallelCore&&) noexcept;
   DataParallelCore& operator=(DataParallelCore&&) noexcept;
 
@@ -62,7 +65,15 @@ class DataParallelCore {
   /// Seconds spent waiting for buckets after backward finished, last step (the non-hidden part).
   double last_wait_seconds() const;
 
+  // Joinable (cohort/join.h)
+  void join_shadow_step(const JoinStep& step) override;
+  void join_finish(int source) override;
+  Comm* join_comm() override;
+  torch::Device join_device() const override;
+
  protected:
+  void attach_join(Join* join) override;
+
   std::unique_ptr<detail::Reducer> reducer_;
 };
 

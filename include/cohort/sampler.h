@@ -34,8 +34,9 @@ struct SamplerOptions {
   /// Evaluation split: no padding and no dropping. Rank r gets positions r, r + replicas, ... of
   /// the (shuffled or not) order, so every index appears exactly once across ranks and shard sizes
   /// differ by at most one (ranks below N % replicas get one more). Ranks then run different
-  /// numbers of batches: reduce metrics once at the end, never per batch. Cannot be combined with
-  /// drop_last.
+  /// numbers of batches: reduce metrics once at the end, never per batch, and train inside a
+  /// cohort::Join (cohort/join.h), which lets the ranks with more batches finish. Cannot be combined
+  /// with drop_last.
   TORCH_ARG(bool, exact_split) = false;
   /// batches()/batch_tensors() drop the last batch when it is smaller than batch_size.
   TORCH_ARG(bool, drop_last_batch) = false;

@@ -77,6 +77,13 @@ struct TrainerOptions {
   /// Optimizer steps in all; -1: no limit.
   TORCH_ARG(int64_t, max_steps) = -1;
   TORCH_ARG(int64_t, accumulate_grad_batches) = 1;
+  /// false (Lightning's behaviour): the training sampler pads each rank's share by repeating samples
+  /// so every rank runs as many batches. true: no padding, every sample once per epoch over all ranks
+  /// (shares differ by at most one sample); each epoch runs as many steps as the largest share has
+  /// batches, and a rank whose share has ended replays its last batch with weight zero in its loss,
+  /// so it adds nothing to the gradient (divided by the world size, as cohort::Join's default) while
+  /// every collective of the step still lines up (ddp, zero1-3, fsdp, deepspeed, dp; not pipeline).
+  TORCH_ARG(bool, uneven_inputs) = false;
   /// Clip the global gradient norm to this; 0: no clipping.
   TORCH_ARG(double, gradient_clip_val) = 0.0;
   /// Validate every this many training batches (an integer above 1) or fraction of the epoch (at most

@@ -1,4 +1,5 @@
-// Public face of DDP (DataParallelCore, no_sync) and reduce_metrics; the work is in reducer.cpp.
+// Public face of DDP (DataParallelCore, no_sync, its Joinable side) and reduce_metrics; the work is in
+// reducer.cpp and reducer_join.cpp.
 #include "cohort/ddp.h"
 
 #include "world/resolve_comm.h"
@@ -24,6 +25,14 @@ std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const {
   return reducer_->bucket_layout();
 }
 double DataParallelCore::last_wait_seconds() const { return reducer_->last_wait_seconds(); }
+
+void DataParallelCore::join_shadow_step(const JoinStep& step) { reducer_->shadow_step(step); }
+void DataParallelCore::join_finish(int source) { reducer_->sync_from(source); }
+Comm* DataParallelCore::join_comm() { return &reducer_->comm(); }
+torch::Device DataParallelCore::join_device() const { return reducer_->device(); }
+void DataParallelCore::attach_join(Join* join) {
+  reducer_->attach_join(join, join != nullptr && join->leads(*this) ? detail::JoinRole::kLeads : detail::JoinRole::kFollows);
+}
 
 std::vector<torch::Tensor> reduce_metrics(std::vector<torch::Tensor> values, Comm* comm) {
   // A borrowed Comm wrapped without ownership, so the one rule of resolve_comm applies here too.

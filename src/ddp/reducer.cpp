@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     : module_(std::move(module)), options_(std::move(options)) {
   comm_ = resolve_comm(options_.comm(), "DistributedDataParallel");
+  scale_ = 1.0 / comm_->size();
   COHORT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
                "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ",
                options_.bucket_cap_mb(), " and ", options_.first_bucket_cap_mb());
@@ -100,6 +101,7 @@ void Reducer::on_gradient_ready(int64_t index) {
     std::fill(ready_.begin(), ready_.end(), 0);
     for (auto& bucket : buckets_) bucket.pending = int(bucket.params.size());
     next_launch_ = 0;
+    if (no_sync_depth_ == 0) begin_join_step();
     at_end_of_backward([this] { finalize_backward(); });
   }
   link_gradient(index);
@@ -121,13 +123,13 @@ void Reducer::on_gradient_ready(int64_t index) {
 
 void Reducer::launch_ready_buckets() {
   // Only in bucket order (note "bucket order" in reducer.h), so every rank issues the same sequence.
-  const double scale = 1.0 / comm_->size();
+  if (join_pending_) resolve_join_step();
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_++];
     if (trace::enabled())  // the timeline: this bucket's last gradient arrived; its allreduce starts
       trace::record_mark("bucket " + std::to_string(next_launch_ - 1) + " launch", "ddp", "launch",
                          int64_t(bucket.flat.nbytes()));
-    bucket.flat.mul_(scale);
+    bucket.flat.mul_(scale_);
     bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
   }
 }
@@ -169,6 +171,7 @@ void Reducer::finalize_backward() {
   } reset{in_backward_};
   if (no_sync_depth_ > 0) return;
   mark_unused_parameters();
+  if (join_pending_) resolve_join_step();
   const auto start = Clock::now();
   {
     trace::ScopedSpan span("bucket wait", "ddp", "wait");  // the timeline: backward ended; the rest is exposed
@@ -177,7 +180,7 @@ void Reducer::finalize_backward() {
   last_wait_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   std::fill(touched_.begin(), touched_.end(), 0);
   if (!rebuilt_) rebuild_buckets_once();
-  if (options_.broadcast_buffers() && !buffers_.empty()) broadcast_coalesced(*comm_, buffers_, 0);
+  if (options_.broadcast_buffers() && !buffers_.empty()) broadcast_coalesced(*comm_, buffers_, buffer_source_);
 }
 
 void Reducer::rebuild_buckets_once() {

@@ -8,6 +8,10 @@
 // up wrongly. Buckets come from assign_buckets() on inputs that are equal on every rank (parameter
 // shapes are checked at construction; the rebuild order is rank 0's, broadcast), and a bucket is only
 // launched after all buckets before it.
+//
+// Inside a cohort::Join (reducer_join.cpp) each synchronized backward is one join step: its join
+// allreduce starts with the backward and is waited for before the first bucket launches (the divisor
+// and the buffer source come from it); a rank out of inputs runs shadow_step() per step instead.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -24,6 +28,9 @@
 
 namespace cohort::detail {
 
+/// kLeads: the reducer runs its Join's join allreduce each step; kFollows: it reads Join::current().
+enum class JoinRole { kLeads, kFollows };
+
 class Reducer {
  public:
   Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options);
@@ -32,6 +39,15 @@ class Reducer {
   void exit_no_sync() { --no_sync_depth_; }
   std::vector<std::vector<std::string>> bucket_layout() const;
   double last_wait_seconds() const { return last_wait_seconds_; }
+  Comm& comm() const { return *comm_; }
+  torch::Device device() const;
+
+  // Join (reducer_join.cpp)
+  void attach_join(Join* join, JoinRole role);
+  /// The collectives of one synchronized backward, with zeros, in finalize_backward's order.
+  void shadow_step(const JoinStep& step);
+  /// Copies rank `source`'s parameters and buffers to every rank (-1: nothing to do).
+  void sync_from(int source);
 
  private:
   struct Bucket {
@@ -51,6 +67,8 @@ class Reducer {
   void rebuild_buckets_once();
   void link_gradient(int64_t index);  // makes param.grad the bucket view (copying a fresh grad in)
   torch::Tensor bucket_view(int64_t index) const;
+  void begin_join_step();    // at the start of a synchronized backward
+  void resolve_join_step();  // before its first collective that needs the step
 
   std::shared_ptr<torch::nn::Module> module_;
   DDPOptions options_;
@@ -70,6 +88,11 @@ class Reducer {
   bool rebuilt_ = false;
   int no_sync_depth_ = 0;
   double last_wait_seconds_ = 0;
+  double scale_ = 1.0;      // what buckets are multiplied by before the sum: 1 / the step's divisor
+  int buffer_source_ = 0;   // whose buffers the step broadcasts: rank 0, or the lowest active rank
+  Join* join_ = nullptr;    // the Join this reducer is attached to, if any
+  JoinRole join_role_ = JoinRole::kFollows;
+  bool join_pending_ = false;
   GradHookSet hooks_;  // last member: destroyed first, so no hook runs into a half-destroyed reducer
 };
 

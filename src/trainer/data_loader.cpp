@@ -62,6 +62,12 @@ void DataLoader::distribute(int replicas, int rank, bool evaluation, int64_t see
   sampler_.emplace(dataset_->size(), sampler);
 }
 
+void DataLoader::distribute_unpadded(int replicas, int rank, int64_t seed) {
+  sampler_.emplace(dataset_->size(), SamplerOptions().num_replicas(replicas).rank(rank).seed(seed)
+                                         .shuffle(options_.shuffle()).exact_split(true)
+                                         .drop_last_batch(options_.drop_last()));
+}
+
 void DataLoader::set_epoch(int64_t epoch) { sampler_->set_epoch(epoch); }
 DistributedSampler& DataLoader::sampler() { return *sampler_; }
 int64_t DataLoader::num_batches() const { return sampler_->num_batches(options_.batch_size()); }

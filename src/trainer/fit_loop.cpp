@@ -1,7 +1,8 @@
 // The Trainer's loop (see trainer_impl.h): a sanity check of validation, epochs of batches (as many as
 // limit_train_batches lets), the optimizer step at each accumulation boundary, validation every
 // val_check_interval and at epoch ends, LR scheduling, max_time, metrics to callbacks and loggers.
-// Every rank runs the same number of steps (the training sampler pads), so the strategy's collectives
+// Every rank runs the same number of steps (the training sampler pads; with uneven_inputs it does not,
+// and a rank whose share ended replays its last batch with weight zero), so the strategy's collectives
 // line up; evaluation uses the exact split and reduces once.
 #include <torch/torch.h>
 
@@ -28,12 +29,20 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   train = &train_data;
   val = fit_options.val();
   const auto [shares, share] = strategy->data_split(world);
-  train->distribute(shares, share, false, std::max<int64_t>(options.raw.seed(), 0));
+  const bool uneven = options.raw.uneven_inputs();
+  if (uneven) {
+    train->distribute_unpadded(shares, share, std::max<int64_t>(options.raw.seed(), 0));
+  } else {
+    train->distribute(shares, share, false, std::max<int64_t>(options.raw.seed(), 0));
+  }
   if (val != nullptr) val->distribute(shares, share, true, 0);
   if (options.raw.limit_val_batches().value == 0) val = nullptr;  // validation off, on every rank alike
-  train_batches = limited_batches(options.raw.limit_train_batches(), train->num_batches(), "limit_train_batches");
+  own_batches = limited_batches(options.raw.limit_train_batches(), train->num_batches(), "limit_train_batches");
+  train_batches = own_batches;
+  // uneven_inputs: every rank steps as often as the largest share has batches (one collective, here).
+  if (uneven) train_batches = world.comm().allreduce(torch::tensor(own_batches), ReduceOp::kMax).item<int64_t>();
   const int64_t batches = train_batches, accumulate = strategy->accumulation();
-  COHORT_CHECK(batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
+  COHORT_CHECK(own_batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
                " samples over ", shares, " share(s) of the data, batch_size ", train->options().batch_size(), ")");
   const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
   COHORT_CHECK(!zero || batches % accumulate == 0, "accumulate_grad_batches (or the ds_config's "
@@ -73,18 +82,38 @@ bool TrainerImpl::run_epoch() {
   each_callback([&](Callback& c) { c.on_train_epoch_start(owner, *module); });
   stage = Stage::kTrain;
   const int64_t skip = owner.batches_done_in_epoch();
-  bool complete = skip >= train_batches;
-  if (!complete)
+  bool complete = skip >= train_batches, go_on = true;
+  int64_t next = skip;
+  last_batch = Batch();
+  if (!complete && skip < own_batches)
     train->for_each(skip, [&](int64_t index, Batch& batch) {
-      const bool go_on = train_batch(index, batch);
-      complete = index + 1 == train_batches;
-      return go_on && !complete;
+      if (own_batches < train_batches) last_batch = batch;
+      go_on = train_batch(index, batch);
+      next = index + 1;
+      complete = next == train_batches;
+      return go_on && !complete && next < own_batches;
     });
+  if (go_on && !complete) complete = replay_steps(next);
   if (complete) end_epoch();
   return !finished();
 }
 
-bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
+// uneven_inputs: steps next .. train_batches - 1 after this rank's share ended (or a resume past it).
+// True when the epoch completed; false when training stopped inside them.
+bool TrainerImpl::replay_steps(int64_t next) {
+  if (!last_batch.data.defined())  // resumed after this rank's share had ended: fetch its last batch
+    train->for_each(own_batches - 1, [&](int64_t, Batch& batch) {
+      last_batch = batch;
+      return false;
+    });
+  for (; next < train_batches; ++next) {
+    Batch batch = last_batch;
+    if (!train_batch(next, batch, true)) return next + 1 == train_batches;
+  }
+  return true;
+}
+
+bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
   batch = on_device(std::move(batch), world.device());
   batch_size = batch.data.size(0);
   const int64_t batches = train_batches;
@@ -106,11 +135,17 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch) {
                "; training stopped (the weights are no longer finite; lower the learning rate, now ", strategy->lr(), ")");
   {
     cohort::trace::Span compute("backward");
-    strategy->backward(loss, boundary);
+    // A replayed batch adds zero to every gradient, but its backward runs every collective of a step.
+    strategy->backward(replayed ? loss * 0 : loss, boundary);
   }
-  loss_sum += value * static_cast<double>(batch_size);
-  loss_samples += batch_size;
-  samples_in_epoch += batch_size * strategy->data_split(world).first;  // the padded sampler gives each share as many
+  if (!replayed) {
+    loss_sum += value * static_cast<double>(batch_size);
+    loss_samples += batch_size;
+  }
+  // The padded sampler gives each share as many; with uneven_inputs a step counts one full batch per
+  // share, so batches_done_in_epoch() still counts the steps taken.
+  const int64_t counted = options.raw.uneven_inputs() ? train->options().batch_size() : batch_size;
+  samples_in_epoch += counted * strategy->data_split(world).first;
   module->on_train_batch_end(loss, index);
   if (boundary) after_optimizer_step(index);
   return !stop && !(options.raw.max_steps() >= 0 && step >= options.raw.max_steps());

@@ -149,6 +149,9 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
                "TrainerOptions.precision \"", options.precision(), "\" with strategy \"", options.strategy(),
                "\": float16 needs loss scaling, which the ZeRO engine does; use strategy zero1/zero2/zero3 or "
                "precision bf16-mixed");
+  COHORT_CHECK(!options.uneven_inputs() || out.strategy != StrategyKind::kPipeline, "TrainerOptions.uneven_inputs "
+               "with strategy \"pipeline\": a pipeline's stages read the same batches and cannot run uneven shares; "
+               "set uneven_inputs(false)");
   COHORT_CHECK(out.strategy != StrategyKind::kSingle || out.devices <= 1, "TrainerOptions.strategy \"single\" "
                "runs on one device, but devices is ", options.devices(), ": use devices 1, or strategy ddp");
   // dp's replicas are threads of this one process: there is nothing to place on other nodes.

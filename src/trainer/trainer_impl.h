@@ -35,7 +35,9 @@ class TrainerImpl : public ModuleLink {
 
   // fit_loop.cpp
   bool run_epoch();  // false: training is over
-  bool train_batch(int64_t index, Batch& batch);
+  /// `replayed`: uneven_inputs, this rank's share has ended; its last batch runs again with weight zero.
+  bool train_batch(int64_t index, Batch& batch, bool replayed = false);
+  bool replay_steps(int64_t next);  // uneven_inputs: the steps after this rank's share, to train_batches
   void after_optimizer_step(int64_t index);
   std::map<std::string, double> evaluate(DataLoader& data, Stage stage, int64_t batches);
   int64_t evaluation_batches(DataLoader& data, Stage stage) const;  // limit_val_batches, fast_dev_run
@@ -82,7 +84,9 @@ class TrainerImpl : public ModuleLink {
   int64_t epoch = 0;             // epochs finished
   int64_t step = 0;              // optimizer steps taken
   int64_t samples_in_epoch = 0;  // consumed by all ranks in this epoch (the resume position)
-  int64_t train_batches = 0;     // of this rank per epoch, after limit_train_batches / fast_dev_run
+  int64_t train_batches = 0;     // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
+  int64_t own_batches = 0;       // of this rank's share (train_batches unless uneven_inputs)
+  Batch last_batch;              // uneven_inputs: this rank's last batch of the epoch, replayed
   std::chrono::steady_clock::time_point fit_started;  // max_time counts from here
   int64_t val_every = 0;         // validate every this many batches in an epoch (0: at its end)
   double loss_sum = 0;           // this rank's training loss x samples in this epoch

@@ -1,0 +1,61 @@
+// The reducer inside a cohort::Join (see the note in reducer.h): a synchronized backward is one join
+// step on a rank with inputs; a rank without shadows it with zeros (PyTorch's _DDPJoinHook), and at
+// the end every rank takes the parameters and buffers of the lowest rank that took the last step.
+#include <torch/torch.h>
+
+#include "comm/coalesced.h"
+#include "ddp/reducer.h"
+
+namespace cohort::detail {
+
+torch::Device Reducer::device() const {
+  for (const auto& p : module_->parameters()) return p.device();
+  return torch::kCPU;
+}
+
+void Reducer::attach_join(Join* join, JoinRole role) {
+  join_ = join;
+  join_role_ = role;
+  join_pending_ = false;
+}
+
+void Reducer::begin_join_step() {
+  scale_ = 1.0 / comm_->size();
+  buffer_source_ = 0;
+  if (join_ == nullptr) return;
+  if (join_role_ == JoinRole::kLeads) join_->begin_step();
+  join_pending_ = true;
+}
+
+void Reducer::resolve_join_step() {
+  join_pending_ = false;
+  const JoinStep& step = join_role_ == JoinRole::kLeads ? join_->end_step() : join_->current();
+  scale_ = 1.0 / step.divisor;
+  // Rank 0 may have joined: its buffers no longer move, so an active rank's go out.
+  buffer_source_ = step.active.front();
+}
+
+void Reducer::shadow_step(const JoinStep& step) {
+  if (comm_->size() == 1) return;
+  torch::NoGradGuard no_grad;
+  // The gradients become the bucket views again (an optimizer may have replaced or dropped them) and
+  // hold zeros: this rank adds nothing to the sums. Afterwards they hold the step's averaged gradient,
+  // as on every rank, for a JoinableOptimizer after this DDP.
+  for (size_t i = 0; i < params_.size(); ++i) link_gradient(int64_t(i));
+  for (auto& bucket : buckets_) bucket.flat.zero_();
+  // finalize_backward's collectives in its order: the buckets (note "bucket order"), the one rebuild,
+  // the buffers.
+  for (auto& bucket : buckets_) bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
+  for (auto& bucket : buckets_) bucket.work.wait();
+  std::fill(touched_.begin(), touched_.end(), 0);
+  if (!rebuilt_) rebuild_buckets_once();
+  if (options_.broadcast_buffers() && !buffers_.empty()) broadcast_coalesced(*comm_, buffers_, step.active.front());
+}
+
+void Reducer::sync_from(int source) {
+  if (source < 0 || comm_->size() == 1) return;
+  broadcast_coalesced(*comm_, module_->parameters(), source);
+  if (!buffers_.empty()) broadcast_coalesced(*comm_, buffers_, source);
+}
+
+}  // namespace cohort::detail
