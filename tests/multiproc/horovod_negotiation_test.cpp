@@ -58,8 +58,13 @@ TEST(HvdNegotiation, OperationsInReversedOrderOnOneRank) {
     hvd::Handle from_1, gathered;
     auto broadcast = [&] { from_1 = hvd::broadcast_async(torch::full({2}, double(rank)), 1, "from.1"); };
     auto gather = [&] { gathered = hvd::allgather_async(torch::full({rank + 1}, double(rank)), "gathered"); };
-    if (rank == 0) broadcast(), gather();
-    if (rank == 1) gather(), broadcast();
+    if (rank == 0) {
+      broadcast();
+      gather();
+    } else {
+      gather();
+      broadcast();
+    }
     EXPECT_TRUE(torch::equal(hvd::synchronize(from_1), torch::full({2}, 1.0)));
     EXPECT_TRUE(torch::equal(hvd::synchronize(gathered), torch::tensor({0.0, 1.0, 1.0})));
     hvd::shutdown();

@@ -69,7 +69,8 @@ TEST(HvdProcessSet, PairAndSingleOnThreeRanksRunAtOnce) {
     EXPECT_EQ(alone.rank(), rank == 2 ? 0 : -1);
     if (rank < 2) {
       on_the_pair(pair, rank);
-      EXPECT_EQ(error_of([&] { hvd::allreduce(torch::ones({1}), hvd::AllreduceOptions().name("x").process_set(alone)); }),
+      const auto outside = hvd::AllreduceOptions().name("x").process_set(alone);
+      EXPECT_EQ(error_of([&] { hvd::allreduce(torch::ones({1}), outside); }),
                 "[rank " + std::to_string(rank) + "/3] hvd::allreduce('x'): this rank (" + std::to_string(rank) +
                     ") is not in process set 2 (ranks 2); only its ranks may call its operations");
     } else {
