@@ -1,10 +1,11 @@
 // cohort::hvd: Horovod's PyTorch API in C++ (hvd.init(), hvd.allreduce(), hvd.DistributedOptimizer ...)
-// on cohort's collectives, so a program written for Horovod moves over call for call. Tensors are
-// named as in Horovod; every rank must issue its operations in the same order (Horovod matches them by
-// name in any order; cohort checks that the names, shapes and dtypes agree, see docs/horovod.md).
+// on cohort's collectives, so a program written for Horovod moves over call for call. As in Horovod,
+// operations are matched across ranks by name, so ranks may submit them in any order; unnamed ones are
+// matched by their order among the unnamed ones (docs/horovod.md, "How operations are matched").
 // A lone process is a world of one: every operation returns its input's values.
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <torch/arg.h>
 #include <torch/ordered_dict.h>
 #include <torch/optim/optimizer.h>
@@ -32,9 +33,9 @@ inline constexpr ReduceOp Product = ReduceOp::kProduct;
 using Handle = int64_t;
 
 /// hvd.init(): cohort::init() (mpirun, srun, torchrun, cohortrun or a lone process) plus Horovod's
-/// settings from the environment (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME,
-/// HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_CHECK_DISABLE); any other HOROVOD_* variable that is
-/// set gets one warning naming it. Calling it again is a no-op.
+/// settings from the environment (HOROVOD_FUSION_THRESHOLD, HOROVOD_CYCLE_TIME, HOROVOD_CACHE_CAPACITY,
+/// HOROVOD_STALL_CHECK_TIME_SECONDS, HOROVOD_STALL_CHECK_DISABLE) and COHORT_HVD_ORDERED; any other
+/// HOROVOD_* variable that is set gets one warning naming it. Calling it again is a no-op.
 void init(const InitOptions& options = {});
 /// True between init() and shutdown().
 bool is_initialized();
@@ -50,14 +51,45 @@ int local_rank();
 int cross_size();
 int cross_rank();
 
+/// Horovod's process set: ranks that run operations among themselves, concurrently with other sets.
+/// ProcessSet() is the global set (every rank); hvd::add_process_set makes the others.
+class ProcessSet {
+ public:
+  ProcessSet() = default;
+  /// 0 for the global set, then 1, 2, ... in the order add_process_set made them.
+  int id() const { return id_; }
+  /// World ranks in the set, ascending.
+  std::vector<int> ranks() const;
+  /// Whether this rank is in the set; its place among the set's ranks (-1 when it is not); the set's size.
+  bool included() const;
+  int rank() const;
+  int size() const;
+
+ private:
+  friend ProcessSet add_process_set(const std::vector<int>& ranks);
+  explicit ProcessSet(int id) : id_(id) {}
+  int id_ = 0;
+};
+
+/// hvd.global_process_set.
+inline const ProcessSet global_process_set{};
+
+/// hvd.add_process_set (Horovod's dynamic process sets): every rank calls it, in the same order, with the
+/// same world ranks (any order, no repeats). Operations given the set run on its ranks only, each set's
+/// operations matched by name among its own ranks.
+ProcessSet add_process_set(const std::vector<int>& ranks);
+
 /// hvd.allreduce's keyword arguments.
 struct AllreduceOptions {
-  /// The tensor's name (the same on every rank); empty: "allreduce.noname.<handle>".
+  /// The tensor's name (the same on every rank); empty: "allreduce.noname.<n>" for the n-th unnamed
+  /// operation, matched by that order.
   TORCH_ARG(std::string, name) = "";
   TORCH_ARG(ReduceOp, op) = Average;
   /// Multiplies the input before the reduction and the result after it.
   TORCH_ARG(double, prescale_factor) = 1.0;
   TORCH_ARG(double, postscale_factor) = 1.0;
+  /// The ranks that reduce together (every rank of the set calls it; others may not).
+  TORCH_ARG(ProcessSet, process_set) = ProcessSet();
 };
 
 /// A new tensor holding op over every rank's `tensor` (Average: the sum divided by size()).
@@ -75,21 +107,27 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
 Handle grouped_allreduce_async(const std::vector<torch::Tensor>& tensors, const AllreduceOptions& options = {});
 
 /// Every rank's `tensor` concatenated along dim 0 in rank order; first dimensions may differ.
-torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name = "");
-/// The row counts are exchanged in the call (it returns once every rank made it); the data moves
-/// in the background.
-Handle allgather_async(const torch::Tensor& tensor, const std::string& name = "");
+torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name = "",
+                        const ProcessSet& process_set = ProcessSet());
+/// Returns at once; the row counts, then the rows, move once every rank submitted the name (with
+/// COHORT_HVD_ORDERED=1 the counts are exchanged in the call).
+Handle allgather_async(const torch::Tensor& tensor, const std::string& name = "",
+                       const ProcessSet& process_set = ProcessSet());
 
-/// A new tensor holding `root_rank`'s `tensor`.
-torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name = "");
-torch::Tensor broadcast_(torch::Tensor tensor, int root_rank, const std::string& name = "");
-Handle broadcast_async(const torch::Tensor& tensor, int root_rank, const std::string& name = "");
-Handle broadcast_async_(torch::Tensor tensor, int root_rank, const std::string& name = "");
+/// A new tensor holding `root_rank`'s `tensor` (root_rank: a world rank, in `process_set`).
+torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name = "",
+                        const ProcessSet& process_set = ProcessSet());
+torch::Tensor broadcast_(torch::Tensor tensor, int root_rank, const std::string& name = "",
+                         const ProcessSet& process_set = ProcessSet());
+Handle broadcast_async(const torch::Tensor& tensor, int root_rank, const std::string& name = "",
+                       const ProcessSet& process_set = ProcessSet());
+Handle broadcast_async_(torch::Tensor tensor, int root_rank, const std::string& name = "",
+                        const ProcessSet& process_set = ProcessSet());
 
 /// Sends splits[j] rows of `tensor` to rank j (even splits when empty) and returns the rows every
-/// rank sent here, in rank order.
+/// rank sent here, in rank order (j: the place in `process_set`).
 torch::Tensor alltoall(const torch::Tensor& tensor, const std::vector<int64_t>& splits = {},
-                       const std::string& name = "");
+                       const std::string& name = "", const ProcessSet& process_set = ProcessSet());
 
 /// True once the operation finished (synchronize() then returns without waiting).
 bool poll(Handle handle);
@@ -99,6 +137,15 @@ torch::Tensor synchronize(Handle handle);
 std::vector<torch::Tensor> synchronize_group(Handle handle);
 
 void barrier();
+
+/// hvd.broadcast_object: `root_rank`'s `value` on every rank of `process_set`. Any value torch::pickle_save
+/// takes: numbers, strings, tensors, and lists, tuples and dicts of them. Named "<name>.size" and
+/// "<name>.bytes" (unnamed operations when `name` is empty).
+c10::IValue broadcast_object(const c10::IValue& value, int root_rank = 0, const std::string& name = "",
+                             const ProcessSet& process_set = ProcessSet());
+/// hvd.allgather_object: every rank's `value`, in rank order (sizes may differ).
+std::vector<c10::IValue> allgather_object(const c10::IValue& value, const std::string& name = "",
+                                          const ProcessSet& process_set = ProcessSet());
 
 /// Copies `root_rank`'s values of the named tensors (model->named_parameters(), named_buffers())
 /// into every rank's, in place. Names must be the same on every rank.

@@ -1,6 +1,7 @@
 // cohort::hvd's state and operation table (see context.h), and hvd::init / shutdown / the ranks.
 #include "horovod/context.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "comm/comm_impl.h"
@@ -26,6 +27,13 @@ std::pair<int, int> cross_rank_and_size(const World& world) {
     if (places[r][0].item<int64_t>() < world.node_rank()) ++rank;
   }
   return {rank, size};
+}
+
+// "0, 1, 2"
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text;
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  return text;
 }
 
 }  // namespace
@@ -61,6 +69,10 @@ bool Context::exists() {
 Context::Context(World world) : world_(std::move(world)), settings_(read_settings()) {
   warn_unsupported_variables();
   std::tie(cross_rank_, cross_size_) = cross_rank_and_size(world_);
+  std::vector<int> everyone(world_.size());
+  for (int r = 0; r < world_.size(); ++r) everyone[r] = r;
+  // hvd's own copy of the world's Comm: its controller thread is its only caller.
+  add_set_state(0, everyone, world_.size() > 1 ? world_.comm().split(0, 0, GroupOptions().name("hvd")) : nullptr);
   auto& impl = world_.comm().impl();
   if (world_.size() > 1 && settings_.stall_check_seconds > 0 && impl.store() != nullptr) {
     stall_ = std::make_unique<StallInspector>(
@@ -70,69 +82,147 @@ Context::Context(World world) : world_(std::move(world)), settings_(read_setting
 
 Context::~Context() = default;
 
-Handle Context::submit(const char* caller, const std::string& kind, const std::string& name,
-                       const std::function<Started(const std::string&)>& start) {
-  Handle handle;
-  std::string label;
+void Context::add_set_state(int id, std::vector<int> ranks, std::shared_ptr<Comm> comm) {
+  ProcessSetState state;
+  state.ranks = std::move(ranks);
+  state.owned = std::move(comm);
+  const bool member = std::count(state.ranks.begin(), state.ranks.end(), world_.rank()) > 0;
+  state.comm = state.owned ? state.owned.get() : member ? &world_.comm() : nullptr;
+  if (state.owned && state.owned->size() > 1 && !settings_.ordered)
+    state.controller = std::make_unique<Controller>(
+        state.owned, ControllerConfig{settings_.cycle_time_ms, size_t(settings_.cache_capacity)});
+  std::lock_guard<std::mutex> lock(mutex_);
+  sets_[id] = std::move(state);
+}
+
+int Context::add_process_set(const std::vector<int>& ranks) {
+  const char* caller = "hvd::add_process_set";
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  COHORT_CHECK(!sorted.empty(), caller, ": the set has no ranks");
+  COHORT_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), caller, ": rank ",
+               *std::adjacent_find(sorted.begin(), sorted.end()), " is listed twice");
+  COHORT_CHECK(sorted.front() >= 0 && sorted.back() < world_.size(), caller, ": rank ",
+               sorted.front() < 0 ? sorted.front() : sorted.back(), " is not a rank of this world of ", world_.size());
+  int id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    handle = next_handle_;
-    label = name.empty() ? kind + ".noname." + std::to_string(handle) : name;
-    const auto clash = names_.find(label);
-    COHORT_CHECK(clash == names_.end(), caller, "('", label, "'): a tensor named '", label,
+    id = int(sets_.size());
+  }
+  std::shared_ptr<Comm> comm;
+  if (world_.size() > 1) comm = world_.comm().new_group(sorted, GroupOptions().name("hvd.set" + std::to_string(id)));
+  add_set_state(id, sorted, comm);
+  return id;
+}
+
+Context::ProcessSetState& Context::set_state(int id, const char* caller) {
+  const auto it = sets_.find(id);
+  COHORT_CHECK(it != sets_.end(), caller, ": process set ", id, " does not exist (hvd::add_process_set makes them)");
+  return it->second;
+}
+
+std::vector<int> Context::process_set_ranks(int id, const char* caller) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return set_state(id, caller).ranks;
+}
+
+int Context::place_in_set(int id, int rank, const char* caller) {
+  const auto ranks = process_set_ranks(id, caller);
+  const auto it = std::find(ranks.begin(), ranks.end(), rank);
+  return it == ranks.end() ? -1 : int(it - ranks.begin());
+}
+
+Handle Context::submit(const Request& request, std::function<Started(Comm&)> start) {
+  auto op = std::make_shared<Op>();
+  Comm* comm;
+  Controller* controller;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto& set = set_state(request.process_set, request.caller);
+    op->handle = next_handle_;
+    op->process_set = request.process_set;
+    op->named = !request.name.empty();
+    op->name = op->named ? request.name : request.kind + ".noname." + std::to_string(set.next_unnamed);
+    COHORT_CHECK(set.comm != nullptr, request.caller, "('", op->name, "'): this rank (", world_.rank(),
+                 ") is not in process set ", request.process_set, " (ranks ", rank_list(set.ranks),
+                 "); only its ranks may call its operations");
+    const auto clash = names_.find({op->process_set, op->name});
+    COHORT_CHECK(clash == names_.end(), request.caller, "('", op->name, "'): a tensor named '", op->name,
                  "' is still in flight (handle ", clash->second,
                  ", not yet synchronized); a name may be used by one operation at a time: synchronize the "
                  "first one or use another name");
     ++next_handle_;  // only for an operation that starts: handles stay equal on ranks issuing alike
-    names_[label] = handle;
+    if (!op->named) ++set.next_unnamed;
+    names_[{op->process_set, op->name}] = op->handle;
+    in_flight_[op->handle] = op;
+    comm = set.comm;
+    controller = set.controller.get();
   }
-  if (stall_) stall_->submitted(handle, label);
+  op->start = std::move(start);
+  if (stall_ && op->process_set == 0) stall_->submitted(op->handle, op->name);
+  if (controller) {
+    controller->enqueue(op);
+    return op->handle;
+  }
   try {
-    cohort::detail::OpLabelScope scope(label);
-    Started started = start(label);
-    std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_[handle] = {label, std::move(started)};
+    cohort::detail::OpLabelScope scope(op->name);
+    op->started = op->start(*comm);
+    op->launched = true;
   } catch (...) {
-    release(handle, label);
+    take(op->handle, request.caller);
+    release(*op);
     throw;
   }
-  return handle;
+  return op->handle;
 }
 
-Context::InFlight Context::take(Handle handle, const char* caller) {
+std::shared_ptr<Op> Context::take(Handle handle, const char* caller) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = in_flight_.find(handle);
   COHORT_CHECK(it != in_flight_.end(), caller, "(", handle, "): not an operation in flight (synchronized already, ",
                "or not a handle an *_async call returned)");
-  InFlight op = std::move(it->second);
+  auto op = std::move(it->second);
   in_flight_.erase(it);
   return op;
 }
 
-void Context::release(Handle handle, const std::string& name) {
-  if (stall_) stall_->finished(handle);
+void Context::release(const Op& op) {
+  if (stall_ && op.process_set == 0) stall_->finished(op.handle);
   std::lock_guard<std::mutex> lock(mutex_);
-  names_.erase(name);
+  names_.erase({op.process_set, op.name});
 }
 
 bool Context::poll(Handle handle, const char* caller) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = in_flight_.find(handle);
-  COHORT_CHECK(it != in_flight_.end(), caller, "(", handle, "): not an operation in flight (synchronized already, ",
-               "or not a handle an *_async call returned)");
-  return it->second.started.work.is_completed();
+  std::shared_ptr<Op> op;
+  Controller* controller;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = in_flight_.find(handle);
+    COHORT_CHECK(it != in_flight_.end(), caller, "(", handle, "): not an operation in flight (synchronized already, ",
+                 "or not a handle an *_async call returned)");
+    op = it->second;
+    controller = sets_.at(op->process_set).controller.get();
+  }
+  if (controller && !controller->launched(*op)) return false;
+  return op->error != nullptr || op->started.work.is_completed();
 }
 
 std::vector<torch::Tensor> Context::synchronize(Handle handle, const char* caller) {
-  InFlight op = take(handle, caller);
+  auto op = take(handle, caller);
   struct Release {
     Context* self;
-    Handle handle;
-    const std::string& name;
-    ~Release() { self->release(handle, name); }
-  } release_name{this, handle, op.name};
-  op.started.work.wait();
-  return op.started.finish ? op.started.finish() : std::vector<torch::Tensor>{};
+    const Op& op;
+    ~Release() { self->release(op); }
+  } release_name{this, *op};
+  Controller* controller;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    controller = sets_.at(op->process_set).controller.get();
+  }
+  if (controller) controller->wait_launched(*op);
+  if (op->error) std::rethrow_exception(op->error);
+  op->started.work.wait();
+  return op->started.finish ? op->started.finish() : std::vector<torch::Tensor>{};
 }
 
 }  // namespace detail

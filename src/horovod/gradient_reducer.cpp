@@ -140,8 +140,9 @@ void GradientReducer::launch(Group& group) {
   }
   auto& context = Context::get(kWho);
   const double post = options_.gradient_predivide_factor();  // Average: the sum / size, times the factor
-  group.handle = context.submit(kWho, "allreduce", group.name, [&](const std::string&) {
-    Work work = context.comm().allreduce_fused_async(sent, options_.op());
+  const Request request{kWho, "allreduce", group.name, 0};
+  group.handle = context.submit(request, [sent, grads, post, op = options_.op()](Comm& comm) {
+    Work work = comm.allreduce_fused_async(sent, op);
     return Started{work, [grads, sent, post]() mutable {
                      torch::NoGradGuard no_grad;
                      for (size_t i = 0; i < grads.size(); ++i) {

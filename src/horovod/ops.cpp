@@ -28,13 +28,23 @@ void check_allreduce(const torch::Tensor& t, const AllreduceOptions& o, const ch
 }
 
 
+// The root's place in the set: for the global set the rank itself (Comm checks its range).
+int root_in_set(Context& context, int root_rank, const ProcessSet& set, const std::string& name) {
+  if (set.id() == 0) return root_rank;
+  const int place = context.place_in_set(set.id(), root_rank, "hvd::broadcast");
+  COHORT_CHECK(place >= 0, "hvd::broadcast('", name, "'): root_rank ", root_rank, " is not in process set ",
+               set.id());
+  return place;
+}
+
 Handle start_allreduce(torch::Tensor target, const AllreduceOptions& options, const char* caller) {
   auto& context = Context::get(caller);
   check_allreduce(target, options, caller, options.name());
-  return context.submit(caller, "allreduce", options.name(), [&](const std::string&) {
+  const detail::Request request{caller, "allreduce", options.name(), options.process_set().id()};
+  return context.submit(request, [target, options](Comm& comm) mutable {
     torch::NoGradGuard no_grad;
     if (options.prescale_factor() != 1.0) target.mul_(options.prescale_factor());
-    Work work = context.comm().allreduce_async(target, options.op());
+    Work work = comm.allreduce_async(target, options.op());
     return Started{work, [target, post = options.postscale_factor()]() mutable {
                      if (post != 1.0) target.mul_(post);
                      return one(target);
@@ -74,14 +84,14 @@ Handle grouped_allreduce_async(const std::vector<torch::Tensor>& tensors, const 
   const char* caller = "hvd::grouped_allreduce";
   auto& context = Context::get(caller);
   for (const auto& t : tensors) check_allreduce(t, options, caller, options.name());
-  return context.submit(caller, "grouped_allreduce", options.name(), [&](const std::string&) {
+  std::vector<torch::Tensor> targets;  // copied now: the caller may change its tensors once this returns
+  for (const auto& t : tensors) targets.push_back(t.detach().clone());
+  const detail::Request request{caller, "grouped_allreduce", options.name(), options.process_set().id()};
+  return context.submit(request, [targets, options](Comm& comm) {
     torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> targets;
-    for (const auto& t : tensors) {
-      targets.push_back(t.detach().clone());
-      if (options.prescale_factor() != 1.0) targets.back().mul_(options.prescale_factor());
-    }
-    Work work = context.comm().allreduce_fused_async(targets, options.op());
+    if (options.prescale_factor() != 1.0)
+      for (auto& t : targets) t.mul_(options.prescale_factor());
+    Work work = comm.allreduce_fused_async(targets, options.op());
     return Started{work, [targets, post = options.postscale_factor()]() mutable {
                      if (post != 1.0)
                        for (auto& t : targets) t.mul_(post);
@@ -95,49 +105,53 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
   return synchronize_group(grouped_allreduce_async(tensors, options));
 }
 
-Handle allgather_async(const torch::Tensor& tensor, const std::string& name) {
+Handle allgather_async(const torch::Tensor& tensor, const std::string& name, const ProcessSet& process_set) {
   const char* caller = "hvd::allgather";
   auto& context = Context::get(caller);
-  return context.submit(caller, "allgather", name, [&](const std::string&) {
-    auto gather = cohort::detail::allgather_ragged_async(context.comm(), tensor.detach());
+  return context.submit({caller, "allgather", name, process_set.id()}, [tensor = tensor.detach()](Comm& comm) {
+    auto gather = cohort::detail::allgather_ragged_async(comm, tensor);
     return Started{gather.work, [parts = gather.parts] { return one(torch::cat(parts())); }};
   });
 }
 
-torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name) {
-  return synchronize(allgather_async(tensor, name));
+torch::Tensor allgather(const torch::Tensor& tensor, const std::string& name, const ProcessSet& process_set) {
+  return synchronize(allgather_async(tensor, name, process_set));
 }
 
-Handle broadcast_async_(torch::Tensor tensor, int root_rank, const std::string& name) {
+Handle broadcast_async_(torch::Tensor tensor, int root_rank, const std::string& name, const ProcessSet& process_set) {
   const char* caller = "hvd::broadcast";
   auto& context = Context::get(caller);
-  return context.submit(caller, "broadcast", name, [&](const std::string&) {
-    torch::Tensor target = tensor.detach();
-    return Started{context.comm().broadcast_async(target, root_rank), [target] { return one(target); }};
+  const int root = root_in_set(context, root_rank, process_set, name);
+  return context.submit({caller, "broadcast", name, process_set.id()}, [target = tensor.detach(), root](Comm& comm) {
+    return Started{comm.broadcast_async(target, root), [target] { return one(target); }};
   });
 }
 
-Handle broadcast_async(const torch::Tensor& tensor, int root_rank, const std::string& name) {
-  return broadcast_async_(tensor.detach().clone(), root_rank, name);
+Handle broadcast_async(const torch::Tensor& tensor, int root_rank, const std::string& name,
+                       const ProcessSet& process_set) {
+  return broadcast_async_(tensor.detach().clone(), root_rank, name, process_set);
 }
 
-torch::Tensor broadcast_(torch::Tensor tensor, int root_rank, const std::string& name) {
-  synchronize(broadcast_async_(tensor, root_rank, name));
+torch::Tensor broadcast_(torch::Tensor tensor, int root_rank, const std::string& name, const ProcessSet& process_set) {
+  synchronize(broadcast_async_(tensor, root_rank, name, process_set));
   return tensor;
 }
 
-torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name) {
-  return synchronize(broadcast_async(tensor, root_rank, name));
+torch::Tensor broadcast(const torch::Tensor& tensor, int root_rank, const std::string& name,
+                        const ProcessSet& process_set) {
+  return synchronize(broadcast_async(tensor, root_rank, name, process_set));
 }
 
-torch::Tensor alltoall(const torch::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name) {
+torch::Tensor alltoall(const torch::Tensor& tensor, const std::vector<int64_t>& splits, const std::string& name,
+                       const ProcessSet& process_set) {
   const char* caller = "hvd::alltoall";
   auto& context = Context::get(caller);
-  // Comm::alltoall exchanges the receive counts first, so the call returns with the data moved.
-  return synchronize(context.submit(caller, "alltoall", name, [&](const std::string&) {
-    torch::Tensor received = context.comm().alltoall(tensor.detach(), splits);
+  // Comm::alltoall exchanges the receive counts first, so the data has moved when it returns.
+  auto exchange = [tensor = tensor.detach(), splits](Comm& comm) {
+    torch::Tensor received = comm.alltoall(tensor, splits);
     return Started{Work(), [received] { return one(received); }};
-  }));
+  };
+  return synchronize(context.submit({caller, "alltoall", name, process_set.id()}, exchange));
 }
 
 bool poll(Handle handle) { return Context::get("hvd::poll").poll(handle, "hvd::poll"); }
@@ -153,6 +167,7 @@ std::vector<torch::Tensor> synchronize_group(Handle handle) {
   return Context::get("hvd::synchronize_group").synchronize(handle, "hvd::synchronize_group");
 }
 
-void barrier() { Context::get("hvd::barrier").comm().barrier(); }
+// The world's Comm, not hvd's: a barrier needs no place among the negotiated operations.
+void barrier() { Context::get("hvd::barrier").world().comm().barrier(); }
 
 }  // namespace cohort::hvd
