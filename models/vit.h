@@ -25,6 +25,8 @@ struct ViTOptions {
   TORCH_ARG(int64_t, num_heads) = 3;
   TORCH_ARG(int64_t, mlp_dim) = 768;
   TORCH_ARG(int64_t, num_classes) = 10;
+  /// Each encoder block's sharding-unit options (reshard_after_forward, activation_checkpointing).
+  TORCH_ARG(cohort::UnitOptions, unit) = {};
 };
 
 /// One pre-norm block: x + attention(ln_1(x)), then x + mlp(ln_2(x)). Input and output [N, L, E].
@@ -69,7 +71,7 @@ struct ViTImpl : torch::nn::Module {
     auto layers = encoder->register_module("layers", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < options.depth(); ++i)
       blocks.push_back(cohort::fully_shard(layers->register_module(
-          "encoder_layer_" + std::to_string(i), EncoderBlock(e, options.num_heads(), options.mlp_dim()))));
+          "encoder_layer_" + std::to_string(i), EncoderBlock(e, options.num_heads(), options.mlp_dim())), options.unit()));
     ln = encoder->register_module("ln", torch::nn::LayerNorm(torch::nn::LayerNormOptions({e}).eps(1e-6)));
     heads = register_module("heads", std::make_shared<torch::nn::Module>());
     head = heads->register_module("head", torch::nn::Linear(e, options.num_classes()));

@@ -45,7 +45,8 @@ struct Flags {
 Flags parse(int argc, char** argv) {
   Flags f;
   CLI::App app{"GPT under cohort DDP or ZeRO 1-3: samples/s and resident memory per rank"};
-  app.add_option("--mode", f.mode)->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}));
+  app.add_option("--mode", f.mode, "fsdp: zero3 prefetching one block, as FSDP2 does")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp"}));
   app.add_flag("--activation-checkpointing", f.checkpointing);
   app.add_option("--n-layer", f.n_layer);
   app.add_option("--n-head", f.n_head);
@@ -85,8 +86,14 @@ std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, cons
       optimizer->step();
     };
   }
-  auto zero = cohort::ZeroOptimizationConfig().stage(f.mode.back() - '0').overlap_comm(true)
-                  .stage3_prefetch_bucket_size(f.prefetch_bucket_size).reduce_bucket_size(f.reduce_bucket_size);
+  int64_t prefetch = f.prefetch_bucket_size;
+  if (f.mode == "fsdp") {  // FSDP2 gathers the next block while one runs: a bucket of one block
+    prefetch = 0;
+    for (const auto& p : model->blocks.at(0)->parameters()) prefetch += p.numel();
+  }
+  const int stage = f.mode == "fsdp" ? 3 : f.mode.back() - '0';
+  auto zero = cohort::ZeroOptimizationConfig().stage(stage).overlap_comm(true)
+                  .stage3_prefetch_bucket_size(prefetch).reduce_bucket_size(f.reduce_bucket_size);
   auto config = cohort::ZeroConfig().zero_optimization(zero).optimizer(
       cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(1e-4));
   engine = std::make_unique<GPTEngine>(model.ptr(), config, cohort::EngineOptions());

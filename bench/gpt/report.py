@@ -12,7 +12,7 @@ def formula_mib(mode, params, ranks, n_layer, n_embd):
     moments) plus, for stage 3 / FSDP2, two whole blocks gathered at once (the running one and the
     prefetched one). Activations are left out: at 2 x 64 tokens they are a few MiB."""
     block = 12 * n_embd * n_embd + 13 * n_embd
-    if "zero3" in mode or "fsdp2" in mode:
+    if "zero3" in mode or "fsdp" in mode:
         state = 16 * params / ranks + 2 * 4 * block
     elif "zero2" in mode:
         state = 4 * params + 12 * params / ranks

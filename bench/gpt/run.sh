@@ -3,7 +3,9 @@
 # activation checkpointing, against PyTorch 2.11's DDP and FSDP2 (fully_shard per block, then the
 # root) on the same model, batch, sequence length and AdamW; 2 and 4 ranks, interleaved, medians.
 # Prints a markdown table for docs/BENCHMARKS.md: peak resident memory per rank, the formula
-# (16 bytes/param / N sharded + 2 gathered blocks), samples/s and the ratios.
+# (16 bytes/param / N sharded + 2 gathered blocks), samples/s and the ratios. Cohort's "fsdp" is its
+# stage 3 prefetching one block, as FSDP2 does; "zero3" keeps DeepSpeed's default prefetch bucket
+# (5e7 elements: here the whole model). MODES / TORCH_MODES pick rows; KEEP=file keeps the raw lines.
 #   bench/gpt/run.sh [reps] [steps]    (BUILD=build-torch2 by default: cohort's 2.11 build)
 # Run it on an otherwise quiet machine; the 2.11 venv comes from scripts/install-torch.sh.
 set -euo pipefail
@@ -17,13 +19,13 @@ model=(--n-layer "${N_LAYER:-8}" --n-embd "${N_EMBD:-768}" --n-head 12 --block-s
 out=$(mktemp)
 for rep in $(seq "$reps"); do
   for ranks in 2 4; do
-    for mode in ddp zero1 zero2 zero3; do
+    for mode in ${MODES:-ddp zero1 zero2 zero3 fsdp}; do
       for ckpt in "" --activation-checkpointing; do
         "$build/tools/cohortrun" --standalone --nproc-per-node "$ranks" "$build/bench/gpt/gpt_step" --mode "$mode" $ckpt \
           "${model[@]}" --steps "$steps" --warmup 1 2>/dev/null | sed 's/^\[rank0\]: //' | grep RESULT >>"$out"
       done
     done
-    for mode in ddp fsdp; do
+    for mode in ${TORCH_MODES:-ddp fsdp}; do
       for ckpt in "" --activation-checkpointing; do
         "$python" bench/gpt/gpt_step.py --nproc "$ranks" --mode "$mode" $ckpt "${model[@]}" --steps "$steps" --warmup 1 \
           2>/dev/null | grep RESULT >>"$out"
@@ -32,5 +34,6 @@ for rep in $(seq "$reps"); do
     echo "rep $rep/$reps, $ranks ranks done" >&2
   done
 done
+cp "$out" "${KEEP:-/dev/null}"
 "$python" bench/gpt/report.py "$out"
 rm -f "$out"

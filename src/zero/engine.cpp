@@ -17,6 +17,10 @@
 namespace cohort::detail {
 namespace {
 
+// Reductions a rank may have launched and not finished (FSDP2 keeps one in flight while the next
+// unit's backward runs).
+constexpr int64_t kMaxReductionsInFlight = 2;
+
 torch::Dtype compute_dtype_of(const ZeroConfig& config) {
   COHORT_CHECK(!(config.fp16().enabled() && config.bf16().enabled()),
                "ZeRO engine: fp16.enabled and bf16.enabled are both true; choose one");
@@ -212,15 +216,17 @@ void ZeroEngineImpl::launch_ready_reduces() {
 }
 
 // Finishes launched reductions in launch order: those already complete, the oldest even when it
-// is not while more than reduce_bucket_size staged elements are in flight, and all of them when
-// `all`. A finished group's staging buffer goes at once, so backward holds the gradients of the
+// is not while more than reduce_bucket_size staged elements or kMaxReductionsInFlight reductions are
+// in flight (a rank ahead of its peers would otherwise stage every unit's gradients while it waits
+// for them), and all of them when `all`. A finished group's staging buffer goes at once, so backward holds the gradients of the
 // reductions still in flight, not of every unit (DeepSpeed's reduce_bucket_size bounds the same).
 void ZeroEngineImpl::retire_reduces(bool all) {
   const int64_t count = int64_t(groups_.size());
   torch::NoGradGuard no_grad;
   while (next_retire_ < next_launch_) {
     FlatGroup& group = groups_[size_t(count - 1 - next_retire_)];
-    const bool over_budget = in_flight_elements_ > config_.zero_optimization().reduce_bucket_size();
+    const bool over_budget = in_flight_elements_ > config_.zero_optimization().reduce_bucket_size() ||
+                             (stage_ >= 2 && next_launch_ - next_retire_ > kMaxReductionsInFlight);
     if (!all && !over_budget && !group.reduce_work.is_completed()) return;
     group.reduce_work.wait();
     if (stage_ >= 2 && !group.reduce_output.is_same(group.shard_grad)) group.shard_grad.add_(group.reduce_output);
