@@ -63,12 +63,13 @@ def rank_main(rank, args, port):
     dist.destroy_process_group()
 
 
-def spawn_ranks(target, args):
-    """Runs target(rank, args, port) in args.nproc forked processes; exits with the worst exit code."""
+def spawn_ranks(target, args, method="fork"):
+    """Runs target(rank, args, port) in args.nproc processes (multiprocessing start `method`: fork, or
+    spawn for fresh interpreters); exits with the worst exit code."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ctx = mp.get_context("fork")
+    ctx = mp.get_context(method)
     procs = [ctx.Process(target=target, args=(r, args, port)) for r in range(args.nproc)]
     for p in procs:
         p.start()

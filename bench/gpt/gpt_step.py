@@ -4,16 +4,18 @@
 # block, then the root, as PyTorch's FSDP2 tutorial does), with or without activation checkpointing
 # (torch.utils.checkpoint around each block). Starts --nproc ranks as fresh interpreters (spawn, so
 # each rank's VmHWM is its own) and rank 0 prints a RESULT line in gpt_step.cpp's format.
-import argparse, os, socket, sys, time
+import argparse, os, sys, time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "models"))
 from pytorch_models import GPT  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ddp"))
+from ddp_step import spawn_ranks  # noqa: E402
 
 
 def status_mib(field):
@@ -94,17 +96,7 @@ def main():
     for name, default in [("n-layer", 6), ("n-head", 6), ("n-embd", 384), ("block-size", 128), ("vocab-size", 256),
                           ("batch-size", 4), ("steps", 10), ("warmup", 2), ("threads", 1)]:
         p.add_argument(f"--{name}", type=int, default=default)
-    args = p.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=rank_main, args=(r, args, port)) for r in range(args.nproc)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join()
-    sys.exit(max(proc.exitcode for proc in procs))
+    spawn_ranks(rank_main, p.parse_args(), method="spawn")  # fresh interpreters: each VmHWM its own
 
 
 if __name__ == "__main__":

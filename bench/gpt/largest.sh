@@ -40,5 +40,6 @@ while [ $((hi - lo)) -gt "$resolution" ]; do
   mid=$(((lo + hi) / 2))
   if trains "$mid"; then lo=$mid; else hi=$mid; fi
 done
+[ "$lo" -gt 0 ] || { echo "LARGEST impl=$impl mode=$mode none trained (fails at n_layer=$hi) limit_gib=$limit_gib"; exit 0; }
 params=$(python3 -c "e=1024; print(round((256*e + 64*e + $lo*(12*e*e+13*e) + 2*e)/1e6, 1))")
 echo "LARGEST impl=$impl mode=$mode n_layer=$lo (fails at $hi) params_millions=$params limit_gib=$limit_gib"

@@ -218,8 +218,9 @@ void ZeroEngineImpl::launch_ready_reduces() {
 // Finishes launched reductions in launch order: those already complete, the oldest even when it
 // is not while more than reduce_bucket_size staged elements or kMaxReductionsInFlight reductions are
 // in flight (a rank ahead of its peers would otherwise stage every unit's gradients while it waits
-// for them), and all of them when `all`. A finished group's staging buffer goes at once, so backward holds the gradients of the
-// reductions still in flight, not of every unit (DeepSpeed's reduce_bucket_size bounds the same).
+// for them), and all of them when `all`. A finished group's staging buffer goes at once, so backward
+// holds the gradients of the reductions still in flight, not of every unit. The wait on the oldest
+// runs inside a gradient hook: it holds a rank that is ahead until its peers reach that reduction.
 void ZeroEngineImpl::retire_reduces(bool all) {
   const int64_t count = int64_t(groups_.size());
   torch::NoGradGuard no_grad;
