@@ -161,17 +161,26 @@ TEST(JobIdentity, AStoreThatClosesBeforeAcceptingIsNoAnswerNotACrash) {
 TEST(JobIdentity, RankJoinsItsJobAfterAStrangersListenerVanished) {
   SilentListener listener;
   const int port = listener.port;
+  std::promise<void> joined;
   auto host = std::async(std::launch::async, [&] {
     std::this_thread::sleep_for(300ms);
     listener.close();
     std::this_thread::sleep_for(200ms);
     auto store = connect_store(rank_config(port, 0, "job-a"));
     wait_for_all_ranks(*store, rank_config(port, 0, "job-a"));
+    joined.get_future().wait();  // rank 0's store outlives rank 1's last poll, as in a job
   });
   RendezvousConfig joining = rank_config(port, 1, "job-a");
   joining.timeout = 10000ms;
   auto store = connect_store(joining);
-  wait_for_all_ranks(*store, joining);
+  const auto release_host = [&] { joined.set_value(); };
+  try {
+    wait_for_all_ranks(*store, joining);
+  } catch (...) {
+    release_host();
+    throw;
+  }
+  release_host();
   host.get();
 }
 
