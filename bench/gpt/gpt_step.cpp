@@ -36,6 +36,7 @@ void phase(const char* name) {
 struct Flags {
   std::string mode = "ddp";
   bool checkpointing = false;
+  bool sharded_init = false;
   int64_t n_layer = 6, n_head = 6, n_embd = 384, block_size = 128, vocab_size = 256, batch = 4;
   int steps = 10, warmup = 2, threads = 1;
   int64_t prefetch_bucket_size = cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size();
@@ -48,6 +49,7 @@ Flags parse(int argc, char** argv) {
   app.add_option("--mode", f.mode, "fsdp: zero3 prefetching one block, as FSDP2 does")
       ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp"}));
   app.add_flag("--activation-checkpointing", f.checkpointing);
+  app.add_flag("--sharded-init", f.sharded_init, "zero3/fsdp: shard each block as it is made (cohort::ShardedInit)");
   app.add_option("--n-layer", f.n_layer);
   app.add_option("--n-head", f.n_head);
   app.add_option("--n-embd", f.n_embd);
@@ -61,6 +63,8 @@ Flags parse(int argc, char** argv) {
   app.add_option("--reduce-bucket-size", f.reduce_bucket_size, "elements (DeepSpeed's default 5e8)");
   try {
     app.parse(argc, argv);
+    if (f.sharded_init && f.mode != "zero3" && f.mode != "fsdp")
+      throw CLI::ValidationError("--sharded-init", "needs --mode zero3 or fsdp, got --mode " + f.mode);
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
   }
@@ -118,7 +122,13 @@ int main(int argc, char** argv) {
   auto config = cohort::models::GPTConfig().n_layer(f.n_layer).n_head(f.n_head).n_embd(f.n_embd)
                     .block_size(f.block_size).vocab_size(f.vocab_size)
                     .unit(cohort::UnitOptions().activation_checkpointing(f.checkpointing));
-  cohort::models::GPT model(config);
+  cohort::models::GPT model{nullptr};
+  if (f.sharded_init) {
+    cohort::ShardedInit sharded;  // no rank ever holds the whole model
+    model = cohort::models::GPT(config);
+  } else {
+    model = cohort::models::GPT(config);
+  }
   const double rss_built = status_mib("VmRSS");
   auto tokens = torch::randint(0, f.vocab_size, {f.batch, f.block_size + 1}, torch::kLong);
   std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>> ddp;
@@ -140,10 +150,11 @@ int main(int argc, char** argv) {
   auto all = world.comm().allgather(mine).reshape({world.size(), 6});
   if (world.rank() == 0) {
     auto peak = all.select(1, 4);
+    const std::string suffix = std::string(f.checkpointing ? "+ckpt" : "") + (f.sharded_init ? "+sharded-init" : "");
     std::printf("RESULT impl=cohort mode=%s%s ranks=%d n_layer=%lld n_embd=%lld params=%lld samples_per_s=%.3f "
                 "step_s=%.3f rss_start_mib=%.0f rss_built_mib=%.0f rss_wrapped_mib=%.0f rss_end_mib=%.0f "
                 "peak_max_mib=%.0f peak_sum_mib=%.0f state_mib=%.0f\n",
-                f.mode.c_str(), f.checkpointing ? "+ckpt" : "", world.size(), static_cast<long long>(f.n_layer),
+                f.mode.c_str(), suffix.c_str(), world.size(), static_cast<long long>(f.n_layer),
                 static_cast<long long>(f.n_embd), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
                 double(f.steps) * f.batch * world.size() / seconds, seconds / f.steps,
                 all.select(1, 0).max().item<double>(), all.select(1, 1).max().item<double>(),

@@ -4,7 +4,7 @@
 # block, then the root, as PyTorch's FSDP2 tutorial does), with or without activation checkpointing
 # (torch.utils.checkpoint around each block). Starts --nproc ranks as fresh interpreters (spawn, so
 # each rank's VmHWM is its own) and rank 0 prints a RESULT line in gpt_step.cpp's format.
-import argparse, os, sys, time
+import argparse, math, os, sys, time
 
 import torch
 import torch.distributed as dist
@@ -48,17 +48,35 @@ def wrap(gpt, args):
     return fully_shard(gpt, mesh=mesh)
 
 
+def initialise(gpt, n_layer):
+    """GPT's own initialisation again, on the shards: what a meta-device model needs after to_empty."""
+    with torch.no_grad():
+        for name, p in gpt.named_parameters():
+            if ".ln_" in name:
+                p.fill_(0.0 if name.endswith(".bias") else 1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
+            else:
+                p.normal_(0.0, 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02)
+
+
 def rank_main(rank, args, port):
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.nproc)
     rss_start = status_mib("VmRSS")
     torch.manual_seed(0)
-    gpt = GPT(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab_size)
+    # --meta-init: FSDP2's way to build a model larger than a rank (the tutorial's meta device):
+    # no storage until fully_shard has sharded it, then each rank allocates and initialises its shards.
+    with torch.device("meta" if args.meta_init else "cpu"):
+        gpt = GPT(args.n_layer, args.n_head, args.n_embd, args.block_size, args.vocab_size)
     params = sum(p.numel() for p in gpt.parameters())
     rss_built = status_mib("VmRSS")
     if args.activation_checkpointing:
         gpt.forward = checkpointed_forward(gpt)
     model = wrap(gpt, args)
+    if args.meta_init:
+        model.to_empty(device="cpu")
+        initialise(model, args.n_layer)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     rss_wrapped = status_mib("VmRSS")
     tokens = torch.randint(0, args.vocab_size, (args.batch_size, args.block_size + 1))
@@ -79,7 +97,7 @@ def rank_main(rank, args, port):
     every = torch.stack(rows)
     if rank == 0:
         mode = f"torch{torch.__version__.split('+')[0]}_{'fsdp2' if args.mode == 'fsdp' else 'ddp'}"
-        print(f"RESULT impl=pytorch mode={mode}{'+ckpt' if args.activation_checkpointing else ''} ranks={args.nproc} "
+        print(f"RESULT impl=pytorch mode={mode}{'+ckpt' if args.activation_checkpointing else ''}{'+meta-init' if args.meta_init else ''} ranks={args.nproc} "
               f"n_layer={args.n_layer} n_embd={args.n_embd} params={params} "
               f"samples_per_s={args.steps * args.batch_size * args.nproc / elapsed:.3f} step_s={elapsed / args.steps:.3f} "
               f"rss_start_mib={every[:, 0].max():.0f} rss_built_mib={every[:, 1].max():.0f} "
@@ -92,11 +110,15 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--mode", choices=["ddp", "fsdp"], default="fsdp")
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--meta-init", action="store_true", help="fsdp: build on the meta device, shard, then allocate")
     p.add_argument("--nproc", type=int, default=2)
     for name, default in [("n-layer", 6), ("n-head", 6), ("n-embd", 384), ("block-size", 128), ("vocab-size", 256),
                           ("batch-size", 4), ("steps", 10), ("warmup", 2), ("threads", 1)]:
         p.add_argument(f"--{name}", type=int, default=default)
-    spawn_ranks(rank_main, p.parse_args(), method="spawn")  # fresh interpreters: each VmHWM its own
+    args = p.parse_args()
+    if args.meta_init and args.mode != "fsdp":
+        p.error("--meta-init needs --mode fsdp (DDP needs every rank's whole model)")
+    spawn_ranks(rank_main, args, method="spawn")  # fresh interpreters: each VmHWM its own
 
 
 if __name__ == "__main__":

@@ -164,6 +164,32 @@ class ZeroEngine : public ZeroEngineCore {
   std::shared_ptr<M> module_;
 };
 
+struct ShardedInitOptions {
+  /// The Comm the units are sharded over (the engine's later); null means the world's.
+  TORCH_ARG(std::shared_ptr<Comm>, comm) = nullptr;
+};
+
+/// DeepSpeed's `with deepspeed.zero.Init():` for C++. While it lives, each unit the code marks with
+/// cohort::fully_shard is sharded as it is made: its parameters are broadcast from rank 0, this
+/// rank keeps its 1/N slice, and the parameters are emptied, so the whole model never exists on a
+/// rank (construction needs the root, the shards and one unit, not the whole model). Such units run
+/// only inside a ZeRO stage 3 engine (cohort::initialize), which adopts the shards. See docs/fsdp.md.
+///
+///   std::shared_ptr<GPTImpl> model;
+///   { cohort::ShardedInit sharded; model = std::make_shared<GPTImpl>(options); }
+///   auto engine = cohort::initialize(config, model);  // stage 3
+class ShardedInit {
+ public:
+  explicit ShardedInit(ShardedInitOptions options = {});
+  ~ShardedInit();
+  ShardedInit(const ShardedInit&) = delete;
+  ShardedInit& operator=(const ShardedInit&) = delete;
+
+ private:
+  class Sharder;
+  std::unique_ptr<Sharder> sharder_;
+};
+
 /// DeepSpeed's deepspeed.initialize for C++: shards `model` (on every rank of the world, or
 /// options.comm) as the config says and returns the engine. Parameters are broadcast from rank 0.
 template <typename M>

@@ -4,6 +4,7 @@
 #include <iterator>
 #include <mutex>
 #include <unordered_map>
+#include <utility>
 
 #include "cohort/error.h"
 #include "core/log.h"
@@ -28,6 +29,8 @@ Registry& registry() {
   return *r;
 }
 
+thread_local UnitSharder* active_sharder = nullptr;
+
 }  // namespace
 
 void UnitState::attach(UnitOwner* owner, int64_t index) {
@@ -43,18 +46,25 @@ void UnitState::detach(const UnitOwner* owner) {
   index_ = -1;
 }
 
+UnitSharder* install_unit_sharder(UnitSharder* sharder) { return std::exchange(active_sharder, sharder); }
+
 std::shared_ptr<UnitState> register_unit(std::shared_ptr<torch::nn::Module> module, UnitOptions options) {
   COHORT_CHECK(module != nullptr, "cohort::fully_shard: the module is null");
-  auto& r = registry();
-  std::lock_guard<std::mutex> lock(r.mutex);
-  auto& slot = r.units[module.get()];
-  COHORT_CHECK(slot.expired(), "cohort::fully_shard: this ", type_name(*module),
-               " is already a unit; mark each module once (keep the Unit handle and call it)");
-  // Drop entries of units that are gone, so addresses reused by new modules start clean.
-  for (auto it = r.units.begin(); it != r.units.end();)
-    it = it->second.expired() && it->first != module.get() ? r.units.erase(it) : std::next(it);
-  auto state = std::make_shared<UnitState>(std::move(module), std::move(options));
-  slot = state;
+  std::shared_ptr<UnitState> state;
+  {
+    auto& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    auto& slot = r.units[module.get()];
+    COHORT_CHECK(slot.expired(), "cohort::fully_shard: this ", type_name(*module),
+                 " is already a unit; mark each module once (keep the Unit handle and call it)");
+    // Drop entries of units that are gone, so addresses reused by new modules start clean.
+    for (auto it = r.units.begin(); it != r.units.end();)
+      it = it->second.expired() && it->first != module.get() ? r.units.erase(it) : std::next(it);
+    state = std::make_shared<UnitState>(std::move(module), std::move(options));
+    slot = state;
+  }
+  // Outside the lock: sharding runs collectives, and finds the units nested in this one.
+  if (active_sharder != nullptr) state->set_construction_shard(active_sharder->shard(*state));
   return state;
 }
 
@@ -69,7 +79,13 @@ const UnitOptions& unit_options(const UnitState& state) { return state.options()
 void set_unit_options(UnitState& state, UnitOptions options) { state.set_options(std::move(options)); }
 
 UnitCall::UnitCall(UnitState& state) : state_(state) {
-  if (state_.owner() == nullptr) return;
+  if (state_.owner() == nullptr) {
+    COHORT_CHECK(state_.construction_shard() == nullptr, "sharding unit ", type_name(state_.module()),
+                 ": its parameters were sharded when it was made (cohort::ShardedInit), so it runs only inside "
+                 "a ZeRO stage 3 engine (cohort::initialize with zero_optimization.stage 3), called through "
+                 "engine.forward");
+    return;
+  }
   state_.owner()->before_forward(state_.index());
   engine_call_ = true;
 }

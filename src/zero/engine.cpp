@@ -51,10 +51,14 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
     for (const auto& b : module_->buffers()) state.push_back(b);
     if (world_ > 1) broadcast_coalesced(*comm_, state, 0);
   }
-  collect_parameters();
+  const auto sharded_shapes = construction_shapes(*module_);
+  COHORT_CHECK(sharded_shapes.empty() || stage_ == 3, "ZeRO engine: the model's units were sharded when they were "
+               "made (cohort::ShardedInit), which needs zero_optimization.stage 3, got stage ", stage_);
+  collect_parameters(sharded_shapes);
   if (stage_ == 3) plan_stage3_units(options);
   // Hooks first: autograd takes a parameter's gradient shape from it when the hook's accumulator is
   // made, and build_groups frees stage 3's parameters.
+  if (!sharded_shapes.empty()) show_whole_shapes(sharded_shapes);
   register_hooks();
   build_groups();
 
@@ -76,7 +80,7 @@ ZeroEngineImpl::~ZeroEngineImpl() {
   for (const auto& route : plan_.routes) route.restore();
 }
 
-void ZeroEngineImpl::collect_parameters() {
+void ZeroEngineImpl::collect_parameters(const ShapeMap& sharded_shapes) {
   std::unordered_map<const c10::TensorImpl*, std::string> seen;  // a tied parameter is one parameter
   for (const auto& item : module_->named_parameters()) {
     if (!item.value().requires_grad()) continue;  // frozen: stays whole, never reduced or updated
@@ -87,7 +91,8 @@ void ZeroEngineImpl::collect_parameters() {
     }
     names_.push_back(item.key());
     params_.push_back(item.value());
-    shapes_.push_back(item.value().sizes().vec());
+    const auto sharded = sharded_shapes.find(item.value().unsafeGetTensorImpl());
+    shapes_.push_back(sharded == sharded_shapes.end() ? item.value().sizes().vec() : sharded->second);
   }
   COHORT_CHECK(!params_.empty(), "cohort::initialize: the model has no parameter that requires grad");
   for (size_t i = 1; i < params_.size(); ++i)
@@ -116,20 +121,15 @@ void ZeroEngineImpl::build_groups() {
     FlatGroup group;
     group.layout = std::move(layouts[g]);
     const auto& layout = group.layout;
-    torch::Tensor full = torch::zeros({layout.padded}, options);
-    for (size_t k = 0; k < layout.params.size(); ++k) {
-      auto& param = params_[size_t(layout.params[k])];
-      group_of_[size_t(layout.params[k])] = int64_t(g);
-      full.narrow(0, layout.offsets[k], param.numel()).copy_(param.reshape(-1));
-    }
+    for (int64_t index : layout.params) group_of_[size_t(index)] = int64_t(g);
     auto [begin, end] = layout.owned(rank_);
     const bool whole = stage_ == 0;
     if (stage_ == 3) {
-      group.flat = full.narrow(0, begin, end - begin).clone();
+      group.flat = stage3_shard(int64_t(g), layout, options);
       group.shard_grad = torch::zeros({layout.shard}, options);
       free_parameters(group);  // now, not after every group: the whole model never exists twice
     } else {
-      group.flat = full;
+      group.flat = flatten(layout, options);
       for (size_t k = 0; k < layout.params.size(); ++k) {
         auto& param = params_[size_t(layout.params[k])];
         param.set_data(flat_alias(group.flat, layout.offsets[k], param.sizes()));
@@ -152,6 +152,15 @@ void ZeroEngineImpl::build_groups() {
     groups_.push_back(std::move(group));
   }
   ready_.assign(params_.size(), 0);
+}
+
+torch::Tensor ZeroEngineImpl::flatten(const GroupLayout& layout, const torch::TensorOptions& options) const {
+  torch::Tensor full = torch::zeros({layout.padded}, options);
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    const auto& param = params_[size_t(layout.params[k])];
+    full.narrow(0, layout.offsets[k], param.numel()).copy_(param.reshape(-1));
+  }
+  return full;
 }
 
 void ZeroEngineImpl::register_hooks() {

@@ -29,6 +29,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cohort/comm.h"
@@ -102,10 +103,16 @@ class ZeroEngineImpl : public UnitOwner {
   int gas() const { return gas_; }
 
  private:
-  void collect_parameters();
+  using ShapeMap = std::unordered_map<const c10::TensorImpl*, std::vector<int64_t>>;
+  void collect_parameters(const ShapeMap& sharded_shapes);
   void plan_stage3_units(const EngineOptions& options);
   std::vector<GroupLayout> stage3_layouts();
   void build_groups();
+  torch::Tensor flatten(const GroupLayout& layout, const torch::TensorOptions& options) const;
+  // stage 3 units sharded as they were made (cohort::ShardedInit; stage3_units.cpp)
+  static ShapeMap construction_shapes(const torch::nn::Module& root);
+  void show_whole_shapes(const ShapeMap& sharded_shapes);
+  torch::Tensor stage3_shard(int64_t group, const GroupLayout& layout, const torch::TensorOptions& options);
   void register_hooks();
   void on_gradient_ready(int64_t param);
   void launch_ready_reduces();
