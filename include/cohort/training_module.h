@@ -111,6 +111,10 @@ class TrainingModule : public torch::nn::Module {
   /// Null (the default): a network without marked units is sharded entry by entry; otherwise the
   /// marked units are, and the rest of the parameters form the root unit.
   virtual UnitPolicy shard_units() { return nullptr; }
+  /// Lightning's configure_model: makes layers once, when the Trainer takes the module, before the
+  /// strategy sees it. Under fsdp / zero3 it runs inside a cohort::ShardedInit, so the units it marks
+  /// with cohort::fully_shard are sharded as they are made (a model too large for one rank).
+  virtual void configure_model() {}
 
   // Hooks, called on every rank in Lightning's order.
   virtual void on_fit_start() {}

@@ -90,6 +90,8 @@ class ModuleOptimizerStrategy : public Strategy {
 
 /// The strategy `options` names for `module` on this world (the module is on world.device()).
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
+/// Runs the module's configure_model() in the strategy's init context (strategy_zero.cpp).
+void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world);
 
 /// "Adam", "SGD", ... (LearningRateMonitor's lr-<name>).
 std::string optimizer_name(const torch::optim::Optimizer& optimizer);

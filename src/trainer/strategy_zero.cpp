@@ -4,7 +4,8 @@
 // options override what they set away from their defaults. Without an "optimizer" in the config the
 // engine's inner optimizer is the module's configure_optimizers over this rank's fp32 shards. At
 // stage 3 the units are those the module marked plus those its shard_units() policy makes. A module
-// with its own layers calls its model in its steps: each step runs as one forward of the model.
+// with its own layers calls its model in its steps: each step runs as one forward of the model. At
+// stage 3 the module's configure_model() runs inside a ShardedInit.
 #include <sstream>
 
 #include "cohort/error.h"
@@ -118,6 +119,15 @@ class ZeroStrategy : public Strategy {
 };
 
 }  // namespace
+
+// Lightning runs configure_model inside the strategy's init context (DeepSpeed's zero.Init, FSDP's
+// meta device); at stage 3 that is a ShardedInit, so the units it makes are sharded as they are made.
+void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world) {
+  const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
+  if (!zero || zero_config(options, world).zero_optimization().stage() != 3) return module.configure_model();
+  ShardedInit sharded(ShardedInitOptions().comm(world.comm_ptr()));
+  module.configure_model();
+}
 
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world) {
   if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)

@@ -163,6 +163,30 @@ TEST(TrainerMultiproc, AModuleWithItsOwnLayersTrainsAsOneProcessUnderDdpAndFsdp)
   });
 }
 
+// Layers made in configure_model: under fsdp inside a ShardedInit (the marked block is sharded as it
+// is made, so it has no elements after), under ddp whole; both train as one process.
+TEST(TrainerMultiproc, LayersMadeInConfigureModelAreShardedAsMadeUnderFsdp) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    const auto expected = residual_one_process(2);
+    for (const std::string strategy : {"fsdp", "ddp"}) {
+      cohort::Trainer trainer(quiet(strategy));
+      ResidualModule module(7, /*in_configure_model=*/true);
+      EXPECT_TRUE(module.parameters().empty());
+      cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
+      trainer.fit(module, loader);
+      EXPECT_EQ(module.block_elements_made, strategy == "fsdp" ? 0 : 8 * 8 * 2 + 8 * 2) << strategy;
+      const auto trained = trainer.full_parameters();
+      ASSERT_EQ(trained.size(), expected.size()) << strategy;
+      for (const auto& [name, value] : trained) {
+        const auto same = std::find_if(expected.begin(), expected.end(), [&](const auto& e) { return e.first == name; });
+        ASSERT_NE(same, expected.end()) << strategy << ": " << name;
+        EXPECT_TRUE(torch::allclose(value, same->second, 1e-5, 1e-5)) << strategy << ": " << name;
+      }
+    }
+  });
+}
+
 TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
   RanksOptions options;
   const std::string dir = cohort::testing::shared_temp_dir(options, "TRAINER_TEST_DIR", "trainer_resume_");

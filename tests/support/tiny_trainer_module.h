@@ -70,8 +70,17 @@ TORCH_MODULE(SkipBlock);
 /// unit) -> two skip blocks in a Sequential (units by shard_units()) -> head. Its forward takes the
 /// features and a gate made from them.
 struct ResidualModule : TrainingModule {
-  explicit ResidualModule(int64_t seed = 7) {
-    torch::manual_seed(seed);
+  /// `in_configure_model`: the layers are made in configure_model() (Lightning's hook), not here.
+  explicit ResidualModule(int64_t seed = 7, bool in_configure_model = false) : seed_(seed), lazy_(in_configure_model) {
+    if (!lazy_) make_layers();
+  }
+  void configure_model() override {
+    if (!lazy_) return;
+    make_layers();
+    for (const auto& p : block->parameters()) block_elements_made += p.numel();
+  }
+  void make_layers() {
+    torch::manual_seed(seed_);
     embed = register_module("embed", torch::nn::Linear(6, 8));
     block = cohort::fully_shard(register_module("block", GatedBlock()));
     tail = register_module("tail", torch::nn::Sequential(SkipBlock(), SkipBlock()));
@@ -96,6 +105,9 @@ struct ResidualModule : TrainingModule {
   torch::nn::Linear embed{nullptr}, head{nullptr};
   Unit<GatedBlockImpl> block;
   torch::nn::Sequential tail{nullptr};
+  int64_t seed_;
+  bool lazy_;
+  int64_t block_elements_made = 0;  ///< the marked block's elements right after configure_model made it
 };
 
 /// Logs "score" = script[current_epoch] in each validation run.
