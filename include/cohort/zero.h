@@ -30,6 +30,9 @@ struct MemoryReport {
   int64_t gradient_bytes = 0;   ///< gradients kept between steps (full, or this rank's shard at stage 2/3)
   int64_t optimizer_bytes = 0;  ///< fp32 master weights when separate from the parameters + optimizer states
   int64_t buffer_bytes = 0;     ///< communication buffers and stage 3 parameters gathered at this moment
+  /// Idle buffers the engine keeps for its next gathers and reductions (on the CPU; not in total(),
+  /// as CUDA's reserved memory is not in its allocated memory).
+  int64_t cached_bytes = 0;
   int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
 };
 

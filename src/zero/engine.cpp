@@ -272,7 +272,7 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   // Gradients are averaged over ranks by scaling first, as DDP does (the sum then cannot overflow
   // where the mean fits), in the same pass that stages them.
   const auto options = group.shard_grad.options();
-  group.reduce_input = torch::empty({layout.padded}, options);
+  group.reduce_input = buffers_.empty(layout.padded, options);
   const torch::Tensor scale = torch::scalar_tensor(1.0 / world_, options);
   for (size_t k = 0; k < layout.params.size(); ++k) {
     auto& param = params_[size_t(layout.params[k])];

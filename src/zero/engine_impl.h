@@ -36,6 +36,7 @@
 #include "cohort/zero.h"
 #include "core/grad_kit.h"
 #include "core/units.h"
+#include "zero/buffer_pool.h"
 #include "zero/loss_scaler.h"
 #include "zero/partition.h"
 #include "zero/unit_plan.h"
@@ -161,6 +162,7 @@ class ZeroEngineImpl : public UnitOwner {
   std::vector<char> ran_;
   std::vector<char> persistent_;  // per group: below stage3_param_persistence_threshold, kept whole
   bool in_forward_ = false;
+  BufferPool buffers_;  // gathered units and staged gradients (buffer_pool.h says why not malloc)
   std::vector<FlatGroup> groups_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   LossScaler scaler_;

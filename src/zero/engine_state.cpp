@@ -26,6 +26,7 @@ MemoryReport ZeroEngineImpl::memory_report() const {
   }
   if (stage_ >= 2)  // gradients autograd produced that are not reduced yet (inside backward)
     for (const auto& p : params_) report.gradient_bytes += bytes_of(p.grad());
+  report.cached_bytes = buffers_.idle_bytes();
   return report;
 }
 

@@ -51,9 +51,9 @@ void ZeroEngineImpl::gather(int64_t g) {
   FlatGroup& group = groups_[size_t(g)];
   if (group.presence != FlatGroup::Presence::kFreed) return;
   if (group.gathered.defined())
-    refill_storage(group.gathered);
+    buffers_.refill(group.gathered);
   else
-    group.gathered = torch::empty({group.layout.padded}, group.flat.options());
+    group.gathered = buffers_.empty(group.layout.padded, group.flat.options());
   if (trace::enabled()) trace::record_mark("gather launch", "zero", "launch", int64_t(group.gathered.nbytes()));
   group.gather_work = comm_->allgather_async(group.gathered, group.flat);
   group.presence = FlatGroup::Presence::kGathering;
