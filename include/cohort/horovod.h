@@ -166,3 +166,4 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank
 COHORT_EXPORT_END
 
 #include "cohort/horovod_optimizer.h"
+#include "cohort/horovod_elastic.h"
