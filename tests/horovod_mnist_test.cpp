@@ -2,6 +2,8 @@
 // mpirun and under cohortrun train the same epoch from the same seed, so rank 0 prints one test line
 // under each launcher, the same up to float rounding, with a loss and accuracy well past chance (the
 // synthetic labels are learnable in one epoch). mpirun is a dependency (scripts/install-deps.sh).
+// Under --elastic, a rank SIGKILLed right after a commit makes cohortrun restart the group, which goes
+// on from that commit to the same weights as a run that was never killed.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@
 namespace horovod_mnist_test {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace cohort::testing;
 using namespace std::chrono_literals;
 
@@ -38,7 +41,44 @@ TestLine test_line(const ProcResult& result) {
   return {m[0].str(), std::stod(m[1].str()), std::stod(m[2].str())};
 }
 
+std::string digest_of(const ProcResult& result) {
+  const std::regex line(R"(params-sha256: ([0-9a-f]{64}))");
+  std::smatch m;
+  EXPECT_EQ(count_of(result.out, "params-sha256:"), 1u) << result.describe();
+  return std::regex_search(result.out, m, line) ? m[1].str() : "";
+}
+
+// 20 steps of 2 ranks under --elastic, a commit every 4 (commits 1 to 5 at steps 4 ... 20).
+ProcResult run_elastic(const std::string& data, const std::string& dir, const Env& env) {
+  std::vector<std::string> argv{build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node", "2",
+                                "--max-restarts", "1"};
+  for (const auto& arg : example_args(data)) argv.push_back(arg);
+  for (const char* arg : {"--elastic", "--commit-every", "4", "--max-steps", "20", "--elastic-dir"}) argv.push_back(arg);
+  argv.push_back(dir);
+  return run_process(argv, env, 120s);
+}
+
 }  // namespace
+
+TEST(HorovodMnist, ElasticRankKilledAfterACommitResumesFromIt) {
+  const std::string data = make_temp_dir("horovod_mnist_elastic_");
+  write_synthetic_fashion_mnist(data, 1024, 64);
+  const ProcResult whole = run_elastic(data, data + "/whole", clean_env());
+  ASSERT_EQ(whole.code, 0) << whole.describe();
+  EXPECT_THAT(whole.out, Not(HasSubstr("on_reset"))) << whole.describe();
+  // Rank 1 dies right after its second commit (step 8) returned: rank 0's file holds step 8.
+  const ProcResult killed = run_elastic(data, data + "/killed", clean_env({{"COHORT_TEST_KILL_AFTER_COMMIT", "1:2"}}));
+  remove_tree(data);
+  ASSERT_EQ(killed.code, 0) << killed.describe();
+  EXPECT_THAT(killed.err, HasSubstr("[rank0]: hvd::elastic: restored commit 2 of " + data +
+                                    "/killed/hvd-elastic-state.pt (restart 1, 2 rank(s))"))
+      << killed.describe();
+  EXPECT_THAT(killed.out, HasSubstr("on_reset: 2 ranks, resuming at epoch 1 batch 8 (step 8)"));
+  // Steps 9 to 20 trained once after the restart, and no committed step again: the same weights.
+  const std::string digest = digest_of(whole);
+  EXPECT_EQ(digest.size(), 64u) << whole.describe();
+  EXPECT_EQ(digest_of(killed), digest) << killed.describe();
+}
 
 TEST(HorovodMnist, SameEpochUnderMpirunAndCohortrun) {
   const std::string data = make_temp_dir("horovod_mnist_");

@@ -5,6 +5,8 @@
 // mpirun, srun, cohortrun/torchrun or alone. Differences from the Python original: Fashion-MNIST and
 // cohort's CNN (models/fashion_mnist_net.h) instead of MNIST and its small net, momentum 0.9, a log line
 // every 100 batches, --max-steps to stop early and params-sha256 at the end (docs/horovod.md).
+// --elastic trains under hvd::elastic::run as Horovod's elastic example does: a commit every
+// --commit-every batches, and after a restart by cohortrun the job goes on from the last commit.
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
@@ -15,6 +17,7 @@
 #include <cohort/sampler.h>
 
 #include <cstdio>
+#include <functional>
 
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
@@ -34,6 +37,9 @@ struct Args {
   double lr = 0.02, momentum = 0.9, gradient_predivide_factor = 1.0;
   bool fp16_allreduce = false;
   std::string data_dir = cohort::data::kFashionMnistDir;
+  bool elastic = false;
+  int64_t commit_every = 100;  // batches between commits under --elastic
+  std::string elastic_dir;     // empty: COHORT_HVD_ELASTIC_DIR
 };
 
 // Horovod's metric_average: the mean of a number over ranks, by allreduce (Average) under a name.
@@ -41,13 +47,21 @@ double metric_average(double value, const std::string& name) {
   return hvd::allreduce(torch::tensor({value}, torch::kDouble), name).item<double>();
 }
 
+// Where an epoch starts (a batch other than 0 after an elastic restart) and what runs after each step.
+struct EpochPlan {
+  int64_t first_batch = 0;
+  std::function<void(int64_t next_batch)> after_step;
+};
+
 // One epoch, or what is left of --max-steps; `steps` counts optimizer steps over epochs.
 void train_epoch(int64_t epoch, const Args& args, fashion_mnist::Net& model, hvd::DistributedOptimizer& optimizer,
-                 cohort::DistributedSampler& sampler, const cohort::data::FashionMnist& data, int64_t& steps) {
+                 cohort::DistributedSampler& sampler, const cohort::data::FashionMnist& data, int64_t& steps,
+                 const EpochPlan& plan = {}) {
   model->train();
   sampler.set_epoch(epoch);  // a new shuffle per epoch, the same on every rank
   const auto batches = sampler.batch_tensors(args.batch_size);
-  for (size_t i = 0; i < batches.size() && (args.max_steps == 0 || steps < args.max_steps); ++i, ++steps) {
+  for (size_t i = size_t(plan.first_batch); i < batches.size() && (args.max_steps == 0 || steps < args.max_steps);
+       ++i) {
     optimizer.zero_grad();
     auto output = model->forward(data.images.index_select(0, batches[i]));
     auto loss = torch::nn::functional::cross_entropy(output, data.labels.index_select(0, batches[i]));
@@ -59,6 +73,8 @@ void train_epoch(int64_t epoch, const Args& args, fashion_mnist::Net& model, hvd
                   loss.item<double>());
       std::fflush(stdout);
     }
+    ++steps;
+    if (plan.after_step) plan.after_step(int64_t(i) + 1);
   }
 }
 
@@ -84,32 +100,80 @@ double test(const Args& args, fashion_mnist::Net& model, const cohort::data::Fas
   return test_accuracy;
 }
 
+cohort::DistributedSampler make_sampler(const Args& args, const cohort::data::FashionMnist& data) {
+  return cohort::DistributedSampler(
+      data.images.size(0),
+      cohort::SamplerOptions().num_replicas(hvd::size()).rank(hvd::rank()).shuffle(true).seed(args.seed));
+}
+
+bool steps_left(const Args& args, int64_t steps) { return args.max_steps == 0 || steps < args.max_steps; }
+
+// --elastic: Horovod's elastic loop. The state (model, optimizer, epoch, batch, steps) is committed
+// every --commit-every batches and at each epoch's end; after a restart the reset callback rescales
+// the learning rate and reshards the data for the new hvd::size(), and training goes on from the
+// committed batch (with a new size the rest of the epoch is sharded anew).
+void train_elastic(const Args& args, fashion_mnist::Net& model, const std::shared_ptr<torch::optim::SGD>& sgd,
+                   hvd::DistributedOptimizer& optimizer, const cohort::data::FashionMnist& train_data,
+                   const cohort::data::FashionMnist& test_data) {
+  hvd::elastic::State state(model.ptr(), sgd, {{"epoch", int64_t(1)}, {"batch", int64_t(0)}, {"steps", int64_t(0)}},
+                            hvd::elastic::StateOptions().directory(args.elastic_dir));
+  auto sampler = make_sampler(args, train_data);
+  state.register_reset_callbacks({[&] {
+    for (auto& group : sgd->param_groups())
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(args.lr * hvd::size());
+    sampler = make_sampler(args, train_data);
+    if (hvd::rank() == 0)
+      std::printf("on_reset: %d ranks, resuming at epoch %lld batch %lld (step %lld)\n", hvd::size(),
+                  (long long)state["epoch"].toInt(), (long long)state["batch"].toInt(),
+                  (long long)state["steps"].toInt());
+  }});
+  hvd::elastic::run(state, [&](hvd::elastic::State& s) {
+    int64_t steps = s["steps"].toInt();
+    for (int64_t epoch = s["epoch"].toInt(); epoch <= args.epochs && steps_left(args, steps); ++epoch) {
+      EpochPlan plan{s["batch"].toInt(), [&](int64_t next_batch) {
+                       s["batch"] = next_batch;
+                       s["steps"] = steps;
+                       if (steps % args.commit_every == 0) s.commit();
+                     }};
+      train_epoch(epoch, args, model, optimizer, sampler, train_data, steps, plan);
+      test(args, model, test_data);
+      s["epoch"] = epoch + 1;
+      s["batch"] = int64_t(0);
+      s.commit();
+    }
+  });
+}
+
 void run(const Args& args) {
   hvd::init();
   torch::manual_seed(args.seed);
   examples::set_threads(int(args.threads));  // as the original: one thread per rank on CPU
   const auto train_data = cohort::data::load_fashion_mnist(args.data_dir, cohort::data::Split::kTrain);
   const auto test_data = cohort::data::load_fashion_mnist(args.data_dir, cohort::data::Split::kTest);
-  cohort::DistributedSampler train_sampler(
-      train_data.images.size(0),
-      cohort::SamplerOptions().num_replicas(hvd::size()).rank(hvd::rank()).shuffle(true).seed(args.seed));
+  auto train_sampler = make_sampler(args, train_data);
   fashion_mnist::Net model;
   // The learning rate grows with the number of ranks (the global batch grows with it).
   auto sgd = std::make_shared<torch::optim::SGD>(
       model->parameters(), torch::optim::SGDOptions(args.lr * hvd::size()).momentum(args.momentum));
-  // Every rank starts from rank 0's weights and optimizer state.
-  hvd::broadcast_parameters(model->named_parameters(), 0);
-  hvd::broadcast_optimizer_state(*sgd, 0);
+  // Every rank starts from rank 0's weights and optimizer state (under --elastic: run()'s sync()).
+  if (!args.elastic) {
+    hvd::broadcast_parameters(model->named_parameters(), 0);
+    hvd::broadcast_optimizer_state(*sgd, 0);
+  }
   hvd::DistributedOptimizer optimizer(
       sgd, model->named_parameters(),
       hvd::DistributedOptimizer::Options()
           .compression(args.fp16_allreduce ? hvd::Compression::fp16 : hvd::Compression::none)
           .op(hvd::Average)
           .gradient_predivide_factor(args.gradient_predivide_factor));
-  int64_t steps = 0;
-  for (int64_t epoch = 1; epoch <= args.epochs && (args.max_steps == 0 || steps < args.max_steps); ++epoch) {
-    train_epoch(epoch, args, model, optimizer, train_sampler, train_data, steps);
-    test(args, model, test_data);
+  if (args.elastic) {
+    train_elastic(args, model, sgd, optimizer, train_data, test_data);
+  } else {
+    int64_t steps = 0;
+    for (int64_t epoch = 1; epoch <= args.epochs && steps_left(args, steps); ++epoch) {
+      train_epoch(epoch, args, model, optimizer, train_sampler, train_data, steps);
+      test(args, model, test_data);
+    }
   }
   // The same digest as fashion_mnist's: two runs trained exactly alike print the same line.
   if (hvd::rank() == 0) std::printf("params-sha256: %s\n", fashion_mnist::parameters_sha256(*model).c_str());
@@ -137,5 +201,11 @@ int main(int argc, char** argv) {
   add_real(app, {"--gradient-predivide-factor", 1e-6, 1e6}, args.gradient_predivide_factor,
            "apply gradient predivide factor in optimizer");
   app.add_option("--data-dir", args.data_dir, "directory of the Fashion-MNIST IDX files")->capture_default_str();
+  app.add_flag("--elastic", args.elastic,
+               "train under hvd::elastic::run: commit the state every --commit-every batches and at each epoch's "
+               "end; restarted by cohortrun --max-restarts, the job goes on from the last commit");
+  add_integer(app, {"--commit-every", 1, int64_t(1e12)}, args.commit_every, "batches between commits under --elastic");
+  app.add_option("--elastic-dir", args.elastic_dir,
+                 "directory of the commits under --elastic (default: $COHORT_HVD_ELASTIC_DIR); use a fresh one per job");
   return examples::parse_and_run(app, argc, argv, [&] { run(args); });
 }

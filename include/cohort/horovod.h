@@ -138,6 +138,14 @@ std::vector<torch::Tensor> synchronize_group(Handle handle);
 
 void barrier();
 
+/// hvd.join(): this rank has run out of data. Until every rank has called it, this rank takes part in
+/// the allreduces the other ranks still submit (DistributedOptimizer's included) with zeros, so they
+/// do not wait for it; an Average still divides by size(), as in Horovod. Other operations (Min, Max,
+/// Product, allgather, broadcast, alltoall) fail on the ranks that submit them while a rank has joined.
+/// Returns, on every rank, the rank that joined last (the highest of those that joined together); the
+/// ranks may then go on and join again. Global set only; needs negotiation (not COHORT_HVD_ORDERED=1).
+int join();
+
 /// hvd.broadcast_object: `root_rank`'s `value` on every rank of `process_set`. Any value torch::pickle_save
 /// takes: numbers, strings, tensors, and lists, tuples and dicts of them. Named "<name>.size" and
 /// "<name>.bytes" (unnamed operations when `name` is empty).
@@ -158,3 +166,4 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank
 COHORT_EXPORT_END
 
 #include "cohort/horovod_optimizer.h"
+#include "cohort/horovod_elastic.h"

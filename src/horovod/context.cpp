@@ -142,6 +142,9 @@ Handle Context::submit(const Request& request, std::function<Started(Comm&)> sta
     op->handle = next_handle_;
     op->process_set = request.process_set;
     op->named = !request.name.empty();
+    op->kind = request.kind;
+    op->caller = request.caller;
+    op->shadow = request.shadow;
     op->name = op->named ? request.name : request.kind + ".noname." + std::to_string(set.next_unnamed);
     COHORT_CHECK(set.comm != nullptr, request.caller, "('", op->name, "'): this rank (", world_.rank(),
                  ") is not in process set ", request.process_set, " (ranks ", rank_list(set.ranks),
@@ -174,6 +177,22 @@ Handle Context::submit(const Request& request, std::function<Started(Comm&)> sta
     throw;
   }
   return op->handle;
+}
+
+int Context::join() {
+  const char* caller = "hvd::join";
+  if (world_.size() == 1) return 0;
+  Controller* controller;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    controller = set_state(0, caller).controller.get();
+  }
+  COHORT_CHECK(controller != nullptr, caller, ": COHORT_HVD_ORDERED=1 starts each operation as it is submitted, "
+               "so a joined rank cannot take part in the others' operations; unset it to use hvd::join()");
+  const auto result = controller->join(world_.device());
+  std::lock_guard<std::mutex> lock(mutex_);
+  sets_.at(0).next_unnamed += result.shadowed_unnamed;  // the unnamed operations' names stay equal on every rank
+  return result.last_rank;
 }
 
 std::shared_ptr<Op> Context::take(Handle handle, const char* caller) {

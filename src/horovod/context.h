@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@ struct Request {
   std::string kind;         // "allreduce", ...: the unnamed operation's name is "<kind>.noname.<n>"
   std::string name;         // empty: unnamed, matched by its order among the set's unnamed operations
   int process_set = 0;
+  std::optional<Shadow> shadow;  // set for allreduces: how a joined rank repeats it (shadow.h)
 };
 
 class Context {
@@ -53,6 +55,9 @@ class Context {
   bool poll(Handle handle, const char* caller);
   /// Waits, finishes and forgets the operation; its name is free again afterwards (also on error).
   std::vector<torch::Tensor> synchronize(Handle handle, const char* caller);
+
+  /// hvd::join() (controller.h, note "join"): the last rank to join.
+  int join();
 
   /// hvd::add_process_set: a new set of world `ranks` (collective over the world); returns its id.
   int add_process_set(const std::vector<int>& ranks);

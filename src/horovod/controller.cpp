@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 
 #include "comm/op_label.h"
@@ -57,7 +58,7 @@ void Controller::run() {
   const auto cycle = std::chrono::duration<double, std::milli>(config_.cycle_time_ms);
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] { return stop_ || !unnamed_.empty() || !named_.empty(); });
+    wake_.wait(lock, [&] { return stop_ || joining_ || !unnamed_.empty() || !named_.empty(); });
     if (stop_) return;
     in_round_ = true;
     lock.unlock();
@@ -75,36 +76,46 @@ void Controller::run() {
 
 bool Controller::round() {
   std::vector<std::shared_ptr<Op>> unnamed, named;
+  bool joining;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     unnamed.assign(unnamed_.begin(), unnamed_.end());
     named = named_;
+    joining = joining_;
   }
-  // Step (1): the counts and bits, reduced by minimum.
-  auto bits = torch::zeros({int64_t(cache_.size()) + 2}, torch::kInt);
+  // Step (1): the counts, the joined flags and the bits, reduced by minimum. A joined rank has
+  // "everything" waiting, so it limits no one (note "join").
+  const int n = comm_->size();
+  auto bits = torch::zeros({int64_t(cache_.size()) + 2 + n}, torch::kInt);
   int32_t* b = bits.data_ptr<int32_t>();
-  b[0] = int32_t(unnamed.size());
+  b[0] = joining ? std::numeric_limits<int32_t>::max() : int32_t(unnamed.size());
   b[1] = 1;
+  for (int r = 0; r < n; ++r) b[2 + r] = joining && r == comm_->rank() ? 0 : 1;
+  int32_t* cached = b + 2 + n;
   std::vector<std::string> names;
   std::map<std::string, std::shared_ptr<Op>> by_name;
   for (const auto& op : named) {
     names.push_back(op->name);
     by_name[op->name] = op;
     const auto bit = cache_.bit(op->name);
-    if (bit) b[2 + *bit] = 1;
+    if (bit) cached[*bit] = 1;
     if (!bit) b[1] = 0;
   }
+  if (joining) std::fill(cached, cached + cache_.size(), 1);
   cohort::detail::OpLabelScope label("hvd.negotiation");  // how the rounds show in errors and the timeline
   comm_->allreduce(bits, ReduceOp::kMin);
+  const int32_t ready_unnamed = b[0];  // the fewest unnamed operations any rank has waiting
+  std::vector<bool> joined(n);
+  for (int r = 0; r < n; ++r) joined[r] = b[2 + r] == 0;
+  if (std::count(joined.begin(), joined.end(), true) > 0) return join_round(joined, ready_unnamed, unnamed, named);
   std::vector<std::string> agreed;
   if (b[1] == 0) {  // step (2): someone has a name the cache does not know
     agreed = exchange_names(names);
     for (const auto& name : agreed) cache_.add(name);
   } else {
     for (size_t bit = 0; bit < cache_.size(); ++bit)
-      if (b[2 + bit] == 1) agreed.push_back(cache_.name(bit));
+      if (cached[bit] == 1) agreed.push_back(cache_.name(bit));
   }
-  const int32_t ready_unnamed = b[0];  // the fewest unnamed operations any rank has waiting
   std::vector<std::shared_ptr<Op>> start(unnamed.begin(), unnamed.begin() + ready_unnamed);
   for (const auto& name : agreed) start.push_back(by_name.at(name));
   {
@@ -117,14 +128,18 @@ bool Controller::round() {
   return !start.empty();
 }
 
-std::vector<std::string> Controller::exchange_names(const std::vector<std::string>& mine) {
+std::vector<std::vector<std::string>> Controller::gather_lists(const std::vector<std::string>& mine) {
   const auto bytes = encode_names(mine);
   auto tensor = torch::empty({int64_t(bytes.size())}, torch::kUInt8);
   std::copy(bytes.begin(), bytes.end(), tensor.data_ptr<uint8_t>());
-  std::vector<std::vector<std::string>> ready;
+  std::vector<std::vector<std::string>> lists;
   for (const auto& part : cohort::detail::allgather_ragged(*comm_, tensor))
-    ready.push_back(decode_names(part.data_ptr<uint8_t>(), size_t(part.numel())));
-  return agreed_names(ready);
+    lists.push_back(decode_names(part.data_ptr<uint8_t>(), size_t(part.numel())));
+  return lists;
+}
+
+std::vector<std::string> Controller::exchange_names(const std::vector<std::string>& mine) {
+  return agreed_names(gather_lists(mine));
 }
 
 void Controller::launch(const std::shared_ptr<Op>& op) {

@@ -140,7 +140,7 @@ void GradientReducer::launch(Group& group) {
   }
   auto& context = Context::get(kWho);
   const double post = options_.gradient_predivide_factor();  // Average: the sum / size, times the factor
-  const Request request{kWho, "allreduce", group.name, 0};
+  const Request request{kWho, "allreduce", group.name, 0, allreduce_shadow(sent, options_.op(), true)};
   group.handle = context.submit(request, [sent, grads, post, op = options_.op()](Comm& comm) {
     Work work = comm.allreduce_fused_async(sent, op);
     return Started{work, [grads, sent, post]() mutable {

@@ -40,7 +40,8 @@ int root_in_set(Context& context, int root_rank, const ProcessSet& set, const st
 Handle start_allreduce(torch::Tensor target, const AllreduceOptions& options, const char* caller) {
   auto& context = Context::get(caller);
   check_allreduce(target, options, caller, options.name());
-  const detail::Request request{caller, "allreduce", options.name(), options.process_set().id()};
+  const detail::Request request{caller, "allreduce", options.name(), options.process_set().id(),
+                                detail::allreduce_shadow({target}, options.op(), false)};
   return context.submit(request, [target, options](Comm& comm) mutable {
     torch::NoGradGuard no_grad;
     if (options.prescale_factor() != 1.0) target.mul_(options.prescale_factor());
@@ -86,7 +87,8 @@ Handle grouped_allreduce_async(const std::vector<torch::Tensor>& tensors, const 
   for (const auto& t : tensors) check_allreduce(t, options, caller, options.name());
   std::vector<torch::Tensor> targets;  // copied now: the caller may change its tensors once this returns
   for (const auto& t : tensors) targets.push_back(t.detach().clone());
-  const detail::Request request{caller, "grouped_allreduce", options.name(), options.process_set().id()};
+  const detail::Request request{caller, "grouped_allreduce", options.name(), options.process_set().id(),
+                                detail::allreduce_shadow(targets, options.op(), true)};
   return context.submit(request, [targets, options](Comm& comm) {
     torch::NoGradGuard no_grad;
     if (options.prescale_factor() != 1.0)
@@ -108,7 +110,8 @@ std::vector<torch::Tensor> grouped_allreduce(const std::vector<torch::Tensor>& t
 Handle allgather_async(const torch::Tensor& tensor, const std::string& name, const ProcessSet& process_set) {
   const char* caller = "hvd::allgather";
   auto& context = Context::get(caller);
-  return context.submit({caller, "allgather", name, process_set.id()}, [tensor = tensor.detach()](Comm& comm) {
+  const detail::Request request{caller, "allgather", name, process_set.id(), std::nullopt};
+  return context.submit(request, [tensor = tensor.detach()](Comm& comm) {
     auto gather = cohort::detail::allgather_ragged_async(comm, tensor);
     return Started{gather.work, [parts = gather.parts] { return one(torch::cat(parts())); }};
   });
@@ -122,7 +125,8 @@ Handle broadcast_async_(torch::Tensor tensor, int root_rank, const std::string& 
   const char* caller = "hvd::broadcast";
   auto& context = Context::get(caller);
   const int root = root_in_set(context, root_rank, process_set, name);
-  return context.submit({caller, "broadcast", name, process_set.id()}, [target = tensor.detach(), root](Comm& comm) {
+  const detail::Request request{caller, "broadcast", name, process_set.id(), std::nullopt};
+  return context.submit(request, [target = tensor.detach(), root](Comm& comm) {
     return Started{comm.broadcast_async(target, root), [target] { return one(target); }};
   });
 }
@@ -151,7 +155,7 @@ torch::Tensor alltoall(const torch::Tensor& tensor, const std::vector<int64_t>& 
     torch::Tensor received = comm.alltoall(tensor, splits);
     return Started{Work(), [received] { return one(received); }};
   };
-  return synchronize(context.submit({caller, "alltoall", name, process_set.id()}, exchange));
+  return synchronize(context.submit({caller, "alltoall", name, process_set.id(), std::nullopt}, exchange));
 }
 
 bool poll(Handle handle) { return Context::get("hvd::poll").poll(handle, "hvd::poll"); }
@@ -166,6 +170,8 @@ torch::Tensor synchronize(Handle handle) {
 std::vector<torch::Tensor> synchronize_group(Handle handle) {
   return Context::get("hvd::synchronize_group").synchronize(handle, "hvd::synchronize_group");
 }
+
+int join() { return Context::get("hvd::join").join(); }
 
 // The world's Comm, not hvd's: a barrier needs no place among the negotiated operations.
 void barrier() { Context::get("hvd::barrier").world().comm().barrier(); }
