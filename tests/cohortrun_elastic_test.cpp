@@ -1,8 +1,9 @@
 // cohortrun's elastic behaviour (torchelastic's semantics, docs/cohortrun.md "Elastic jobs"): the rules
 // (when a waiting node restarts the group, what --max-restarts counts, the outcome record, the restart
 // lines of the summary) alone, then real launches on one machine: a node that comes while the job
-// runs joins at a restart it causes, a node lost mid-round leaves a smaller world that finishes, and a
-// job at its largest still refuses a late node. Every launch has a deadline; none asserts on timing.
+// runs joins at a restart it causes, a node lost mid-round leaves a smaller world that finishes, a job
+// at its largest still refuses a late node, and a node waiting when the job ends exits with its
+// result. Every launch has a deadline; none asserts on timing.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -167,6 +168,33 @@ TEST(CohortrunElastic, JobAtItsLargestRefusesALateNode) {
             std::string::npos) << late.describe();
   EXPECT_EQ(finish_process(a, 20s).code, 0);
   EXPECT_EQ(finish_process(b, 20s).code, 0);
+}
+
+// A node that comes once a node's workers have finished does not restart the group (their work would be
+// redone): it waits, and when the job ends it exits with the job's result, having run nothing.
+TEST(CohortrunElastic, NodeWaitingWhenTheJobEndsExitsWithItsResult) {
+  TempDir pids;
+  const std::string rdzv = endpoint();
+  const auto node = [&](std::vector<std::string> program, const Env& env) {
+    std::vector<std::string> args = {"--nnodes=1:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+                                     "--rdzv-endpoint=" + rdzv, "--rdzv-id=ending", "--monitor-interval=0.2",
+                                     "--rdzv-conf=last_call_timeout=2,join_timeout=20"};
+    args.insert(args.end(), program.begin(), program.end());
+    return start_process(cohortrun(args), env);
+  };
+  Proc quick = node({COHORT_ENV_WORKER}, clean_env());  // hosts the rendezvous; its worker is done at once
+  std::this_thread::sleep_for(500ms);
+  Proc slow = node({COHORT_ENV_WORKER, "--sleep", "5"}, clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
+  ASSERT_TRUE(wait_for_pid_files(pids.path, 1, 15s));
+  Proc late = node({COHORT_ENV_WORKER}, clean_env());
+  const auto a = finish_process(quick, 30s), b = finish_process(slow, 30s), c = finish_process(late, 30s);
+  EXPECT_EQ(a.code, 0) << a.describe();
+  EXPECT_EQ(b.code, 0) << b.describe();
+  EXPECT_EQ(c.code, 0) << c.describe();
+  EXPECT_NE(c.err.find("[cohortrun] the job ended (succeeded) while this node waited to join it; no worker ran here\n"),
+            std::string::npos) << c.describe();
+  EXPECT_TRUE(c.out.empty()) << c.describe();
+  EXPECT_EQ((a.err + b.err).find("waiting to join"), std::string::npos) << a.describe() << b.describe();
 }
 
 }  // namespace cohortrun_elastic_test
