@@ -96,6 +96,7 @@ void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::str
   // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
   // batch follows the world. The epoch resumes at the first whole batch of the new size.
   const int64_t skipped = (micro - samples_in_epoch % micro) % micro;
+  samples_in_epoch += skipped;  // the position of a whole batch of the new size, as the loop counts it
   if (world.is_main())
     std::printf("world size %d -> %d: the checkpoint's %lld samples per optimizer step cannot be kept (%lld per "
                 "batch, batch_size x ranks; %s): steps take %lld samples from here%s\n", saved_world_size,
