@@ -588,17 +588,14 @@ TEST(CohortrunRendezvous, NodeThatNeverComesFailsTheOthers) {
   EXPECT_TRUE(recorded_pids(pids.path).empty());
 }
 
-TEST(CohortrunRendezvous, NodeRangeClosesAfterLastCallAndRefusesLateNodes) {
+// A node that comes later joins at a restart: cohortrun_elastic_test.cpp.
+TEST(CohortrunRendezvous, NodeRangeClosesAfterLastCall) {
   TempDir pids;
   const std::vector<std::string> args = {
       "--nnodes=1:2", "--nproc-per-node=2", "--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint(),
-      "--rdzv-conf=last_call_timeout=0.3,join_timeout=5", COHORT_ENV_WORKER, "--sleep", "3"};
+      "--rdzv-conf=last_call_timeout=0.3,join_timeout=5", COHORT_ENV_WORKER, "--sleep", "1"};
   Proc first = start_process(cohortrun(args), clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
   ASSERT_TRUE(wait_for_pid_files(pids.path, 2, 15s));
-  const auto late = run_process(cohortrun(args), clean_env());
-  EXPECT_EQ(late.code, 1) << late.describe();
-  EXPECT_NE(late.err.find("came after rendezvous"), std::string::npos) << late.describe();
-  EXPECT_NE(late.err.find("closed with 1 node "), std::string::npos) << late.describe();
   const auto result = finish_process(first, 20s);
   ASSERT_EQ(result.code, 0) << result.describe();
   const auto envs = envs_from_output(result.out);

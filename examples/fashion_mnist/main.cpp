@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
   app.callback([&] { examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir); });
   app.add_option("--resume", config.resume,
                  "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
-                 "never: start from scratch; or a checkpoint directory to load")
+                 "never: start from scratch (a launcher's restart still continues from the newest one); or a "
+                 "checkpoint directory to load")
       ->capture_default_str();
   add_integer(app, {"--zero-stage", 0, 3}, config.zero_stage,
               "Train with the ZeRO engine at this stage instead of DDP (Adam at --lr)")

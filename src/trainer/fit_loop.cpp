@@ -55,7 +55,7 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   add_default_callbacks();
   each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
   module->on_fit_start();
-  if (!fit_options.ckpt_path().empty()) resume(fit_options.ckpt_path());
+  if (const std::string ckpt = checkpoint_to_resume(fit_options); !ckpt.empty()) resume(ckpt);
   sanity_check();
   module->model().train(true);
   fit_started = std::chrono::steady_clock::now();

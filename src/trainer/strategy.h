@@ -46,6 +46,9 @@ class Strategy {
   virtual torch::optim::Optimizer& optimizer() = 0;
   /// Micro-batches per optimizer step (a ds_config's gradient_accumulation_steps under ZeRO).
   virtual int64_t accumulation() const = 0;
+  /// Sets the micro-batches per optimizer step (a resume into another world size keeps the global
+  /// batch this way); false when the strategy cannot change it.
+  virtual bool set_accumulation(int64_t micro_batches) { return false; }
   virtual double lr() const = 0;
   virtual void add_to(CheckpointState& state) = 0;
   /// Float32 CPU copies of the parameters by name (a collective under ZeRO stage 3).
@@ -67,6 +70,10 @@ class ModuleOptimizerStrategy : public Strategy {
   void step() override;
   torch::optim::Optimizer& optimizer() override { return *optimizer_; }
   int64_t accumulation() const override { return options_.raw.accumulate_grad_batches(); }
+  bool set_accumulation(int64_t micro_batches) override {
+    options_.raw.accumulate_grad_batches(micro_batches);
+    return true;
+  }
   double lr() const override { return optimizer_->param_groups().at(0).options().get_lr(); }
 
  protected:

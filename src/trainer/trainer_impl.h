@@ -53,6 +53,11 @@ class TrainerImpl : public ModuleLink {
   CheckpointState checkpoint_state();
   std::string save(const std::string& dir, int keep_last);
   void resume(const std::string& ckpt_path);
+  /// fit's checkpoint: ckpt_path, or "last" on a launcher's restart (FitOptions::resume_on_restart).
+  std::string checkpoint_to_resume(const FitOptions& fit_options);
+  /// After loading: keeps the checkpoint's samples per optimizer step in another world size by
+  /// accumulating micro-batches; refuses a global batch it cannot keep.
+  void keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size);
   std::string resolve_ckpt_path(const std::string& ckpt_path);
 
   // trainer.cpp

@@ -1,20 +1,31 @@
 // What a Trainer checkpoint holds and how a fit resumes from one (see trainer_impl.h): the strategy's
 // state (model and optimizer, or the ZeRO engine's shards), the LR scheduler, the training sampler's
-// epoch and position, the step, the global batch and every callback's numbers.
+// epoch and position, the step, the global batch and every callback's numbers. A fit resumes by
+// itself when the launcher restarted the job, and in another world size keeps the checkpoint's
+// samples per optimizer step by accumulating micro-batches (an elastic restart on fewer ranks).
 #include <cstdio>
 #include <filesystem>
 
 #include "cohort/error.h"
 #include "trainer/trainer_impl.h"
+#include "world/launch_env.h"
 
 namespace cohort::detail {
+namespace {
+
+// TORCHELASTIC_RESTART_COUNT as cohortrun and torchrun set it (0 when no launcher restarted the job).
+int launcher_restart_count() { return detect_launch_env(current_env()).restart_count.value_or(0); }
+
+}  // namespace
 
 CheckpointState TrainerImpl::checkpoint_state() {
   CheckpointState state;
   strategy->add_to(state);
   if (scheduler.scheduler) state.add("scheduler", *scheduler.scheduler);
   state.add("sampler", train->sampler(), samples_in_epoch);
-  state.set("trainer.global_batch", std::to_string(train->options().batch_size() * strategy->data_split(world).first));
+  const int64_t micro = train->options().batch_size() * strategy->data_split(world).first;
+  state.set("trainer.global_batch", std::to_string(micro));  // one micro-batch on every share
+  state.set("trainer.step_batch", std::to_string(micro * strategy->accumulation()));  // per optimizer step
   std::map<std::string, std::string> values;
   for (const auto& callback : callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
@@ -36,16 +47,72 @@ std::string TrainerImpl::resolve_ckpt_path(const std::string& ckpt_path) {
   return owner.root_dir() + "/checkpoints";
 }
 
+std::string TrainerImpl::checkpoint_to_resume(const FitOptions& fit_options) {
+  if (!fit_options.ckpt_path().empty() || !fit_options.resume_on_restart()) return fit_options.ckpt_path();
+  const int restart = launcher_restart_count();
+  if (restart == 0) return "";
+  for (const auto& callback : callbacks) {
+    if (dynamic_cast<ModelCheckpoint*>(callback.get()) == nullptr) continue;
+    if (world.is_main()) {
+      std::printf("restart %d of this job (TORCHELASTIC_RESTART_COUNT): continuing from the newest checkpoint in %s\n",
+                  restart, resolve_ckpt_path("last").c_str());
+      std::fflush(stdout);
+    }
+    return "last";
+  }
+  return "";  // nothing saves checkpoints: a restart starts from scratch
+}
+
+void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size) {
+  const int64_t micro = train->options().batch_size() * strategy->data_split(world).first;
+  const std::string saved_step = state.get("trainer.step_batch");
+  const bool elastic = saved_world_size != world.size() || launcher_restart_count() > 0;
+  if (saved_step.empty() || !elastic) {  // as saved before elastic restarts, or a resume by hand
+    const std::string saved_batch = state.get("trainer.global_batch");
+    COHORT_CHECK(saved_batch == std::to_string(micro), "the checkpoint ", path, " was saved with a global batch of ",
+                 saved_batch, " samples, this run has ", micro,
+                 " (batch_size x ranks): keep the global batch to resume");
+    return;
+  }
+  const int64_t step_batch = std::stoll(saved_step), batch = train->options().batch_size();
+  if (step_batch == micro * strategy->accumulation()) return;
+  const int64_t accumulate = step_batch / micro;
+  if (step_batch % micro == 0 && strategy->set_accumulation(accumulate)) {
+    options.raw.accumulate_grad_batches(accumulate);
+    if (world.is_main())
+      std::printf("world size %d -> %d: each optimizer step accumulates %lld batches of %lld samples per rank, "
+                  "keeping the checkpoint's %lld samples per step\n", saved_world_size, world.size(),
+                  static_cast<long long>(accumulate), static_cast<long long>(batch),
+                  static_cast<long long>(step_batch));
+    std::fflush(stdout);
+    return;
+  }
+  const std::string why =
+      step_batch % micro == 0 ? "its strategy cannot accumulate batches" : "it does not divide them";
+  COHORT_CHECK(launcher_restart_count() > 0, "the checkpoint ", path, " was saved with ", step_batch,
+               " samples per optimizer step by ", saved_world_size, " rank(s); this run's ", world.size(),
+               " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
+               ": choose a batch size that keeps the global batch");
+  // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
+  // batch follows the world. The epoch resumes at the first whole batch of the new size.
+  const int64_t skipped = (micro - samples_in_epoch % micro) % micro;
+  samples_in_epoch += skipped;  // the position of a whole batch of the new size, as the loop counts it
+  if (world.is_main())
+    std::printf("world size %d -> %d: the checkpoint's %lld samples per optimizer step cannot be kept (%lld per "
+                "batch, batch_size x ranks; %s): steps take %lld samples from here%s\n", saved_world_size,
+                world.size(), static_cast<long long>(step_batch), static_cast<long long>(micro), why.c_str(),
+                static_cast<long long>(micro * strategy->accumulation()),
+                skipped == 0 ? "" : ("; " + std::to_string(skipped) + " samples of this epoch are skipped").c_str());
+  std::fflush(stdout);
+}
+
 void TrainerImpl::resume(const std::string& ckpt_path) {
   const std::string dir = resolve_ckpt_path(ckpt_path);
   CheckpointState state = checkpoint_state();
   // "last" with nothing saved yet starts from scratch (a first run); a named path must exist.
   const auto info = load_checkpoint(dir, state, LoadOptions().must_exist(ckpt_path != "last"));
   if (!info) return;
-  const std::string saved_batch = state.get("trainer.global_batch");
-  const std::string batch = std::to_string(train->options().batch_size() * strategy->data_split(world).first);
-  COHORT_CHECK(saved_batch == batch, "the checkpoint ", info->path, " was saved with a global batch of ", saved_batch,
-               " samples, this run has ", batch, " (batch_size x ranks): keep the global batch to resume");
+  keep_global_batch(state, info->path, info->world_size);
   step = state.step();
   epoch = train->sampler().epoch();
   if (world.is_main()) {

@@ -42,10 +42,11 @@ sbatch_wait() {
   esac
 }
 
-# The first TRAIN images and TEST images of Debian's Fashion-MNIST, unpacked, in DIR.
+# The first TRAIN (2048) images and TEST (512) images of Debian's Fashion-MNIST, unpacked, in DIR:
+# make_data DIR [TRAIN [TEST]].
 make_data() {
   mkdir -p "$1"
-  python3 - /usr/share/datasets/fashion-mnist "$1" 2048 512 <<'EOF'
+  python3 - /usr/share/datasets/fashion-mnist "$1" "${2:-2048}" "${3:-512}" <<'EOF'
 import gzip, struct, sys
 src, dst, counts = sys.argv[1], sys.argv[2], {"train": int(sys.argv[3]), "t10k": int(sys.argv[4])}
 for split, n in counts.items():

@@ -143,7 +143,7 @@ void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches
     app.add_option("--" + name, text[key], description)->envname(env)->type_name(type);
     values.push_back({key, type});
   };
-  value_flag("nnodes", "N|MIN:MAX", "number of nodes (default 1)");
+  value_flag("nnodes", "N|MIN:MAX", "number of nodes (default 1); MIN:MAX: elastic");
   value_flag("nproc-per-node", "N|cpu|gpu|auto", "workers on this node (default 1)");
   value_flag("node-rank", "R", "rank of this node, static rendezvous (default 0)");
   value_flag("master-addr", "HOST", "node 0's address, static rendezvous (default 127.0.0.1)");
@@ -153,8 +153,8 @@ void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches
   value_flag("rdzv-id", "ID", "job id, the same on every node (default: a fresh one)");
   value_flag("rdzv-conf", "K=V,...", "join_timeout (600), last_call_timeout (30), in seconds");
   app.add_flag("--standalone", on.standalone, "one node: free port, fresh run id")->envname("PET_STANDALONE");
-  value_flag("max-restarts", "N", "restarts of the worker group before failing (default 0)");
-  value_flag("monitor-interval", "SECONDS", "how often other nodes' state is checked (default 5)");
+  value_flag("max-restarts", "N", "restarts of the worker group after failures before failing (default 0)");
+  value_flag("monitor-interval", "SECONDS", "how often other nodes' state and joining nodes are checked (default 5)");
   value_flag("start-method", "METHOD", "accepted for torchrun compatibility; ignored");
   value_flag("role", "NAME", "ROLE_NAME of the workers (default 'default')");
   app.add_flag("--module,-m", on.module, "rejected: runs Python modules");

@@ -75,10 +75,6 @@ GroupLayout make_layout(const RoundInfo& info, const LaunchOptions& options, int
   return layout;
 }
 
-Outcome::Kind decision_after_failure(int round, int max_restarts) {
-  return round < max_restarts ? Outcome::Kind::kRestart : Outcome::Kind::kFail;
-}
-
 // What stays the same for every round of one launch.
 struct LaunchContext {
   const LaunchOptions& options;
@@ -86,6 +82,8 @@ struct LaunchContext {
   std::string prefix_template;
   RunDir run_dir;
   std::vector<std::string> log_failures;  // of every attempt, said again when cohortrun ends
+  int failure_restarts = 0;               // restarts after worker failures (--max-restarts bounds them)
+  std::vector<RestartRecord> restarts;    // every restart this node went through, for the summary
 };
 
 // Makes the directory the attempts write to; false (and says why) when it cannot be made.
@@ -110,7 +108,7 @@ bool prepare_run_dir(LaunchContext& context) {
 
 AttemptSpec make_attempt(const LaunchContext& context, Rendezvous& rdzv, const RoundInfo& info, int round) {
   const LaunchOptions& options = context.options;
-  if (info.node_count > 1) {
+  if (options.nnodes.max > 1) {  // every round of a multi-node job, also one that closed with one node
     say(rdzv.where() + " round " + std::to_string(round) + ": node " + std::to_string(info.node_rank) + " of " +
         std::to_string(info.node_count) + ", ranks " + std::to_string(info.rank_base) + ".." +
         std::to_string(info.rank_base + options.nproc - 1) + " of " + std::to_string(info.world_size) +
@@ -122,11 +120,20 @@ AttemptSpec make_attempt(const LaunchContext& context, Rendezvous& rdzv, const R
   spec.prefix_template = context.prefix_template;
   spec.attempt_dir = context.run_dir.path + "/attempt_" + std::to_string(round);
   spec.layout = make_layout(info, options, round);
-  if (info.node_count > 1) {
+  if (options.nnodes.max > 1) {  // a round of one node still watches for joining nodes
     const int node_rank = info.node_rank;
-    spec.check_remote = [&rdzv, round, node_rank]() -> std::optional<std::string> {
+    const int node_count = info.node_count;
+    const NodeRange range = options.nnodes;
+    spec.check_remote = [&rdzv, round, node_rank, node_count, range]() -> std::optional<std::string> {
       try {
         if (auto outcome = rdzv.outcome(round)) return encode_outcome(*outcome);
+        // Nodes waiting to join: restart every node into the bigger round (torchelastic's scale-up).
+        const RoundCounts counts = rdzv.counts(round);
+        if (should_rescale(counts.waiting, node_count, range, counts.done)) {
+          const std::string waiting = std::to_string(counts.waiting) + (counts.waiting == 1 ? " node" : " nodes");
+          const Outcome rescale{Outcome::Kind::kRescale, node_rank, waiting + " waiting to join"};
+          return encode_outcome(rdzv.publish(round, rescale));
+        }
       } catch (const RendezvousError& e) {
         return std::string("lost|") + std::to_string(node_rank) + "|" + e.what();
       }
@@ -138,8 +145,9 @@ AttemptSpec make_attempt(const LaunchContext& context, Rendezvous& rdzv, const R
 
 // The outcome that stands after this node's attempt ended (not by a signal); nullopt when every
 // node's workers succeeded.
-std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchOptions& options, const RoundInfo& info,
+std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchContext& context, const RoundInfo& info,
                                         int round, const AttemptResult& result) {
+  const LaunchOptions& options = context.options;
   if (result.end == AttemptEnd::kSucceeded) {
     rdzv.report_done(round);
     for (;;) {  // wait for every node's workers, or for a node to end the round otherwise
@@ -151,7 +159,7 @@ std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchOptions& o
   }
   if (result.end == AttemptEnd::kFailed) {
     const WorkerFailure& first = result.failures.front();
-    Outcome mine{decision_after_failure(round, options.max_restarts), info.node_rank,
+    Outcome mine{decision_after_failure(context.failure_restarts, options.max_restarts), info.node_rank,
                  describe_failure(first) + " on node " + std::to_string(info.node_rank)};
     Outcome standing;
     try {
@@ -161,9 +169,9 @@ std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchOptions& o
       standing = mine;
       standing.kind = Outcome::Kind::kFail;
     }
-    if (standing.kind != Outcome::Kind::kRestart) {
-      SummaryInput summary{options.program, host_name(), info.node_rank, round, options.max_restarts,
-                           result.failures};
+    if (standing.kind == Outcome::Kind::kFail || standing.kind == Outcome::Kind::kStop) {
+      SummaryInput summary{options.program, host_name(), info.node_rank, context.failure_restarts,
+                           options.max_restarts, result.failures};
       const std::string text = format_failure_summary(summary);
       write_all(2, text.data(), text.size());
     }
@@ -176,11 +184,32 @@ std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchOptions& o
   return decode_outcome(reason);
 }
 
-// One round: join, run the workers, and decide. nullopt: restart; else cohortrun's exit code.
-std::optional<int> run_round(LaunchContext& context, Rendezvous& rdzv, int round) {
+// Records the restart that ends this round, and says it; for the summary.
+void note_restart(LaunchContext& context, const RoundInfo& info, const Outcome& standing) {
+  const bool failure = standing.kind == Outcome::Kind::kRestart;
+  if (failure) {
+    ++context.failure_restarts;
+    say("worker group failed (" + standing.description + "); restarting it (restart " +
+        std::to_string(context.failure_restarts) + " of " + std::to_string(context.options.max_restarts) + ")");
+  } else {
+    say(standing.description + ": restarting the worker group to take them in (a membership change; "
+        "--max-restarts does not count it)");
+  }
+  context.restarts.push_back({info.round + 1, failure, standing.description, info.node_count, info.world_size});
+}
+
+// One round: join, run the workers, and decide. nullopt: restart (`round` is the round this node
+// joined, later than asked for when it came while the job ran); else cohortrun's exit code.
+std::optional<int> run_round(LaunchContext& context, Rendezvous& rdzv, int& round) {
   const LaunchOptions& options = context.options;
   if (termination_signal() != 0) throw Interrupted(termination_signal());
-  const RoundInfo info = rdzv.join(round);
+  const RoundInfo info = rdzv.join(round, context.failure_restarts);
+  round = info.round;
+  context.failure_restarts = info.failure_restarts;
+  if (!context.restarts.empty() && context.restarts.back().round == round) {
+    context.restarts.back().nodes_after = info.node_count;
+    context.restarts.back().world_after = info.world_size;
+  }
   const AttemptResult result = run_attempt(make_attempt(context, rdzv, info, round));
   context.log_failures.insert(context.log_failures.end(), result.log_failures.begin(), result.log_failures.end());
   if (result.end == AttemptEnd::kSignaled) {
@@ -191,24 +220,23 @@ std::optional<int> run_round(LaunchContext& context, Rendezvous& rdzv, int round
     } catch (const std::exception&) {
     }
     say("got " + signal_name(result.signal) + ": forwarded it to the workers and stopped them");
-    rdzv.leave(round);
+    rdzv.leave(round, "stopped");
     return 128 + result.signal;
   }
-  const std::optional<Outcome> standing = standing_outcome(rdzv, options, info, round, result);
+  const std::optional<Outcome> standing = standing_outcome(rdzv, context, info, round, result);
   if (!standing) {
-    rdzv.leave(round);
+    rdzv.leave(round, "succeeded");
     return 0;
   }
-  if (standing->kind == Outcome::Kind::kRestart) {
-    say("worker group failed (" + standing->description + "); restarting it (restart " +
-        std::to_string(round + 1) + " of " + std::to_string(options.max_restarts) + ")");
+  if (standing->kind == Outcome::Kind::kRestart || standing->kind == Outcome::Kind::kRescale) {
+    note_restart(context, info, *standing);
     return std::nullopt;
   }
   if (standing->node != info.node_rank || result.end != AttemptEnd::kFailed) {
     say("stopping: " + std::string(standing->kind == Outcome::Kind::kStop ? "" : "worker group failed: ") +
         standing->description);
   }
-  rdzv.leave(round);
+  rdzv.leave(round, standing->kind == Outcome::Kind::kStop ? "stopped" : "failed");
   return 1;
 }
 
@@ -236,15 +264,20 @@ int run_launch(const LaunchOptions& options) {
     const std::unique_ptr<Rendezvous> rdzv = make_rendezvous(options);
     for (int round = 0;; ++round) {
       if (const std::optional<int> code = run_round(context, *rdzv, round)) {
+        for (const std::string& line : format_restart_history(context.restarts, options.max_restarts)) say(line);
         say_log_failures(context.log_failures);
         return *code;
       }
     }
+  } catch (const JobOver& e) {
+    say("the job ended (" + e.how + ") while this node waited to join it; no worker ran here");
+    return e.how == "succeeded" ? 0 : 1;
   } catch (const Interrupted& e) {
     say("got " + signal_name(e.signal) + " while waiting for other nodes; no worker is running");
     return 128 + e.signal;
   } catch (const RendezvousError& e) {
     say(std::string("error: ") + e.what());
+    for (const std::string& line : format_restart_history(context.restarts, options.max_restarts)) say(line);
     return 1;
   }
 }

@@ -11,11 +11,20 @@ int close_count(int arrived, const NodeRange& range, bool last_call_over) {
   return 0;
 }
 
+Outcome::Kind decision_after_failure(int failure_restarts, int max_restarts) {
+  return failure_restarts < max_restarts ? Outcome::Kind::kRestart : Outcome::Kind::kFail;
+}
+
+bool should_rescale(int waiting, int node_count, const NodeRange& range, int done) {
+  return waiting > 0 && node_count < range.max && done == 0;
+}
+
 const char* outcome_kind_name(Outcome::Kind kind) {
   switch (kind) {
     case Outcome::Kind::kRestart: return "restart";
     case Outcome::Kind::kFail: return "fail";
     case Outcome::Kind::kStop: return "stop";
+    case Outcome::Kind::kRescale: return "rescale";
   }
   return "fail";
 }
@@ -34,6 +43,7 @@ Outcome decode_outcome(const std::string& text) {
   if (kind == "restart") outcome.kind = Outcome::Kind::kRestart;
   else if (kind == "fail") outcome.kind = Outcome::Kind::kFail;
   else if (kind == "stop") outcome.kind = Outcome::Kind::kStop;
+  else if (kind == "rescale") outcome.kind = Outcome::Kind::kRescale;
   else throw std::invalid_argument("bad outcome record: " + text);
   try {
     outcome.node = std::stoi(text.substr(first + 1, second - first - 1));

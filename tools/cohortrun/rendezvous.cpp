@@ -1,7 +1,7 @@
 // The rendezvous (protocol in rendezvous.h): a local one for single-node jobs, which needs no store,
 // and one on cohort's store (world/store_server.h: bound to the endpoint's address, every connection
-// proving the agents' secret) for several nodes. Both hand the workers the job's secret. All waiting is polling with a short sleep so a termination
-// signal interrupts it, and every store error becomes one RendezvousError line.
+// proving the agents' secret) for several nodes. Both hand the workers the job's secret. All waiting
+// is polling with a short sleep so a termination signal interrupts it; a store error is one line.
 #include "cohortrun/rendezvous.h"
 
 #include <chrono>
@@ -43,6 +43,12 @@ std::string seconds_text(double seconds) {
   return text + "s";
 }
 
+// --nnodes as given: N or MIN:MAX.
+std::string range_text(const NodeRange& range) {
+  if (range.min == range.max) return std::to_string(range.max);
+  return std::to_string(range.min) + ":" + std::to_string(range.max);
+}
+
 // Sleeps a little; throws Interrupted when a termination signal arrived.
 void pause_or_interrupt() {
   if (termination_signal() != 0) throw Interrupted(termination_signal());
@@ -54,8 +60,10 @@ class LocalRendezvous : public Rendezvous {
  public:
   explicit LocalRendezvous(const LaunchOptions& options) : options_(options), secret_(workers_secret()) {}
 
-  RoundInfo join(int) override {
+  RoundInfo join(int round, int failure_restarts) override {
     RoundInfo info;
+    info.round = round;
+    info.failure_restarts = failure_restarts;
     info.world_size = options_.nproc;
     if (options_.rdzv_backend == "static") {  // torchrun: workers use MASTER_ADDR:MASTER_PORT
       info.master_addr = options_.master_addr;
@@ -68,11 +76,12 @@ class LocalRendezvous : public Rendezvous {
     info.secret = secret_;
     return info;
   }
+  RoundCounts counts(int) override { return {}; }
   std::optional<Outcome> outcome(int) override { return std::nullopt; }
   Outcome publish(int, const Outcome& mine) override { return mine; }
   void report_done(int) override {}
   bool all_done(int) override { return true; }
-  void leave(int) override {}
+  void leave(int, const std::string&) override {}
   std::string where() const override { return "this node"; }
 
  private:
@@ -91,45 +100,36 @@ class StoreRendezvous : public Rendezvous {
     agree_on_job();
   }
 
-  RoundInfo join(int round) override {
-    const std::string rp = round_prefix(round);
+  RoundInfo join(int round, int failure_restarts) override {
     RoundInfo info;
     int arrival = 0;
     if (is_host_) {
+      const std::string rp = round_prefix(round);
       if (options_.rdzv_backend == "static") guarded([&] { return store_->add(rp + "rank/0", 1); });
-      info.node_count = host_close_round(rp);
+      write(rp + "restarts", std::to_string(failure_restarts));
+      info.node_count = host_close_round(rp, round);
+      info.failure_restarts = failure_restarts;
     } else {
-      if (options_.rdzv_backend == "static") {
-        const auto claims = guarded([&] {
-          return store_->add(rp + "rank/" + std::to_string(options_.node_rank), 1);
-        });
-        if (claims > 1) {
-          throw RendezvousError("two nodes joined " + where() + " with --node-rank=" +
-                                std::to_string(options_.node_rank));
-        }
-        guarded([&] { return store_->add(rp + "joined", 1); });
-        arrival = options_.node_rank;
-      } else {
-        arrival = static_cast<int>(guarded([&] { return store_->add(rp + "joined", 1); }));
-        if (arrival >= options_.nnodes.max) {
-          throw RendezvousError("more nodes than --nnodes=" + std::to_string(options_.nnodes.max) +
-                                " joined " + where());
-        }
+      for (round = first_round_to_join(round);; ++round) {
+        arrival = arrive(round);
+        info.node_count = wait_for_close(round_prefix(round));
+        if (is_member(arrival, info.node_count)) break;
+        // Closed just before this node arrived: wait for the next round, unless the job cannot grow.
+        if (info.node_count >= options_.nnodes.max) refuse_late(info.node_count);
       }
-      info.node_count = wait_for_close(rp);
-      if (!is_member(arrival, info.node_count)) {
-        throw RendezvousError("this node came after " + where() + " closed with " +
-                              std::to_string(info.node_count) +
-                              (info.node_count == 1 ? " node" : " nodes") +
-                              " (joining a running job is not supported; restart the job)");
-      }
+      info.failure_restarts = std::stoi(read(round_prefix(round) + "restarts"));
     }
+    info.round = round;
     info.node_rank = arrival;
     info.run_id = run_id_;
     info.secret = worker_secret_;
     node_count_ = info.node_count;
-    place_workers(rp, &info);
+    place_workers(round_prefix(round), &info);
     return info;
+  }
+
+  RoundCounts counts(int round) override {  // nodes waiting for the next round; nodes done with this one
+    return {counter(round_prefix(round + 1) + "joined"), counter(round_prefix(round) + "done")};
   }
 
   std::optional<Outcome> outcome(int round) override {
@@ -147,24 +147,25 @@ class StoreRendezvous : public Rendezvous {
     });
   }
 
-  void report_done(int round) override {
-    guarded([&] { return store_->add(round_prefix(round) + "done", 1); });
-  }
+  void report_done(int round) override { guarded([&] { return store_->add(round_prefix(round) + "done", 1); }); }
 
-  bool all_done(int round) override {
-    return guarded([&] { return store_->add(round_prefix(round) + "done", 0); }) >= node_count_;
-  }
+  bool all_done(int round) override { return counter(round_prefix(round) + "done") >= node_count_; }
 
-  void leave(int round) override {
+  void leave(int round, const std::string& how) override {
     const std::string key = round_prefix(round) + "left";
     try {
       if (!is_host_) {
         store_->add(key, 1);
         return;
       }
+      store_->set(prefix_ + "over", bytes(how));  // nodes waiting for the next round end too
       const double limit = 10 + 2 * options_.monitor_interval + options_.stop_timeout;
       const auto start = Clock::now();
-      while (store_->add(key, 0) < node_count_ - 1 && seconds_since(start) < limit) {
+      const auto everyone_read = [&] {
+        return store_->add(key, 0) >= node_count_ - 1 &&
+               store_->add(prefix_ + "over-seen", 0) >= store_->add(round_prefix(round + 1) + "joined", 0);
+      };
+      while (!everyone_read() && seconds_since(start) < limit) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
         if (termination_count() > 1) return;
       }
@@ -181,6 +182,22 @@ class StoreRendezvous : public Rendezvous {
 
   static std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
   static std::string text(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+  std::string read(const std::string& key) {
+    return guarded([&] { return text(store_->get(key)); });
+  }
+  bool has(const std::string& key) {
+    return guarded([&] { return store_->check({key}); });
+  }
+  void write(const std::string& key, const std::string& value) {
+    guarded([&] {
+      store_->set(key, bytes(value));
+      return 0;
+    });
+  }
+  int counter(const std::string& key) {
+    return static_cast<int>(guarded([&] { return store_->add(key, 0); }));
+  }
 
   template <typename F>
   auto guarded(F&& call) -> decltype(call()) {
@@ -259,6 +276,42 @@ class StoreRendezvous : public Rendezvous {
     }
   }
 
+  // A node joins the round it is asked for, or, when node 0 closed that one (or a later one) already,
+  // the round after the running one, where it waits until the running nodes restart to take it in.
+  int first_round_to_join(int round) {
+    if (!has(prefix_ + "round")) return round;
+    const int running = std::stoi(read(prefix_ + "round"));
+    if (running < round) return round;
+    const int closed_with = std::stoi(read(round_prefix(running) + "closed"));
+    if (closed_with >= options_.nnodes.max) refuse_late(closed_with);
+    return running + 1;
+  }
+
+  // Adds this node to round `round`'s arrivals; returns its arrival number (static: its --node-rank).
+  int arrive(int round) {
+    const std::string rp = round_prefix(round);
+    if (options_.rdzv_backend == "static") {
+      const std::string claim = rp + "rank/" + std::to_string(options_.node_rank);
+      if (guarded([&] { return store_->add(claim, 1); }) > 1) {
+        throw RendezvousError("two nodes joined " + where() + " with --node-rank=" +
+                              std::to_string(options_.node_rank));
+      }
+      guarded([&] { return store_->add(rp + "joined", 1); });
+      return options_.node_rank;
+    }
+    const int arrival = static_cast<int>(guarded([&] { return store_->add(rp + "joined", 1); }));
+    if (arrival >= options_.nnodes.max) {
+      throw RendezvousError("more nodes than --nnodes=" + std::to_string(options_.nnodes.max) + " joined " + where());
+    }
+    return arrival;
+  }
+
+  [[noreturn]] void refuse_late(int count) const {
+    throw RendezvousError("this node came after " + where() + " closed with " + std::to_string(count) +
+                          (count == 1 ? " node" : " nodes") + ", the most --nnodes=" + range_text(options_.nnodes) +
+                          " allows (a job at its largest takes no more nodes; start it with a larger MAX)");
+  }
+
   [[noreturn]] void refuse_job(const std::string& theirs) const {
     throw RendezvousError("the store at " + options_.endpoint.str() + " belongs to job '" + theirs +
                           "', not to this node's job '" + options_.rdzv_id +
@@ -270,49 +323,42 @@ class StoreRendezvous : public Rendezvous {
     if (is_host_) {
       run_id_ = options_.run_id;
       worker_secret_ = workers_secret();
-      guarded([&] {
-        store_->set(kSecretKey, bytes(worker_secret_));
-        store_->set(kJobKey, bytes(run_id_));
-        return 0;
-      });
+      write(kSecretKey, worker_secret_);
+      write(kJobKey, run_id_);
       return;
     }
     const auto start = Clock::now();
-    while (!guarded([&] { return store_->check({kJobKey}); })) {
+    while (!has(kJobKey)) {
       if (seconds_since(start) >= options_.join_timeout) {
         throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) + " waiting for " +
                               where() + " to say which job it belongs to");
       }
       pause_or_interrupt();
     }
-    run_id_ = guarded([&] { return text(store_->get(kJobKey)); });
-    worker_secret_ = guarded([&] { return text(store_->get(kSecretKey)); });
+    run_id_ = read(kJobKey);
+    worker_secret_ = read(kSecretKey);
     if (options_.rdzv_id != "none" && run_id_ != options_.rdzv_id) refuse_job(run_id_);
   }
 
   // Node 0: waits for the others and closes the round; returns the node count.
-  int host_close_round(const std::string& rp) {
+  int host_close_round(const std::string& rp, int round) {
     const auto start = Clock::now();
     std::optional<Clock::time_point> min_since;
     for (;;) {
-      const int arrived = 1 + static_cast<int>(guarded([&] { return store_->add(rp + "joined", 0); }));
+      const int arrived = 1 + counter(rp + "joined");
       if (arrived >= options_.nnodes.min && !min_since) min_since = Clock::now();
-      const bool last_call_over =
-          min_since && seconds_since(*min_since) >= options_.last_call_timeout;
+      const bool last_call_over = min_since && seconds_since(*min_since) >= options_.last_call_timeout;
       if (const int count = close_count(arrived, options_.nnodes, last_call_over)) {
         const std::string master = options_.endpoint.host + " " + std::to_string(pick_free_port());
-        guarded([&] {
-          store_->set(rp + "master", bytes(master));
-          store_->set(rp + "closed", bytes(std::to_string(count)));
-          return 0;
-        });
+        write(rp + "master", master);
+        write(rp + "closed", std::to_string(count));
+        write(prefix_ + "round", std::to_string(round));  // for nodes that come later
         return count;
       }
       if (seconds_since(start) >= options_.join_timeout) {
-        const std::string message =
-            "timed out after " + seconds_text(options_.join_timeout) + " waiting for nodes: " +
-            std::to_string(arrived) + " of " + std::to_string(options_.nnodes.min) +
-            " nodes arrived at " + where();
+        const std::string message = "timed out after " + seconds_text(options_.join_timeout) + " waiting for nodes: " +
+                                    std::to_string(arrived) + " of " + std::to_string(options_.nnodes.min) +
+                                    " nodes arrived at " + where();
         try {
           store_->set(rp + "closed", bytes("error:" + message));
         } catch (const std::exception&) {
@@ -327,27 +373,28 @@ class StoreRendezvous : public Rendezvous {
   int wait_for_close(const std::string& rp) {
     const auto start = Clock::now();
     const double limit = options_.join_timeout + 10;  // node 0 times out first and says why
-    while (!guarded([&] { return store_->check({rp + "closed"}); })) {
+    while (!has(rp + "closed")) {
+      if (has(prefix_ + "over")) {  // ended while this node waited
+        const std::string how = read(prefix_ + "over");
+        guarded([&] { return store_->add(prefix_ + "over-seen", 1); });
+        throw JobOver(how);
+      }
       if (seconds_since(start) >= limit) {
-        const int arrived = 1 + static_cast<int>(guarded([&] { return store_->add(rp + "joined", 0); }));
+        const int arrived = 1 + counter(rp + "joined");
         throw RendezvousError("timed out after " + seconds_text(limit) + " waiting for nodes: " +
-                              std::to_string(arrived) + " of " +
-                              std::to_string(options_.nnodes.min) + " nodes arrived at " + where());
+                              std::to_string(arrived) + " of " + std::to_string(options_.nnodes.min) +
+                              " nodes arrived at " + where());
       }
       pause_or_interrupt();
     }
-    const std::string closed = guarded([&] { return text(store_->get(rp + "closed")); });
+    const std::string closed = read(rp + "closed");
     if (closed.rfind("error:", 0) == 0) throw RendezvousError(closed.substr(6));
     return std::stoi(closed);
   }
 
   // Exchanges worker counts and reads the workers' master address.
   void place_workers(const std::string& rp, RoundInfo* info) {
-    guarded([&] {
-      store_->set(rp + "nproc/" + std::to_string(info->node_rank),
-                  bytes(std::to_string(options_.nproc)));
-      return 0;
-    });
+    write(rp + "nproc/" + std::to_string(info->node_rank), std::to_string(options_.nproc));
     std::vector<std::string> keys;
     for (int node = 0; node < info->node_count; ++node) {
       keys.push_back(rp + "nproc/" + std::to_string(node));
@@ -362,12 +409,12 @@ class StoreRendezvous : public Rendezvous {
     }
     std::vector<int> sizes;
     for (const auto& key : keys) {
-      sizes.push_back(std::stoi(guarded([&] { return text(store_->get(key)); })));
+      sizes.push_back(std::stoi(read(key)));
     }
     const RankSpan span = assign_worker_ranks(sizes, info->node_rank);
     info->rank_base = span.base;
     info->world_size = span.world_size;
-    const std::string master = guarded([&] { return text(store_->get(rp + "master")); });
+    const std::string master = read(rp + "master");
     const auto space = master.rfind(' ');
     info->master_addr = master.substr(0, space);
     info->master_port = std::stoi(master.substr(space + 1));

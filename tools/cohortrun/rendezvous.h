@@ -17,6 +17,14 @@
 //     stands): restart (every node starts round N+1), fail or stop. Nodes whose workers all succeed
 //     add to `done` and wait for `done` == count or an outcome. Others add to `left` before exiting,
 //     and node 0 waits for them, so the store outlives every reader.
+//  5. Elastic (torchelastic's semantics): node 0 writes `cohortrun/<rdzv-id>/round` (the round it
+//     closed) and the round's `restarts` (restarts after failures so far, which --max-restarts
+//     bounds). A node that arrives while round N runs with fewer than MAX nodes joins round N+1 and
+//     waits there; every node checks round N+1's `joined` each --monitor-interval and, when a node
+//     waits, writes the outcome `rescale`: every node restarts into round N+1, which then closes
+//     with the waiting node in it. A node lost in round N makes the others' workers fail: the
+//     outcome is restart, and round N+1 closes without it (MIN nodes, after last_call_timeout).
+//     Node 0 writes `over` (how the job ended) when it leaves, so that a waiting node ends too.
 #pragma once
 
 #include <memory>
@@ -42,8 +50,22 @@ class Interrupted : public std::runtime_error {
   int signal;
 };
 
+/// The job ended (`how`: "succeeded", "failed", "stopped") while this node waited to join it.
+class JobOver : public std::runtime_error {
+ public:
+  explicit JobOver(const std::string& how_ended) : std::runtime_error("job over"), how(how_ended) {}
+  std::string how;
+};
+
+struct RoundCounts {
+  int waiting = 0;  // nodes that arrived for the next round
+  int done = 0;     // nodes whose workers all succeeded in this round
+};
+
 /// This node's place after a round closed.
 struct RoundInfo {
+  int round = 0;       // the round joined: the one asked for, or a later one for a node that came late
+  int failure_restarts = 0;  // restarts after worker failures before this round (node 0's count)
   int node_rank = 0;
   int node_count = 1;
   int rank_base = 0;   // global rank of this node's local rank 0
@@ -57,8 +79,13 @@ struct RoundInfo {
 class Rendezvous {
  public:
   virtual ~Rendezvous() = default;
-  /// Joins round `round` and waits for it to close. Throws RendezvousError or Interrupted.
-  virtual RoundInfo join(int round) = 0;
+  /// Joins round `round` (or, for a node that comes while the job runs, the round after the running
+  /// one) and waits for it to close; node 0 publishes `failure_restarts`, the others read it.
+  /// Throws RendezvousError, JobOver or Interrupted.
+  virtual RoundInfo join(int round, int failure_restarts) = 0;
+  /// Nodes waiting for the round after `round` (torchelastic's num_nodes_waiting) and nodes whose
+  /// workers finished `round`.
+  virtual RoundCounts counts(int round) = 0;
   /// The outcome another node published for `round`, if any (non-blocking).
   virtual std::optional<Outcome> outcome(int round) = 0;
   /// Publishes `mine` unless an outcome stands already; returns the one that stands.
@@ -67,8 +94,9 @@ class Rendezvous {
   virtual void report_done(int round) = 0;
   /// Every node's workers succeeded.
   virtual bool all_done(int round) = 0;
-  /// This node is about to exit; node 0 waits (bounded) for the others to have read the outcome.
-  virtual void leave(int round) = 0;
+  /// This node is about to exit; node 0 says how the job ended (`how`, for nodes still waiting to
+  /// join) and waits (bounded) for the others to have read the outcome.
+  virtual void leave(int round, const std::string& how) = 0;
   /// Where the rendezvous lives, for messages.
   virtual std::string where() const = 0;
 };

@@ -29,7 +29,29 @@ void write_failure(std::ostringstream& out, const WorkerFailure& f, const Summar
   }
 }
 
+std::string nodes_and_world(int nodes, int world) {
+  return std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") + " (world " + std::to_string(world) + ")";
+}
+
 }  // namespace
+
+std::vector<std::string> format_restart_history(const std::vector<RestartRecord>& restarts, int max_restarts) {
+  if (restarts.empty()) return {};
+  int failures = 0;
+  for (const auto& r : restarts) failures += r.failure ? 1 : 0;
+  const int joins = static_cast<int>(restarts.size()) - failures;
+  std::vector<std::string> lines;
+  lines.push_back("restarts: " + std::to_string(restarts.size()) + " (" + std::to_string(failures) +
+                  " after a worker failure, of --max-restarts=" + std::to_string(max_restarts) + "; " +
+                  std::to_string(joins) + " to take in joining nodes)");
+  for (const auto& r : restarts) {
+    std::string line = "  restart " + std::to_string(r.round) + (r.failure ? " (worker failure): " : " (scale-up): ") +
+                       r.cause + "; " + nodes_and_world(r.nodes_before, r.world_before) + " -> ";
+    line += r.nodes_after > 0 ? nodes_and_world(r.nodes_after, r.world_after) : "no new round";
+    lines.push_back(line);
+  }
+  return lines;
+}
 
 std::string describe_failure(const WorkerFailure& failure) {
   return "rank " + std::to_string(failure.rank) + " (local rank " +

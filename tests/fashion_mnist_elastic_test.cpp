@@ -1,0 +1,96 @@
+// The program's side of an elastic restart (docs/cohortrun.md "Elastic jobs"), on the Fashion-MNIST
+// example under cohortrun with a small synthetic data set: a restarted group resumes by itself from
+// the newest checkpoint (TORCHELASTIC_RESTART_COUNT > 0), even under --resume never, and ends with
+// the digest of a run never interrupted; a checkpoint of 4 ranks resumes on 2 with each step
+// accumulating 2 batches, keeping the samples per step; a world whose batch does not divide them is
+// refused by name when resumed by hand, and goes on with its own batch, saying so, on a launcher's
+// restart. No timing is asserted.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "launch_helpers.h"
+#include "synthetic_fashion_mnist.h"
+
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace fashion_mnist_elastic_test {
+
+using ::testing::HasSubstr;
+using namespace cohort::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr int kTrain = 512, kTest = 64;
+
+struct Job {
+  std::string root = make_temp_dir("fashion_mnist_elastic_");
+  std::string ckpt = root + "/ckpt";
+  Job() { write_synthetic_fashion_mnist(root, kTrain, kTest); }
+  ~Job() { remove_tree(root); }
+  // cohortrun with `ranks` workers running fashion_mnist on the data, batch 8 per rank, then `extra`.
+  std::vector<std::string> argv(int ranks, const std::vector<std::string>& extra, int restarts = 1) const {
+    std::vector<std::string> args = {build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node",
+                                     std::to_string(ranks), "--max-restarts", std::to_string(restarts),
+                                     "--stop-timeout", "5",
+                                     build_path("/examples/fashion_mnist"), "--data", root, "--batch-size", "8",
+                                     "--threads", "1", "--progress", "off"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+};
+
+}  // namespace
+
+// Rank 1 dies in the save of step 10 (first attempt only); cohortrun restarts the group, and although
+// --resume never says to start from scratch, the restart continues from step-5: the digest is that
+// of the run never interrupted, so no step entered the weights twice.
+TEST(FashionMnistElastic, RestartResumesByItselfToTheSameParameters) {
+  Job job;
+  const ProcResult whole = run_process(job.argv(2, {"--max-steps", "16"}), clean_env(), 120s);
+  ASSERT_EQ(whole.code, 0) << whole.describe();
+  const std::string expected = params_digest_of(whole.out);
+  ASSERT_EQ(expected.size(), 64u) << whole.describe();
+  const ProcResult result = run_process(job.argv(2, {"--max-steps", "16", "--checkpoint-dir", job.ckpt,
+                                                     "--checkpoint-every", "5", "--resume", "never"}),
+                                        clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:10"}}), 120s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("[rank0]: restart 1 of this job (TORCHELASTIC_RESTART_COUNT): continuing from "
+                                    "the newest checkpoint in " + job.ckpt + "\n"));
+  EXPECT_THAT(result.out, HasSubstr("[rank0]: resumed from " + job.ckpt + "/step-5 (step 5, saved by 2 rank(s))"));
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+}
+
+// 4 ranks save step-4 (32 samples per step); 2 ranks resume from it accumulating 2 batches of 8 per
+// rank and train to step 8. 3 ranks (24 per batch) cannot keep 32: resumed by hand (the first attempt)
+// they are refused by name; cohortrun's restart then goes on with 24 per step and says so, skipping the
+// 8 samples that reach a whole batch of 24 (256 of the epoch were trained).
+TEST(FashionMnistElastic, FewerRanksKeepTheSamplesPerStepByAccumulating) {
+  Job job;
+  const auto run = [&](int ranks, const std::string& steps, int restarts) {
+    return run_process(
+        job.argv(ranks, {"--max-steps", steps, "--checkpoint-dir", job.ckpt, "--checkpoint-every", "4"}, restarts),
+        clean_env(), 120s);
+  };
+  const ProcResult four = run(4, "4", 0);
+  ASSERT_EQ(four.code, 0) << four.describe();
+  const ProcResult two = run(2, "8", 0);
+  ASSERT_EQ(two.code, 0) << two.describe();
+  EXPECT_THAT(two.out, HasSubstr("[rank0]: resumed from " + job.ckpt + "/step-4 (step 4, saved by 4 rank(s))"));
+  EXPECT_THAT(two.out, HasSubstr("[rank0]: world size 4 -> 2: each optimizer step accumulates 2 batches of 8 "
+                                 "samples per rank, keeping the checkpoint's 32 samples per step\n"));
+  EXPECT_THAT(two.out, HasSubstr("[rank0]: stopped after 8 steps (--max-steps)"));
+  const ProcResult three = run(3, "12", 1);
+  ASSERT_EQ(three.code, 0) << three.describe();
+  EXPECT_THAT(three.err, HasSubstr("the checkpoint " + job.ckpt + "/step-8 was saved with 32 samples per optimizer "
+                                   "step by 2 rank(s); this run's 3 rank(s) take 24 per batch (batch_size x ranks), "
+                                   "and it does not divide them: choose a batch size that keeps the global batch"));
+  EXPECT_THAT(three.out, HasSubstr("[rank0]: world size 2 -> 3: the checkpoint's 32 samples per optimizer step cannot "
+                                   "be kept (24 per batch, batch_size x ranks; it does not divide them): steps take "
+                                   "24 samples from here; 8 samples of this epoch are skipped\n"));
+  EXPECT_THAT(three.out, HasSubstr("[rank0]: stopped after 12 steps (--max-steps)"));
+}
+
+}  // namespace fashion_mnist_elastic_test
