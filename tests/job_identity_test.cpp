@@ -241,18 +241,25 @@ TEST(JobIdentity, ControlPlaneRefusesAPeerOfAnotherJob) {
   EXPECT_THAT(dialler, HasSubstr(" and found job 'job-a'" + hint));
 }
 
+// The peers also tell each other their host names in the handshake (what failures name).
 TEST(JobIdentity, ControlPlaneConnectsPeersOfOneJob) {
   c10d::HashStore store;
   auto one = std::async(std::launch::async, [&] {
     ControlPlane cp(store, ControlPlaneConfig{"t", 1, 2, "127.0.0.1", 5000ms, ""});
     AgreeResult result;
-    return cp.agree(0, 7, Clock::now() + 5s, result).has_value();
+    return std::make_pair(cp.agree(0, 7, Clock::now() + 5s, result).has_value(), cp.host_of(0));
   });
   ControlPlane cp(store, ControlPlaneConfig{"t", 0, 2, "127.0.0.1", 5000ms, ""});
   AgreeResult result;
   EXPECT_FALSE(cp.agree(0, 7, Clock::now() + 5s, result).has_value());
-  EXPECT_FALSE(one.get());
+  const auto [failed, host_seen_by_one] = one.get();
+  EXPECT_FALSE(failed);
   EXPECT_TRUE(result.agreed());
+  char host[256] = {0};
+  ASSERT_EQ(::gethostname(host, sizeof host - 1), 0);
+  EXPECT_EQ(cp.host_of(0), host);
+  EXPECT_EQ(cp.host_of(1), host);
+  EXPECT_EQ(host_seen_by_one, host);
 }
 
 }  // namespace job_identity_test

@@ -31,6 +31,7 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
   control_ = std::make_unique<ControlPlane>(
       *config_.store, ControlPlaneConfig{prefix_, config_.rank, config_.size, config_.local_address,
                                          config_.timeout, config_.run_id, config_.secret});
+  for (int r = 0; r < config_.size; ++r) spans_hosts_ |= control_->host_of(r) != control_->host_of(config_.rank);
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);
   shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
@@ -90,6 +91,14 @@ std::string CommImpl::ranks_label(const std::vector<int>& group_ranks) const {
   }
   for (size_t i = 0; i < group_ranks.size(); ++i) out += (i ? ", " : "") + rank_label(group_ranks[i]);
   return out;
+}
+
+std::string CommImpl::ranks_on_hosts(const std::vector<int>& group_ranks) const {
+  std::vector<RankOnHost> ranks;
+  for (int r : group_ranks)
+    ranks.push_back({config_.world_ranks.empty() ? std::to_string(r) : rank_label(r), control_->host_of(r)});
+  const std::string prefix = !config_.world_ranks.empty() ? "" : group_ranks.size() > 1 ? "ranks " : "rank ";
+  return prefix + join_on_hosts(ranks, spans_hosts_);
 }
 
 std::string CommImpl::where() const {
@@ -346,10 +355,11 @@ std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) 
 std::string CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
   const std::string what = describe(op);
   switch (failure.kind) {
-    case PeerFailure::kDied:
-      if (!failure.reason.empty()) return what + " failed: " + rank_label(failure.peer) + " left: " + failure.reason;
-      return what + " failed: " + rank_label(failure.peer) +
-             " died (its process exited or was killed without shutting down)";
+    case PeerFailure::kDied: {
+      const std::string peer = ranks_on_hosts({failure.peer});
+      if (!failure.reason.empty()) return what + " failed: " + peer + " left: " + failure.reason;
+      return what + " failed: " + peer + " died (its process exited or was killed without shutting down)";
+    }
     case PeerFailure::kAborted:
       if (failure.peer == config_.rank) return what + " interrupted: this Comm is shutting down";
       return what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason;
@@ -405,7 +415,7 @@ std::string CommImpl::explain_timeout(const PendingOp& op) {
   if (missing.empty()) {
     out << "every rank arrived but the transfer did not finish";
   } else {
-    out << ranks_label(missing) << " never arrived.";
+    out << ranks_on_hosts(missing) << " never arrived.";
   }
   out << others.str() << " (timeout: InitOptions::timeout or COHORT_TIMEOUT seconds)";
   return out.str();

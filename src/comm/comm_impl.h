@@ -108,6 +108,9 @@ class CommImpl {
   std::string rank_label(int group_rank) const;
   /// "rank 3" / "ranks 2, 3" in the world; each rank as rank_label in a group.
   std::string ranks_label(const std::vector<int>& group_ranks) const;
+  /// ranks_label with the hosts the ranks run on, "ranks 2, 3 (host n2)", when this Comm's ranks are
+  /// on several hosts (on one host, the host tells nothing). For failures: where to look.
+  std::string ranks_on_hosts(const std::vector<int>& group_ranks) const;
   /// "" in the world, " in group 'data'" in a group: appended to the collective in messages.
   std::string where() const;
   c10d::Store* store() const { return config_.store.get(); }
@@ -190,6 +193,7 @@ class CommImpl {
   CommConfig config_;
   std::string prefix_;  // store key prefix of this Comm
   std::unique_ptr<ControlPlane> control_;
+  bool spans_hosts_ = false;  // the ranks' hosts (control_->host_of) are not all one
   c10::intrusive_ptr<ProcessGroupBase> gloo_, nccl_;
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<ShmMailbox> mailbox_;  // point to point through shm_'s rings; null without shm_

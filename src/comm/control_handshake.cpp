@@ -1,7 +1,8 @@
 // The control plane's connection handshake (see control_handshake.h). Wire, each number a u32:
 //   acceptor -> dialler: kChallenge, nonce_a (32 bytes)
-//   dialler -> acceptor: kHello, rank, run id size, run id, nonce_d (32), HMAC("cp-dial", nonce_a, ...)
-//   acceptor -> dialler: kHello, rank, run id size, run id, HMAC("cp-accept", nonce_d, ...)
+//   dialler -> acceptor: kHello, rank, run id size, host size, run id, host, nonce_d (32),
+//                        HMAC("cp-dial", nonce_a, ...)
+//   acceptor -> dialler: kHello, rank, run id size, host size, run id, host, HMAC("cp-accept", nonce_d, ...)
 #include "comm/control_handshake.h"
 
 #include <arpa/inet.h>
@@ -27,8 +28,10 @@ namespace cohort::detail {
 namespace {
 
 constexpr uint32_t kChallenge = 0x43504332;  // "CPC2"
-constexpr uint32_t kHello = 0x43504832;      // "CPH2"
+constexpr uint32_t kHello = 0x43504833;      // "CPH3": with the host name
 constexpr uint32_t kMaxRunIdBytes = 4096;
+constexpr uint32_t kMaxHostBytes = 255;
+constexpr size_t kHelloHeader = 16;  // kHello, rank, run id size, host size
 constexpr size_t kNonce = 32, kProof = 32;
 // How long a connection may take to prove itself once accepted: a rank answers at once.
 constexpr std::chrono::milliseconds kProofDeadline{5000};
@@ -91,14 +94,23 @@ int hs_connect_until(const std::string& host, int port, Clock::time_point deadli
 }
 
 // What the proof covers besides the nonces: who says it.
-std::string hs_identity(int rank, const std::string& run_id) { return std::to_string(rank) + "/" + run_id; }
+std::string hs_identity(int rank, const std::string& run_id, const std::string& host) {
+  return std::to_string(rank) + "/" + run_id + "/" + host;
+}
 
-std::string hs_hello(int rank, const std::string& run_id, const std::string& tail) {
+std::string hs_hello(const HandshakeConfig& config, const std::string& tail) {
   std::string bytes;
   hs_put_u32(bytes, kHello);
-  hs_put_u32(bytes, uint32_t(rank));
-  hs_put_u32(bytes, uint32_t(run_id.size()));
-  return bytes + run_id + tail;
+  hs_put_u32(bytes, uint32_t(config.rank));
+  hs_put_u32(bytes, uint32_t(config.run_id.size()));
+  hs_put_u32(bytes, uint32_t(config.host.size()));
+  return bytes + config.run_id + config.host + tail;
+}
+
+// Whether a hello's header (kHelloHeader bytes) is one, with sizes in bounds.
+bool hs_is_hello(const char* header) {
+  return hs_get_u32(header) == kHello && hs_get_u32(header + 8) <= kMaxRunIdBytes &&
+         hs_get_u32(header + 12) <= kMaxHostBytes;
 }
 
 std::string hs_peer_of(int fd) {
@@ -123,21 +135,22 @@ void hs_drop(hs_Pending& p, int rank, const std::string& why) {
   p.fd = -1;
 }
 
-// Once `p` holds a whole hello: its rank when it proves itself (the answer sent), -1 when dropped.
-// Throws when a rank that knows the secret belongs to another job.
-int hs_settle(hs_Pending& p, const HandshakeConfig& config, const std::vector<bool>& connected) {
-  const uint32_t length = hs_get_u32(&p.buffer[8]);
+// Once `p` holds a whole hello: its rank when it proves itself (the answer sent, `host` set), -1 when
+// dropped. Throws when a rank that knows the secret belongs to another job.
+int hs_settle(hs_Pending& p, const HandshakeConfig& config, const std::vector<bool>& connected, std::string& host) {
+  const uint32_t length = hs_get_u32(&p.buffer[8]), host_length = hs_get_u32(&p.buffer[12]);
   const int rank = int(hs_get_u32(&p.buffer[4]));
-  const std::string run_id = p.buffer.substr(12, length);
-  const std::string nonce = p.buffer.substr(12 + length, kNonce);
-  const std::string proof = p.buffer.substr(12 + length + kNonce, kProof);
-  if (!same_bytes(proof, hmac_proof(config.secret, "cp-dial", p.nonce, nonce + hs_identity(rank, run_id)))) {
+  const std::string run_id = p.buffer.substr(kHelloHeader, length);
+  host = p.buffer.substr(kHelloHeader + length, host_length);
+  const std::string nonce = p.buffer.substr(kHelloHeader + length + host_length, kNonce);
+  const std::string proof = p.buffer.substr(kHelloHeader + length + host_length + kNonce, kProof);
+  if (!same_bytes(proof, hmac_proof(config.secret, "cp-dial", p.nonce, nonce + hs_identity(rank, run_id, host)))) {
     hs_drop(p, config.rank, "it does not know the job's secret (claimed rank " + std::to_string(rank) + " of " +
                              job_label(run_id) + ")");
     return -1;
   }
-  const std::string answer = hs_hello(config.rank, config.run_id,
-                                   hmac_proof(config.secret, "cp-accept", nonce, p.nonce + hs_identity(config.rank, config.run_id)));
+  const std::string mine = hs_identity(config.rank, config.run_id, config.host);
+  const std::string answer = hs_hello(config, hmac_proof(config.secret, "cp-accept", nonce, p.nonce + mine));
   const bool answered = hs_send_all(p.fd, answer);  // first, so the dialler can name both jobs too
   if (run_id != config.run_id) {
     ::close(p.fd);
@@ -151,8 +164,9 @@ int hs_settle(hs_Pending& p, const HandshakeConfig& config, const std::vector<bo
   return rank;
 }
 
-// Reads what `p` sent; its rank once it proved itself, -1 while incomplete or when dropped (fd < 0).
-int hs_progress(hs_Pending& p, const HandshakeConfig& config, const std::vector<bool>& connected) {
+// Reads what `p` sent; its rank once it proved itself (`host` set), -1 while incomplete or when dropped
+// (fd < 0).
+int hs_progress(hs_Pending& p, const HandshakeConfig& config, const std::vector<bool>& connected, std::string& host) {
   char chunk[1024];
   const ssize_t n = ::recv(p.fd, chunk, sizeof chunk, MSG_DONTWAIT);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -160,12 +174,14 @@ int hs_progress(hs_Pending& p, const HandshakeConfig& config, const std::vector<
     return -1;
   }
   if (n > 0) p.buffer.append(chunk, size_t(n));
-  if (p.buffer.size() >= 12 && (hs_get_u32(p.buffer.data()) != kHello || hs_get_u32(&p.buffer[8]) > kMaxRunIdBytes)) {
+  if (p.buffer.size() >= kHelloHeader && !hs_is_hello(p.buffer.data())) {
     hs_drop(p, config.rank, "its first message is not a control-plane handshake");
     return -1;
   }
-  if (p.buffer.size() < 12 || p.buffer.size() < 12 + hs_get_u32(&p.buffer[8]) + kNonce + kProof) return -1;
-  return hs_settle(p, config, connected);
+  if (p.buffer.size() < kHelloHeader ||
+      p.buffer.size() < kHelloHeader + hs_get_u32(&p.buffer[8]) + hs_get_u32(&p.buffer[12]) + kNonce + kProof)
+    return -1;
+  return hs_settle(p, config, connected, host);
 }
 
 }  // namespace
@@ -190,7 +206,7 @@ int listen_for_peers(const std::string& address) {
   return fd;
 }
 
-int dial_peer(int peer, const std::string& endpoint, const HandshakeConfig& config, Clock::time_point deadline) {
+PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig& config, Clock::time_point deadline) {
   const auto colon = endpoint.rfind(':');
   const int fd = hs_connect_until(endpoint.substr(0, colon), std::stoi(endpoint.substr(colon + 1)), deadline);
   COHORT_CHECK(fd >= 0, "control plane: cannot connect to rank ", peer, " at ", endpoint, " within ",
@@ -203,15 +219,16 @@ int dial_peer(int peer, const std::string& endpoint, const HandshakeConfig& conf
   if (!hs_read_exact(fd, challenge, sizeof challenge, deadline) || hs_get_u32(challenge) != kChallenge)
     fail("did not answer the handshake within " + std::to_string(config.timeout.count()) + " ms");
   const std::string theirs_nonce(challenge + 4, kNonce), mine = random_bytes(kNonce);
-  const std::string proof = hmac_proof(config.secret, "cp-dial", theirs_nonce, mine + hs_identity(config.rank, config.run_id));
-  if (!hs_send_all(fd, hs_hello(config.rank, config.run_id, mine + proof)))
+  const std::string proof =
+      hmac_proof(config.secret, "cp-dial", theirs_nonce, mine + hs_identity(config.rank, config.run_id, config.host));
+  if (!hs_send_all(fd, hs_hello(config, mine + proof)))
     fail(std::string("failed the handshake: ") + std::strerror(errno));
-  char header[12];
-  if (!hs_read_exact(fd, header, sizeof header, deadline) || hs_get_u32(header) != kHello ||
-      int(hs_get_u32(header + 4)) != peer || hs_get_u32(header + 8) > kMaxRunIdBytes)
+  char header[kHelloHeader];
+  if (!hs_read_exact(fd, header, sizeof header, deadline) || !hs_is_hello(header) || int(hs_get_u32(header + 4)) != peer)
     fail("did not answer the handshake within " + std::to_string(config.timeout.count()) + " ms");
-  std::string run_id(hs_get_u32(header + 8), '\0'), answer(kProof, '\0');
-  if (!hs_read_exact(fd, &run_id[0], run_id.size(), deadline) || !hs_read_exact(fd, &answer[0], kProof, deadline))
+  std::string run_id(hs_get_u32(header + 8), '\0'), host(hs_get_u32(header + 12), '\0'), answer(kProof, '\0');
+  if (!hs_read_exact(fd, &run_id[0], run_id.size(), deadline) || !hs_read_exact(fd, &host[0], host.size(), deadline) ||
+      !hs_read_exact(fd, &answer[0], kProof, deadline))
     fail("did not answer the handshake within " + std::to_string(config.timeout.count()) + " ms");
   if (run_id != config.run_id) {
     ::close(fd);
@@ -219,13 +236,13 @@ int dial_peer(int peer, const std::string& endpoint, const HandshakeConfig& conf
                 " dialled rank " + std::to_string(peer) + " at " + endpoint + " and found " + job_label(run_id) +
                 kTwoJobsHint);
   }
-  if (!same_bytes(answer, hmac_proof(config.secret, "cp-accept", mine, theirs_nonce + hs_identity(peer, run_id))))
+  if (!same_bytes(answer, hmac_proof(config.secret, "cp-accept", mine, theirs_nonce + hs_identity(peer, run_id, host))))
     fail("did not prove it knows the job's secret");
-  return fd;
+  return PeerLink{peer, fd, host};
 }
 
-std::vector<std::pair<int, int>> accept_peers(int listen_fd, const HandshakeConfig& config, Clock::time_point deadline) {
-  std::vector<std::pair<int, int>> accepted;
+std::vector<PeerLink> accept_peers(int listen_fd, const HandshakeConfig& config, Clock::time_point deadline) {
+  std::vector<PeerLink> accepted;
   std::vector<bool> connected(config.size, false);
   std::vector<hs_Pending> pending;
   const size_t expected = size_t(config.size - config.rank - 1);
@@ -238,7 +255,7 @@ std::vector<std::pair<int, int>> accept_peers(int listen_fd, const HandshakeConf
     }
     if (Clock::now() >= deadline) {
       for (auto& p : pending) ::close(p.fd);
-      for (auto& a : accepted) ::close(a.second);
+      for (auto& a : accepted) ::close(a.fd);
       throw Error("control plane: ranks above " + std::to_string(config.rank) + " did not connect within " +
                   std::to_string(config.timeout.count()) + " ms");
     }
@@ -246,12 +263,13 @@ std::vector<std::pair<int, int>> accept_peers(int listen_fd, const HandshakeConf
     for (size_t i = 0; i < pending.size(); ++i) {
       auto& p = pending[i];
       int rank = -1;
-      if (fds[i + 1].revents != 0) rank = hs_progress(p, config, connected);
+      std::string host;
+      if (fds[i + 1].revents != 0) rank = hs_progress(p, config, connected, host);
       else if (Clock::now() >= p.deadline)
         hs_drop(p, config.rank, "it did not prove the job's secret within " + std::to_string(kProofDeadline.count()) + " ms");
       if (rank >= 0) {
         connected[rank] = true;
-        accepted.emplace_back(rank, p.fd);
+        accepted.push_back(PeerLink{rank, p.fd, host});
         p.fd = -1;
       }
     }

@@ -47,6 +47,12 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
+std::string this_host() {
+  char name[256] = {0};
+  if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
+  return name;
+}
+
 }  // namespace
 
 std::string job_label(const std::string& run_id) {
@@ -55,6 +61,7 @@ std::string job_label(const std::string& run_id) {
 
 ControlPlane::ControlPlane(c10d::Store& store, const ControlPlaneConfig& config)
     : rank_(config.rank), size_(config.size), peers_(config.size) {
+  peers_[rank_].host = this_host();
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   // This rank's own address, as peers dial it: never every interface unless COHORT_STORE_BIND=any.
   listen_fd_ = listen_for_peers(config.local_address);
@@ -68,19 +75,23 @@ ControlPlane::ControlPlane(c10d::Store& store, const ControlPlaneConfig& config)
 
 void ControlPlane::connect_mesh(c10d::Store& store, const ControlPlaneConfig& config) {
   const auto deadline = Clock::now() + config.timeout;
-  const HandshakeConfig handshake{config.rank, config.size, config.run_id, config.secret, config.timeout};
+  const HandshakeConfig handshake{config.rank, config.size, config.run_id, config.secret, peers_[rank_].host,
+                                  config.timeout};
   // Lower ranks are dialled, higher ranks dial us: each pair has exactly one connection, and the
   // listen backlog lets a dial complete before the accept. A dialler waits for the answer to its
   // handshake; rank r answers once its own dials (to ranks below r) are done, so rank 0 answers at
   // once and, by induction, every rank does: the order cannot deadlock.
   for (int peer = 0; peer < rank_; ++peer) {
     auto raw = store.get(config.prefix + "/cp/" + std::to_string(peer));
-    peers_[peer].fd = dial_peer(peer, std::string(raw.begin(), raw.end()), handshake, deadline);
-    set_nodelay(peers_[peer].fd);
+    const PeerLink link = dial_peer(peer, std::string(raw.begin(), raw.end()), handshake, deadline);
+    set_nodelay(link.fd);
+    peers_[peer].fd = link.fd;
+    peers_[peer].host = link.host;
   }
-  for (const auto& [rank, fd] : accept_peers(listen_fd_, handshake, deadline)) {
-    set_nodelay(fd);
-    peers_[rank].fd = fd;
+  for (const PeerLink& link : accept_peers(listen_fd_, handshake, deadline)) {
+    set_nodelay(link.fd);
+    peers_[link.rank].fd = link.fd;
+    peers_[link.rank].host = link.host;
   }
   ::close(listen_fd_);
   listen_fd_ = -1;

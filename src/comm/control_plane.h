@@ -94,6 +94,9 @@ class ControlPlane {
   /// every socket holds. For shutdown paths (the timeline's gather): abort notices read here are dropped.
   std::vector<int> dead_peers();
 
+  /// The host name rank `r` runs on, as it told in the handshake (this rank's own for r == rank).
+  const std::string& host_of(int r) const { return peers_.at(r).host; }
+
  private:
   struct Message {
     uint32_t type = 0;
@@ -106,6 +109,7 @@ class ControlPlane {
     bool said_bye = false;        // the peer shut down cleanly (its EOF is not a death)
     std::string buffer;           // bytes read but not yet parsed
     std::deque<Message> inbox;    // parsed messages, in arrival order
+    std::string host;             // its host name (control_handshake.h), for messages
   };
 
   /// Dials every lower rank and accepts every higher one (control_handshake.h), by config.timeout.

@@ -111,7 +111,10 @@ void Reducer::on_gradient_ready(int64_t index) {
                "' got two gradients in one backward pass; DDP supports one gradient per parameter per "
                "backward (is the module reused across two backward calls with retain_graph?)");
   ready_[index] = 1;
-  if (!rebuilt_) arrival_order_.push_back(index);
+  if (!rebuilt_) {  // the first synchronized backward reduces at its end (note "first step" in reducer.h)
+    arrival_order_.push_back(index);
+    return;
+  }
   Bucket& bucket = buckets_[location_[index].first];
   if (--bucket.pending > 0) return;
   // The timeline: ready can precede launch when an earlier bucket still waits for a gradient.
@@ -124,6 +127,7 @@ void Reducer::on_gradient_ready(int64_t index) {
 void Reducer::launch_ready_buckets() {
   // Only in bucket order (note "bucket order" in reducer.h), so every rank issues the same sequence.
   if (join_pending_) resolve_join_step();
+  if (!rebuilt_) return;  // the layout is not final yet (note "first step")
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_++];
     if (trace::enabled())  // the timeline: this bucket's last gradient arrived; its allreduce starts
@@ -173,13 +177,16 @@ void Reducer::finalize_backward() {
   mark_unused_parameters();
   if (join_pending_) resolve_join_step();
   const auto start = Clock::now();
+  if (!rebuilt_) {  // note "first step": the layout of every later step, then this step's buckets
+    rebuild_buckets_once();
+    launch_ready_buckets();
+  }
   {
     trace::ScopedSpan span("bucket wait", "ddp", "wait");  // the timeline: backward ended; the rest is exposed
     for (auto& bucket : buckets_) bucket.work.wait();
   }
   last_wait_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   std::fill(touched_.begin(), touched_.end(), 0);
-  if (!rebuilt_) rebuild_buckets_once();
   if (options_.broadcast_buffers() && !buffers_.empty()) broadcast_coalesced(*comm_, buffers_, buffer_source_);
 }
 
@@ -197,7 +204,8 @@ void Reducer::rebuild_buckets_once() {
   order.assign(agreed.data_ptr<int64_t>(), agreed.data_ptr<int64_t>() + agreed.numel());
   arrival_order_.clear();
   arrival_order_.shrink_to_fit();
-  build_buckets(order);
+  build_buckets(order);  // the gradients move into the new buckets; each bucket is complete
+  next_launch_ = 0;
   COHORT_DEBUG("DistributedDataParallel: rebuilt ", buckets_.size(), " buckets in gradient arrival order");
 }
 

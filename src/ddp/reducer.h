@@ -1,8 +1,16 @@
 // The DDP reducer: owns the gradient buckets and the autograd hooks. Each parameter's gradient is a
 // view into a flat bucket; when the last gradient of a bucket is accumulated, the bucket is averaged
 // across ranks with an async allreduce while backward goes on; a callback at the end of backward
-// waits for the buckets, checks for parameters that got no gradient, rebuilds buckets once in the
-// order gradients really arrived, and copies rank 0's buffers.
+// waits for the buckets, checks for parameters that got no gradient, and copies rank 0's buffers.
+//
+// Note "first step": a process's first synchronized backward launches nothing while it runs; it
+// records the order gradients arrive in, and at its end the buckets are rebuilt in rank 0's order and
+// reduced. So every step reduces in that one layout, a process's first included. Why: on Gloo at more
+// than 2 ranks the sum of an element depends on its place in its bucket (the ring's chunks), so a job
+// resumed from a checkpoint, whose first step would otherwise reduce in the initial layout (reverse
+// registration order), would end with other bits than one never interrupted. The cost: that one step
+// per process does not overlap communication with backward. (Saving the layout in checkpoints would
+// fix only the loops that add DDP to their checkpoint, and make old checkpoints another model's.)
 //
 // Note "bucket order": every rank must launch the same buckets in the same order, or collectives pair
 // up wrongly. Buckets come from assign_buckets() on inputs that are equal on every rank (parameter
@@ -64,7 +72,7 @@ class Reducer {
   void launch_ready_buckets();
   void finalize_backward();
   void mark_unused_parameters();
-  void rebuild_buckets_once();
+  void rebuild_buckets_once();  // note "first step"; leaves every bucket ready to launch
   void link_gradient(int64_t index);  // makes param.grad the bucket view (copying a fresh grad in)
   torch::Tensor bucket_view(int64_t index) const;
   void begin_join_step();    // at the start of a synchronized backward
@@ -85,7 +93,7 @@ class Reducer {
   std::vector<char> touched_;       // got a gradient since the last synchronized step (no_sync too)
   size_t next_launch_ = 0;
   std::vector<int64_t> arrival_order_;
-  bool rebuilt_ = false;
+  bool rebuilt_ = false;  // false until the first synchronized backward ends (note "first step")
   int no_sync_depth_ = 0;
   double last_wait_seconds_ = 0;
   double scale_ = 1.0;      // what buckets are multiplied by before the sum: 1 / the step's divisor

@@ -38,17 +38,17 @@ void Reducer::resolve_join_step() {
 void Reducer::shadow_step(const JoinStep& step) {
   if (comm_->size() == 1) return;
   torch::NoGradGuard no_grad;
+  // finalize_backward's collectives in its order: the one rebuild (note "first step" in reducer.h),
+  // the buckets (note "bucket order"), the buffers.
+  if (!rebuilt_) rebuild_buckets_once();
   // The gradients become the bucket views again (an optimizer may have replaced or dropped them) and
   // hold zeros: this rank adds nothing to the sums. Afterwards they hold the step's averaged gradient,
   // as on every rank, for a JoinableOptimizer after this DDP.
   for (size_t i = 0; i < params_.size(); ++i) link_gradient(int64_t(i));
   for (auto& bucket : buckets_) bucket.flat.zero_();
-  // finalize_backward's collectives in its order: the buckets (note "bucket order"), the one rebuild,
-  // the buffers.
   for (auto& bucket : buckets_) bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
   for (auto& bucket : buckets_) bucket.work.wait();
   std::fill(touched_.begin(), touched_.end(), 0);
-  if (!rebuilt_) rebuild_buckets_once();
   if (options_.broadcast_buffers() && !buffers_.empty()) broadcast_coalesced(*comm_, buffers_, step.active.front());
 }
 

@@ -2,19 +2,16 @@
 # by-hand shape), 16 steps with a checkpoint every 8, meets after step 8 (a) a partition of n2
 # (iptables DROP both ways), (b) SIGKILL of every process of n2 (its cohortrun and workers), and from
 # the start (c) a 50 Mbit/s link (tbf). After (a) and (b) every worker on both hosts is gone within
-# COHORT_TIMEOUT plus a margin, the ranks on n1 name the ranks they lost, each host's cohortrun exits
-# (n1's with status 1, none aborts), nothing of the job is left on either host, the newest checkpoint
-# verifies, and the same job submitted again resumes from step 8 and ends with the digest of the job
-# stopped cleanly at step 8 and resumed. (c) ends with the uninterrupted digest; its step time is logged.
-# A resumed job's digest differs from the uninterrupted one's in the last bits at more than 2 ranks on
-# Gloo (DDP's buckets are laid out again after the first step of each process, and Gloo's ring sums
-# each element in an order that depends on its place in the bucket): docs/cluster.md says so.
+# COHORT_TIMEOUT plus a margin, the ranks name the ranks they lost and their hosts, each host's
+# cohortrun exits (n1's with status 1, none aborts), nothing of the job is left on either host, the
+# newest checkpoint verifies, and the same job submitted again resumes from step 8 and ends with the
+# digest of the uninterrupted job. (c) ends with that digest too; its step time is logged.
 
 FAULT_TIMEOUT=15   # COHORT_TIMEOUT of the faulted jobs, seconds
 scenario_hosts() { echo 2; }
 
 scenario_faults() {
-  local out="$CL_DIR/out" data="$CL_DIR/data" whole resumed
+  local out="$CL_DIR/out" data="$CL_DIR/data" whole
   mkdir -p "$out"
   make_data "$data" || { fail "could not write the data slice into $data"; return 1; }
   export COHORTRUN="$BUILD/tools/cohortrun" TRAIN="$BUILD/examples/fashion_mnist"
@@ -24,14 +21,10 @@ scenario_faults() {
   job_on_both "$out/whole" "$CL_DIR/ckpt-whole" || { fail "the uninterrupted run failed"; return 1; }
   whole=$(digest_of "$out/whole.n1.log")
   [ -n "$whole" ] || { fail "the uninterrupted run printed no params-sha256"; return 1; }
-  MAX_STEPS=8 job_on_both "$out/stop8" "$CL_DIR/ckpt-stop8" || { fail "the run stopped at step 8 failed"; return 1; }
-  job_on_both "$out/resume8" "$CL_DIR/ckpt-stop8" || { fail "the run resumed at step 8 failed"; return 1; }
-  resumed=$(digest_of "$out/resume8.n1.log")
-  [ -n "$resumed" ] || { fail "the run resumed at step 8 printed no params-sha256"; return 1; }
-  cl_log "uninterrupted: params-sha256 $whole, $(train_seconds "$out/whole.n1.log") s of training; stopped at 8 and resumed: $resumed"
+  cl_log "uninterrupted: params-sha256 $whole, $(train_seconds "$out/whole.n1.log") s of training"
 
-  fault_partition "$out" "$resumed"
-  fault_kill_host "$out" "$resumed"
+  fault_partition "$out" "$whole"
+  fault_kill_host "$out" "$whole"
   fault_slow_link "$out" "$whole"
   [ "$FAILURES" = 0 ]
 }
@@ -86,12 +79,12 @@ wait_for_checkpoint() {
   return 1
 }
 
-# After a fault at time T0: every worker gone within 2 x COHORT_TIMEOUT + 20 s (the cut-off side
-# waits out one timeout in the collective and, on its way out, one more), both cohortruns exit, n1's
-# with status 1, nothing left of the job; the times are logged ("timing: ...").
+# After a fault at time T0: every worker gone within COHORT_TIMEOUT + 20 s (both sides wait out one
+# timeout in the collective, then at most 2 s for the failure report), both cohortruns exit, n1's with
+# status 1, nothing left of the job; the times are logged ("timing: ...").
 check_job_ends() {
   local name=$1 t0=$2 out=$3 i rc1 rc2 left host
-  local bound=$((2 * FAULT_TIMEOUT + 20))
+  local bound=$((FAULT_TIMEOUT + 20))
   for i in $(seq $((bound * 10))); do
     [ -z "$(workers_on n1)$(workers_on n2)" ] && break
     sleep 0.1
@@ -120,7 +113,7 @@ check_resume() {
   grep -q "resumed from $ckpt/step-8 " "$out.again.n1.log" || fail "$name: the resubmitted job did not resume from $ckpt/step-8"
   [ "$(digest_of "$out.again.n1.log")" = "$reference" ] ||
     fail "$name: resumed run printed params-sha256 '$(digest_of "$out.again.n1.log")', expected $reference"
-  cl_log "$name: $(grep -o "resumed from [^ ]*" "$out.again.n1.log"), params-sha256 as stopped at 8 and resumed"
+  cl_log "$name: $(grep -o "resumed from [^ ]*" "$out.again.n1.log"), params-sha256 of the uninterrupted run"
 }
 
 fault_partition() {
@@ -131,8 +124,11 @@ fault_partition() {
   on_host n2 iptables -A INPUT -i eth0 -j DROP
   on_host n2 iptables -A OUTPUT -o eth0 -j DROP
   check_job_ends "(a) partition of n2" "$t0" "$out"
-  grep -q "ranks 2, 3 never arrived" "$out.n1.log" || fail "(a) the ranks on n1 did not name ranks 2, 3 as lost"
-  grep -q "ranks 0, 1.* never arrived" "$out.n2.log" || fail "(a) the ranks on n2 did not name ranks 0, 1 as lost"
+  # The cut-off ranks get no report from anyone (the store is on n1), so they name every other rank.
+  grep -q "ranks 2, 3 (host n2) never arrived" "$out.n1.log" ||
+    fail "(a) the ranks on n1 did not name ranks 2, 3 (host n2) as lost: $(grep -h "error:" "$out.n1.log" | head -n 1)"
+  grep -Eq "ranks 0, 1 \(host n1\), [23] \(host n2\) never arrived" "$out.n2.log" ||
+    fail "(a) the ranks on n2 did not name ranks 0, 1 (host n1) as lost: $(grep -h "error:" "$out.n2.log" | head -n 1)"
   on_host n2 iptables -F
   check_resume "(a) partition of n2" "$out" "$ckpt" "$reference"
 }
@@ -144,7 +140,8 @@ fault_kill_host() {
   t0=$(now)
   for pid in $(job_left_on n2 | cut -d' ' -f1); do kill -KILL "$pid" 2>/dev/null; done
   check_job_ends "(b) SIGKILL of n2" "$t0" "$out"
-  grep -Eq "rank [23] (died|left)" "$out.n1.log" || fail "(b) the ranks on n1 did not name rank 2 or 3 as dead"
+  grep -Eq "rank [23] \(host n2\) (died|left)" "$out.n1.log" ||
+    fail "(b) the ranks on n1 did not name rank 2 or 3 (host n2) as dead: $(grep -h "error:" "$out.n1.log" | head -n 1)"
   check_resume "(b) SIGKILL of n2" "$out" "$ckpt" "$reference"
 }
 

@@ -16,6 +16,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
+#include "comm/failure_report.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -105,6 +106,17 @@ TEST(Desync, DtypeMismatchIsCaughtBeforeDataMoves) {
     ASSERT_FALSE(r.reports.empty()) << r.output;
     EXPECT_THAT(r.reports[0], HasSubstr("rank 1: #0 allreduce(sum) int32 [4]"));
   }
+}
+
+// How a failure names ranks where the Comm spans several hosts (on one host no host is named, as the
+// tests below check): each run of ranks on one host, then that host. The cluster tests see it whole.
+TEST(Timeout, NamesTheHostsOfTheRanksOnSeveralHosts) {
+  using cohort::detail::join_on_hosts;
+  EXPECT_EQ(join_on_hosts({{"2", "n2"}, {"3", "n2"}}, true), "2, 3 (host n2)");
+  EXPECT_EQ(join_on_hosts({{"0", "n1"}, {"1", "n1"}, {"3", "n2"}}, true), "0, 1 (host n1), 3 (host n2)");
+  EXPECT_EQ(join_on_hosts({{"0", "n1"}, {"2", "n2"}, {"3", "n1"}}, true), "0 (host n1), 2 (host n2), 3 (host n1)");
+  EXPECT_EQ(join_on_hosts({{"rank 3 (group rank 1 of 'g')", "n2"}}, true), "rank 3 (group rank 1 of 'g') (host n2)");
+  EXPECT_EQ(join_on_hosts({{"2", "n2"}, {"3", "n2"}}, false), "2, 3");
 }
 
 // COHORT_TIMEOUT=2 bounds the rendezvous as well, so this test failed whenever a rank started more than
