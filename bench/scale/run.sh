@@ -10,21 +10,22 @@
 # BUILD=dir picks another build folder, IMPLS=cohort or IMPLS=torch runs one side only; a size that
 # memory cannot hold (MemAvailable) is skipped, said; KEEP=1 keeps the logs (kept anyway on a failure).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 reps=${1:-3}
 shift $(($# > 0 ? 1 : 0))
 sizes=("$@")
 [ ${#sizes[@]} -gt 0 ] || sizes=(8 16 32)
 build=$(cd "${BUILD:-build}" && pwd)
 python=/usr/bin/python3  # Debian's, with torch 1.13 (not a pyenv python on PATH)
-impls=(${IMPLS:-cohort torch})
+read -ra impls <<<"${IMPLS:-cohort torch}"
 hosts=4
 limit=300                # seconds one launch may take, hold included
 source tests/cluster/lib.sh
 
 [ "$(id -u)" = 0 ] || { echo "bench/scale/run.sh: needs root (network namespaces)" >&2; exit 2; }
 for file in "$build/tools/cohortrun" "$build/bench/scale/scale_step"; do
-  [[ " ${impls[*]} " != *" cohort "* ]] || [ -x "$file" ] || { echo "bench/scale/run.sh: no $file: build the targets cohortrun scale_step" >&2; exit 2; }
+  [[ " ${impls[*]} " != *" cohort "* ]] || [ -x "$file" ] ||
+    { echo "bench/scale/run.sh: no $file: build the targets cohortrun scale_step" >&2; exit 2; }
 done
 "$python" -c 'import torch.distributed' 2>/dev/null || { echo "bench/scale/run.sh: $python has no torch" >&2; exit 2; }
 for size in "${sizes[@]}"; do
@@ -36,7 +37,9 @@ finish() {
   trap - EXIT TERM INT
   cluster_down
   cluster_check_clean || rc=1
-  [ -n "$CL_DIR" ] && { [ "$rc" = 0 ] && [ -z "${KEEP:-}" ] && rm -rf "$CL_DIR" || cl_log "logs kept in $CL_DIR"; }
+  if [ -n "$CL_DIR" ]; then
+    if [ "$rc" = 0 ] && [ -z "${KEEP:-}" ]; then rm -rf "$CL_DIR"; else cl_log "logs kept in $CL_DIR"; fi
+  fi
   exit "$rc"
 }
 trap finish EXIT
@@ -72,7 +75,8 @@ launch() {
   for i in $(seq "$hosts"); do
     host=n$i
     # shellcheck disable=SC2046  # the launcher line is a list of words without spaces inside
-    on_host_bg "$host" "$out/$host.log" timeout -k 5 "$limit" $(launcher "$impl" "$size" "$port" "scale-$port" "$out" "$host")
+    on_host_bg "$host" "$out/$host.log" timeout -k 5 "$limit" \
+      $(launcher "$impl" "$size" "$port" "scale-$port" "$out" "$host")
     pids+=($!)
   done
   SECONDS=0
@@ -98,8 +102,8 @@ launch() {
   done >>"$results"
 }
 
-results="$(mktemp /tmp/cohort-scale.XXXXXX)"
 cluster_up "$hosts" || exit 1
+results="$CL_DIR/results"
 cl_log "hosts up: ${CL_HOSTS[*]}; sizes ${sizes[*]}, $reps repetitions"
 port=29400
 failures=0
@@ -111,7 +115,7 @@ for rep in $(seq "$reps"); do
       continue
     fi
     order=("${impls[@]}")
-    [ $((rep % 2)) = 0 ] && order=($(printf '%s\n' "${impls[@]}" | tac))
+    [ $((rep % 2)) = 0 ] && mapfile -t order < <(printf '%s\n' "${impls[@]}" | tac)
     for impl in "${order[@]}"; do
       port=$((port + 1))
       launch "$impl" "$size" "$port" || failures=$((failures + 1))
@@ -134,7 +138,8 @@ for (impl, size, launch_at), ranks in runs.items():
     per[(impl, size)].append(dict(
         joined=top("joined_at") - float(launch_at), started=top("started_at") - float(launch_at),
         init=top("init_s"), groups=top("groups_s"), world=top("world_ms"), node=top("node_ms"),
-        local=top("local_ms"), barrier=top("barrier_ms"), cmin=min(conns), cmax=max(conns), cmed=statistics.median(conns),
+        local=top("local_ms"), barrier=top("barrier_ms"),
+        cmin=min(conns), cmax=max(conns), cmed=statistics.median(conns),
         rss=statistics.median(float(r["rss_mb"]) for r in ranks)))
 med = lambda runs, k: statistics.median(r[k] for r in runs)
 names = {"cohort": "cohortrun + cohort", "torch": "torchrun + torch 1.13 Gloo"}
@@ -151,5 +156,4 @@ for (impl, size) in sorted(per, key=lambda k: (k[1], k[0])):
           f"| {med(r, 'barrier'):.2f} | {conns} | {med(r, 'rss'):.0f} |")
 print("\n(medians over runs; each run's time is its slowest rank's; allreduces: 4 KiB float32, ms per call)")
 PY
-rm -f "$results"
 [ "$failures" = 0 ] || { cl_log "$failures launches failed"; exit 1; }
