@@ -81,7 +81,7 @@ launch() {
   done
   SECONDS=0
   while [ "$ready" -lt "$size" ] && [ "$SECONDS" -lt "$limit" ]; do
-    ready=$(cat "$out"/n*.log | grep -c 'SCALE impl=')
+    ready=$(cat "$out"/n*.log | grep -o 'SCALE impl=' | wc -l)  # two ranks' lines may share one
     alive=0
     for i in "${pids[@]}"; do kill -0 "$i" 2>/dev/null && alive=1; done
     [ "$alive" = 1 ] || break  # every launcher ended before all ranks were ready
@@ -96,7 +96,7 @@ launch() {
     for pid in $(strays); do kill -KILL "$pid" 2>/dev/null; done
     return 1
   fi
-  grep -ho 'SCALE impl=.*' "$out"/n*.log | while read -r line; do
+  grep -ho 'SCALE impl=[^S]*' "$out"/n*.log | while read -r line; do
     pid=${line#*pid=}; pid=${pid%% *}
     echo "$line conns=$(cat "$out"/ss.n* | grep -c "pid=$pid,") launch_at=$launch_at"
   done >>"$results"

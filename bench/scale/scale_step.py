@@ -68,10 +68,10 @@ def main():
     start = time.perf_counter()
     dist.barrier()
     barrier_ms = 1000 * (time.perf_counter() - start)
-    print(f"SCALE impl=torch rank={rank} size={size} pid={os.getpid()} started_at={started_at:.3f} "
+    line = (f"SCALE impl=torch rank={rank} size={size} pid={os.getpid()} started_at={started_at:.3f} "
           f"joined_at={joined_at:.3f} init_s={init_s:.3f} groups_s={groups_s:.3f} world_ms={world_ms:.3f} "
-          f"node_ms={node_ms:.3f} local_ms={local_ms:.3f} barrier_ms={barrier_ms:.3f} rss_mb={rss_mb():.0f}",
-          flush=True)
+          f"node_ms={node_ms:.3f} local_ms={local_ms:.3f} barrier_ms={barrier_ms:.3f} rss_mb={rss_mb():.0f}\n")
+    os.write(1, line.encode())  # one write: ranks under torchrun share the launcher's stdout
     if args.release:
         start = time.perf_counter()
         while not os.path.exists(args.release) and time.perf_counter() - start < args.hold_s:
