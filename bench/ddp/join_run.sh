@@ -15,7 +15,7 @@ step=build/bench/ddp/ddp_step
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for rep in $(seq "$reps"); do
-  for model in mlp cnn; do
+  for model in ${MODELS:-mlp cnn}; do
     batch=32; [ "$model" = cnn ] && batch=64
     common="--model $model --batch $batch --steps $steps --warmup 20 --threads 1"
     for shm in 1 0; do
@@ -35,7 +35,7 @@ for line in open(sys.argv[1]):
     rows.setdefault((f["model"], f["shm"], f["impl"]), []).append(float(f["step_ms"]))
 print("| model | transport | DDP step ms | DDP in a Join step ms | Join / DDP |")
 print("|---|---|---|---|---|")
-for model in ("mlp", "cnn"):
+for model in sorted({k[0] for k in rows}, reverse=True):
     for shm, name in (("1", "shared memory"), ("0", "Gloo")):
         a, b = (statistics.median(rows[(model, shm, m)]) for m in ("cohort", "join"))
         print(f"| {model} | {name} | {a:.3f} | {b:.3f} | {b / a:.3f} |")

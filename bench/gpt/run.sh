@@ -7,6 +7,7 @@
 # stage 3 prefetching one block, as FSDP2 does; "zero3" keeps DeepSpeed's default prefetch bucket
 # (5e7 elements: here the whole model). MODES / TORCH_MODES pick rows; KEEP=file keeps the raw lines.
 #   bench/gpt/run.sh [reps] [steps]    (BUILD=build-torch2 by default: cohort's 2.11 build)
+# RANKS="2" limits the rank counts (default "2 4").
 # Run it on an otherwise quiet machine; the 2.11 venv comes from scripts/install-torch.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,7 +19,7 @@ python=${COHORT_PYTHON2:-$HOME/.cache/cohort/torch-2.11.0/bin/python}
 model=(--n-layer "${N_LAYER:-8}" --n-embd "${N_EMBD:-768}" --n-head 12 --block-size 64 --batch-size 2)
 out=$(mktemp)
 for rep in $(seq "$reps"); do
-  for ranks in 2 4; do
+  for ranks in ${RANKS:-2 4}; do
     for mode in ${MODES:-ddp zero1 zero2 zero3 fsdp}; do
       for ckpt in "" --activation-checkpointing; do
         "$build/tools/cohortrun" --standalone --nproc-per-node "$ranks" "$build/bench/gpt/gpt_step" --mode "$mode" $ckpt \

@@ -126,7 +126,7 @@ void Reducer::on_gradient_ready(int64_t index) {
 
 void Reducer::launch_ready_buckets() {
   // Only in bucket order (note "bucket order" in reducer.h), so every rank issues the same sequence.
-  if (join_pending_) resolve_join_step();
+  if (join_pending_ && !join_deferred_) resolve_join_step();
   if (!rebuilt_) return;  // the layout is not final yet (note "first step")
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& bucket = buckets_[next_launch_++];
@@ -134,6 +134,7 @@ void Reducer::launch_ready_buckets() {
       trace::record_mark("bucket " + std::to_string(next_launch_ - 1) + " launch", "ddp", "launch",
                          int64_t(bucket.flat.nbytes()));
     bucket.flat.mul_(scale_);
+    if (join_deferred_) launch_join_step();
     bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
   }
 }

@@ -18,8 +18,15 @@
 // launched after all buckets before it.
 //
 // Inside a cohort::Join (reducer_join.cpp) each synchronized backward is one join step: its join
-// allreduce starts with the backward and is waited for before the first bucket launches (the divisor
-// and the buffer source come from it); a rank out of inputs runs shadow_step() per step instead.
+// allreduce starts with the backward; a rank out of inputs runs shadow_step() per step instead.
+//
+// Note "join wait": the step's divisor and buffer source come from the join allreduce. With PyTorch's
+// defaults (divide by the initial world size, no early termination) the divisor is the world size
+// anyway, so the join allreduce starts just before the first bucket (where the ranks meet anyway;
+// started earlier, a rank waited in it for a slower peer while its own backward needed the CPU) and is
+// waited for at the end of backward, before the buffers (their source). A divisor of the active
+// ranks, or throw_on_early_termination (which must raise before any bucket a joined rank would not
+// match), waits before the first bucket launches: backward stops there until every rank has begun it.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -77,6 +84,7 @@ class Reducer {
   torch::Tensor bucket_view(int64_t index) const;
   void begin_join_step();    // at the start of a synchronized backward
   void resolve_join_step();  // before its first collective that needs the step
+  void launch_join_step();   // note "join wait": the deferred join allreduce, before the first bucket
 
   std::shared_ptr<torch::nn::Module> module_;
   DDPOptions options_;
@@ -101,6 +109,8 @@ class Reducer {
   Join* join_ = nullptr;    // the Join this reducer is attached to, if any
   JoinRole join_role_ = JoinRole::kFollows;
   bool join_pending_ = false;
+  bool join_deferred_ = false;  // note "join wait": resolved at the end of backward, not before buckets
+  bool join_launched_ = false;  // this step's join allreduce has started
   GradHookSet hooks_;  // last member: destroyed first, so no hook runs into a half-destroyed reducer
 };
 

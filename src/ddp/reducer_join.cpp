@@ -23,12 +23,27 @@ void Reducer::begin_join_step() {
   scale_ = 1.0 / comm_->size();
   buffer_source_ = 0;
   if (join_ == nullptr) return;
-  if (join_role_ == JoinRole::kLeads) join_->begin_step();
   join_pending_ = true;
+  // Note "join wait" in reducer.h: with the world size as divisor and no early termination to raise,
+  // the buckets need nothing from the join allreduce: it starts with the first bucket and is waited for
+  // at the end of backward.
+  const JoinOptions& options = join_->options();
+  join_deferred_ = join_role_ == JoinRole::kLeads && options.divide_by_initial_world_size() &&
+                   !options.throw_on_early_termination();
+  join_launched_ = join_role_ == JoinRole::kLeads && !join_deferred_;
+  if (join_launched_) join_->begin_step();
+}
+
+void Reducer::launch_join_step() {
+  if (join_launched_) return;
+  join_launched_ = true;
+  join_->begin_step();
 }
 
 void Reducer::resolve_join_step() {
+  if (join_deferred_) launch_join_step();
   join_pending_ = false;
+  join_deferred_ = false;
   const JoinStep& step = join_role_ == JoinRole::kLeads ? join_->end_step() : join_->current();
   scale_ = 1.0 / step.divisor;
   // Rank 0 may have joined: its buffers no longer move, so an active rank's go out.
