@@ -12,6 +12,7 @@
 #include "cohort/ddp.h"
 #include "cohort/world.h"
 #include "support/multiproc.h"
+#include "support/resume_runs.h"
 #include "support/small_models.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -64,31 +65,20 @@ void train(int rank, int size, const std::string& load_from, const std::string& 
   if (rank == 0) torch::save(model->parameters(), params_out);
 }
 
-std::vector<torch::Tensor> load_params(const std::string& path) {
-  std::vector<torch::Tensor> params;
-  torch::load(params, path);
-  return params;
-}
-
 }  // namespace
 
 TEST(CheckpointResume, ResumedRunEqualsUninterruptedRun) {
   cohort::testing::RanksOptions options;
   const std::string dir = cohort::testing::shared_temp_dir(options, "CKPT_TEST_DIR", "checkpoint_resume_");
   const std::string ckpt = dir + "/ckpt";
-  // A rank process runs the body of the first run_ranks call it reaches, so every call passes the
-  // same body, which reads its part from the environment.
   const auto body = [&](int rank, int size) {
-    train(rank, size, std::getenv("CKPT_LOAD"), std::getenv("CKPT_SAVE"),
-          std::atoll(std::getenv("CKPT_UNTIL")), std::getenv("CKPT_OUT"));
+    const auto part = cohort::testing::resume_run("CKPT");
+    train(rank, size, part.load, part.save, part.until, part.out);
     report("trained");
   };
   const auto run = [&](int ranks, const std::string& load, const std::string& save, int64_t until,
                        const std::string& out) {
-    options.env["CKPT_LOAD"] = load;
-    options.env["CKPT_SAVE"] = save;
-    options.env["CKPT_UNTIL"] = std::to_string(until);
-    options.env["CKPT_OUT"] = dir + "/" + out;
+    cohort::testing::set_resume_run(options, "CKPT", {load, save, until, dir + "/" + out});
     for (const auto& r : run_ranks(ranks, body, options)) {
       EXPECT_EQ(r.reports, std::vector<std::string>{"trained"}) << r.output;
     }
@@ -98,8 +88,8 @@ TEST(CheckpointResume, ResumedRunEqualsUninterruptedRun) {
   run(2, ckpt, "", kSteps, "resumed2.pt");
   run(3, ckpt, "", kSteps, "resumed3.pt");
   if (cohort::testing::is_rank_process()) return;
-  const auto straight = load_params(dir + "/straight.pt"), first = load_params(dir + "/first.pt");
-  const auto same = load_params(dir + "/resumed2.pt"), other = load_params(dir + "/resumed3.pt");
+  const auto straight = cohort::testing::load_tensors(dir + "/straight.pt"), first = cohort::testing::load_tensors(dir + "/first.pt");
+  const auto same = cohort::testing::load_tensors(dir + "/resumed2.pt"), other = cohort::testing::load_tensors(dir + "/resumed3.pt");
   ASSERT_EQ(straight.size(), same.size());
   for (size_t i = 0; i < straight.size(); ++i) {
     EXPECT_FALSE(torch::equal(straight[i], first[i])) << "the last 20 steps must change parameter " << i;

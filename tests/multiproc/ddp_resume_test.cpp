@@ -12,6 +12,7 @@
 #include "cohort/ddp.h"
 #include "cohort/world.h"
 #include "support/multiproc.h"
+#include "support/resume_runs.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace ddp_resume_test {
@@ -64,30 +65,19 @@ void train(int rank, const std::string& load_from, const std::string& save_to, i
   if (rank == 0) torch::save(model->parameters(), params_out);
 }
 
-std::vector<torch::Tensor> load_params(const std::string& path) {
-  std::vector<torch::Tensor> params;
-  torch::load(params, path);
-  return params;
-}
-
 }  // namespace
 
 TEST(DdpResume, ResumedRunEqualsUninterruptedRunBitwiseOnGloo) {
   cohort::testing::RanksOptions options;
   options.env["COHORT_SHM"] = "0";
   const std::string dir = cohort::testing::shared_temp_dir(options, "DDP_RESUME_DIR", "ddp_resume_");
-  // A rank process runs the body of the first run_ranks call it reaches: every call passes the same
-  // body, which reads its part from the environment.
   const auto body = [](int rank, int) {
-    train(rank, std::getenv("DDP_RESUME_LOAD"), std::getenv("DDP_RESUME_SAVE"),
-          std::atoll(std::getenv("DDP_RESUME_UNTIL")), std::getenv("DDP_RESUME_OUT"));
+    const auto part = cohort::testing::resume_run("DDP_RESUME");
+    train(rank, part.load, part.save, part.until, part.out);
     report("trained");
   };
   const auto run = [&](const std::string& load, const std::string& save, int64_t until, const std::string& out) {
-    options.env["DDP_RESUME_LOAD"] = load;
-    options.env["DDP_RESUME_SAVE"] = save;
-    options.env["DDP_RESUME_UNTIL"] = std::to_string(until);
-    options.env["DDP_RESUME_OUT"] = dir + "/" + out;
+    cohort::testing::set_resume_run(options, "DDP_RESUME", {load, save, until, dir + "/" + out});
     for (const auto& r : run_ranks(kRanks, body, options)) {
       EXPECT_EQ(r.reports, std::vector<std::string>{"trained"}) << r.output;
     }
@@ -96,8 +86,8 @@ TEST(DdpResume, ResumedRunEqualsUninterruptedRunBitwiseOnGloo) {
   run("", dir + "/ckpt", kSaveAt, "first.pt");
   run(dir + "/ckpt", "", kSteps, "resumed.pt");
   if (cohort::testing::is_rank_process()) return;
-  const auto straight = load_params(dir + "/straight.pt"), first = load_params(dir + "/first.pt");
-  const auto resumed = load_params(dir + "/resumed.pt");
+  const auto straight = cohort::testing::load_tensors(dir + "/straight.pt"), first = cohort::testing::load_tensors(dir + "/first.pt");
+  const auto resumed = cohort::testing::load_tensors(dir + "/resumed.pt");
   ASSERT_EQ(straight.size(), resumed.size());
   for (size_t i = 0; i < straight.size(); ++i) {
     EXPECT_FALSE(torch::equal(straight[i], first[i])) << "the last steps must change parameter " << i;
