@@ -3,9 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "cohort/trainer_options.h"
+
+namespace cohort {
+struct ZeroConfig;
+}
 
 namespace cohort::detail {
 
@@ -28,6 +33,9 @@ struct ResolvedOptions {
   /// max_time in seconds (0: no limit). fast_dev_run has set raw's limits, epochs, steps, sanity
   /// steps, checkpointing and logger (options_limits.cpp).
   double max_time_seconds = 0;
+  /// zero and deepspeed: the ZeRO config (the ds_config read once, or built from the options) that
+  /// configure_model and the strategy share; set by resolve_zero_config (strategy_zero.cpp).
+  std::shared_ptr<const ZeroConfig> zero;
 };
 
 /// Checks `options` (cuda_available: whether LibTorch sees a GPU). Throws cohort::Error.

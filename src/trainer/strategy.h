@@ -97,6 +97,8 @@ class ModuleOptimizerStrategy : public Strategy {
 
 /// The strategy `options` names for `module` on this world (the module is on world.device()).
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
+/// zero and deepspeed: sets options.zero from the ds_config or the options (read once; strategy_zero.cpp).
+void resolve_zero_config(ResolvedOptions& options, const World& world);
 /// Runs the module's configure_model() in the strategy's init context (strategy_zero.cpp).
 void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world);
 

@@ -46,8 +46,8 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
 
 class ZeroStrategy : public Strategy {
  public:
-  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
-      : ZeroStrategy(zero_config(options, world), options, module) {}
+  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module)
+      : ZeroStrategy(*options.zero, options, module) {}
 
   torch::Tensor forward(const torch::Tensor& input) override {
     auto& network = *module_.network();
@@ -122,16 +122,20 @@ class ZeroStrategy : public Strategy {
 
 // Lightning runs configure_model inside the strategy's init context (DeepSpeed's zero.Init, FSDP's
 // meta device); at stage 3 that is a ShardedInit, so the units it makes are sharded as they are made.
+void resolve_zero_config(ResolvedOptions& options, const World& world) {
+  if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)
+    options.zero = std::make_shared<const ZeroConfig>(zero_config(options, world));
+}
+
 void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world) {
-  const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
-  if (!zero || zero_config(options, world).zero_optimization().stage() != 3) return module.configure_model();
+  if (!options.zero || options.zero->zero_optimization().stage() != 3) return module.configure_model();
   ShardedInit sharded(ShardedInitOptions().comm(world.comm_ptr()));
   module.configure_model();
 }
 
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world) {
   if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)
-    return std::make_unique<ZeroStrategy>(options, module, world);
+    return std::make_unique<ZeroStrategy>(options, module);
   if (options.strategy == StrategyKind::kDp) return make_dp_strategy(options, module, world);
   if (options.strategy == StrategyKind::kPipeline) return make_pipeline_strategy(options, module, world);
   return make_ddp_strategy(options, module, world);

@@ -67,6 +67,7 @@ void TrainerImpl::log(const std::string& name, const torch::Tensor& value, const
 void TrainerImpl::attach(TrainingModule& target) {
   if (module == &target) return;
   COHORT_CHECK(module == nullptr, "this Trainer already trains another TrainingModule: use one Trainer per module");
+  resolve_zero_config(options, world);
   configure_model(options, target, world);
   target.to(world.device());
   if (options.raw.sync_batchnorm())  // before the strategy sees the parameters, as Lightning does
