@@ -102,7 +102,8 @@ allreduce_once() {
   else
     launch launch_cohort "$out" "$(cohort_env "$impl")" "$build" "$build/bench/allreduce" --mode sizes $ar_flags ||
       return 1
-    sed -n 's/^\[rank0\]: //p' "$out.n1.log" | awk -F'|' -v tag="$tag" -v impl="$impl" -v raw="$([ "$impl" = "$raw_from" ] && echo 1)" '
+    [ "$impl" = "$raw_from" ] || raw_from=""
+    sed -n 's/^\[rank0\]: //p' "$out.n1.log" | awk -F'|' -v tag="$tag" -v impl="$impl" -v raw="$raw_from" '
       /^ +[0-9]/ { split($1, a, " "); split($2, b, " "); split($3, c, " ");
                    print tag " impl=" impl " bytes=" a[1] " us=" b[1]
                    if (raw) print tag " impl=gloo_raw bytes=" a[1] " us=" c[1] }' >>"$results"
