@@ -52,17 +52,22 @@ launch_torch() {
 
 # Open MPI from n1 across the hosts: ob1 with the TCP BTL between hosts (on the hosts' subnet only) and
 # vader (shared memory) within one; ranks unbound (--bind-to none: every host shares this machine's
-# CPUs, and Open MPI's binding would put the two hosts' ranks on the same cores). One log, OUT.n1.log.
+# CPUs, and Open MPI's binding would put the two hosts' ranks on the same cores). MPI_FLAGS, default
+# "--mca mpi_yield_when_idle 1": each host's slots look free to mpirun, so its ranks would busy-poll
+# without yielding, 4 spinning ranks on this machine's 2 CPUs (80-280 ms per allreduce here against
+# Gloo's 8); yielding is what Open MPI does itself when it knows the CPUs are shared. One log, OUT.n1.log.
 launch_mpi() {
   local out=$1 hosts="" host; shift
   for host in "${BENCH_HOSTS[@]}"; do hosts+="${hosts:+,}$host:$PER_HOST"; done
+  # shellcheck disable=SC2086  # MPI_FLAGS is a list of words
   OMPI_MCA_plm_rsh_agent="$BENCH_REPO/tests/cluster/ns_agent.sh" COHORT_CLUSTER_DIR="$CL_DIR" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    on_host "${BENCH_HOSTS[0]}" timeout -k 5 "$LAUNCH_LIMIT" \
+    on_host_bg "${BENCH_HOSTS[0]}" "$out.${BENCH_HOSTS[0]}.log" timeout -k 5 "$LAUNCH_LIMIT" \
     mpirun --bind-to none -np $((PER_HOST * ${#BENCH_HOSTS[@]})) -H "$hosts" \
     --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include "$CL_SUBNET.0/24" \
-    --mca oob_tcp_if_include "$CL_SUBNET.0/24" -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
-    "$@" >"$out.${BENCH_HOSTS[0]}.log" 2>&1
+    --mca oob_tcp_if_include "$CL_SUBNET.0/24" ${MPI_FLAGS---mca mpi_yield_when_idle 1} \
+    -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 "$@"
+  wait $!  # in the background and waited for, so that an interrupt stops the run at once
 }
 
 # Runs one launch (launch_cohort, launch_torch or launch_mpi with their arguments); on failure says so

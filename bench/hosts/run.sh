@@ -16,6 +16,7 @@
 #                  more flags to both sides
 #   HOOKS ["none"]  DDP communication hooks, one row each: a hook other than none adds --comm-hook HOOK to
 #                  cohort's and PyTorch's command (e.g. HOOKS="none powersgd")
+#   MPI_FLAGS ["--mca mpi_yield_when_idle 1"]  more flags to mpirun (why: bench/hosts/launch.sh)
 #   BUILD [build] (allreduce, allreduce_mpi, cohortrun); BUILD2 [build-torch2] (cohort on LibTorch 2.11:
 #   cohortrun, scaling_step); PYTHON2 [~/.cache/cohort/torch-2.11.0/bin/python]; LIMIT [1200] s per
 #   launch; KEEP=1 keeps the logs (kept anyway on a failure).
@@ -155,7 +156,8 @@ results="$CL_DIR/results"
 : >"$results"
 failures=0
 settings="RATES='${rates[*]}' PARTS='${parts[*]}' ALLREDUCE_IMPLS='${ar_impls[*]}' DDP_IMPLS='${ddp_impls[*]}'"
-settings+=" ALLREDUCE_FLAGS='$ar_flags' MODELS='${models[*]}' HOOKS='${hooks[*]}' BATCH='${BATCH:-}'; DDP flags: $ddp_flags"
+settings+=" ALLREDUCE_FLAGS='$ar_flags' MODELS='${models[*]}' HOOKS='${hooks[*]}' BATCH='${BATCH:-}'"
+settings+=" MPI_FLAGS='${MPI_FLAGS---mca mpi_yield_when_idle 1}'; DDP flags: $ddp_flags"
 report="$CL_DIR/report"
 {
   echo "# $command_line"
