@@ -10,7 +10,7 @@
 # Variables (defaults in brackets):
 #   RATES ["none 1gbit"]   link rates in tc's units, one pass each; none = unshaped veth
 #   PARTS ["allreduce ddp"]; ALLREDUCE_IMPLS ["cohort cohort_flat mpi"]; DDP_IMPLS ["cohort cohort_flat torch"]
-#   ALLREDUCE_FLAGS ["--reps 11 --warmup 2"]  to bench/allreduce and bench/allreduce_mpi alike
+#   ALLREDUCE_FLAGS ["--reps 5 --warmup 1"]  to bench/allreduce and bench/allreduce_mpi alike
 #                  (--min-bytes B --max-bytes B pick sizes; both programs' defaults are 4 KiB..64 MiB)
 #   MODELS ["cnn resnet18"]; BATCH per rank [cnn 64, resnet18 16]; STEPS [20]; WARMUP [3]; DDP_FLAGS [""]
 #                  more flags to both sides
@@ -31,7 +31,7 @@ read -ra ar_impls <<<"${ALLREDUCE_IMPLS:-cohort cohort_flat mpi}"
 read -ra ddp_impls <<<"${DDP_IMPLS:-cohort cohort_flat torch}"
 read -ra models <<<"${MODELS:-cnn resnet18}"
 read -ra hooks <<<"${HOOKS:-none}"
-ar_flags=${ALLREDUCE_FLAGS:---reps 11 --warmup 2}
+ar_flags=${ALLREDUCE_FLAGS:---reps 5 --warmup 1}
 ddp_flags="--steps ${STEPS:-20} --warmup ${WARMUP:-3} --threads 1 ${DDP_FLAGS:-}"
 python2=${PYTHON2:-$HOME/.cache/cohort/torch-2.11.0/bin/python}
 source tests/cluster/lib.sh
