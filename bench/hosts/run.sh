@@ -12,7 +12,7 @@
 #   PARTS ["allreduce ddp"]; ALLREDUCE_IMPLS ["cohort cohort_flat mpi"]; DDP_IMPLS ["cohort cohort_flat torch"]
 #   ALLREDUCE_FLAGS ["--reps 5 --warmup 1"]  to bench/allreduce and bench/allreduce_mpi alike
 #                  (--min-bytes B --max-bytes B pick sizes; both programs' defaults are 4 KiB..64 MiB)
-#   MODELS ["cnn resnet18"]; BATCH per rank [cnn 64, resnet18 16]; STEPS [20]; WARMUP [3]; DDP_FLAGS [""]
+#   MODELS ["cnn resnet18"]; BATCH per rank [cnn 64, resnet18 16]; STEPS [10]; WARMUP [3]; DDP_FLAGS [""]
 #                  more flags to both sides
 #   HOOKS ["none"]  DDP communication hooks, one row each: a hook other than none adds --comm-hook HOOK to
 #                  cohort's and PyTorch's command (e.g. HOOKS="none powersgd")
@@ -32,7 +32,7 @@ read -ra ddp_impls <<<"${DDP_IMPLS:-cohort cohort_flat torch}"
 read -ra models <<<"${MODELS:-cnn resnet18}"
 read -ra hooks <<<"${HOOKS:-none}"
 ar_flags=${ALLREDUCE_FLAGS:---reps 5 --warmup 1}
-ddp_flags="--steps ${STEPS:-20} --warmup ${WARMUP:-3} --threads 1 ${DDP_FLAGS:-}"
+ddp_flags="--steps ${STEPS:-10} --warmup ${WARMUP:-3} --threads 1 ${DDP_FLAGS:-}"
 python2=${PYTHON2:-$HOME/.cache/cohort/torch-2.11.0/bin/python}
 source tests/cluster/lib.sh
 source bench/hosts/launch.sh
