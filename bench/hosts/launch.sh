@@ -7,6 +7,11 @@ BENCH_HOSTS=(n1 n2)
 PER_HOST=2
 LAUNCH_LIMIT=${LIMIT:-1200}       # seconds one launch may take
 BENCH_PORT=29600                  # node 0's port; a fresh one per launch (nothing lingers in TIME_WAIT)
+# Every rank in a session of its own, as torchrun starts its workers (start_new_session): with CFS
+# autogroup (kernel.sched_autogroup_enabled=1, as here) the CPU is shared per session, so cohortrun's
+# and mpirun's ranks, all in this script's session, got one share between them while each PyTorch rank
+# got its own: 0.44-0.62x PyTorch's DDP samples/s on a loaded machine, whose single ranks ran alike.
+RANK_SESSION="setsid --wait"
 
 # Processes in our namespaces other than the hosts' holders: what a failed launch left.
 launch_strays() {
@@ -38,7 +43,7 @@ launch_cohort() {
   BENCH_PORT=$((BENCH_PORT + 1))
   on_every_host "$out" "OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 $env" \
     "$dir/tools/cohortrun --nnodes ${#BENCH_HOSTS[@]} --node-rank @NODE@ --master-addr ${BENCH_HOSTS[0]}
-     --master-port $BENCH_PORT --nproc-per-node $PER_HOST $*"
+     --master-port $BENCH_PORT --nproc-per-node $PER_HOST $RANK_SESSION $*"
 }
 
 # PyTorch's torchrun (PYTHON's torch) on every host: launch_torch OUT "ENV" PYTHON SCRIPT ARGS...
@@ -59,14 +64,14 @@ launch_torch() {
 launch_mpi() {
   local out=$1 hosts="" host; shift
   for host in "${BENCH_HOSTS[@]}"; do hosts+="${hosts:+,}$host:$PER_HOST"; done
-  # shellcheck disable=SC2086  # MPI_FLAGS is a list of words
+  # shellcheck disable=SC2086  # MPI_FLAGS and RANK_SESSION are lists of words
   OMPI_MCA_plm_rsh_agent="$BENCH_REPO/tests/cluster/ns_agent.sh" COHORT_CLUSTER_DIR="$CL_DIR" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
     on_host_bg "${BENCH_HOSTS[0]}" "$out.${BENCH_HOSTS[0]}.log" timeout -k 5 "$LAUNCH_LIMIT" \
     mpirun --bind-to none -np $((PER_HOST * ${#BENCH_HOSTS[@]})) -H "$hosts" \
     --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include "$CL_SUBNET.0/24" \
     --mca oob_tcp_if_include "$CL_SUBNET.0/24" ${MPI_FLAGS---mca mpi_yield_when_idle 1} \
-    -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 "$@"
+    -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 $RANK_SESSION "$@"
   wait $!  # in the background and waited for, so that an interrupt stops the run at once
 }
 
