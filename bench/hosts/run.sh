@@ -131,19 +131,19 @@ ddp_once() {
 
 # Every part, impl, model and hook once, in this repetition's turn order.
 one_repetition() {
-  local rate=$1 rep=$2 impl model hook
+  local rate=$1 rep=$2 impl model hook status
   if has_part allreduce; then
     for impl in $(in_turn "$rep" "${ar_impls[@]}"); do
-      allreduce_once "$impl" "$rate" "$rep" || failures=$((failures + 1))
-      cl_log "rate $rate, rep $rep/$reps: allreduce $impl done"
+      allreduce_once "$impl" "$rate" "$rep" && status="done" || { status=FAILED; failures=$((failures + 1)); }
+      cl_log "rate $rate, rep $rep/$reps: allreduce $impl $status"
     done
   fi
   if has_part ddp; then
     for model in "${models[@]}"; do
       for hook in "${hooks[@]}"; do
         for impl in $(in_turn "$rep" "${ddp_impls[@]}"); do
-          ddp_once "$impl" "$rate" "$rep" "$model" "$hook" || failures=$((failures + 1))
-          cl_log "rate $rate, rep $rep/$reps: DDP $model ($hook) $impl done"
+          ddp_once "$impl" "$rate" "$rep" "$model" "$hook" && status="done" || { status=FAILED; failures=$((failures + 1)); }
+          cl_log "rate $rate, rep $rep/$reps: DDP $model ($hook) $impl $status"
         done
       done
     done
