@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "core/job_secret.h"
+#include "core/socket.h"
 #include "support/errors.h"
-#include "world/net.h"
 #include "world/rendezvous.h"
 #include "world/store_client.h"
 #include "world/store_server.h"
@@ -56,7 +56,7 @@ struct Stranger {
   int fd = -1;
   std::string address;  // 127.0.0.1:PORT as the server sees it
   explicit Stranger(const StoreServer& server) {
-    fd = launch::connect_to("127.0.0.1", server.port(), 2000);
+    fd = net::try_connect({"127.0.0.1", server.port()}, net::Clock::now() + 2000ms).release();
     EXPECT_GE(fd, 0);
     sockaddr_in mine{};
     socklen_t size = sizeof mine;

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/socket.h"
+
 namespace cohort::detail {
 
 struct HandshakeConfig {
@@ -21,16 +23,16 @@ struct HandshakeConfig {
   std::chrono::milliseconds timeout{300000};  // for messages
 };
 
-/// One connected peer: its rank, the socket and the host name it told.
+/// One connected peer: its rank, the socket (blocking) and the host name it told.
 struct PeerLink {
   int rank = -1;
-  int fd = -1;
+  net::Fd fd;
   std::string host;
 };
 
-/// A socket listening on `address` (numeric IPv4; every interface when COHORT_STORE_BIND=any) and a
-/// free port; throws cohort::Error naming the address.
-int listen_for_peers(const std::string& address);
+/// A socket listening on `address` (numeric; every interface when COHORT_STORE_BIND=any) and a free
+/// port; throws cohort::Error naming the address and why.
+net::Fd listen_for_peers(const std::string& address);
 
 /// Dials rank `peer` at `endpoint` (HOST:PORT) and proves this rank to it, by `deadline`; returns the
 /// link. Throws cohort::Error naming the peer, the endpoint and both jobs when they differ.

@@ -2,11 +2,6 @@
 // messages, dissemination agreement, and failure detection by EOF and abort notices.
 #include "comm/control_plane.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -21,6 +16,7 @@
 
 #include "cohort/error.h"
 #include "comm/control_handshake.h"
+#include "core/socket.h"
 
 namespace cohort::detail {
 namespace {
@@ -42,11 +38,6 @@ int remaining_ms(Clock::time_point deadline) {
   return left > std::numeric_limits<int>::max() ? std::numeric_limits<int>::max() : int(left);
 }
 
-void set_nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
 std::string this_host() {
   char name[256] = {0};
   if (::gethostname(name, sizeof name - 1) != 0) return "unknown";
@@ -62,13 +53,10 @@ std::string job_label(const std::string& run_id) {
 ControlPlane::ControlPlane(c10d::Store& store, const ControlPlaneConfig& config)
     : rank_(config.rank), size_(config.size), peers_(config.size) {
   peers_[rank_].host = this_host();
-  wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  wake_fd_.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   // This rank's own address, as peers dial it: never every interface unless COHORT_STORE_BIND=any.
   listen_fd_ = listen_for_peers(config.local_address);
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  const std::string endpoint = config.local_address + ":" + std::to_string(ntohs(addr.sin_port));
+  const std::string endpoint = config.local_address + ":" + std::to_string(net::port_of(listen_fd_.get()));
   store.set(config.prefix + "/cp/" + std::to_string(rank_), std::vector<uint8_t>(endpoint.begin(), endpoint.end()));
   connect_mesh(store, config);
 }
@@ -83,18 +71,17 @@ void ControlPlane::connect_mesh(c10d::Store& store, const ControlPlaneConfig& co
   // once and, by induction, every rank does: the order cannot deadlock.
   for (int peer = 0; peer < rank_; ++peer) {
     auto raw = store.get(config.prefix + "/cp/" + std::to_string(peer));
-    const PeerLink link = dial_peer(peer, std::string(raw.begin(), raw.end()), handshake, deadline);
-    set_nodelay(link.fd);
-    peers_[peer].fd = link.fd;
+    PeerLink link = dial_peer(peer, std::string(raw.begin(), raw.end()), handshake, deadline);
+    net::set_nodelay(link.fd.get());
+    peers_[peer].fd = std::move(link.fd);
     peers_[peer].host = link.host;
   }
-  for (const PeerLink& link : accept_peers(listen_fd_, handshake, deadline)) {
-    set_nodelay(link.fd);
-    peers_[link.rank].fd = link.fd;
+  for (PeerLink& link : accept_peers(listen_fd_.get(), handshake, deadline)) {
+    net::set_nodelay(link.fd.get());
+    peers_[link.rank].fd = std::move(link.fd);
     peers_[link.rank].host = link.host;
   }
-  ::close(listen_fd_);
-  listen_fd_ = -1;
+  listen_fd_.reset();
 }
 
 ControlPlane::~ControlPlane() {
@@ -102,15 +89,11 @@ ControlPlane::~ControlPlane() {
   bye.type = kBye;
   for (int p = 0; p < size_; ++p)
     if (p != rank_) send_message(p, bye, true);
-  for (auto& peer : peers_)
-    if (peer.fd >= 0) ::close(peer.fd);
-  if (listen_fd_ >= 0) ::close(listen_fd_);
-  ::close(wake_fd_);
-}
+}  // the sockets and the eventfd close with their Fds
 
 void ControlPlane::interrupt() {
   uint64_t one = 1;
-  (void)!::write(wake_fd_, &one, sizeof(one));
+  (void)!::write(wake_fd_.get(), &one, sizeof(one));
 }
 
 void ControlPlane::send_message(int peer, const Message& message, bool best_effort) {
@@ -122,25 +105,17 @@ void ControlPlane::send_message(int peer, const Message& message, bool best_effo
   put_u64(&frame[24], message.b);
   std::memcpy(&frame[kHeaderBytes], message.text.data(), message.text.size());
   std::lock_guard<std::mutex> write_lock(write_mutex_);
-  const int fd = peers_[peer].fd;
-  if (fd < 0 || peers_[peer].closed) return;
-  size_t sent = 0;
-  while (sent < frame.size()) {
-    ssize_t n = ::send(fd, frame.data() + sent, frame.size() - sent,
-                       MSG_NOSIGNAL | (best_effort ? MSG_DONTWAIT : 0));
-    if (n <= 0) {
-      if (!best_effort && n < 0 && errno == EINTR) continue;
-      return;  // the peer is gone; receive() reports it when we next wait on it
-    }
-    sent += size_t(n);
-  }
+  if (!peers_[peer].fd || peers_[peer].closed) return;
+  // Best effort sends what fits now. A failure is a peer that is gone: receive() reports it when we
+  // next wait on it.
+  net::write_all(peers_[peer].fd.get(), frame, best_effort ? Clock::now() : Clock::time_point::max());
 }
 
 std::optional<PeerFailure> ControlPlane::drain(int p) {
   Peer& peer = peers_[p];
   char chunk[4096];
   for (;;) {
-    ssize_t n = ::recv(peer.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+    ssize_t n = ::recv(peer.fd.get(), chunk, sizeof(chunk), MSG_DONTWAIT);
     if (n > 0) {
       peer.buffer.append(chunk, size_t(n));
       continue;
@@ -189,13 +164,12 @@ std::optional<PeerFailure> ControlPlane::receive(int from, Clock::time_point dea
     fds.clear();
     owners.clear();
     for (int p = 0; p < size_; ++p) {
-      if (p == rank_ || peers_[p].fd < 0 || peers_[p].closed) continue;
-      fds.push_back(pollfd{peers_[p].fd, POLLIN, 0});
+      if (p == rank_ || !peers_[p].fd || peers_[p].closed) continue;
+      fds.push_back(pollfd{peers_[p].fd.get(), POLLIN, 0});
       owners.push_back(p);
     }
-    fds.push_back(pollfd{wake_fd_, POLLIN, 0});
-    const int ready = ::poll(fds.data(), fds.size(), remaining_ms(deadline));
-    if (ready < 0 && errno == EINTR) continue;
+    fds.push_back(pollfd{wake_fd_.get(), POLLIN, 0});
+    const int ready = net::poll_fds(fds, remaining_ms(deadline));
     if (ready <= 0) return PeerFailure{PeerFailure::kTimedOut, from, ""};
     if (fds.back().revents != 0) return PeerFailure{PeerFailure::kAborted, rank_, "interrupted"};
     for (size_t i = 0; i + 1 < fds.size(); ++i) {
@@ -249,8 +223,8 @@ std::optional<PeerFailure> ControlPlane::receive_p2p(const P2PKey& key, Clock::t
                                                      P2PNotice& out) {
   const int from = key.peer;
   for (;;) {
-    pollfd wake{wake_fd_, POLLIN, 0};
-    if (::poll(&wake, 1, 0) > 0) return PeerFailure{PeerFailure::kAborted, rank_, "interrupted"};
+    pollfd wake{wake_fd_.get(), POLLIN, 0};
+    if (net::poll_fds(&wake, 1, 0) > 0) return PeerFailure{PeerFailure::kAborted, rank_, "interrupted"};
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock()) {
       // agree() holds the sockets and drains every peer meanwhile: look again in a moment.
@@ -273,11 +247,11 @@ std::optional<PeerFailure> ControlPlane::receive_p2p(const P2PKey& key, Clock::t
     std::vector<pollfd> fds;
     std::vector<int> owners;
     for (int p = 0; p < size_; ++p) {
-      if (p == rank_ || peers_[p].fd < 0 || peers_[p].closed) continue;
-      fds.push_back(pollfd{peers_[p].fd, POLLIN, 0});
+      if (p == rank_ || !peers_[p].fd || peers_[p].closed) continue;
+      fds.push_back(pollfd{peers_[p].fd.get(), POLLIN, 0});
       owners.push_back(p);
     }
-    const int ready = ::poll(fds.data(), fds.size(), std::min(kP2PSliceMs, remaining_ms(deadline)));
+    const int ready = net::poll_fds(fds, std::min(kP2PSliceMs, remaining_ms(deadline)));
     for (size_t i = 0; ready > 0 && i < fds.size(); ++i)
       if (fds[i].revents != 0)
         if (auto failure = drain(owners[i])) return failure;
@@ -304,11 +278,11 @@ std::optional<PeerFailure> ControlPlane::check_peers() {
   for (int p = 0; p < size_; ++p) {
     // A death another thread saw first stays a death: every watcher must learn of it, not only the first.
     if (p != rank_ && peers_[p].closed && !peers_[p].said_bye) return PeerFailure{PeerFailure::kDied, p, ""};
-    if (p == rank_ || peers_[p].fd < 0 || peers_[p].closed) continue;
-    fds.push_back(pollfd{peers_[p].fd, POLLIN, 0});
+    if (p == rank_ || !peers_[p].fd || peers_[p].closed) continue;
+    fds.push_back(pollfd{peers_[p].fd.get(), POLLIN, 0});
     owners.push_back(p);
   }
-  if (::poll(fds.data(), fds.size(), 0) <= 0) return std::nullopt;
+  if (net::poll_fds(fds, 0) <= 0) return std::nullopt;
   for (size_t i = 0; i < fds.size(); ++i)
     if (fds[i].revents != 0)
       if (auto failure = drain(owners[i])) return failure;
@@ -320,7 +294,7 @@ std::vector<int> ControlPlane::dead_peers() {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return dead;  // another thread reads the sockets: ask again in a moment
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_ || peers_[p].fd < 0) continue;
+    if (p == rank_ || !peers_[p].fd) continue;
     while (!peers_[p].closed && drain(p)) {
     }
     if (peers_[p].closed && !peers_[p].said_bye) dead.push_back(p);

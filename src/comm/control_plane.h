@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "core/socket.h"
+
 namespace c10d {
 class Store;
 }
@@ -104,7 +106,7 @@ class ControlPlane {
     std::string text;
   };
   struct Peer {
-    int fd = -1;
+    net::Fd fd;
     bool closed = false;
     bool said_bye = false;        // the peer shut down cleanly (its EOF is not a death)
     std::string buffer;           // bytes read but not yet parsed
@@ -122,8 +124,8 @@ class ControlPlane {
 
   int rank_;
   int size_;
-  int listen_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd written by interrupt()
+  net::Fd listen_fd_;
+  net::Fd wake_fd_;  // eventfd written by interrupt()
   std::vector<Peer> peers_;
   std::mutex mutex_;  // one reader at a time: the launcher thread or a waiting thread
   std::mutex write_mutex_;  // whole frames: notices and aborts are sent from other threads than agree()

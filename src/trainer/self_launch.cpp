@@ -3,7 +3,6 @@
 
 #include "core/job_secret.h"
 
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <unistd.h>
@@ -19,7 +18,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
-#include "world/net.h"
+#include "core/socket.h"
 #include "world/worker_env.h"
 
 namespace cohort::detail {
@@ -146,7 +145,7 @@ void SelfLauncher::start(int devices) {
   launch::GroupLayout layout;
   layout.local_world_size = devices;
   layout.world_size = devices;
-  layout.master_port = launch::pick_free_port();
+  layout.master_port = net::pick_free_port();
   layout.run_id = "cohort-trainer-" + std::to_string(::getpid());
   COHORT_CHECK(layout.master_port > 0, "self-launch: no free TCP port on this machine for the rendezvous");
   const launch::EnvVars base = launch::process_env();
@@ -220,7 +219,7 @@ void SelfLauncher::pump() {
         owners.emplace_back(worker.get(), is_err);
       }
     }
-    ::poll(fds.data(), fds.size(), 100);
+    net::poll_fds(fds, 100);
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       auto [worker, is_err] = owners[i];

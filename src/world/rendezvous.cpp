@@ -1,17 +1,9 @@
 // The rendezvous store with errors that say where and who (see rendezvous.h).
 #include "world/rendezvous.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -20,8 +12,8 @@
 #include "comm/control_plane.h"
 #include "core/job_secret.h"
 #include "core/log.h"
+#include "core/socket.h"
 #include "world/job_identity.h"
-#include "world/net.h"
 #include "world/store_client.h"
 #include "world/store_server.h"
 
@@ -37,44 +29,13 @@ std::string endpoint_of(const RendezvousConfig& config) {
 
 // MASTER_ADDR must resolve: c10d would retry an unknown name until the timeout, logging each try.
 void check_resolves(const RendezvousConfig& config) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(config.master_addr.c_str(), nullptr, &hints, &res);
-  if (res != nullptr) ::freeaddrinfo(res);
-  COHORT_CHECK(rc == 0, "MASTER_ADDR=", config.master_addr, " does not resolve (", ::gai_strerror(rc),
-               "): rank ", config.rank, " cannot find the rendezvous; export rank 0's host name or address");
+  const std::string why = net::resolve_error(config.master_addr);
+  COHORT_CHECK(why.empty(), "MASTER_ADDR=", config.master_addr, " does not resolve (", why, "): rank ", config.rank,
+               " cannot find the rendezvous; export rank 0's host name or address");
 }
 
-// A listening socket holds `port` on this host when a bind with SO_REUSEADDR (as TCPStore's) fails.
-bool port_in_use(int port) {
-  bool in_use = false;
-  for (int family : {AF_INET6, AF_INET}) {
-    const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) continue;
-    int one = 1, off = 0;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_storage address{};
-    socklen_t size = 0;
-    if (family == AF_INET6) {
-      ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
-      auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
-      v6->sin6_family = AF_INET6;
-      v6->sin6_addr = in6addr_any;
-      v6->sin6_port = htons(uint16_t(port));
-      size = sizeof(sockaddr_in6);
-    } else {
-      auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
-      v4->sin_family = AF_INET;
-      v4->sin_addr.s_addr = htonl(INADDR_ANY);
-      v4->sin_port = htons(uint16_t(port));
-      size = sizeof(sockaddr_in);
-    }
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), size) != 0 && errno == EADDRINUSE) in_use = true;
-    ::close(fd);
-  }
-  return in_use;
+bool master_accepts(const RendezvousConfig& config) {
+  return net::can_connect({config.master_addr, config.master_port}, std::chrono::milliseconds(1000));
 }
 
 [[noreturn]] void throw_port_in_use(const RendezvousConfig& config) {
@@ -84,7 +45,7 @@ bool port_in_use(int port) {
       "MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" + config.master_addr +
       ")" + by + ": choose another port, or launch with cohortrun --standalone which picks a free one";
   // Its holder ended while we asked (another job's rank 0 that finished): the port may be ours now.
-  if (!holder && !launch::can_connect(config.master_addr, config.master_port, 1000)) throw JobUnanswered(message);
+  if (!holder && !master_accepts(config)) throw JobUnanswered(message);
   throw Error(message);
 }
 
@@ -96,7 +57,7 @@ bool port_in_use(int port) {
 
 // Until something listens at MASTER_ADDR:MASTER_PORT (probing quietly: c10d's retries log a line each).
 void wait_for_listener(const RendezvousConfig& config, std::chrono::steady_clock::time_point deadline) {
-  while (!launch::can_connect(config.master_addr, config.master_port, 1000)) {
+  while (!master_accepts(config)) {
     if (std::chrono::steady_clock::now() > deadline) throw_unreachable(config, "nothing accepted a connection");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -132,7 +93,7 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config,
   StoreClientOptions client{config.master_addr, config.master_port, secret.value, secret.source, timeout};
   std::shared_ptr<StoreServer> server;
   if (hosts) {
-    if (port_in_use(config.master_port)) throw_port_in_use(config);
+    if (net::port_in_use(config.master_port)) throw_port_in_use(config);
     StoreServerOptions options;
     options.bind_address = store_bind_address(config.master_addr, config.master_port);
     options.port = config.master_port;
@@ -224,45 +185,16 @@ std::string store_bind_address(const std::string& master_addr, int master_port) 
   const std::string bind = setting == nullptr ? "" : setting;
   if (bind == "any") return "";
   if (!bind.empty() && bind != "auto") return bind;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string own;
-  if (::getaddrinfo(master_addr.c_str(), nullptr, &hints, &res) == 0) {
-    for (addrinfo* a = res; a != nullptr && own.empty(); a = a->ai_next) {
-      char text[INET6_ADDRSTRLEN] = {0};
-      const void* raw = a->ai_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr)
-                                                : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr);
-      if (::inet_ntop(a->ai_family, raw, text, sizeof text) != nullptr && launch::is_local_host(text)) own = text;
-    }
-    ::freeaddrinfo(res);
-  }
-  return own.empty() ? local_address_towards(master_addr, master_port) : own;
+  std::string unresolved;  // then local_address_towards names it
+  for (const std::string& address : net::addresses_of(master_addr, unresolved))
+    if (net::is_local_host(address)) return address;
+  return local_address_towards(master_addr, master_port);
 }
 
 std::string local_address_towards(const std::string& master_addr, int master_port) {
-  // A connected UDP socket sends nothing but makes the kernel pick the route, and so our address.
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  COHORT_CHECK(::getaddrinfo(master_addr.c_str(), std::to_string(master_port).c_str(), &hints, &res) == 0 &&
-                   res != nullptr,
-               "MASTER_ADDR=", master_addr, " does not resolve to an IPv4 address");
-  int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  std::string address = "127.0.0.1";
-  if (::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof(local);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len);
-    char text[INET_ADDRSTRLEN];
-    ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof(text));
-    address = text;
-  }
-  ::close(fd);
-  ::freeaddrinfo(res);
-  return address;
+  const auto address = net::local_address_towards({master_addr, master_port});
+  COHORT_CHECK(address.has_value(), "MASTER_ADDR=", master_addr, " does not resolve to an IPv4 address");
+  return *address;
 }
 
 }  // namespace cohort::detail

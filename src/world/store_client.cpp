@@ -2,19 +2,12 @@
 // server's proof, then one request and one reply at a time, every wait bounded by a deadline.
 #include "world/store_client.h"
 
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <thread>
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
 #include "core/job_secret.h"
-#include "world/net.h"
+#include "core/socket.h"
 
 namespace cohort::detail {
 namespace {
@@ -22,47 +15,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 namespace wire = store_wire;
 
-int ms_left(Clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return int(std::clamp<int64_t>(left, 0, 1 << 30));
-}
-
 // A timeout of 0 is c10d's "no timeout".
 Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
   return timeout.count() > 0 ? Clock::now() + timeout : Clock::time_point::max();
 }
 
-bool wait_for(int fd, short events, Clock::time_point deadline) {
-  pollfd waiting{fd, events, 0};
-  for (;;) {
-    const int n = ::poll(&waiting, 1, deadline == Clock::time_point::max() ? -1 : ms_left(deadline));
-    if (n < 0 && errno == EINTR) continue;
-    return n > 0;
-  }
-}
-
 // "" when every byte went out by `deadline`, else why not.
 std::string send_all(int fd, const std::string& bytes, Clock::time_point deadline) {
-  for (size_t done = 0; done < bytes.size();) {
-    if (!wait_for(fd, POLLOUT, deadline)) return "no progress sending before the deadline";
-    const ssize_t n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n <= 0) return std::string("the connection failed: ") + std::strerror(errno);
-    done += size_t(n);
-  }
-  return "";
+  return net::write_all(fd, bytes, deadline).why;
 }
 
 std::string receive_all(int fd, char* out, size_t size, Clock::time_point deadline) {
-  for (size_t done = 0; done < size;) {
-    if (!wait_for(fd, POLLIN, deadline)) return "no answer before the deadline";
-    const ssize_t n = ::recv(fd, out + done, size - done, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) continue;
-    if (n == 0) return "the store closed the connection";
-    if (n < 0) return std::string("the connection failed: ") + std::strerror(errno);
-    done += size_t(n);
-  }
-  return "";
+  const net::IoResult got = net::read_exact(fd, out, size, deadline);
+  return got.status == net::IoResult::kClosed ? "the store closed the connection" : got.why;
 }
 
 // One whole frame of at most `limit` bytes; "" on success, else why not.
@@ -80,23 +45,20 @@ std::string read_frame(int fd, Clock::time_point deadline, size_t limit, wire::M
 }
 
 // Connects to a listener, retrying quietly until `deadline`, and reads its hello.
-int open_and_greet(const std::string& host, int port, Clock::time_point deadline, wire::Message& hello,
-                   std::string& failure) {
-  int fd = -1;
-  while ((fd = launch::connect_to(host, port, std::max(1, std::min(1000, ms_left(deadline))))) < 0) {
-    if (ms_left(deadline) < 50) {
-      failure = "nothing accepted a connection at " + host + ":" + std::to_string(port);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+net::Fd open_and_greet(const net::Endpoint& to, Clock::time_point deadline, wire::Message& hello,
+                       std::string& failure) {
+  std::string why;
+  net::Fd fd = net::connect_until(to, deadline, &why);
+  if (!fd) {
+    failure = "nothing accepted a connection at " + to.text() + " (" + why + ")";
+    return fd;
   }
-  failure = read_frame(fd, deadline, wire::kHandshakeLimit, hello);
+  failure = read_frame(fd.get(), deadline, wire::kHandshakeLimit, hello);
   if (failure.empty() && (hello.code != wire::kHello || hello.args.size() != 3 || hello.args[0] != wire::kProtocol ||
                           hello.args[2].size() != 32))
     failure = "the listener does not speak cohort's store protocol";
-  if (failure.empty()) return fd;
-  ::close(fd);
-  return -1;
+  if (!failure.empty()) fd.reset();
+  return fd;
 }
 
 std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
@@ -113,9 +75,7 @@ std::string keys_text(const std::vector<std::string>& keys) {
 StoreHello read_store_hello(const std::string& host, int port, std::chrono::milliseconds timeout) {
   wire::Message hello;
   std::string failure;
-  const int fd = open_and_greet(host, port, Clock::now() + timeout, hello, failure);
-  if (fd < 0) return {std::nullopt, failure};
-  ::close(fd);
+  if (!open_and_greet({host, port}, Clock::now() + timeout, hello, failure)) return {std::nullopt, failure};
   return {hello.args[1], ""};
 }
 
@@ -124,14 +84,14 @@ CohortStore::CohortStore(const StoreClientOptions& options, std::shared_ptr<Stor
   const auto deadline = deadline_after(options.timeout);
   wire::Message hello;
   std::string failure;
-  fd_ = open_and_greet(options.host, options.port, deadline, hello, failure);
-  COHORT_CHECK(fd_ >= 0, "cannot connect to the rendezvous store at ", where(), " within ", options.timeout.count(),
+  fd_ = open_and_greet({options.host, options.port}, deadline, hello, failure);
+  COHORT_CHECK(fd_, "cannot connect to the rendezvous store at ", where(), " within ", options.timeout.count(),
                " ms: ", failure);
   const std::string mine = random_bytes(32);
   const std::string proof = hmac_proof(options.secret, "cohort-store-client", hello.args[2], mine);
   wire::Message answer;
-  failure = send_all(fd_, wire::encode({wire::kAuth, {proof, mine}}), deadline);
-  if (failure.empty()) failure = read_frame(fd_, deadline, wire::kHandshakeLimit, answer);
+  failure = send_all(fd_.get(), wire::encode({wire::kAuth, {proof, mine}}), deadline);
+  if (failure.empty()) failure = read_frame(fd_.get(), deadline, wire::kHandshakeLimit, answer);
   if (failure.empty() && answer.code == wire::kRefused && answer.args.size() == 1)
     failure = "it refused this rank (" + answer.args[0] + "): every rank needs the job's secret, "
               "and this one's comes from " + options.secret_source + " (docs/security.md)";
@@ -140,21 +100,19 @@ CohortStore::CohortStore(const StoreClientOptions& options, std::shared_ptr<Stor
                                                                       hello.args[2]))))
     failure = "it did not prove it knows the job's secret: another job's store, or not a store of this job";
   if (!failure.empty()) {
-    ::close(fd_);
+    fd_.reset();
     throw Error("rendezvous store at " + where() + " (" + job_label(hello.args[1]) + "): " + failure);
   }
 }
 
-CohortStore::~CohortStore() {
-  if (fd_ >= 0) ::close(fd_);
-}
+CohortStore::~CohortStore() = default;
 
 std::string CohortStore::where() const { return options_.host + ":" + std::to_string(options_.port); }
 
 wire::Message CohortStore::call(const wire::Message& request, const std::string& what,
                                 std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> lock(mutex_);
-  COHORT_CHECK(fd_ >= 0, "rendezvous store at ", where(), ": ", what, " failed: the connection was lost earlier");
+  COHORT_CHECK(fd_, "rendezvous store at ", where(), ": ", what, " failed: the connection was lost earlier");
   const auto limit = getTimeout();
   // The server answers a parked request when its own timer ends; a little longer here covers the trip.
   const auto deadline = limit.count() > 0 || wait.count() > 0
@@ -164,17 +122,14 @@ wire::Message CohortStore::call(const wire::Message& request, const std::string&
   COHORT_CHECK(frame.size() - wire::kHeaderBytes <= wire::kFrameLimit, "rendezvous store at ", where(), ": ", what,
                " is ", frame.size(), " bytes, over the store's limit of ", wire::kFrameLimit, " bytes");
   wire::Message reply;
-  std::string failure = send_all(fd_, frame, deadline);
-  if (failure.empty()) failure = read_frame(fd_, deadline, wire::kFrameLimit, reply);
+  std::string failure = send_all(fd_.get(), frame, deadline);
+  if (failure.empty()) failure = read_frame(fd_.get(), deadline, wire::kFrameLimit, reply);
   if (failure.empty() && reply.code == wire::kRefused)
     failure = reply.args.empty() ? "the store refused it" : reply.args[0];
   else if (failure.empty() && reply.code != wire::kOk && reply.code != wire::kTimedOut)
     failure = "the store answered with code " + std::to_string(int(reply.code));
   if (!failure.empty()) {
-    if (reply.code != wire::kRefused) {  // the stream is out of step now: never reuse it
-      ::close(fd_);
-      fd_ = -1;
-    }
+    if (reply.code != wire::kRefused) fd_.reset();  // the stream is out of step now: never reuse it
     throw Error("rendezvous store at " + where() + ": " + what + " failed: " + failure);
   }
   return reply;

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "compat/c10d_compat.h"
+#include "core/socket.h"
 #include "world/store_server.h"
 #include "world/store_wire.h"
 
@@ -63,7 +64,7 @@ class CohortStore : public StoreBase {
 
   StoreClientOptions options_;
   std::shared_ptr<StoreServer> server_;
-  int fd_ = -1;
+  net::Fd fd_;
   std::mutex mutex_;  // one request at a time on the connection, as c10d's TCPStore client
 };
 

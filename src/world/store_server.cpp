@@ -4,7 +4,6 @@
 // or its timeout passes). A peer that breaks the protocol is refused with one log line naming it.
 #include "world/store_server.h"
 
-#include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,7 +21,7 @@
 #include "cohort/error.h"
 #include "core/job_secret.h"
 #include "core/log.h"
-#include "world/net.h"
+#include "core/socket.h"
 #include "world/store_wire.h"
 
 namespace cohort::detail {
@@ -39,7 +38,7 @@ std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.cou
 
 struct StoreServer::State {
   struct Connection {
-    int fd = -1;
+    net::Fd fd;
     std::string peer;   // ADDRESS:PORT, for log lines
     bool proven = false;
     std::string nonce;  // the server's challenge
@@ -49,8 +48,8 @@ struct StoreServer::State {
     std::optional<Clock::time_point> parked_until;
   };
   StoreServerOptions options;
-  int listen_fd = -1;
-  int wake_fd = -1;
+  net::Fd listen_fd;
+  net::Fd wake_fd;
   int port = 0;
   std::string where;
   std::atomic<bool> stopping{false};
@@ -75,18 +74,17 @@ struct StoreServer::State {
 void StoreServer::State::refuse(Connection& c, const std::string& why) {
   COHORT_WARN("rendezvous store at ", where, ": refused ", c.peer, ": ", why);
   const std::string frame = wire::encode(reply(wire::kRefused, {why}));
-  (void)!::send(c.fd, frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort
-  ::close(c.fd);
-  c.fd = -1;
+  (void)!::send(c.fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort
+  c.fd.reset();
 }
 
 void StoreServer::State::accept_new() {
   for (;;) {
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    net::Fd fd = net::accept_one(listen_fd.get());
+    if (!fd) return;
     Connection c;
-    c.fd = fd;
-    c.peer = launch::peer_of(fd);
+    c.peer = net::peer_of(fd.get());
+    c.fd = std::move(fd);
     const auto unproven = std::count_if(connections.begin(), connections.end(),
                                         [](const Connection& k) { return !k.proven; });
     if (unproven >= options.max_unproven) {
@@ -103,7 +101,7 @@ void StoreServer::State::accept_new() {
 
 bool StoreServer::State::flush(Connection& c) {
   while (!c.out.empty()) {
-    const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
     if (n <= 0) return false;
@@ -117,7 +115,7 @@ void StoreServer::State::send_now(Connection& c, const wire::Message& m) { c.out
 bool StoreServer::State::read_from(Connection& c) {
   char chunk[65536];
   for (;;) {
-    const ssize_t n = ::recv(c.fd, chunk, sizeof chunk, MSG_DONTWAIT);
+    const ssize_t n = ::recv(c.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n <= 0) {  // a peer that leaves: an ended rank, or a stranger that gave up
@@ -248,7 +246,7 @@ std::optional<wire::Message> StoreServer::State::answer_parked(const wire::Messa
 
 void StoreServer::State::wake_parked() {
   for (auto& c : connections) {
-    if (c.fd < 0 || !c.parked) continue;
+    if (!c.fd || !c.parked) continue;
     if (auto now = answer_parked(*c.parked)) {
       send_now(c, *now);
       c.parked.reset();
@@ -270,9 +268,9 @@ int StoreServer::State::poll_timeout() const {
 void StoreServer::State::run() {
   std::vector<pollfd> fds;
   while (!stopping.load()) {
-    fds.assign({{listen_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}});
-    for (const auto& c : connections) fds.push_back({c.fd, short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
-    if (::poll(fds.data(), fds.size(), poll_timeout()) < 0 && errno != EINTR) break;
+    fds.assign({{listen_fd.get(), POLLIN, 0}, {wake_fd.get(), POLLIN, 0}});
+    for (const auto& c : connections) fds.push_back({c.fd.get(), short(POLLIN | (c.out.empty() ? 0 : POLLOUT)), 0});
+    if (net::poll_fds(fds, poll_timeout()) < 0) break;
     if (stopping.load()) break;
     size_t i = 2;
     const auto now = Clock::now();
@@ -293,10 +291,9 @@ void StoreServer::State::run() {
       // Requests that arrived behind a parked one (a client sends one at a time, but need not).
       if (alive && c.proven && !c.parked && !c.in.empty()) alive = handle_frames(c);
       if (alive && !flush(c)) alive = false;
-      if (!alive && c.fd >= 0) ::close(c.fd);
-      if (!alive) c.fd = -1;
+      if (!alive) c.fd.reset();
     }
-    connections.remove_if([](const Connection& c) { return c.fd < 0; });
+    connections.remove_if([](const Connection& c) { return !c.fd; });
     if (fds[0].revents & POLLIN) accept_new();
   }
 }
@@ -305,13 +302,13 @@ StoreServer::StoreServer(const StoreServerOptions& options) : state_(std::make_u
   auto& s = *state_;
   s.options = options;
   std::string error;
-  s.listen_fd = launch::listen_on(options.bind_address, options.port, error);
+  s.listen_fd = net::listen_on(options.bind_address, options.port, error);
   const std::string address = options.bind_address.empty() ? "every interface" : options.bind_address;
-  COHORT_CHECK(s.listen_fd >= 0, "rank 0 cannot host the rendezvous store at ", address, ":", options.port, ": ",
+  COHORT_CHECK(s.listen_fd, "rank 0 cannot host the rendezvous store at ", address, ":", options.port, ": ",
                error);
-  s.port = launch::port_of(s.listen_fd);
+  s.port = net::port_of(s.listen_fd.get());
   s.where = (options.bind_address.empty() ? "*" : options.bind_address) + ":" + std::to_string(s.port);
-  s.wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   s.thread = std::thread([&s] { s.run(); });
 }
 
@@ -319,12 +316,8 @@ StoreServer::~StoreServer() {
   auto& s = *state_;
   s.stopping = true;
   uint64_t one = 1;
-  (void)!::write(s.wake_fd, &one, sizeof one);
-  s.thread.join();
-  for (auto& c : s.connections)
-    if (c.fd >= 0) ::close(c.fd);
-  ::close(s.listen_fd);
-  ::close(s.wake_fd);
+  (void)!::write(s.wake_fd.get(), &one, sizeof one);
+  s.thread.join();  // the connections, the listener and the eventfd close with the state
 }
 
 int StoreServer::port() const { return state_->port; }

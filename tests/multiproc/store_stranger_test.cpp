@@ -20,7 +20,7 @@
 #include "cohort/comm.h"
 #include "cohort/world.h"
 #include "support/multiproc.h"
-#include "world/net.h"
+#include "core/socket.h"
 #include "world/store_wire.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -70,7 +70,8 @@ bool is_wildcard(const std::string& local) {
 
 // A connection from a stranger: whatever it sends, then everything until the store hangs up.
 std::string stranger_sends(int port, const std::string& bytes) {
-  const int fd = cohort::detail::launch::connect_to("127.0.0.1", port, 2000);
+  namespace net = cohort::detail::net;
+  const int fd = net::try_connect({"127.0.0.1", port}, net::Clock::now() + std::chrono::seconds(2)).release();
   if (fd < 0) return "no connection";
   (void)!::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   timeval wait{10, 0};
@@ -115,7 +116,9 @@ TEST(StoreStranger, EveryAttemptIsRefusedAndTheJobIsUnharmed) {
     comm.barrier();
     EXPECT_EQ(allreduced(comm, rank), 3.0f);
     if (rank == 0) {  // a half-sent message, held open while rank 0 exits
-      const int fd = cohort::detail::launch::connect_to("127.0.0.1", world.master_port(), 2000);
+      namespace net = cohort::detail::net;
+      const net::Endpoint store{"127.0.0.1", world.master_port()};
+      const int fd = net::try_connect(store, net::Clock::now() + std::chrono::seconds(2)).release();  // held open
       (void)!::send(fd, "\x10\x00", 2, MSG_NOSIGNAL);
       report("holding a partial message as rank 0 exits");
     }

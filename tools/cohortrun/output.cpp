@@ -3,13 +3,14 @@
 #include "cohortrun/output.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <stdexcept>
 #include <cstring>
+
+#include "core/socket.h"
 
 namespace cohort::detail::launch {
 
@@ -54,7 +55,7 @@ int write_all(int fd, const char* data, size_t size) {
       size -= static_cast<size_t>(n);
     } else if (n < 0 && errno == EAGAIN) {
       pollfd waiting{fd, POLLOUT, 0};
-      ::poll(&waiting, 1, 100);
+      net::poll_fds(&waiting, 1, 100);
     } else if (!(n < 0 && errno == EINTR)) {
       return n < 0 ? errno : EIO;
     }

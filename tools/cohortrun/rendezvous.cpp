@@ -11,7 +11,7 @@
 
 #include "cohortrun/signals.h"
 #include "core/job_secret.h"
-#include "world/net.h"
+#include "core/socket.h"
 #include "world/rendezvous.h"
 #include "world/store_client.h"
 #include "world/store_server.h"
@@ -70,7 +70,7 @@ class LocalRendezvous : public Rendezvous {
       info.master_port = options_.master_port;
     } else {  // c10d or --standalone: a free port, fresh each round
       info.master_addr = "127.0.0.1";
-      info.master_port = pick_free_port();
+      info.master_port = net::pick_free_port();
     }
     info.run_id = options_.run_id;
     info.secret = secret_;
@@ -94,7 +94,7 @@ class StoreRendezvous : public Rendezvous {
   explicit StoreRendezvous(const LaunchOptions& options) : options_(options) {
     prefix_ = "cohortrun/" + options.rdzv_id + "/";
     const bool try_host = options.rdzv_backend == "static" ? options.node_rank == 0
-                                                           : is_local_host(options.endpoint.host);
+                                                           : net::is_local_host(options.endpoint.host);
     if (try_host) host_store();
     if (!store_) connect_store();
     agree_on_job();
@@ -222,7 +222,7 @@ class StoreRendezvous : public Rendezvous {
   }
 
   void host_store() {
-    const bool taken = can_connect(options_.endpoint.host, options_.endpoint.port, 300);
+    const bool taken = net::can_connect({options_.endpoint.host, options_.endpoint.port}, std::chrono::milliseconds(300));
     if (taken && options_.rdzv_backend == "static") {
       throw RendezvousError("cannot host " + where() + ": port " +
                             std::to_string(options_.endpoint.port) +
@@ -253,7 +253,7 @@ class StoreRendezvous : public Rendezvous {
 
   void connect_store() {
     const auto start = Clock::now();
-    while (!can_connect(options_.endpoint.host, options_.endpoint.port, 500)) {
+    while (!net::can_connect({options_.endpoint.host, options_.endpoint.port}, std::chrono::milliseconds(500))) {
       if (seconds_since(start) >= options_.join_timeout) {
         throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) +
                               " waiting for " + where() +
@@ -349,7 +349,7 @@ class StoreRendezvous : public Rendezvous {
       if (arrived >= options_.nnodes.min && !min_since) min_since = Clock::now();
       const bool last_call_over = min_since && seconds_since(*min_since) >= options_.last_call_timeout;
       if (const int count = close_count(arrived, options_.nnodes, last_call_over)) {
-        const std::string master = options_.endpoint.host + " " + std::to_string(pick_free_port());
+        const std::string master = options_.endpoint.host + " " + std::to_string(net::pick_free_port());
         write(rp + "master", master);
         write(rp + "closed", std::to_string(count));
         write(prefix_ + "round", std::to_string(round));  // for nodes that come later
@@ -437,7 +437,7 @@ std::unique_ptr<Rendezvous> make_rendezvous(const LaunchOptions& options) {
   const std::string flag = options.rdzv_endpoint.empty() ? "--master-addr" : "--rdzv-endpoint";
   const std::string host = static_local ? options.master_addr : options.endpoint.host;
   if (!host.empty()) {
-    const std::string why = resolve_error(host);
+    const std::string why = net::resolve_error(host);
     if (!why.empty()) {
       throw RendezvousError(flag + " " + (flag == "--master-addr" ? options.master_addr : options.rdzv_endpoint) +
                             ": cannot resolve host " + host + " (" + why + ")");

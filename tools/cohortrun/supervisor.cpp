@@ -4,7 +4,6 @@
 // that left the group (setsid) are re-parented to cohortrun, the subreaper, and ended at the end.
 #include "cohortrun/supervisor.h"
 
-#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,6 +21,7 @@
 #include "cohortrun/orphans.h"
 #include "cohortrun/output.h"
 #include "cohortrun/signals.h"
+#include "core/socket.h"
 
 namespace cohort::detail::launch {
 namespace {
@@ -212,7 +212,7 @@ class Attempt {
           owners.emplace_back(slot.get(), StdSpec::kErr);
         }
       }
-      const int ready = ::poll(fds.data(), fds.size(), poll_timeout_ms());
+      const int ready = net::poll_fds(fds, poll_timeout_ms());
       if (ready > 0) {
         if (fds[0].revents && drain_signals()) reap_orphans(worker_pids());  // an orphan's zombie
         for (size_t i = 1; i < fds.size(); ++i) {
