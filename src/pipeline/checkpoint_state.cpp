@@ -7,8 +7,8 @@
 
 #include <set>
 
+#include "compat/optimizer_state.h"
 #include "core/log.h"
-#include "core/optimizer_state.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline::detail {

@@ -6,7 +6,7 @@
 #include <torch/optim/sgd.h>
 
 #include "cohort/error.h"
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
 
 namespace cohort::detail {
 
