@@ -29,6 +29,7 @@
 #include "world/rendezvous.h"
 
 #include "bench_util.h"
+#include "core/check.h"
 
 namespace {
 

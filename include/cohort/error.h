@@ -1,11 +1,11 @@
-// cohort::Error and COHORT_CHECK: the one way cohort reports a failure.
+// cohort::Error: the one way cohort reports a failure (cohort raises it with COHORT_CHECK, an internal
+// macro in src/core/check.h).
 // Messages start with "[rank r/w]" once the process knows its rank, so a line from any rank says who
 // wrote it; the text names the operation, the offending value and, where there is one, the fix.
 // kind() says what went wrong and ranks() who was involved, so a caller can decide without reading
 // the text (docs/errors.md: which kinds to retry).
 #pragma once
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -53,25 +53,6 @@ std::string rank_prefix();
 /// Sets the identity used by rank_prefix() and the logs.
 void set_rank_identity(int rank, int size);
 
-template <typename... Args>
-std::string str(const Args&... args) {
-  std::ostringstream out;
-  (out << ... << args);
-  return out.str();
-}
-
 }  // namespace detail
 }  // namespace cohort
 COHORT_EXPORT_END
-
-/// Throws cohort::Error with the streamed arguments as message when `cond` is false.
-#define COHORT_CHECK(cond, ...)                                    \
-  do {                                                             \
-    if (!(cond)) throw ::cohort::Error(::cohort::detail::str(__VA_ARGS__)); \
-  } while (0)
-
-/// COHORT_CHECK for an error of a known kind: COHORT_CHECK_KIND(kInvalidArgument, n > 0, "n=", n, ...).
-#define COHORT_CHECK_KIND(kind, cond, ...)                                                              \
-  do {                                                                                                  \
-    if (!(cond)) throw ::cohort::Error(::cohort::detail::str(__VA_ARGS__), ::cohort::ErrorKind::kind); \
-  } while (0)

@@ -18,6 +18,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/safe_file.h"
 
 namespace fs = std::filesystem;

@@ -12,6 +12,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/group.h"
 #include "checkpoint/stage.h"
+#include "core/check.h"
 #include "core/log.h"
 
 namespace fs = std::filesystem;

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/safe_file.h"
 
 namespace cohort::detail::ckpt {

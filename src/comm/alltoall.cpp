@@ -12,6 +12,7 @@
 #include "cohort/comm.h"
 #include "comm/op_util.h"
 #include "comm/ragged.h"
+#include "core/check.h"
 
 namespace cohort {
 

@@ -8,6 +8,7 @@
 #include "comm/collective_plans.h"
 #include "comm/comm_impl.h"
 #include "comm/op_util.h"
+#include "core/check.h"
 
 namespace cohort {
 

@@ -8,6 +8,7 @@
 
 #include "comm/failure_report.h"
 #include "comm/op_util.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 

@@ -4,6 +4,7 @@
 
 #include "comm/comm_impl.h"
 #include "cohort/comm.h"
+#include "core/check.h"
 
 namespace cohort {
 

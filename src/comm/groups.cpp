@@ -11,6 +11,7 @@
 
 #include "cohort/comm.h"
 #include "comm/comm_impl.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace {

@@ -5,6 +5,8 @@
 
 #include <sstream>
 
+#include "core/check.h"
+
 namespace cohort {
 namespace {
 

@@ -14,6 +14,7 @@
 
 #include "cohort/comm.h"
 #include "comm/op_util.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace detail {

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace {

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 namespace {

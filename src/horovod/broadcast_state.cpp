@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "compat/optimizer_state.h"
+#include "core/check.h"
 #include "horovod/context.h"
 
 namespace cohort::hvd {

@@ -6,6 +6,7 @@
 
 #include "comm/comm_impl.h"
 #include "comm/op_label.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "compat/optimizer_state.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "pipeline/pipeline_impl.h"
 

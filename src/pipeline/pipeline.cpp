@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "comm/op_util.h"
+#include "core/check.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline {

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "world/net.h"
 #include "world/worker_env.h"
 

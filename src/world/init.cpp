@@ -13,6 +13,7 @@
 #include "cohort/comm.h"
 #include "cohort/number.h"
 #include "comm/comm_impl.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "world/launch_env.h"

@@ -13,6 +13,7 @@
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "world/net.h"
 

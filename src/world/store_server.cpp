@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "world/net.h"

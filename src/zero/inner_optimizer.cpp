@@ -7,6 +7,7 @@
 
 #include "cohort/error.h"
 #include "compat/optimizer_state.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 
