@@ -362,7 +362,7 @@ std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) 
 
 CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
   const std::string what = describe(op);
-  const std::vector<int> peer_rank{world_rank(failure.peer)};
+  const std::vector<int> peer_rank = failure.peer >= 0 ? std::vector<int>{world_rank(failure.peer)} : std::vector<int>{};
   switch (failure.kind) {
     case PeerFailure::kDied: {
       const std::string peer = ranks_on_hosts({failure.peer});

@@ -18,11 +18,11 @@
 #include <optional>
 #include <thread>
 
+#include "comm/comm_failure.h"
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
 #include "comm/shm_mailbox.h"
 #include "comm/shm_transport.h"
-#include "comm/comm_failure.h"
 #include "compat/c10d_compat.h"
 
 namespace cohort::detail {
