@@ -21,7 +21,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
-#include "comm/comm_impl.h"
+#include "comm/comm_access.h"
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
 #include "compat/c10d_compat.h"
@@ -29,6 +29,7 @@
 #include "world/rendezvous.h"
 
 #include "bench_util.h"
+#include "core/check.h"
 
 namespace {
 
@@ -340,7 +341,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto& comm = world.comm();
-    auto store = c10::intrusive_ptr<c10d::Store>::reclaim_copy(comm.impl().store());
+    auto store = c10::intrusive_ptr<c10d::Store>::reclaim_copy(cohort::detail::comm_impl(comm).store());
     const std::string address = cohort::detail::local_address_towards(world.master_addr(), world.master_port());
     Bench bench{options, comm, [&](const std::string& name) {
                   return cohort::detail::make_gloo({c10::make_intrusive<c10d::PrefixStore>("bench/" + name, store),
@@ -351,7 +352,7 @@ int main(int argc, char** argv) {
     bench.raw_agree = bench.make_group("raw-agree");
     bench.cp = std::make_unique<cohort::detail::ControlPlane>(
         *store, cohort::detail::ControlPlaneConfig{"bench/agree", world.rank(), world.size(), address,
-                                                   std::chrono::seconds(60), comm.impl().config().run_id});
+                                                   std::chrono::seconds(60), cohort::detail::comm_impl(comm).config().run_id});
     bench.handoff = std::make_unique<HandoffAllreduce>(bench.make_group("raw-thread"));
     bench.print = world.is_main();
     if (bench.print)

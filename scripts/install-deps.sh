@@ -15,6 +15,7 @@ packages=(
   iproute2 procps                                 # network namespaces and process checks in tests
   slurmd slurmctld slurm-client munge             # tests/cluster: Slurm across namespace hosts
   iptables                                        # tests/cluster: a partitioned host (DROP)
+  clang-format-14                                 # tests/style/format_check.sh (.clang-format)
 )
 
 missing=()

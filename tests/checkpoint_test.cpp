@@ -22,6 +22,7 @@ namespace checkpoint_test {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using cohort::testing::error_of;
+using cohort::testing::kind_of;
 using cohort::testing::Cnn;
 using cohort::testing::Mlp;
 
@@ -246,6 +247,7 @@ TEST(Checkpoint, TruncatedShardFallsBackWithAWarning) {
                              "); falling back to " + dir.path + "/step-10"));
   // The step directory named explicitly: no fallback, the reason itself.
   EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path + "/step-20", state); }), reason);
+  EXPECT_EQ(kind_of([&] { cohort::load_checkpoint(dir.path + "/step-20", state); }), "kind=I/O ranks=");
   EXPECT_EQ(error_of([&] {
               cohort::load_checkpoint(dir.path, state, cohort::LoadOptions().fallback(false));
             }),
@@ -268,6 +270,7 @@ TEST(Checkpoint, ChecksumMismatchNamesFileAndTensor) {
   const std::string message = error_of([&] { cohort::load_checkpoint(dir.path, state); });
   EXPECT_THAT(message, ::testing::StartsWith("checksum mismatch in " + shard + " for tensor '"));
   EXPECT_THAT(message, HasSubstr("the manifest says"));
+  EXPECT_EQ(kind_of([&] { cohort::load_checkpoint(dir.path, state); }), "kind=I/O ranks=");
 }
 
 TEST(Checkpoint, DamagedManifestFallsBack) {
@@ -299,6 +302,7 @@ TEST(Checkpoint, AnotherModelIsAnErrorWithoutFallback) {
   EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path, state); }),
             "checkpoint " + dir.path + "/step-20 does not match this state: it has no tensor "
             "'model/conv.weight' (saved from another model?)");
+  EXPECT_EQ(kind_of([&] { cohort::load_checkpoint(dir.path, state); }), "kind=invalid argument ranks=");
   torch::nn::Linear wider(20, 33);
   cohort::CheckpointState shapes;
   Mlp mlp;

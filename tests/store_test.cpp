@@ -158,6 +158,7 @@ TEST(Store, AnswersWhatGlooAndCohortAsk) {
   EXPECT_THAT(error_of([&] { store->wait({"never"}, 200ms); }),
               HasSubstr("rendezvous store at 127.0.0.1:" + std::to_string(server->port()) +
                         ": waiting for keys never timed out after 200 ms"));
+  EXPECT_EQ(cohort::testing::kind_of([&] { store->wait({"never"}, 200ms); }), "kind=timeout ranks=");
   store->set("after", {'1'});  // the connection is still in step after a timeout
   EXPECT_TRUE(store->check({"after"}));
 }

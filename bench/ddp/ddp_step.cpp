@@ -13,7 +13,7 @@
 
 #include "bench/ddp/models.h"
 #include "cohort/cohort.h"
-#include "comm/comm_impl.h"
+#include "comm/comm_access.h"
 #include "compat/c10d_compat.h"
 
 namespace {
@@ -42,7 +42,7 @@ int run(const Args& args, const cohort::World& world) {
     ddp = std::make_unique<cohort::DistributedDataParallel<typename Net::ContainedType>>(
         net.ptr(), cohort::DDPOptions().bucket_cap_mb(args.bucket_cap_mb).first_bucket_cap_mb(args.first_bucket_cap_mb));
   } else if (world.size() > 1) {
-    auto& impl = world.comm().impl();
+    auto& impl = cohort::detail::comm_impl(world.comm());
     auto store = c10::make_intrusive<c10d::PrefixStore>("bench-naive", impl.store_ptr());
     cohort::detail::BackendConfig config{store, world.rank(), world.size(), "127.0.0.1", std::chrono::minutes(5)};
     raw = cohort::detail::make_gloo(config);

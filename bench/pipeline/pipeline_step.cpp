@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "compute_clock.h"
+#include "core/check.h"
 
 namespace {
 

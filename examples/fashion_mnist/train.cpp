@@ -18,6 +18,7 @@
 #include <optional>
 #include <sstream>
 
+#include "../common/check.h"
 #include "../common/cli_paths.h"
 #include "../common/threads.h"
 #include "digest.h"
@@ -32,7 +33,7 @@ using Clock = std::chrono::steady_clock;
 
 // --zero-stage wins over --strategy; --deepspeed-config alone means the ZeRO engine as it says.
 std::string strategy_of(const TrainConfig& config) {
-  COHORT_CHECK(config.zero_stage != 0, "--zero-stage 0 is plain data parallelism: leave it out (DDP)");
+  examples::require(config.zero_stage != 0, "--zero-stage 0 is plain data parallelism: leave it out (DDP)");
   if (config.zero_stage > 0) return "zero" + std::to_string(config.zero_stage);
   if (!config.deepspeed_config.empty()) return "deepspeed";
   return config.strategy;
@@ -54,7 +55,7 @@ cohort::TrainerOptions trainer_options(const TrainConfig& config) {
 
 // A split with no images gives a loss of 0/0 and an accuracy of 0/0: refuse it by name.
 cohort::data::FashionMnist non_empty(cohort::data::FashionMnist data, const std::string& dir, const char* split) {
-  COHORT_CHECK(data.images.size(0) > 0, "the ", split, " set in ", dir, " holds 0 images: there is nothing to ",
+  examples::require(data.images.size(0) > 0, "the ", split, " set in ", dir, " holds 0 images: there is nothing to ",
                std::string(split) == "training" ? "train on" : "evaluate");
   return data;
 }
@@ -67,7 +68,7 @@ std::optional<cohort::ZeroConfig> zero_config(const TrainConfig& config, const c
   if (config.zero_stage >= 0) zero.zero_optimization().stage(config.zero_stage);
   if (config.precision == "bf16-mixed" || config.precision == "bf16") zero.bf16().enabled(true);
   // LibTorch's CPU convolutions have no Half kernel: say so now, not after the data is loaded.
-  COHORT_CHECK(!zero.fp16().enabled() || world.device().is_cuda(), "--deepspeed-config ", config.deepspeed_config,
+  examples::require(!zero.fp16().enabled() || world.device().is_cuda(), "--deepspeed-config ", config.deepspeed_config,
                " enables fp16, but this rank runs on the CPU, where LibTorch has no fp16 convolution: use \"bf16\": "
                "{\"enabled\": true} on CPU, or run on a GPU");
   if (zero.optimizer().type() == cohort::OptimizerType::kNone)
@@ -184,7 +185,7 @@ void Job::check_memory(const BatchRequest& request) {
   const std::string refusal = memory_refusal(request, trainer_.world().local_size(), available_memory_bytes());
   const auto refusing = cohort::reduce_metrics({torch::tensor(int64_t(refusal.empty() ? 0 : 1))});
   if (refusing[0].item<int64_t>() == 0) return;
-  COHORT_CHECK(!refusal.empty(), "another rank refused the batch of ", request.samples,
+  examples::require(!refusal.empty(), "another rank refused the batch of ", request.samples,
                " samples: it needs more memory than that rank's node has available");
   throw cohort::Error(refusal);
 }

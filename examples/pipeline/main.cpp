@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "../common/check.h"
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "../common/cli_paths.h"
@@ -117,7 +118,7 @@ cohort::pipeline::PipelineOptions pipeline_options(const Config& config, const c
                      });
   if (config.data_parallel > 1) options.data_comm(mesh.group_ptr("data"));
   if (config.zero_stage > 0) {
-    COHORT_CHECK(config.data_parallel > 1, "--zero-stage ", config.zero_stage, " needs --data-parallel 2 or more");
+    examples::require(config.data_parallel > 1, "--zero-stage ", config.zero_stage, " needs --data-parallel 2 or more");
     const double lr = config.lr;
     options.zero(cohort::ZeroConfig().zero_optimization(cohort::ZeroOptimizationConfig().stage(int(config.zero_stage))))
         .zero_optimizer([lr](std::vector<torch::Tensor> shards) {
@@ -130,7 +131,7 @@ cohort::pipeline::PipelineOptions pipeline_options(const Config& config, const c
 // Flags that cannot work together, refused before anything starts (exit status 2).
 void check_flags(const Config& config) {
   // Every batch would be a tail too small to split, so nothing would train.
-  COHORT_CHECK(config.chunks <= config.batch_size, "--chunks ", config.chunks, " is more than --batch-size ",
+  examples::require(config.chunks <= config.batch_size, "--chunks ", config.chunks, " is more than --batch-size ",
                config.batch_size, ": a batch cannot be split into more microbatches than it has samples; lower "
                "--chunks or raise --batch-size");
   examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir);
@@ -142,7 +143,7 @@ void train(const Config& config) {
   examples::set_threads(int(config.threads));
   auto world = cohort::init();
   const int64_t stages = config.stages > 0 ? config.stages : world.size() / config.data_parallel;
-  COHORT_CHECK(stages * config.data_parallel == world.size(), "--stages ", stages, " x --data-parallel ",
+  examples::require(stages * config.data_parallel == world.size(), "--stages ", stages, " x --data-parallel ",
                config.data_parallel, " is not the world size ", world.size());
   const int per_rank = config.schedule == "interleaved" ? int(config.stages_per_rank) : 1;
   // Row-major: the ranks of one pipeline are consecutive; each stage's replicas form a data group.

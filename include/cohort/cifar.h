@@ -2,6 +2,7 @@
 // test_batch.bin; each record one label byte and 3072 pixel bytes, the red, green and blue 32x32
 // planes), and a synthetic CIFAR-shaped set for benchmarks on machines without the data. Every failure
 // (missing file, truncated file, label outside 0..9) is a one-line cohort::Error naming the file.
+// Public (owned by data, src/layers.txt): training programs and the benchmarks' CIFAR runs load it.
 #pragma once
 
 #include <torch/types.h>

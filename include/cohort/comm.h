@@ -43,6 +43,7 @@ struct AlltoallSplits {
 namespace detail {
 class CommImpl;
 class PendingOp;
+struct CommAccess;  // src/comm/comm_access.h: cohort's own code reaching a Comm's internals
 }  // namespace detail
 
 /// Handle of an asynchronous collective. wait() blocks until it finished on this rank and throws
@@ -141,9 +142,8 @@ class Comm {
   /// Number of collectives issued so far (the sequence number of the next one).
   int64_t sequence_number() const;
 
-  detail::CommImpl& impl() { return *impl_; }
-
  private:
+  friend struct detail::CommAccess;
   std::unique_ptr<detail::CommImpl> impl_;
 };
 

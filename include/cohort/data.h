@@ -1,7 +1,8 @@
 // IDX files (the MNIST/Fashion-MNIST format) and the Fashion-MNIST dataset as LibTorch tensors.
 // Files may be gzip-compressed or plain (read with zlib either way); every failure (missing file,
 // truncated data, wrong magic number, images/labels disagreeing) is a one-line cohort::Error naming
-// the path.
+// the path. Public (owned by data, src/layers.txt): a training program loads its dataset with it, as
+// the examples and cohort::Trainer's data modules do.
 #pragma once
 
 #include <torch/types.h>

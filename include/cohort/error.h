@@ -1,21 +1,49 @@
-// cohort::Error and COHORT_CHECK: the one way cohort reports a failure.
+// cohort::Error: the one way cohort reports a failure (cohort raises it with COHORT_CHECK, an internal
+// macro in src/core/check.h).
 // Messages start with "[rank r/w]" once the process knows its rank, so a line from any rank says who
 // wrote it; the text names the operation, the offending value and, where there is one, the fix.
+// kind() says what went wrong and ranks() who was involved, so a caller can decide without reading
+// the text (docs/errors.md: which kinds to retry).
 #pragma once
 
-#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "cohort/export.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {
 
+/// What went wrong, set where cohort knows it (docs/errors.md says which to retry).
+enum class ErrorKind {
+  kOther,            ///< none of the kinds below, or not known where the error was raised
+  kInvalidArgument,  ///< a value passed in is refused: a bug in the caller, retrying cannot help
+  kTimeout,          ///< a wait passed its deadline; ranks() are the ranks that were waited for
+  kPeerDied,         ///< a peer's process exited or was killed (or left); ranks() names it
+  kAborted,          ///< a peer failed first and aborted the Comm (ranks() names it), or this rank did
+  kDesync,           ///< ranks called different collectives or disagree on a value: a bug
+  kIO,               ///< a file could not be read or written, or its bytes are damaged (checksum)
+};
+
+/// "timeout", "peer died", ... : the kind as messages and logs name it.
+const char* error_kind_name(ErrorKind kind);
+
 /// Thrown by every cohort function that fails. what() is the complete, rank-prefixed message.
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message);
+  /// An error of a known kind; `ranks` are the world ranks involved (the dead peer, the ranks waited
+  /// for, the ranks that disagree), empty when none is known.
+  Error(const std::string& message, ErrorKind kind, std::vector<int> ranks = {});
+
+  ErrorKind kind() const { return kind_; }
+  /// The world ranks involved, ascending; empty when the error is this rank's alone or none is known.
+  const std::vector<int>& ranks() const { return ranks_; }
+
+ private:
+  ErrorKind kind_ = ErrorKind::kOther;
+  std::vector<int> ranks_;
 };
 
 namespace detail {
@@ -25,19 +53,6 @@ std::string rank_prefix();
 /// Sets the identity used by rank_prefix() and the logs.
 void set_rank_identity(int rank, int size);
 
-template <typename... Args>
-std::string str(const Args&... args) {
-  std::ostringstream out;
-  (out << ... << args);
-  return out.str();
-}
-
 }  // namespace detail
 }  // namespace cohort
 COHORT_EXPORT_END
-
-/// Throws cohort::Error with the streamed arguments as message when `cond` is false.
-#define COHORT_CHECK(cond, ...)                                    \
-  do {                                                             \
-    if (!(cond)) throw ::cohort::Error(::cohort::detail::str(__VA_ARGS__)); \
-  } while (0)

@@ -4,6 +4,8 @@
 // and the text given, e.g.
 //   --batch-size is out of range: expected an integer from 1 to 1048576, got 99999999999999999999
 //   COHORT_TIMEOUT=inf is not a number of seconds from 0.001 to 86400
+// Public (owned by core, src/layers.txt) because a training program reads its own flags and variables
+// with the same rules and wording as cohort's: the examples' command lines (examples/common) use it.
 #pragma once
 
 #include <cstdint>

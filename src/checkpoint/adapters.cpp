@@ -5,6 +5,7 @@
 
 #include "checkpoint/entry.h"
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail::ckpt {
 namespace {

@@ -18,6 +18,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/shard_file.h"
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/safe_file.h"
 
 namespace fs = std::filesystem;
@@ -46,10 +47,12 @@ class Files {
   std::map<std::string, std::unique_ptr<ShardReader>> open_;
 };
 
-// Streams one piece through `buffer`, handing each chunk to `sink`, and checks its CRC32.
+// Streams one piece through `buffer`, handing each chunk to `sink`, and checks its CRC32: returns the
+// text naming a checksum mismatch, "" when the bytes are the ones saved (a file that cannot be read
+// throws instead, so the caller tells a damaged piece from an unreadable file without reading text).
 template <typename Sink>
-void stream_piece(Files& files, const Piece& p, const std::string& name, std::vector<char>& buffer,
-                  Sink&& sink) {
+std::string stream_piece(Files& files, const Piece& p, const std::string& name, std::vector<char>& buffer,
+                         Sink&& sink) {
   ShardReader& reader = files.get(p.file);
   uint32_t crc = 0;
   for (int64_t done = 0; done < p.nbytes;) {
@@ -59,9 +62,9 @@ void stream_piece(Files& files, const Piece& p, const std::string& name, std::ve
     sink(buffer.data(), n);
     done += n;
   }
-  COHORT_CHECK(crc == p.crc32, "checksum mismatch in ", reader.path(), " for tensor '", name,
-               "' (bytes ", p.byte_offset, "..", p.byte_offset + p.nbytes, "): crc32 ", crc,
-               ", the manifest says ", p.crc32);
+  if (crc == p.crc32) return "";
+  return str("checksum mismatch in ", reader.path(), " for tensor '", name, "' (bytes ", p.byte_offset, "..",
+             p.byte_offset + p.nbytes, "): crc32 ", crc, ", the manifest says ", p.crc32);
 }
 
 // The pieces of a tensor in the order they make the full tensor.
@@ -185,9 +188,10 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
       for (const Piece& p : ordered_pieces(r)) {
         if (bad_files.count(p.file)) continue;
         try {
-          stream_piece(files, p, r.name, buffer, [](const char*, int64_t) {});
-        } catch (const Error& e) {
-          if (std::string(e.what()).find("checksum mismatch") == std::string::npos) bad_files.insert(p.file);
+          const std::string mismatch = stream_piece(files, p, r.name, buffer, [](const char*, int64_t) {});
+          if (!mismatch.empty()) problems.push_back(Error(mismatch, ErrorKind::kIO).what());
+        } catch (const Error& e) {  // the file cannot be read: its other pieces cannot either
+          bad_files.insert(p.file);
           problems.push_back(e.what());
         }
       }
@@ -248,7 +252,9 @@ int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
   std::vector<char> buffer(kChunk);
   for (const Item& item : items) {
     for (const Piece& p : item.pieces) {
-      stream_piece(files, p, item.record->name, buffer, [&](const char* data, int64_t n) { file.write(data, n); });
+      const std::string mismatch =
+          stream_piece(files, p, item.record->name, buffer, [&](const char* data, int64_t n) { file.write(data, n); });
+      if (!mismatch.empty()) throw Error(mismatch, ErrorKind::kIO);
     }
   }
   file.commit();

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail::ckpt {
 

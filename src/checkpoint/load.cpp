@@ -12,6 +12,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/group.h"
 #include "checkpoint/stage.h"
+#include "core/check.h"
 #include "core/log.h"
 
 namespace fs = std::filesystem;
@@ -173,15 +174,16 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
                   " rank(s))");
       return info;
     }
-    if (mismatch || !options.fallback()) throw Error(problem);
+    // A checkpoint that does not match the state is the caller's; any other problem is the files'.
+    if (mismatch || !options.fallback()) throw Error(problem, mismatch ? ErrorKind::kInvalidArgument : ErrorKind::kIO);
     only_problem = problem;
     skipped.push_back(path + ": " + problem);
     if (group.rank() == 0 && i + 1 < paths->size()) {
       COHORT_WARN("checkpoint ", path, " is unusable (", problem, "); falling back to ", (*paths)[i + 1]);
     }
   }
-  if (paths->size() == 1) throw Error(only_problem);
-  throw Error("no usable checkpoint in " + dir + ": " + join(skipped, "; "));
+  if (paths->size() == 1) throw Error(only_problem, ErrorKind::kIO);
+  throw Error("no usable checkpoint in " + dir + ": " + join(skipped, "; "), ErrorKind::kIO);
 }
 
 }  // namespace cohort

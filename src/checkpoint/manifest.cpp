@@ -10,6 +10,7 @@
 
 #include "checkpoint/files.h"
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/safe_file.h"
 #include "core/text.h"
 

@@ -8,6 +8,7 @@
 
 #include "checkpoint/manifest.h"
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/text.h"
 
 namespace cohort::detail::ckpt {

@@ -7,7 +7,7 @@
 
 #include "checkpoint/entry.h"
 #include "cohort/error.h"
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
 
 namespace cohort::detail::ckpt {
 namespace {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/text.h"
 
 namespace cohort {

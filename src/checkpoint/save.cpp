@@ -19,6 +19,7 @@
 #include "checkpoint/shard_file.h"
 #include "cohort/error.h"
 #include "cohort_config.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/safe_file.h"
 #include "core/trace_recorder.h"

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/safe_file.h"
 
 namespace cohort::detail::ckpt {
@@ -91,15 +92,15 @@ ShardReader::ShardReader(std::string path, int rank, int world_size, int64_t pay
 void ShardReader::check_header(int rank, int world_size) {
   const int64_t payload_bytes = payload_;
   struct stat info {};
-  COHORT_CHECK(::fstat(fd_, &info) == 0, "cannot stat ", path_, ": ", errno_text());
+  COHORT_CHECK_KIND(kIO, ::fstat(fd_, &info) == 0, "cannot stat ", path_, ": ", errno_text());
   const int64_t expected = kShardHeaderBytes + payload_bytes;
-  COHORT_CHECK(info.st_size >= expected, "shard file ", path_, " is truncated: ", info.st_size,
+  COHORT_CHECK_KIND(kIO, info.st_size >= expected, "shard file ", path_, " is truncated: ", info.st_size,
                " bytes, the manifest expects ", expected);
-  COHORT_CHECK(info.st_size == expected, "shard file ", path_, " has ", info.st_size,
+  COHORT_CHECK_KIND(kIO, info.st_size == expected, "shard file ", path_, " has ", info.st_size,
                " bytes, the manifest expects ", expected);
   Header header{};
-  COHORT_CHECK(::pread(fd_, &header, sizeof header, 0) == sizeof header, "cannot read ", path_);
-  COHORT_CHECK(std::memcmp(header.magic, kMagic, sizeof kMagic) == 0, "shard file ", path_,
+  COHORT_CHECK_KIND(kIO, ::pread(fd_, &header, sizeof header, 0) == sizeof header, "cannot read ", path_);
+  COHORT_CHECK_KIND(kIO, std::memcmp(header.magic, kMagic, sizeof kMagic) == 0, "shard file ", path_,
                " is not a cohort shard (bad magic number)");
   COHORT_CHECK(header.rank == static_cast<uint32_t>(rank) &&
                    header.world_size == static_cast<uint32_t>(world_size) &&
@@ -123,7 +124,7 @@ void ShardReader::read_bytes(int64_t byte_offset, int64_t nbytes, void* out) {
   while (nbytes > 0) {
     const ssize_t n = ::pread(fd_, p, static_cast<size_t>(nbytes), at);
     if (n < 0 && errno == EINTR) continue;
-    COHORT_CHECK(n > 0, "shard file ", path_, " is truncated or unreadable at byte ", at);
+    COHORT_CHECK_KIND(kIO, n > 0, "shard file ", path_, " is truncated or unreadable at byte ", at);
     p += n;
     at += n;
     nbytes -= n;
@@ -133,7 +134,7 @@ void ShardReader::read_bytes(int64_t byte_offset, int64_t nbytes, void* out) {
 void ShardReader::read_piece(const Piece& piece, void* out, const std::string& what) {
   read_bytes(piece.byte_offset, piece.nbytes, out);
   const uint32_t crc = crc32_update(0, out, piece.nbytes);
-  COHORT_CHECK(crc == piece.crc32, "checksum mismatch in ", path_, " for ", what, " (bytes ",
+  COHORT_CHECK_KIND(kIO, crc == piece.crc32, "checksum mismatch in ", path_, " for ", what, " (bytes ",
                piece.byte_offset, "..", piece.byte_offset + piece.nbytes, "): crc32 ", crc,
                ", the manifest says ", piece.crc32);
 }

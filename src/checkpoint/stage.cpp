@@ -8,6 +8,7 @@
 
 #include "checkpoint/layout.h"
 #include "checkpoint/shard_file.h"
+#include "core/check.h"
 
 namespace cohort::detail::ckpt {
 namespace {

@@ -1,6 +1,7 @@
 // CheckpointState: the list of named state holders that save_checkpoint/load_checkpoint walk.
 #include "checkpoint/entry.h"
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort {
 

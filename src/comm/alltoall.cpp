@@ -12,6 +12,7 @@
 #include "cohort/comm.h"
 #include "comm/op_util.h"
 #include "comm/ragged.h"
+#include "core/check.h"
 
 namespace cohort {
 
@@ -19,7 +20,7 @@ using detail::OpKind;
 
 torch::Tensor Comm::allgather_v(const torch::Tensor& tensor) {
   if (size() == 1) {
-    COHORT_CHECK(tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
+    COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
                  tensor.defined() ? tensor.dim() : 0);
     return tensor.clone();
   }
@@ -35,7 +36,7 @@ std::vector<torch::Tensor> allgather_ragged(Comm& comm, const torch::Tensor& ten
 }
 
 RaggedGather allgather_ragged_async(Comm& comm, const torch::Tensor& tensor) {
-  COHORT_CHECK(tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
+  COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
                tensor.defined() ? tensor.dim() : 0);
   if (comm.size() == 1) return {Work(), [tensor] { return std::vector<torch::Tensor>{tensor}; }};
   torch::Tensor rows = comm.allgather(torch::tensor({tensor.size(0)}, torch::kLong)).view(-1);
@@ -65,28 +66,28 @@ int64_t sum_of(const std::vector<int64_t>& v) { return std::accumulate(v.begin()
 
 // Shapes, dtypes and split lists a rank can check alone.
 void check_alltoall(const torch::Tensor& output, const torch::Tensor& input, const AlltoallSplits& splits, int n) {
-  COHORT_CHECK(input.defined() && output.defined() && input.dim() >= 1 && output.dim() >= 1,
+  COHORT_CHECK_KIND(kInvalidArgument, input.defined() && output.defined() && input.dim() >= 1 && output.dim() >= 1,
                "alltoall: input and output need at least one dimension");
-  COHORT_CHECK(input.scalar_type() == output.scalar_type() && input.device() == output.device(),
+  COHORT_CHECK_KIND(kInvalidArgument, input.scalar_type() == output.scalar_type() && input.device() == output.device(),
                "alltoall: output is ", detail::dtype_name(output.scalar_type()), " on ", output.device(),
                " but input is ", detail::dtype_name(input.scalar_type()), " on ", input.device());
-  COHORT_CHECK(input.sizes().slice(1) == output.sizes().slice(1), "alltoall: rows of the input ", input.sizes(),
+  COHORT_CHECK_KIND(kInvalidArgument, input.sizes().slice(1) == output.sizes().slice(1), "alltoall: rows of the input ", input.sizes(),
                " and of the output ", output.sizes(), " differ (all but dim 0 must match)");
   const bool even = splits.input().empty() && splits.output().empty();
   if (even) {
-    COHORT_CHECK(input.size(0) % n == 0 && output.size(0) == input.size(0), "alltoall: even splits need dim 0 of ",
+    COHORT_CHECK_KIND(kInvalidArgument, input.size(0) % n == 0 && output.size(0) == input.size(0), "alltoall: even splits need dim 0 of ",
                  "the input (", input.size(0), ") divisible by the size ", n, " and equal to the output's (",
                  output.size(0), "); pass AlltoallSplits for uneven blocks");
     return;
   }
-  COHORT_CHECK(int(splits.input().size()) == n && int(splits.output().size()) == n,
+  COHORT_CHECK_KIND(kInvalidArgument, int(splits.input().size()) == n && int(splits.output().size()) == n,
                "alltoall: AlltoallSplits needs ", n, " input and ", n, " output sizes, got ", splits.input().size(),
                " and ", splits.output().size());
-  COHORT_CHECK(sum_of(splits.input()) == input.size(0) && sum_of(splits.output()) == output.size(0),
+  COHORT_CHECK_KIND(kInvalidArgument, sum_of(splits.input()) == input.size(0) && sum_of(splits.output()) == output.size(0),
                "alltoall: the input splits sum to ", sum_of(splits.input()), " rows (input has ", input.size(0),
                "), the output splits to ", sum_of(splits.output()), " (output has ", output.size(0), ")");
   for (int j = 0; j < n; ++j)
-    COHORT_CHECK(splits.input()[j] >= 0 && splits.output()[j] >= 0, "alltoall: split size ", j, " is negative");
+    COHORT_CHECK_KIND(kInvalidArgument, splits.input()[j] >= 0 && splits.output()[j] >= 0, "alltoall: split size ", j, " is negative");
 }
 
 }  // namespace
@@ -136,7 +137,7 @@ void Comm::alltoall_single(torch::Tensor output, const torch::Tensor& input, con
               << splits.output()[j] << ";";
     }
     torch::Tensor bad = allreduce(torch::tensor({int64_t(!wrong.str().empty())}, torch::kLong), ReduceOp::kMax);
-    COHORT_CHECK(bad.item<int64_t>() == 0, "alltoall: split sizes disagree between ranks:",
+    COHORT_CHECK_KIND(kDesync, bad.item<int64_t>() == 0, "alltoall: split sizes disagree between ranks:",
                  wrong.str().empty() ? " not here, on another rank (its error names them);" : wrong.str(),
                  " input split j of rank i must equal output split i of rank j");
   }
@@ -145,13 +146,13 @@ void Comm::alltoall_single(torch::Tensor output, const torch::Tensor& input, con
 
 torch::Tensor Comm::alltoall(const torch::Tensor& input, const std::vector<int64_t>& input_splits) {
   const int n = size();
-  COHORT_CHECK(input.defined() && input.dim() >= 1, "alltoall: the input needs at least one dimension");
+  COHORT_CHECK_KIND(kInvalidArgument, input.defined() && input.dim() >= 1, "alltoall: the input needs at least one dimension");
   if (input_splits.empty()) {
     torch::Tensor output = torch::empty_like(input, at::MemoryFormat::Contiguous);
     alltoall_single(output, input);
     return output;
   }
-  COHORT_CHECK(int(input_splits.size()) == n && sum_of(input_splits) == input.size(0), "alltoall: ",
+  COHORT_CHECK_KIND(kInvalidArgument, int(input_splits.size()) == n && sum_of(input_splits) == input.size(0), "alltoall: ",
                input_splits.size(), " input splits summing to ", sum_of(input_splits), " rows, expected ", n,
                " summing to dim 0 of the input (", input.size(0), ")");
   // Each rank learns how many rows every peer sends it: an even alltoall of the counts.

@@ -34,7 +34,7 @@ void plan_native_reduce_scatter(CommImpl* impl, PendingOp& pending, const Reduce
                                                                    args.input.options());
   if (args.input.numel() > 0) {
     pending.launch = [impl, out, input = args.input, op = args.op] {
-      return reduce_scatter_flat(impl->backend_for(input.device()), out, input.view(-1), op);
+      return reduce_scatter_flat(impl->backend_for(input.device()), out, input.view(-1), to_c10d(op));
     };
   }
   pending.finish = [output = args.output, out, op = args.op, n = args.size, direct]() mutable {

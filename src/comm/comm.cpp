@@ -8,6 +8,7 @@
 #include "comm/collective_plans.h"
 #include "comm/comm_impl.h"
 #include "comm/op_util.h"
+#include "core/check.h"
 
 namespace cohort {
 
@@ -35,21 +36,21 @@ bool Work::is_completed() const { return !op_ || op_->comm_->is_completed(*op_);
 namespace {
 
 void check_reduce(const torch::Tensor& t, ReduceOp op, const char* name) {
-  COHORT_CHECK(t.defined(), name, ": the tensor is undefined");
-  COHORT_CHECK(op != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), name,
+  COHORT_CHECK_KIND(kInvalidArgument, t.defined(), name, ": the tensor is undefined");
+  COHORT_CHECK_KIND(kInvalidArgument, op != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), name,
                "(avg) is not defined for integer dtype ", detail::dtype_name(t.scalar_type()),
                ": use sum and divide");
-  COHORT_CHECK(t.scalar_type() != torch::kBool, name, " does not reduce bool tensors: convert to uint8");
+  COHORT_CHECK_KIND(kInvalidArgument, t.scalar_type() != torch::kBool, name, " does not reduce bool tensors: convert to uint8");
 }
 
 void check_broadcast(const torch::Tensor& tensor, int root, int size) {
-  COHORT_CHECK(tensor.defined(), "broadcast: the tensor is undefined");
-  COHORT_CHECK(root >= 0 && root < size, "broadcast: root ", root, " is not a rank of this world of ", size);
+  COHORT_CHECK_KIND(kInvalidArgument, tensor.defined(), "broadcast: the tensor is undefined");
+  COHORT_CHECK_KIND(kInvalidArgument, root >= 0 && root < size, "broadcast: root ", root, " is not a rank of this world of ", size);
 }
 
 void check_allgather(const torch::Tensor& output, const torch::Tensor& tensor, int size) {
-  COHORT_CHECK(tensor.defined() && output.defined(), "allgather: a tensor is undefined");
-  COHORT_CHECK(output.numel() == tensor.numel() * size && output.scalar_type() == tensor.scalar_type() &&
+  COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && output.defined(), "allgather: a tensor is undefined");
+  COHORT_CHECK_KIND(kInvalidArgument, output.numel() == tensor.numel() * size && output.scalar_type() == tensor.scalar_type() &&
                    output.is_contiguous(),
                "allgather: output must be contiguous with ", size, " x ", tensor.numel(),
                " elements of the input's dtype, got ", output.numel(), " elements");
@@ -57,9 +58,9 @@ void check_allgather(const torch::Tensor& output, const torch::Tensor& tensor, i
 
 void check_reduce_scatter(const torch::Tensor& output, const torch::Tensor& input, ReduceOp op, int n) {
   check_reduce(input, op, "reduce_scatter");
-  COHORT_CHECK(input.dim() >= 1 && input.size(0) % n == 0, "reduce_scatter: dim 0 of the input (shape ",
+  COHORT_CHECK_KIND(kInvalidArgument, input.dim() >= 1 && input.size(0) % n == 0, "reduce_scatter: dim 0 of the input (shape ",
                input.sizes(), ") must be divisible by the world size ", n);
-  COHORT_CHECK(output.defined() && output.numel() * n == input.numel(), "reduce_scatter: output must hold ",
+  COHORT_CHECK_KIND(kInvalidArgument, output.defined() && output.numel() * n == input.numel(), "reduce_scatter: output must hold ",
                input.numel() / n, " elements, got ", output.numel());
 }
 
@@ -122,7 +123,7 @@ Work Comm::reduce_scatter_async(torch::Tensor output, torch::Tensor input, Reduc
 
 torch::Tensor Comm::reduce_scatter(const torch::Tensor& input, ReduceOp op) {
   check_reduce(input, op, "reduce_scatter");
-  COHORT_CHECK(input.dim() >= 1, "reduce_scatter: the input needs at least one dimension");
+  COHORT_CHECK_KIND(kInvalidArgument, input.dim() >= 1, "reduce_scatter: the input needs at least one dimension");
   std::vector<int64_t> shape = input.sizes().vec();
   shape[0] /= size();
   torch::Tensor output = torch::empty(shape, input.options());

@@ -8,6 +8,7 @@
 
 #include "comm/failure_report.h"
 #include "comm/op_util.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 
@@ -82,6 +83,12 @@ std::string CommImpl::rank_label(int group_rank) const {
          std::to_string(group_rank) + " of '" + config_.group_name + "')";
 }
 
+std::vector<int> CommImpl::world_ranks_of(const std::vector<int>& group_ranks) const {
+  std::vector<int> out;
+  for (int r : group_ranks) out.push_back(world_rank(r));
+  return out;
+}
+
 std::string CommImpl::ranks_label(const std::vector<int>& group_ranks) const {
   std::string out;
   if (config_.world_ranks.empty()) {
@@ -114,7 +121,7 @@ ProcessGroupBase& CommImpl::backend_for(const c10::Device& device) {
 std::shared_ptr<PendingOp> CommImpl::submit(std::shared_ptr<PendingOp> op, bool async) {
   op->comm_ = this;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!poisoned_.empty()) throw Error(poisoned_);
+  if (!poisoned_.empty()) throw poisoned_.error();
   op->seq = next_seq_++;
   if (trace::enabled()) op->queued_us_ = trace::now_us();
   if (config_.size == 1) {
@@ -163,7 +170,7 @@ void CommImpl::launcher_loop() {
 
 void CommImpl::launch(PendingOp& op) {
   op.started_ = Clock::now();
-  std::string error;
+  CommFailure error;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error = poisoned_;
@@ -186,7 +193,7 @@ void CommImpl::launch(PendingOp& op) {
   op.cv_.notify_all();
 }
 
-std::string CommImpl::agree_and_move(PendingOp& op) {
+CommFailure CommImpl::agree_and_move(PendingOp& op) {
   const auto deadline = op.started_ + config_.timeout;
   const bool on_shm = op.shm && shm_;
   op.transport_ = on_shm ? "shm" : op.device_completion && nccl_ ? "nccl" : "gloo";
@@ -215,7 +222,7 @@ std::string CommImpl::agree_and_move(PendingOp& op) {
     } catch (const std::exception& e) {
       return shm_failure(op, e);
     }
-    if (on_shm) return "";
+    if (on_shm) return {};
   } else {
     AgreeResult result;
     std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
@@ -223,47 +230,48 @@ std::string CommImpl::agree_and_move(PendingOp& op) {
     if (failure) return explain(*failure, op);
     if (!result.agreed()) return explain_desync(op);
   }
-  if (!op.launch) return "";
+  if (!op.launch) return {};
   try {
     op.work_ = op.launch();
   } catch (const std::exception& e) {
     return describe(op) + " could not start: " + first_line(e.what());
   }
-  return "";
+  return {};
 }
 
-std::optional<std::string> CommImpl::stopped_reason() {
+std::optional<CommFailure> CommImpl::stopped_reason() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!poisoned_.empty()) return poisoned_;
-  if (stop_) return std::string("the Comm is being destroyed");
+  if (stop_) return CommFailure("the Comm is being destroyed", ErrorKind::kAborted, {world_rank(config_.rank)});
   return std::nullopt;
 }
 
-std::string CommImpl::poison(const std::string& error) {
+CommFailure CommImpl::poison(const CommFailure& error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (poisoned_.empty()) {
-    poisoned_ = Error(error).what();
-    if (control_) control_->broadcast_abort(poisoned_);
+    poisoned_ = error;
+    poisoned_.message = Error(error.message).what();  // the final text, rank-prefixed
+    if (control_) control_->broadcast_abort(poisoned_.message);
   }
   return poisoned_;
 }
 
-void CommImpl::fail(PendingOp& op, const std::string& message) {
-  const std::string final_message = poison(message);
+void CommImpl::fail(PendingOp& op, const CommFailure& failure) {
+  const CommFailure final_failure = poison(failure);
   {
     std::lock_guard<std::mutex> lock(op.mutex_);
-    op.error_ = final_message;
+    op.error_ = final_failure;
     op.finished_ = true;
   }
   if (control_) control_->interrupt();
-  throw Error(final_message);
+  throw final_failure.error();
 }
 
 void CommImpl::await_data(PendingOp& op) {
   std::unique_lock<std::mutex> lock(op.mutex_);
   op.cv_.wait(lock, [&] { return op.launched_; });
   if (!op.error_.empty()) {
-    const std::string error = op.error_;
+    const CommFailure error = op.error_;
     lock.unlock();
     fail(op, error);
   }
@@ -303,7 +311,7 @@ void CommImpl::wait(PendingOp& op) {
   {
     std::lock_guard<std::mutex> lock(op.mutex_);
     if (op.finished_) {
-      if (!op.error_.empty()) throw Error(op.error_);
+      if (!op.error_.empty()) throw op.error_.error();
       return;
     }
   }
@@ -352,31 +360,38 @@ std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) 
   return describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
 }
 
-std::string CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
+CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
   const std::string what = describe(op);
+  const std::vector<int> peer_rank = failure.peer >= 0 ? std::vector<int>{world_rank(failure.peer)} : std::vector<int>{};
   switch (failure.kind) {
     case PeerFailure::kDied: {
       const std::string peer = ranks_on_hosts({failure.peer});
-      if (!failure.reason.empty()) return what + " failed: " + peer + " left: " + failure.reason;
-      return what + " failed: " + peer + " died (its process exited or was killed without shutting down)";
+      if (!failure.reason.empty())
+        return {what + " failed: " + peer + " left: " + failure.reason, ErrorKind::kPeerDied, peer_rank};
+      return {what + " failed: " + peer + " died (its process exited or was killed without shutting down)",
+              ErrorKind::kPeerDied, peer_rank};
     }
     case PeerFailure::kAborted:
-      if (failure.peer == config_.rank) return what + " interrupted: this Comm is shutting down";
-      return what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason;
+      if (failure.peer == config_.rank)
+        return {what + " interrupted: this Comm is shutting down", ErrorKind::kAborted, peer_rank};
+      return {what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason,
+              ErrorKind::kAborted, peer_rank};
     case PeerFailure::kTimedOut:
       return explain_timeout(op);
   }
   return what + " failed";
 }
 
-std::string CommImpl::explain_desync(const PendingOp& op) {
+CommFailure CommImpl::explain_desync(const PendingOp& op) {
   FailureReport report(*config_.store, prefix_ + "/desync", config_.rank, config_.size);
   auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
                                  std::chrono::seconds(10));
   std::ostringstream out;
   out << "collective mismatch (desync) at collective #" << op.seq << where() << ": ranks called different "
       << "collectives:";
+  std::vector<int> differing;  // the ranks whose call is not this rank's
   for (int r = 0; r < config_.size; ++r) {
+    if (reports[r] != reports[config_.rank]) differing.push_back(world_rank(r));
     out << " " << rank_label(r) << ": ";
     if (!reports[r]) {
       out << "(no report)";
@@ -387,10 +402,10 @@ std::string CommImpl::explain_desync(const PendingOp& op) {
     out << (r + 1 < config_.size ? ";" : ".");
   }
   out << " Every rank must call the same collectives, in the same order, with the same shapes and dtypes.";
-  return out.str();
+  return {out.str(), ErrorKind::kDesync, differing};
 }
 
-std::string CommImpl::explain_timeout(const PendingOp& op) {
+CommFailure CommImpl::explain_timeout(const PendingOp& op) {
   if (op.peer >= 0) return explain_p2p_timeout(op);
   FailureReport report(*config_.store, prefix_ + "/stuck", config_.rank, config_.size);
   auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
@@ -418,7 +433,7 @@ std::string CommImpl::explain_timeout(const PendingOp& op) {
     out << ranks_on_hosts(missing) << " never arrived.";
   }
   out << others.str() << " (timeout: InitOptions::timeout or COHORT_TIMEOUT seconds)";
-  return out.str();
+  return {out.str(), ErrorKind::kTimeout, world_ranks_of(missing)};
 }
 
 }  // namespace cohort::detail

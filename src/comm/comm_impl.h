@@ -18,6 +18,7 @@
 #include <optional>
 #include <thread>
 
+#include "comm/comm_failure.h"
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
 #include "comm/shm_mailbox.h"
@@ -60,7 +61,7 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   bool launched_ = false, data_done_ = false, finished_ = false;
   Clock::time_point started_;
   c10::intrusive_ptr<c10d::Work> work_;
-  std::string error_;
+  CommFailure error_;
   bool notice_ = false;          // point to point: the sender's notice arrived (receive side)
   std::string transport_error_;  // point to point: what the transport raised while a waiter thread waited
   friend class cohort::Work;
@@ -72,7 +73,7 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
 
 /// Thrown by a shared-memory wait's watch: the message is already the final explanation.
 struct TransportStopped {
-  std::string message;
+  CommFailure message;
 };
 
 struct CommConfig {
@@ -102,6 +103,7 @@ class CommImpl {
   const CommConfig& config() const { return config_; }
   /// The world rank of this Comm's rank `r`.
   int world_rank(int r) const { return config_.world_ranks.empty() ? r : config_.world_ranks.at(r); }
+  std::vector<int> world_ranks_of(const std::vector<int>& group_ranks) const;
   /// Numbers the groups made from this Comm (collective, so every rank counts alike).
   int64_t next_group_id();
   /// "rank 3" in the world; "rank 3 (group rank 1 of 'data')" in a group.
@@ -147,28 +149,28 @@ class CommImpl {
   /// of one. Non-blocking; for shutdown paths (ControlPlane::dead_peers).
   std::vector<int> dead_peers() { return control_ ? control_->dead_peers() : std::vector<int>{}; }
   /// Comm::abort: poisons this Comm with `reason` and tells the peers.
-  void abort(const std::string& reason) { poison(reason); }
+  void abort(const std::string& reason) { poison({reason, ErrorKind::kAborted, {world_rank(config_.rank)}}); }
 
  private:
   void launch(PendingOp& op);
   /// Agrees on `op` with every rank (through the shared-memory segment on one host, else the control
   /// plane) and moves or starts its data; returns the failure, "" when all went well.
-  std::string agree_and_move(PendingOp& op);
+  CommFailure agree_and_move(PendingOp& op);
   void launcher_loop();
   /// Poisons the Comm with `message`, tells the peers, and throws it.
-  [[noreturn]] void fail(PendingOp& op, const std::string& message);
+  [[noreturn]] void fail(PendingOp& op, const CommFailure& failure);
   /// "collective #4 allreduce(sum) float32 [3]" (+ where()): how messages name an op.
   std::string describe(const PendingOp& op) const;
-  std::string explain(const PeerFailure& failure, const PendingOp& op);
-  std::string explain_desync(const PendingOp& op);
-  std::string explain_timeout(const PendingOp& op);
+  CommFailure explain(const PeerFailure& failure, const PendingOp& op);
+  CommFailure explain_desync(const PendingOp& op);
+  CommFailure explain_timeout(const PendingOp& op);
   void await_data(PendingOp& op);
   void await_device(PendingOp& op, Clock::time_point deadline);
-  /// The first failure becomes the Comm's: records it (once), tells the peers, returns the final text.
-  std::string poison(const std::string& error);
+  /// The first failure becomes the Comm's: records it (once), tells the peers, returns the final one.
+  CommFailure poison(const CommFailure& error);
   /// Why a transfer in flight must stop now: the Comm was poisoned (another thread failed an op) or is
   /// being destroyed; nullopt while healthy.
-  std::optional<std::string> stopped_reason();
+  std::optional<CommFailure> stopped_reason();
   /// A transport error: waits briefly for the control plane to name a dead peer, then fails with it.
   [[noreturn]] void fail_transport(PendingOp& op, const std::string& what);
   /// Point to point: numbers the op on its (peer, tag) channel and sets its deadline clock.
@@ -179,12 +181,12 @@ class CommImpl {
   /// What a point-to-point wait in the segment watches: a dead or aborting peer, the Comm poisoned or
   /// closing, the op's deadline; throws TransportStopped naming it.
   ShmWatch p2p_watch(const std::shared_ptr<PendingOp>& op);
-  void mark_launched(PendingOp& op, const std::string& error);
+  void mark_launched(PendingOp& op, const CommFailure& error);
   /// Blocks in c10d's wait of a point-to-point op (on a waiter thread) and records its outcome.
   void wait_transport(PendingOp& op);
-  std::string explain_p2p_timeout(const PendingOp& op);
+  CommFailure explain_p2p_timeout(const PendingOp& op);
   /// A receive whose sender's message #`sent_seq` was `sent` ("dtype [shape]"), not what it expects.
-  std::string explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const;
+  CommFailure explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const;
   /// "<op> failed in the shared-memory transport: <what>".
   std::string shm_failure(const PendingOp& op, const std::exception& e) const;
   /// The timeline: records a finished collective's phases (comm/comm_trace.cpp).
@@ -212,7 +214,7 @@ class CommImpl {
     bool prompt = false;
   };
   std::vector<Waiter> waiters_;
-  std::string poisoned_;  // the first failure; empty while healthy
+  CommFailure poisoned_;  // the first failure; empty while healthy
   std::thread launcher_;
 };
 

@@ -14,6 +14,7 @@
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "core/socket.h"

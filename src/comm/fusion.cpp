@@ -4,6 +4,7 @@
 
 #include "comm/comm_impl.h"
 #include "cohort/comm.h"
+#include "core/check.h"
 
 namespace cohort {
 
@@ -35,7 +36,7 @@ Work Comm::allreduce_fused_async(std::vector<torch::Tensor> tensors, ReduceOp op
       offset += n;
     }
   };
-  return Work(impl().wrap_local(unpack));
+  return Work(impl_->wrap_local(unpack));
 }
 
 void Comm::allreduce_fused(std::vector<torch::Tensor>& tensors, ReduceOp op) {

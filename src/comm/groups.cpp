@@ -11,6 +11,7 @@
 
 #include "cohort/comm.h"
 #include "comm/comm_impl.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace {
@@ -53,7 +54,7 @@ std::shared_ptr<Comm> make_group(const detail::CommImpl& parent, const std::vect
 const std::string& Comm::name() const { return impl_->config().group_name; }
 
 int Comm::world_rank(int group_rank) const {
-  COHORT_CHECK(group_rank >= 0 && group_rank < size(), "world_rank: ", group_rank, " is not a rank of this group of ",
+  COHORT_CHECK_KIND(kInvalidArgument, group_rank >= 0 && group_rank < size(), "world_rank: ", group_rank, " is not a rank of this group of ",
                size());
   return impl_->world_rank(group_rank);
 }
@@ -79,12 +80,12 @@ std::shared_ptr<Comm> Comm::new_group(const std::vector<int>& ranks, const Group
   std::vector<int64_t> mine(ranks.begin(), ranks.end());
   std::sort(mine.begin(), mine.end());
   for (size_t i = 0; i < mine.size(); ++i) {
-    COHORT_CHECK(mine[i] >= 0 && mine[i] < size(), "new_group: rank ", mine[i], " in ", list_of(mine),
+    COHORT_CHECK_KIND(kInvalidArgument, mine[i] >= 0 && mine[i] < size(), "new_group: rank ", mine[i], " in ", list_of(mine),
                  " is not a rank of this Comm of ", size(), " (accepted: 0..", size() - 1, ")");
-    COHORT_CHECK(i == 0 || mine[i] != mine[i - 1], "new_group: rank ", mine[i], " is listed twice in ",
+    COHORT_CHECK_KIND(kInvalidArgument, i == 0 || mine[i] != mine[i - 1], "new_group: rank ", mine[i], " is listed twice in ",
                  list_of(mine));
   }
-  COHORT_CHECK(!mine.empty(), "new_group: the list of ranks is empty");
+  COHORT_CHECK_KIND(kInvalidArgument, !mine.empty(), "new_group: the list of ranks is empty");
   // Every rank's list, so a disagreement is named on every rank with what each rank passed.
   torch::Tensor lists = allgather_v(torch::tensor(mine, torch::kLong));
   torch::Tensor counts = allgather(torch::tensor({int64_t(mine.size())}, torch::kLong));
@@ -104,11 +105,17 @@ std::shared_ptr<Comm> Comm::new_group(const std::vector<int>& ranks, const Group
   }
   if (lists_by_rank.size() > 1) {
     std::ostringstream out;
-    for (size_t i = 0; i < lists_by_rank.size(); ++i)
+    std::vector<int> differing;  // world ranks whose list is not this rank's
+    for (size_t i = 0; i < lists_by_rank.size(); ++i) {
       out << (i ? "; " : "") << impl_->ranks_label(lists_by_rank[i].second)
           << (lists_by_rank[i].second.size() > 1 ? " list " : " lists ") << list_of(lists_by_rank[i].first);
+      if (lists_by_rank[i].first != mine) {
+        for (int r : lists_by_rank[i].second) differing.push_back(impl_->world_rank(r));
+      }
+    }
     throw Error(detail::str("new_group #", id, impl_->where(), ": ranks disagree on the members: ", out.str(),
-                            ". Every rank must call new_group with the same list"));
+                            ". Every rank must call new_group with the same list"),
+                ErrorKind::kDesync, differing);
   }
   std::vector<int> members(mine.begin(), mine.end());
   return make_group(*impl_, members, "cohort-group/" + std::to_string(id),

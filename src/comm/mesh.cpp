@@ -5,6 +5,8 @@
 
 #include <sstream>
 
+#include "core/check.h"
+
 namespace cohort {
 namespace {
 
@@ -21,14 +23,14 @@ std::string shape_of(const std::vector<MeshDim>& dims) {
 }
 
 void check_dims(const std::vector<MeshDim>& dims, int comm_size) {
-  COHORT_CHECK(!dims.empty(), "Mesh: no axes given");
+  COHORT_CHECK_KIND(kInvalidArgument, !dims.empty(), "Mesh: no axes given");
   for (size_t i = 0; i < dims.size(); ++i) {
-    COHORT_CHECK(dims[i].size >= 1, "Mesh: axis '", dims[i].name, "' has size ", dims[i].size, " (accepted: >= 1)");
-    COHORT_CHECK(!dims[i].name.empty(), "Mesh: axis ", i, " has no name");
+    COHORT_CHECK_KIND(kInvalidArgument, dims[i].size >= 1, "Mesh: axis '", dims[i].name, "' has size ", dims[i].size, " (accepted: >= 1)");
+    COHORT_CHECK_KIND(kInvalidArgument, !dims[i].name.empty(), "Mesh: axis ", i, " has no name");
     for (size_t j = 0; j < i; ++j)
-      COHORT_CHECK(dims[j].name != dims[i].name, "Mesh: axis name '", dims[i].name, "' is used twice");
+      COHORT_CHECK_KIND(kInvalidArgument, dims[j].name != dims[i].name, "Mesh: axis name '", dims[i].name, "' is used twice");
   }
-  COHORT_CHECK(volume(dims) == comm_size, "Mesh: ", shape_of(dims), " holds ", volume(dims),
+  COHORT_CHECK_KIND(kInvalidArgument, volume(dims) == comm_size, "Mesh: ", shape_of(dims), " holds ", volume(dims),
                " ranks but the Comm has ", comm_size);
 }
 
@@ -47,11 +49,11 @@ Mesh::Mesh(Comm& comm, std::vector<MeshDim> dims) : dims_(std::move(dims)) {
 
 Mesh Mesh::at_coordinates(Comm& comm, std::vector<MeshDim> dims, std::vector<int> coordinate) {
   check_dims(dims, comm.size());
-  COHORT_CHECK(coordinate.size() == dims.size(), "Mesh: ", coordinate.size(), " coordinates for ", dims.size(),
+  COHORT_CHECK_KIND(kInvalidArgument, coordinate.size() == dims.size(), "Mesh: ", coordinate.size(), " coordinates for ", dims.size(),
                " axes");
   int64_t linear = 0;
   for (size_t a = 0; a < dims.size(); ++a) {
-    COHORT_CHECK(coordinate[a] >= 0 && coordinate[a] < dims[a].size, "Mesh: coordinate ", coordinate[a],
+    COHORT_CHECK_KIND(kInvalidArgument, coordinate[a] >= 0 && coordinate[a] < dims[a].size, "Mesh: coordinate ", coordinate[a],
                  " on axis '", dims[a].name, "' is outside 0..", dims[a].size - 1);
     linear = linear * dims[a].size + coordinate[a];
   }

@@ -1,5 +1,5 @@
 // Small helpers the files of Comm share: building a PendingOp with its fingerprint, the byte view Gloo
-// moves for dtypes it has no kernels for, and the first line of a c10 error.
+// moves for dtypes it has no kernels for, c10d's reduce op for ours, and the first line of a c10 error.
 #pragma once
 
 #include <torch/types.h>
@@ -28,6 +28,18 @@ inline std::shared_ptr<PendingOp> make_op(OpKind kind, const torch::Tensor& tens
   op->fingerprint.label = current_op_label();
   op->device_completion = tensor.defined() && tensor.is_cuda();
   return op;
+}
+
+// c10d's reduce op for ours (avg is sum followed by a division, done by the caller).
+inline c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return c10d::ReduceOp::SUM;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+  }
+  return c10d::ReduceOp::SUM;
 }
 
 // Gloo moves bytes for broadcast/allgather/send/recv/all-to-all; give it a dtype it knows with the

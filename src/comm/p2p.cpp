@@ -14,6 +14,7 @@
 
 #include "cohort/comm.h"
 #include "comm/op_util.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace detail {
@@ -45,7 +46,7 @@ void CommImpl::wait_transport(PendingOp& op) {
 
 void CommImpl::number_p2p(PendingOp& op, std::map<std::pair<int, int>, int64_t>& counters) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!poisoned_.empty()) throw Error(poisoned_);
+  if (!poisoned_.empty()) throw poisoned_.error();
   op.seq = counters[{op.peer, op.tag}]++;
   op.started_ = Clock::now();
 }
@@ -69,7 +70,7 @@ void CommImpl::spawn_waiter(std::function<void()> body, bool prompt) {
                             done});
 }
 
-void CommImpl::mark_launched(PendingOp& op, const std::string& error) {
+void CommImpl::mark_launched(PendingOp& op, const CommFailure& error) {
   std::lock_guard<std::mutex> lock(op.mutex_);
   op.error_ = error;
   op.launched_ = true;
@@ -82,7 +83,7 @@ std::shared_ptr<PendingOp> CommImpl::post_send(std::shared_ptr<PendingOp> op) {
   number_p2p(*op, send_seq_);
   control_->send_p2p(op->peer, uint64_t(op->tag),
                      {uint64_t(op->seq), op->fingerprint.hash(uint64_t(op->seq)), op->fingerprint.tensor_text()});
-  std::string error;
+  CommFailure error;
   try {
     if (op->launch) op->work_ = op->launch();
   } catch (const std::exception& e) {
@@ -101,7 +102,7 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
   op->comm_ = this;
   number_p2p(*op, recv_seq_);
   auto body = [this, op] {
-    std::string error;
+    CommFailure error;
     try {
       ControlPlane::P2PNotice notice;
       const auto deadline = op->started_ + config_.timeout;
@@ -131,14 +132,15 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
   return op;
 }
 
-std::string CommImpl::explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const {
-  return "point-to-point mismatch at " + describe(op) + ": this rank receives into " + op.fingerprint.tensor_text() +
+CommFailure CommImpl::explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const {
+  return {"point-to-point mismatch at " + describe(op) + ": this rank receives into " + op.fingerprint.tensor_text() +
          " but " + rank_label(op.peer) + " sent #" + std::to_string(sent_seq) + " " + sent +
          ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver does "
-         "not know)";
+         "not know)",
+          ErrorKind::kDesync, {world_rank(op.peer)}};
 }
 
-std::string CommImpl::explain_p2p_timeout(const PendingOp& op) {
+CommFailure CommImpl::explain_p2p_timeout(const PendingOp& op) {
   bool notice = false;
   {
     std::lock_guard<std::mutex> lock(op.mutex_);
@@ -152,7 +154,8 @@ std::string CommImpl::explain_p2p_timeout(const PendingOp& op) {
     out += " never sent it (no matching send on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
   else
     out += " sent it but the transfer did not finish";
-  return out + " (timeout: InitOptions::timeout, GroupOptions::timeout or COHORT_TIMEOUT seconds)";
+  return {out + " (timeout: InitOptions::timeout, GroupOptions::timeout or COHORT_TIMEOUT seconds)", ErrorKind::kTimeout,
+          {world_rank(op.peer)}};
 }
 
 }  // namespace detail
@@ -160,10 +163,10 @@ std::string CommImpl::explain_p2p_timeout(const PendingOp& op) {
 namespace {
 
 void check_peer(const Comm& comm, const torch::Tensor& tensor, int peer, int tag, const char* what) {
-  COHORT_CHECK(tensor.defined(), what, ": the tensor is undefined");
-  COHORT_CHECK(peer >= 0 && peer < comm.size() && peer != comm.rank(), what, ": peer ", peer,
+  COHORT_CHECK_KIND(kInvalidArgument, tensor.defined(), what, ": the tensor is undefined");
+  COHORT_CHECK_KIND(kInvalidArgument, peer >= 0 && peer < comm.size() && peer != comm.rank(), what, ": peer ", peer,
                " is not another rank of this Comm of ", comm.size(), " (this is rank ", comm.rank(), ")");
-  COHORT_CHECK(tag >= 0, what, ": tag ", tag, " is negative (accepted: 0..", INT_MAX, ")");
+  COHORT_CHECK_KIND(kInvalidArgument, tag >= 0, what, ": tag ", tag, " is negative (accepted: 0..", INT_MAX, ")");
 }
 
 }  // namespace

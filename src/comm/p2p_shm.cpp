@@ -26,11 +26,11 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_send(std::shared_ptr<PendingOp> op
   const at::Tensor& buffer = op->shm_buffer;
   uint64_t ticket = 0;
   if (mailbox_->try_send(op->peer, envelope, buffer.data_ptr(), buffer.nbytes(), ticket)) {
-    mark_launched(*op, "");
+    mark_launched(*op, {});
     return op;
   }
   auto body = [this, op, envelope, ticket] {
-    std::string error;
+    CommFailure error;
     try {
       mailbox_->finish_send(op->peer, ticket, envelope, op->shm_buffer.data_ptr(), op->shm_buffer.nbytes(),
                             p2p_watch(op));
@@ -68,14 +68,14 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op
   receive->hash = op->fingerprint.hash(uint64_t(op->seq));
   receive->destination = op->shm_buffer.data_ptr();
   receive->n = op->shm_buffer.nbytes();
-  auto conclude = [this, op, receive](std::string error) {
+  auto conclude = [this, op, receive](CommFailure error) {
     if (error.empty() && receive->mismatch)  // the texts only then: a receive costs microseconds
       error = explain_p2p_mismatch(*op, receive->mismatch->seq, described(*receive->mismatch));
     if (!error.empty()) error = poison(error);
     mark_launched(*op, error);
   };
   auto body = [this, op, receive, conclude] {
-    std::string error;
+    CommFailure error;
     try {
       const ShmWatch watch = p2p_watch(op);
       mailbox_->receive(op->peer, *receive, [&] {
@@ -99,7 +99,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op
     conclude(shm_failure(*op, e));
     return op;
   }
-  if (done) conclude("");
+  if (done) conclude({});
   else if (op->caller_waits) body();
   else spawn_waiter(body, /*prompt=*/true);
   return op;

@@ -6,6 +6,7 @@
 #include <torch/version.h>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace {
@@ -31,11 +32,11 @@ void set_dtype(c10::DeviceType d, c10::ScalarType t) {
 }  // namespace
 
 AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype) : device_(device) {
-  COHORT_CHECK(device == c10::kCUDA || device == c10::kCPU, "AutocastGuard: device ", device,
+  COHORT_CHECK_KIND(kInvalidArgument, device == c10::kCUDA || device == c10::kCPU, "AutocastGuard: device ", device,
                " is not supported (cuda or cpu)");
-  COHORT_CHECK(dtype == c10::kBFloat16 || dtype == c10::kHalf, "AutocastGuard: dtype ", dtype,
+  COHORT_CHECK_KIND(kInvalidArgument, dtype == c10::kBFloat16 || dtype == c10::kHalf, "AutocastGuard: dtype ", dtype,
                " is not a low-precision type (bfloat16 or float16)");
-  COHORT_CHECK(device == c10::kCUDA || dtype == c10::kBFloat16,
+  COHORT_CHECK_KIND(kInvalidArgument, device == c10::kCUDA || dtype == c10::kBFloat16,
                "AutocastGuard: CPU autocast runs in bfloat16, not float16 (LibTorch has few float16 CPU kernels)");
   was_enabled_ = enabled(device);
   previous_dtype_ = dtype_of(device);

@@ -31,21 +31,10 @@ c10::intrusive_ptr<ProcessGroupBase> make_nccl(const BackendConfig& config) {
 #endif
 }
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: return c10d::ReduceOp::SUM;
-    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
-    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
-    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
-  }
-  return c10d::ReduceOp::SUM;
-}
-
 c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(ProcessGroupBase& group, at::Tensor output, at::Tensor input,
-                                                   ReduceOp op) {
+                                                   c10d::ReduceOp op) {
   c10d::ReduceScatterOptions options;
-  options.reduceOp = to_c10d(op);
+  options.reduceOp = op;
   return group._reduce_scatter_base(output, input, options);
 }
 

@@ -17,7 +17,7 @@
 #include <chrono>
 #include <string>
 
-#include "cohort/comm.h"
+#include "cohort/error.h"
 
 namespace cohort::detail {
 
@@ -55,13 +55,10 @@ c10::intrusive_ptr<ProcessGroupBase> make_nccl(const BackendConfig& config);
 /// True when this build of cohort can make NCCL process groups.
 bool nccl_available();
 
-/// c10d's reduce op for ours (avg is sum followed by a division, done by the caller).
-c10d::ReduceOp to_c10d(ReduceOp op);
-
 /// Reduce-scatter of a flat `input` (size x output.numel() elements) into `output`, natively (NCCL's
 /// ncclReduceScatter): no n x shard receive buffer on the GPU.
 c10::intrusive_ptr<c10d::Work> reduce_scatter_flat(ProcessGroupBase& group, at::Tensor output, at::Tensor input,
-                                                   ReduceOp op);
+                                                   c10d::ReduceOp op);
 
 /// All-gather of `input` into the flat `output` (size x input.numel() elements), natively.
 c10::intrusive_ptr<c10d::Work> allgather_flat(ProcessGroupBase& group, at::Tensor output, at::Tensor input);

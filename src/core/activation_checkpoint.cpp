@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/grad_kit.h"
 
 namespace cohort::detail {

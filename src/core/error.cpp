@@ -1,4 +1,5 @@
-// cohort::Error and the process-wide rank identity that prefixes errors and logs.
+// cohort::Error (its kind and ranks) and the process-wide rank identity that prefixes errors and logs.
+#include <algorithm>
 #include <atomic>
 
 #include "cohort/error.h"
@@ -26,5 +27,26 @@ void set_rank_identity(int rank, int size) {
 Error::Error(const std::string& message)
     : std::runtime_error(message.rfind("[rank ", 0) == 0 ? message
                                                           : detail::rank_prefix() + message) {}
+
+Error::Error(const std::string& message, ErrorKind kind, std::vector<int> ranks)
+    : Error(message) {
+  kind_ = kind;
+  std::sort(ranks.begin(), ranks.end());
+  ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
+  ranks_ = std::move(ranks);
+}
+
+const char* error_kind_name(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::kOther: return "other";
+    case ErrorKind::kInvalidArgument: return "invalid argument";
+    case ErrorKind::kTimeout: return "timeout";
+    case ErrorKind::kPeerDied: return "peer died";
+    case ErrorKind::kAborted: return "aborted";
+    case ErrorKind::kDesync: return "desync";
+    case ErrorKind::kIO: return "I/O";
+  }
+  return "other";
+}
 
 }  // namespace cohort

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 namespace {

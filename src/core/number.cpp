@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace {
@@ -55,8 +56,8 @@ Parsed read_real(const std::string& text, bool allow_infinite, double* value) {
 [[noreturn]] void flag_error(Parsed parsed, const std::string& name, const std::string& expected,
                              const std::string& text) {
   const std::string got = text.empty() ? "\"\"" : text;
-  if (parsed == Parsed::kMalformed) throw Error(name + " expects " + expected + ", got " + got);
-  throw Error(name + " is out of range: expected " + expected + ", got " + got);
+  if (parsed == Parsed::kMalformed) throw Error(name + " expects " + expected + ", got " + got, ErrorKind::kInvalidArgument);
+  throw Error(name + " is out of range: expected " + expected + ", got " + got, ErrorKind::kInvalidArgument);
 }
 
 std::optional<std::string> env_text(const std::string& name) {
@@ -96,7 +97,7 @@ int64_t env_integer(const IntegerRange& range, int64_t fallback) {
   if (!text) return fallback;
   int64_t value = 0;
   const bool ok = read_integer(*text, &value) == Parsed::kOk && value >= range.min && value <= range.max;
-  COHORT_CHECK(ok, range.name, "=", *text, " is not ", range.what, " ", describe_range(range));
+  COHORT_CHECK_KIND(kInvalidArgument, ok, range.name, "=", *text, " is not ", range.what, " ", describe_range(range));
   return value;
 }
 
@@ -106,7 +107,7 @@ double env_real(const RealRange& range, double fallback) {
   double value = 0;
   const bool ok = read_real(*text, range.allow_infinite, &value) == Parsed::kOk && value >= range.min &&
                   value <= range.max;
-  COHORT_CHECK(ok, range.name, "=", *text, " is not ", range.what, " ", describe_range(range));
+  COHORT_CHECK_KIND(kInvalidArgument, ok, range.name, "=", *text, " is not ", range.what, " ", describe_range(range));
   return value;
 }
 

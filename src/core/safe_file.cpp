@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 namespace {
@@ -58,7 +59,7 @@ std::string random_suffix() {
 void check_replaceable(const std::string& path) {
   struct stat info {};
   if (::lstat(path.c_str(), &info) != 0) {
-    COHORT_CHECK(errno == ENOENT, "cannot write ", path, ": ", errno_text(errno));
+    COHORT_CHECK_KIND(kIO, errno == ENOENT, "cannot write ", path, ": ", errno_text(errno));
     return;  // nothing there yet
   }
   if (S_ISLNK(info.st_mode)) {
@@ -97,7 +98,7 @@ void SafeFile::write(const void* data, size_t bytes) {
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
     if (n < 0 && errno == EINTR) continue;
-    COHORT_CHECK(n > 0, "cannot write ", target_, ": ", errno_text(n < 0 ? errno : ENOSPC));
+    COHORT_CHECK_KIND(kIO, n > 0, "cannot write ", target_, ": ", errno_text(n < 0 ? errno : ENOSPC));
     p += n;
     bytes -= size_t(n);
   }
@@ -109,7 +110,7 @@ void SafeFile::write_at(const void* data, size_t bytes, int64_t offset) {
   while (bytes > 0) {
     const ssize_t n = ::pwrite(fd_, p, bytes, offset);
     if (n < 0 && errno == EINTR) continue;
-    COHORT_CHECK(n > 0, "cannot write ", target_, ": ", errno_text(n < 0 ? errno : ENOSPC));
+    COHORT_CHECK_KIND(kIO, n > 0, "cannot write ", target_, ": ", errno_text(n < 0 ? errno : ENOSPC));
     p += n;
     offset += n;
     bytes -= size_t(n);
@@ -118,12 +119,12 @@ void SafeFile::write_at(const void* data, size_t bytes, int64_t offset) {
 
 void SafeFile::commit() {
   COHORT_CHECK(fd_ >= 0, "cannot write ", target_, ": the file is already committed");
-  COHORT_CHECK(::fsync(fd_) == 0, "cannot flush ", target_, " to disk: ", errno_text(errno));
+  COHORT_CHECK_KIND(kIO, ::fsync(fd_) == 0, "cannot flush ", target_, " to disk: ", errno_text(errno));
   const int closed = ::close(fd_);  // NFS reports a failed write-back here
   fd_ = -1;
-  COHORT_CHECK(closed == 0, "cannot write ", target_, ": ", errno_text(errno));
+  COHORT_CHECK_KIND(kIO, closed == 0, "cannot write ", target_, ": ", errno_text(errno));
   check_replaceable(target_);  // again: something may have been put there meanwhile
-  COHORT_CHECK(::rename(temporary_.c_str(), target_.c_str()) == 0, "cannot rename ", temporary_, " to ", target_,
+  COHORT_CHECK_KIND(kIO, ::rename(temporary_.c_str(), target_.c_str()) == 0, "cannot rename ", temporary_, " to ", target_,
                ": ", errno_text(errno));
   temporary_.clear();
   // The rename survives a power loss once the directory is on disk (best effort: some filesystems

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/log.h"
 
 namespace cohort::detail {

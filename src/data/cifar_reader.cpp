@@ -14,6 +14,7 @@
 
 #include "cohort/cifar.h"
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::data {
 namespace {

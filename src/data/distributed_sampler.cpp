@@ -11,6 +11,7 @@
 
 #include "cohort/error.h"
 #include "cohort/sampler.h"
+#include "core/check.h"
 #include "world/resolve_comm.h"
 
 namespace cohort {

@@ -16,6 +16,7 @@
 
 #include "cohort/data.h"
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::data {
 namespace {

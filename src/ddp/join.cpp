@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort {
 

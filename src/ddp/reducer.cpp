@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/grad_kit.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "ddp/sync_batchnorm_function.h"
 #include "world/resolve_comm.h"
 

@@ -9,6 +9,7 @@
 
 #include "cohort/error.h"
 #include "cohort/sync_batchnorm.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace {

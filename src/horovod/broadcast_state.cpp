@@ -6,7 +6,8 @@
 // are copied.
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
+#include "core/check.h"
 #include "horovod/context.h"
 
 namespace cohort::hvd {

@@ -4,8 +4,9 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "comm/comm_impl.h"
+#include "comm/comm_access.h"
 #include "comm/op_label.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 
@@ -73,7 +74,7 @@ Context::Context(World world) : world_(std::move(world)), settings_(read_setting
   for (int r = 0; r < world_.size(); ++r) everyone[r] = r;
   // hvd's own copy of the world's Comm: its controller thread is its only caller.
   add_set_state(0, everyone, world_.size() > 1 ? world_.comm().split(0, 0, GroupOptions().name("hvd")) : nullptr);
-  auto& impl = world_.comm().impl();
+  auto& impl = cohort::detail::comm_impl(world_.comm());
   if (world_.size() > 1 && settings_.stall_check_seconds > 0 && impl.store() != nullptr) {
     stall_ = std::make_unique<StallInspector>(
         impl.store_ptr(), StallConfig{world_.rank(), world_.size(), settings_.stall_check_seconds, impl.timeout()});

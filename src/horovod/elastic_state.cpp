@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "core/check.h"
 #include "core/safe_file.h"
 #include "horovod/context.h"
 #include "horovod/elastic_state.h"

@@ -5,6 +5,7 @@
 
 #include <unordered_map>
 
+#include "core/check.h"
 #include "core/log.h"
 #include "horovod/context.h"
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "comm/op_label.h"
+#include "core/check.h"
 #include "horovod/controller.h"
 
 namespace cohort::hvd::detail {

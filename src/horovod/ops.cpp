@@ -6,6 +6,7 @@
 
 #include "comm/fingerprint.h"
 #include "comm/ragged.h"
+#include "core/check.h"
 #include "horovod/context.h"
 
 namespace cohort::hvd {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::hvd::detail {
 

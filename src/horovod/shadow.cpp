@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::hvd::detail {
 

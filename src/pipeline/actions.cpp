@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "comm/op_util.h"
+#include "core/check.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline::detail {

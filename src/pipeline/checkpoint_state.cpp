@@ -7,8 +7,9 @@
 
 #include <set>
 
+#include "compat/optimizer_state.h"
+#include "core/check.h"
 #include "core/log.h"
-#include "core/optimizer_state.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline::detail {

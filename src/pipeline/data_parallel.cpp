@@ -5,6 +5,7 @@
 // each engine on its shard. (DDP per stage is made in pipeline.cpp and held back by no_sync.)
 #include <torch/torch.h>
 
+#include "core/check.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline::detail {

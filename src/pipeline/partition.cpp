@@ -8,6 +8,7 @@
 
 #include "cohort/error.h"
 #include "cohort/pipeline.h"
+#include "core/check.h"
 
 namespace cohort::pipeline {
 namespace {

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "comm/op_util.h"
+#include "core/check.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline {
@@ -95,7 +96,7 @@ torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tenso
     slots_.clear();
     return broadcast_loss();
   } catch (const Error& e) {
-    fail(e.what());
+    fail(e.what(), e.kind(), e.ranks());  // a peer's death stays a peer's death for the caller
   } catch (const std::exception& e) {
     fail("Pipeline::step on rank " + std::to_string(rank_) + " failed: " + cohort::detail::first_line(e.what()));
   }
@@ -135,10 +136,10 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
   return comm_->broadcast(x.contiguous(), root);
 }
 
-void PipelineImpl::fail(const std::string& message) {
+void PipelineImpl::fail(const std::string& message, ErrorKind kind, const std::vector<int>& ranks) {
   comm_->abort(message);
   if (options_.data_comm()) options_.data_comm()->abort(message);
-  throw Error(message);
+  throw Error(message, kind, ranks);
 }
 
 }  // namespace detail

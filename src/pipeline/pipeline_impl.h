@@ -72,8 +72,10 @@ class PipelineImpl {
   torch::Tensor output_grad(int stage, int microbatch);
   torch::Tensor loss_of(int microbatch, const torch::Tensor& output);
   torch::Tensor broadcast_loss();
-  /// Tells every peer (and the data group) that this rank failed, then throws `message`.
-  [[noreturn]] void fail(const std::string& message);
+  /// Tells every peer (and the data group) that this rank failed, then throws `message` with the kind
+  /// and ranks of the error behind it.
+  [[noreturn]] void fail(const std::string& message, ErrorKind kind = ErrorKind::kOther,
+                         const std::vector<int>& ranks = {});
 
   torch::nn::Sequential module_of(int stage) const;  // a holder: forward() is not const
   int local_index(int stage) const;

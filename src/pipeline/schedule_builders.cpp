@@ -5,6 +5,7 @@
 
 #include "cohort/error.h"
 #include "cohort/pipeline_schedule.h"
+#include "core/check.h"
 #include "core/text.h"
 
 namespace cohort {

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::pipeline::detail {
 namespace {

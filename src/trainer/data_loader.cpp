@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort {
 

@@ -5,6 +5,7 @@
 
 #include "cohort/error.h"
 #include "cohort/trainer.h"
+#include "core/check.h"
 #include "trainer/rank0_value.h"
 
 namespace cohort {

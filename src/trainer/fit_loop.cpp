@@ -13,6 +13,7 @@
 #include "cohort/ddp.h"
 #include "cohort/error.h"
 #include "cohort/trace.h"
+#include "core/check.h"
 #include "trainer/trainer_impl.h"
 
 namespace cohort::detail {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/text.h"
 #include "trainer/options.h"
 

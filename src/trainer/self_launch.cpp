@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/socket.h"
 #include "world/worker_env.h"
 

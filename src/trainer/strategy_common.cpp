@@ -10,6 +10,7 @@
 #include <torch/optim/sgd.h>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "trainer/strategy.h"
 
 namespace cohort::detail {

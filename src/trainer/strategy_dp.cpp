@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "trainer/replica_workers.h"
 #include "trainer/strategy.h"
 

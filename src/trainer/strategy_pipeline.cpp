@@ -13,6 +13,7 @@
 #include "cohort/error.h"
 #include "cohort/mesh.h"
 #include "cohort/pipeline.h"
+#include "core/check.h"
 #include "trainer/strategy.h"
 
 namespace cohort::detail {

@@ -10,6 +10,7 @@
 
 #include "cohort/error.h"
 #include "cohort/zero.h"
+#include "core/check.h"
 #include "trainer/strategy.h"
 
 namespace cohort::detail {

@@ -10,6 +10,7 @@
 
 #include "cohort/error.h"
 #include "cohort/trainer_loggers.h"
+#include "core/check.h"
 
 namespace cohort {
 namespace detail {

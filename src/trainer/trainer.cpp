@@ -11,6 +11,7 @@
 #include "cohort/error.h"
 #include "cohort/progress.h"
 #include "cohort/sync_batchnorm.h"
+#include "core/check.h"
 #include "trainer/trainer_impl.h"
 
 namespace cohort {

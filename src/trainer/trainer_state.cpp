@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "trainer/trainer_impl.h"
 #include "world/launch_env.h"
 

@@ -2,6 +2,7 @@
 #include "cohort/training_module.h"
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort {
 

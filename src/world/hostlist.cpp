@@ -3,6 +3,7 @@
 #include "world/hostlist.h"
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/text.h"
 
 namespace cohort::detail {

@@ -13,6 +13,7 @@
 #include "cohort/comm.h"
 #include "cohort/number.h"
 #include "comm/comm_impl.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "world/launch_env.h"
@@ -76,11 +77,11 @@ auto joining(const std::string& step, const std::string& endpoint, Step&& run) -
 // The rendezvous of a world of several ranks: the store in `config` (connected, every rank arrived)
 // and the address peers reach this rank at. Returns where the world meets ("HOST:PORT"), for errors.
 std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, detail::CommConfig& config) {
-  COHORT_CHECK(!launch.master_addr.empty(), "no master address for a world of ", launch.size,
+  COHORT_CHECK_KIND(kInvalidArgument, !launch.master_addr.empty(), "no master address for a world of ", launch.size,
                " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
-  COHORT_CHECK(options.store() || launch.master_port != 0, "no master port for a world of ", launch.size,
+  COHORT_CHECK_KIND(kInvalidArgument, options.store() || launch.master_port != 0, "no master port for a world of ", launch.size,
                " (launcher: ", launch.launcher, " exports none): export MASTER_PORT to every rank");
-  COHORT_CHECK(options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
+  COHORT_CHECK_KIND(kInvalidArgument, options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
                "master port ", launch.master_port, " is out of range 1..65535");
   // torchrun's static rendezvous hosts the store itself and says so (agent_store); it keeps it
   // across restarts, so each restart's keys get their own prefix.
@@ -147,7 +148,7 @@ World init(const InitOptions& options) {
   if (options.world_size() > 0) launch.size = options.world_size();
   if (!options.master_addr().empty()) launch.master_addr = options.master_addr();
   if (options.master_port() != 0) launch.master_port = options.master_port();
-  COHORT_CHECK(launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
+  COHORT_CHECK_KIND(kInvalidArgument, launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
                " is not less than the world size ", launch.size);
   if (launch.size > 1) detail::set_rank_identity(launch.rank, launch.size);  // a lone process needs no prefix
   // Before the first step allocates; outside the log macro, which skips its arguments below "info".

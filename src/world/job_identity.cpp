@@ -4,6 +4,7 @@
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
+#include "core/check.h"
 #include "world/store_client.h"
 
 namespace cohort::detail {

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/text.h"
 #include "world/hostlist.h"
 

@@ -10,6 +10,7 @@
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "core/socket.h"
@@ -170,14 +171,17 @@ void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config) {
     std::this_thread::sleep_for(std::chrono::milliseconds(count + 1 == config.size ? 5 : 50));
   }
   std::string arrived_list, missing_list;
+  std::vector<int> missing;
   for (int r = 0; r < config.size; ++r) {
     std::string& list = arrived[r] ? arrived_list : missing_list;
     list += (list.empty() ? "" : ", ") + std::to_string(r);
+    if (!arrived[r]) missing.push_back(r);
   }
   throw Error("rendezvous at " + config.master_addr + ":" + std::to_string(config.master_port) +
-              " timed out after " + std::to_string(config.timeout.count()) + " ms: " + std::to_string(count) +
-              " of " + std::to_string(config.size) + " ranks arrived (ranks " + arrived_list +
-              "); missing: ranks " + missing_list);
+                  " timed out after " + std::to_string(config.timeout.count()) + " ms: " + std::to_string(count) +
+                  " of " + std::to_string(config.size) + " ranks arrived (ranks " + arrived_list +
+                  "); missing: ranks " + missing_list,
+              ErrorKind::kTimeout, missing);
 }
 
 std::string store_bind_address(const std::string& master_addr, int master_port) {

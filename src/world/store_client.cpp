@@ -6,6 +6,7 @@
 
 #include "cohort/error.h"
 #include "comm/control_plane.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "core/socket.h"
 
@@ -85,7 +86,7 @@ CohortStore::CohortStore(const StoreClientOptions& options, std::shared_ptr<Stor
   wire::Message hello;
   std::string failure;
   fd_ = open_and_greet({options.host, options.port}, deadline, hello, failure);
-  COHORT_CHECK(fd_, "cannot connect to the rendezvous store at ", where(), " within ", options.timeout.count(),
+  COHORT_CHECK_KIND(kTimeout, fd_, "cannot connect to the rendezvous store at ", where(), " within ", options.timeout.count(),
                " ms: ", failure);
   const std::string mine = random_bytes(32);
   const std::string proof = hmac_proof(options.secret, "cohort-store-client", hello.args[2], mine);
@@ -149,7 +150,7 @@ std::vector<uint8_t> CohortStore::compareSet(const std::string& key, const std::
 std::vector<uint8_t> CohortStore::get(const std::string& key) {
   const auto timeout = getTimeout();
   const auto reply = call({wire::kGet, {key, wire::pack_i64(timeout.count())}}, "getting key " + key, timeout);
-  COHORT_CHECK(reply.code == wire::kOk && reply.args.size() == 1, "rendezvous store at ", where(),
+  COHORT_CHECK_KIND(kTimeout, reply.code == wire::kOk && reply.args.size() == 1, "rendezvous store at ", where(),
                ": getting key ", key, " timed out after ", timeout.count(), " ms (no rank set it)");
   return to_bytes(reply.args[0]);
 }
@@ -186,7 +187,7 @@ void CohortStore::wait(const std::vector<std::string>& keys, const std::chrono::
   std::vector<std::string> args{wire::pack_i64(timeout.count())};
   args.insert(args.end(), keys.begin(), keys.end());
   const auto reply = call({wire::kWait, args}, "waiting for keys " + keys_text(keys), timeout);
-  COHORT_CHECK(reply.code == wire::kOk, "rendezvous store at ", where(), ": waiting for keys ", keys_text(keys),
+  COHORT_CHECK_KIND(kTimeout, reply.code == wire::kOk, "rendezvous store at ", where(), ": waiting for keys ", keys_text(keys),
                " timed out after ", timeout.count(), " ms");
 }
 

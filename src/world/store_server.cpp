@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "core/socket.h"

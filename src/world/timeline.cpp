@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/comm_impl.h"
+#include "comm/comm_access.h"
 #include "core/log.h"
 #include "core/safe_file.h"
 #include "core/trace_chrome.h"
@@ -69,7 +69,7 @@ int64_t measure_offset(c10d::Store& store, int rank, int size) {
 // Rank 0: every rank's events (its own first). A rank whose events are not there yet is waited for
 // until `wait` passes, except one the control plane saw die: its events will never come.
 nlohmann::json gather_events(Comm& world, nlohmann::json own, std::chrono::seconds wait) {
-  auto& store = *world.impl().store();
+  auto& store = *detail::comm_impl(world).store();
   const int size = world.size();
   nlohmann::json all = std::move(own);
   const auto until = std::chrono::steady_clock::now() + wait;
@@ -91,7 +91,7 @@ nlohmann::json gather_events(Comm& world, nlohmann::json own, std::chrono::secon
       take(r);
       --left;
     }
-    for (int r : world.impl().dead_peers()) {
+    for (int r : detail::comm_impl(world).dead_peers()) {
       if (done[r]) continue;
       if (store.check({key("events", r)})) {
         take(r);  // sent before it died
@@ -138,7 +138,7 @@ void finish(Comm& world, std::chrono::seconds wait) {
   auto events = trace::to_chrome(trace::take_events(), world.rank(), g_offset_us);
   try {
     if (world.size() == 1) return write_file(path, events, 1);
-    auto& store = *world.impl().store();
+    auto& store = *detail::comm_impl(world).store();
     if (world.rank() != 0) {
       store.set(key("events", world.rank()), bytes_of(events.dump()));
       store.check({key("events", world.rank())});  // a round trip: the store has it before this rank goes
@@ -210,7 +210,7 @@ void timeline_start(Comm& world) {
     std::lock_guard<std::mutex> lock(g_finish_mutex);
     g_finished = false;
   }
-  if (world.size() > 1) g_offset_us = measure_offset(*world.impl().store(), world.rank(), world.size());
+  if (world.size() > 1) g_offset_us = measure_offset(*detail::comm_impl(world).store(), world.rank(), world.size());
   watch_sigterm(world);
 }
 

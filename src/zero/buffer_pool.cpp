@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "zero/gathered_storage.h"
 
 namespace cohort::detail {

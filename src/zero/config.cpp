@@ -6,6 +6,7 @@
 
 #include "cohort/error.h"
 #include "cohort/zero_config.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "zero/config_reader.h"
 

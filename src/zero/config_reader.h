@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail::ds_config {
 

@@ -3,6 +3,7 @@
 // the parameter gathering, engine_state.cpp memory and checkpoint state).
 #include <torch/torch.h>
 
+#include "core/check.h"
 #include "core/grad_kit.h"
 #include "core/log.h"
 #include "comm/coalesced.h"

@@ -3,6 +3,7 @@
 // parameters, counters and the loss scaler.
 #include <torch/torch.h>
 
+#include "core/check.h"
 #include "zero/engine_impl.h"
 #include "zero/gathered_storage.h"
 #include "zero/inner_optimizer.h"

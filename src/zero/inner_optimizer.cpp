@@ -6,7 +6,8 @@
 #include <torch/optim/sgd.h>
 
 #include "cohort/error.h"
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 

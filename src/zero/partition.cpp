@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 namespace {

@@ -10,6 +10,7 @@
 
 #include "cohort/activation_checkpoint.h"
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 #include "zero/engine_impl.h"

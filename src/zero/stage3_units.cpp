@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "cohort/error.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "zero/engine_impl.h"
 

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "cohort/error.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 namespace {

@@ -13,7 +13,6 @@ namespace gpu_nccl_test {
 
 namespace {
 
-using cohort::ReduceOp;
 using cohort::detail::BackendConfig;
 
 const std::vector<torch::ScalarType> kDtypes = {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16,
@@ -45,7 +44,7 @@ TEST(GpuNccl, EveryCollectiveAndDtypeOnAWorldOfOne) {
     const auto before = t.clone();
     std::vector<at::Tensor> tensors{t};
     c10d::AllreduceOptions sum;
-    sum.reduceOp = cohort::detail::to_c10d(ReduceOp::kSum);
+    sum.reduceOp = c10d::ReduceOp::SUM;
     wait_on_device(group->allreduce(tensors, sum));
     EXPECT_TRUE(t.equal(before)) << "allreduce " << dtype;
     wait_on_device(group->broadcast(tensors, c10d::BroadcastOptions()));
@@ -54,7 +53,7 @@ TEST(GpuNccl, EveryCollectiveAndDtypeOnAWorldOfOne) {
     wait_on_device(cohort::detail::allgather_flat(*group, gathered, t));
     EXPECT_TRUE(gathered.equal(before)) << "allgather " << dtype;
     auto scattered = torch::empty({6}, cuda.dtype(dtype));
-    wait_on_device(cohort::detail::reduce_scatter_flat(*group, scattered, t, ReduceOp::kSum));
+    wait_on_device(cohort::detail::reduce_scatter_flat(*group, scattered, t, c10d::ReduceOp::SUM));
     EXPECT_TRUE(scattered.equal(before)) << "reduce_scatter " << dtype;
   }
   cohort::detail::shutdown_backend(*group);

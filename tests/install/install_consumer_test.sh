@@ -17,4 +17,5 @@ output=$(LD_LIBRARY_PATH="$prefix/lib" timeout 120 "$prefix/bin/cohortrun" --sta
 echo "$output"
 grep -q "\[rank0\]: rank 0 of 2: 3" <<<"$output"
 grep -q "\[rank1\]: rank 1 of 2: 3" <<<"$output"
+grep -q "\[rank1\]: rank 1 error kind: invalid argument" <<<"$output"
 echo "installed cohort: find_package, link and run on 2 ranks: ok"

@@ -1,6 +1,6 @@
 // Failure paths of the collectives on real rank processes: desync (shape, op), timeout naming the
 // ranks that never arrived, a rank that dies, and bad rendezvous input. Every rank must raise a
-// cohort::Error with the exact facts, within seconds, and no rank may hang.
+// cohort::Error with the exact facts (its kind and ranks too), within seconds, and no rank may hang.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -17,11 +17,13 @@
 #include "cohort/comm.h"
 #include "cohort/world.h"
 #include "comm/failure_report.h"
+#include "support/errors.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace comm_failure_test {
 
+using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using cohort::testing::report;
 using cohort::testing::run_ranks;
@@ -29,7 +31,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Runs `fn`, which must throw cohort::Error, and reports its message (and the seconds it took).
+// Runs `fn`, which must throw cohort::Error, and reports its message, the seconds it took and its kind
+// and ranks (kind_line).
 template <typename Fn>
 void expect_error(Fn fn) {
   const auto start = Clock::now();
@@ -40,7 +43,15 @@ void expect_error(Fn fn) {
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     report(e.what());
     report("seconds=" + std::to_string(seconds));
+    report(cohort::testing::kind_line(e));
   }
+}
+
+// The kind_line of the first error a rank reported.
+std::string kind_of(const cohort::testing::RankResult& r) {
+  for (const auto& line : r.reports)
+    if (line.rfind("kind=", 0) == 0) return line;
+  return "(no error reported)";
 }
 
 double seconds_of(const cohort::testing::RankResult& r) {
@@ -67,13 +78,15 @@ TEST(Desync, ShapeMismatchRaisesOnEveryRankWithEachRanksShape) {
     expect_error([&] { comm.barrier(); });
   }, short_timeout(60));
   for (const auto& r : results) {
-    ASSERT_GE(r.reports.size(), 4u) << r.output;
+    ASSERT_GE(r.reports.size(), 6u) << r.output;
     EXPECT_THAT(r.reports[0], HasSubstr("[rank " + std::to_string(r.rank) + "/2]"));
     EXPECT_THAT(r.reports[0], HasSubstr("desync"));
     EXPECT_THAT(r.reports[0], HasSubstr("rank 0: #1 allreduce(sum) float32 [3]"));
     EXPECT_THAT(r.reports[0], HasSubstr("rank 1: #1 allreduce(sum) float32 [4]"));
     EXPECT_LT(seconds_of(r), 5.0);
-    EXPECT_EQ(r.reports[2], r.reports[0]);
+    EXPECT_EQ(r.reports[2], "kind=desync ranks=" + std::to_string(1 - r.rank));  // the other rank's call differs
+    EXPECT_EQ(r.reports[3], r.reports[0]);
+    EXPECT_EQ(r.reports[5], r.reports[2]);  // the poisoned Comm rethrows the same kind
   }
 }
 
@@ -93,6 +106,7 @@ TEST(Desync, BroadcastAgainstAllreduceOnFourRanks) {
     EXPECT_THAT(r.reports[0], HasSubstr("rank 2: #0 broadcast(root 0) float32 [4]"));
     EXPECT_THAT(r.reports[0], HasSubstr("rank 0: #0 allreduce(sum) float32 [4]"));
     EXPECT_THAT(r.reports[0], HasSubstr("rank 3: #0 allreduce(sum) float32 [4]"));
+    EXPECT_EQ(kind_of(r), r.rank == 2 ? "kind=desync ranks=0,1,3" : "kind=desync ranks=2");
     EXPECT_LT(seconds_of(r), 5.0);
   }
 }
@@ -156,8 +170,11 @@ TEST(Timeout, NamesTheRanksThatNeverArrived) {
     ASSERT_FALSE(r.reports.empty()) << r.output;
     EXPECT_THAT(r.reports[0], HasSubstr("collective #0 allreduce(sum) float32 [8] timed out after 2000 ms"));
     EXPECT_THAT(r.reports[0], HasSubstr("ranks 2, 3 never arrived"));
+    // Its own timeout, or the other rank's abort when that one timed out first and told it.
+    EXPECT_THAT(kind_of(r), AnyOf("kind=timeout ranks=2,3", "kind=aborted ranks=" + std::to_string(1 - rank)));
     EXPECT_LT(seconds_of(r), 8.0);
   }
+  EXPECT_TRUE(kind_of(results[0]) == "kind=timeout ranks=2,3" || kind_of(results[1]) == "kind=timeout ranks=2,3");
 }
 
 TEST(DeadRank, OthersFailPromptlyNamingIt) {
@@ -179,8 +196,12 @@ TEST(DeadRank, OthersFailPromptlyNamingIt) {
     EXPECT_TRUE(r.passed) << r.output;
     ASSERT_FALSE(r.reports.empty()) << r.output;
     EXPECT_THAT(r.reports[0], HasSubstr("rank 3 died"));
+    // Its own sight of the death, or the abort of a rank that saw it first (naming that rank).
+    if (kind_of(r) != "kind=peer died ranks=3") EXPECT_THAT(kind_of(r), HasSubstr("kind=aborted ranks="));
     EXPECT_LT(seconds_of(r), 10.0);
   }
+  EXPECT_TRUE(kind_of(results[0]) == "kind=peer died ranks=3" || kind_of(results[1]) == "kind=peer died ranks=3" ||
+              kind_of(results[2]) == "kind=peer died ranks=3");
 }
 
 TEST(DeadRank, DeathDuringLargeTransfers) {
@@ -206,6 +227,7 @@ TEST(DeadRank, DeathDuringLargeTransfers) {
   EXPECT_TRUE(r.passed) << r.output;
   ASSERT_FALSE(r.reports.empty()) << r.output;
   EXPECT_THAT(r.reports[0], HasSubstr("rank 1 died"));
+  EXPECT_EQ(kind_of(r), "kind=peer died ranks=1");
   EXPECT_LT(seconds_of(r), 10.0);
 }
 
@@ -239,6 +261,7 @@ TEST(Rendezvous, MissingRanksAreListed) {
   ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
   EXPECT_THAT(results[0].reports[0], HasSubstr("timed out after 2000 ms: 1 of 3 ranks arrived (ranks 0); "
                                                "missing: ranks 1, 2"));
+  EXPECT_EQ(kind_of(results[0]), "kind=timeout ranks=1,2");
 }
 
 TEST(Rendezvous, UnreachableMasterNamesAddressAndPort) {
@@ -258,6 +281,7 @@ TEST(BadInput, TimeoutVariable) {
   auto results = run_ranks(1, [](int, int) { expect_error([] { cohort::init(); }); }, options);
   ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
   EXPECT_THAT(results[0].reports[0], HasSubstr("COHORT_TIMEOUT=soon is not a number of seconds from 0.001 to 86400"));
+  EXPECT_EQ(kind_of(results[0]), "kind=invalid argument ranks=");
 }
 
 TEST(BadInput, NcclWithoutACudaDevice) {

@@ -14,7 +14,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
-#include "comm/comm_impl.h"
+#include "comm/comm_access.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -99,7 +99,7 @@ void two_groups_at_once(int rank, int) {
   ASSERT_EQ(bool(low), rank < 2);
   ASSERT_EQ(bool(high), rank >= 2);
   const char* shm = std::getenv("COHORT_SHM");
-  EXPECT_EQ((low ? low : high)->impl().shm() != nullptr, !(shm && std::string(shm) == "0"));
+  EXPECT_EQ(cohort::detail::comm_impl(*(low ? low : high)).shm() != nullptr, !(shm && std::string(shm) == "0"));
   if (low) {
     EXPECT_EQ(low->name(), "low");
     for (int i = 0; i < 50; ++i) {

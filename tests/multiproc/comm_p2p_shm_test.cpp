@@ -15,7 +15,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
-#include "comm/comm_impl.h"
+#include "comm/comm_access.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -55,9 +55,9 @@ torch::Tensor message(int64_t elements, int index) {
 TEST(ShmPointToPoint, LargeMessagesStreamThroughTheRingInAnyReceiveOrder) {
   run_ranks(2, [](int rank, int) {
     auto& comm = cohort::init().comm();
-    auto* mailbox = comm.impl().mailbox();
+    auto* mailbox = cohort::detail::comm_impl(comm).mailbox();
     ASSERT_NE(mailbox, nullptr) << "ranks on one host must have the shared-memory rings";
-    const int64_t ring_floats = int64_t(comm.impl().shm()->ring_capacity() / 4);
+    const int64_t ring_floats = int64_t(cohort::detail::comm_impl(comm).shm()->ring_capacity() / 4);
     // Smaller than the ring, about its size, and several rings long; each on its own tag.
     const std::vector<int64_t> sizes{1, 1000, ring_floats - 16, 3 * ring_floats + 7, 9 * ring_floats};
     const int peer = 1 - rank;
@@ -97,7 +97,7 @@ TEST(ShmPointToPoint, BlockingRoundTripsOfMessagesLargerThanTheRingNeverStall) {
   options.env["COHORT_TIMEOUT"] = "20";  // a stall fails as a timeout, not as the test's deadline
   run_ranks(2, [](int rank, int) {
     auto& comm = cohort::init().comm();
-    const int64_t floats = int64_t(comm.impl().shm()->ring_capacity() / 4) * 2 + 123;
+    const int64_t floats = int64_t(cohort::detail::comm_impl(comm).shm()->ring_capacity() / 4) * 2 + 123;
     auto data = message(floats, 0);
     for (int trip = 0; trip < 1000; ++trip) {
       if (rank == 0) {
@@ -148,7 +148,7 @@ TEST(ShmPointToPoint, MismatchIsNamedWhetherTheMessageCameBeforeOrAfterItsReceiv
 TEST(ShmPointToPointFailures, ASendLargerThanTheRingWithNoReceiveTimesOut) {
   auto results = run_ranks(2, [](int rank, int) {
     auto& comm = cohort::init().comm();
-    const int64_t floats = int64_t(comm.impl().shm()->ring_capacity());  // four rings' worth
+    const int64_t floats = int64_t(cohort::detail::comm_impl(comm).shm()->ring_capacity());  // four rings' worth
     if (rank == 0) expect_error([&] { comm.send(torch::zeros({floats}), 1, 5); });
     else std::this_thread::sleep_for(std::chrono::seconds(4));  // never receives
   }, short_timeout(2));
@@ -160,7 +160,7 @@ TEST(ShmPointToPointFailures, ASendLargerThanTheRingWithNoReceiveTimesOut) {
 TEST(ShmPointToPointFailures, AReceiverThatDiesWhileALargeSendStreamsIsNamed) {
   auto results = run_ranks(2, [](int rank, int) {
     auto& comm = cohort::init().comm();
-    const int64_t floats = 4 * int64_t(comm.impl().shm()->ring_capacity());
+    const int64_t floats = 4 * int64_t(cohort::detail::comm_impl(comm).shm()->ring_capacity());
     if (rank == 1) {
       comm.barrier();
       ::kill(::getpid(), SIGKILL);

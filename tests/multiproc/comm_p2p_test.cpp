@@ -15,6 +15,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
+#include "support/errors.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -36,7 +37,15 @@ void expect_error(Fn fn) {
   } catch (const cohort::Error& e) {
     report(e.what());
     report("seconds=" + std::to_string(std::chrono::duration<double>(Clock::now() - start).count()));
+    report(cohort::testing::kind_line(e));
   }
+}
+
+// The kind_line of the first error a rank reported.
+std::string kind_of(const cohort::testing::RankResult& r) {
+  for (const auto& line : r.reports)
+    if (line.rfind("kind=", 0) == 0) return line;
+  return "(no error reported)";
 }
 
 double seconds_of(const cohort::testing::RankResult& r) {
@@ -153,6 +162,8 @@ TEST(PointToPointFailures, ShapeMismatchIsNamedBeforeDataMoves) {
                                                "this rank receives into float32 [4] but rank 0 sent #0 float32 [5]"));
   ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
   EXPECT_THAT(results[0].reports[0], HasSubstr("failed because rank 1 failed: [rank 1/2] point-to-point mismatch at recv #0"));
+  EXPECT_EQ(kind_of(results[1]), "kind=desync ranks=0");
+  EXPECT_EQ(kind_of(results[0]), "kind=aborted ranks=1");  // rank 1 failed first and told rank 0
   EXPECT_LT(seconds_of(results[0]), 5.0);
 }
 
@@ -168,6 +179,7 @@ TEST(PointToPointFailures, TimeoutNamesThePeer) {
   ASSERT_FALSE(results[1].reports.empty()) << results[1].output;
   EXPECT_THAT(results[1].reports[0], HasSubstr("recv #0 (tag 3) from rank 0 float32 [4] timed out after 2000 ms: "
                                                "rank 0 never sent it"));
+  EXPECT_EQ(kind_of(results[1]), "kind=timeout ranks=0");
 }
 
 TEST(PointToPointFailures, DeadPeerInAGroupIsNamed) {
@@ -191,6 +203,7 @@ TEST(PointToPointFailures, DeadPeerInAGroupIsNamed) {
   ASSERT_FALSE(r.reports.empty()) << r.output;
   EXPECT_THAT(r.reports[0], HasSubstr("recv #0 (tag 0) from rank 3 (group rank 1 of 'odd') float32 [4] in group "
                                       "'odd' failed: rank 3 (group rank 1 of 'odd') died"));
+  EXPECT_EQ(kind_of(r), "kind=peer died ranks=3");  // world ranks, not the group's
   EXPECT_LT(seconds_of(r), 10.0);
 }
 

@@ -21,7 +21,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
-#include "comm/comm_impl.h"
+#include "comm/comm_access.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -57,7 +57,7 @@ torch::Tensor expected_reduction(int size, int64_t n, torch::ScalarType dtype, R
   return acc;
 }
 
-cohort::detail::ShmTransport* shm_of(cohort::Comm& comm) { return comm.impl().shm(); }
+cohort::detail::ShmTransport* shm_of(cohort::Comm& comm) { return cohort::detail::comm_impl(comm).shm(); }
 
 cohort::testing::RanksOptions tiny_chunks() {
   cohort::testing::RanksOptions options;

@@ -13,7 +13,7 @@
 #include <filesystem>
 
 #include "cohort/horovod.h"
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
 #include "support/errors.h"
 #include "support/multiproc.h"
 

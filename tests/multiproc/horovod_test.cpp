@@ -11,7 +11,7 @@
 
 #include "cohort/ddp.h"
 #include "cohort/horovod.h"
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
 #include "horovod/gradient_reducer.h"
 #include "horovod/settings.h"
 #include "horovod/stall_inspector.h"

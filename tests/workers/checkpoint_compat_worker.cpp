@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cohort/checkpoint.h"
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // LibTorch optimizer state (see optimizer_state.h).
-#include "core/optimizer_state.h"
+#include "compat/optimizer_state.h"
 
 #include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
