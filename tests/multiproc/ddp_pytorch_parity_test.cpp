@@ -3,8 +3,8 @@
 // (torch::pickle_save, read by torch.load), then tests/python/ddp_reference.py trains the same model
 // under torch.nn.parallel.DistributedDataParallel on 2 Gloo processes and compares rank 0's weights.
 // Needs Debian's /usr/bin/python3 with python3-torch (the same LibTorch 1.13); fails, never skips. The
-// PowerSGD case also needs numpy (PyTorch's hook imports it): it runs where COHORT_PYTHON has it (the
-// 2.11 venv) and is skipped, saying so, with Debian's python3, which has no numpy.
+// PowerSGD case also needs numpy (PyTorch's hook imports it): Debian's python3-torch brings
+// python3-numpy and the 2.11 venv has it; a Python without it skips that case, saying so.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -188,8 +188,8 @@ TEST(DdpPytorchParity, MlpWithPowerSgdMatchesPythonPowerSgdHook) {
   if (!is_rank_process()) {
     const std::string python = cohort::testing::python_with_torch();
     if (std::system((python + " -c 'import numpy' > /dev/null 2>&1").c_str()) != 0)
-      GTEST_SKIP() << python << " has no numpy, which PyTorch's powerSGD_hook imports (Debian's python3 for "
-                   << "LibTorch 1.13 has none); this case runs with the 2.11 venv's python (COHORT_PYTHON)";
+      GTEST_SKIP() << python << " has no numpy, which PyTorch's powerSGD_hook imports (apt-get install "
+                   << "python3-numpy, or point COHORT_PYTHON at a Python with torch and numpy)";
   }
   check_parity<Mlp>("mlp", {20}, /*powersgd_rank=*/2);
 }
