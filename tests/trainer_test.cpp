@@ -115,6 +115,25 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
             "TrainerOptions.pipeline_schedule \"interleaved\" is not accepted: expected one of 1f1b, gpipe");
 }
 
+TEST(TrainerOptions, DdpCommHookOptionsAreCheckedAndBelongToStrategyDdp) {
+  using O = cohort::TrainerOptions;
+  EXPECT_EQ(option_error(O().ddp_comm_hook("fp8")),
+            "TrainerOptions.ddp_comm_hook \"fp8\" is not accepted: expected one of fp16, bf16, powersgd, "
+            "batched_powersgd, or empty for none");
+  EXPECT_EQ(option_error(O().ddp_comm_hook("powersgd").powersgd_rank(0)),
+            "TrainerOptions.powersgd_rank \"0\" is not accepted: expected an integer >= 1 (PowerSGD's "
+            "matrix_approximation_rank)");
+  EXPECT_EQ(option_error(O().ddp_comm_hook("powersgd").powersgd_start_iteration(-1)),
+            "TrainerOptions.powersgd_start_iteration \"-1\" is not accepted: expected an integer >= 0 (steps of "
+            "plain averaging before PowerSGD starts)");
+  EXPECT_EQ(option_error(O().strategy("zero2").ddp_comm_hook("fp16")),
+            "TrainerOptions.ddp_comm_hook \"fp16\" is not accepted: expected empty with strategy \"zero2\" (comm "
+            "hooks apply to strategy ddp; ZeRO compresses with communication_data_type in its deepspeed_config)");
+  EXPECT_EQ(option_error(O().ddp_comm_hook("bf16")), "no error");
+  EXPECT_EQ(option_error(O().strategy("ddp").ddp_comm_hook("powersgd").powersgd_rank(2).powersgd_start_iteration(0)),
+            "no error");
+}
+
 TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {
   EXPECT_EQ(error_of([] { cohort::ModelCheckpoint(cohort::ModelCheckpointOptions().mode("best")); }),
             "ModelCheckpointOptions.mode \"best\" is not accepted: expected min or max");

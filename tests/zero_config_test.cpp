@@ -272,6 +272,19 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
                "scheduler.params.warmup_num_steps=-5 is not a non-negative integer");
 }
 
+TEST(ZeroConfig, CommunicationDataTypeAsDeepSpeedReadsIt) {
+  using cohort::CommDataType;
+  EXPECT_EQ(parse_ds_config("{}", 1).communication_data_type(), CommDataType::kDefault);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": null})", 1).communication_data_type(), CommDataType::kDefault);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "fp16"})", 1).communication_data_type(), CommDataType::kFp16);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "BF16"})", 1).communication_data_type(), CommDataType::kBf16);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "bfp16"})", 1).communication_data_type(), CommDataType::kBf16);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "fp32"})", 1).communication_data_type(), CommDataType::kFp32);
+  EXPECT_TRUE(parse_ds_config(R"({"communication_data_type": "fp16"})", 1).unsupported_keys().empty());
+  EXPECT_ERROR(R"({"communication_data_type": "int8"})",
+               "communication_data_type=\"int8\" is not one of fp32, fp16, bf16, bfp16");
+}
+
 TEST(ZeroConfig, JsonErrors) {
   EXPECT_ERROR("[1, 2]", "ds_config: the top level must be a JSON object ({...}), not array");
   EXPECT_ERROR("{\n  \"fp16\": {\"enabled\": false}\n  \"bf16\": {}\n}",

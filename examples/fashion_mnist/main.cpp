@@ -79,6 +79,13 @@ int main(int argc, char** argv) {
   app.add_option("--precision", config.precision, "32-true, bf16-mixed or 16-mixed (16-mixed: GPU and ZeRO only)")
       ->check(CLI::IsMember({"32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16"}))
       ->capture_default_str();
+  app.add_option("--ddp-comm-hook", config.ddp_comm_hook,
+                 "DDP gradient compression: fp16, bf16, powersgd or batched_powersgd (strategy ddp only)")
+      ->check(CLI::IsMember({"fp16", "bf16", "powersgd", "batched_powersgd"}));
+  add_integer(app, {"--powersgd-rank", 1, 1024}, config.powersgd_rank,
+              "PowerSGD's matrix_approximation_rank (with --ddp-comm-hook powersgd)");
+  add_integer(app, {"--powersgd-start-iter", 0, int64_t(1e12)}, config.powersgd_start_iter,
+              "Steps of plain averaging before PowerSGD starts (PyTorch's start_powerSGD_iter)");
   app.add_flag("--no-memory-check", config.no_memory_check,
                "Skip the check that the batch's estimated memory fits in the memory available");
   return examples::parse_and_run(app, argc, argv, [&] { fashion_mnist::run_training(config); });

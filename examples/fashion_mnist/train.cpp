@@ -45,6 +45,9 @@ cohort::TrainerOptions trainer_options(const TrainConfig& config) {
       .strategy(strategy_of(config))
       .deepspeed_config(config.deepspeed_config)
       .precision(config.precision)
+      .ddp_comm_hook(config.ddp_comm_hook)
+      .powersgd_rank(config.powersgd_rank)
+      .powersgd_start_iteration(config.powersgd_start_iter)
       .max_epochs(config.epochs)
       .max_steps(config.max_steps > 0 ? config.max_steps : -1)
       .seed(config.seed)
@@ -95,6 +98,9 @@ std::string describe(const TrainConfig& config, const std::optional<cohort::Zero
   }
   if (!zero) {
     out << (config.strategy == "single" ? "single process" : "DDP") << ", Adam lr " << config.lr;
+    if (!config.ddp_comm_hook.empty()) out << ", " << config.ddp_comm_hook << " comm hook";
+    if (config.ddp_comm_hook.find("powersgd") != std::string::npos)
+      out << " (rank " << config.powersgd_rank << ", from step " << config.powersgd_start_iter << ")";
     return out.str();
   }
   const char* dtype = zero->bf16().enabled() ? "BFloat16" : zero->fp16().enabled() ? "Half" : "Float";

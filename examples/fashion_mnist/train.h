@@ -38,6 +38,11 @@ struct TrainConfig {
   std::string devices = "auto";
   std::string strategy = "ddp";
   std::string precision = "32-true";
+  /// DDP gradient compression (TrainerOptions.ddp_comm_hook): "", fp16, bf16, powersgd,
+  /// batched_powersgd; PowerSGD's rank and the steps of plain averaging before it starts.
+  std::string ddp_comm_hook;
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_iter = 1000;
 };
 
 /// Runs the whole job; rank 0 prints progress, one summary line per epoch and `params-sha256:

@@ -6,6 +6,7 @@
 #include "cohort/checkpoint.h"
 #include "cohort/cifar.h"
 #include "cohort/comm.h"
+#include "cohort/comm_hooks.h"
 #include "cohort/data.h"
 #include "cohort/ddp.h"
 #include "cohort/error.h"

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cohort/comm.h"
+#include "cohort/comm_hooks.h"
 #include "cohort/export.h"
 #include "cohort/join.h"
 
@@ -59,6 +60,11 @@ class DataParallelCore : public Joinable {
     detail::Reducer* reducer_;
   };
   [[nodiscard]] NoSyncGuard no_sync();
+
+  /// PyTorch's register_comm_hook: every later bucket is reduced by `hook` instead of the averaging
+  /// allreduce (cohort::comm_hooks::fp16_compress(), bf16_compress(), powersgd(...)). Once per DDP, before
+  /// the first synchronized backward. In a world of one nothing is reduced and the hook never runs.
+  void register_comm_hook(std::shared_ptr<CommHook> hook);
 
   /// The buckets' parameter names, in launch order (for inspection and tests).
   std::vector<std::vector<std::string>> bucket_layout() const;

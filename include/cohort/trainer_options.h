@@ -52,6 +52,15 @@ struct TrainerOptions {
   /// turns its BatchNorm1d/2d/3d into cohort::SyncBatchNorm over the world's ranks (batch statistics
   /// of the global batch). Strategies ddp, single, zero1-3, fsdp and deepspeed; not dp or pipeline.
   TORCH_ARG(bool, sync_batchnorm) = false;
+  /// Strategy "ddp": gradient compression by a DDP communication hook (Lightning's
+  /// DDPStrategy(ddp_comm_hook=...), cohort/comm_hooks.h): "" (none), "fp16", "bf16", "powersgd" or
+  /// "batched_powersgd". Its state (PowerSGD's error and Q) is not in checkpoints, as in PyTorch.
+  /// ZeRO strategies compress with communication_data_type in the deepspeed_config instead.
+  TORCH_ARG(std::string, ddp_comm_hook) = "";
+  /// ddp_comm_hook "powersgd" / "batched_powersgd": PowerSGDOptions' matrix_approximation_rank (>= 1)
+  /// and start_iteration (>= 0: steps of plain averaging first; PyTorch's default 1000).
+  TORCH_ARG(int64_t, powersgd_rank) = 1;
+  TORCH_ARG(int64_t, powersgd_start_iteration) = 1000;
   /// Strategy "pipeline": stages per pipeline, one per rank (0: every rank of the world is a stage).
   /// When it divides the world, the world is (world / stages) pipelines side by side, each stage
   /// averaging its gradients with its replicas (DDP), and each pipeline reading its own share of the data.

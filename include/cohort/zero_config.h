@@ -63,6 +63,10 @@ struct Bf16Config {
   TORCH_ARG(bool, enabled) = false;
 };
 
+/// "communication_data_type": the dtype gradients are reduced in. kDefault: their own (the compute
+/// dtype); otherwise each reduction casts to it, divides by the world size there, and casts back.
+enum class CommDataType { kDefault, kFp32, kFp16, kBf16 };
+
 enum class OptimizerType { kNone, kSgd, kAdam, kAdamW };
 using AdamBetas = std::array<double, 2>;
 
@@ -113,6 +117,9 @@ struct ZeroConfig {
   TORCH_ARG(ZeroOptimizationConfig, zero_optimization) = {};
   TORCH_ARG(Fp16Config, fp16) = {};
   TORCH_ARG(Bf16Config, bf16) = {};
+  /// "communication_data_type": "fp32", "fp16" or "bf16" (any case; "bfp16" is DeepSpeed's older
+  /// spelling); absent or null: the gradients' own dtype.
+  TORCH_ARG(CommDataType, communication_data_type) = CommDataType::kDefault;
   /// Clip the global gradient norm to this; 0 disables clipping.
   TORCH_ARG(double, gradient_clipping) = 0.0;
   TORCH_ARG(OptimizerConfig, optimizer) = {};

@@ -21,6 +21,10 @@ DataParallelCore::NoSyncGuard::~NoSyncGuard() {
 }
 DataParallelCore::NoSyncGuard DataParallelCore::no_sync() { return NoSyncGuard(reducer_.get()); }
 
+void DataParallelCore::register_comm_hook(std::shared_ptr<CommHook> hook) {
+  reducer_->register_comm_hook(std::move(hook));
+}
+
 std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const {
   return reducer_->bucket_layout();
 }

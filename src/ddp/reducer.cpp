@@ -24,6 +24,7 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
     : module_(std::move(module)), options_(std::move(options)) {
   comm_ = resolve_comm(options_.comm(), "DistributedDataParallel");
   scale_ = 1.0 / comm_->size();
+  divisor_ = comm_->size();
   COHORT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
                "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ",
                options_.bucket_cap_mb(), " and ", options_.first_bucket_cap_mb());
@@ -71,6 +72,9 @@ void Reducer::build_buckets(const std::vector<int64_t>& arrival_order) {
     }
     bucket.flat = torch::zeros({total}, params_[bucket.params[0]].options().requires_grad(false));
     for (size_t i = 0; i < bucket.params.size(); ++i) location_[bucket.params[i]] = {int64_t(b), int64_t(i)};
+    bucket.view.index = int64_t(b);
+    bucket.view.is_last = b + 1 == assignment.size();
+    bucket.view.buffer = bucket.flat;
   }
   // Keep the gradients' current values (a rebuild happens between backward and the optimizer step).
   std::vector<torch::Tensor> old_grads;
@@ -82,6 +86,8 @@ void Reducer::build_buckets(const std::vector<int64_t>& arrival_order) {
     if (old_grads[i].defined()) view.copy_(old_grads[i]);
     params_[i].mutable_grad() = view;
   }
+  for (auto& bucket : buckets_)  // in the bucket's order, as its offsets
+    for (int64_t p : bucket.params) bucket.view.gradients.push_back(bucket_view(p));
 }
 
 torch::Tensor Reducer::bucket_view(int64_t index) const {
@@ -129,15 +135,48 @@ void Reducer::launch_ready_buckets() {
   // Only in bucket order (note "bucket order" in reducer.h), so every rank issues the same sequence.
   if (join_pending_ && !join_deferred_) resolve_join_step();
   if (!rebuilt_) return;  // the layout is not final yet (note "first step")
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    Bucket& bucket = buckets_[next_launch_++];
-    if (trace::enabled())  // the timeline: this bucket's last gradient arrived; its allreduce starts
-      trace::record_mark("bucket " + std::to_string(next_launch_ - 1) + " launch", "ddp", "launch",
-                         int64_t(bucket.flat.nbytes()));
-    bucket.flat.mul_(scale_);
-    if (join_deferred_) launch_join_step();
-    bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+}
+
+void Reducer::launch(size_t b) {
+  Bucket& bucket = buckets_[b];
+  if (trace::enabled())  // the timeline: this bucket's last gradient arrived; its allreduce starts
+    trace::record_mark("bucket " + std::to_string(b) + " launch", "ddp", "launch", int64_t(bucket.flat.nbytes()));
+  if (join_deferred_) launch_join_step();  // note "join wait" in reducer.h: just before the first bucket
+  if (hook_) {
+    bucket.view.divisor = divisor_;
+    bucket.future = hook_->run(*comm_, bucket.view);
+    return;
   }
+  bucket.flat.mul_(scale_);
+  bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
+}
+
+void Reducer::wait_launched(size_t count) {
+  if (!hook_) {
+    for (size_t b = 0; b < count; ++b) buckets_[b].work.wait();
+    return;
+  }
+  // Round by round, each unfinished bucket one stage forward in bucket order: every rank issues a
+  // hook's later collectives in the same order, and bucket b's second stage overlaps bucket b+1's first.
+  for (bool more = true; more;) {
+    more = false;
+    for (size_t b = 0; b < count; ++b) {
+      if (buckets_[b].future.done()) continue;
+      buckets_[b].future.advance();
+      more = more || !buckets_[b].future.done();
+    }
+  }
+}
+
+void Reducer::register_comm_hook(std::shared_ptr<CommHook> hook) {
+  COHORT_CHECK(hook != nullptr, "DistributedDataParallel::register_comm_hook: the hook is null");
+  COHORT_CHECK(hook_ == nullptr, "DistributedDataParallel::register_comm_hook: a comm hook (", hook_->name(),
+               ") is already registered; register_comm_hook can be called once per DDP, as in PyTorch");
+  COHORT_CHECK(!rebuilt_ && !in_backward_, "DistributedDataParallel::register_comm_hook: called after the first "
+               "synchronized backward; register the hook (", hook->name(), ") before training starts, as in PyTorch");
+  hook->claim();
+  hook_ = std::move(hook);
 }
 
 void Reducer::mark_unused_parameters() {
@@ -147,7 +186,7 @@ void Reducer::mark_unused_parameters() {
   if (unused.empty()) return;
   if (!options_.find_unused_parameters()) {
     // Let the launched buckets finish so no peer is left waiting in a collective, then explain.
-    for (size_t b = 0; b < next_launch_; ++b) buckets_[b].work.wait();
+    wait_launched(next_launch_);
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + ("'" + unused[i] + "'");
     if (unused.size() > 5) list += " and " + std::to_string(unused.size() - 5) + " more";
@@ -185,7 +224,7 @@ void Reducer::finalize_backward() {
   }
   {
     trace::ScopedSpan span("bucket wait", "ddp", "wait");  // the timeline: backward ended; the rest is exposed
-    for (auto& bucket : buckets_) bucket.work.wait();
+    wait_launched(buckets_.size());
   }
   last_wait_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   std::fill(touched_.begin(), touched_.end(), 0);

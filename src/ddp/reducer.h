@@ -17,6 +17,11 @@
 // shapes are checked at construction; the rebuild order is rank 0's, broadcast), and a bucket is only
 // launched after all buckets before it.
 //
+// With a comm hook (cohort/comm_hooks.h) a bucket's launch runs the hook instead of the allreduce, on
+// the unscaled local gradients with the step's divisor; its later stages (PowerSGD's second and third
+// collectives) run at the end of backward in wait_launched(), bucket by bucket in order, the same on
+// every rank (note "bucket order").
+//
 // Inside a cohort::Join (reducer_join.cpp) each synchronized backward is one join step: its join
 // allreduce starts with the backward; a rank out of inputs runs shadow_step() per step instead.
 //
@@ -37,6 +42,7 @@
 #include <vector>
 
 #include "cohort/comm.h"
+#include "cohort/comm_hooks.h"
 #include "cohort/ddp.h"
 #include "core/grad_kit.h"
 #include "ddp/bucket_assignment.h"
@@ -55,6 +61,8 @@ class Reducer {
   std::vector<std::vector<std::string>> bucket_layout() const;
   double last_wait_seconds() const { return last_wait_seconds_; }
   Comm& comm() const { return *comm_; }
+  /// Uses `hook` for every later bucket reduction (once per DDP, before its first synchronized backward).
+  void register_comm_hook(std::shared_ptr<CommHook> hook);
   torch::Device device() const;
 
   // Join (reducer_join.cpp)
@@ -71,12 +79,16 @@ class Reducer {
     std::vector<int64_t> offsets;      // element offset of each parameter in `flat`
     int pending = 0;                   // gradients still to arrive this backward
     Work work;
+    GradBucket view;                   // what a comm hook sees: index, flat, per-parameter views
+    HookFuture future;                 // the hook's reduction in flight
   };
 
   void build_buckets(const std::vector<int64_t>& arrival_order);
   void register_hooks();
   void on_gradient_ready(int64_t index);
   void launch_ready_buckets();
+  void launch(size_t b);               // starts bucket b's reduction (allreduce or the hook)
+  void wait_launched(size_t count);    // finishes the reductions of buckets [0, count), in order
   void finalize_backward();
   void mark_unused_parameters();
   void rebuild_buckets_once();  // note "first step"; leaves every bucket ready to launch
@@ -105,6 +117,8 @@ class Reducer {
   int no_sync_depth_ = 0;
   double last_wait_seconds_ = 0;
   double scale_ = 1.0;      // what buckets are multiplied by before the sum: 1 / the step's divisor
+  int64_t divisor_ = 1;     // the step's divisor (a comm hook averages with it)
+  std::shared_ptr<CommHook> hook_;  // null: plain averaging allreduce
   int buffer_source_ = 0;   // whose buffers the step broadcasts: rank 0, or the lowest active rank
   Join* join_ = nullptr;    // the Join this reducer is attached to, if any
   JoinRole join_role_ = JoinRole::kFollows;

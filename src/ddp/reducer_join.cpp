@@ -21,6 +21,7 @@ void Reducer::attach_join(Join* join, JoinRole role) {
 
 void Reducer::begin_join_step() {
   scale_ = 1.0 / comm_->size();
+  divisor_ = comm_->size();
   buffer_source_ = 0;
   if (join_ == nullptr) return;
   join_pending_ = true;
@@ -46,6 +47,7 @@ void Reducer::resolve_join_step() {
   join_deferred_ = false;
   const JoinStep& step = join_role_ == JoinRole::kLeads ? join_->end_step() : join_->current();
   scale_ = 1.0 / step.divisor;
+  divisor_ = step.divisor;
   // Rank 0 may have joined: its buffers no longer move, so an active rank's go out.
   buffer_source_ = step.active.front();
 }
@@ -60,9 +62,13 @@ void Reducer::shadow_step(const JoinStep& step) {
   // hold zeros: this rank adds nothing to the sums. Afterwards they hold the step's averaged gradient,
   // as on every rank, for a JoinableOptimizer after this DDP.
   for (size_t i = 0; i < params_.size(); ++i) link_gradient(int64_t(i));
+  // A comm hook runs on the zeros too (PyTorch's _match_all_reduce_for_bwd_pass), so its collectives
+  // and its step count stay in line with the ranks that still train.
   for (auto& bucket : buckets_) bucket.flat.zero_();
-  for (auto& bucket : buckets_) bucket.work = comm_->allreduce_async(bucket.flat, ReduceOp::kSum);
-  for (auto& bucket : buckets_) bucket.work.wait();
+  scale_ = 1.0 / step.divisor;
+  divisor_ = step.divisor;
+  for (size_t b = 0; b < buckets_.size(); ++b) launch(b);
+  wait_launched(buckets_.size());
   std::fill(touched_.begin(), touched_.end(), 0);
   if (options_.broadcast_buffers() && !buffers_.empty()) broadcast_coalesced(*comm_, buffers_, step.active.front());
 }

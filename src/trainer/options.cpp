@@ -94,6 +94,19 @@ void check_pipeline_options(const TrainerOptions& options, const ResolvedOptions
            "0 unless strategy is \"pipeline\" (strategy is \"" + options.strategy() + "\")");
 }
 
+// The DDP comm hook options are read by strategy "ddp" only (ZeRO has communication_data_type).
+void check_comm_hook_options(const TrainerOptions& options, const ResolvedOptions& out) {
+  const std::string& hook = options.ddp_comm_hook();
+  if (hook != "" && hook != "fp16" && hook != "bf16" && hook != "powersgd" && hook != "batched_powersgd")
+    refuse("ddp_comm_hook", hook, "one of fp16, bf16, powersgd, batched_powersgd, or empty for none");
+  check_at_least("powersgd_rank", options.powersgd_rank(), 1, "an integer >= 1 (PowerSGD's matrix_approximation_rank)");
+  check_at_least("powersgd_start_iteration", options.powersgd_start_iteration(), 0,
+                 "an integer >= 0 (steps of plain averaging before PowerSGD starts)");
+  if (hook.empty() || out.strategy == StrategyKind::kDdp) return;
+  refuse("ddp_comm_hook", hook, "empty with strategy \"" + options.strategy() + "\" (comm hooks apply to strategy "
+         "ddp; ZeRO compresses with communication_data_type in its deepspeed_config)");
+}
+
 Precision resolve_precision(const std::string& name) {
   if (name == "32-true" || name == "32") return Precision::k32;
   if (name == "bf16-mixed" || name == "bf16") return Precision::kBf16Mixed;
@@ -141,6 +154,7 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   check_loop_limits(options);
   resolve_validation(options, out);
   check_pipeline_options(options, out);
+  check_comm_hook_options(options, out);
   resolve_limits(options, out);
   COHORT_CHECK(out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",
                options.precision(), "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "

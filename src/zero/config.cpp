@@ -193,6 +193,12 @@ ZeroConfig parse_with_source(const std::string& text, int world_size, const std:
   if (config.fp16().enabled() && config.bf16().enabled()) {
     ctx.fail("fp16.enabled and bf16.enabled are both true; choose one");
   }
+  if (top.has("communication_data_type")) {
+    const size_t type = top.choice("communication_data_type", 0, {"fp32", "fp16", "bf16", "bfp16"}, /*ignore_case=*/true);
+    config.communication_data_type(type == 0 ? CommDataType::kFp32 : type == 1 ? CommDataType::kFp16 : CommDataType::kBf16);
+  } else {
+    top.take("communication_data_type");  // null: the default, and not an ignored key
+  }
   config.gradient_clipping(top.number("gradient_clipping", 0.0, Section::Sign::kNonNegative));
   if (top.has("optimizer")) config.optimizer(read_optimizer(top.child("optimizer"), ctx));
   if (top.has("scheduler")) config.scheduler(read_scheduler(top.child("scheduler"), ctx));

@@ -30,6 +30,16 @@ torch::Dtype compute_dtype_of(const ZeroConfig& config) {
   return torch::kFloat;
 }
 
+torch::Dtype comm_dtype_of(const ZeroConfig& config, torch::Dtype compute) {
+  switch (config.communication_data_type()) {
+    case CommDataType::kDefault: return compute;
+    case CommDataType::kFp32: return torch::kFloat;
+    case CommDataType::kFp16: return torch::kHalf;
+    case CommDataType::kBf16: return torch::kBFloat16;
+  }
+  return compute;
+}
+
 }  // namespace
 
 ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options)
@@ -43,6 +53,7 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
   gas_ = int(config_.gradient_accumulation_steps());
   COHORT_CHECK(gas_ >= 1, "gradient_accumulation_steps: must be >= 1, got ", gas_);
   compute_dtype_ = compute_dtype_of(config_);
+  comm_dtype_ = comm_dtype_of(config_, compute_dtype_);
   separate_master_ = compute_dtype_ != torch::kFloat;
   module_->to(compute_dtype_);
   {
@@ -240,6 +251,11 @@ void ZeroEngineImpl::retire_reduces(bool all) {
                              (stage_ >= 2 && next_launch_ - next_retire_ > kMaxReductionsInFlight);
     if (!all && !over_budget && !group.reduce_work.is_completed()) return;
     group.reduce_work.wait();
+    if (group.comm_input.defined()) {  // stage 0/1 in communication_data_type: back to the compute dtype
+      if (stage_ == 0) group.flat_grad.copy_(group.comm_input);
+      else group.shard_grad = group.comm_shard.to(group.flat_grad.scalar_type());
+      group.comm_input = group.comm_shard = torch::Tensor();
+    }
     if (stage_ >= 2 && !group.reduce_output.is_same(group.shard_grad)) group.shard_grad.add_(group.reduce_output);
     if (group.reduce_input.defined()) in_flight_elements_ -= group.layout.padded;
     group.reduce_input = group.reduce_output = torch::Tensor();
@@ -260,6 +276,10 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
       if (stage_ == 1) group.shard_grad = group.flat_grad;
       return;
     }
+    if (comm_dtype_ != group.flat_grad.scalar_type()) {
+      launch_cast_reduce(group);
+      return;
+    }
     group.flat_grad.mul_(1.0 / world_);
     if (stage_ == 0) {
       group.reduce_work = comm_->allreduce_async(group.flat_grad, ReduceOp::kSum);
@@ -273,7 +293,8 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
   // Gradients are averaged over ranks by scaling first, as DDP does (the sum then cannot overflow
   // where the mean fits), in the same pass that stages them.
   const auto options = group.shard_grad.options();
-  group.reduce_input = buffers_.empty(layout.padded, options);
+  const bool cast = comm_dtype_ != options.dtype() && world_ > 1;  // communication_data_type
+  group.reduce_input = buffers_.empty(layout.padded, cast ? options.dtype(comm_dtype_) : options);
   const torch::Tensor scale = torch::scalar_tensor(1.0 / world_, options);
   for (size_t k = 0; k < layout.params.size(); ++k) {
     auto& param = params_[size_t(layout.params[k])];
@@ -283,7 +304,7 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
     torch::Tensor slot = group.reduce_input.narrow(0, layout.offsets[k], numel);
     if (!grad.defined()) {
       slot.zero_();
-    } else if (world_ > 1) {
+    } else if (world_ > 1 && !cast) {
       at::mul_out(slot, grad.reshape(-1), scale);
     } else {
       slot.copy_(grad.reshape(-1));
@@ -291,12 +312,28 @@ void ZeroEngineImpl::launch_reduce(FlatGroup& group) {
     grad = torch::Tensor();  // only the shard outlives backward (stage 2/3)
   }
   group.reduce_input.narrow(0, layout.numel, layout.padded - layout.numel).zero_();
+  if (cast) group.reduce_input.div_(world_);  // DeepSpeed: cast, then divide in that dtype
   // The first reduction since the last step lands in the (zeroed) shard itself; later micro-steps
-  // of an accumulation add theirs.
-  group.reduce_output = group.shard_grad_clean ? group.shard_grad : torch::empty({layout.shard}, options);
+  // of an accumulation add theirs (and every one does in another communication_data_type).
+  group.reduce_output = group.shard_grad_clean && !cast ? group.shard_grad
+                                                        : torch::empty({layout.shard}, options.dtype(comm_dtype_));
   group.shard_grad_clean = false;
   group.reduce_work = comm_->reduce_scatter_async(group.reduce_output, group.reduce_input, ReduceOp::kSum);
   in_flight_elements_ += layout.padded;
+  if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
+}
+
+// Stage 0/1 with communication_data_type: the flat gradients cast, divided by the world size in that
+// dtype (before the sum, as DeepSpeed), reduced; retire_reduces casts the result back.
+void ZeroEngineImpl::launch_cast_reduce(FlatGroup& group) {
+  group.comm_input = group.flat_grad.to(comm_dtype_);
+  group.comm_input.div_(world_);
+  if (stage_ == 0) {
+    group.reduce_work = comm_->allreduce_async(group.comm_input, ReduceOp::kSum);
+  } else {
+    group.comm_shard = torch::empty({group.layout.shard}, group.comm_input.options());
+    group.reduce_work = comm_->reduce_scatter_async(group.comm_shard, group.comm_input, ReduceOp::kSum);
+  }
   if (!config_.zero_optimization().overlap_comm()) group.reduce_work.wait();
 }
 

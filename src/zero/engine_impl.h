@@ -60,6 +60,9 @@ struct FlatGroup {
   bool shard_grad_clean = true;  // stage 2/3: shard_grad is zero (no reduction since the last step)
   torch::Tensor reduce_input, reduce_output;
   Work reduce_work;
+  // stage 0/1 with a communication_data_type other than the compute dtype: the cast gradients in
+  // flight and (stage 1) the reduced shard in that dtype, cast back when the reduction retires
+  torch::Tensor comm_input, comm_shard;
 };
 
 class ZeroEngineImpl : public UnitOwner {
@@ -118,6 +121,7 @@ class ZeroEngineImpl : public UnitOwner {
   void on_gradient_ready(int64_t param);
   void launch_ready_reduces();
   void launch_reduce(FlatGroup& group);
+  void launch_cast_reduce(FlatGroup& group);  // stage 0/1 in communication_data_type
   void retire_reduces(bool all);
   void finish_reduces();
   torch::Tensor gradient_of(const FlatGroup& group);  // the group's reduced gradient for the optimizer
@@ -146,6 +150,7 @@ class ZeroEngineImpl : public UnitOwner {
   int rank_ = 0;
   int world_ = 1;
   torch::Dtype compute_dtype_ = torch::kFloat;
+  torch::Dtype comm_dtype_ = torch::kFloat;  // communication_data_type, or the compute dtype
   bool separate_master_ = false;  // mixed precision: fp32 master copies apart from the parameters
 
   std::vector<torch::Tensor> params_;  // trainable, module order

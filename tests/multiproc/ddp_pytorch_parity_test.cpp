@@ -2,7 +2,9 @@
 // train a model from fixed weights on fixed data, rank 0 saves initial weights, data and final weights
 // (torch::pickle_save, read by torch.load), then tests/python/ddp_reference.py trains the same model
 // under torch.nn.parallel.DistributedDataParallel on 2 Gloo processes and compares rank 0's weights.
-// Needs Debian's /usr/bin/python3 with python3-torch (the same LibTorch 1.13); fails, never skips.
+// Needs Debian's /usr/bin/python3 with python3-torch (the same LibTorch 1.13); fails, never skips. The
+// PowerSGD case also needs numpy (PyTorch's hook imports it): Debian's python3-torch brings
+// python3-numpy and the 2.11 venv has it; a Python without it skips that case, saying so.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
@@ -16,6 +18,7 @@
 #include <sstream>
 #include <string>
 
+#include "cohort/comm_hooks.h"
 #include "cohort/ddp.h"
 #include "cohort/world.h"
 #include "support/multiproc.h"
@@ -34,6 +37,7 @@ constexpr const char* kDirVariable = "COHORT_PARITY_DIR";
 constexpr int kPythonTimeoutSeconds = 120;  // a hung Gloo rendezvous fails the test instead of hanging it
 constexpr int kWorldSize = 2, kSteps = 10, kBatch = 8;  // kBatch: rows per rank per step
 constexpr double kLr = 0.05, kMomentum = 0.9, kTolerance = 1e-5;
+constexpr int kPowerSgdStart = 2, kPowerSgdSeed = 7;
 
 using cohort::testing::Cnn;
 using cohort::testing::CnnImpl;
@@ -66,7 +70,7 @@ void save(const c10::IValue& value, const std::string& path) {
 // each global batch. Rank 0 saves init.pt, data.pt ({"x": [steps, W*B, ...], "y": [steps, W*B]}) and
 // final.pt into $COHORT_PARITY_DIR.
 template <typename Holder>
-void train_and_save(int rank, int size, const std::vector<int64_t>& sample_shape) {
+void train_and_save(int rank, int size, const std::vector<int64_t>& sample_shape, int powersgd_rank) {
   const std::string dir = std::getenv(kDirVariable);
   cohort::init();
   torch::manual_seed(1);
@@ -84,6 +88,11 @@ void train_and_save(int rank, int size, const std::vector<int64_t>& sample_shape
     save(data, dir + "/data.pt");
   }
   cohort::DistributedDataParallel ddp(model);
+  if (powersgd_rank > 0)
+    ddp.register_comm_hook(cohort::comm_hooks::powersgd(cohort::PowerSGDOptions()
+                                                            .matrix_approximation_rank(powersgd_rank)
+                                                            .start_iteration(kPowerSgdStart)
+                                                            .random_seed(kPowerSgdSeed)));
   torch::optim::SGD opt(model->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
   for (int step = 0; step < kSteps; ++step) {
     opt.zero_grad();
@@ -117,8 +126,8 @@ double value_after(const std::string& output, const std::string& key) {
 }
 
 template <typename Holder>
-void check_parity(const std::string& model_name, const std::vector<int64_t>& sample_shape) {
-  const auto body = [&](int rank, int size) { train_and_save<Holder>(rank, size, sample_shape); };
+void check_parity(const std::string& model_name, const std::vector<int64_t>& sample_shape, int powersgd_rank = 0) {
+  const auto body = [&](int rank, int size) { train_and_save<Holder>(rank, size, sample_shape, powersgd_rank); };
   if (is_rank_process()) {  // a rank re-runs this test body: run_ranks calls body and exits
     run_ranks(kWorldSize, body);
     return;
@@ -144,6 +153,9 @@ void check_parity(const std::string& model_name, const std::vector<int64_t>& sam
   command << "timeout -k 5 " << kPythonTimeoutSeconds << " " << python << " " << script << " --dir " << dir << " --model " << model_name << " --world-size "
           << kWorldSize << " --steps " << kSteps << " --batch " << kBatch << " --lr " << kLr << " --momentum "
           << kMomentum << " --tolerance " << kTolerance;
+  if (powersgd_rank > 0)
+    command << " --powersgd-rank " << powersgd_rank << " --powersgd-start " << kPowerSgdStart << " --powersgd-seed "
+            << kPowerSgdSeed;
   int status = 0;
   const std::string output = run_command(command.str(), &status);
   const auto compared = std::chrono::steady_clock::now();
@@ -170,5 +182,16 @@ void check_parity(const std::string& model_name, const std::vector<int64_t>& sam
 
 TEST(DdpPytorchParity, MlpMatchesPythonDdp) { check_parity<Mlp>("mlp", {20}); }
 TEST(DdpPytorchParity, CnnWithBatchNormMatchesPythonDdp) { check_parity<Cnn>("cnn", {1, 8, 8}); }
+
+TEST(DdpPytorchParity, MlpWithPowerSgdMatchesPythonPowerSgdHook) {
+  // The same random draws (numpy's RandomState, torch.manual_seed), P/Q steps, error feedback and warm start.
+  if (!is_rank_process()) {
+    const std::string python = cohort::testing::python_with_torch();
+    if (std::system((python + " -c 'import numpy' > /dev/null 2>&1").c_str()) != 0)
+      GTEST_SKIP() << python << " has no numpy, which PyTorch's powerSGD_hook imports (apt-get install "
+                   << "python3-numpy, or point COHORT_PYTHON at a Python with torch and numpy)";
+  }
+  check_parity<Mlp>("mlp", {20}, /*powersgd_rank=*/2);
+}
 
 }  // namespace ddp_pytorch_parity_test

@@ -68,6 +68,11 @@ def worker(rank, args, port):
     model.load_state_dict(load(os.path.join(args.dir, "init.pt")))  # strict: the names must match
     data = load(os.path.join(args.dir, "data.pt"))
     ddp = nn.parallel.DistributedDataParallel(model)
+    if args.powersgd_rank > 0:  # PyTorch's PowerSGD hook (needs numpy: the 2.11 venv's python has it)
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+        state = powersgd.PowerSGDState(None, matrix_approximation_rank=args.powersgd_rank,
+                                       start_powerSGD_iter=args.powersgd_start, random_seed=args.powersgd_seed)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     b = args.batch
     for step in range(args.steps):
@@ -109,6 +114,9 @@ def main():
     parser.add_argument("--lr", type=float, required=True)
     parser.add_argument("--momentum", type=float, required=True)
     parser.add_argument("--tolerance", type=float, default=1e-5)
+    parser.add_argument("--powersgd-rank", type=int, default=0, help="> 0: register powerSGD_hook of this rank")
+    parser.add_argument("--powersgd-start", type=int, default=2)
+    parser.add_argument("--powersgd-seed", type=int, default=0)
     args = parser.parse_args()
 
     print(f"torch {torch.__version__}")
