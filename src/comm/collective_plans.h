@@ -1,5 +1,6 @@
 // How each collective of cohort::Comm becomes a PendingOp: its fingerprint, its data as plain fields
-// (OpData), the transport that runs it (comm/transport.h: shared memory on one host, NCCL for CUDA tensors, Gloo otherwise) and the finish step (copy back). Arguments are
+// (OpData), the transport that runs it (comm/transport.h: hierarchical across hosts, shared memory on
+// one host, NCCL for CUDA tensors, Gloo otherwise) and the finish step (copy back). Arguments are
 // checked by Comm before a plan is made. A null plan: nothing left to move (a world of one). Comm's
 // blocking calls run the plan on the caller's thread, its async calls hand it to the launcher thread
 // (CommImpl::submit).

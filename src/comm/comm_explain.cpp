@@ -41,6 +41,7 @@ std::string CommImpl::where() const {
 std::string CommImpl::start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const {
   const std::string name = transport.name();
   if (name == "shm") return shm_failure(op, e);
+  if (name == "hier") return describe(op) + " failed in the hierarchical transport: " + first_line(e.what());
   return describe(op) + " could not start: " + first_line(e.what());
 }
 

@@ -39,9 +39,24 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
 }
 
 void CommImpl::make_transports(const BackendConfig& backend) {
-  shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
-                                 config_.shm_slot_bytes);
+  std::vector<std::string> hosts(config_.size);
+  for (int r = 0; r < config_.size; ++r) {
+    hosts[r] = control_->host_of(r);
+    // Tests: consecutive blocks of ranks as if each were a host of its own.
+    if (config_.test_hosts_split > 1) hosts[r] = "split-" + std::to_string(r * config_.test_hosts_split / config_.size);
+  }
+  const HostLayout layout = HostLayout::of(hosts);
+  std::unique_ptr<HierTransport> hier;
+  if (layout.valid()) {
+    hier = HierTransport::negotiate({config_.store, prefix_, config_.rank, config_.size, layout,
+                                     config_.shm && config_.hierarchical, config_.shm_slot_bytes, backend});
+  } else {
+    shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
+                                   config_.shm_slot_bytes);
+  }
   if (shm_) mailbox_ = std::make_unique<ShmMailbox>(*shm_);
+  hier_ = hier.get();
+  if (hier) transports_.push_back(std::move(hier));
   if (shm_) transports_.push_back(std::make_unique<ShmCollectives>(*shm_));
   if (nccl_) transports_.push_back(std::make_unique<C10dTransport>(*nccl_, config_.size, true));
   transports_.push_back(std::make_unique<C10dTransport>(*gloo_, config_.size, false));
@@ -73,6 +88,7 @@ CommImpl::~CommImpl() {
     // the process group would join it and hang this process. Leak it: the process is failing anyway.
     gloo_.release();
     nccl_.release();
+    if (hier_) hier_->abandon();
     return;
   }
   // An ordered teardown: NCCL communicators go while CUDA still works (see shutdown_backend).

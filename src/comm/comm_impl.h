@@ -21,6 +21,7 @@
 
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
+#include "comm/hier_transport.h"
 #include "comm/shm_mailbox.h"
 #include "comm/shm_transport.h"
 #include "comm/transport.h"
@@ -83,6 +84,8 @@ struct CommConfig {
   std::chrono::milliseconds timeout{300000};
   bool use_nccl = false;
   bool shm = true;                  // shared-memory data path when every rank is on this host
+  bool hierarchical = true;         // across hosts: shared memory within each, Gloo among leaders
+  int test_hosts_split = 0;         // tests: group one host's ranks as if on this many hosts (0: off)
   size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
   std::string group_name;           // empty for the world; a group's name for messages
   std::vector<int> world_ranks;     // a group's world rank of each of its ranks; empty for the world
@@ -121,7 +124,9 @@ class CommImpl {
   /// Point to point through the segment's rings, or null where shm() is.
   ShmMailbox* mailbox() const { return mailbox_.get(); }
 
-  /// The transport that runs `op`: the first that can of the shared-memory, NCCL and
+  /// The hierarchical transport across hosts (comm/hier_transport.h), or null.
+  HierTransport* hier() const { return hier_; }
+  /// The transport that runs `op`: the first that can of the hierarchical, shared-memory, NCCL and
   /// Gloo ones this Comm has; null in a world of one.
   Transport* transport_for(const OpData& op) const;
   /// True when CUDA tensors go through NCCL.
@@ -151,7 +156,8 @@ class CommImpl {
 
  private:
   void launch(PendingOp& op);
-  /// Makes the transports (constructor): the segment of this host, then NCCL and Gloo.
+  /// Makes the transports (constructor): the segment of this host, or the hierarchical one across
+  /// hosts, then NCCL and Gloo.
   void make_transports(const BackendConfig& backend);
   /// Agreement alone (the segment's barrier on one host, else the control plane); "" when agreed.
   std::string agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch);
@@ -204,6 +210,7 @@ class CommImpl {
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<ShmMailbox> mailbox_;  // point to point through shm_'s rings; null without shm_
   std::vector<std::unique_ptr<Transport>> transports_;  // in order of preference
+  HierTransport* hier_ = nullptr;                       // one of transports_, or null
 
   mutable std::mutex mutex_;
   std::condition_variable queue_cv_;

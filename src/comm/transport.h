@@ -1,5 +1,5 @@
 // The one interface every data path of Comm implements (docs/design/transports.md): shared memory on
-// one host, c10d Gloo and NCCL. A plan (collective_plans.cpp) describes
+// one host, c10d Gloo and NCCL, and hierarchical across hosts. A plan (collective_plans.cpp) describes
 // a collective as plain data (OpData); CommImpl asks its transports, in order of preference, which can
 // run it (Horovod's Enabled/Execute), agrees on the op with every rank and starts it on the chosen one.
 #pragma once
@@ -44,7 +44,7 @@ struct Started {
 class Transport {
  public:
   virtual ~Transport() = default;
-  /// "shm", "gloo", "nccl": the timeline's transport of an op.
+  /// "shm", "gloo", "nccl", "hier": the timeline's transport of an op.
   virtual const char* name() const = 0;
   /// Whether this transport moves `op` (dtype, device, kind). Must depend only on what every rank
   /// agrees on, never on one rank's layout, so every rank picks the same transport.

@@ -1,6 +1,6 @@
 // The transports of one host and of c10d (comm/transport.h): the shared-memory segment's collectives
 // (ShmCollectives, over ShmTransport) and a c10d process group (C10dTransport: Gloo for CPU tensors,
-// NCCL for CUDA ones).
+// NCCL for CUDA ones). The hierarchical transport across hosts is in comm/hier_transport.h.
 #pragma once
 
 #include <memory>
