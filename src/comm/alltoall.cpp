@@ -108,13 +108,11 @@ Work Comm::alltoall_single_async(torch::Tensor output, torch::Tensor input, cons
   // Even splits have one shape on every rank, so all skip an empty transfer alike; uneven ones always
   // launch, since a rank with nothing to send may still receive.
   if (!even || in.numel() > 0) {
-    pending->launch = [impl, in, out, splits] {
-      auto out_view = detail::transport_view(out);
-      auto in_view = detail::transport_view(in);
-      std::vector<int64_t> output_splits = splits.output(), input_splits = splits.input();
-      c10d::AllToAllOptions options;
-      return impl->backend_for(in.device()).alltoall_base(out_view, in_view, output_splits, input_splits, options);
-    };
+    pending->data.buffer = in;
+    pending->data.output = out;
+    pending->data.input_splits = splits.input();
+    pending->data.output_splits = splits.output();
+    pending->transport = impl->transport_for(pending->data);
   }
   pending->finish = [output, out]() mutable {
     if (!out.is_same(output)) output.copy_(out);

@@ -1,8 +1,9 @@
-// How each collective of cohort::Comm maps onto a transport: the PendingOp a call becomes, with the
-// shared-memory path on one host, NCCL for CUDA tensors, Gloo otherwise, and the finish step (copy
-// back, divide for avg). Arguments are checked by Comm before a plan is made. A null plan: nothing
-// left to move (a world of one). Comm's blocking calls run the plan on the caller's thread, its async
-// calls hand it to the launcher thread (CommImpl::submit).
+// How each collective of cohort::Comm becomes a PendingOp: its fingerprint, its data as plain fields
+// (OpData), the transport that runs it (comm/transport.h: hierarchical across hosts, shared memory on
+// one host, NCCL for CUDA tensors, Gloo otherwise) and the finish step (copy back). Arguments are
+// checked by Comm before a plan is made. A null plan: nothing left to move (a world of one). Comm's
+// blocking calls run the plan on the caller's thread, its async calls hand it to the launcher thread
+// (CommImpl::submit).
 #pragma once
 
 #include <torch/types.h>

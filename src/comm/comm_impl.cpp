@@ -9,6 +9,7 @@
 #include "comm/failure_report.h"
 #include "comm/op_util.h"
 #include "core/check.h"
+#include "comm/transports.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 
@@ -35,9 +36,37 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
   for (int r = 0; r < config_.size; ++r) spans_hosts_ |= control_->host_of(r) != control_->host_of(config_.rank);
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);
-  shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
-                                 config_.shm_slot_bytes);
+  make_transports(backend);
+}
+
+void CommImpl::make_transports(const BackendConfig& backend) {
+  std::vector<std::string> hosts(config_.size);
+  for (int r = 0; r < config_.size; ++r) {
+    hosts[r] = control_->host_of(r);
+    // Tests: consecutive blocks of ranks as if each were a host of its own.
+    if (config_.test_hosts_split > 1) hosts[r] = "split-" + std::to_string(r * config_.test_hosts_split / config_.size);
+  }
+  const HostLayout layout = HostLayout::of(hosts);
+  std::unique_ptr<HierTransport> hier;
+  if (layout.valid()) {
+    hier = HierTransport::negotiate({config_.store, prefix_, config_.rank, config_.size, layout,
+                                     config_.shm && config_.hierarchical, config_.shm_slot_bytes, backend});
+  } else {
+    shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
+                                   config_.shm_slot_bytes);
+  }
   if (shm_) mailbox_ = std::make_unique<ShmMailbox>(*shm_);
+  hier_ = hier.get();
+  if (hier) transports_.push_back(std::move(hier));
+  if (shm_) transports_.push_back(std::make_unique<ShmCollectives>(*shm_));
+  if (nccl_) transports_.push_back(std::make_unique<C10dTransport>(*nccl_, config_.size, true));
+  transports_.push_back(std::make_unique<C10dTransport>(*gloo_, config_.size, false));
+}
+
+Transport* CommImpl::transport_for(const OpData& op) const {
+  for (const auto& transport : transports_)
+    if (transport->can_run(op)) return transport.get();
+  return nullptr;
 }
 
 CommImpl::~CommImpl() {
@@ -60,6 +89,7 @@ CommImpl::~CommImpl() {
     // the process group would join it and hang this process. Leak it: the process is failing anyway.
     gloo_.release();
     nccl_.release();
+    if (hier_) hier_->abandon();
     return;
   }
   // An ordered teardown: NCCL communicators go while CUDA still works (see shutdown_backend).
@@ -75,47 +105,6 @@ int64_t CommImpl::sequence_number() const {
 int64_t CommImpl::next_group_id() {
   std::lock_guard<std::mutex> lock(mutex_);
   return next_group_++;
-}
-
-std::string CommImpl::rank_label(int group_rank) const {
-  if (config_.world_ranks.empty()) return "rank " + std::to_string(group_rank);
-  return "rank " + std::to_string(config_.world_ranks.at(group_rank)) + " (group rank " +
-         std::to_string(group_rank) + " of '" + config_.group_name + "')";
-}
-
-std::vector<int> CommImpl::world_ranks_of(const std::vector<int>& group_ranks) const {
-  std::vector<int> out;
-  for (int r : group_ranks) out.push_back(world_rank(r));
-  return out;
-}
-
-std::string CommImpl::ranks_label(const std::vector<int>& group_ranks) const {
-  std::string out;
-  if (config_.world_ranks.empty()) {
-    out = group_ranks.size() > 1 ? "ranks " : "rank ";
-    for (size_t i = 0; i < group_ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(group_ranks[i]);
-    return out;
-  }
-  for (size_t i = 0; i < group_ranks.size(); ++i) out += (i ? ", " : "") + rank_label(group_ranks[i]);
-  return out;
-}
-
-std::string CommImpl::ranks_on_hosts(const std::vector<int>& group_ranks) const {
-  std::vector<RankOnHost> ranks;
-  for (int r : group_ranks)
-    ranks.push_back({config_.world_ranks.empty() ? std::to_string(r) : rank_label(r), control_->host_of(r)});
-  const std::string prefix = !config_.world_ranks.empty() ? "" : group_ranks.size() > 1 ? "ranks " : "rank ";
-  return prefix + join_on_hosts(ranks, spans_hosts_);
-}
-
-std::string CommImpl::where() const {
-  return config_.world_ranks.empty() ? "" : " in group '" + config_.group_name + "'";
-}
-
-ProcessGroupBase& CommImpl::backend_for(const c10::Device& device) {
-  if (device.is_cuda() && nccl_) return *nccl_;
-  COHORT_CHECK(device.is_cpu() || device.is_cuda(), "collectives take CPU or CUDA tensors, not ", device);
-  return *gloo_;
 }
 
 std::shared_ptr<PendingOp> CommImpl::submit(std::shared_ptr<PendingOp> op, bool async) {
@@ -195,48 +184,56 @@ void CommImpl::launch(PendingOp& op) {
 
 CommFailure CommImpl::agree_and_move(PendingOp& op) {
   const auto deadline = op.started_ + config_.timeout;
-  const bool on_shm = op.shm && shm_;
-  op.transport_ = on_shm ? "shm" : op.device_completion && nccl_ ? "nccl" : "gloo";
+  Transport* transport = op.transport;
+  const bool fused = transport && transport->agrees();  // the segment's barrier carries the agreement
+  op.transport_ = transport ? transport->name() : op.device_completion && nccl_ ? "nccl" : "gloo";
   // The path is part of what must match: a rank moving data through the segment while a peer waits in
   // Gloo would otherwise hang until the timeout instead of being named a desync.
-  const uint64_t hash = op.fingerprint.hash(uint64_t(op.seq)) ^ (on_shm ? kShmPathBit : 0);
+  const uint64_t hash = op.fingerprint.hash(uint64_t(op.seq)) ^ (fused ? kShmPathBit : 0);
+  auto watch = [&] {
+    if (auto failure = control_->check_peers()) throw TransportStopped{explain(*failure, op)};
+    // The caller's thread may have failed this op first (it watches too), or the Comm is closing:
+    // then the peers will not arrive, and this thread must not wait for them until the deadline.
+    if (auto stopped = stopped_reason()) throw TransportStopped{*stopped};
+    if (Clock::now() > deadline) throw TransportStopped{explain_timeout(op)};
+  };
+  if (!fused) {
+    CommFailure failure = agree(op, hash, deadline, watch);
+    if (!failure.empty() || !transport) return failure;
+  }
+  try {
+    Started started = transport->start(op.data, hash, watch);
+    if (fused && op.queued_us_ >= 0) op.agreed_us_ = shm_->agreed_us();
+    if (!started.agreed) return explain_desync(op);
+    if (!started.work && op.queued_us_ >= 0) op.data_us_ = trace::now_us();
+    op.work_ = started.work;
+    op.then_ = std::move(started.then);
+  } catch (const TransportStopped& stopped) {
+    return stopped.message;
+  } catch (const std::exception& e) {
+    return start_failure(op, *transport, e);
+  }
+  return {};
+}
+
+CommFailure CommImpl::agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch) {
   if (shm_) {
-    // On one host the agreement rides on the segment's barrier (shm_transport.h), fused with the
-    // first barrier of the data when the data moves there too.
-    auto watch = [&] {
-      if (auto failure = control_->check_peers()) throw TransportStopped{explain(*failure, op)};
-      // The caller's thread may have failed this op first (it watches too), or the Comm is closing:
-      // then the peers will not arrive, and this thread must not wait for them until the deadline.
-      if (auto stopped = stopped_reason()) throw TransportStopped{*stopped};
-      if (Clock::now() > deadline) throw TransportStopped{explain_timeout(op)};
-    };
+    // On one host the agreement rides on the segment's barrier (shm_transport.h).
     try {
-      const bool agreed = on_shm ? op.shm(*shm_, hash, watch) : shm_->agree(hash, watch);
-      if (op.queued_us_ >= 0) {
-        op.agreed_us_ = shm_->agreed_us();
-        if (on_shm) op.data_us_ = trace::now_us();
-      }
-      if (!agreed) return explain_desync(op);
+      const bool agreed = shm_->agree(hash, watch);
+      if (op.queued_us_ >= 0) op.agreed_us_ = shm_->agreed_us();
+      return agreed ? CommFailure{} : explain_desync(op);
     } catch (const TransportStopped& stopped) {
       return stopped.message;
     } catch (const std::exception& e) {
       return shm_failure(op, e);
     }
-    if (on_shm) return {};
-  } else {
-    AgreeResult result;
-    std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
-    if (op.queued_us_ >= 0) op.agreed_us_ = trace::now_us();
-    if (failure) return explain(*failure, op);
-    if (!result.agreed()) return explain_desync(op);
   }
-  if (!op.launch) return {};
-  try {
-    op.work_ = op.launch();
-  } catch (const std::exception& e) {
-    return describe(op) + " could not start: " + first_line(e.what());
-  }
-  return {};
+  AgreeResult result;
+  std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
+  if (op.queued_us_ >= 0) op.agreed_us_ = trace::now_us();
+  if (failure) return explain(*failure, op);
+  return result.agreed() ? CommFailure{} : explain_desync(op);
 }
 
 std::optional<CommFailure> CommImpl::stopped_reason() {
@@ -326,6 +323,7 @@ void CommImpl::wait(PendingOp& op) {
       }
     }
   }
+  if (op.then_) op.then_();
   if (op.finish) op.finish();
   std::lock_guard<std::mutex> lock(op.mutex_);
   op.finished_ = true;
@@ -345,95 +343,6 @@ void CommImpl::fail_transport(PendingOp& op, const std::string& what) {
 bool CommImpl::is_completed(PendingOp& op) {
   std::lock_guard<std::mutex> lock(op.mutex_);
   return op.finished_ || (op.launched_ && op.data_done_);
-}
-
-std::string CommImpl::describe(const PendingOp& op) const {
-  if (op.peer >= 0) {
-    const bool send = op.fingerprint.op == OpKind::kSend;
-    return std::string(send ? "send #" : "recv #") + std::to_string(op.seq) + " (tag " + std::to_string(op.tag) +
-           ") " + (send ? "to " : "from ") + rank_label(op.peer) + " " + op.fingerprint.tensor_text() + where();
-  }
-  return "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() + where();
-}
-
-std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) const {
-  return describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
-}
-
-CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
-  const std::string what = describe(op);
-  const std::vector<int> peer_rank = failure.peer >= 0 ? std::vector<int>{world_rank(failure.peer)} : std::vector<int>{};
-  switch (failure.kind) {
-    case PeerFailure::kDied: {
-      const std::string peer = ranks_on_hosts({failure.peer});
-      if (!failure.reason.empty())
-        return {what + " failed: " + peer + " left: " + failure.reason, ErrorKind::kPeerDied, peer_rank};
-      return {what + " failed: " + peer + " died (its process exited or was killed without shutting down)",
-              ErrorKind::kPeerDied, peer_rank};
-    }
-    case PeerFailure::kAborted:
-      if (failure.peer == config_.rank)
-        return {what + " interrupted: this Comm is shutting down", ErrorKind::kAborted, peer_rank};
-      return {what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason,
-              ErrorKind::kAborted, peer_rank};
-    case PeerFailure::kTimedOut:
-      return explain_timeout(op);
-  }
-  return what + " failed";
-}
-
-CommFailure CommImpl::explain_desync(const PendingOp& op) {
-  FailureReport report(*config_.store, prefix_ + "/desync", config_.rank, config_.size);
-  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
-                                 std::chrono::seconds(10));
-  std::ostringstream out;
-  out << "collective mismatch (desync) at collective #" << op.seq << where() << ": ranks called different "
-      << "collectives:";
-  std::vector<int> differing;  // the ranks whose call is not this rank's
-  for (int r = 0; r < config_.size; ++r) {
-    if (reports[r] != reports[config_.rank]) differing.push_back(world_rank(r));
-    out << " " << rank_label(r) << ": ";
-    if (!reports[r]) {
-      out << "(no report)";
-    } else {
-      const auto space = reports[r]->find(' ');
-      out << "#" << reports[r]->substr(0, space) << " " << reports[r]->substr(space + 1);
-    }
-    out << (r + 1 < config_.size ? ";" : ".");
-  }
-  out << " Every rank must call the same collectives, in the same order, with the same shapes and dtypes.";
-  return {out.str(), ErrorKind::kDesync, differing};
-}
-
-CommFailure CommImpl::explain_timeout(const PendingOp& op) {
-  if (op.peer >= 0) return explain_p2p_timeout(op);
-  FailureReport report(*config_.store, prefix_ + "/stuck", config_.rank, config_.size);
-  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
-                                 std::chrono::seconds(2));
-  std::vector<int> missing;
-  std::ostringstream others;
-  for (int r = 0; r < config_.size; ++r) {
-    if (r == config_.rank) continue;
-    if (!reports[r]) {
-      missing.push_back(r);
-      continue;
-    }
-    const auto space = reports[r]->find(' ');
-    if (reports[r]->substr(0, space) != std::to_string(op.seq)) {
-      missing.push_back(r);
-      others << " " << rank_label(r) << " is waiting in collective #" << reports[r]->substr(0, space) << " "
-             << reports[r]->substr(space + 1) << ".";
-    }
-  }
-  std::ostringstream out;
-  out << describe(op) << " timed out after " << config_.timeout.count() << " ms: ";
-  if (missing.empty()) {
-    out << "every rank arrived but the transfer did not finish";
-  } else {
-    out << ranks_on_hosts(missing) << " never arrived.";
-  }
-  out << others.str() << " (timeout: InitOptions::timeout or COHORT_TIMEOUT seconds)";
-  return {out.str(), ErrorKind::kTimeout, world_ranks_of(missing)};
 }
 
 }  // namespace cohort::detail

@@ -1,9 +1,10 @@
 // CommImpl: the machinery under cohort::Comm. Each collective becomes a PendingOp that is
 // (1) given the next sequence number, (2) agreed on by every rank over the control plane (fingerprint
-// hash), (3) launched on the c10d process group, (4) waited for with the control plane watched for dead
-// or aborting peers and the timeout counted. The first failure poisons the Comm: every later call
-// throws the same error, and every peer is told (abort notice). Async ops are agreed and launched in
-// issue order by one launcher thread so the caller (e.g. an autograd hook) never waits on the network.
+// hash), (3) started on the transport chosen for it (comm/transport.h), (4) waited for with the control
+// plane watched for dead or aborting peers and the timeout counted. The first failure poisons the Comm:
+// every later call throws the same error, and every peer is told (abort notice). Async ops are agreed
+// and launched in issue order by one launcher thread so the caller (e.g. an autograd hook) never waits
+// on the network.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -21,8 +22,10 @@
 #include "comm/comm_failure.h"
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
+#include "comm/hier_transport.h"
 #include "comm/shm_mailbox.h"
 #include "comm/shm_transport.h"
+#include "comm/transport.h"
 #include "compat/c10d_compat.h"
 
 namespace cohort::detail {
@@ -36,17 +39,14 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   int peer = -1;  // point to point: the other rank
   int tag = 0;    // point to point: the channel
   bool inline_p2p = false;  // CUDA: NCCL pairs messages in issue order, so no waiter threads
-  /// Starts the data movement after agreement; returns null when there is nothing to move.
-  std::function<c10::intrusive_ptr<c10d::Work>()> launch;
-  /// Instead of `launch`: agrees on the fingerprint hash and moves the data through the shared-memory
-  /// transport, blocking until done; false when the ranks' fingerprints differ (ShmTransport).
-  std::function<bool(ShmTransport&, uint64_t fingerprint, const ShmTransport::Watch&)> shm;
-  /// Point to point on one host: the contiguous CPU tensor whose bytes go through the shared-memory
-  /// rings (comm/shm_mailbox.h); undefined when the message takes Gloo or NCCL.
-  at::Tensor shm_buffer;
   /// A blocking send/recv: the caller waits anyway, so its own thread does the waiting (no thread hop).
   bool caller_waits = false;
-  /// Runs once on the waiting thread after the data arrived (copy back, divide for avg, unpack).
+  /// What moves, and the transport that moves it after agreement (CommImpl::transport_for); null when
+  /// nothing moves (a barrier, empty tensors). A message through the segment's rings (p2p_shm.cpp)
+  /// has none either: its data.buffer goes to the mailbox.
+  OpData data;
+  Transport* transport = nullptr;
+  /// Runs once on the waiting thread after the data arrived (copy back, unpack).
   std::function<void()> finish;
   /// CUDA tensors: done only when the GPU finished. An NCCL Work's future completes when the kernel is
   /// queued, so the waiting thread polls Work::isCompleted() (a CUDA event query) instead, and a hang
@@ -61,6 +61,7 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   bool launched_ = false, data_done_ = false, finished_ = false;
   Clock::time_point started_;
   c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> then_;  // the transport's step once work_ completed (Started::then)
   CommFailure error_;
   bool notice_ = false;          // point to point: the sender's notice arrived (receive side)
   std::string transport_error_;  // point to point: what the transport raised while a waiter thread waited
@@ -84,6 +85,8 @@ struct CommConfig {
   std::chrono::milliseconds timeout{300000};
   bool use_nccl = false;
   bool shm = true;                  // shared-memory data path when every rank is on this host
+  bool hierarchical = true;         // across hosts: shared memory within each, Gloo among leaders
+  int test_hosts_split = 0;         // tests: group one host's ranks as if on this many hosts (0: off)
   size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
   std::string group_name;           // empty for the world; a group's name for messages
   std::vector<int> world_ranks;     // a group's world rank of each of its ranks; empty for the world
@@ -123,9 +126,11 @@ class CommImpl {
   /// Point to point through the segment's rings, or null where shm() is.
   ShmMailbox* mailbox() const { return mailbox_.get(); }
 
-  /// The process group for tensors on `device`: Gloo for CPU, NCCL for CUDA when this Comm has it,
-  /// else Gloo (which stages CUDA tensors through host memory: several ranks on one GPU).
-  ProcessGroupBase& backend_for(const c10::Device& device);
+  /// The hierarchical transport across hosts (comm/hier_transport.h), or null.
+  HierTransport* hier() const { return hier_; }
+  /// The transport that runs `op`: the first that can of the hierarchical, shared-memory, NCCL and
+  /// Gloo ones this Comm has; null in a world of one.
+  Transport* transport_for(const OpData& op) const;
   /// True when CUDA tensors go through NCCL.
   bool has_nccl() const { return bool(nccl_); }
 
@@ -153,6 +158,13 @@ class CommImpl {
 
  private:
   void launch(PendingOp& op);
+  /// Makes the transports (constructor): the segment of this host, or the hierarchical one across
+  /// hosts, then NCCL and Gloo.
+  void make_transports(const BackendConfig& backend);
+  /// Agreement alone (the segment's barrier on one host, else the control plane); "" when agreed.
+  std::string agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch);
+  /// "<op> failed in the shared-memory transport: <what>" or, for c10d, "<op> could not start: <what>".
+  std::string start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const;
   /// Agrees on `op` with every rank (through the shared-memory segment on one host, else the control
   /// plane) and moves or starts its data; returns the failure, "" when all went well.
   CommFailure agree_and_move(PendingOp& op);
@@ -199,6 +211,8 @@ class CommImpl {
   c10::intrusive_ptr<ProcessGroupBase> gloo_, nccl_;
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<ShmMailbox> mailbox_;  // point to point through shm_'s rings; null without shm_
+  std::vector<std::unique_ptr<Transport>> transports_;  // in order of preference
+  HierTransport* hier_ = nullptr;                       // one of transports_, or null
 
   mutable std::mutex mutex_;
   std::condition_variable queue_cv_;

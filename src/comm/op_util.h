@@ -19,6 +19,7 @@ inline std::shared_ptr<PendingOp> make_op(OpKind kind, const torch::Tensor& tens
                                           int root = -1) {
   auto op = std::make_shared<PendingOp>();
   op->fingerprint.op = kind;
+  op->data.kind = kind;
   op->fingerprint.reduce = reduce;
   if (tensor.defined()) {
     op->fingerprint.dtype = tensor.scalar_type();

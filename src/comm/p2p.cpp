@@ -85,7 +85,10 @@ std::shared_ptr<PendingOp> CommImpl::post_send(std::shared_ptr<PendingOp> op) {
                      {uint64_t(op->seq), op->fingerprint.hash(uint64_t(op->seq)), op->fingerprint.tensor_text()});
   CommFailure error;
   try {
-    if (op->launch) op->work_ = op->launch();
+    if (op->transport) {
+      op->data.p2p_tag = gloo_tag(op->tag, op->seq);
+      op->work_ = op->transport->start(op->data, 0, nullptr).work;
+    }
   } catch (const std::exception& e) {
     error = poison(describe(*op) + " could not start: " + first_line(e.what()));
   }
@@ -116,8 +119,10 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
         }
         if (notice.hash != op->fingerprint.hash(uint64_t(op->seq)))
           error = explain_p2p_mismatch(*op, notice.seq, notice.described);
-        else if (op->launch)
-          op->work_ = op->launch();
+        else if (op->transport) {
+          op->data.p2p_tag = gloo_tag(op->tag, op->seq);
+          op->work_ = op->transport->start(op->data, 0, nullptr).work;
+        }
       }
     } catch (const std::exception& e) {
       error = describe(*op) + " could not start: " + first_line(e.what());
@@ -175,7 +180,7 @@ namespace {
 
 // The bytes of a CPU message between ranks on one host go through the shared-memory rings; all else
 // (CUDA tensors, ranks on several hosts, COHORT_SHM=0) through the process group.
-bool on_shm(detail::CommImpl& impl, const torch::Tensor& buffer) { return impl.shm() && buffer.is_cpu(); }
+bool on_shm(detail::CommImpl& impl, const torch::Tensor& buffer) { return impl.mailbox() && buffer.is_cpu(); }
 
 Work post_send(detail::CommImpl* impl, const torch::Tensor& tensor, int dst, int tag, bool caller_waits) {
   auto pending = detail::make_op(detail::OpKind::kSend, tensor, ReduceOp::kSum, dst);
@@ -184,17 +189,10 @@ Work post_send(detail::CommImpl* impl, const torch::Tensor& tensor, int dst, int
   pending->inline_p2p = tensor.is_cuda();
   pending->caller_waits = caller_waits;
   torch::Tensor buf = detail::transport_view(tensor.contiguous());
-  if (on_shm(*impl, buf)) {
-    pending->shm_buffer = buf;
-    return Work(impl->post_shm_send(pending));
-  }
-  auto* raw = pending.get();
-  if (buf.numel() > 0) {
-    pending->launch = [impl, buf, dst, tag, raw] {
-      std::vector<at::Tensor> tensors{buf};
-      return impl->backend_for(buf.device()).send(tensors, dst, detail::gloo_tag(tag, raw->seq));
-    };
-  }
+  pending->data.buffer = buf;
+  pending->data.peer = dst;
+  if (on_shm(*impl, buf)) return Work(impl->post_shm_send(pending));
+  if (buf.numel() > 0) pending->transport = impl->transport_for(pending->data);
   return Work(impl->post_send(pending));
 }
 
@@ -208,17 +206,10 @@ Work post_recv(detail::CommImpl* impl, torch::Tensor tensor, int src, int tag, b
   pending->finish = [tensor, buf]() mutable {
     if (!buf.is_same(tensor)) tensor.copy_(buf);
   };
-  if (on_shm(*impl, buf)) {
-    pending->shm_buffer = buf;
-    return Work(impl->post_shm_recv(pending));
-  }
-  auto* raw = pending.get();
-  if (buf.numel() > 0) {
-    pending->launch = [impl, buf, src, tag, raw] {
-      std::vector<at::Tensor> tensors{detail::transport_view(buf)};
-      return impl->backend_for(buf.device()).recv(tensors, src, detail::gloo_tag(tag, raw->seq));
-    };
-  }
+  pending->data.buffer = buf;
+  pending->data.peer = src;
+  if (on_shm(*impl, buf)) return Work(impl->post_shm_recv(pending));
+  if (buf.numel() > 0) pending->transport = impl->transport_for(pending->data);
   return Work(impl->post_recv(pending));
 }
 

@@ -23,7 +23,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_send(std::shared_ptr<PendingOp> op
   op->transport_ = "shm";
   const ShmMailbox::Envelope envelope{uint64_t(op->tag), uint64_t(op->seq), op->fingerprint.hash(uint64_t(op->seq)),
                                       int32_t(op->fingerprint.dtype), op->fingerprint.shape};
-  const at::Tensor& buffer = op->shm_buffer;
+  const at::Tensor& buffer = op->data.buffer;
   uint64_t ticket = 0;
   if (mailbox_->try_send(op->peer, envelope, buffer.data_ptr(), buffer.nbytes(), ticket)) {
     mark_launched(*op, {});
@@ -32,7 +32,7 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_send(std::shared_ptr<PendingOp> op
   auto body = [this, op, envelope, ticket] {
     CommFailure error;
     try {
-      mailbox_->finish_send(op->peer, ticket, envelope, op->shm_buffer.data_ptr(), op->shm_buffer.nbytes(),
+      mailbox_->finish_send(op->peer, ticket, envelope, op->data.buffer.data_ptr(), op->data.buffer.nbytes(),
                             p2p_watch(op));
     } catch (const TransportStopped& stopped) {
       error = poison(stopped.message);
@@ -66,8 +66,8 @@ std::shared_ptr<PendingOp> CommImpl::post_shm_recv(std::shared_ptr<PendingOp> op
   receive->tag = uint64_t(op->tag);
   receive->seq = uint64_t(op->seq);
   receive->hash = op->fingerprint.hash(uint64_t(op->seq));
-  receive->destination = op->shm_buffer.data_ptr();
-  receive->n = op->shm_buffer.nbytes();
+  receive->destination = op->data.buffer.data_ptr();
+  receive->n = op->data.buffer.nbytes();
   auto conclude = [this, op, receive](CommFailure error) {
     if (error.empty() && receive->mismatch)  // the texts only then: a receive costs microseconds
       error = explain_p2p_mismatch(*op, receive->mismatch->seq, described(*receive->mismatch));

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "cohort/comm_hooks.h"
+#include "core/check.h"
 #include "ddp/comm_hook_util.h"
 
 namespace cohort {

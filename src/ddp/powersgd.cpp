@@ -10,6 +10,7 @@
 #include <random>
 
 #include "cohort/comm_hooks.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "ddp/comm_hook_util.h"
 #include "ddp/powersgd_math.h"

@@ -39,6 +39,15 @@ bool shm_enabled() {
   return env_integer({"COHORT_SHM", 0, 1, "a switch (0: Gloo only, 1: shared memory, the default)"}, 1) == 1;
 }
 
+// COHORT_HIERARCHICAL=0 keeps CPU collectives across hosts on flat Gloo (docs/design/transports.md).
+bool hierarchical_enabled() {
+  return env_integer({"COHORT_HIERARCHICAL", 0, 1, "a switch (0: flat Gloo across hosts, 1: hierarchical, the default)"},
+                     1) == 1;
+}
+
+// COHORT_TEST_HOSTS_SPLIT=N (tests only): one host's ranks grouped as if on N hosts.
+int test_hosts_split() { return int(env_integer({"COHORT_TEST_HOSTS_SPLIT", 0, 4096, "a number of hosts"}, 0)); }
+
 // COHORT_SHM_BYTES: the shared-memory transport's chunk, in bytes per rank (rounded up to 4 KiB).
 size_t shm_slot_bytes() {
   // 512 KiB: the measured best of 128 KiB..2 MiB.
@@ -181,6 +190,8 @@ World init(const InitOptions& options) {
   config.use_nccl = nccl;
   config.shm = shm_enabled();
   config.shm_slot_bytes = shm_slot_bytes();
+  config.hierarchical = hierarchical_enabled();
+  config.test_hosts_split = test_hosts_split();
   std::string endpoint = "this process";  // where the world meets, for errors
   if (launch.size > 1 || options.store()) {
     world.master_addr_ = launch.master_addr;

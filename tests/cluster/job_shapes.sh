@@ -3,8 +3,10 @@
 # one task per worker, (b) sbatch with srun one cohortrun per node (c10d rendezvous), (c) cohortrun
 # started on each host by hand, (d) mpirun -H across the hosts; and examples/horovod_mnist under (d)
 # against its own 4 ranks on one host. The job scripts run are tests/cluster/jobs/, as the guide shows.
-# The one-host runs use Gloo (COHORT_SHM=0), the transport between hosts: at 4 ranks the shared-memory
-# transport sums in another order than Gloo's ring, so its digest differs in the last bits.
+# Across hosts the collectives are hierarchical (docs/design/transports.md): each host's ranks first,
+# then the hosts. The one-host runs group their 4 ranks as 2 hosts x 2 (COHORT_TEST_HOSTS_SPLIT=2) so
+# they sum in that order too: any other transport there differs in the last bits, so the 2 x 2 jobs
+# printing the reference digest proves they took the hierarchy across the namespaces.
 
 scenario_hosts() { echo 2; }
 
@@ -17,7 +19,7 @@ scenario_job_shapes() {
   local flags=("${TRAIN_FLAGS[@]}" --data "$data")
 
   start=$(now)
-  COHORT_SHM=0 run_on n1 180 "$out/one_host.log" "$COHORTRUN" --standalone --nproc-per-node 4 "$TRAIN" "${flags[@]}"
+  COHORT_TEST_HOSTS_SPLIT=2 run_on n1 180 "$out/one_host.log" "$COHORTRUN" --standalone --nproc-per-node 4 "$TRAIN" "${flags[@]}"
   rc=$?
   reference=$(digest_of "$out/one_host.log")
   check_run "4 ranks on one host" "$out/one_host.log" "$rc" "$reference" "cohortrun/torchrun" 127.0.0.1
@@ -83,7 +85,7 @@ shape_horovod() {
   local out=$1 data=$2 reference rc start
   local flags=("${HOROVOD_FLAGS[@]}" --data-dir "$data")
   local horovod="$BUILD/examples/horovod_mnist"
-  COHORT_SHM=0 run_on n1 180 "$out/hvd_one_host.log" "$COHORTRUN" --standalone --nproc-per-node 4 "$horovod" "${flags[@]}"
+  COHORT_TEST_HOSTS_SPLIT=2 run_on n1 180 "$out/hvd_one_host.log" "$COHORTRUN" --standalone --nproc-per-node 4 "$horovod" "${flags[@]}"
   rc=$?
   reference=$(digest_of "$out/hvd_one_host.log")
   check_run "horovod_mnist, 4 ranks on one host" "$out/hvd_one_host.log" "$rc" "$reference" "cohortrun/torchrun" 127.0.0.1

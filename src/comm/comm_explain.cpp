@@ -1,0 +1,144 @@
+// How CommImpl names ranks, ops and failures in its messages (see comm_impl.h): an op's description,
+// a dead or aborting peer, a desync (every rank's report of what it called), a timeout (the ranks that
+// never arrived, and where the others wait), a transport's failure.
+#include <sstream>
+
+#include "comm/comm_impl.h"
+#include "comm/failure_report.h"
+#include "comm/op_util.h"
+#include "core/check.h"
+
+namespace cohort::detail {
+
+std::string CommImpl::rank_label(int group_rank) const {
+  if (config_.world_ranks.empty()) return "rank " + std::to_string(group_rank);
+  return "rank " + std::to_string(config_.world_ranks.at(group_rank)) + " (group rank " +
+         std::to_string(group_rank) + " of '" + config_.group_name + "')";
+}
+
+std::vector<int> CommImpl::world_ranks_of(const std::vector<int>& group_ranks) const {
+  std::vector<int> out;
+  for (int r : group_ranks) out.push_back(world_rank(r));
+  return out;
+}
+
+std::string CommImpl::ranks_label(const std::vector<int>& group_ranks) const {
+  std::string out;
+  if (config_.world_ranks.empty()) {
+    out = group_ranks.size() > 1 ? "ranks " : "rank ";
+    for (size_t i = 0; i < group_ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(group_ranks[i]);
+    return out;
+  }
+  for (size_t i = 0; i < group_ranks.size(); ++i) out += (i ? ", " : "") + rank_label(group_ranks[i]);
+  return out;
+}
+
+std::string CommImpl::ranks_on_hosts(const std::vector<int>& group_ranks) const {
+  std::vector<RankOnHost> ranks;
+  for (int r : group_ranks)
+    ranks.push_back({config_.world_ranks.empty() ? std::to_string(r) : rank_label(r), control_->host_of(r)});
+  const std::string prefix = !config_.world_ranks.empty() ? "" : group_ranks.size() > 1 ? "ranks " : "rank ";
+  return prefix + join_on_hosts(ranks, spans_hosts_);
+}
+
+std::string CommImpl::where() const {
+  return config_.world_ranks.empty() ? "" : " in group '" + config_.group_name + "'";
+}
+
+std::string CommImpl::start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const {
+  const std::string name = transport.name();
+  if (name == "shm") return shm_failure(op, e);
+  if (name == "hier") return describe(op) + " failed in the hierarchical transport: " + first_line(e.what());
+  return describe(op) + " could not start: " + first_line(e.what());
+}
+
+std::string CommImpl::describe(const PendingOp& op) const {
+  if (op.peer >= 0) {
+    const bool send = op.fingerprint.op == OpKind::kSend;
+    return std::string(send ? "send #" : "recv #") + std::to_string(op.seq) + " (tag " + std::to_string(op.tag) +
+           ") " + (send ? "to " : "from ") + rank_label(op.peer) + " " + op.fingerprint.tensor_text() + where();
+  }
+  return "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() + where();
+}
+
+std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) const {
+  return describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
+}
+
+CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
+  const std::string what = describe(op);
+  const std::vector<int> peer_rank = failure.peer >= 0 ? std::vector<int>{world_rank(failure.peer)} : std::vector<int>{};
+  switch (failure.kind) {
+    case PeerFailure::kDied: {
+      const std::string peer = ranks_on_hosts({failure.peer});
+      if (!failure.reason.empty())
+        return {what + " failed: " + peer + " left: " + failure.reason, ErrorKind::kPeerDied, peer_rank};
+      return {what + " failed: " + peer + " died (its process exited or was killed without shutting down)",
+              ErrorKind::kPeerDied, peer_rank};
+    }
+    case PeerFailure::kAborted:
+      if (failure.peer == config_.rank)
+        return {what + " interrupted: this Comm is shutting down", ErrorKind::kAborted, peer_rank};
+      return {what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason,
+              ErrorKind::kAborted, peer_rank};
+    case PeerFailure::kTimedOut:
+      return explain_timeout(op);
+  }
+  return what + " failed";
+}
+
+CommFailure CommImpl::explain_desync(const PendingOp& op) {
+  FailureReport report(*config_.store, prefix_ + "/desync", config_.rank, config_.size);
+  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
+                                 std::chrono::seconds(10));
+  std::ostringstream out;
+  out << "collective mismatch (desync) at collective #" << op.seq << where() << ": ranks called different "
+      << "collectives:";
+  std::vector<int> differing;  // the ranks whose call is not this rank's
+  for (int r = 0; r < config_.size; ++r) {
+    if (reports[r] != reports[config_.rank]) differing.push_back(world_rank(r));
+    out << " " << rank_label(r) << ": ";
+    if (!reports[r]) {
+      out << "(no report)";
+    } else {
+      const auto space = reports[r]->find(' ');
+      out << "#" << reports[r]->substr(0, space) << " " << reports[r]->substr(space + 1);
+    }
+    out << (r + 1 < config_.size ? ";" : ".");
+  }
+  out << " Every rank must call the same collectives, in the same order, with the same shapes and dtypes.";
+  return {out.str(), ErrorKind::kDesync, differing};
+}
+
+CommFailure CommImpl::explain_timeout(const PendingOp& op) {
+  if (op.peer >= 0) return explain_p2p_timeout(op);
+  FailureReport report(*config_.store, prefix_ + "/stuck", config_.rank, config_.size);
+  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
+                                 std::chrono::seconds(2));
+  std::vector<int> missing;
+  std::ostringstream others;
+  for (int r = 0; r < config_.size; ++r) {
+    if (r == config_.rank) continue;
+    if (!reports[r]) {
+      missing.push_back(r);
+      continue;
+    }
+    const auto space = reports[r]->find(' ');
+    if (reports[r]->substr(0, space) != std::to_string(op.seq)) {
+      missing.push_back(r);
+      others << " " << rank_label(r) << " is waiting in collective #" << reports[r]->substr(0, space) << " "
+             << reports[r]->substr(space + 1) << ".";
+    }
+  }
+  std::ostringstream out;
+  out << describe(op) << " timed out after " << config_.timeout.count() << " ms: ";
+  if (missing.empty()) {
+    out << "every rank arrived but the transfer did not finish";
+  } else {
+    out << ranks_on_hosts(missing) << " never arrived.";
+  }
+  out << others.str() << " (timeout: InitOptions::timeout or COHORT_TIMEOUT seconds)";
+  return {out.str(), ErrorKind::kTimeout, world_ranks_of(missing)};
+}
+
+}  // namespace cohort::detail

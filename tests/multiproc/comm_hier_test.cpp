@@ -1,0 +1,210 @@
+// The hierarchical transport (src/comm/hier_transport.*) on one host: COHORT_TEST_HOSTS_SPLIT=2 groups
+// 4 rank processes as 2 hosts x 2 ranks, so each collective reduces within a "host" through its own
+// segment, between the leaders (ranks 0 and 2) through Gloo, and broadcasts within the host again.
+// Every result must equal, bit for bit, that order of reduction ((x0 + x1) + (x2 + x3)), and the
+// exact sums of the flat path; a desync and a dead rank are named as on the flat path;
+// COHORT_HIERARCHICAL=0 keeps flat Gloo. tests/cluster/job_shapes.sh runs it across real hosts.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <thread>
+
+#include "cohort/comm.h"
+#include "cohort/world.h"
+#include "comm/comm_impl.h"
+#include "support/multiproc.h"
+
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace comm_hier_test {
+
+using ::testing::HasSubstr;
+using cohort::ReduceOp;
+using cohort::testing::report;
+using cohort::testing::run_ranks;
+
+namespace {
+
+torch::Tensor input_of(int rank, int64_t n, torch::ScalarType dtype) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(2000 + rank);
+  if (torch::isFloatingType(dtype)) return torch::randn({n}, gen, torch::TensorOptions().dtype(dtype));
+  return torch::randint(-1000, 1000, {n}, gen, torch::TensorOptions().dtype(dtype));
+}
+
+torch::Tensor combine(const torch::Tensor& a, const torch::Tensor& b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kMax: return torch::maximum(a, b);
+    case ReduceOp::kMin: return torch::minimum(a, b);
+    case ReduceOp::kProduct: return a * b;
+    default: return a + b;
+  }
+}
+
+// The hierarchy's order on 2 hosts x 2 ranks: each host's ranks in rank order, then the hosts.
+torch::Tensor hier_reduction(int64_t n, torch::ScalarType dtype, ReduceOp op) {
+  auto host0 = combine(input_of(0, n, dtype), input_of(1, n, dtype), op);
+  auto host1 = combine(input_of(2, n, dtype), input_of(3, n, dtype), op);
+  auto all = combine(host0, host1, op);
+  return op == ReduceOp::kAvg ? all.div_(4) : all;
+}
+
+cohort::testing::RanksOptions split_in_two() {
+  cohort::testing::RanksOptions options;
+  options.env["COHORT_TEST_HOSTS_SPLIT"] = "2";
+  options.env["COHORT_SHM_BYTES"] = "4096";  // many chunks per collective
+  options.env["COHORT_TIMEOUT"] = "60";
+  return options;
+}
+
+void every_collective(int rank, int size) {
+  auto& comm = cohort::init().comm();
+  auto* hier = comm.impl().hier();
+  ASSERT_NE(hier, nullptr) << "2 split hosts x 2 ranks: the hierarchical transport must be chosen";
+  EXPECT_EQ(comm.impl().shm(), nullptr);
+  EXPECT_EQ(hier->layout().hosts, 2);
+  const int64_t before = hier->ops_done();
+  int64_t ops = 0;
+  for (int64_t n : {1, 3, 1025, 10007}) {
+    for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      auto t = input_of(rank, n, torch::kFloat);
+      comm.allreduce(t, op);
+      ++ops;
+      EXPECT_TRUE(torch::equal(t, hier_reduction(n, torch::kFloat, op)))
+          << "allreduce(" << cohort::reduce_op_name(op) << ") of " << n << " float32";
+    }
+  }
+  // Exact dtypes: the flat path's sum, whatever the order.
+  for (auto dtype : {torch::kLong, torch::kDouble}) {
+    auto t = input_of(rank, 3001, torch::kLong).to(dtype);
+    comm.allreduce(t, ReduceOp::kSum);
+    ++ops;
+    auto flat = input_of(0, 3001, torch::kLong);
+    for (int r = 1; r < size; ++r) flat = flat + input_of(r, 3001, torch::kLong);
+    EXPECT_TRUE(torch::equal(t, flat.to(dtype))) << dtype;
+  }
+  for (int64_t block : {1, 2500}) {
+    for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      auto out = comm.reduce_scatter(input_of(rank, block * size, torch::kFloat), op);
+      ++ops;
+      EXPECT_TRUE(torch::equal(out, hier_reduction(block * size, torch::kFloat, op).narrow(0, rank * block, block)))
+          << "reduce_scatter(" << cohort::reduce_op_name(op) << ") block " << block;
+    }
+  }
+  for (auto dtype : {torch::kFloat, torch::kBool}) {
+    auto gathered = comm.allgather(input_of(rank, 1500, torch::kFloat).gt(0).to(dtype));
+    ++ops;
+    for (int r = 0; r < size; ++r)
+      EXPECT_TRUE(torch::equal(gathered[r], input_of(r, 1500, torch::kFloat).gt(0).to(dtype))) << dtype;
+  }
+  for (int root = 0; root < size; ++root) {  // a leader and a non-leader root on each host
+    auto b = input_of(rank, 2049, torch::kFloat);
+    comm.broadcast(b, root);
+    ++ops;
+    EXPECT_TRUE(torch::equal(b, input_of(root, 2049, torch::kFloat))) << "root " << root;
+  }
+  EXPECT_EQ(hier->ops_done() - before, ops) << "a collective took another path";
+  // What the hierarchy does not run (half reductions, all-to-all) goes through Gloo and still agrees.
+  auto half = torch::full({5}, rank + 1, torch::kHalf);
+  comm.allreduce(half);
+  EXPECT_EQ(half[4].item<float>(), 10.f);
+  EXPECT_EQ(comm.alltoall(torch::full({4}, float(rank)))[3].item<float>(), 3.f);
+  EXPECT_EQ(hier->ops_done() - before, ops);
+}
+
+}  // namespace
+
+TEST(Hier, EveryCollectiveIsTheHostThenLeaderReduction) { run_ranks(4, every_collective, split_in_two()); }
+
+TEST(Hier, OffWithCohortHierarchical0) {
+  auto options = split_in_two();
+  options.env["COHORT_HIERARCHICAL"] = "0";
+  run_ranks(4, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    EXPECT_EQ(comm.impl().hier(), nullptr);
+    EXPECT_EQ(comm.impl().shm(), nullptr);
+    auto t = torch::full({3000}, rank + 1, torch::kLong);
+    comm.allreduce(t);
+    EXPECT_TRUE(t.eq(10).all().item<bool>());
+  }, options);
+}
+
+TEST(Hier, BadSettingsAreRejected) {
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "1", 1);
+  const std::vector<std::array<const char*, 3>> cases = {
+      {"COHORT_HIERARCHICAL", "2",
+       "COHORT_HIERARCHICAL=2 is not a switch (0: flat Gloo across hosts, 1: hierarchical, the default) from 0 to 1"},
+      {"COHORT_TEST_HOSTS_SPLIT", "-1", "COHORT_TEST_HOSTS_SPLIT=-1 is not a number of hosts from 0 to 4096"}};
+  for (const auto& [name, value, message] : cases) {
+    setenv(name, value, 1);
+    try {
+      cohort::init();
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const cohort::Error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(message));
+    }
+    unsetenv(name);
+  }
+}
+
+TEST(Hier, DesyncIsNamedAsOnTheFlatPath) {
+  auto results = run_ranks(4, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    ASSERT_NE(comm.impl().hier(), nullptr);
+    comm.allreduce(torch::ones({2}));
+    try {
+      comm.allreduce(torch::ones({rank == 3 ? 5 : 4}));
+      ADD_FAILURE() << "expected a cohort::Error";
+    } catch (const cohort::Error& e) {
+      report(e.what());
+    }
+  }, split_in_two());
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.reports.empty()) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("collective mismatch (desync) at collective #1: ranks called different "
+                                        "collectives: rank 0: #1 allreduce(sum) float32 [4]; rank 1: #1 "
+                                        "allreduce(sum) float32 [4]; rank 2: #1 allreduce(sum) float32 [4]; "
+                                        "rank 3: #1 allreduce(sum) float32 [5]."));
+  }
+}
+
+TEST(Hier, ARankKilledMidTransferIsNamed) {
+  auto options = split_in_two();
+  options.env.erase("COHORT_SHM_BYTES");
+  options.expect_all_pass = false;
+  auto results = run_ranks(4, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    ASSERT_NE(comm.impl().hier(), nullptr);
+    auto big = torch::ones({1 << 20});
+    comm.allreduce(big);
+    if (rank == 3) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::kill(::getpid(), SIGKILL);
+      }).detach();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      for (int i = 0; i < 100000; ++i) comm.allreduce(big);
+      ADD_FAILURE() << "expected a cohort::Error";
+    } catch (const cohort::Error& e) {
+      report(e.what());
+      report(std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
+    }
+  }, options);
+  EXPECT_EQ(results[3].signal, SIGKILL);
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto& r = results[rank];
+    EXPECT_TRUE(r.passed) << r.output;
+    ASSERT_EQ(r.reports.size(), 2u) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("allreduce(sum) float32 [1048576]"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 3 died"));
+    EXPECT_LT(std::stod(r.reports[1]), 20.0);
+  }
+}
+
+}  // namespace comm_hier_test
