@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "cohort/comm.h"
+#include "cohort/export.h"
 #include "cohort/sampler.h"
 #include "cohort/stateful.h"
-#include "cohort/export.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {
@@ -51,8 +51,7 @@ class CheckpointState {
   /// consumed. Loading calls set_epoch() and restores `samples_in_epoch`; a sampler of another dataset
   /// size, seed or shuffle is an error. Resume by skipping samples_in_epoch / (batch * world size)
   /// batches: PyTorch's split makes global batch k the same samples at every world size.
-  CheckpointState& add(const std::string& name, DistributedSampler& sampler,
-                       int64_t& samples_in_epoch);
+  CheckpointState& add(const std::string& name, DistributedSampler& sampler, int64_t& samples_in_epoch);
   /// Anything that implements cohort::Stateful (the ZeRO engine, a loss scaler, user state). A
   /// Stateful whose state_values() has "zero_stage" sets the manifest's zero_stage.
   CheckpointState& add(const std::string& name, Stateful& stateful);
@@ -107,9 +106,9 @@ struct LoadOptions {
 
 /// What load_checkpoint() loaded.
 struct CheckpointInfo {
-  std::string path;       ///< the step directory, e.g. "ckpt/step-200"
+  std::string path;  ///< the step directory, e.g. "ckpt/step-200"
   int64_t step = 0;
-  int world_size = 0;     ///< of the ranks that saved it
+  int world_size = 0;  ///< of the ranks that saved it
   int zero_stage = 0;
   /// The newer checkpoints that were skipped as unusable, each "path: reason".
   std::vector<std::string> skipped;
@@ -120,8 +119,7 @@ struct CheckpointInfo {
 /// replicated tensors are spread over the ranks by size so no rank writes everything. Until the
 /// rename nothing is visible: a crash leaves the previous checkpoint as `latest`. Returns the step
 /// directory. Throws cohort::Error on every rank when any rank fails, naming the rank and file.
-std::string save_checkpoint(const std::string& dir, CheckpointState& state,
-                            const SaveOptions& options = {});
+std::string save_checkpoint(const std::string& dir, CheckpointState& state, const SaveOptions& options = {});
 
 /// Loads the checkpoint `dir/latest` points to (or, if `dir` is a step directory with a
 /// manifest.json, that one) into `state`, at any world size. Returns nothing when `dir` holds no

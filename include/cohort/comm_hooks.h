@@ -25,7 +25,7 @@ struct GradBucket {
   bool is_last = false;                  ///< the last bucket of this backward
   torch::Tensor buffer;                  ///< this rank's gradients back to back; the hook leaves the average here
   std::vector<torch::Tensor> gradients;  ///< views into `buffer`, shaped as the parameters
-  int64_t divisor = 1;                   ///< what the sum is divided by for the average (world size; inside Join, its divisor)
+  int64_t divisor = 1;  ///< what the sum is divided by for the average (world size; inside Join, its divisor)
 };
 
 /// The reduction a hook started: the collectives in flight and what runs once they finished (which

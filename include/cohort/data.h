@@ -25,8 +25,7 @@ enum class Split { kTrain, kTest };
 
 /// One split of Fashion-MNIST, ready for a model.
 struct FashionMnist {
-  torch::Tensor
-      images;  ///< float32 [N, 1, 28, 28], (pixel / 255 - kFashionMnistMean) / kFashionMnistStd
+  torch::Tensor images;  ///< float32 [N, 1, 28, 28], (pixel / 255 - kFashionMnistMean) / kFashionMnistStd
   torch::Tensor labels;  ///< int64 [N], class ids 0..9
 };
 
@@ -46,8 +45,7 @@ std::string fashion_mnist_file(const std::string& dir, Split split, const std::s
 /// "<name>"), normalized. Throws cohort::Error naming the path and how to get the data when a file
 /// is missing, and when images are not 28x28, counts of images and labels differ, or a label is
 /// outside 0..9.
-FashionMnist load_fashion_mnist(const std::string& dir = kFashionMnistDir,
-                                Split split = Split::kTrain);
+FashionMnist load_fashion_mnist(const std::string& dir = kFashionMnistDir, Split split = Split::kTrain);
 
 }  // namespace cohort::data
 COHORT_EXPORT_END

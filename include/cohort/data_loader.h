@@ -14,8 +14,8 @@
 #include <memory>
 #include <optional>
 
-#include "cohort/sampler.h"
 #include "cohort/export.h"
+#include "cohort/sampler.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {

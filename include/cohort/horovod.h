@@ -7,8 +7,8 @@
 
 #include <ATen/core/ivalue.h>
 #include <torch/arg.h>
-#include <torch/ordered_dict.h>
 #include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -165,5 +165,5 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank
 }  // namespace cohort::hvd
 COHORT_EXPORT_END
 
-#include "cohort/horovod_optimizer.h"
 #include "cohort/horovod_elastic.h"
+#include "cohort/horovod_optimizer.h"

@@ -6,8 +6,8 @@
 #pragma once
 
 #include <torch/arg.h>
-#include <torch/ordered_dict.h>
 #include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
 #include <torch/types.h>
 
 #include <memory>

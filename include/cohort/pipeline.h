@@ -42,8 +42,8 @@ struct PartitionOptions {
 /// cut from, and keep its layer names ("3.weight"), so checkpoints name parameters as the whole model.
 struct Partition {
   std::vector<torch::nn::Sequential> stages;
-  std::vector<int64_t> boundaries;   ///< stages + 1 layer indices
-  std::vector<int64_t> parameters;   ///< trainable parameters per stage
+  std::vector<int64_t> boundaries;  ///< stages + 1 layer indices
+  std::vector<int64_t> parameters;  ///< trainable parameters per stage
   /// One line per stage: "stage 1: layers 3-5 (Linear, ReLU, Linear), 4160 parameters".
   std::string describe() const;
 };

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "cohort/trainer_callbacks.h"
 #include "cohort/export.h"
+#include "cohort/trainer_callbacks.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {

@@ -63,7 +63,7 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
   void pretty_print(std::ostream& stream) const override;
 
   SyncBatchNormOptions options;
-  torch::Tensor weight, bias;                                  // undefined unless affine
+  torch::Tensor weight, bias;                                    // undefined unless affine
   torch::Tensor running_mean, running_var, num_batches_tracked;  // undefined unless tracked
 
  private:

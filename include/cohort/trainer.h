@@ -19,12 +19,12 @@
 
 #include "cohort/data_loader.h"
 #include "cohort/data_module.h"
+#include "cohort/export.h"
 #include "cohort/trainer_callbacks.h"
 #include "cohort/trainer_loggers.h"
 #include "cohort/trainer_options.h"
 #include "cohort/training_module.h"
 #include "cohort/world.h"
-#include "cohort/export.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {

@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "cohort/data_loader.h"
-#include "cohort/fsdp.h"
 #include "cohort/export.h"
+#include "cohort/fsdp.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {

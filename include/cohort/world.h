@@ -4,8 +4,8 @@
 #pragma once
 
 #include <torch/arg.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <memory>
@@ -13,8 +13,8 @@
 
 #include "cohort/comm.h"
 #include "cohort/error.h"
-#include "cohort/mesh.h"
 #include "cohort/export.h"
+#include "cohort/mesh.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {

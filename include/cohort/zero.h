@@ -15,10 +15,10 @@
 #include <utility>
 
 #include "cohort/comm.h"
+#include "cohort/export.h"
 #include "cohort/fsdp.h"
 #include "cohort/stateful.h"
 #include "cohort/zero_config.h"
-#include "cohort/export.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {
@@ -200,8 +200,7 @@ ZeroEngine<M> initialize(ZeroConfig config, std::shared_ptr<M> model, EngineOpti
   return ZeroEngine<M>(std::move(model), std::move(config), std::move(options));
 }
 template <typename Impl>
-ZeroEngine<Impl> initialize(ZeroConfig config, const torch::nn::ModuleHolder<Impl>& model,
-                            EngineOptions options = {}) {
+ZeroEngine<Impl> initialize(ZeroConfig config, const torch::nn::ModuleHolder<Impl>& model, EngineOptions options = {}) {
   return ZeroEngine<Impl>(model.ptr(), std::move(config), std::move(options));
 }
 

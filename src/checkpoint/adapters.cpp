@@ -33,9 +33,7 @@ class SchedulerState : public Stateful {
  public:
   explicit SchedulerState(torch::optim::LRScheduler& scheduler) : scheduler_(scheduler) {}
   std::vector<StateTensor> state_tensors() override { return {}; }
-  StateValues state_values() const override {
-    return {{"step_count", SchedulerAccess::step_count(scheduler_)}};
-  }
+  StateValues state_values() const override { return {{"step_count", SchedulerAccess::step_count(scheduler_)}}; }
   void load_state_values(const StateValues& values) override {
     const auto it = values.find("step_count");
     COHORT_CHECK(it != values.end(), "the checkpoint's scheduler has no 'step_count'");
@@ -63,9 +61,8 @@ class SamplerState : public Stateful {
     }
     const auto mine = state_values();
     for (const char* key : {"dataset_size", "seed", "shuffle"}) {
-      COHORT_CHECK(values.at(key) == mine.at(key), "the checkpoint's sampler has ", key, " ",
-                   values.at(key), ", this one ", mine.at(key),
-                   ": it belongs to another dataset or shuffle");
+      COHORT_CHECK(values.at(key) == mine.at(key), "the checkpoint's sampler has ", key, " ", values.at(key),
+                   ", this one ", mine.at(key), ": it belongs to another dataset or shuffle");
     }
     sampler_.set_epoch(static_cast<int64_t>(values.at("epoch")));
     samples_ = static_cast<int64_t>(values.at("samples_in_epoch"));
@@ -113,9 +110,7 @@ class RngState : public Stateful {
 
 }  // namespace
 
-std::shared_ptr<Stateful> module_state(torch::nn::Module& module) {
-  return std::make_shared<ModuleState>(module);
-}
+std::shared_ptr<Stateful> module_state(torch::nn::Module& module) { return std::make_shared<ModuleState>(module); }
 std::shared_ptr<Stateful> scheduler_state(torch::optim::LRScheduler& scheduler) {
   return std::make_shared<SchedulerState>(scheduler);
 }

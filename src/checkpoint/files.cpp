@@ -40,7 +40,8 @@ std::vector<std::pair<int64_t, std::string>> step_directories(const std::string&
   std::error_code error;
   for (const auto& item : fs::directory_iterator(root, error)) {
     const auto step = parse_step_dir(item.path().filename().string());
-    if (step && item.symlink_status(error).type() == fs::file_type::directory) out.emplace_back(*step, item.path().string());
+    if (step && item.symlink_status(error).type() == fs::file_type::directory)
+      out.emplace_back(*step, item.path().string());
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;

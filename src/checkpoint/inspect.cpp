@@ -34,8 +34,7 @@ class Files {
   ShardReader& get(const std::string& name) {
     auto it = open_.find(name);
     if (it != open_.end()) return *it->second;
-    const auto f = std::find_if(m_.files.begin(), m_.files.end(),
-                                [&](const FileRecord& r) { return r.name == name; });
+    const auto f = std::find_if(m_.files.begin(), m_.files.end(), [&](const FileRecord& r) { return r.name == name; });
     COHORT_CHECK(f != m_.files.end(), dir_, "/manifest.json: file ", name, " is not in 'files'");
     auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, f->rank, m_.world_size, f->payload_bytes);
     return *open_.emplace(name, std::move(reader)).first->second;
@@ -113,7 +112,8 @@ std::string resolve_step_dir(const std::string& path) {
   // No 'latest' (a copy of the step directories, a save that never moved it): the newest step
   // directory, the one training would resume from.
   const auto steps = step_directories(path);
-  COHORT_CHECK(!steps.empty(), path, " holds no checkpoint: no manifest.json, no 'latest' pointer and no step-<n> directory");
+  COHORT_CHECK(!steps.empty(), path,
+               " holds no checkpoint: no manifest.json, no 'latest' pointer and no step-<n> directory");
   return steps.front().second;
 }
 
@@ -131,16 +131,16 @@ void check_output_outside(const std::string& step_dir, const std::string& out) {
                ": write it elsewhere");
   const bool checkpoint = parse_step_dir(first).has_value() || first.rfind(".step-", 0) == 0;
   COHORT_CHECK(!checkpoint, "the output ", out, " is inside checkpoint ", (root / first).string(), " of ",
-               root.string(), ": writing it there would replace or add to that checkpoint's files; write it "
+               root.string(),
+               ": writing it there would replace or add to that checkpoint's files; write it "
                "elsewhere");
 }
 
 std::string describe_checkpoint(const std::string& dir, bool tensors) {
   const Manifest m = read_manifest(dir + "/manifest.json");
   std::ostringstream out;
-  out << "checkpoint " << dir << "\n  step " << m.step << ", saved by " << m.world_size
-      << " rank(s), ZeRO stage " << m.zero_stage << ", cohort " << m.library_version << ", "
-      << m.created << "\n  files:";
+  out << "checkpoint " << dir << "\n  step " << m.step << ", saved by " << m.world_size << " rank(s), ZeRO stage "
+      << m.zero_stage << ", cohort " << m.library_version << ", " << m.created << "\n  files:";
   int64_t total = 0;
   for (const FileRecord& f : m.files) {
     out << "\n    " << f.name << "  " << bytes_text(f.payload_bytes);
@@ -221,7 +221,11 @@ int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
   }
   for (const auto& [key, value] : m.user) metadata["user." + key] = value;
   header["__metadata__"] = metadata;
-  struct Item { std::string name; const TensorRecord* record; std::vector<Piece> pieces; };
+  struct Item {
+    std::string name;
+    const TensorRecord* record;
+    std::vector<Piece> pieces;
+  };
   std::vector<Item> items;
   int64_t offset = 0;
   for (const TensorRecord& r : m.tensors) {
@@ -235,15 +239,15 @@ int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
       int64_t bytes = 0;
       for (const Piece& p : pieces) bytes += p.nbytes;
       const std::vector<int64_t> shape = r.kind == StateKind::kPerRank ? pieces[0].shape : r.shape;
-      header[name] = {{"dtype", safetensors_dtype(r.dtype)}, {"shape", shape},
-                      {"data_offsets", {offset, offset + bytes}}};
+      header[name] = {
+          {"dtype", safetensors_dtype(r.dtype)}, {"shape", shape}, {"data_offsets", {offset, offset + bytes}}};
       offset += bytes;
       items.push_back({name, &r, pieces});
     }
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
-  SafeFile file(out);  // a failure below leaves neither `out` changed nor a temporary behind
+  SafeFile file(out);                           // a failure below leaves neither `out` changed nor a temporary behind
   char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);  // LE
   file.write(length, sizeof length);
@@ -252,8 +256,8 @@ int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
   std::vector<char> buffer(kChunk);
   for (const Item& item : items) {
     for (const Piece& p : item.pieces) {
-      const std::string mismatch =
-          stream_piece(files, p, item.record->name, buffer, [&](const char* data, int64_t n) { file.write(data, n); });
+      const std::string mismatch = stream_piece(files, p, item.record->name, buffer,
+                                                [&](const char* data, int64_t n) { file.write(data, n); });
       if (!mismatch.empty()) throw Error(mismatch, ErrorKind::kIO);
     }
   }

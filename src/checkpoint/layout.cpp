@@ -14,8 +14,7 @@ std::vector<int> assign_writers(const std::vector<int64_t>& bytes, int world_siz
   COHORT_CHECK(world_size >= 1, "assign_writers: world size ", world_size, " < 1");
   std::vector<size_t> order(bytes.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
   std::vector<int64_t> load(world_size, 0);
   std::vector<int> writer(bytes.size(), 0);
   for (size_t index : order) {
@@ -40,9 +39,8 @@ std::map<std::string, int> assign_owned_writers(const std::vector<HeldTensors>& 
   }
   std::vector<const std::string*> order;
   for (const auto& item : holders) order.push_back(&item.first);
-  std::stable_sort(order.begin(), order.end(), [&](const std::string* a, const std::string* b) {
-    return holders[*a].first > holders[*b].first;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const std::string* a, const std::string* b) { return holders[*a].first > holders[*b].first; });
   std::vector<int64_t> load(per_rank.size(), 0);
   std::map<std::string, int> writer;
   for (const std::string* name : order) {
@@ -60,16 +58,14 @@ std::vector<SliceCopy> plan_slice_copies(const std::vector<Slice>& saved, int64_
                                          const std::string& what) {
   std::vector<size_t> order(saved.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return saved[a].offset < saved[b].offset; });
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return saved[a].offset < saved[b].offset; });
   std::vector<SliceCopy> copies;
   int64_t covered = begin;  // everything in [begin, covered) is planned
   int64_t previous_end = 0;
   for (size_t index : order) {
     const Slice& slice = saved[index];
     if (slice.numel == 0) continue;
-    COHORT_CHECK(slice.offset >= previous_end, what, ": saved slices overlap at element ",
-                 slice.offset);
+    COHORT_CHECK(slice.offset >= previous_end, what, ": saved slices overlap at element ", slice.offset);
     previous_end = slice.offset + slice.numel;
     const int64_t lo = std::max(begin, slice.offset), hi = std::min(end, previous_end);
     if (lo >= hi) continue;

@@ -32,9 +32,9 @@ struct Slice {
 
 /// One copy from a saved slice into the range being loaded.
 struct SliceCopy {
-  size_t slice = 0;        ///< index into the saved slices
-  int64_t from = 0;        ///< element offset inside that slice
-  int64_t to = 0;          ///< element offset inside the wanted range
+  size_t slice = 0;  ///< index into the saved slices
+  int64_t from = 0;  ///< element offset inside that slice
+  int64_t to = 0;    ///< element offset inside the wanted range
   int64_t count = 0;
 };
 

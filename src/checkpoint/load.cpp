@@ -85,8 +85,8 @@ LoadRequest request_of(const std::vector<CheckpointState::Entry>& entries) {
     request.entries.push_back(entry.name);
     values[entry.name] = entry.stateful->state_values();
     for (StateTensor& t : entry.stateful->state_tensors()) {
-      request.wanted.push_back({entry.name + "/" + t.name, t,
-                                entry.tensors_optional || entry.stateful->tensors_optional()});
+      request.wanted.push_back(
+          {entry.name + "/" + t.name, t, entry.tensors_optional || entry.stateful->tensors_optional()});
     }
   }
   request.zero_stage = zero_stage_of(values);
@@ -111,8 +111,7 @@ std::string agreed_problem(Group& group, const std::string& status, bool* mismat
   for (size_t r = 0; r < statuses.size(); ++r) {
     if (statuses[r].empty()) continue;
     *mismatch = statuses[r][0] == 'M';
-    return (static_cast<int>(r) == group.rank() ? "" : "rank " + std::to_string(r) + ": ") +
-           statuses[r].substr(1);
+    return (static_cast<int>(r) == group.rank() ? "" : "rank " + std::to_string(r) + ": ") + statuses[r].substr(1);
   }
   return "";
 }
@@ -170,8 +169,7 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
       CheckpointInfo info = commit(staged, request, entries, state);
       info.path = path;
       info.skipped = skipped;
-      COHORT_INFO("loaded checkpoint ", info.path, " (step ", info.step, ", saved by ", info.world_size,
-                  " rank(s))");
+      COHORT_INFO("loaded checkpoint ", info.path, " (step ", info.step, ", saved by ", info.world_size, " rank(s))");
       return info;
     }
     // A checkpoint that does not match the state is the caller's; any other problem is the files'.

@@ -23,11 +23,10 @@ using nlohmann::json;
 constexpr int64_t kMaxManifestBytes = int64_t(1) << 30;
 
 const std::pair<c10::ScalarType, const char*> kDtypes[] = {
-    {c10::ScalarType::Double, "float64"}, {c10::ScalarType::Float, "float32"},
-    {c10::ScalarType::Half, "float16"},   {c10::ScalarType::BFloat16, "bfloat16"},
-    {c10::ScalarType::Long, "int64"},     {c10::ScalarType::Int, "int32"},
-    {c10::ScalarType::Short, "int16"},    {c10::ScalarType::Char, "int8"},
-    {c10::ScalarType::Byte, "uint8"},     {c10::ScalarType::Bool, "bool"}};
+    {c10::ScalarType::Double, "float64"},    {c10::ScalarType::Float, "float32"}, {c10::ScalarType::Half, "float16"},
+    {c10::ScalarType::BFloat16, "bfloat16"}, {c10::ScalarType::Long, "int64"},    {c10::ScalarType::Int, "int32"},
+    {c10::ScalarType::Short, "int16"},       {c10::ScalarType::Char, "int8"},     {c10::ScalarType::Byte, "uint8"},
+    {c10::ScalarType::Bool, "bool"}};
 
 StateKind kind_from_name(const std::string& name) {
   if (name == "replicated") return StateKind::kReplicated;
@@ -48,7 +47,7 @@ json piece_to_json(const Piece& p) {
 json record_to_json(const TensorRecord& r) {
   json pieces = json::array();
   for (const Piece& p : r.pieces) pieces.push_back(piece_to_json(p));
-  return {{"name", r.name},   {"kind", kind_name(r.kind)},     {"dtype", dtype_name(r.dtype)},
+  return {{"name", r.name},   {"kind", kind_name(r.kind)},  {"dtype", dtype_name(r.dtype)},
           {"shape", r.shape}, {"flat_numel", r.flat_numel}, {"pieces", pieces}};
 }
 
@@ -62,9 +61,9 @@ std::optional<T> exact_integer(const json& value) {
     if (u <= static_cast<uint64_t>(Limits::max())) return static_cast<T>(u);
   } else if (value.is_number_integer()) {
     const int64_t i = value.get<int64_t>();
-    const bool fits = std::is_signed_v<T> ? i >= static_cast<int64_t>(Limits::min()) &&
-                                                i <= static_cast<int64_t>(Limits::max())
-                                          : i >= 0 && static_cast<uint64_t>(i) <= static_cast<uint64_t>(Limits::max());
+    const bool fits = std::is_signed_v<T>
+                          ? i >= static_cast<int64_t>(Limits::min()) && i <= static_cast<int64_t>(Limits::max())
+                          : i >= 0 && static_cast<uint64_t>(i) <= static_cast<uint64_t>(Limits::max());
     if (fits) return static_cast<T>(i);
   }
   return std::nullopt;
@@ -179,11 +178,16 @@ std::string manifest_to_json(const Manifest& m) {
   }
   for (const TensorRecord& r : m.tensors) tensors.push_back(record_to_json(r));
   for (const auto& [entry, numbers] : m.values) values[entry] = numbers;
-  const json j = {{"format", kFormat},          {"format_version", m.format_version},
-                  {"library_version", m.library_version}, {"step", m.step},
-                  {"world_size", m.world_size}, {"zero_stage", m.zero_stage},
-                  {"created", m.created},       {"files", files},
-                  {"tensors", tensors},         {"values", values},
+  const json j = {{"format", kFormat},
+                  {"format_version", m.format_version},
+                  {"library_version", m.library_version},
+                  {"step", m.step},
+                  {"world_size", m.world_size},
+                  {"zero_stage", m.zero_stage},
+                  {"created", m.created},
+                  {"files", files},
+                  {"tensors", tensors},
+                  {"values", values},
                   {"user", m.user}};
   return j.dump(1) + "\n";
 }
@@ -210,8 +214,8 @@ Manifest read_manifest(const std::string& path) {
   m.zero_stage = field<int>(j, "zero_stage", path);
   m.created = field<std::string>(j, "created", path);
   for (const json& f : field<json>(j, "files", path)) {
-    m.files.push_back({field<std::string>(f, "name", path), field<int>(f, "rank", path),
-                       field<int64_t>(f, "payload_bytes", path)});
+    m.files.push_back(
+        {field<std::string>(f, "name", path), field<int>(f, "rank", path), field<int64_t>(f, "payload_bytes", path)});
     check_file_name(m.files.back().name, path);
   }
   for (const json& t : field<json>(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));

@@ -20,21 +20,21 @@ inline constexpr int kFormatVersion = 1;
 
 /// Where one piece of a tensor's bytes lies.
 struct Piece {
-  int rank = 0;               ///< the rank that wrote it (and, for per-rank tensors, whose it is)
-  std::string file;           ///< shard file name inside the step directory
-  int64_t byte_offset = 0;    ///< within the file's payload (after its header)
+  int rank = 0;             ///< the rank that wrote it (and, for per-rank tensors, whose it is)
+  std::string file;         ///< shard file name inside the step directory
+  int64_t byte_offset = 0;  ///< within the file's payload (after its header)
   int64_t nbytes = 0;
   uint32_t crc32 = 0;
-  int64_t offset = 0;         ///< sharded: first element of the flat tensor it holds
+  int64_t offset = 0;  ///< sharded: first element of the flat tensor it holds
   int64_t numel = 0;
-  std::vector<int64_t> shape; ///< per-rank: this rank's shape
+  std::vector<int64_t> shape;  ///< per-rank: this rank's shape
 };
 
 struct TensorRecord {
-  std::string name;           ///< "<entry>/<tensor name>"
+  std::string name;  ///< "<entry>/<tensor name>"
   StateKind kind = StateKind::kReplicated;
   c10::ScalarType dtype = c10::ScalarType::Float;
-  std::vector<int64_t> shape; ///< replicated: the shape; sharded: [flat_numel]
+  std::vector<int64_t> shape;  ///< replicated: the shape; sharded: [flat_numel]
   int64_t flat_numel = 0;
   std::vector<Piece> pieces;
 };

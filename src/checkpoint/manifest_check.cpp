@@ -38,8 +38,8 @@ void check_pieces(const TensorRecord& r, int64_t element, const std::string& her
   int64_t total = 0;
   for (const Piece& p : r.pieces) {
     int64_t bytes = 0;
-    COHORT_CHECK(!__builtin_mul_overflow(p.numel, element, &bytes) && bytes == p.nbytes, here, ": a piece of ",
-                 p.numel, " elements holds ", p.nbytes, " bytes, not ", element, " per element");
+    COHORT_CHECK(!__builtin_mul_overflow(p.numel, element, &bytes) && bytes == p.nbytes, here, ": a piece of ", p.numel,
+                 " elements holds ", p.nbytes, " bytes, not ", element, " per element");
     COHORT_CHECK(!__builtin_add_overflow(total, p.nbytes, &total), here, ": its pieces hold more bytes than a ",
                  "64-bit size counts");
     if (r.kind != StateKind::kPerRank) continue;
@@ -49,8 +49,7 @@ void check_pieces(const TensorRecord& r, int64_t element, const std::string& her
   }
   if (r.kind == StateKind::kPerRank) return;
   const int64_t bytes = shape_bytes(r.shape, element, here);
-  COHORT_CHECK(bytes == total, here, ": shape ", shape_text(r.shape), " is ", bytes, " bytes, its pieces hold ",
-               total);
+  COHORT_CHECK(bytes == total, here, ": shape ", shape_text(r.shape), " is ", bytes, " bytes, its pieces hold ", total);
 }
 
 }  // namespace

@@ -72,9 +72,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
     e.shape.push_back(n);
   }
   const auto& offsets = j["data_offsets"];
-  COHORT_CHECK(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                   offsets[1].is_number_unsigned(),
-               where, " has data_offsets ", offsets.dump(), ": expected [begin, end]");
+  COHORT_CHECK(
+      offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
+      where, " has data_offsets ", offsets.dump(), ": expected [begin, end]");
   const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
   COHORT_CHECK(begin <= end && end <= uint64_t(data_bytes), where, " has data_offsets [", begin, ", ", end,
                "] outside the file's ", data_bytes, " bytes of data (a truncated file?)");
@@ -152,10 +152,11 @@ void load_state_dict(torch::nn::Module& module, const std::map<std::string, torc
   auto plan = [&](const std::string& name, const torch::Tensor& target) {
     const std::string key = options.prefix() + name;
     const auto it = tensors.find(key);
-    COHORT_CHECK(it != tensors.end(), "load_state_dict: no tensor '", printable(key), "' for the module's '", name,
-                 "'", tensors.empty() ? " (no tensors given)" : "");
+    COHORT_CHECK(it != tensors.end(), "load_state_dict: no tensor '", printable(key), "' for the module's '", name, "'",
+                 tensors.empty() ? " (no tensors given)" : "");
     COHORT_CHECK(it->second.sizes() == target.sizes(), "load_state_dict: tensor '", printable(key), "' has shape ",
-                 shape_text(it->second.sizes().vec()), ", the module's '", name, "' ", shape_text(target.sizes().vec()));
+                 shape_text(it->second.sizes().vec()), ", the module's '", name, "' ",
+                 shape_text(target.sizes().vec()));
     copies.emplace_back(target, &it->second);
     used.insert(key);
   };

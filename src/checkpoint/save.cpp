@@ -42,8 +42,7 @@ void check_statuses(const std::vector<std::string>& statuses, int my_rank, const
   for (size_t r = 0; r < statuses.size(); ++r) {
     if (statuses[r].empty()) continue;
     if (!message.empty()) message += "; ";
-    message += static_cast<int>(r) == my_rank ? statuses[r]
-                                              : "rank " + std::to_string(r) + ": " + statuses[r];
+    message += static_cast<int>(r) == my_rank ? statuses[r] : "rank " + std::to_string(r) + ": " + statuses[r];
   }
   COHORT_CHECK(message.empty(), what, " failed: ", message);
 }
@@ -77,12 +76,11 @@ std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorReco
       auto [it, fresh] = merged.emplace(record.name, record);
       if (fresh) continue;
       TensorRecord& into = it->second;
-      COHORT_CHECK(into.kind == record.kind && into.dtype == record.dtype &&
-                       into.flat_numel == record.flat_numel && record.kind != StateKind::kReplicated &&
-                       record.kind != StateKind::kOwned,
+      COHORT_CHECK(into.kind == record.kind && into.dtype == record.dtype && into.flat_numel == record.flat_numel &&
+                       record.kind != StateKind::kReplicated && record.kind != StateKind::kOwned,
                    "ranks disagree about tensor '", record.name, "' (", kind_name(record.kind), " ",
-                   dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ",
-                   dtype_name(into.dtype), " on rank ", into.pieces[0].rank, ")");
+                   dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ", dtype_name(into.dtype),
+                   " on rank ", into.pieces[0].rank, ")");
       into.pieces.insert(into.pieces.end(), record.pieces.begin(), record.pieces.end());
     }
   }
@@ -100,8 +98,8 @@ std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorReco
 
 // Phase 2 on one rank: the shard file and the records of what is in it.
 std::vector<TensorRecord> write_shard(const std::string& path, const std::vector<Collected>& tensors,
-                                      const std::map<std::string, int>& owned_writers, int rank,
-                                      int world_size, int64_t* payload) {
+                                      const std::map<std::string, int>& owned_writers, int rank, int world_size,
+                                      int64_t* payload) {
   std::vector<int64_t> replicated_bytes;
   for (const Collected& c : tensors) {
     if (c.tensor.kind == StateKind::kReplicated) replicated_bytes.push_back(c.tensor.tensor.nbytes());
@@ -125,8 +123,8 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
     record.shape = t.tensor.sizes().vec();
     if (t.kind == StateKind::kSharded) {
       COHORT_CHECK(t.tensor.dim() == 1 && t.offset >= 0 && t.offset + t.tensor.numel() <= t.flat_numel,
-                   "sharded tensor '", c.name, "' must be 1-D inside [0, flat_numel): offset ",
-                   t.offset, ", ", t.tensor.numel(), " elements, flat_numel ", t.flat_numel);
+                   "sharded tensor '", c.name, "' must be 1-D inside [0, flat_numel): offset ", t.offset, ", ",
+                   t.tensor.numel(), " elements, flat_numel ", t.flat_numel);
       record.flat_numel = t.flat_numel;
       record.shape = {t.flat_numel};
     }
@@ -156,7 +154,8 @@ std::map<std::string, int> agree_owned_writers(Group& group, const std::vector<C
     for (size_t begin = 0, end; begin < text.size(); begin = end + 1) {
       end = text.find('\n', begin);
       const size_t space = text.find(' ', begin);
-      per_rank.back().push_back({text.substr(space + 1, end - space - 1), std::stoll(text.substr(begin, space - begin))});
+      per_rank.back().push_back(
+          {text.substr(space + 1, end - space - 1), std::stoll(text.substr(begin, space - begin))});
     }
   }
   return assign_owned_writers(per_rank);
@@ -195,10 +194,21 @@ void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
                 step_dir_name(saved), ". Remove them by hand if they are no longer wanted");
   }
   for (int64_t step : plan.remove) {
-    COHORT_INFO("removed checkpoint ", paths[step].string(), " (keep_last ", keep_last, ": older than the ",
-                keep_last, " newest up to ", step_dir_name(saved), ")");
+    COHORT_INFO("removed checkpoint ", paths[step].string(), " (keep_last ", keep_last, ": older than the ", keep_last,
+                " newest up to ", step_dir_name(saved), ")");
     fs::remove_all(paths[step]);
   }
+}
+
+// Phase 1 on rank 0: the checkpoint folder, without leftovers of crashed saves, and a fresh `tmp` in it.
+void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
+  fs::create_directories(root);
+  for (const auto& item : fs::directory_iterator(root)) {
+    const std::string name = item.path().filename().string();
+    if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") fs::remove_all(item);
+  }
+  // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.
+  COHORT_CHECK(fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");
 }
 
 }  // namespace
@@ -214,15 +224,8 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
   const std::string what = "save_checkpoint(" + final_dir.string() + ")";
 
   // (1) Rank 0 makes a fresh temporary directory; leftovers of crashed saves are removed.
-  check_statuses(group.allgather(group.rank() != 0 ? "" : status_of([&] {
-    fs::create_directories(root);
-    for (const auto& item : fs::directory_iterator(root)) {
-      const std::string name = item.path().filename().string();
-      if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") fs::remove_all(item);
-    }
-    // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.
-    COHORT_CHECK(fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");
-  })), group.rank(), what);
+  check_statuses(group.allgather(group.rank() != 0 ? "" : status_of([&] { make_fresh_tmp(root, tmp); })), group.rank(),
+                 what);
 
   // (2) Every rank writes its shard.
   std::vector<Collected> tensors;
@@ -280,7 +283,8 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
     manifest.user = state.user_values();
     detail::write_file_safely((tmp / "manifest.json").string(), manifest_to_json(manifest));
     commit(root, tmp, final_dir, options.keep_last());
-  })), group.rank(), what);
+  })),
+                 group.rank(), what);
   COHORT_INFO("saved checkpoint ", final_dir.string());
   return final_dir.string();
 }

@@ -26,8 +26,8 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
   const std::optional<int> saved_stage = zero_stage_of(m.values);
   if (saved_stage != request.zero_stage) {
     throw MismatchError("checkpoint " + path + " was saved by " + mode_name(saved_stage) + ", this run uses " +
-                        mode_name(request.zero_stage) + ": the mode differs; resume with " +
-                        mode_name(saved_stage) + " or start a new checkpoint directory");
+                        mode_name(request.zero_stage) + ": the mode differs; resume with " + mode_name(saved_stage) +
+                        " or start a new checkpoint directory");
   }
   const std::vector<Wanted>& wanted = request.wanted;
   const std::vector<std::string>& entries = request.entries;
@@ -51,25 +51,24 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
     }
     const torch::Tensor& t = w.tensor.tensor;
     if (r->kind != w.tensor.kind) {
-      throw MismatchError(where + "tensor '" + w.name + "' is " + kind_name(r->kind) +
-                          " in the checkpoint, " + kind_name(w.tensor.kind) + " here");
+      throw MismatchError(where + "tensor '" + w.name + "' is " + kind_name(r->kind) + " in the checkpoint, " +
+                          kind_name(w.tensor.kind) + " here");
     }
     if (r->dtype != t.scalar_type()) {
-      throw MismatchError(where + "tensor '" + w.name + "' is " + dtype_name(r->dtype) +
-                          " in the checkpoint, " + c10::toString(t.scalar_type()) + " here");
+      throw MismatchError(where + "tensor '" + w.name + "' is " + dtype_name(r->dtype) + " in the checkpoint, " +
+                          c10::toString(t.scalar_type()) + " here");
     }
     std::vector<int64_t> saved = r->shape, mine = t.sizes().vec();
     if (r->kind == StateKind::kSharded) {
       saved = {r->flat_numel};
       mine = {w.tensor.flat_numel};
     } else if (r->kind == StateKind::kPerRank) {
-      const auto own = std::find_if(r->pieces.begin(), r->pieces.end(),
-                                    [&](const Piece& p) { return p.rank == rank; });
+      const auto own = std::find_if(r->pieces.begin(), r->pieces.end(), [&](const Piece& p) { return p.rank == rank; });
       saved = own != r->pieces.end() ? own->shape : r->pieces.at(0).shape;
     }
     if (saved != mine) {
-      throw MismatchError(where + "tensor '" + w.name + "' has shape " + shape_text(saved) +
-                          " in the checkpoint, " + shape_text(mine) + " here");
+      throw MismatchError(where + "tensor '" + w.name + "' has shape " + shape_text(saved) + " in the checkpoint, " +
+                          shape_text(mine) + " here");
     }
   }
   for (const TensorRecord& r : m.tensors) {
@@ -91,15 +90,14 @@ class Reader {
                                      [&](const FileRecord& f) { return f.name == name; });
     COHORT_CHECK(record != m_.files.end(), dir_, "/manifest.json names file ", name,
                  " but does not list it in 'files'");
-    auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, record->rank, m_.world_size,
-                                                record->payload_bytes);
+    auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, record->rank, m_.world_size, record->payload_bytes);
     return *open_.emplace(name, std::move(reader)).first->second;
   }
   // The whole piece, checksum checked.
   torch::Tensor piece(const Piece& p, c10::ScalarType dtype, const std::string& name) {
     const int64_t element = c10::elementSize(dtype);
-    COHORT_CHECK(p.nbytes == p.numel * element, dir_, "/manifest.json: tensor '", name, "' has ",
-                 p.numel, " elements in ", p.nbytes, " bytes");
+    COHORT_CHECK(p.nbytes == p.numel * element, dir_, "/manifest.json: tensor '", name, "' has ", p.numel,
+                 " elements in ", p.nbytes, " bytes");
     torch::Tensor out = torch::empty({p.numel}, torch::TensorOptions().dtype(dtype));
     file(p.file).read_piece(p, out.data_ptr(), "tensor '" + name + "'");
     return out;

@@ -14,8 +14,7 @@ namespace {
 
 void check_name(const std::vector<CheckpointState::Entry>& entries, const std::string& name) {
   COHORT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "rng",
-               "CheckpointState::add: the name '", name,
-               "' is empty, contains '/' or is the reserved name 'rng'");
+               "CheckpointState::add: the name '", name, "' is empty, contains '/' or is the reserved name 'rng'");
   for (const auto& entry : entries) {
     COHORT_CHECK(entry.name != name, "CheckpointState::add: the name '", name, "' is used twice");
   }
@@ -37,8 +36,7 @@ CheckpointState& CheckpointState::add(const std::string& name, torch::optim::LRS
   return add(name, detail::ckpt::scheduler_state(scheduler));
 }
 
-CheckpointState& CheckpointState::add(const std::string& name, DistributedSampler& sampler,
-                                      int64_t& samples_in_epoch) {
+CheckpointState& CheckpointState::add(const std::string& name, DistributedSampler& sampler, int64_t& samples_in_epoch) {
   return add(name, detail::ckpt::sampler_state(sampler, samples_in_epoch));
 }
 

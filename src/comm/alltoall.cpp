@@ -20,8 +20,9 @@ using detail::OpKind;
 
 torch::Tensor Comm::allgather_v(const torch::Tensor& tensor) {
   if (size() == 1) {
-    COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
-                 tensor.defined() ? tensor.dim() : 0);
+    COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && tensor.dim() >= 1,
+                      "allgather_v: the tensor needs at least one dimension, got ",
+                      tensor.defined() ? tensor.dim() : 0);
     return tensor.clone();
   }
   return torch::cat(detail::allgather_ragged(*this, tensor));
@@ -36,8 +37,8 @@ std::vector<torch::Tensor> allgather_ragged(Comm& comm, const torch::Tensor& ten
 }
 
 RaggedGather allgather_ragged_async(Comm& comm, const torch::Tensor& tensor) {
-  COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && tensor.dim() >= 1, "allgather_v: the tensor needs at least one dimension, got ",
-               tensor.defined() ? tensor.dim() : 0);
+  COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && tensor.dim() >= 1,
+                    "allgather_v: the tensor needs at least one dimension, got ", tensor.defined() ? tensor.dim() : 0);
   if (comm.size() == 1) return {Work(), [tensor] { return std::vector<torch::Tensor>{tensor}; }};
   torch::Tensor rows = comm.allgather(torch::tensor({tensor.size(0)}, torch::kLong)).view(-1);
   // At least one row, so the agreed allgather never moves an empty tensor.
@@ -67,27 +68,29 @@ int64_t sum_of(const std::vector<int64_t>& v) { return std::accumulate(v.begin()
 // Shapes, dtypes and split lists a rank can check alone.
 void check_alltoall(const torch::Tensor& output, const torch::Tensor& input, const AlltoallSplits& splits, int n) {
   COHORT_CHECK_KIND(kInvalidArgument, input.defined() && output.defined() && input.dim() >= 1 && output.dim() >= 1,
-               "alltoall: input and output need at least one dimension");
+                    "alltoall: input and output need at least one dimension");
   COHORT_CHECK_KIND(kInvalidArgument, input.scalar_type() == output.scalar_type() && input.device() == output.device(),
-               "alltoall: output is ", detail::dtype_name(output.scalar_type()), " on ", output.device(),
-               " but input is ", detail::dtype_name(input.scalar_type()), " on ", input.device());
-  COHORT_CHECK_KIND(kInvalidArgument, input.sizes().slice(1) == output.sizes().slice(1), "alltoall: rows of the input ", input.sizes(),
-               " and of the output ", output.sizes(), " differ (all but dim 0 must match)");
+                    "alltoall: output is ", detail::dtype_name(output.scalar_type()), " on ", output.device(),
+                    " but input is ", detail::dtype_name(input.scalar_type()), " on ", input.device());
+  COHORT_CHECK_KIND(kInvalidArgument, input.sizes().slice(1) == output.sizes().slice(1), "alltoall: rows of the input ",
+                    input.sizes(), " and of the output ", output.sizes(), " differ (all but dim 0 must match)");
   const bool even = splits.input().empty() && splits.output().empty();
   if (even) {
-    COHORT_CHECK_KIND(kInvalidArgument, input.size(0) % n == 0 && output.size(0) == input.size(0), "alltoall: even splits need dim 0 of ",
-                 "the input (", input.size(0), ") divisible by the size ", n, " and equal to the output's (",
-                 output.size(0), "); pass AlltoallSplits for uneven blocks");
+    COHORT_CHECK_KIND(kInvalidArgument, input.size(0) % n == 0 && output.size(0) == input.size(0),
+                      "alltoall: even splits need dim 0 of ", "the input (", input.size(0), ") divisible by the size ",
+                      n, " and equal to the output's (", output.size(0), "); pass AlltoallSplits for uneven blocks");
     return;
   }
   COHORT_CHECK_KIND(kInvalidArgument, int(splits.input().size()) == n && int(splits.output().size()) == n,
-               "alltoall: AlltoallSplits needs ", n, " input and ", n, " output sizes, got ", splits.input().size(),
-               " and ", splits.output().size());
-  COHORT_CHECK_KIND(kInvalidArgument, sum_of(splits.input()) == input.size(0) && sum_of(splits.output()) == output.size(0),
-               "alltoall: the input splits sum to ", sum_of(splits.input()), " rows (input has ", input.size(0),
-               "), the output splits to ", sum_of(splits.output()), " (output has ", output.size(0), ")");
+                    "alltoall: AlltoallSplits needs ", n, " input and ", n, " output sizes, got ",
+                    splits.input().size(), " and ", splits.output().size());
+  COHORT_CHECK_KIND(kInvalidArgument,
+                    sum_of(splits.input()) == input.size(0) && sum_of(splits.output()) == output.size(0),
+                    "alltoall: the input splits sum to ", sum_of(splits.input()), " rows (input has ", input.size(0),
+                    "), the output splits to ", sum_of(splits.output()), " (output has ", output.size(0), ")");
   for (int j = 0; j < n; ++j)
-    COHORT_CHECK_KIND(kInvalidArgument, splits.input()[j] >= 0 && splits.output()[j] >= 0, "alltoall: split size ", j, " is negative");
+    COHORT_CHECK_KIND(kInvalidArgument, splits.input()[j] >= 0 && splits.output()[j] >= 0, "alltoall: split size ", j,
+                      " is negative");
 }
 
 }  // namespace
@@ -136,23 +139,24 @@ void Comm::alltoall_single(torch::Tensor output, const torch::Tensor& input, con
     }
     torch::Tensor bad = allreduce(torch::tensor({int64_t(!wrong.str().empty())}, torch::kLong), ReduceOp::kMax);
     COHORT_CHECK_KIND(kDesync, bad.item<int64_t>() == 0, "alltoall: split sizes disagree between ranks:",
-                 wrong.str().empty() ? " not here, on another rank (its error names them);" : wrong.str(),
-                 " input split j of rank i must equal output split i of rank j");
+                      wrong.str().empty() ? " not here, on another rank (its error names them);" : wrong.str(),
+                      " input split j of rank i must equal output split i of rank j");
   }
   alltoall_single_async(output, input, splits).wait();
 }
 
 torch::Tensor Comm::alltoall(const torch::Tensor& input, const std::vector<int64_t>& input_splits) {
   const int n = size();
-  COHORT_CHECK_KIND(kInvalidArgument, input.defined() && input.dim() >= 1, "alltoall: the input needs at least one dimension");
+  COHORT_CHECK_KIND(kInvalidArgument, input.defined() && input.dim() >= 1,
+                    "alltoall: the input needs at least one dimension");
   if (input_splits.empty()) {
     torch::Tensor output = torch::empty_like(input, at::MemoryFormat::Contiguous);
     alltoall_single(output, input);
     return output;
   }
-  COHORT_CHECK_KIND(kInvalidArgument, int(input_splits.size()) == n && sum_of(input_splits) == input.size(0), "alltoall: ",
-               input_splits.size(), " input splits summing to ", sum_of(input_splits), " rows, expected ", n,
-               " summing to dim 0 of the input (", input.size(0), ")");
+  COHORT_CHECK_KIND(kInvalidArgument, int(input_splits.size()) == n && sum_of(input_splits) == input.size(0),
+                    "alltoall: ", input_splits.size(), " input splits summing to ", sum_of(input_splits),
+                    " rows, expected ", n, " summing to dim 0 of the input (", input.size(0), ")");
   // Each rank learns how many rows every peer sends it: an even alltoall of the counts.
   std::vector<int64_t> output_splits(n);
   if (n > 1) {

@@ -6,7 +6,6 @@
 
 #include "core/grad_kit.h"
 
-
 namespace cohort::detail {
 
 namespace {

@@ -66,8 +66,7 @@ std::shared_ptr<PendingOp> plan_allgather(CommImpl* impl, torch::Tensor output, 
   return pending;
 }
 
-std::shared_ptr<PendingOp> plan_reduce_scatter(CommImpl* impl, torch::Tensor output, torch::Tensor input,
-                                               ReduceOp op) {
+std::shared_ptr<PendingOp> plan_reduce_scatter(CommImpl* impl, torch::Tensor output, torch::Tensor input, ReduceOp op) {
   const int n = impl->size();
   auto pending = make_op(OpKind::kReduceScatter, input, op);
   torch::Tensor buf = input.contiguous();
@@ -78,8 +77,7 @@ std::shared_ptr<PendingOp> plan_reduce_scatter(CommImpl* impl, torch::Tensor out
   // The choice of transport may depend only on what every rank agreed on (dtype, shape), never on this
   // rank's output layout: an output of another layout or dtype, or one inside the input (transports
   // read this rank's own block straight from the input), gets a working copy.
-  const bool direct =
-      output.is_contiguous() && output.scalar_type() == buf.scalar_type() && !output.is_alias_of(buf);
+  const bool direct = output.is_contiguous() && output.scalar_type() == buf.scalar_type() && !output.is_alias_of(buf);
   torch::Tensor out = direct ? output.view(-1) : torch::empty({buf.numel() / n}, buf.options());
   pending->data.reduce = op;
   pending->data.buffer = buf;

@@ -18,7 +18,6 @@ std::shared_ptr<PendingOp> plan_allreduce(CommImpl* impl, torch::Tensor tensor, 
 std::shared_ptr<PendingOp> plan_broadcast(CommImpl* impl, torch::Tensor tensor, int root);
 /// `output`: contiguous, size() x the input's elements.
 std::shared_ptr<PendingOp> plan_allgather(CommImpl* impl, torch::Tensor output, torch::Tensor tensor);
-std::shared_ptr<PendingOp> plan_reduce_scatter(CommImpl* impl, torch::Tensor output, torch::Tensor input,
-                                               ReduceOp op);
+std::shared_ptr<PendingOp> plan_reduce_scatter(CommImpl* impl, torch::Tensor output, torch::Tensor input, ReduceOp op);
 
 }  // namespace cohort::detail

@@ -12,9 +12,9 @@
 
 namespace cohort {
 
+using detail::make_op;
 using detail::OpKind;
 using detail::PendingOp;
-using detail::make_op;
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -38,30 +38,34 @@ namespace {
 void check_reduce(const torch::Tensor& t, ReduceOp op, const char* name) {
   COHORT_CHECK_KIND(kInvalidArgument, t.defined(), name, ": the tensor is undefined");
   COHORT_CHECK_KIND(kInvalidArgument, op != ReduceOp::kAvg || at::isFloatingType(t.scalar_type()), name,
-               "(avg) is not defined for integer dtype ", detail::dtype_name(t.scalar_type()),
-               ": use sum and divide");
-  COHORT_CHECK_KIND(kInvalidArgument, t.scalar_type() != torch::kBool, name, " does not reduce bool tensors: convert to uint8");
+                    "(avg) is not defined for integer dtype ", detail::dtype_name(t.scalar_type()),
+                    ": use sum and divide");
+  COHORT_CHECK_KIND(kInvalidArgument, t.scalar_type() != torch::kBool, name,
+                    " does not reduce bool tensors: convert to uint8");
 }
 
 void check_broadcast(const torch::Tensor& tensor, int root, int size) {
   COHORT_CHECK_KIND(kInvalidArgument, tensor.defined(), "broadcast: the tensor is undefined");
-  COHORT_CHECK_KIND(kInvalidArgument, root >= 0 && root < size, "broadcast: root ", root, " is not a rank of this world of ", size);
+  COHORT_CHECK_KIND(kInvalidArgument, root >= 0 && root < size, "broadcast: root ", root,
+                    " is not a rank of this world of ", size);
 }
 
 void check_allgather(const torch::Tensor& output, const torch::Tensor& tensor, int size) {
   COHORT_CHECK_KIND(kInvalidArgument, tensor.defined() && output.defined(), "allgather: a tensor is undefined");
-  COHORT_CHECK_KIND(kInvalidArgument, output.numel() == tensor.numel() * size && output.scalar_type() == tensor.scalar_type() &&
-                   output.is_contiguous(),
-               "allgather: output must be contiguous with ", size, " x ", tensor.numel(),
-               " elements of the input's dtype, got ", output.numel(), " elements");
+  COHORT_CHECK_KIND(
+      kInvalidArgument,
+      output.numel() == tensor.numel() * size && output.scalar_type() == tensor.scalar_type() && output.is_contiguous(),
+      "allgather: output must be contiguous with ", size, " x ", tensor.numel(), " elements of the input's dtype, got ",
+      output.numel(), " elements");
 }
 
 void check_reduce_scatter(const torch::Tensor& output, const torch::Tensor& input, ReduceOp op, int n) {
   check_reduce(input, op, "reduce_scatter");
-  COHORT_CHECK_KIND(kInvalidArgument, input.dim() >= 1 && input.size(0) % n == 0, "reduce_scatter: dim 0 of the input (shape ",
-               input.sizes(), ") must be divisible by the world size ", n);
-  COHORT_CHECK_KIND(kInvalidArgument, output.defined() && output.numel() * n == input.numel(), "reduce_scatter: output must hold ",
-               input.numel() / n, " elements, got ", output.numel());
+  COHORT_CHECK_KIND(kInvalidArgument, input.dim() >= 1 && input.size(0) % n == 0,
+                    "reduce_scatter: dim 0 of the input (shape ", input.sizes(),
+                    ") must be divisible by the world size ", n);
+  COHORT_CHECK_KIND(kInvalidArgument, output.defined() && output.numel() * n == input.numel(),
+                    "reduce_scatter: output must hold ", input.numel() / n, " elements, got ", output.numel());
 }
 
 Work issue(detail::CommImpl* impl, std::shared_ptr<PendingOp> pending, bool async) {

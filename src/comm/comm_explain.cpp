@@ -12,8 +12,8 @@ namespace cohort::detail {
 
 std::string CommImpl::rank_label(int group_rank) const {
   if (config_.world_ranks.empty()) return "rank " + std::to_string(group_rank);
-  return "rank " + std::to_string(config_.world_ranks.at(group_rank)) + " (group rank " +
-         std::to_string(group_rank) + " of '" + config_.group_name + "')";
+  return "rank " + std::to_string(config_.world_ranks.at(group_rank)) + " (group rank " + std::to_string(group_rank) +
+         " of '" + config_.group_name + "')";
 }
 
 std::vector<int> CommImpl::world_ranks_of(const std::vector<int>& group_ranks) const {
@@ -55,8 +55,8 @@ std::string CommImpl::start_failure(const PendingOp& op, const Transport& transp
 std::string CommImpl::describe(const PendingOp& op) const {
   if (op.peer >= 0) {
     const bool send = op.fingerprint.op == OpKind::kSend;
-    return std::string(send ? "send #" : "recv #") + std::to_string(op.seq) + " (tag " + std::to_string(op.tag) +
-           ") " + (send ? "to " : "from ") + rank_label(op.peer) + " " + op.fingerprint.tensor_text() + where();
+    return std::string(send ? "send #" : "recv #") + std::to_string(op.seq) + " (tag " + std::to_string(op.tag) + ") " +
+           (send ? "to " : "from ") + rank_label(op.peer) + " " + op.fingerprint.tensor_text() + where();
   }
   return "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() + where();
 }
@@ -67,7 +67,8 @@ std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) 
 
 CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
   const std::string what = describe(op);
-  const std::vector<int> peer_rank = failure.peer >= 0 ? std::vector<int>{world_rank(failure.peer)} : std::vector<int>{};
+  const std::vector<int> peer_rank = failure.peer >= 0 ? std::vector<int>{world_rank(failure.peer)}
+                                                       : std::vector<int>{};
   switch (failure.kind) {
     case PeerFailure::kDied: {
       const std::string peer = ranks_on_hosts({failure.peer});
@@ -79,18 +80,16 @@ CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
     case PeerFailure::kAborted:
       if (failure.peer == config_.rank)
         return {what + " interrupted: this Comm is shutting down", ErrorKind::kAborted, peer_rank};
-      return {what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason,
-              ErrorKind::kAborted, peer_rank};
-    case PeerFailure::kTimedOut:
-      return explain_timeout(op);
+      return {what + " failed because " + rank_label(failure.peer) + " failed: " + failure.reason, ErrorKind::kAborted,
+              peer_rank};
+    case PeerFailure::kTimedOut: return explain_timeout(op);
   }
   return what + " failed";
 }
 
 CommFailure CommImpl::explain_desync(const PendingOp& op) {
   FailureReport report(*config_.store, prefix_ + "/desync", config_.rank, config_.size);
-  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
-                                 std::chrono::seconds(10));
+  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(), std::chrono::seconds(10));
   std::ostringstream out;
   out << "collective mismatch (desync) at collective #" << op.seq << where() << ": ranks called different "
       << "collectives:";
@@ -113,8 +112,7 @@ CommFailure CommImpl::explain_desync(const PendingOp& op) {
 CommFailure CommImpl::explain_timeout(const PendingOp& op) {
   if (op.peer >= 0) return explain_p2p_timeout(op);
   FailureReport report(*config_.store, prefix_ + "/stuck", config_.rank, config_.size);
-  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(),
-                                 std::chrono::seconds(2));
+  auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(), std::chrono::seconds(2));
   std::vector<int> missing;
   std::ostringstream others;
   for (int r = 0; r < config_.size; ++r) {

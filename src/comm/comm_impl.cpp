@@ -8,8 +8,8 @@
 
 #include "comm/failure_report.h"
 #include "comm/op_util.h"
-#include "core/check.h"
 #include "comm/transports.h"
+#include "core/check.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
 
@@ -31,8 +31,8 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
   BackendConfig backend{config_.store, config_.rank, config_.size, config_.local_address,
                         config_.timeout + std::chrono::seconds(5)};
   control_ = std::make_unique<ControlPlane>(
-      *config_.store, ControlPlaneConfig{prefix_, config_.rank, config_.size, config_.local_address,
-                                         config_.timeout, config_.run_id, config_.secret});
+      *config_.store, ControlPlaneConfig{prefix_, config_.rank, config_.size, config_.local_address, config_.timeout,
+                                         config_.run_id, config_.secret});
   for (int r = 0; r < config_.size; ++r) spans_hosts_ |= control_->host_of(r) != control_->host_of(config_.rank);
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);

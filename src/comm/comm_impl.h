@@ -9,9 +9,9 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,8 +36,8 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
  public:
   Fingerprint fingerprint;
   int64_t seq = -1;
-  int peer = -1;  // point to point: the other rank
-  int tag = 0;    // point to point: the channel
+  int peer = -1;            // point to point: the other rank
+  int tag = 0;              // point to point: the channel
   bool inline_p2p = false;  // CUDA: NCCL pairs messages in issue order, so no waiter threads
   /// A blocking send/recv: the caller waits anyway, so its own thread does the waiting (no thread hop).
   bool caller_waits = false;
@@ -84,14 +84,14 @@ struct CommConfig {
   std::string local_address;
   std::chrono::milliseconds timeout{300000};
   bool use_nccl = false;
-  bool shm = true;                  // shared-memory data path when every rank is on this host
-  bool hierarchical = true;         // across hosts: shared memory within each, Gloo among leaders
-  int test_hosts_split = 0;         // tests: group one host's ranks as if on this many hosts (0: off)
+  bool shm = true;                    // shared-memory data path when every rank is on this host
+  bool hierarchical = true;           // across hosts: shared memory within each, Gloo among leaders
+  int test_hosts_split = 0;           // tests: group one host's ranks as if on this many hosts (0: off)
   size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
-  std::string group_name;           // empty for the world; a group's name for messages
-  std::vector<int> world_ranks;     // a group's world rank of each of its ranks; empty for the world
-  std::string run_id;               // the job (world/job_identity.h): control-plane peers must match
-  std::string secret;               // the job's secret (core/job_secret.h): control-plane peers prove it
+  std::string group_name;             // empty for the world; a group's name for messages
+  std::vector<int> world_ranks;       // a group's world rank of each of its ranks; empty for the world
+  std::string run_id;                 // the job (world/job_identity.h): control-plane peers must match
+  std::string secret;                 // the job's secret (core/job_secret.h): control-plane peers prove it
 };
 
 class CommImpl {
@@ -210,7 +210,7 @@ class CommImpl {
   bool spans_hosts_ = false;  // the ranks' hosts (control_->host_of) are not all one
   c10::intrusive_ptr<ProcessGroupBase> gloo_, nccl_;
   std::unique_ptr<ShmTransport> shm_;
-  std::unique_ptr<ShmMailbox> mailbox_;  // point to point through shm_'s rings; null without shm_
+  std::unique_ptr<ShmMailbox> mailbox_;                 // point to point through shm_'s rings; null without shm_
   std::vector<std::unique_ptr<Transport>> transports_;  // in order of preference
   HierTransport* hier_ = nullptr;                       // one of transports_, or null
 

@@ -34,13 +34,14 @@ void CommImpl::trace_phases(const PendingOp& op) const {
   event.group = trace::intern(config_.group_name);
   event.op = trace::intern(op.fingerprint.describe());
   // Clock is the steady clock trace::now_us() reads too.
-  const int64_t ready =
-      std::chrono::duration_cast<std::chrono::microseconds>(op.started_.time_since_epoch()).count();
+  const int64_t ready = std::chrono::duration_cast<std::chrono::microseconds>(op.started_.time_since_epoch()).count();
   const int64_t data = op.data_us_ >= 0 ? op.data_us_ : op.agreed_us_;
   const int64_t done = trace::now_us();
-  const std::pair<const char*, std::pair<int64_t, int64_t>> phases[] = {
-      {"queued", {op.queued_us_, ready}}, {"ready", {ready, ready}}, {"agreement", {ready, op.agreed_us_}},
-      {"transfer", {op.agreed_us_, data}}, {"done", {done, done}}};
+  const std::pair<const char*, std::pair<int64_t, int64_t>> phases[] = {{"queued", {op.queued_us_, ready}},
+                                                                        {"ready", {ready, ready}},
+                                                                        {"agreement", {ready, op.agreed_us_}},
+                                                                        {"transfer", {op.agreed_us_, data}},
+                                                                        {"done", {done, done}}};
   for (const auto& [phase, times] : phases) {
     event.phase = phase;
     event.begin_us = times.first;

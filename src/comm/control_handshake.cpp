@@ -83,8 +83,9 @@ int hs_settle(hs_Pending& p, const HandshakeConfig& config, const std::vector<bo
   const std::string nonce = p.buffer.substr(kHelloHeader + length + host_length, kNonce);
   const std::string proof = p.buffer.substr(kHelloHeader + length + host_length + kNonce, kProof);
   if (!same_bytes(proof, hmac_proof(config.secret, "cp-dial", p.nonce, nonce + hs_identity(rank, run_id, host)))) {
-    hs_drop(p, config.rank, "it does not know the job's secret (claimed rank " + std::to_string(rank) + " of " +
-                             job_label(run_id) + ")");
+    hs_drop(
+        p, config.rank,
+        "it does not know the job's secret (claimed rank " + std::to_string(rank) + " of " + job_label(run_id) + ")");
     return -1;
   }
   const std::string mine = hs_identity(config.rank, config.run_id, config.host);
@@ -142,14 +143,14 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
   const auto fail = [&](const std::string& failure) {
     throw Error("control plane: rank " + std::to_string(peer) + " at " + endpoint + " " + failure);
   };
-  const std::string unanswered =
-      "did not answer the handshake within " + std::to_string(config.timeout.count()) + " ms";
+  const std::string unanswered = "did not answer the handshake within " + std::to_string(config.timeout.count()) +
+                                 " ms";
   char challenge[4 + kNonce];
   if (!net::read_exact(fd.get(), challenge, sizeof challenge, deadline).ok() || hs_get_u32(challenge) != kChallenge)
     fail(unanswered);
   const std::string theirs_nonce(challenge + 4, kNonce), mine = random_bytes(kNonce);
-  const std::string proof =
-      hmac_proof(config.secret, "cp-dial", theirs_nonce, mine + hs_identity(config.rank, config.run_id, config.host));
+  const std::string proof = hmac_proof(config.secret, "cp-dial", theirs_nonce,
+                                       mine + hs_identity(config.rank, config.run_id, config.host));
   if (const auto sent = net::write_all(fd.get(), hs_hello(config, mine + proof), deadline); !sent.ok())
     fail("failed the handshake: " + sent.why);
   char header[kHelloHeader];
@@ -193,7 +194,8 @@ std::vector<PeerLink> accept_peers(int listen_fd, const HandshakeConfig& config,
       std::string host;
       if (fds[i + 1].revents != 0) rank = hs_progress(p, config, connected, host);
       else if (Clock::now() >= p.deadline)
-        hs_drop(p, config.rank, "it did not prove the job's secret within " + std::to_string(kProofDeadline.count()) + " ms");
+        hs_drop(p, config.rank,
+                "it did not prove the job's secret within " + std::to_string(kProofDeadline.count()) + " ms");
       if (rank >= 0) {
         connected[rank] = true;
         accepted.push_back(PeerLink{rank, std::move(p.fd), host});

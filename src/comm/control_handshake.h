@@ -1,8 +1,9 @@
 // How two ranks' control-plane connection opens (comm/control_plane.h). The accepting rank sends a
 // nonce; the dialling rank answers with its rank, its run id, its host name, a nonce of its own and
 // HMAC(secret) over them (core/job_secret.h); the acceptor checks the run id (another job is named),
-// then the proof, and answers likewise. The host names let failures name where a rank runs. A connection that proves nothing (a stranger that reached the port, silent or
-// partial) is dropped after a short deadline with a line naming its address, and the mesh goes on.
+// then the proof, and answers likewise. The host names let failures name where a rank runs. A connection that proves
+// nothing (a stranger that reached the port, silent or partial) is dropped after a short deadline with a line naming
+// its address, and the mesh goes on.
 #pragma once
 
 #include <chrono>
@@ -19,7 +20,7 @@ struct HandshakeConfig {
   int size = 1;
   std::string run_id;
   std::string secret;
-  std::string host;  // this rank's host name, told to every peer
+  std::string host;                           // this rank's host name, told to every peer
   std::chrono::milliseconds timeout{300000};  // for messages
 };
 

@@ -29,8 +29,16 @@ constexpr size_t kHeaderBytes = 32;
 
 void put_u32(char* p, uint32_t v) { std::memcpy(p, &v, 4); }
 void put_u64(char* p, uint64_t v) { std::memcpy(p, &v, 8); }
-uint32_t get_u32(const char* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
-uint64_t get_u64(const char* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }
+uint32_t get_u32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t get_u64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
 
 int remaining_ms(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
@@ -63,8 +71,8 @@ ControlPlane::ControlPlane(c10d::Store& store, const ControlPlaneConfig& config)
 
 void ControlPlane::connect_mesh(c10d::Store& store, const ControlPlaneConfig& config) {
   const auto deadline = Clock::now() + config.timeout;
-  const HandshakeConfig handshake{config.rank, config.size, config.run_id, config.secret, peers_[rank_].host,
-                                  config.timeout};
+  const HandshakeConfig handshake{config.rank,   config.size,        config.run_id,
+                                  config.secret, peers_[rank_].host, config.timeout};
   // Lower ranks are dialled, higher ranks dial us: each pair has exactly one connection, and the
   // listen backlog lets a dial complete before the accept. A dialler waits for the answer to its
   // handshake; rank r answers once its own dials (to ranks below r) are done, so rank 0 answers at
@@ -219,8 +227,7 @@ void ControlPlane::send_p2p(int peer, uint64_t tag, const P2PNotice& notice) {
   send_message(peer, m, false);
 }
 
-std::optional<PeerFailure> ControlPlane::receive_p2p(const P2PKey& key, Clock::time_point deadline,
-                                                     P2PNotice& out) {
+std::optional<PeerFailure> ControlPlane::receive_p2p(const P2PKey& key, Clock::time_point deadline, P2PNotice& out) {
   const int from = key.peer;
   for (;;) {
     pollfd wake{wake_fd_.get(), POLLIN, 0};

@@ -30,8 +30,8 @@ using Clock = std::chrono::steady_clock;
 /// Why the control plane could not complete: a peer died, a peer aborted, or the deadline passed.
 struct PeerFailure {
   enum Kind { kDied, kAborted, kTimedOut } kind;
-  int peer = -1;           // the rank that died / aborted / we were waiting for
-  std::string reason;      // abort reason sent by the peer
+  int peer = -1;       // the rank that died / aborted / we were waiting for
+  std::string reason;  // abort reason sent by the peer
 };
 
 struct AgreeResult {
@@ -44,13 +44,13 @@ struct AgreeResult {
 std::string job_label(const std::string& run_id);
 
 struct ControlPlaneConfig {
-  std::string prefix;         // store keys of this mesh: PREFIX/cp/<rank>
+  std::string prefix;  // store keys of this mesh: PREFIX/cp/<rank>
   int rank = 0;
   int size = 1;
   std::string local_address;  // what peers dial
   std::chrono::milliseconds timeout{300000};
-  std::string run_id;         // this rank's job; every peer must show the same
-  std::string secret;         // the job's (core/job_secret.h): every peer proves it (control_handshake.h)
+  std::string run_id;  // this rank's job; every peer must show the same
+  std::string secret;  // the job's (core/job_secret.h): every peer proves it (control_handshake.h)
 };
 
 class ControlPlane {
@@ -62,8 +62,7 @@ class ControlPlane {
   ControlPlane& operator=(const ControlPlane&) = delete;
 
   /// Global min/max of every rank's `hash` for collective `seq`, or the failure that stopped it.
-  std::optional<PeerFailure> agree(uint64_t seq, uint64_t hash, Clock::time_point deadline,
-                                   AgreeResult& result);
+  std::optional<PeerFailure> agree(uint64_t seq, uint64_t hash, Clock::time_point deadline, AgreeResult& result);
 
   /// A sender's notice of point-to-point message `seq` on channel `tag`: its fingerprint hash and a
   /// description, so the receiver can check (and explain) before any data moves. Never waits for the peer.
@@ -108,10 +107,10 @@ class ControlPlane {
   struct Peer {
     net::Fd fd;
     bool closed = false;
-    bool said_bye = false;        // the peer shut down cleanly (its EOF is not a death)
-    std::string buffer;           // bytes read but not yet parsed
-    std::deque<Message> inbox;    // parsed messages, in arrival order
-    std::string host;             // its host name (control_handshake.h), for messages
+    bool said_bye = false;      // the peer shut down cleanly (its EOF is not a death)
+    std::string buffer;         // bytes read but not yet parsed
+    std::deque<Message> inbox;  // parsed messages, in arrival order
+    std::string host;           // its host name (control_handshake.h), for messages
   };
 
   /// Dials every lower rank and accepts every higher one (control_handshake.h), by config.timeout.
@@ -127,7 +126,7 @@ class ControlPlane {
   net::Fd listen_fd_;
   net::Fd wake_fd_;  // eventfd written by interrupt()
   std::vector<Peer> peers_;
-  std::mutex mutex_;  // one reader at a time: the launcher thread or a waiting thread
+  std::mutex mutex_;        // one reader at a time: the launcher thread or a waiting thread
   std::mutex write_mutex_;  // whole frames: notices and aborts are sent from other threads than agree()
 };
 

@@ -13,16 +13,15 @@
 
 namespace cohort::detail {
 
-enum class OpKind : uint8_t { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier, kSend, kRecv,
-                             kAlltoall };
+enum class OpKind : uint8_t { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier, kSend, kRecv, kAlltoall };
 
 struct Fingerprint {
   OpKind op = OpKind::kBarrier;
   ReduceOp reduce = ReduceOp::kSum;
   c10::ScalarType dtype = c10::ScalarType::Float;
   std::vector<int64_t> shape;
-  int root = -1;   // broadcast root, or the peer of a send/recv
-  int count = 1;   // tensors fused into this collective
+  int root = -1;      // broadcast root, or the peer of a send/recv
+  int count = 1;      // tensors fused into this collective
   std::string label;  // the caller's name for it (comm/op_label.h), or ""
 
   /// FNV-1a over the fields that must match (a send matches the peer's recv) and `seq`.

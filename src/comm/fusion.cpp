@@ -2,8 +2,8 @@
 // single collective and unpacked, so the per-collective latency is paid once instead of per tensor.
 #include <ATen/ATen.h>
 
-#include "comm/comm_impl.h"
 #include "cohort/comm.h"
+#include "comm/comm_impl.h"
 #include "core/check.h"
 
 namespace cohort {

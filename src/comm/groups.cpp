@@ -54,8 +54,8 @@ std::shared_ptr<Comm> make_group(const detail::CommImpl& parent, const std::vect
 const std::string& Comm::name() const { return impl_->config().group_name; }
 
 int Comm::world_rank(int group_rank) const {
-  COHORT_CHECK_KIND(kInvalidArgument, group_rank >= 0 && group_rank < size(), "world_rank: ", group_rank, " is not a rank of this group of ",
-               size());
+  COHORT_CHECK_KIND(kInvalidArgument, group_rank >= 0 && group_rank < size(), "world_rank: ", group_rank,
+                    " is not a rank of this group of ", size());
   return impl_->world_rank(group_rank);
 }
 
@@ -80,10 +80,10 @@ std::shared_ptr<Comm> Comm::new_group(const std::vector<int>& ranks, const Group
   std::vector<int64_t> mine(ranks.begin(), ranks.end());
   std::sort(mine.begin(), mine.end());
   for (size_t i = 0; i < mine.size(); ++i) {
-    COHORT_CHECK_KIND(kInvalidArgument, mine[i] >= 0 && mine[i] < size(), "new_group: rank ", mine[i], " in ", list_of(mine),
-                 " is not a rank of this Comm of ", size(), " (accepted: 0..", size() - 1, ")");
-    COHORT_CHECK_KIND(kInvalidArgument, i == 0 || mine[i] != mine[i - 1], "new_group: rank ", mine[i], " is listed twice in ",
-                 list_of(mine));
+    COHORT_CHECK_KIND(kInvalidArgument, mine[i] >= 0 && mine[i] < size(), "new_group: rank ", mine[i], " in ",
+                      list_of(mine), " is not a rank of this Comm of ", size(), " (accepted: 0..", size() - 1, ")");
+    COHORT_CHECK_KIND(kInvalidArgument, i == 0 || mine[i] != mine[i - 1], "new_group: rank ", mine[i],
+                      " is listed twice in ", list_of(mine));
   }
   COHORT_CHECK_KIND(kInvalidArgument, !mine.empty(), "new_group: the list of ranks is empty");
   // Every rank's list, so a disagreement is named on every rank with what each rank passed.

@@ -61,8 +61,10 @@ std::unique_ptr<HierTransport> HierTransport::negotiate(HierConfig config) {
   for (int h = 0; h < layout.hosts; ++h) leaders[h] = h * layout.per_host;
   if (!all_say_yes(store, key + "on", config.rank, config.enabled, everyone)) {
     if (config.rank == 0)
-      COHORT_INFO("hierarchical collectives off (COHORT_HIERARCHICAL=0 or COHORT_SHM=0 on some rank): CPU "
-                  "collectives across the ", layout.hosts, " hosts use flat Gloo");
+      COHORT_INFO(
+          "hierarchical collectives off (COHORT_HIERARCHICAL=0 or COHORT_SHM=0 on some rank): CPU "
+          "collectives across the ",
+          layout.hosts, " hosts use flat Gloo");
     return nullptr;
   }
   const int host = config.rank / layout.per_host;
@@ -71,18 +73,24 @@ std::unique_ptr<HierTransport> HierTransport::negotiate(HierConfig config) {
   // A host's ranks share their segment's verdict: its leader votes for it.
   if (!all_say_yes(store, key + "segments", config.rank, bool(local), leaders)) {
     if (config.rank == 0)
-      COHORT_INFO("hierarchical collectives not used: a host could not make its shared-memory segment; CPU "
-                  "collectives across the ", layout.hosts, " hosts use flat Gloo");
+      COHORT_INFO(
+          "hierarchical collectives not used: a host could not make its shared-memory segment; CPU "
+          "collectives across the ",
+          layout.hosts, " hosts use flat Gloo");
     return nullptr;
   }
   if (config.rank == 0)
-    COHORT_INFO("hierarchical collectives: ", layout.hosts, " hosts x ", layout.per_host, " ranks, shared "
+    COHORT_INFO("hierarchical collectives: ", layout.hosts, " hosts x ", layout.per_host,
+                " ranks, shared "
                 "memory within each host, Gloo among one leader per host (COHORT_HIERARCHICAL=0: flat Gloo)");
   return std::unique_ptr<HierTransport>(new HierTransport(config, std::move(local)));
 }
 
 HierTransport::HierTransport(const HierConfig& config, std::unique_ptr<ShmTransport> local)
-    : layout_(config.layout), rank_(config.rank), size_(config.size), host_(config.rank / config.layout.per_host),
+    : layout_(config.layout),
+      rank_(config.rank),
+      size_(config.size),
+      host_(config.rank / config.layout.per_host),
       local_(std::move(local)) {
   if (!leader()) return;
   BackendConfig backend = config.leaders;
@@ -162,8 +170,7 @@ bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fi
 bool HierTransport::broadcast(const at::Tensor& buffer, int root, uint64_t fingerprint, const ShmWatch& watch) {
   const int root_host = root / layout_.per_host, root_local = root % layout_.per_host;
   // On the root's host the leader takes the data first when the root is another rank.
-  if (host_ == root_host && root_local != 0 && !local_->broadcast(buffer, root_local, fingerprint, watch))
-    return false;
+  if (host_ == root_host && root_local != 0 && !local_->broadcast(buffer, root_local, fingerprint, watch)) return false;
   if (leader()) {
     std::vector<at::Tensor> tensors{transport_view(buffer)};
     c10d::BroadcastOptions options;
@@ -188,8 +195,8 @@ bool HierTransport::allgather(const at::Tensor& output, const at::Tensor& input,
   return local_->broadcast(output.view(-1), 0, fingerprint, watch);
 }
 
-bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
-                                   uint64_t fingerprint, const ShmWatch& watch) {
+bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, uint64_t fingerprint,
+                                   const ShmWatch& watch) {
   // The host's reduction of the whole input, then the leaders exchange parts (part j: the blocks of
   // host j's ranks) and reduce what they received, host by host in host order.
   at::Tensor sums = input.clone();

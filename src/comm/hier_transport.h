@@ -66,7 +66,7 @@ class HierTransport : public Transport {
 
   HostLayout layout_;
   int rank_, size_, host_;
-  std::unique_ptr<ShmTransport> local_;  // this host's ranks
+  std::unique_ptr<ShmTransport> local_;           // this host's ranks
   c10::intrusive_ptr<ProcessGroupBase> leaders_;  // one rank per host; null on the other ranks
   int64_t ops_done_ = 0;
 };

@@ -25,13 +25,15 @@ std::string shape_of(const std::vector<MeshDim>& dims) {
 void check_dims(const std::vector<MeshDim>& dims, int comm_size) {
   COHORT_CHECK_KIND(kInvalidArgument, !dims.empty(), "Mesh: no axes given");
   for (size_t i = 0; i < dims.size(); ++i) {
-    COHORT_CHECK_KIND(kInvalidArgument, dims[i].size >= 1, "Mesh: axis '", dims[i].name, "' has size ", dims[i].size, " (accepted: >= 1)");
+    COHORT_CHECK_KIND(kInvalidArgument, dims[i].size >= 1, "Mesh: axis '", dims[i].name, "' has size ", dims[i].size,
+                      " (accepted: >= 1)");
     COHORT_CHECK_KIND(kInvalidArgument, !dims[i].name.empty(), "Mesh: axis ", i, " has no name");
     for (size_t j = 0; j < i; ++j)
-      COHORT_CHECK_KIND(kInvalidArgument, dims[j].name != dims[i].name, "Mesh: axis name '", dims[i].name, "' is used twice");
+      COHORT_CHECK_KIND(kInvalidArgument, dims[j].name != dims[i].name, "Mesh: axis name '", dims[i].name,
+                        "' is used twice");
   }
   COHORT_CHECK_KIND(kInvalidArgument, volume(dims) == comm_size, "Mesh: ", shape_of(dims), " holds ", volume(dims),
-               " ranks but the Comm has ", comm_size);
+                    " ranks but the Comm has ", comm_size);
 }
 
 }  // namespace
@@ -49,20 +51,20 @@ Mesh::Mesh(Comm& comm, std::vector<MeshDim> dims) : dims_(std::move(dims)) {
 
 Mesh Mesh::at_coordinates(Comm& comm, std::vector<MeshDim> dims, std::vector<int> coordinate) {
   check_dims(dims, comm.size());
-  COHORT_CHECK_KIND(kInvalidArgument, coordinate.size() == dims.size(), "Mesh: ", coordinate.size(), " coordinates for ", dims.size(),
-               " axes");
+  COHORT_CHECK_KIND(kInvalidArgument, coordinate.size() == dims.size(), "Mesh: ", coordinate.size(),
+                    " coordinates for ", dims.size(), " axes");
   int64_t linear = 0;
   for (size_t a = 0; a < dims.size(); ++a) {
-    COHORT_CHECK_KIND(kInvalidArgument, coordinate[a] >= 0 && coordinate[a] < dims[a].size, "Mesh: coordinate ", coordinate[a],
-                 " on axis '", dims[a].name, "' is outside 0..", dims[a].size - 1);
+    COHORT_CHECK_KIND(kInvalidArgument, coordinate[a] >= 0 && coordinate[a] < dims[a].size, "Mesh: coordinate ",
+                      coordinate[a], " on axis '", dims[a].name, "' is outside 0..", dims[a].size - 1);
     linear = linear * dims[a].size + coordinate[a];
   }
   // Every place of the mesh taken exactly once: gather each rank's place and name the collisions.
   torch::Tensor places = comm.allgather(torch::tensor({linear}, torch::kLong)).view(-1);
   for (int r = 0; r < comm.size(); ++r)
     for (int q = 0; q < r; ++q)
-      COHORT_CHECK(places[r].item<int64_t>() != places[q].item<int64_t>(), "Mesh: ranks ", comm.world_rank(q),
-                   " and ", comm.world_rank(r), " claim the same place of the ", shape_of(dims), " mesh");
+      COHORT_CHECK(places[r].item<int64_t>() != places[q].item<int64_t>(), "Mesh: ranks ", comm.world_rank(q), " and ",
+                   comm.world_rank(r), " claim the same place of the ", shape_of(dims), " mesh");
   Mesh mesh(std::move(dims), std::move(coordinate));
   mesh.make_groups(comm);
   return mesh;

@@ -129,8 +129,7 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
     }
     if (!error.empty()) error = poison(error);
     mark_launched(*op, error);
-    if (op->work_ && error.empty())
-      wait_transport(*op);
+    if (op->work_ && error.empty()) wait_transport(*op);
   };
   if (op->inline_p2p) body();
   else spawn_waiter(body);
@@ -139,10 +138,11 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
 
 CommFailure CommImpl::explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const {
   return {"point-to-point mismatch at " + describe(op) + ": this rank receives into " + op.fingerprint.tensor_text() +
-         " but " + rank_label(op.peer) + " sent #" + std::to_string(sent_seq) + " " + sent +
-         ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver does "
-         "not know)",
-          ErrorKind::kDesync, {world_rank(op.peer)}};
+              " but " + rank_label(op.peer) + " sent #" + std::to_string(sent_seq) + " " + sent +
+              ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver does "
+              "not know)",
+          ErrorKind::kDesync,
+          {world_rank(op.peer)}};
 }
 
 CommFailure CommImpl::explain_p2p_timeout(const PendingOp& op) {
@@ -151,15 +151,15 @@ CommFailure CommImpl::explain_p2p_timeout(const PendingOp& op) {
     std::lock_guard<std::mutex> lock(op.mutex_);
     notice = op.notice_;
   }
-  std::string out = describe(op) + " timed out after " + std::to_string(config_.timeout.count()) + " ms: " +
-                    rank_label(op.peer);
+  std::string out = describe(op) + " timed out after " + std::to_string(config_.timeout.count()) +
+                    " ms: " + rank_label(op.peer);
   if (op.fingerprint.op == OpKind::kSend)
     out += " did not receive it (no matching recv on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
   else if (!notice)
     out += " never sent it (no matching send on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
-  else
-    out += " sent it but the transfer did not finish";
-  return {out + " (timeout: InitOptions::timeout, GroupOptions::timeout or COHORT_TIMEOUT seconds)", ErrorKind::kTimeout,
+  else out += " sent it but the transfer did not finish";
+  return {out + " (timeout: InitOptions::timeout, GroupOptions::timeout or COHORT_TIMEOUT seconds)",
+          ErrorKind::kTimeout,
           {world_rank(op.peer)}};
 }
 
@@ -170,7 +170,7 @@ namespace {
 void check_peer(const Comm& comm, const torch::Tensor& tensor, int peer, int tag, const char* what) {
   COHORT_CHECK_KIND(kInvalidArgument, tensor.defined(), what, ": the tensor is undefined");
   COHORT_CHECK_KIND(kInvalidArgument, peer >= 0 && peer < comm.size() && peer != comm.rank(), what, ": peer ", peer,
-               " is not another rank of this Comm of ", comm.size(), " (this is rank ", comm.rank(), ")");
+                    " is not another rank of this Comm of ", comm.size(), " (this is rank ", comm.rank(), ")");
   COHORT_CHECK_KIND(kInvalidArgument, tag >= 0, what, ": tag ", tag, " is negative (accepted: 0..", INT_MAX, ")");
 }
 

@@ -42,9 +42,9 @@ struct ShmMailbox::Outbox {
 struct ShmMailbox::Incoming {
   std::pair<uint64_t, uint64_t> key;  // (tag, seq)
   size_t remaining = 0, offset = 0;
-  char* to = nullptr;           // where the bytes go; null: dropped
-  Receive* posted = nullptr;    // the receive they go to, if one was posted
-  bool dropped = false;         // its receive gave up: the bytes go nowhere
+  char* to = nullptr;         // where the bytes go; null: dropped
+  Receive* posted = nullptr;  // the receive they go to, if one was posted
+  bool dropped = false;       // its receive gave up: the bytes go nowhere
 };
 
 struct ShmMailbox::Inbox {
@@ -75,8 +75,8 @@ ShmMailbox::~ShmMailbox() = default;
 
 void ShmMailbox::write_envelope(Outbox& outbox, const Envelope& envelope, size_t n) {
   const size_t dims = dims_sent(envelope);
-  const WireHeader header{kWireMagic, uint32_t(dims), envelope.tag, envelope.seq, envelope.hash, uint64_t(n),
-                          envelope.dtype, 0};
+  const WireHeader header{kWireMagic,    uint32_t(dims), envelope.tag,   envelope.seq,
+                          envelope.hash, uint64_t(n),    envelope.dtype, 0};
   outbox.ring.write(&header, sizeof header);
   outbox.ring.write(envelope.shape.data(), dims * sizeof(int64_t));
 }

@@ -23,7 +23,8 @@ class ShmRing {
 
   /// A view of the ring at `memory` (zeroed when the segment was made, so both counts start at 0).
   ShmRing(void* memory, size_t capacity)
-      : control_(static_cast<Control*>(memory)), data_(static_cast<char*>(memory) + sizeof(Control)),
+      : control_(static_cast<Control*>(memory)),
+        data_(static_cast<char*>(memory) + sizeof(Control)),
         capacity_(capacity) {}
 
   // The writer's side.

@@ -48,9 +48,7 @@ size_t ring_capacity_for(int size) {
 
 size_t ring_stride(int size) { return ShmRing::footprint(ring_capacity_for(size)); }
 
-size_t slots_bytes(int size, size_t slot_bytes) {
-  return size_t(ShmTransport::kSlotSets) * size_t(size) * slot_bytes;
-}
+size_t slots_bytes(int size, size_t slot_bytes) { return size_t(ShmTransport::kSlotSets) * size_t(size) * slot_bytes; }
 
 size_t mapped_size(int size, size_t slot_bytes) {
   return header_bytes(size) + slots_bytes(size, slot_bytes) + size_t(size) * size_t(size - 1) * ring_stride(size);
@@ -144,8 +142,9 @@ bool decide_shm_verdict(c10d::Store& store, const std::string& key, int size, co
     COHORT_INFO("shared-memory transport off (COHORT_SHM=0): collectives on CPU tensors use Gloo");
   } else {
     COHORT_INFO("shared-memory transport not used, collectives on CPU tensors use Gloo: ",
-                failure.empty() ? "rank(s) " + missing + " could not map rank 0's segment (another host, or "
-                                                         "COHORT_SHM=0 there)"
+                failure.empty() ? "rank(s) " + missing +
+                                      " could not map rank 0's segment (another host, or "
+                                      "COHORT_SHM=0 there)"
                                 : failure);
   }
   return all_ok;
@@ -153,8 +152,8 @@ bool decide_shm_verdict(c10d::Store& store, const std::string& key, int size, co
 
 }  // namespace
 
-std::unique_ptr<ShmTransport> ShmTransport::negotiate(c10d::Store& store, const std::string& prefix, int rank,
-                                                      int size, bool enabled, size_t slot_bytes) {
+std::unique_ptr<ShmTransport> ShmTransport::negotiate(c10d::Store& store, const std::string& prefix, int rank, int size,
+                                                      bool enabled, size_t slot_bytes) {
   const std::string key = prefix + "/shm/";
   slot_bytes = (std::max<size_t>(slot_bytes, 4096) + 4095) / 4096 * 4096;
   Segment segment;
@@ -179,18 +178,25 @@ std::unique_ptr<ShmTransport> ShmTransport::negotiate(c10d::Store& store, const 
 }
 
 ShmTransport::ShmTransport(int rank, int size, size_t slot_bytes, void* base, size_t mapped_bytes)
-    : rank_(rank), size_(size), slot_bytes_(slot_bytes), base_(base), mapped_bytes_(mapped_bytes),
+    : rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      base_(base),
+      mapped_bytes_(mapped_bytes),
       header_(static_cast<ShmHeader*>(base)) {}
 
 ShmTransport::~ShmTransport() { munmap(base_, mapped_bytes_); }
 
 bool ShmTransport::can_reduce(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: case at::kDouble: case at::kInt: case at::kLong: case at::kShort: case at::kChar:
-    case at::kByte:
-      return can_move(t);
-    default:
-      return false;  // half and bfloat16 reductions stay on Gloo (the caller upcasts bfloat16)
+    case at::kFloat:
+    case at::kDouble:
+    case at::kInt:
+    case at::kLong:
+    case at::kShort:
+    case at::kChar:
+    case at::kByte: return can_move(t);
+    default: return false;  // half and bfloat16 reductions stay on Gloo (the caller upcasts bfloat16)
   }
 }
 
@@ -286,8 +292,8 @@ bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fin
   return true;
 }
 
-bool ShmTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op,
-                                  uint64_t fingerprint, const Watch& watch) {
+bool ShmTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, uint64_t fingerprint,
+                                  const Watch& watch) {
   const auto dtype = input.scalar_type();
   const size_t item = input.element_size();
   const int64_t block = output.numel();  // each rank's share of the input

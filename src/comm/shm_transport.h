@@ -52,8 +52,8 @@ class ShmTransport {
   /// Every rank of the group calls this (collectively, through `store` under `prefix`). Returns a
   /// transport when all `size` ranks could map the same segment, else null on every rank. `enabled`
   /// false on a rank (COHORT_SHM=0) makes it null everywhere. `slot_bytes`: bytes per rank per chunk.
-  static std::unique_ptr<ShmTransport> negotiate(c10d::Store& store, const std::string& prefix, int rank,
-                                                 int size, bool enabled, size_t slot_bytes);
+  static std::unique_ptr<ShmTransport> negotiate(c10d::Store& store, const std::string& prefix, int rank, int size,
+                                                 bool enabled, size_t slot_bytes);
   ~ShmTransport();
   ShmTransport(const ShmTransport&) = delete;
   ShmTransport& operator=(const ShmTransport&) = delete;

@@ -20,12 +20,12 @@ namespace cohort::detail {
 struct OpData {
   OpKind kind = OpKind::kBarrier;
   ReduceOp reduce = ReduceOp::kSum;
-  int root = -1;        // broadcast
-  at::Tensor buffer;    // in place for allreduce, broadcast, send, recv; the input of the others
-  at::Tensor output;    // allgather (size x buffer), reduce_scatter (this rank's block), alltoall
+  int root = -1;      // broadcast
+  at::Tensor buffer;  // in place for allreduce, broadcast, send, recv; the input of the others
+  at::Tensor output;  // allgather (size x buffer), reduce_scatter (this rank's block), alltoall
   std::vector<int64_t> output_splits, input_splits;  // alltoall; empty for even splits
-  int peer = -1;        // send / recv: the other rank
-  int p2p_tag = 0;      // send / recv: the transport's tag of this message
+  int peer = -1;                                     // send / recv: the other rank
+  int p2p_tag = 0;                                   // send / recv: the transport's tag of this message
 };
 
 /// What starting an op gave: done (a blocking transport), still moving (`work`), or a desync.

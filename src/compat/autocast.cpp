@@ -17,7 +17,9 @@ void set_enabled(c10::DeviceType d, bool on) { at::autocast::set_autocast_enable
 c10::ScalarType dtype_of(c10::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
 void set_dtype(c10::DeviceType d, c10::ScalarType t) { at::autocast::set_autocast_dtype(d, t); }
 #else
-bool enabled(c10::DeviceType d) { return d == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled(); }
+bool enabled(c10::DeviceType d) {
+  return d == c10::kCUDA ? at::autocast::is_enabled() : at::autocast::is_cpu_enabled();
+}
 void set_enabled(c10::DeviceType d, bool on) {
   d == c10::kCUDA ? at::autocast::set_enabled(on) : at::autocast::set_cpu_enabled(on);
 }
@@ -33,11 +35,11 @@ void set_dtype(c10::DeviceType d, c10::ScalarType t) {
 
 AutocastGuard::AutocastGuard(c10::DeviceType device, c10::ScalarType dtype) : device_(device) {
   COHORT_CHECK_KIND(kInvalidArgument, device == c10::kCUDA || device == c10::kCPU, "AutocastGuard: device ", device,
-               " is not supported (cuda or cpu)");
+                    " is not supported (cuda or cpu)");
   COHORT_CHECK_KIND(kInvalidArgument, dtype == c10::kBFloat16 || dtype == c10::kHalf, "AutocastGuard: dtype ", dtype,
-               " is not a low-precision type (bfloat16 or float16)");
+                    " is not a low-precision type (bfloat16 or float16)");
   COHORT_CHECK_KIND(kInvalidArgument, device == c10::kCUDA || dtype == c10::kBFloat16,
-               "AutocastGuard: CPU autocast runs in bfloat16, not float16 (LibTorch has few float16 CPU kernels)");
+                    "AutocastGuard: CPU autocast runs in bfloat16, not float16 (LibTorch has few float16 CPU kernels)");
   was_enabled_ = enabled(device);
   previous_dtype_ = dtype_of(device);
   set_enabled(device, true);

@@ -26,8 +26,9 @@ c10::intrusive_ptr<ProcessGroupBase> make_nccl(const BackendConfig& config) {
   options->timeout = config.timeout;
   return c10::make_intrusive<c10d::ProcessGroupNCCL>(config.store, config.rank, config.size, options);
 #else
-  throw Error("backend nccl requested, but this cohort was built against a LibTorch without CUDA; "
-              "use Backend::kGloo or rebuild against a CUDA LibTorch");
+  throw Error(
+      "backend nccl requested, but this cohort was built against a LibTorch without CUDA; "
+      "use Backend::kGloo or rebuild against a CUDA LibTorch");
 #endif
 }
 

@@ -3,10 +3,10 @@
 // expose the same collective methods, so the rest of cohort only sees `detail::ProcessGroupBase`.
 #pragma once
 
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>

@@ -26,7 +26,7 @@ std::string str(const Args&... args) {
   } while (0)
 
 /// COHORT_CHECK for an error of a known kind: COHORT_CHECK_KIND(kInvalidArgument, n > 0, "n=", n, ...).
-#define COHORT_CHECK_KIND(kind, cond, ...)                                                              \
-  do {                                                                                                  \
+#define COHORT_CHECK_KIND(kind, cond, ...)                                                             \
+  do {                                                                                                 \
     if (!(cond)) throw ::cohort::Error(::cohort::detail::str(__VA_ARGS__), ::cohort::ErrorKind::kind); \
   } while (0)

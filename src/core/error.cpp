@@ -25,11 +25,9 @@ void set_rank_identity(int rank, int size) {
 }  // namespace detail
 
 Error::Error(const std::string& message)
-    : std::runtime_error(message.rfind("[rank ", 0) == 0 ? message
-                                                          : detail::rank_prefix() + message) {}
+    : std::runtime_error(message.rfind("[rank ", 0) == 0 ? message : detail::rank_prefix() + message) {}
 
-Error::Error(const std::string& message, ErrorKind kind, std::vector<int> ranks)
-    : Error(message) {
+Error::Error(const std::string& message, ErrorKind kind, std::vector<int> ranks) : Error(message) {
   kind_ = kind;
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());

@@ -31,10 +31,8 @@ void relink_grad(torch::Tensor& param, const torch::Tensor& alias) {
   auto& grad = param.mutable_grad();
   if (grad.defined() && grad.data_ptr() == alias.data_ptr()) return;
   torch::NoGradGuard no_grad;
-  if (grad.defined())
-    alias.copy_(grad);
-  else
-    alias.zero_();
+  if (grad.defined()) alias.copy_(grad);
+  else alias.zero_();
   grad = alias;
 }
 

@@ -16,11 +16,10 @@ void log_line(LogLevel level, const std::string& message);
 
 }  // namespace cohort::detail
 
-#define COHORT_LOG(level, ...)                                                      \
-  do {                                                                              \
-    if (::cohort::detail::LogLevel::level <= ::cohort::detail::log_level())         \
-      ::cohort::detail::log_line(::cohort::detail::LogLevel::level,                 \
-                                 ::cohort::detail::str(__VA_ARGS__));               \
+#define COHORT_LOG(level, ...)                                                                           \
+  do {                                                                                                   \
+    if (::cohort::detail::LogLevel::level <= ::cohort::detail::log_level())                              \
+      ::cohort::detail::log_line(::cohort::detail::LogLevel::level, ::cohort::detail::str(__VA_ARGS__)); \
   } while (0)
 #define COHORT_WARN(...) COHORT_LOG(kWarn, __VA_ARGS__)
 #define COHORT_INFO(...) COHORT_LOG(kInfo, __VA_ARGS__)

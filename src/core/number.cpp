@@ -56,7 +56,8 @@ Parsed read_real(const std::string& text, bool allow_infinite, double* value) {
 [[noreturn]] void flag_error(Parsed parsed, const std::string& name, const std::string& expected,
                              const std::string& text) {
   const std::string got = text.empty() ? "\"\"" : text;
-  if (parsed == Parsed::kMalformed) throw Error(name + " expects " + expected + ", got " + got, ErrorKind::kInvalidArgument);
+  if (parsed == Parsed::kMalformed)
+    throw Error(name + " expects " + expected + ", got " + got, ErrorKind::kInvalidArgument);
   throw Error(name + " is out of range: expected " + expected + ", got " + got, ErrorKind::kInvalidArgument);
 }
 

@@ -63,8 +63,9 @@ void check_replaceable(const std::string& path) {
     return;  // nothing there yet
   }
   if (S_ISLNK(info.st_mode)) {
-    throw Error(path + " is a symbolic link: cohort does not write through links (remove it, or name the file "
-                       "itself)");
+    throw Error(path +
+                " is a symbolic link: cohort does not write through links (remove it, or name the file "
+                "itself)");
   }
   const char* type = odd_type(info.st_mode);
   COHORT_CHECK(type == nullptr, path, " is ", type, ", not a regular file: cohort writes regular files only");
@@ -124,8 +125,8 @@ void SafeFile::commit() {
   fd_ = -1;
   COHORT_CHECK_KIND(kIO, closed == 0, "cannot write ", target_, ": ", errno_text(errno));
   check_replaceable(target_);  // again: something may have been put there meanwhile
-  COHORT_CHECK_KIND(kIO, ::rename(temporary_.c_str(), target_.c_str()) == 0, "cannot rename ", temporary_, " to ", target_,
-               ": ", errno_text(errno));
+  COHORT_CHECK_KIND(kIO, ::rename(temporary_.c_str(), target_.c_str()) == 0, "cannot rename ", temporary_, " to ",
+                    target_, ": ", errno_text(errno));
   temporary_.clear();
   // The rename survives a power loss once the directory is on disk (best effort: some filesystems
   // refuse to open directories).

@@ -39,8 +39,8 @@ int ms_until(Clock::time_point deadline) {
 }
 
 int poll_fds(pollfd* fds, size_t count, int timeout_ms) {
-  const auto deadline =
-      timeout_ms < 0 ? Clock::time_point::max() : Clock::now() + std::chrono::milliseconds(timeout_ms);
+  const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                       : Clock::now() + std::chrono::milliseconds(timeout_ms);
   for (int wait = timeout_ms;; wait = ms_until(deadline)) {
     const int ready = ::poll(fds, nfds_t(count), wait);
     if (ready >= 0 || errno != EINTR) return ready;

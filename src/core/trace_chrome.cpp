@@ -10,8 +10,8 @@ namespace {
 
 // Each category's rows start at its own tid so the viewer groups them: user spans first.
 int track_base(const std::string& category) {
-  static const std::map<std::string, int> bases = {{"user", 0}, {"ddp", 100}, {"zero", 200},
-                                                   {"checkpoint", 300}, {"comm", 400}};
+  static const std::map<std::string, int> bases = {
+      {"user", 0}, {"ddp", 100}, {"zero", 200}, {"checkpoint", 300}, {"comm", 400}};
   auto it = bases.find(category);
   return it == bases.end() ? 900 : it->second;
 }
@@ -41,15 +41,18 @@ nlohmann::json to_chrome(const std::vector<Event>& events, int rank, int64_t off
   });
   nlohmann::json out = nlohmann::json::array();
   out.push_back(metadata("process_name", rank, 0, "rank " + std::to_string(rank)));
-  out.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0},
-                 {"args", {{"sort_index", rank}}}});
+  out.push_back(
+      {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}});
   // Per category: the end of the last event on each row; an event takes the first row that is free.
   std::map<std::string, std::vector<int64_t>> rows;
   for (const Event* event : order) {
     const std::string category = event->category;
     const int base = track_base(category);
-    nlohmann::json chrome = {{"name", event->name}, {"cat", category}, {"pid", rank},
-                             {"ts", event->begin_us + offset_us}, {"args", args_of(*event)}};
+    nlohmann::json chrome = {{"name", event->name},
+                             {"cat", category},
+                             {"pid", rank},
+                             {"ts", event->begin_us + offset_us},
+                             {"args", args_of(*event)}};
     if (event->end_us == event->begin_us && *event->phase) {  // a mark: drawn on the category's first row
       chrome["ph"] = "i";
       chrome["s"] = "t";

@@ -20,13 +20,13 @@ using cohort::trace::enabled;
 // instead (measured: ZeRO-2 MLP, 2,500 more page faults per rank and step, 30% slower with the
 // timeline on; docs/BENCHMARKS.md).
 struct Event {
-  const char* name = "";   // "forward", "allreduce", "bucket 2 launch"
+  const char* name = "";  // "forward", "allreduce", "bucket 2 launch"
   const char* category = "user";
   const char* phase = "";  // a collective's phase: "queued", "agreement", "transfer", "done"; or ""
   int64_t begin_us = 0;
-  int64_t end_us = 0;      // == begin_us for an instant (a "ready" or "done" mark)
-  int64_t seq = -1;        // a collective's sequence number on its Comm
-  int64_t bytes = -1;      // bytes moved, when known
+  int64_t end_us = 0;          // == begin_us for an instant (a "ready" or "done" mark)
+  int64_t seq = -1;            // a collective's sequence number on its Comm
+  int64_t bytes = -1;          // bytes moved, when known
   const char* transport = "";  // "shm", "gloo", "nccl" or ""
   const char* group = "";      // the Comm's group name ("" for the world)
   const char* op = "";         // a collective's full description: "allreduce(sum) float32 [3]"

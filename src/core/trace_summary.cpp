@@ -21,7 +21,8 @@ Intervals merged(Intervals in) {
   std::sort(in.begin(), in.end());
   Intervals out;
   for (const auto& interval : in) {
-    if (!out.empty() && interval.first <= out.back().second) out.back().second = std::max(out.back().second, interval.second);
+    if (!out.empty() && interval.first <= out.back().second)
+      out.back().second = std::max(out.back().second, interval.second);
     else out.push_back(interval);
   }
   return out;
@@ -45,7 +46,8 @@ Intervals minus(const Intervals& from, const Intervals& cut) {
 // Time of the (merged) intervals inside [window.first, window.second).
 double length_in(const Intervals& set, Interval window) {
   double total = 0;
-  for (const auto& [begin, end] : set) total += std::max(0.0, std::min(end, window.second) - std::max(begin, window.first));
+  for (const auto& [begin, end] : set)
+    total += std::max(0.0, std::min(end, window.second) - std::max(begin, window.first));
   return total;
 }
 
@@ -178,8 +180,8 @@ std::string format_summary(const std::vector<StepSummary>& steps, bool csv) {
     const std::string slowest = s.slowest_rank < 0 ? "-" : "rank " + std::to_string(s.slowest_rank);
     const char* format = csv ? "%d,%s,%.3f,%.3f,%.3f,%.3f,%.1f,%.3f,%.3f,%s\n"
                              : "%4d  %4s  %9.2f  %10.2f  %7.2f  %9.2f  %9.1f  %10.2f  %7.2f  %s\n";
-    std::snprintf(line, sizeof(line), format, s.rank, step.c_str(), s.wall_ms, s.compute_ms, s.comm_ms,
-                  s.hidden_ms, s.overlap_percent(), s.exposed_ms, s.idle_ms,
+    std::snprintf(line, sizeof(line), format, s.rank, step.c_str(), s.wall_ms, s.compute_ms, s.comm_ms, s.hidden_ms,
+                  s.overlap_percent(), s.exposed_ms, s.idle_ms,
                   csv ? std::to_string(s.slowest_rank).c_str() : slowest.c_str());
     out << line;
   }

@@ -31,9 +31,9 @@ class UnitOwner {
 /// A unit's trainable parameters as sharded when the unit was made (DeepSpeed's zero.Init): they
 /// are empty since, and this rank holds its slice of their flat concatenation.
 struct ConstructionShard {
-  std::vector<torch::Tensor> params;                 ///< the unit's own, module order, tied ones once
-  std::vector<std::vector<int64_t>> shapes;          ///< their whole shapes
-  torch::Tensor shard;                               ///< this rank's slice, padded as partition.h lays out
+  std::vector<torch::Tensor> params;         ///< the unit's own, module order, tied ones once
+  std::vector<std::vector<int64_t>> shapes;  ///< their whole shapes
+  torch::Tensor shard;                       ///< this rank's slice, padded as partition.h lays out
   int world_size = 1;
   int rank = 0;
 };

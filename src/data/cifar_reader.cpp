@@ -30,8 +30,8 @@ torch::Tensor read_whole_file(const std::string& path, int64_t bytes) {
   COHORT_CHECK(file != nullptr, "cannot open CIFAR-10 file ", path, ": ", std::strerror(errno));
   auto data = torch::empty({bytes}, torch::kUInt8);
   const size_t got = std::fread(data.data_ptr<uint8_t>(), 1, size_t(bytes), file.get());
-  COHORT_CHECK(int64_t(got) == bytes, "cannot read CIFAR-10 file ", path, ": got ", got, " of its ", bytes,
-               " bytes", std::ferror(file.get()) ? std::string(": ") + std::strerror(errno) : std::string());
+  COHORT_CHECK(int64_t(got) == bytes, "cannot read CIFAR-10 file ", path, ": got ", got, " of its ", bytes, " bytes",
+               std::ferror(file.get()) ? std::string(": ") + std::strerror(errno) : std::string());
   return data;
 }
 
@@ -78,7 +78,8 @@ Cifar10 load_cifar10(const std::string& dir, Split split, const Cifar10Options& 
     labels.push_back(batch.labels);
   }
   Cifar10 out;
-  const auto mean = torch::tensor({kCifar10Mean[0], kCifar10Mean[1], kCifar10Mean[2]}, torch::kFloat).view({1, 3, 1, 1});
+  const auto mean =
+      torch::tensor({kCifar10Mean[0], kCifar10Mean[1], kCifar10Mean[2]}, torch::kFloat).view({1, 3, 1, 1});
   const auto spread = torch::tensor({kCifar10Std[0], kCifar10Std[1], kCifar10Std[2]}, torch::kFloat).view({1, 3, 1, 1});
   out.images = torch::cat(images).to(torch::kFloat).div_(255.0).sub_(mean).div_(spread);
   out.labels = torch::cat(labels);

@@ -34,20 +34,16 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
     : dataset_size_(dataset_size), options_(std::move(options)) {
-  COHORT_CHECK(dataset_size_ >= 0, "DistributedSampler: dataset_size must be >= 0, got ",
-               dataset_size_);
+  COHORT_CHECK(dataset_size_ >= 0, "DistributedSampler: dataset_size must be >= 0, got ", dataset_size_);
   COHORT_CHECK(options_.num_replicas() >= 1 || options_.num_replicas() == -1,
                "DistributedSampler: num_replicas must be >= 1 (or -1 for the current world), got ",
                options_.num_replicas());
   COHORT_CHECK(options_.rank() >= 0 || options_.rank() == -1,
-               "DistributedSampler: rank must be >= 0 (or -1 for the current world), got ",
-               options_.rank());
+               "DistributedSampler: rank must be >= 0 (or -1 for the current world), got ", options_.rank());
   const auto [num_replicas, rank] = resolve_world(options_.num_replicas(), options_.rank());
-  COHORT_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be >= 1, got ",
-               num_replicas);
-  COHORT_CHECK(rank < num_replicas, "DistributedSampler: rank ", rank,
-               " is out of range for num_replicas ", num_replicas, " (valid ranks: 0..",
-               num_replicas - 1, ")");
+  COHORT_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be >= 1, got ", num_replicas);
+  COHORT_CHECK(rank < num_replicas, "DistributedSampler: rank ", rank, " is out of range for num_replicas ",
+               num_replicas, " (valid ranks: 0..", num_replicas - 1, ")");
   COHORT_CHECK(!(options_.exact_split() && options_.drop_last()),
                "DistributedSampler: exact_split(true) keeps every index exactly once and cannot be "
                "combined with drop_last(true); set one of them");
@@ -60,8 +56,7 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions opti
   } else {
     // PyTorch: with drop_last and an uneven split, ceil((N - R) / R), which equals floor(N / R);
     // otherwise ceil(N / R).
-    num_samples_ =
-        options_.drop_last() ? dataset_size_ / num_replicas : ceil_div(dataset_size_, num_replicas);
+    num_samples_ = options_.drop_last() ? dataset_size_ / num_replicas : ceil_div(dataset_size_, num_replicas);
     total_size_ = num_samples_ * num_replicas;
   }
 }
@@ -91,17 +86,14 @@ std::vector<int64_t> DistributedSampler::indices() const {
   for (int64_t i = options_.rank(); i < total_size_; i += options_.num_replicas()) {
     mine.push_back(order[static_cast<size_t>(i % n)]);
   }
-  COHORT_CHECK(static_cast<int64_t>(mine.size()) == num_samples_,
-               "DistributedSampler: internal error, produced ", mine.size(), " indices, expected ",
-               num_samples_);
+  COHORT_CHECK(static_cast<int64_t>(mine.size()) == num_samples_, "DistributedSampler: internal error, produced ",
+               mine.size(), " indices, expected ", num_samples_);
   return mine;
 }
 
 int64_t DistributedSampler::num_batches(int64_t batch_size) const {
-  COHORT_CHECK(batch_size >= 1, "DistributedSampler::batches: batch_size must be >= 1, got ",
-               batch_size);
-  return options_.drop_last_batch() ? num_samples_ / batch_size
-                                    : ceil_div(num_samples_, batch_size);
+  COHORT_CHECK(batch_size >= 1, "DistributedSampler::batches: batch_size must be >= 1, got ", batch_size);
+  return options_.drop_last_batch() ? num_samples_ / batch_size : ceil_div(num_samples_, batch_size);
 }
 
 std::vector<std::vector<int64_t>> DistributedSampler::batches(int64_t batch_size) const {

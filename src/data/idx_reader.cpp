@@ -72,8 +72,7 @@ class GzFile {
 };
 
 uint32_t big_endian(const unsigned char* bytes) {
-  return (uint32_t{bytes[0]} << 24) | (uint32_t{bytes[1]} << 16) | (uint32_t{bytes[2]} << 8) |
-         uint32_t{bytes[3]};
+  return (uint32_t{bytes[0]} << 24) | (uint32_t{bytes[1]} << 16) | (uint32_t{bytes[2]} << 8) | uint32_t{bytes[3]};
 }
 
 // Reads an unsigned-byte IDX file with `expected_magic`: returns uint8 with the header's
@@ -84,16 +83,16 @@ torch::Tensor load_idx(const std::string& path, uint32_t expected_magic, const c
   const size_t header_bytes = 4 * (1 + rank);
   unsigned char header[16] = {};
   const size_t got_header = file.read(header, header_bytes);
-  COHORT_CHECK(got_header >= 4, "IDX file ", path, " is truncated: expected a ", header_bytes,
-               "-byte header, got ", got_header, " bytes");
+  COHORT_CHECK(got_header >= 4, "IDX file ", path, " is truncated: expected a ", header_bytes, "-byte header, got ",
+               got_header, " bytes");
   const uint32_t magic = big_endian(header);
-  COHORT_CHECK(magic == expected_magic, "IDX file ", path, " has magic number ", hex(magic),
-               ", expected ", hex(expected_magic), " (", what, ")",
+  COHORT_CHECK(magic == expected_magic, "IDX file ", path, " has magic number ", hex(magic), ", expected ",
+               hex(expected_magic), " (", what, ")",
                magic == kImagesMagic   ? "; it is an image file"
                : magic == kLabelsMagic ? "; it is a label file"
                                        : "; it is not an unsigned-byte IDX file");
-  COHORT_CHECK(got_header == header_bytes, "IDX file ", path, " is truncated: expected a ",
-               header_bytes, "-byte header, got ", got_header, " bytes");
+  COHORT_CHECK(got_header == header_bytes, "IDX file ", path, " is truncated: expected a ", header_bytes,
+               "-byte header, got ", got_header, " bytes");
 
   std::vector<int64_t> sizes;
   std::string shape;
@@ -117,13 +116,11 @@ torch::Tensor load_idx(const std::string& path, uint32_t expected_magic, const c
     got += n;
     if (n < ask) break;
   }
-  COHORT_CHECK(got == data_bytes, "IDX file ", path, " is truncated: expected ",
-               header_bytes + data_bytes, " bytes (", header_bytes, "-byte header + ", shape,
-               " bytes), got ", header_bytes + got);
+  COHORT_CHECK(got == data_bytes, "IDX file ", path, " is truncated: expected ", header_bytes + data_bytes, " bytes (",
+               header_bytes, "-byte header + ", shape, " bytes), got ", header_bytes + got);
   unsigned char extra = 0;
-  COHORT_CHECK(file.read(&extra, 1) == 0, "IDX file ", path,
-               " holds more data than its header declares (", shape, " = ", data_bytes,
-               " bytes); is it the right file?");
+  COHORT_CHECK(file.read(&extra, 1) == 0, "IDX file ", path, " holds more data than its header declares (", shape,
+               " = ", data_bytes, " bytes); is it the right file?");
 
   std::vector<uint8_t>* owned = buffer.release();
   return torch::from_blob(
@@ -168,22 +165,18 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   }
   const torch::Tensor images = load_idx_images(paths[0]);
   const torch::Tensor labels = load_idx_labels(paths[1]);
-  COHORT_CHECK(images.size(1) == 28 && images.size(2) == 28, "Fashion-MNIST images in ", paths[0],
-               " are ", images.size(1), "x", images.size(2), ", expected 28x28");
-  COHORT_CHECK(images.size(0) == labels.size(0), "Fashion-MNIST: ", paths[0], " has ",
-               images.size(0), " images but ", paths[1], " has ", labels.size(0), " labels");
+  COHORT_CHECK(images.size(1) == 28 && images.size(2) == 28, "Fashion-MNIST images in ", paths[0], " are ",
+               images.size(1), "x", images.size(2), ", expected 28x28");
+  COHORT_CHECK(images.size(0) == labels.size(0), "Fashion-MNIST: ", paths[0], " has ", images.size(0), " images but ",
+               paths[1], " has ", labels.size(0), " labels");
   if (labels.numel() > 0) {
     const int64_t low = labels.min().item<int64_t>();
     const int64_t high = labels.max().item<int64_t>();
-    COHORT_CHECK(low >= 0 && high <= 9, "Fashion-MNIST: ", paths[1], " has labels in ", low, "..",
-                 high, ", expected 0..9");
+    COHORT_CHECK(low >= 0 && high <= 9, "Fashion-MNIST: ", paths[1], " has labels in ", low, "..", high,
+                 ", expected 0..9");
   }
   FashionMnist out;
-  out.images = images.to(torch::kFloat)
-                   .div_(255.0)
-                   .sub_(kFashionMnistMean)
-                   .div_(kFashionMnistStd)
-                   .unsqueeze(1);
+  out.images = images.to(torch::kFloat).div_(255.0).sub_(kFashionMnistMean).div_(kFashionMnistStd).unsqueeze(1);
   out.labels = labels;
   return out;
 }

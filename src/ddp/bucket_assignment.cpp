@@ -7,8 +7,8 @@
 namespace cohort::detail {
 
 std::vector<std::vector<int64_t>> assign_buckets(const std::vector<int64_t>& arrival_order,
-                                                 const std::vector<int64_t>& bytes,
-                                                 const std::vector<int64_t>& group, const BucketLimits& limits) {
+                                                 const std::vector<int64_t>& bytes, const std::vector<int64_t>& group,
+                                                 const BucketLimits& limits) {
   struct Open {
     std::vector<int64_t> params;
     int64_t bytes = 0;
@@ -33,9 +33,8 @@ std::vector<std::vector<int64_t>> assign_buckets(const std::vector<int64_t>& arr
   // Launch order: by the position of each bucket's first parameter in the arrival order.
   std::vector<int64_t> position(bytes.size(), 0);
   for (size_t i = 0; i < arrival_order.size(); ++i) position[arrival_order[i]] = int64_t(i);
-  std::stable_sort(buckets.begin(), buckets.end(), [&](const auto& a, const auto& b) {
-    return position[a.front()] < position[b.front()];
-  });
+  std::stable_sort(buckets.begin(), buckets.end(),
+                   [&](const auto& a, const auto& b) { return position[a.front()] < position[b.front()]; });
   return buckets;
 }
 

@@ -18,7 +18,7 @@ struct BucketLimits {
 /// order of their first parameter in `arrival_order`, which is the order they become ready and are
 /// launched. Every index of `arrival_order` lands in exactly one bucket.
 std::vector<std::vector<int64_t>> assign_buckets(const std::vector<int64_t>& arrival_order,
-                                                 const std::vector<int64_t>& bytes,
-                                                 const std::vector<int64_t>& group, const BucketLimits& limits);
+                                                 const std::vector<int64_t>& bytes, const std::vector<int64_t>& group,
+                                                 const BucketLimits& limits);
 
 }  // namespace cohort::detail

@@ -27,7 +27,8 @@ void HookFuture::wait() {
 }
 
 void CommHook::claim() {
-  COHORT_CHECK(!claimed_, "register_comm_hook: the ", name(), " hook is already registered with a "
+  COHORT_CHECK(!claimed_, "register_comm_hook: the ", name(),
+               " hook is already registered with a "
                "DistributedDataParallel; a hook keeps per-bucket state, so make one hook per DDP");
   claimed_ = true;
 }

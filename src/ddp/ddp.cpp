@@ -2,8 +2,8 @@
 // reducer.cpp and reducer_join.cpp.
 #include "cohort/ddp.h"
 
-#include "world/resolve_comm.h"
 #include "ddp/reducer.h"
+#include "world/resolve_comm.h"
 
 namespace cohort {
 
@@ -13,9 +13,7 @@ DataParallelCore::~DataParallelCore() = default;
 DataParallelCore::DataParallelCore(DataParallelCore&&) noexcept = default;
 DataParallelCore& DataParallelCore::operator=(DataParallelCore&&) noexcept = default;
 
-DataParallelCore::NoSyncGuard::NoSyncGuard(detail::Reducer* reducer) : reducer_(reducer) {
-  reducer_->enter_no_sync();
-}
+DataParallelCore::NoSyncGuard::NoSyncGuard(detail::Reducer* reducer) : reducer_(reducer) { reducer_->enter_no_sync(); }
 DataParallelCore::NoSyncGuard::~NoSyncGuard() {
   if (reducer_) reducer_->exit_no_sync();
 }
@@ -25,9 +23,7 @@ void DataParallelCore::register_comm_hook(std::shared_ptr<CommHook> hook) {
   reducer_->register_comm_hook(std::move(hook));
 }
 
-std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const {
-  return reducer_->bucket_layout();
-}
+std::vector<std::vector<std::string>> DataParallelCore::bucket_layout() const { return reducer_->bucket_layout(); }
 double DataParallelCore::last_wait_seconds() const { return reducer_->last_wait_seconds(); }
 
 void DataParallelCore::join_shadow_step(const JoinStep& step) { reducer_->shadow_step(step); }
@@ -35,7 +31,8 @@ void DataParallelCore::join_finish(int source) { reducer_->sync_from(source); }
 Comm* DataParallelCore::join_comm() { return &reducer_->comm(); }
 torch::Device DataParallelCore::join_device() const { return reducer_->device(); }
 void DataParallelCore::attach_join(Join* join) {
-  reducer_->attach_join(join, join != nullptr && join->leads(*this) ? detail::JoinRole::kLeads : detail::JoinRole::kFollows);
+  reducer_->attach_join(join,
+                        join != nullptr && join->leads(*this) ? detail::JoinRole::kLeads : detail::JoinRole::kFollows);
 }
 
 std::vector<torch::Tensor> reduce_metrics(std::vector<torch::Tensor> values, Comm* comm) {

@@ -39,7 +39,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
     : options_(options), state_(std::make_unique<State>()) {
-  COHORT_CHECK(!joinables.empty(), "Join: the list of joinables is empty; pass the DistributedDataParallel "
+  COHORT_CHECK(!joinables.empty(),
+               "Join: the list of joinables is empty; pass the DistributedDataParallel "
                "(and any JoinableOptimizer) whose steps a rank without inputs must shadow");
   for (size_t i = 0; i < joinables.size(); ++i) {
     COHORT_CHECK(joinables[i] != nullptr, "Join: joinable #", i, " is null");
@@ -82,10 +83,11 @@ const JoinStep& Join::end_step() {
   std::vector<int> joined;
   for (int r = 0; r < step.world_size; ++r) (slot[r] > 0 ? step.active : joined).push_back(r);
   step.divisor = options_.divide_by_initial_world_size() || step.active.empty() ? step.world_size
-                                                                                 : int(step.active.size());
+                                                                                : int(step.active.size());
   if (!step.active.empty() && !joined.empty() && options_.throw_on_early_termination())
-    throw Error(detail::str("Join: ", rank_list(joined), " ran out of inputs after ", step.index,
-                            " step(s) while ", rank_list(step.active), " still had inputs; "
+    throw Error(detail::str("Join: ", rank_list(joined), " ran out of inputs after ", step.index, " step(s) while ",
+                            rank_list(step.active),
+                            " still had inputs; "
                             "throw_on_early_termination(true) stops every rank here (set it to false to "
                             "let the ranks with inputs go on while the others shadow their steps)"));
   if (!step.active.empty()) s.last_active = step.active;

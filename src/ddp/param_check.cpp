@@ -64,14 +64,12 @@ void check_same_parameters(Comm& comm, const std::vector<std::string>& names,
     if (all_have && same) continue;
     std::ostringstream out;
     const std::string name = i < names.size() ? "'" + names[i] + "'" : "#" + std::to_string(i);
-    out << "DistributedDataParallel: ranks hold different parameters; the first that differs is "
-        << name << " (parameter #" << i << "):";
+    out << "DistributedDataParallel: ranks hold different parameters; the first that differs is " << name
+        << " (parameter #" << i << "):";
     for (int r = 0; r < comm.size(); ++r) {
       out << " rank " << r << ": ";
-      if (i < ranks[r].shapes.size())
-        out << shape_text(ranks[r].shapes[i], ranks[r].dtypes[i]);
-      else
-        out << "(none: " << ranks[r].shapes.size() << " parameters)";
+      if (i < ranks[r].shapes.size()) out << shape_text(ranks[r].shapes[i], ranks[r].dtypes[i]);
+      else out << "(none: " << ranks[r].shapes.size() << " parameters)";
       out << (r + 1 < comm.size() ? ";" : ".");
     }
     out << " Every rank must build the same model before wrapping it in DDP.";

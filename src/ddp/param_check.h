@@ -11,7 +11,6 @@
 
 namespace cohort::detail {
 
-void check_same_parameters(Comm& comm, const std::vector<std::string>& names,
-                           const std::vector<torch::Tensor>& params);
+void check_same_parameters(Comm& comm, const std::vector<std::string>& names, const std::vector<torch::Tensor>& params);
 
 }  // namespace cohort::detail

@@ -137,7 +137,8 @@ HookFuture PowerSgdHook::run_layerwise(Comm& comm, const GradBucket& bucket) {
   if (fresh) detail::fill_standard_normal(batches->qs, detail::draw_seed(rng_));
   const double epsilon = options_.orthogonalization_epsilon();
   for (const auto& q : batches->qs) detail::orthogonalize(q, epsilon);
-  for (size_t i = 0; i < batches->matrices.size(); ++i) at::bmm_out(batches->ps[i], batches->matrices[i], batches->qs[i]);
+  for (size_t i = 0; i < batches->matrices.size(); ++i)
+    at::bmm_out(batches->ps[i], batches->matrices[i], batches->qs[i]);
 
   std::vector<Work> works;
   Tensor whole;  // the uncompressed tensors back to back
@@ -211,23 +212,23 @@ HookFuture PowerSgdHook::run_batched(Comm& comm, const GradBucket& bucket) {
     torch::NoGradGuard no_grad;
     detail::orthogonalize(memory.p, epsilon);
     at::bmm_out(memory.q, matrix.transpose(1, 2), memory.p);
-    return HookFuture({comm.allreduce_async(memory.q, ReduceOp::kSum)}, [this, &memory, matrix, padded, input_copy,
-                                                                          out, numel, divisor]() mutable {
-      torch::NoGradGuard no_grad;
-      memory.q.div_(divisor);
-      Tensor result = matrix;
-      at::bmm_out(result, memory.p, memory.q.transpose(1, 2));
-      finish(memory, input_copy, padded);
-      out.copy_(padded.narrow(0, 0, numel));
-      return HookFuture();
-    });
+    return HookFuture({comm.allreduce_async(memory.q, ReduceOp::kSum)},
+                      [this, &memory, matrix, padded, input_copy, out, numel, divisor]() mutable {
+                        torch::NoGradGuard no_grad;
+                        memory.q.div_(divisor);
+                        Tensor result = matrix;
+                        at::bmm_out(result, memory.p, memory.q.transpose(1, 2));
+                        finish(memory, input_copy, padded);
+                        out.copy_(padded.narrow(0, 0, numel));
+                        return HookFuture();
+                      });
   };
   return HookFuture({comm.allreduce_async(memory.p, ReduceOp::kSum)}, std::move(compute_q));
 }
 
 void check_options(const PowerSGDOptions& o) {
-  COHORT_CHECK(o.matrix_approximation_rank() >= 1,
-               "PowerSGDOptions.matrix_approximation_rank must be at least 1, got ", o.matrix_approximation_rank());
+  COHORT_CHECK(o.matrix_approximation_rank() >= 1, "PowerSGDOptions.matrix_approximation_rank must be at least 1, got ",
+               o.matrix_approximation_rank());
   COHORT_CHECK(o.start_iteration() >= 0, "PowerSGDOptions.start_iteration must be at least 0, got ",
                o.start_iteration());
   COHORT_CHECK(std::isfinite(o.min_compression_rate()) && o.min_compression_rate() >= 0,

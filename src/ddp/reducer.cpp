@@ -5,11 +5,11 @@
 
 #include <algorithm>
 
+#include "comm/coalesced.h"
 #include "core/check.h"
 #include "core/grad_kit.h"
 #include "core/log.h"
 #include "core/trace_recorder.h"
-#include "comm/coalesced.h"
 #include "ddp/param_check.h"
 #include "world/resolve_comm.h"
 
@@ -26,8 +26,8 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
   scale_ = 1.0 / comm_->size();
   divisor_ = comm_->size();
   COHORT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
-               "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ",
-               options_.bucket_cap_mb(), " and ", options_.first_bucket_cap_mb());
+               "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ", options_.bucket_cap_mb(),
+               " and ", options_.first_bucket_cap_mb());
   std::vector<torch::Tensor> all_params;
   std::vector<std::string> all_names;
   for (const auto& item : module_->named_parameters()) {
@@ -173,8 +173,10 @@ void Reducer::register_comm_hook(std::shared_ptr<CommHook> hook) {
   COHORT_CHECK(hook != nullptr, "DistributedDataParallel::register_comm_hook: the hook is null");
   COHORT_CHECK(hook_ == nullptr, "DistributedDataParallel::register_comm_hook: a comm hook (", hook_->name(),
                ") is already registered; register_comm_hook can be called once per DDP, as in PyTorch");
-  COHORT_CHECK(!rebuilt_ && !in_backward_, "DistributedDataParallel::register_comm_hook: called after the first "
-               "synchronized backward; register the hook (", hook->name(), ") before training starts, as in PyTorch");
+  COHORT_CHECK(!rebuilt_ && !in_backward_,
+               "DistributedDataParallel::register_comm_hook: called after the first "
+               "synchronized backward; register the hook (",
+               hook->name(), ") before training starts, as in PyTorch");
   hook->claim();
   hook_ = std::move(hook);
 }

@@ -74,24 +74,24 @@ class Reducer {
 
  private:
   struct Bucket {
-    torch::Tensor flat;                // the gradients of its parameters, back to back
-    std::vector<int64_t> params;       // indices into params_
-    std::vector<int64_t> offsets;      // element offset of each parameter in `flat`
-    int pending = 0;                   // gradients still to arrive this backward
+    torch::Tensor flat;            // the gradients of its parameters, back to back
+    std::vector<int64_t> params;   // indices into params_
+    std::vector<int64_t> offsets;  // element offset of each parameter in `flat`
+    int pending = 0;               // gradients still to arrive this backward
     Work work;
-    GradBucket view;                   // what a comm hook sees: index, flat, per-parameter views
-    HookFuture future;                 // the hook's reduction in flight
+    GradBucket view;    // what a comm hook sees: index, flat, per-parameter views
+    HookFuture future;  // the hook's reduction in flight
   };
 
   void build_buckets(const std::vector<int64_t>& arrival_order);
   void register_hooks();
   void on_gradient_ready(int64_t index);
   void launch_ready_buckets();
-  void launch(size_t b);               // starts bucket b's reduction (allreduce or the hook)
-  void wait_launched(size_t count);    // finishes the reductions of buckets [0, count), in order
+  void launch(size_t b);             // starts bucket b's reduction (allreduce or the hook)
+  void wait_launched(size_t count);  // finishes the reductions of buckets [0, count), in order
   void finalize_backward();
   void mark_unused_parameters();
-  void rebuild_buckets_once();  // note "first step"; leaves every bucket ready to launch
+  void rebuild_buckets_once();        // note "first step"; leaves every bucket ready to launch
   void link_gradient(int64_t index);  // makes param.grad the bucket view (copying a fresh grad in)
   torch::Tensor bucket_view(int64_t index) const;
   void begin_join_step();    // at the start of a synchronized backward
@@ -101,7 +101,7 @@ class Reducer {
   std::shared_ptr<torch::nn::Module> module_;
   DDPOptions options_;
   std::shared_ptr<Comm> comm_;
-  std::vector<torch::Tensor> params_;     // parameters that require grad, in module order
+  std::vector<torch::Tensor> params_;  // parameters that require grad, in module order
   std::vector<std::string> names_;
   std::vector<torch::Tensor> buffers_;
   std::vector<Bucket> buckets_;
@@ -109,23 +109,23 @@ class Reducer {
 
   // Per-backward state, touched only by the autograd thread.
   bool in_backward_ = false;
-  std::vector<char> ready_;         // got its gradient in this backward
-  std::vector<char> touched_;       // got a gradient since the last synchronized step (no_sync too)
+  std::vector<char> ready_;    // got its gradient in this backward
+  std::vector<char> touched_;  // got a gradient since the last synchronized step (no_sync too)
   size_t next_launch_ = 0;
   std::vector<int64_t> arrival_order_;
   bool rebuilt_ = false;  // false until the first synchronized backward ends (note "first step")
   int no_sync_depth_ = 0;
   double last_wait_seconds_ = 0;
-  double scale_ = 1.0;      // what buckets are multiplied by before the sum: 1 / the step's divisor
-  int64_t divisor_ = 1;     // the step's divisor (a comm hook averages with it)
+  double scale_ = 1.0;              // what buckets are multiplied by before the sum: 1 / the step's divisor
+  int64_t divisor_ = 1;             // the step's divisor (a comm hook averages with it)
   std::shared_ptr<CommHook> hook_;  // null: plain averaging allreduce
-  int buffer_source_ = 0;   // whose buffers the step broadcasts: rank 0, or the lowest active rank
-  Join* join_ = nullptr;    // the Join this reducer is attached to, if any
+  int buffer_source_ = 0;           // whose buffers the step broadcasts: rank 0, or the lowest active rank
+  Join* join_ = nullptr;            // the Join this reducer is attached to, if any
   JoinRole join_role_ = JoinRole::kFollows;
   bool join_pending_ = false;
   bool join_deferred_ = false;  // note "join wait": resolved at the end of backward, not before buckets
   bool join_launched_ = false;  // this step's join allreduce has started
-  GradHookSet hooks_;  // last member: destroyed first, so no hook runs into a half-destroyed reducer
+  GradHookSet hooks_;           // last member: destroyed first, so no hook runs into a half-destroyed reducer
 };
 
 }  // namespace cohort::detail

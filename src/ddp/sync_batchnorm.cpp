@@ -39,8 +39,8 @@ void SyncBatchNormImpl::reset() {
   if (options.track_running_stats()) {
     running_mean = register_buffer("running_mean", fresh(adopt_.running_mean, torch::zeros({c})));
     running_var = register_buffer("running_var", fresh(adopt_.running_var, torch::ones({c})));
-    num_batches_tracked = register_buffer(
-        "num_batches_tracked", fresh(adopt_.num_batches_tracked, torch::tensor(int64_t(0), torch::kLong)));
+    num_batches_tracked = register_buffer("num_batches_tracked",
+                                          fresh(adopt_.num_batches_tracked, torch::tensor(int64_t(0), torch::kLong)));
   } else {
     running_mean = register_buffer("running_mean", torch::Tensor());
     running_var = register_buffer("running_var", torch::Tensor());
@@ -78,8 +78,8 @@ void SyncBatchNormImpl::pretty_print(std::ostream& stream) const {
 
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
   COHORT_CHECK(input.dim() >= 2, "SyncBatchNorm: expected at least 2D input (got ", input.dim(), "D input)");
-  COHORT_CHECK(input.size(1) == options.num_features(), "SyncBatchNorm: the input of shape ", input.sizes(),
-               " has ", input.size(1), " channels (dimension 1), but num_features is ", options.num_features());
+  COHORT_CHECK(input.size(1) == options.num_features(), "SyncBatchNorm: the input of shape ", input.sizes(), " has ",
+               input.size(1), " channels (dimension 1), but num_features is ", options.num_features());
   double factor = options.momentum().value_or(0.0);
   if (is_training() && options.track_running_stats()) {
     torch::NoGradGuard no_grad;

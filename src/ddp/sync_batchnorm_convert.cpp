@@ -30,7 +30,10 @@ bool read_batchnorm(const std::shared_ptr<Module>& module, const char* kind, Fou
   if (bn == nullptr) return false;
   const auto& o = bn->options;
   found.kind = kind;
-  found.options = SyncBatchNormOptions(o.num_features()).eps(o.eps()).momentum(o.momentum()).affine(o.affine())
+  found.options = SyncBatchNormOptions(o.num_features())
+                      .eps(o.eps())
+                      .momentum(o.momentum())
+                      .affine(o.affine())
                       .track_running_stats(o.track_running_stats());
   found.state = {bn->weight, bn->bias, bn->running_mean, bn->running_var, bn->num_batches_tracked};
   return true;

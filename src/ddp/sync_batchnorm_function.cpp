@@ -19,7 +19,7 @@ struct CommBox : torch::CustomClassHolder {
 // Statistics are computed in float for half and bfloat16 inputs, as PyTorch's kernels accumulate.
 torch::Tensor compute_view(const torch::Tensor& t) {
   return t.defined() && (t.scalar_type() == torch::kHalf || t.scalar_type() == torch::kBFloat16) ? t.to(torch::kFloat)
-                                                                                                   : t;
+                                                                                                 : t;
 }
 
 struct SyncBatchNormFunction : torch::autograd::Function<SyncBatchNormFunction> {

@@ -14,7 +14,7 @@ namespace cohort::detail {
 
 struct SyncBatchNormCall {
   std::shared_ptr<Comm> comm;
-  torch::Tensor weight, bias;              // undefined without affine
+  torch::Tensor weight, bias;               // undefined without affine
   torch::Tensor running_mean, running_var;  // undefined: not updated
   double eps = 1e-5;
   double momentum = 0.1;  // the exponential average factor of this step

@@ -188,7 +188,8 @@ int Context::join() {
     std::lock_guard<std::mutex> lock(mutex_);
     controller = set_state(0, caller).controller.get();
   }
-  COHORT_CHECK(controller != nullptr, caller, ": COHORT_HVD_ORDERED=1 starts each operation as it is submitted, "
+  COHORT_CHECK(controller != nullptr, caller,
+               ": COHORT_HVD_ORDERED=1 starts each operation as it is submitted, "
                "so a joined rank cannot take part in the others' operations; unset it to use hvd::join()");
   const auto result = controller->join(world_.device());
   std::lock_guard<std::mutex> lock(mutex_);

@@ -87,7 +87,7 @@ class Context {
   std::mutex mutex_;
   Handle next_handle_ = 0;
   std::map<Handle, std::shared_ptr<Op>> in_flight_;
-  std::map<NameKey, Handle> names_;  // names of operations not yet synchronized
+  std::map<NameKey, Handle> names_;        // names of operations not yet synchronized
   std::unique_ptr<StallInspector> stall_;  // the global set's operations
   std::map<int, ProcessSetState> sets_;    // last: their controllers stop before the rest goes
 };

@@ -53,11 +53,11 @@ struct Started {
 struct Op {
   Handle handle = -1;
   int process_set = 0;
-  std::string name;    // the user's name, or "<kind>.noname.<n>"
-  std::string kind;    // "allreduce", "allgather", ...
-  std::string caller;  // names the call in errors ("hvd::allgather")
-  std::optional<Shadow> shadow;  // how a joined rank repeats it (allreduces only)
-  bool named = true;   // matched by name; unnamed ones by their order among unnamed ones
+  std::string name;                          // the user's name, or "<kind>.noname.<n>"
+  std::string kind;                          // "allreduce", "allgather", ...
+  std::string caller;                        // names the call in errors ("hvd::allgather")
+  std::optional<Shadow> shadow;              // how a joined rank repeats it (allreduces only)
+  bool named = true;                         // matched by name; unnamed ones by their order among unnamed ones
   std::function<Started(Comm& comm)> start;  // issues the collective on the set's Comm
   // Set once by the controller (under its mutex) when the operation started or failed to.
   bool launched = false;
@@ -66,7 +66,7 @@ struct Op {
 };
 
 struct ControllerConfig {
-  double cycle_time_ms = 1.0;  // HOROVOD_CYCLE_TIME: the wait after a round that started nothing
+  double cycle_time_ms = 1.0;    // HOROVOD_CYCLE_TIME: the wait after a round that started nothing
   size_t cache_capacity = 1024;  // HOROVOD_CACHE_CAPACITY
 };
 
@@ -119,7 +119,7 @@ class Controller {
   std::condition_variable launched_;  // an operation started, for synchronize()
   std::deque<std::shared_ptr<Op>> unnamed_;
   std::vector<std::shared_ptr<Op>> named_;  // in submission order
-  std::exception_ptr failure_;  // the round that failed; every later operation fails with it
+  std::exception_ptr failure_;              // the round that failed; every later operation fails with it
   bool stop_ = false;
   bool in_round_ = false;
   // hvd::join() on this rank (under mutex_): waiting, its answer once every rank joined.

@@ -39,8 +39,10 @@ void run(State& state, const std::function<void(State&)>& fn) {
     if (restart > 0) state.on_reset();
     fn(state);
   } catch (const cohort::Error& error) {
-    std::fprintf(stderr, "%s\nhvd::elastic::run: exiting with code %d so that the launcher restarts every rank "
-                 "from the last commit (cohortrun --max-restarts)\n", error.what(), kRestartExitCode);
+    std::fprintf(stderr,
+                 "%s\nhvd::elastic::run: exiting with code %d so that the launcher restarts every rank "
+                 "from the last commit (cohortrun --max-restarts)\n",
+                 error.what(), kRestartExitCode);
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(kRestartExitCode);

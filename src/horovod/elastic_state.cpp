@@ -23,7 +23,8 @@ constexpr const char* kFile = "hvd-elastic-state.pt";
 std::string directory_of(const StateOptions& options) {
   if (!options.directory().empty()) return options.directory();
   const char* env = std::getenv("COHORT_HVD_ELASTIC_DIR");
-  COHORT_CHECK(env != nullptr && *env != '\0', "hvd::elastic::State: no directory for the commits; name one in "
+  COHORT_CHECK(env != nullptr && *env != '\0',
+               "hvd::elastic::State: no directory for the commits; name one in "
                "StateOptions().directory(...) or in COHORT_HVD_ELASTIC_DIR (a commit must outlive the processes)");
   return env;
 }
@@ -71,8 +72,8 @@ c10::IValue& State::operator[](const std::string& name) {
     if (key == name) return value;
   std::string known;
   for (const auto& entry : impl_->values) known += (known.empty() ? "" : ", ") + entry.first;
-  throw cohort::Error(cohort::detail::str("hvd::elastic::State['", name, "']: no such value; the State was made with: ",
-                                          known.empty() ? "none" : known));
+  throw cohort::Error(cohort::detail::str(
+      "hvd::elastic::State['", name, "']: no such value; the State was made with: ", known.empty() ? "none" : known));
 }
 
 std::string State::Impl::serialize() const {
@@ -106,8 +107,8 @@ void State::Impl::load(const std::string& bytes, const std::string& what) {
     archive.read("values", pickled);
   } catch (const c10::Error& error) {
     const std::string text = error.what_without_backtrace();
-    throw cohort::Error(cohort::detail::str("hvd::elastic::State: ", what, " is not a commit (",
-                                            text.substr(0, text.find('\n')), ")"));
+    throw cohort::Error(
+        cohort::detail::str("hvd::elastic::State: ", what, " is not a commit (", text.substr(0, text.find('\n')), ")"));
   }
   const auto* begin = reinterpret_cast<const char*>(pickled.data_ptr<uint8_t>());
   const auto tuple = torch::pickle_load(std::vector<char>(begin, begin + pickled.numel())).toTuple();

@@ -71,7 +71,8 @@ void GradientReducer::take_parameters(const torch::OrderedDict<std::string, torc
       if (!name_of.count(p.unsafeGetTensorImpl())) ++unnamed;
     }
   }
-  COHORT_CHECK(unnamed == 0, kWho, ": ", unnamed, " of the optimizer's parameters are not in named_parameters; "
+  COHORT_CHECK(unnamed == 0, kWho, ": ", unnamed,
+               " of the optimizer's parameters are not in named_parameters; "
                "pass model->named_parameters() of the model the optimizer trains");
   for (const auto& item : named_parameters) {
     if (!in_optimizer.count(item.value().unsafeGetTensorImpl()) || !item.value().requires_grad()) continue;
@@ -115,7 +116,8 @@ void GradientReducer::on_gradient(int64_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int k = options_.backward_passes_per_step();
   COHORT_CHECK(passes_left_[index] > 0, kWho, ": parameter '", names_[index], "' got a gradient in ", k + 1,
-               " backward passes before step(), but backward_passes_per_step is ", k, ": call step() (or "
+               " backward passes before step(), but backward_passes_per_step is ", k,
+               ": call step() (or "
                "synchronize()) after each backward_passes_per_step backward passes, or raise it to accumulate "
                "more passes locally");
   synchronized_ = false;
@@ -171,7 +173,8 @@ void GradientReducer::step() {
       synchronize();
     } else if (!warned_step_after_sync_) {
       warned_step_after_sync_ = true;
-      COHORT_WARN(kWho, ": step() after synchronize() without skip_synchronize(): the gradients were reduced "
+      COHORT_WARN(kWho,
+                  ": step() after synchronize() without skip_synchronize(): the gradients were reduced "
                   "already and are not reduced again; wrap step() in `auto guard = optimizer.skip_synchronize();`");
     }
   }
@@ -206,8 +209,7 @@ void DistributedOptimizer::synchronize() { reducer_->synchronize(); }
 void DistributedOptimizer::zero_grad() { reducer_->zero_grad(); }
 torch::optim::Optimizer& DistributedOptimizer::optimizer() { return reducer_->optimizer(); }
 
-DistributedOptimizer::SkipSynchronizeGuard::SkipSynchronizeGuard(detail::GradientReducer* reducer)
-    : reducer_(reducer) {
+DistributedOptimizer::SkipSynchronizeGuard::SkipSynchronizeGuard(detail::GradientReducer* reducer) : reducer_(reducer) {
   reducer_->enter_skip();
 }
 DistributedOptimizer::SkipSynchronizeGuard::~SkipSynchronizeGuard() {

@@ -60,13 +60,13 @@ class GradientReducer {
   std::vector<torch::Tensor> params_;  // the optimizer's parameters that require grad, in model order
   std::vector<std::string> names_;
   std::vector<Group> groups_;
-  std::vector<int64_t> group_of_;      // parameter -> its group
-  std::vector<int> passes_left_;       // backward passes still to accumulate before reducing
-  size_t next_launch_ = 0;             // groups started this step (note "group order")
+  std::vector<int64_t> group_of_;  // parameter -> its group
+  std::vector<int> passes_left_;   // backward passes still to accumulate before reducing
+  size_t next_launch_ = 0;         // groups started this step (note "group order")
   bool synchronized_ = false;
   bool warned_step_after_sync_ = false;
   int skip_depth_ = 0;
-  std::mutex mutex_;  // hooks may run on autograd's device threads
+  std::mutex mutex_;                   // hooks may run on autograd's device threads
   cohort::detail::GradHookSet hooks_;  // last member: destroyed first, so no hook runs into a half-destroyed reducer
 };
 

@@ -133,10 +133,11 @@ bool Controller::join_round(const std::vector<bool>& joined, int32_t ready_unnam
     if (slot.entry.named) cache_.add(slot.entry.name);  // every rank adds the same names in the same order
     if (!slot.lacking.empty() && !can_shadow(slot.entry.shadow)) {
       if (slot.own)
-        fail(slot.own, cohort::detail::str(slot.own->caller, "('", slot.own->name, "'): ", joined_list(slot.lacking),
-                                           " called hvd::join(); a joined rank takes part in Sum and Average "
-                                           "allreduces only (as in Horovod), not in this ", kind_text(slot.entry),
-                                           "; synchronize it before any rank calls hvd::join()"));
+        fail(slot.own,
+             cohort::detail::str(slot.own->caller, "('", slot.own->name, "'): ", joined_list(slot.lacking),
+                                 " called hvd::join(); a joined rank takes part in Sum and Average "
+                                 "allreduces only (as in Horovod), not in this ",
+                                 kind_text(slot.entry), "; synchronize it before any rank calls hvd::join()"));
     } else if (slot.own) {
       launch(slot.own);
     } else {

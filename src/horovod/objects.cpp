@@ -28,8 +28,8 @@ c10::IValue broadcast_object(const c10::IValue& value, int root_rank, const std:
                              const ProcessSet& process_set) {
   const bool root = detail::Context::get("hvd::broadcast_object").world().rank() == root_rank;
   const torch::Tensor bytes = root ? to_bytes(value) : torch::Tensor();
-  const auto count = broadcast(torch::tensor({root ? bytes.numel() : int64_t(0)}), root_rank,
-                               part(name, ".size"), process_set);
+  const auto count = broadcast(torch::tensor({root ? bytes.numel() : int64_t(0)}), root_rank, part(name, ".size"),
+                               process_set);
   auto received = root ? bytes : torch::empty({count[0].item<int64_t>()}, torch::kUInt8);
   received = broadcast(received, root_rank, part(name, ".bytes"), process_set);
   return root ? value : from_bytes(received);

@@ -28,13 +28,11 @@ void check_allreduce(const torch::Tensor& t, const AllreduceOptions& o, const ch
                cohort::detail::dtype_name(t.scalar_type()));
 }
 
-
 // The root's place in the set: for the global set the rank itself (Comm checks its range).
 int root_in_set(Context& context, int root_rank, const ProcessSet& set, const std::string& name) {
   if (set.id() == 0) return root_rank;
   const int place = context.place_in_set(set.id(), root_rank, "hvd::broadcast");
-  COHORT_CHECK(place >= 0, "hvd::broadcast('", name, "'): root_rank ", root_rank, " is not in process set ",
-               set.id());
+  COHORT_CHECK(place >= 0, "hvd::broadcast('", name, "'): root_rank ", root_rank, " is not in process set ", set.id());
   return place;
 }
 
@@ -74,8 +72,7 @@ torch::Tensor allreduce_(torch::Tensor tensor, const AllreduceOptions& options) 
 }
 
 torch::Tensor allreduce(const torch::Tensor& tensor, const AllreduceOptions& options) {
-  return synchronize(
-      start_allreduce(tensor.defined() ? tensor.detach().clone() : tensor, options, "hvd::allreduce"));
+  return synchronize(start_allreduce(tensor.defined() ? tensor.detach().clone() : tensor, options, "hvd::allreduce"));
 }
 
 torch::Tensor allreduce(const torch::Tensor& tensor, const std::string& name, ReduceOp op) {

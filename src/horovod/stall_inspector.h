@@ -22,7 +22,7 @@ namespace cohort::hvd::detail {
 struct StallConfig {
   int rank = 0;
   int size = 1;
-  double seconds = 60;                      // the warning threshold
+  double seconds = 60;                        // the warning threshold
   std::chrono::milliseconds timeout{300000};  // cohort's, quoted in the warning
 };
 

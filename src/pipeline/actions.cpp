@@ -80,8 +80,9 @@ void PipelineImpl::run_forward(int stage, int microbatch) {
       if (!options_.recompute()) slot.loss = loss;
     }
   } catch (const std::exception& e) {
-    std::string from = stage == 0 ? "" : " from stage " + std::to_string(stage - 1) + " (rank " +
-                                             std::to_string(schedule.rank_of(stage - 1)) + ")";
+    std::string from = stage == 0 ? ""
+                                  : " from stage " + std::to_string(stage - 1) + " (rank " +
+                                        std::to_string(schedule.rank_of(stage - 1)) + ")";
     throw Error("stage " + std::to_string(stage) + " (rank " + std::to_string(rank_) + ") raised in forward of " +
                 "microbatch " + std::to_string(microbatch) + " on its input " + describe_tensor(input) + from + ": " +
                 cohort::detail::first_line(e.what()));
@@ -97,8 +98,8 @@ void PipelineImpl::run_forward(int stage, int microbatch) {
 
 void PipelineImpl::send_forward(int stage, int microbatch) {
   auto& slot = slots_.at({stage, microbatch});
-  COHORT_CHECK(slot.output.defined(), "Pipeline: schedule '", schedule.name, "' sends stage ", stage,
-               " microbatch ", microbatch, "'s output before its forward (rank ", rank_, ")");
+  COHORT_CHECK(slot.output.defined(), "Pipeline: schedule '", schedule.name, "' sends stage ", stage, " microbatch ",
+               microbatch, "'s output before its forward (rank ", rank_, ")");
   if (!is_mine(stage + 1))
     send_activation(*comm_, slot.output.detach(), schedule.rank_of(stage + 1),
                     tag(stage + 1, microbatch, Direction::kForward), sends_);
@@ -110,7 +111,8 @@ void PipelineImpl::post_recv_backward(int stage, int microbatch) {
   auto& slot = slots_[{stage, microbatch}];
   if (slot.grad_posted || !slot.holds_activations) return;  // before its forward: posted when needed
   slot.grad_buffer = torch::empty(slot.output_sizes, slot.output_options);
-  slot.grad_work = comm_->irecv(slot.grad_buffer, schedule.rank_of(stage + 1), tag(stage, microbatch, Direction::kBackward));
+  slot.grad_work = comm_->irecv(slot.grad_buffer, schedule.rank_of(stage + 1),
+                                tag(stage, microbatch, Direction::kBackward));
   slot.grad_posted = true;
 }
 
@@ -132,7 +134,8 @@ torch::Tensor PipelineImpl::output_grad(int stage, int microbatch) {
 void PipelineImpl::run_backward(int stage, int microbatch) {
   auto it = slots_.find({stage, microbatch});
   COHORT_CHECK(it != slots_.end() && it->second.holds_activations, "Pipeline: schedule '", schedule.name,
-               "' runs backward of stage ", stage, " microbatch ", microbatch, " before its forward (rank ", rank_, ")");
+               "' runs backward of stage ", stage, " microbatch ", microbatch, " before its forward (rank ", rank_,
+               ")");
   auto& slot = it->second;
   const auto grad = is_last(stage) ? torch::Tensor() : output_grad(stage, microbatch);
   const int local = local_index(stage);

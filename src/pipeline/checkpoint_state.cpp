@@ -37,7 +37,8 @@ class StageModuleState : public Stateful {
   std::vector<StateTensor> state_tensors() override {
     std::vector<StateTensor> out;
     for (const auto& stage : pipeline_.stages) {
-      for (const auto& item : stage->named_parameters(true)) out.push_back({item.key(), item.value(), StateKind::kOwned});
+      for (const auto& item : stage->named_parameters(true))
+        out.push_back({item.key(), item.value(), StateKind::kOwned});
       for (const auto& item : stage->named_buffers(true)) out.push_back({item.key(), item.value(), StateKind::kOwned});
     }
     return out;
@@ -71,8 +72,7 @@ class StageModuleState : public Stateful {
 // parameter had a state (an optimizer saved before its first step has none).
 class StageOptimizerState : public Stateful {
  public:
-  StageOptimizerState(const PipelineImpl& pipeline, torch::optim::Optimizer& optimizer)
-      : optimizer_(optimizer) {
+  StageOptimizerState(const PipelineImpl& pipeline, torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
     for (const auto& stage : pipeline.stages)
       for (const auto& item : stage->named_parameters(true))
         if (item.value().requires_grad()) params_.emplace_back(item.key(), item.value());
@@ -191,10 +191,12 @@ void PipelineImpl::gather_layer_ranges() {
 }
 
 void PipelineImpl::check_checkpointable(const char* what) const {
-  COHORT_CHECK(names_whole_model, "Pipeline::", what, ": the stages' layers are not named by their place in the "
+  COHORT_CHECK(names_whole_model, "Pipeline::", what,
+               ": the stages' layers are not named by their place in the "
                "whole model (stage s must hold layers \"b[s]\", \"b[s]+1\", ... as partition() and "
                "stages_of_rank() give them), so checkpoints could not name parameters as the whole model");
-  COHORT_CHECK(!options_.zero(), "Pipeline::", what, ": checkpoints of a pipeline with ZeRO over the data group "
+  COHORT_CHECK(!options_.zero(), "Pipeline::", what,
+               ": checkpoints of a pipeline with ZeRO over the data group "
                "(PipelineOptions::zero) are not supported: its optimizer state lives in each stage's ZeRO engine; "
                "use PipelineOptions::data_comm with DDP to checkpoint");
 }

@@ -55,11 +55,11 @@ void check_boundaries(const std::vector<int64_t>& bounds, int64_t layers, int st
   std::ostringstream text;
   for (size_t i = 0; i < bounds.size(); ++i) text << (i ? ", " : "") << bounds[i];
   COHORT_CHECK(int(bounds.size()) == stages + 1 && bounds.front() == 0 && bounds.back() == layers,
-               "pipeline partition: boundaries {", text.str(), "} must be ", stages + 1,
-               " layer indices from 0 to ", layers, " (stage s holds layers [b[s], b[s+1]))");
+               "pipeline partition: boundaries {", text.str(), "} must be ", stages + 1, " layer indices from 0 to ",
+               layers, " (stage s holds layers [b[s], b[s+1]))");
   for (int s = 0; s < stages; ++s)
-    COHORT_CHECK(bounds[s] < bounds[s + 1], "pipeline partition: boundaries {", text.str(),
-                 "} leave stage ", s, " without a layer (they must increase strictly)");
+    COHORT_CHECK(bounds[s] < bounds[s + 1], "pipeline partition: boundaries {", text.str(), "} leave stage ", s,
+                 " without a layer (they must increase strictly)");
 }
 
 int64_t trainable_parameters(const std::shared_ptr<torch::nn::Module>& module) {
@@ -74,8 +74,8 @@ int64_t trainable_parameters(const std::shared_ptr<torch::nn::Module>& module) {
 std::vector<int64_t> partition_boundaries(const std::vector<int64_t>& layer_parameters, int stages,
                                           const std::string& method) {
   const int64_t layers = int64_t(layer_parameters.size());
-  COHORT_CHECK(stages >= 1 && stages <= layers, "pipeline partition: ", stages, " stages for a model of ",
-               layers, " layers (each stage needs at least one layer: 1 to ", layers, " stages)");
+  COHORT_CHECK(stages >= 1 && stages <= layers, "pipeline partition: ", stages, " stages for a model of ", layers,
+               " layers (each stage needs at least one layer: 1 to ", layers, " stages)");
   if (method == "uniform") return uniform_boundaries(layers, stages);
   if (method == "parameters") return balanced_boundaries(layer_parameters, stages);
   throw Error("pipeline partition: method '" + method + "' is not one of: uniform, parameters " +

@@ -11,14 +11,17 @@ namespace detail {
 
 PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Sequential> stages_in,
                            Schedule schedule_in, PipelineOptions options)
-    : stages(std::move(stages_in)), schedule(std::move(schedule_in)), comm_(std::move(comm)),
+    : stages(std::move(stages_in)),
+      schedule(std::move(schedule_in)),
+      comm_(std::move(comm)),
       options_(std::move(options)) {
   COHORT_CHECK(comm_, "Pipeline: the Comm is null");
   rank_ = comm_->rank();
-  COHORT_CHECK(options_.loss_fn(), "Pipeline: PipelineOptions::loss_fn is not set (the last stage's loss, e.g. "
+  COHORT_CHECK(options_.loss_fn(),
+               "Pipeline: PipelineOptions::loss_fn is not set (the last stage's loss, e.g. "
                "torch::nn::functional::cross_entropy)");
-  COHORT_CHECK(schedule.ranks == comm_->size(), "Pipeline: schedule '", schedule.name, "' is for ",
-               schedule.ranks, " ranks but the Comm has ", comm_->size());
+  COHORT_CHECK(schedule.ranks == comm_->size(), "Pipeline: schedule '", schedule.name, "' is for ", schedule.ranks,
+               " ranks but the Comm has ", comm_->size());
   validate(schedule);
   for (int s = rank_; s < schedule.stages; s += schedule.ranks) stage_ids.push_back(s);
   check_stages();
@@ -45,8 +48,8 @@ void PipelineImpl::check_stages() const {
   std::string ids;
   for (int s : stage_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(s);
   COHORT_CHECK(stages.size() == stage_ids.size(), "Pipeline: rank ", rank_, " was given ", stages.size(),
-               " stage module(s) but schedule '", schedule.name, "' (", schedule.stages, " stages on ",
-               schedule.ranks, " ranks) places stage(s) ", ids, " here (stages_of_rank gives them)");
+               " stage module(s) but schedule '", schedule.name, "' (", schedule.stages, " stages on ", schedule.ranks,
+               " ranks) places stage(s) ", ids, " here (stages_of_rank gives them)");
   for (size_t i = 0; i < stages.size(); ++i)
     COHORT_CHECK(!stages[i].is_empty(), "Pipeline: stage ", stage_ids[i], " on rank ", rank_, " is a null module");
 }
@@ -72,8 +75,8 @@ void PipelineImpl::split_batch(const torch::Tensor& inputs, const torch::Tensor&
   if (first) input_chunks_ = torch::tensor_split(inputs, chunks, 0);
   if (!last) return;
   const int64_t rows = targets.size(0);
-  COHORT_CHECK(!first || inputs.size(0) == rows, "Pipeline::step: inputs have ", inputs.size(0),
-               " rows but targets ", rows);
+  COHORT_CHECK(!first || inputs.size(0) == rows, "Pipeline::step: inputs have ", inputs.size(0), " rows but targets ",
+               rows);
   COHORT_CHECK(rows >= 1, "Pipeline::step: a batch of 0 rows: give at least one row");
   // Uneven chunks differ by one row at most; with fewer rows than chunks (an epoch's short last
   // batch) the last microbatches are empty: they run through every stage with weight 0 (loss_of).
@@ -115,8 +118,7 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
   std::vector<Work> sends;
   for (int s : stage_ids) {
     if (s == 0) {
-      COHORT_CHECK(inputs.defined(), "Pipeline::forward: inputs are undefined on rank ", rank_,
-                   ", which runs stage 0");
+      COHORT_CHECK(inputs.defined(), "Pipeline::forward: inputs are undefined on rank ", rank_, ", which runs stage 0");
       x = inputs;
     } else if (!is_mine(s - 1)) {
       ActivationReceive receive;

@@ -20,10 +20,10 @@ namespace cohort::pipeline::detail {
 
 /// What one stage keeps for one microbatch between its forward and its backward.
 struct Slot {
-  torch::Tensor input;         // the stage's input (requires grad past stage 0)
-  torch::Tensor output;        // the stage's output with its graph (none under recompute)
-  torch::Tensor loss;          // last stage: the microbatch's loss with its graph (none under recompute)
-  torch::Tensor input_grad;    // after backward: the gradient to send to the previous stage
+  torch::Tensor input;       // the stage's input (requires grad past stage 0)
+  torch::Tensor output;      // the stage's output with its graph (none under recompute)
+  torch::Tensor loss;        // last stage: the microbatch's loss with its graph (none under recompute)
+  torch::Tensor input_grad;  // after backward: the gradient to send to the previous stage
   std::vector<int64_t> output_sizes;
   torch::TensorOptions output_options;
   ActivationReceive input_receive;  // RECV_F posted, waited in F
@@ -45,8 +45,8 @@ class PipelineImpl {
   std::vector<torch::nn::Sequential> stages;
   Schedule schedule;
   int peak_activations = 0;
-  std::vector<int64_t> layer_bounds;  // the whole cut: stages + 1 layer indices (note "layer ranges")
-  bool names_whole_model = true;      // the stages' layers are named by their place in the whole model
+  std::vector<int64_t> layer_bounds;                  // the whole cut: stages + 1 layer indices (note "layer ranges")
+  bool names_whole_model = true;                      // the stages' layers are named by their place in the whole model
   std::vector<std::unique_ptr<ZeroEngineCore>> zero;  // per local stage, with PipelineOptions::zero
 
   /// Throws naming `what` when checkpoints cannot name this pipeline's tensors as the whole model.
@@ -94,8 +94,8 @@ class PipelineImpl {
 
   // One step's state.
   std::vector<torch::Tensor> input_chunks_, target_chunks_;
-  std::vector<double> weights_;  // rows of microbatch m / rows of the batch
-  std::map<std::pair<int, int>, Slot> slots_;  // (stage, microbatch)
+  std::vector<double> weights_;                                    // rows of microbatch m / rows of the batch
+  std::map<std::pair<int, int>, Slot> slots_;                      // (stage, microbatch)
   std::map<std::tuple<int, int, int>, torch::Tensor> local_mail_;  // same-rank transfers
   std::vector<Work> sends_;
   torch::Tensor loss_sum_;

@@ -88,7 +88,8 @@ void add_receive(const Schedule& schedule, const Action& compute, std::vector<Ac
   const int s = compute.stage;
   if (compute.kind == ActionKind::kForward && s > 0 && schedule.rank_of(s - 1) != schedule.rank_of(s))
     out.push_back({s, ActionKind::kRecvForward, compute.microbatch});
-  if (compute.kind == ActionKind::kBackward && s + 1 < schedule.stages && schedule.rank_of(s + 1) != schedule.rank_of(s))
+  if (compute.kind == ActionKind::kBackward && s + 1 < schedule.stages &&
+      schedule.rank_of(s + 1) != schedule.rank_of(s))
     out.push_back({s, ActionKind::kRecvBackward, compute.microbatch});
 }
 
@@ -109,7 +110,8 @@ Schedule add_transfers(const Schedule& compute_only) {
     std::vector<Action> with_transfers;
     for (const Action& action : list) {
       COHORT_CHECK(action.kind == ActionKind::kForward || action.kind == ActionKind::kBackward,
-                   "add_transfers: ", to_string(action), " is a transfer already (expected forwards and backwards only)");
+                   "add_transfers: ", to_string(action),
+                   " is a transfer already (expected forwards and backwards only)");
       add_receive(schedule, action, with_transfers);
       with_transfers.push_back(action);
       add_send(schedule, action, with_transfers);

@@ -26,13 +26,10 @@ std::string range_text(int count) { return "0.." + std::to_string(count - 1); }
 int transfer_peer(const Action& action) {
   switch (action.kind) {
     case ActionKind::kSendForward:
-    case ActionKind::kRecvBackward:
-      return action.stage + 1;
+    case ActionKind::kRecvBackward: return action.stage + 1;
     case ActionKind::kRecvForward:
-    case ActionKind::kSendBackward:
-      return action.stage - 1;
-    default:
-      return -1;
+    case ActionKind::kSendBackward: return action.stage - 1;
+    default: return -1;
   }
 }
 
@@ -45,15 +42,16 @@ std::string misplaced(const Schedule& schedule, int rank, const Action& action) 
     return "microbatch " + std::to_string(action.microbatch) + " is outside " + range_text(schedule.microbatches) +
            " (the schedule has " + std::to_string(schedule.microbatches) + " microbatches)";
   if (schedule.rank_of(action.stage) != rank)
-    return "stage " + std::to_string(action.stage) + " belongs to rank " + std::to_string(schedule.rank_of(action.stage)) +
-           " (stage % ranks), not rank " + std::to_string(rank);
+    return "stage " + std::to_string(action.stage) + " belongs to rank " +
+           std::to_string(schedule.rank_of(action.stage)) + " (stage % ranks), not rank " + std::to_string(rank);
   int peer = transfer_peer(action);
   if (!detail::is_compute(action.kind)) {
     if (peer < 0) return "stage 0 has no previous stage to exchange with";
     if (peer >= schedule.stages) return "the last stage has no next stage to exchange with";
     if (schedule.rank_of(peer) == rank)
-      return "stages " + std::to_string(std::min(peer, action.stage)) + " and " + std::to_string(std::max(peer, action.stage)) +
-             " are both on rank " + std::to_string(rank) + ": nothing to transfer";
+      return "stages " + std::to_string(std::min(peer, action.stage)) + " and " +
+             std::to_string(std::max(peer, action.stage)) + " are both on rank " + std::to_string(rank) +
+             ": nothing to transfer";
   }
   return "";
 }
@@ -89,7 +87,8 @@ class Checker {
         if (!why.empty()) {
           add(r, i, why);
         } else if (const Position* earlier = find(list[i])) {
-          add(r, i, to_string(list[i]) + " appears a second time (first at index " + std::to_string(earlier->index) + ")");
+          add(r, i,
+              to_string(list[i]) + " appears a second time (first at index " + std::to_string(earlier->index) + ")");
         } else {
           first_[key_of(list[i])] = {r, i};
         }
@@ -126,14 +125,16 @@ class Checker {
     const int upstream = forward ? s - 1 : s + 1;    // where its input comes from
     const int downstream = forward ? s + 1 : s - 1;  // where its output goes
     if (!forward && find({s, ActionKind::kForward, m}) && !listed({s, ActionKind::kForward, m}, at, true))
-      add(at.rank, at.index, to_string(a) + " runs before " + to_string({s, ActionKind::kForward, m}) +
-                                 " (a backward needs its forward's activations)");
+      add(at.rank, at.index,
+          to_string(a) + " runs before " + to_string({s, ActionKind::kForward, m}) +
+              " (a backward needs its forward's activations)");
     if (upstream >= 0 && upstream < schedule_.stages) {
       if (schedule_.rank_of(upstream) == at.rank) {
         check_same_rank_chain(a, {upstream, a.kind, m}, at, forward ? "output" : "gradient");
       } else {
         Action receive{s, forward ? ActionKind::kRecvForward : ActionKind::kRecvBackward, m};
-        if (!listed(receive, at, true)) add(at.rank, at.index, to_string(a) + " has no " + to_string(receive) + " before it");
+        if (!listed(receive, at, true))
+          add(at.rank, at.index, to_string(a) + " has no " + to_string(receive) + " before it");
       }
     }
     if (downstream >= 0 && downstream < schedule_.stages && schedule_.rank_of(downstream) != at.rank) {
@@ -145,13 +146,15 @@ class Checker {
   void check_order(const Action& a, const Position& at) {
     if (detail::is_compute(a.kind)) return check_compute(a, at);
     // A transfer's counterpart on the peer stage's rank: SEND_F(s) <-> RECV_F(s+1), SEND_B(s) <-> RECV_B(s-1).
-    static const std::map<ActionKind, ActionKind> kMatch = {
-        {ActionKind::kSendForward, ActionKind::kRecvForward}, {ActionKind::kRecvForward, ActionKind::kSendForward},
-        {ActionKind::kSendBackward, ActionKind::kRecvBackward}, {ActionKind::kRecvBackward, ActionKind::kSendBackward}};
+    static const std::map<ActionKind, ActionKind> kMatch = {{ActionKind::kSendForward, ActionKind::kRecvForward},
+                                                            {ActionKind::kRecvForward, ActionKind::kSendForward},
+                                                            {ActionKind::kSendBackward, ActionKind::kRecvBackward},
+                                                            {ActionKind::kRecvBackward, ActionKind::kSendBackward}};
     Action match{transfer_peer(a), kMatch.at(a.kind), a.microbatch};
     if (!find(match))
-      add(at.rank, at.index, to_string(a) + " has no matching " + to_string(match) + " on rank " +
-                                 std::to_string(schedule_.rank_of(match.stage)));
+      add(at.rank, at.index,
+          to_string(a) + " has no matching " + to_string(match) + " on rank " +
+              std::to_string(schedule_.rank_of(match.stage)));
   }
 
   void check_deadlock() {
@@ -175,9 +178,11 @@ std::string action_at(const Schedule& schedule, const ScheduleProblem& problem) 
 std::vector<ScheduleProblem> find_problems(const Schedule& schedule) {
   if (schedule.ranks < 1 || schedule.stages < 1 || schedule.microbatches < 1 ||
       static_cast<int>(schedule.actions.size()) != schedule.ranks)
-    return {{0, 0, "the schedule has ranks=" + std::to_string(schedule.ranks) + ", stages=" + std::to_string(schedule.stages) +
-                       ", microbatches=" + std::to_string(schedule.microbatches) + " and " +
-                       std::to_string(schedule.actions.size()) + " action lists (expected counts of 1 or more, one list per rank)"}};
+    return {{0, 0,
+             "the schedule has ranks=" + std::to_string(schedule.ranks) + ", stages=" +
+                 std::to_string(schedule.stages) + ", microbatches=" + std::to_string(schedule.microbatches) + " and " +
+                 std::to_string(schedule.actions.size()) +
+                 " action lists (expected counts of 1 or more, one list per rank)"}};
   return Checker(schedule).run();
 }
 
@@ -188,8 +193,8 @@ void validate(const Schedule& schedule) {
   bool has_grid = static_cast<int>(schedule.actions.size()) == schedule.ranks && schedule.ranks > 0;
   std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more, marked below)" : "";
   throw Error("pipeline schedule '" + schedule.name + "' cannot run: rank " + std::to_string(first.rank) + ", action " +
-              std::to_string(first.index) + " (" + (has_grid ? action_at(schedule, first) : "none") + "): " + first.what +
-              more + (has_grid ? "\n" + format_grid(schedule, problems) : ""));
+              std::to_string(first.index) + " (" + (has_grid ? action_at(schedule, first) : "none") +
+              "): " + first.what + more + (has_grid ? "\n" + format_grid(schedule, problems) : ""));
 }
 
 }  // namespace pipeline

@@ -11,9 +11,7 @@ namespace detail {
 
 bool is_compute(ActionKind kind) { return kind == ActionKind::kForward || kind == ActionKind::kBackward; }
 
-ActionKey key_of(const Action& action) {
-  return {action.stage, static_cast<int>(action.kind), action.microbatch};
-}
+ActionKey key_of(const Action& action) { return {action.stage, static_cast<int>(action.kind), action.microbatch}; }
 
 bool ScheduleRun::stuck() const {
   return std::any_of(stuck_at.begin(), stuck_at.end(), [](int index) { return index >= 0; });
@@ -110,8 +108,8 @@ std::optional<std::string> why_stuck(const Schedule& schedule, const ScheduleRun
     if (from >= static_cast<int>(run.stuck_at.size()) || run.stuck_at[from] < 0)
       return what + ", which rank " + std::to_string(from) + " never issues";
     int there = run.stuck_at[from];
-    return what + " from rank " + std::to_string(from) + ", which waits at its action " + std::to_string(there) +
-         " (" + to_string(schedule.actions[from][there]) + ")";
+    return what + " from rank " + std::to_string(from) + ", which waits at its action " + std::to_string(there) + " (" +
+           to_string(schedule.actions[from][there]) + ")";
   }
   return std::nullopt;
 }

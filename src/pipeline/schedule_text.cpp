@@ -19,9 +19,8 @@ struct KindName {
 };
 // Longest names first so "SEND_F" is not read as something shorter.
 constexpr KindName kKindNames[] = {
-    {ActionKind::kSendForward, "SEND_F"}, {ActionKind::kRecvForward, "RECV_F"},
-    {ActionKind::kSendBackward, "SEND_B"}, {ActionKind::kRecvBackward, "RECV_B"},
-    {ActionKind::kForward, "F"},           {ActionKind::kBackward, "B"},
+    {ActionKind::kSendForward, "SEND_F"},  {ActionKind::kRecvForward, "RECV_F"}, {ActionKind::kSendBackward, "SEND_B"},
+    {ActionKind::kRecvBackward, "RECV_B"}, {ActionKind::kForward, "F"},          {ActionKind::kBackward, "B"},
 };
 // torch's types that cohort does not run, named in the error rather than called malformed.
 constexpr const char* kTorchOnlyKinds[] = {"UNSHARD", "RESHARD", "REDUCE_GRAD", "OVERLAP_F_B", "I", "W"};
@@ -84,15 +83,15 @@ Action parse_action(const std::string& text) {
     size_t mb_at = type_at + name.size();
     size_t end = digits_from(text, mb_at);
     if (end == mb_at || end != text.size()) continue;  // "1SEND_F" is not "1S" + ...; try the rest
-    return Action{parse_count(text, text.substr(0, type_at)), entry.kind,
-                  parse_count(text, text.substr(mb_at))};
+    return Action{parse_count(text, text.substr(0, type_at)), entry.kind, parse_count(text, text.substr(mb_at))};
   }
   size_t type_end = type_at;
   while (type_end < text.size() && !std::isdigit(static_cast<unsigned char>(text[type_end]))) ++type_end;
   std::string type = text.substr(type_at, type_end - type_at);
   for (const char* torch_only : kTorchOnlyKinds)
     if (type == torch_only)
-      bad_action(text, "uses torch's " + type + ", which cohort does not run (it runs F, B, SEND_F, RECV_F, SEND_B, RECV_B)");
+      bad_action(text,
+                 "uses torch's " + type + ", which cohort does not run (it runs F, B, SEND_F, RECV_F, SEND_B, RECV_B)");
   bad_action(text, form);
 }
 

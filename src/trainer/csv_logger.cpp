@@ -3,8 +3,8 @@
 // Lightning's ExperimentWriter does. Numbers are written in their shortest exact form.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 

@@ -31,8 +31,8 @@ Batch Dataset::get_batch(const torch::Tensor& indices) const {
 TensorDataset::TensorDataset(torch::Tensor data, torch::Tensor target)
     : data_(std::move(data)), target_(std::move(target)) {
   COHORT_CHECK(data_.dim() >= 1 && target_.dim() >= 1 && data_.size(0) == target_.size(0),
-               "TensorDataset: data and target must have the same number of rows (dimension 0), got ",
-               data_.sizes(), " and ", target_.sizes());
+               "TensorDataset: data and target must have the same number of rows (dimension 0), got ", data_.sizes(),
+               " and ", target_.sizes());
 }
 
 Batch TensorDataset::get(int64_t index) const { return {data_[index], target_[index]}; }
@@ -54,7 +54,8 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
 }
 
 void DataLoader::distribute(int replicas, int rank, bool evaluation, int64_t seed) {
-  SamplerOptions sampler = SamplerOptions().num_replicas(replicas).rank(rank).seed(seed).drop_last_batch(options_.drop_last());
+  SamplerOptions sampler = SamplerOptions().num_replicas(replicas).rank(rank).seed(seed).drop_last_batch(
+      options_.drop_last());
   if (evaluation) {
     sampler.shuffle(false).exact_split(true);
   } else {
@@ -64,8 +65,12 @@ void DataLoader::distribute(int replicas, int rank, bool evaluation, int64_t see
 }
 
 void DataLoader::distribute_unpadded(int replicas, int rank, int64_t seed) {
-  sampler_.emplace(dataset_->size(), SamplerOptions().num_replicas(replicas).rank(rank).seed(seed)
-                                         .shuffle(options_.shuffle()).exact_split(true)
+  sampler_.emplace(dataset_->size(), SamplerOptions()
+                                         .num_replicas(replicas)
+                                         .rank(rank)
+                                         .seed(seed)
+                                         .shuffle(options_.shuffle())
+                                         .exact_split(true)
                                          .drop_last_batch(options_.drop_last()));
 }
 
@@ -80,8 +85,7 @@ class Prefetcher {
  public:
   Prefetcher(const Dataset& dataset, std::vector<torch::Tensor> batches, int64_t first, int workers, int64_t ahead)
       : dataset_(dataset), batches_(std::move(batches)), next_(first), ahead_(ahead) {
-    for (int w = 0; w < workers; ++w)
-      threads_.emplace_back([this, w, first, workers] { run(first + w, workers); });
+    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w, first, workers] { run(first + w, workers); });
   }
   ~Prefetcher() {
     {

@@ -12,8 +12,8 @@ namespace cohort {
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
   COHORT_CHECK(!options_.monitor().empty(), "EarlyStoppingOptions.monitor is empty: name a logged metric");
-  COHORT_CHECK(options_.mode() == "min" || options_.mode() == "max", "EarlyStoppingOptions.mode \"",
-               options_.mode(), "\" is not accepted: expected min or max");
+  COHORT_CHECK(options_.mode() == "min" || options_.mode() == "max", "EarlyStoppingOptions.mode \"", options_.mode(),
+               "\" is not accepted: expected min or max");
   COHORT_CHECK(options_.patience() >= 0, "EarlyStoppingOptions.patience ", options_.patience(),
                " is not accepted: expected an integer >= 0");
   COHORT_CHECK(std::isfinite(options_.min_delta()) && options_.min_delta() >= 0, "EarlyStoppingOptions.min_delta ",

@@ -19,9 +19,7 @@
 namespace cohort::detail {
 namespace {
 
-Batch on_device(Batch batch, const torch::Device& device) {
-  return {batch.data.to(device), batch.target.to(device)};
-}
+Batch on_device(Batch batch, const torch::Device& device) { return {batch.data.to(device), batch.target.to(device)}; }
 
 }  // namespace
 
@@ -43,16 +41,20 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   // uneven_inputs: every rank steps as often as the largest share has batches (one collective, here).
   if (uneven) train_batches = world.comm().allreduce(torch::tensor(own_batches), ReduceOp::kMax).item<int64_t>();
   const int64_t batches = train_batches, accumulate = strategy->accumulation();
-  COHORT_CHECK(own_batches > 0, "the training loader has no batch on rank ", world.rank(), " (", train->dataset().size(),
-               " samples over ", shares, " share(s) of the data, batch_size ", train->options().batch_size(), ")");
+  COHORT_CHECK(own_batches > 0, "the training loader has no batch on rank ", world.rank(), " (",
+               train->dataset().size(), " samples over ", shares, " share(s) of the data, batch_size ",
+               train->options().batch_size(), ")");
   const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
-  COHORT_CHECK(!zero || batches % accumulate == 0, "accumulate_grad_batches (or the ds_config's "
-               "gradient_accumulation_steps) ", accumulate,
-               " does not divide the ", batches, " training batches per epoch, which the ZeRO engine needs "
-               "(its accumulation boundary counts micro-batches): choose a divisor, or drop_last with another batch size");
+  COHORT_CHECK(
+      !zero || batches % accumulate == 0,
+      "accumulate_grad_batches (or the ds_config's "
+      "gradient_accumulation_steps) ",
+      accumulate, " does not divide the ", batches,
+      " training batches per epoch, which the ZeRO engine needs "
+      "(its accumulation boundary counts micro-batches): choose a divisor, or drop_last with another batch size");
   val_every = options.val_every_batches > 0 ? options.val_every_batches
-              : options.val_fraction < 1.0 ? std::max<int64_t>(1, std::llround(batches * options.val_fraction))
-                                           : 0;
+              : options.val_fraction < 1.0  ? std::max<int64_t>(1, std::llround(batches * options.val_fraction))
+                                            : 0;
   add_default_callbacks();
   each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
   module->on_fit_start();
@@ -132,8 +134,11 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
   const double value = loss.item<double>();
   // A non-finite loss makes every later step and the saved weights meaningless: stop, naming it.
   COHORT_CHECK(std::isfinite(value), "step ", step + 1, ": the training loss is ",
-               std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf",
-               "; training stopped (the weights are no longer finite; lower the learning rate, now ", strategy->lr(), ")");
+               std::isnan(value) ? "nan"
+               : value > 0       ? "inf"
+                                 : "-inf",
+               "; training stopped (the weights are no longer finite; lower the learning rate, now ", strategy->lr(),
+               ")");
   {
     cohort::trace::Span compute("backward");
     // A replayed batch adds zero to every gradient, but its backward runs every collective of a step.
@@ -163,8 +168,7 @@ void TrainerImpl::after_optimizer_step(int64_t index) {
   const auto values = metrics.take_step(world.comm());
   publish(values, step % options.raw.log_every_n_steps() == 0);
   each_callback([&](Callback& c) { c.on_train_batch_end(owner, *module, index); });
-  if (val != nullptr && val_every > 0 && (index + 1) % val_every == 0 && index + 1 < train_batches)
-    validate_now();
+  if (val != nullptr && val_every > 0 && (index + 1) % val_every == 0 && index + 1 < train_batches) validate_now();
   check_max_time();
 }
 

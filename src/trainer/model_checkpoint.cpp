@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <sstream>
 
@@ -43,8 +43,8 @@ void check_writable(const std::string& dir) {
 }  // namespace
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
-  COHORT_CHECK(options_.mode() == "min" || options_.mode() == "max", "ModelCheckpointOptions.mode \"",
-               options_.mode(), "\" is not accepted: expected min or max");
+  COHORT_CHECK(options_.mode() == "min" || options_.mode() == "max", "ModelCheckpointOptions.mode \"", options_.mode(),
+               "\" is not accepted: expected min or max");
   COHORT_CHECK(options_.save_top_k() >= -1, "ModelCheckpointOptions.save_top_k ", options_.save_top_k(),
                " is not accepted: expected -1 (all), 0 (none) or a positive number");
   COHORT_CHECK(options_.every_n_train_steps() >= 0, "ModelCheckpointOptions.every_n_train_steps ",

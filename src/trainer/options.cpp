@@ -30,8 +30,9 @@ bool resolve_cuda(const std::string& accelerator, bool cuda_available) {
   if (accelerator == "cpu") return false;
   if (accelerator == "auto") return cuda_available;
   if (accelerator == "cuda" || accelerator == "gpu") {
-    COHORT_CHECK(cuda_available, "TrainerOptions.accelerator \"", accelerator,
-                 "\" asks for a GPU, but LibTorch sees none (no CUDA build or no visible device): use \"cpu\" or \"auto\"");
+    COHORT_CHECK(
+        cuda_available, "TrainerOptions.accelerator \"", accelerator,
+        "\" asks for a GPU, but LibTorch sees none (no CUDA build or no visible device): use \"cpu\" or \"auto\"");
     return true;
   }
   refuse("accelerator", accelerator, "one of cpu, cuda, gpu, auto");
@@ -59,7 +60,8 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
     out.fsdp = true;
   } else if (name == "deepspeed") {
     out.strategy = StrategyKind::kDeepSpeed;
-    COHORT_CHECK(!options.deepspeed_config().empty(), "TrainerOptions.strategy \"deepspeed\" needs "
+    COHORT_CHECK(!options.deepspeed_config().empty(),
+                 "TrainerOptions.strategy \"deepspeed\" needs "
                  "TrainerOptions.deepspeed_config: the path of a ds_config.json (or use zero1, zero2, zero3)");
   } else if (name == "single") {
     out.strategy = StrategyKind::kSingle;
@@ -103,8 +105,10 @@ void check_comm_hook_options(const TrainerOptions& options, const ResolvedOption
   check_at_least("powersgd_start_iteration", options.powersgd_start_iteration(), 0,
                  "an integer >= 0 (steps of plain averaging before PowerSGD starts)");
   if (hook.empty() || out.strategy == StrategyKind::kDdp) return;
-  refuse("ddp_comm_hook", hook, "empty with strategy \"" + options.strategy() + "\" (comm hooks apply to strategy "
-         "ddp; ZeRO compresses with communication_data_type in its deepspeed_config)");
+  refuse("ddp_comm_hook", hook,
+         "empty with strategy \"" + options.strategy() +
+             "\" (comm hooks apply to strategy "
+             "ddp; ZeRO compresses with communication_data_type in its deepspeed_config)");
 }
 
 Precision resolve_precision(const std::string& name) {
@@ -156,19 +160,22 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   check_pipeline_options(options, out);
   check_comm_hook_options(options, out);
   resolve_limits(options, out);
-  COHORT_CHECK(out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",
-               options.precision(), "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "
+  COHORT_CHECK(out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"", options.precision(),
+               "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "
                "use \"bf16-mixed\" on the CPU");
   COHORT_CHECK(out.precision != Precision::k16Mixed || out.strategy == StrategyKind::kZero ||
                    out.strategy == StrategyKind::kDeepSpeed,
                "TrainerOptions.precision \"", options.precision(), "\" with strategy \"", options.strategy(),
                "\": float16 needs loss scaling, which the ZeRO engine does; use strategy zero1/zero2/zero3 or "
                "precision bf16-mixed");
-  COHORT_CHECK(!options.uneven_inputs() || out.strategy != StrategyKind::kPipeline, "TrainerOptions.uneven_inputs "
+  COHORT_CHECK(!options.uneven_inputs() || out.strategy != StrategyKind::kPipeline,
+               "TrainerOptions.uneven_inputs "
                "with strategy \"pipeline\": a pipeline's stages read the same batches and cannot run uneven shares; "
                "set uneven_inputs(false)");
-  COHORT_CHECK(out.strategy != StrategyKind::kSingle || out.devices <= 1, "TrainerOptions.strategy \"single\" "
-               "runs on one device, but devices is ", options.devices(), ": use devices 1, or strategy ddp");
+  COHORT_CHECK(out.strategy != StrategyKind::kSingle || out.devices <= 1,
+               "TrainerOptions.strategy \"single\" "
+               "runs on one device, but devices is ",
+               options.devices(), ": use devices 1, or strategy ddp");
   // dp's replicas are threads of this one process: there is nothing to place on other nodes.
   if (out.strategy == StrategyKind::kDp && options.num_nodes() != 1)
     refuse("num_nodes", std::to_string(options.num_nodes()),

@@ -19,13 +19,13 @@ enum class Precision { k32, kBf16Mixed, k16Mixed };
 
 struct ResolvedOptions {
   TrainerOptions raw;
-  bool cuda = false;         // accelerator resolved
-  int devices = 0;           // 0: "auto" (the launcher's local world, else 1)
+  bool cuda = false;  // accelerator resolved
+  int devices = 0;    // 0: "auto" (the launcher's local world, else 1)
   /// Processes on this node: devices, but 1 under "dp", whose devices are replicas on threads.
   int processes = 0;
   StrategyKind strategy = StrategyKind::kDdp;
-  int zero_stage = 0;        // kZero
-  bool fsdp = false;         // kZero named "fsdp" (stage 3)
+  int zero_stage = 0;  // kZero
+  bool fsdp = false;   // kZero named "fsdp" (stage 3)
   Precision precision = Precision::k32;
   /// val_check_interval as a whole number of batches (0: a fraction of the epoch, see below).
   int64_t val_every_batches = 0;

@@ -64,7 +64,8 @@ void check_unit_options(const TrainerOptions& options, const ResolvedOptions& ou
   const bool stage3 = (out.strategy == StrategyKind::kZero && out.zero_stage == 3) ||
                       out.strategy == StrategyKind::kDeepSpeed;
   if (stage3) return;
-  const std::string accepted = "its default unless strategy is fsdp or zero3 (strategy is \"" + options.strategy() + "\")";
+  const std::string accepted = "its default unless strategy is fsdp or zero3 (strategy is \"" + options.strategy() +
+                               "\")";
   if (!options.reshard_after_forward()) refuse("reshard_after_forward", "false", "true, " + accepted);
   if (options.activation_checkpointing())
     refuse("activation_checkpointing", "true", "false, " + accepted + "; elsewhere call cohort::checkpoint in forward");
@@ -75,8 +76,9 @@ void check_unit_options(const TrainerOptions& options, const ResolvedOptions& ou
 void check_sync_batchnorm(const TrainerOptions& options, const ResolvedOptions& out) {
   if (!options.sync_batchnorm()) return;
   if (out.strategy == StrategyKind::kDp || out.strategy == StrategyKind::kPipeline)
-    refuse("sync_batchnorm", "true", "false with strategy \"" + options.strategy() +
-                                         "\" (ddp, zero1-3, fsdp and deepspeed synchronise BatchNorm)");
+    refuse(
+        "sync_batchnorm", "true",
+        "false with strategy \"" + options.strategy() + "\" (ddp, zero1-3, fsdp and deepspeed synchronise BatchNorm)");
 }
 
 }  // namespace
@@ -94,8 +96,16 @@ void resolve_limits(const TrainerOptions& options, ResolvedOptions& out) {
   check_sync_batchnorm(options, out);
   if (options.fast_dev_run() > 0) {  // Lightning's fast_dev_run: n batches of everything, one epoch, no state
     const int64_t n = options.fast_dev_run();
-    out.raw.limit_train_batches(n).limit_val_batches(n).max_epochs(1).max_steps(n).num_sanity_val_steps(0)
-        .val_check_interval(1.0).check_val_every_n_epoch(1).enable_checkpointing(false).logger(false).max_time("");
+    out.raw.limit_train_batches(n)
+        .limit_val_batches(n)
+        .max_epochs(1)
+        .max_steps(n)
+        .num_sanity_val_steps(0)
+        .val_check_interval(1.0)
+        .check_val_every_n_epoch(1)
+        .enable_checkpointing(false)
+        .logger(false)
+        .max_time("");
     out.val_every_batches = 0;
     out.val_fraction = 1.0;
     out.max_time_seconds = 0;
@@ -105,8 +115,9 @@ void resolve_limits(const TrainerOptions& options, ResolvedOptions& out) {
 int64_t limited_batches(const BatchLimit& limit, int64_t available, const std::string& option) {
   if (limit.is_count) return std::min(available, static_cast<int64_t>(limit.value));
   const auto batches = static_cast<int64_t>(std::floor(limit.value * static_cast<double>(available)));
-  COHORT_CHECK(batches > 0 || limit.value == 0 || available == 0, "TrainerOptions.", option, " ", number_text(limit.value),
-               " leaves no batch of the ", available, " this rank has per epoch: expected a fraction of at least ",
+  COHORT_CHECK(batches > 0 || limit.value == 0 || available == 0, "TrainerOptions.", option, " ",
+               number_text(limit.value), " leaves no batch of the ", available,
+               " this rank has per epoch: expected a fraction of at least ",
                number_text(1.0 / static_cast<double>(available)), ", or a number of batches");
   return batches;
 }

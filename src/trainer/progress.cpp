@@ -52,10 +52,9 @@ std::string format_progress(const ProgressState& state) {
   const std::string bar = std::string(filled, '#') + std::string(kBarWidth - filled, '.');
   const int digits = static_cast<int>(std::to_string(state.total).size());
   char text[256];
-  std::snprintf(text, sizeof text,
-                "%s [%s] %*" PRId64 "/%" PRId64 "  loss %.4f  %.0f samples/s  ETA %s",
-                state.label.c_str(), bar.c_str(), digits, state.step, state.total, state.loss,
-                state.samples_per_second, format_duration(state.eta_seconds).c_str());
+  std::snprintf(text, sizeof text, "%s [%s] %*" PRId64 "/%" PRId64 "  loss %.4f  %.0f samples/s  ETA %s",
+                state.label.c_str(), bar.c_str(), digits, state.step, state.total, state.loss, state.samples_per_second,
+                format_duration(state.eta_seconds).c_str());
   std::string line = text;
   for (const auto& [name, value] : state.extra) {
     char item[128];

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -122,8 +122,10 @@ std::string refuse_workers(const WorkerRoom& room) {
 
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {
   if (env.launcher == "none") {
-    COHORT_CHECK(num_nodes == 1, "TrainerOptions.num_nodes is ", num_nodes, ", but this process was started "
-                 "without a launcher: start one process per node with srun, mpirun or cohortrun --nnodes ", num_nodes);
+    COHORT_CHECK(num_nodes == 1, "TrainerOptions.num_nodes is ", num_nodes,
+                 ", but this process was started "
+                 "without a launcher: start one process per node with srun, mpirun or cohortrun --nnodes ",
+                 num_nodes);
     return;
   }
   if (devices == 0) return;  // "auto": the launcher's world as it is
@@ -200,8 +202,7 @@ void SelfLauncher::on_exit(Worker& worker) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (status.success() || !failure_.empty() || stopping_) return;
   const auto tail = worker.tail.lines();
-  failure_ = "rank " + std::to_string(worker.rank) + " " + status.describe() +
-             (tail.empty() ? "" : ": " + tail.back());
+  failure_ = "rank " + std::to_string(worker.rank) + " " + status.describe() + (tail.empty() ? "" : ": " + tail.back());
   for (auto& other : workers_)
     if (other->process->running()) send_stop(*other->process);
   changed_.notify_all();

@@ -31,9 +31,9 @@ void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes);
 /// (at least this process's resident memory) with threads of its own.
 struct WorkerRoom {
   int devices = 0;
-  int cores = 0;               // this process's usable cores (its affinity mask)
-  int64_t resident = -1;       // this process's resident bytes; -1: unknown
-  int64_t available = -1;      // memory this node can still give (MemAvailable, a cgroup limit); -1: unknown
+  int cores = 0;           // this process's usable cores (its affinity mask)
+  int64_t resident = -1;   // this process's resident bytes; -1: unknown
+  int64_t available = -1;  // memory this node can still give (MemAvailable, a cgroup limit); -1: unknown
 };
 /// More than kProcessesPerCore per usable core, or more memory than is available for the
 /// devices - 1 new processes: the refusal, naming devices and what it exceeds; "" when it fits.

@@ -54,7 +54,8 @@ class DdpStrategy : public ModuleOptimizerStrategy {
   std::string describe() const override {
     if (!core_) return "single device";
     const std::string& hook = options_.raw.ddp_comm_hook();
-    return "ddp (" + std::to_string(world_.size()) + " rank(s)" + (hook.empty() ? "" : ", " + hook + " comm hook") + ")";
+    return "ddp (" + std::to_string(world_.size()) + " rank(s)" + (hook.empty() ? "" : ", " + hook + " comm hook") +
+           ")";
   }
   std::unique_ptr<AutocastGuard> autocast() const override {
     if (options_.precision != Precision::kBf16Mixed) return nullptr;

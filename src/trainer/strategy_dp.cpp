@@ -76,7 +76,8 @@ torch::nn::Sequential clone_network(const torch::nn::Sequential& network, const 
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     throw Error("strategy dp copies the network once per device with clone(), which failed: " +
-                what.substr(0, what.find('\n')) + " (derive your modules from torch::nn::Cloneable, as LibTorch's are)");
+                what.substr(0, what.find('\n')) +
+                " (derive your modules from torch::nn::Cloneable, as LibTorch's are)");
   }
   return torch::nn::Sequential(std::dynamic_pointer_cast<torch::nn::SequentialImpl>(copy));
 }
@@ -84,7 +85,9 @@ torch::nn::Sequential clone_network(const torch::nn::Sequential& network, const 
 class DpStrategy : public ModuleOptimizerStrategy {
  public:
   DpStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
-      : ModuleOptimizerStrategy(options), devices_(replica_devices(options, world)), replicas_(make_replicas(module)),
+      : ModuleOptimizerStrategy(options),
+        devices_(replica_devices(options, world)),
+        replicas_(make_replicas(module)),
         workers_(static_cast<int>(replicas_.size()), intra_op_threads()) {
     for (auto& replica : replicas_) {
       trainable_.push_back(trainable_parameters(*replica));
@@ -128,7 +131,8 @@ class DpStrategy : public ModuleOptimizerStrategy {
  private:
   int replicas() const { return static_cast<int>(replicas_.size()); }
   std::vector<torch::nn::Sequential> make_replicas(TrainingModule& module) const {
-    COHORT_CHECK(module.has_network(), "strategy \"dp\" copies a torch::nn::Sequential network once per device, but "
+    COHORT_CHECK(module.has_network(),
+                 "strategy \"dp\" copies a torch::nn::Sequential network once per device, but "
                  "this TrainingModule has its own layers (made with TrainingModule()): use strategy ddp with devices ",
                  devices_.size(), ", or give the module a Sequential");
     std::vector<torch::nn::Sequential> out{module.network()};
@@ -153,7 +157,7 @@ class DpStrategy : public ModuleOptimizerStrategy {
   void replay_logs(TrainingModule& module);
 
   std::vector<torch::Device> devices_;
-  std::vector<torch::nn::Sequential> replicas_;  // [0]: the module's own network
+  std::vector<torch::nn::Sequential> replicas_;                                   // [0]: the module's own network
   std::vector<std::vector<torch::Tensor>> trainable_, all_parameters_, buffers_;  // per replica, same order
   std::vector<torch::Tensor> losses_;  // of the last training_step, per replica used, for backward
   std::vector<double> weights_;        // each used replica's share of that batch
@@ -189,8 +193,10 @@ torch::Tensor DpStrategy::training_step(TrainingModule& module, Batch& batch, in
   const std::vector<torch::Tensor> data = batch.data.chunk(replicas(), 0);
   std::vector<torch::Tensor> target;
   if (batch.target.defined()) target = batch.target.chunk(replicas(), 0);
-  COHORT_CHECK(target.empty() || target.size() == data.size(), "strategy dp splits a batch along dim 0, but its data "
-               "has ", batch.data.size(0), " samples and its target ", batch.target.size(0));
+  COHORT_CHECK(target.empty() || target.size() == data.size(),
+               "strategy dp splits a batch along dim 0, but its data "
+               "has ",
+               batch.data.size(0), " samples and its target ", batch.target.size(0));
   const int used = static_cast<int>(data.size());
   // Parameters change only in step(): each worker copies its own while replica 0 already computes.
   // Buffers may change in replica 0's forward, and a short batch leaves replicas idle that a later
@@ -255,7 +261,9 @@ void DpStrategy::backward(const torch::Tensor& /*combined*/, bool boundary) {
     c10::OptionalDeviceGuard device(guard_device(k));
     const torch::Tensor& mine = losses_[at];
     // One replica: scaled as "single" scales it, bit for bit.
-    const torch::Tensor scaled = used > 1 ? mine * (weights_[at] / accumulate) : accumulate > 1 ? mine / accumulate : mine;
+    const torch::Tensor scaled = used > 1         ? mine * (weights_[at] / accumulate)
+                                 : accumulate > 1 ? mine / accumulate
+                                                  : mine;
     scaled.backward();
   });
   losses_.clear();
@@ -309,8 +317,7 @@ torch::Tensor DpStrategy::forward(const torch::Tensor& input) {
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_dp_strategy(const ResolvedOptions& options, TrainingModule& module,
-                                           const World& world) {
+std::unique_ptr<Strategy> make_dp_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world) {
   return std::make_unique<DpStrategy>(options, module, world);
 }
 

@@ -23,7 +23,8 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
  public:
   PipelineStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
       : ModuleOptimizerStrategy(options), module_(module), world_(world) {
-    COHORT_CHECK(module.has_network(), "strategy \"pipeline\" cuts a torch::nn::Sequential network into stages, but "
+    COHORT_CHECK(module.has_network(),
+                 "strategy \"pipeline\" cuts a torch::nn::Sequential network into stages, but "
                  "this TrainingModule has its own layers (made with TrainingModule()): give it a Sequential, or use "
                  "strategy ddp or fsdp");
     const int stages = options.raw.pipeline_stages() > 0 ? int(options.raw.pipeline_stages()) : world.size();

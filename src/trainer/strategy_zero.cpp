@@ -15,10 +15,8 @@
 
 namespace cohort::detail {
 
-std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, TrainingModule& module,
-                                            const World& world);
-std::unique_ptr<Strategy> make_dp_strategy(const ResolvedOptions& options, TrainingModule& module,
-                                           const World& world);
+std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
+std::unique_ptr<Strategy> make_dp_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
 std::unique_ptr<Strategy> make_pipeline_strategy(const ResolvedOptions& options, TrainingModule& module,
                                                  const World& world);
 
@@ -39,16 +37,15 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
   if (raw.gradient_clip_val() > 0) config.gradient_clipping(raw.gradient_clip_val());
   if (options.precision == Precision::kBf16Mixed) config.bf16().enabled(true);
   if (options.precision == Precision::k16Mixed) config.fp16().enabled(true);
-  COHORT_CHECK(!config.fp16().enabled() || world.device().is_cuda(), "the ds_config ",
-               raw.deepspeed_config(), " enables fp16, but this rank runs on the CPU, where LibTorch has no "
+  COHORT_CHECK(!config.fp16().enabled() || world.device().is_cuda(), "the ds_config ", raw.deepspeed_config(),
+               " enables fp16, but this rank runs on the CPU, where LibTorch has no "
                "float16 convolution: use \"bf16\": {\"enabled\": true} or precision bf16-mixed on the CPU");
   return config;
 }
 
 class ZeroStrategy : public Strategy {
  public:
-  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module)
-      : ZeroStrategy(*options.zero, options, module) {}
+  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module) : ZeroStrategy(*options.zero, options, module) {}
 
   torch::Tensor forward(const torch::Tensor& input) override {
     auto& network = *module_.network();
@@ -67,12 +64,14 @@ class ZeroStrategy : public Strategy {
     engine_.run_forward([&] { Strategy::evaluation_step(module, cast, index, stage); });
   }
   void backward(const torch::Tensor& loss, bool boundary) override {
-    engine_.backward(loss);  // the engine scales by 1 / gradient_accumulation_steps itself
+    engine_.backward(loss);         // the engine scales by 1 / gradient_accumulation_steps itself
     if (!boundary) engine_.step();  // counts the micro-batch; steps only at its own boundary
   }
   void step() override {
-    COHORT_CHECK(engine_.is_gradient_accumulation_boundary(), "the ZeRO engine's accumulation boundary "
-                 "(every ", engine_.config().gradient_accumulation_steps(), " micro-batches) and the Trainer's disagree");
+    COHORT_CHECK(engine_.is_gradient_accumulation_boundary(),
+                 "the ZeRO engine's accumulation boundary "
+                 "(every ",
+                 engine_.config().gradient_accumulation_steps(), " micro-batches) and the Trainer's disagree");
     engine_.step();
   }
   torch::optim::Optimizer& optimizer() override { return engine_.optimizer(); }
@@ -100,7 +99,8 @@ class ZeroStrategy : public Strategy {
 
   // A ds_config's "optimizer" wins; otherwise the module's configure_optimizers over the shards. At
   // stage 3 the module's shard_units() names units besides those it marked.
-  static EngineOptions engine_options(const ResolvedOptions& options, TrainingModule& module, const ZeroConfig& config) {
+  static EngineOptions engine_options(const ResolvedOptions& options, TrainingModule& module,
+                                      const ZeroConfig& config) {
     EngineOptions out;
     if (config.zero_optimization().stage() == 3)
       out.unit_policy(module.shard_units())

@@ -130,8 +130,8 @@ void TensorBoardLogger::open() {
 void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
   if (out_ == nullptr) open();
   const std::string record = detail::tfrecord(detail::event_bytes(now_seconds(), step, metrics));
-  COHORT_CHECK(std::fwrite(record.data(), 1, record.size(), out_) == record.size(),
-               "TensorBoardLogger: writing ", file_, " failed");
+  COHORT_CHECK(std::fwrite(record.data(), 1, record.size(), out_) == record.size(), "TensorBoardLogger: writing ",
+               file_, " failed");
 }
 
 void TensorBoardLogger::flush() {

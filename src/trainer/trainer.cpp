@@ -20,8 +20,11 @@ namespace {
 
 const ResolvedOptions& checked(const ResolvedOptions& options) {
   const LaunchEnv env = detect_launch_env(current_env());
-  COHORT_CHECK(options.strategy != StrategyKind::kDp || env.size == 1, "TrainerOptions.strategy \"dp\" runs its "
-               "replicas as threads of one process, but ", env.launcher, " started ", env.size, " processes: start "
+  COHORT_CHECK(options.strategy != StrategyKind::kDp || env.size == 1,
+               "TrainerOptions.strategy \"dp\" runs its "
+               "replicas as threads of one process, but ",
+               env.launcher, " started ", env.size,
+               " processes: start "
                "one process (no launcher, or one task), or use strategy ddp (one process per device)");
   check_launch_matches(env, options.processes, options.raw.num_nodes());
   return options;
@@ -29,7 +32,8 @@ const ResolvedOptions& checked(const ResolvedOptions& options) {
 
 World join_world(const ResolvedOptions& options) {
   COHORT_CHECK(!cohort::is_initialized() || cohort::current_world().size() > 1 || options.processes <= 1,
-               "TrainerOptions.devices is ", options.processes, " but cohort::init() already made a world of one: "
+               "TrainerOptions.devices is ", options.processes,
+               " but cohort::init() already made a world of one: "
                "make the Trainer before calling cohort::init(), or start the program under a launcher");
   return cohort::init(InitOptions().backend(options.cuda ? Backend::kNccl : Backend::kGloo));
 }
@@ -140,7 +144,8 @@ void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& o
 }
 
 void Trainer::fit(TrainingModule& module, DataModule& data, const FitOptions& options) {
-  COHORT_CHECK(options.val() == nullptr, "Trainer::fit with a DataModule: FitOptions.val is given too; the "
+  COHORT_CHECK(options.val() == nullptr,
+               "Trainer::fit with a DataModule: FitOptions.val is given too; the "
                "DataModule's val_dataloader() gives the validation data");
   impl_->set_up(data, "fit");
   auto train = detail::loader_of(data.train_dataloader(), "train_dataloader");

@@ -89,12 +89,13 @@ class TrainerImpl : public ModuleLink {
   int64_t epoch = 0;             // epochs finished
   int64_t step = 0;              // optimizer steps taken
   int64_t samples_in_epoch = 0;  // consumed by all ranks in this epoch (the resume position)
-  int64_t train_batches = 0;     // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
-  int64_t own_batches = 0;       // of this rank's share (train_batches unless uneven_inputs)
-  Batch last_batch;              // uneven_inputs: this rank's last batch of the epoch, replayed
+  int64_t train_batches =
+      0;  // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
+  int64_t own_batches = 0;                            // of this rank's share (train_batches unless uneven_inputs)
+  Batch last_batch;                                   // uneven_inputs: this rank's last batch of the epoch, replayed
   std::chrono::steady_clock::time_point fit_started;  // max_time counts from here
-  int64_t val_every = 0;         // validate every this many batches in an epoch (0: at its end)
-  double loss_sum = 0;           // this rank's training loss x samples in this epoch
+  int64_t val_every = 0;                              // validate every this many batches in an epoch (0: at its end)
+  double loss_sum = 0;                                // this rank's training loss x samples in this epoch
   int64_t loss_samples = 0;
   MetricStore metrics;
   std::map<std::string, double> callback_metrics;

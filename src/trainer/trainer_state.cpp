@@ -25,7 +25,7 @@ CheckpointState TrainerImpl::checkpoint_state() {
   if (scheduler.scheduler) state.add("scheduler", *scheduler.scheduler);
   state.add("sampler", train->sampler(), samples_in_epoch);
   const int64_t micro = train->options().batch_size() * strategy->data_split(world).first;
-  state.set("trainer.global_batch", std::to_string(micro));  // one micro-batch on every share
+  state.set("trainer.global_batch", std::to_string(micro));                           // one micro-batch on every share
   state.set("trainer.step_batch", std::to_string(micro * strategy->accumulation()));  // per optimizer step
   std::map<std::string, std::string> values;
   for (const auto& callback : callbacks) callback->save_state(values);
@@ -81,15 +81,16 @@ void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::str
   if (step_batch % micro == 0 && strategy->set_accumulation(accumulate)) {
     options.raw.accumulate_grad_batches(accumulate);
     if (world.is_main())
-      std::printf("world size %d -> %d: each optimizer step accumulates %lld batches of %lld samples per rank, "
-                  "keeping the checkpoint's %lld samples per step\n", saved_world_size, world.size(),
-                  static_cast<long long>(accumulate), static_cast<long long>(batch),
-                  static_cast<long long>(step_batch));
+      std::printf(
+          "world size %d -> %d: each optimizer step accumulates %lld batches of %lld samples per rank, "
+          "keeping the checkpoint's %lld samples per step\n",
+          saved_world_size, world.size(), static_cast<long long>(accumulate), static_cast<long long>(batch),
+          static_cast<long long>(step_batch));
     std::fflush(stdout);
     return;
   }
-  const std::string why =
-      step_batch % micro == 0 ? "its strategy cannot accumulate batches" : "it does not divide them";
+  const std::string why = step_batch % micro == 0 ? "its strategy cannot accumulate batches"
+                                                  : "it does not divide them";
   COHORT_CHECK(launcher_restart_count() > 0, "the checkpoint ", path, " was saved with ", step_batch,
                " samples per optimizer step by ", saved_world_size, " rank(s); this run's ", world.size(),
                " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
@@ -99,11 +100,12 @@ void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::str
   const int64_t skipped = (micro - samples_in_epoch % micro) % micro;
   samples_in_epoch += skipped;  // the position of a whole batch of the new size, as the loop counts it
   if (world.is_main())
-    std::printf("world size %d -> %d: the checkpoint's %lld samples per optimizer step cannot be kept (%lld per "
-                "batch, batch_size x ranks; %s): steps take %lld samples from here%s\n", saved_world_size,
-                world.size(), static_cast<long long>(step_batch), static_cast<long long>(micro), why.c_str(),
-                static_cast<long long>(micro * strategy->accumulation()),
-                skipped == 0 ? "" : ("; " + std::to_string(skipped) + " samples of this epoch are skipped").c_str());
+    std::printf(
+        "world size %d -> %d: the checkpoint's %lld samples per optimizer step cannot be kept (%lld per "
+        "batch, batch_size x ranks; %s): steps take %lld samples from here%s\n",
+        saved_world_size, world.size(), static_cast<long long>(step_batch), static_cast<long long>(micro), why.c_str(),
+        static_cast<long long>(micro * strategy->accumulation()),
+        skipped == 0 ? "" : ("; " + std::to_string(skipped) + " samples of this epoch are skipped").c_str());
   std::fflush(stdout);
 }
 

@@ -21,13 +21,13 @@ std::vector<std::string> expand_group(const std::string& group, const std::strin
     const std::size_t dash = range.find('-');
     const std::string lo = range.substr(0, dash);
     const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
-    COHORT_CHECK(all_digits(lo) && all_digits(hi) && lo.size() <= 18 && hi.size() <= 18, what, ": \"", range,
-                 "\" in [", group, "] is not a number or a range N-M");
+    COHORT_CHECK(all_digits(lo) && all_digits(hi) && lo.size() <= 18 && hi.size() <= 18, what, ": \"", range, "\" in [",
+                 group, "] is not a number or a range N-M");
     const unsigned long long a = std::stoull(lo);
     const unsigned long long b = std::stoull(hi);
     COHORT_CHECK(a <= b, what, ": reversed range ", range, " in [", group, "]");
-    COHORT_CHECK(b - a < kMaxHostListEntries - values.size(), what, ": expands to more than ",
-                 kMaxHostListEntries, " hosts");
+    COHORT_CHECK(b - a < kMaxHostListEntries - values.size(), what, ": expands to more than ", kMaxHostListEntries,
+                 " hosts");
     for (unsigned long long v = a; v <= b; ++v) {
       std::string digits = std::to_string(v);
       if (digits.size() < lo.size()) digits.insert(0, lo.size() - digits.size(), '0');

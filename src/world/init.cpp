@@ -2,8 +2,8 @@
 // for the whole process (like torch.distributed's default group) so DDP and friends can find it.
 #include "cohort/world.h"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/cuda.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <cmath>
 #include <cstdlib>
@@ -41,8 +41,9 @@ bool shm_enabled() {
 
 // COHORT_HIERARCHICAL=0 keeps CPU collectives across hosts on flat Gloo (docs/design/transports.md).
 bool hierarchical_enabled() {
-  return env_integer({"COHORT_HIERARCHICAL", 0, 1, "a switch (0: flat Gloo across hosts, 1: hierarchical, the default)"},
-                     1) == 1;
+  return env_integer(
+             {"COHORT_HIERARCHICAL", 0, 1, "a switch (0: flat Gloo across hosts, 1: hierarchical, the default)"}, 1) ==
+         1;
 }
 
 // COHORT_TEST_HOSTS_SPLIT=N (tests only): one host's ranks grouped as if on N hosts.
@@ -78,8 +79,7 @@ auto joining(const std::string& step, const std::string& endpoint, Step&& run) -
     throw;
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    throw Error("joining the world at " + endpoint + " failed while " + step + ": " +
-                what.substr(0, what.find('\n')));
+    throw Error("joining the world at " + endpoint + " failed while " + step + ": " + what.substr(0, what.find('\n')));
   }
 }
 
@@ -87,11 +87,11 @@ auto joining(const std::string& step, const std::string& endpoint, Step&& run) -
 // and the address peers reach this rank at. Returns where the world meets ("HOST:PORT"), for errors.
 std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, detail::CommConfig& config) {
   COHORT_CHECK_KIND(kInvalidArgument, !launch.master_addr.empty(), "no master address for a world of ", launch.size,
-               " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
-  COHORT_CHECK_KIND(kInvalidArgument, options.store() || launch.master_port != 0, "no master port for a world of ", launch.size,
-               " (launcher: ", launch.launcher, " exports none): export MASTER_PORT to every rank");
+                    " (launcher: ", launch.launcher, "): export MASTER_ADDR (and MASTER_PORT) to every rank");
+  COHORT_CHECK_KIND(kInvalidArgument, options.store() || launch.master_port != 0, "no master port for a world of ",
+                    launch.size, " (launcher: ", launch.launcher, " exports none): export MASTER_PORT to every rank");
   COHORT_CHECK_KIND(kInvalidArgument, options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
-               "master port ", launch.master_port, " is out of range 1..65535");
+                    "master port ", launch.master_port, " is out of range 1..65535");
   // torchrun's static rendezvous hosts the store itself and says so (agent_store); it keeps it
   // across restarts, so each restart's keys get their own prefix.
   detail::RendezvousConfig rdzv;
@@ -107,21 +107,22 @@ std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, de
   rdzv.secret = secret.value;
   rdzv.secret_source = secret.source;
   if (!secret.strong())
-    COHORT_INFO("the job's secret is derived from ", secret.source, " (weak): launch with cohortrun, or export a "
+    COHORT_INFO("the job's secret is derived from ", secret.source,
+                " (weak): launch with cohortrun, or export a "
                 "random COHORT_JOB_SECRET to every rank");
   config.run_id = launch.run_id;
   config.secret = secret.value;
   const std::string endpoint = launch.master_addr + ":" + std::to_string(launch.master_port);
-  config.store = options.store() ? options.store()
-                                 : joining("connecting to the rendezvous store", endpoint,
-                                           [&] { return detail::connect_store(rdzv); });
+  config.store = options.store() ? options.store() : joining("connecting to the rendezvous store", endpoint, [&] {
+    return detail::connect_store(rdzv);
+  });
   if (launch.restart_count)
     config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),
                                                           config.store);
   joining("waiting for every rank to arrive", endpoint, [&] { detail::wait_for_all_ranks(*config.store, rdzv); });
   config.local_address = detail::local_address_towards(launch.master_addr, launch.master_port);
-  COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", endpoint, " (this host: ",
-              config.local_address, ")");
+  COHORT_INFO("joined a world of ", launch.size, " via ", launch.launcher, " at ", endpoint,
+              " (this host: ", config.local_address, ")");
   return endpoint;
 }
 
@@ -158,7 +159,7 @@ World init(const InitOptions& options) {
   if (!options.master_addr().empty()) launch.master_addr = options.master_addr();
   if (options.master_port() != 0) launch.master_port = options.master_port();
   COHORT_CHECK_KIND(kInvalidArgument, launch.rank >= 0 && launch.rank < launch.size, "rank ", launch.rank,
-               " is not less than the world size ", launch.size);
+                    " is not less than the world size ", launch.size);
   if (launch.size > 1) detail::set_rank_identity(launch.rank, launch.size);  // a lone process needs no prefix
   // Before the first step allocates; outside the log macro, which skips its arguments below "info".
   const auto malloc_policy = detail::apply_malloc_policy();
@@ -175,8 +176,8 @@ World init(const InitOptions& options) {
   const bool nccl = use_nccl(options.backend());
   if (nccl) {
     const int devices = int(torch::cuda::device_count());
-    COHORT_CHECK(launch.local_rank < devices, "LOCAL_RANK=", launch.local_rank, " has no CUDA device: ",
-                 devices, " visible (check CUDA_VISIBLE_DEVICES and --nproc-per-node)");
+    COHORT_CHECK(launch.local_rank < devices, "LOCAL_RANK=", launch.local_rank, " has no CUDA device: ", devices,
+                 " visible (check CUDA_VISIBLE_DEVICES and --nproc-per-node)");
     world.device_ = torch::Device(torch::kCUDA, launch.local_rank);
     // Before the NCCL group exists: its communicator, streams and our allocations all land on this
     // GPU instead of cuda:0 (where every rank would otherwise crowd).

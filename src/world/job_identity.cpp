@@ -49,9 +49,11 @@ void compare(const std::string& theirs, const JobCheck& check) {
 void check_listening_job(const JobCheck& check) {
   const Published published = read_published(check.host, check.port, check.timeout);
   if (!published.run_id)
-    throw JobUnanswered("rendezvous at " + check.where() + ": the store there did not say which job it belongs "
-                        "to within " + std::to_string(check.timeout.count()) + " ms (" + published.failure +
-                        "): is rank 0 of " + job_label(check.run_id) + " running a cohort program?");
+    throw JobUnanswered("rendezvous at " + check.where() +
+                        ": the store there did not say which job it belongs "
+                        "to within " +
+                        std::to_string(check.timeout.count()) + " ms (" + published.failure + "): is rank 0 of " +
+                        job_label(check.run_id) + " running a cohort program?");
   compare(*published.run_id, check);
 }
 
@@ -60,8 +62,7 @@ void check_same_job(c10d::Store& store, const JobCheck& check) {
     case JobCheck::Role::kPublish: store.set(kJobKey, encode(check.run_id)); return;
     case JobCheck::Role::kFirstPublishes: {
       const auto theirs = decode(store.compareSet(kJobKey, {}, encode(check.run_id)));
-      COHORT_CHECK(theirs.has_value(), "rendezvous at ", check.where(), ": the store's ", kJobKey,
-                   " is not a run id");
+      COHORT_CHECK(theirs.has_value(), "rendezvous at ", check.where(), ": the store's ", kJobKey, " is not a run id");
       compare(*theirs, check);
       return;
     }
@@ -69,8 +70,7 @@ void check_same_job(c10d::Store& store, const JobCheck& check) {
   }
 }
 
-std::optional<std::string> job_listening_at(const std::string& host, int port,
-                                            std::chrono::milliseconds timeout) {
+std::optional<std::string> job_listening_at(const std::string& host, int port, std::chrono::milliseconds timeout) {
   return read_published(host, port, timeout).run_id;  // nullopt: not a cohort store, or gone
 }
 

@@ -66,9 +66,7 @@ std::optional<Num> read_num(const EnvMap& env, const std::vector<const char*>& n
 
 void check_positive(const Num& n) { COHORT_CHECK(n.value >= 1, n.label, " must be at least 1"); }
 
-void check_less(const Num& a, const Num& b) {
-  COHORT_CHECK(a.value < b.value, a.label, " is not less than ", b.label);
-}
+void check_less(const Num& a, const Num& b) { COHORT_CHECK(a.value < b.value, a.label, " is not less than ", b.label); }
 
 // 32-bit FNV-1a: unlike std::hash it is the same on every rank, build and platform.
 std::uint32_t fnv1a(const std::string& text) {
@@ -163,17 +161,15 @@ void apply_master_overrides(const EnvMap& env, LaunchEnv& out) {
 void default_master_addr(const Layout& in, const char* how_to_export, LaunchEnv& out) {
   if (!out.master_addr.empty()) return;
   const bool one_node = out.size == 1 || (in.local_size && in.local_size->value == out.size);
-  const std::string why =
-      in.local_size ? in.local_size->label + " < " + in.size.label : "no local size given, " + in.size.label;
+  const std::string why = in.local_size ? in.local_size->label + " < " + in.size.label
+                                        : "no local size given, " + in.size.label;
   COHORT_CHECK(one_node, out.launcher, " launch may span several nodes (", why,
-               "): multi-node runs need MASTER_ADDR (and MASTER_PORT) exported to all ranks, e.g. ",
-               how_to_export);
+               "): multi-node runs need MASTER_ADDR (and MASTER_PORT) exported to all ranks, e.g. ", how_to_export);
   out.master_addr = "127.0.0.1";
 }
 
 // A launcher's rank and size variables come as a pair: one without the other is an error, not a guess.
-std::optional<std::pair<Num, Num>> read_rank_and_size(const EnvMap& env, const char* rank_var,
-                                                      const char* size_var) {
+std::optional<std::pair<Num, Num>> read_rank_and_size(const EnvMap& env, const char* rank_var, const char* size_var) {
   const std::string* rank = lookup(env, rank_var);
   const std::string* size = lookup(env, size_var);
   if (rank == nullptr && size == nullptr) return std::nullopt;
@@ -212,7 +208,7 @@ struct MpiFamily {
   std::vector<const char*> local_size_vars;
   std::vector<const char*> node_rank_vars;
   std::vector<const char*> job_id_vars;  // first set names the job, for the derived port
-  const char* mark;  // set only by this launcher, on every process it starts, rank/size or not
+  const char* mark;                      // set only by this launcher, on every process it starts, rank/size or not
   const char* how_to_export;
 };
 
@@ -274,8 +270,8 @@ std::optional<Num> slurm_local_size(const EnvMap& env, const std::optional<Num>&
     const std::vector<int> counts = expand_tasks_per_node(name, *value);
     const int index = node ? node->value : 0;
     const std::string list = std::string(name) + "=" + *value;
-    COHORT_CHECK(static_cast<std::size_t>(index) < counts.size(), node ? node->label : "node 0",
-                 " is not less than ", counts.size(), ", the node count in ", list);
+    COHORT_CHECK(static_cast<std::size_t>(index) < counts.size(), node ? node->label : "node 0", " is not less than ",
+                 counts.size(), ", the node count in ", list);
     return Num{list + " (" + std::to_string(counts[index]) + " tasks on node " + std::to_string(index) + ")",
                counts[index]};
   }
@@ -303,8 +299,7 @@ std::optional<LaunchEnv> detect_slurm(const EnvMap& env) {
   const std::string* procid = lookup(env, "SLURM_PROCID");
   const char* step_var = lookup(env, "SLURM_STEP_ID") != nullptr ? "SLURM_STEP_ID" : "SLURM_STEPID";
   const std::string* step = lookup(env, step_var);
-  const bool has_size =
-      lookup(env, "SLURM_STEP_NUM_TASKS") != nullptr || lookup(env, "SLURM_NTASKS") != nullptr;
+  const bool has_size = lookup(env, "SLURM_STEP_NUM_TASKS") != nullptr || lookup(env, "SLURM_NTASKS") != nullptr;
   if (procid == nullptr || step == nullptr || !has_size) return std::nullopt;
   for (const MpiFamily& family : kMpiFamilies) {
     if (lookup(env, family.mark) != nullptr) return std::nullopt;
@@ -312,9 +307,8 @@ std::optional<LaunchEnv> detect_slurm(const EnvMap& env) {
   if (parse_unsigned(step_var, *step, kParseMax) > kSlurmMaxNormalStep) return std::nullopt;
 
   const std::optional<Num> node = read_num(env, {"SLURM_NODEID"});
-  const Layout in{parse_num("SLURM_PROCID", *procid),
-                  *read_num(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}), read_num(env, {"SLURM_LOCALID"}),
-                  slurm_local_size(env, node), node};
+  const Layout in{parse_num("SLURM_PROCID", *procid), *read_num(env, {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}),
+                  read_num(env, {"SLURM_LOCALID"}), slurm_local_size(env, node), node};
   LaunchEnv out = finish("slurm", in);
   for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}) {
     const std::string* list = lookup(env, name);
@@ -338,9 +332,9 @@ std::optional<LaunchEnv> detect_mpi(const EnvMap& env, const MpiFamily& family) 
   const auto rank_size = read_rank_and_size(env, family.rank_var, family.size_var);
   if (!rank_size) {
     // Hydra's -pmi-port mode exports PMI_ID but no world size: fail rather than run as a world of one.
-    COHORT_CHECK(lookup(env, family.mark) == nullptr, family.mark, "=", printable(*lookup(env, family.mark)),
-                 " says ", family.launcher, " started this process, but ", family.rank_var, " and ",
-                 family.size_var, " are not set; export RANK and WORLD_SIZE instead");
+    COHORT_CHECK(lookup(env, family.mark) == nullptr, family.mark, "=", printable(*lookup(env, family.mark)), " says ",
+                 family.launcher, " started this process, but ", family.rank_var, " and ", family.size_var,
+                 " are not set; export RANK and WORLD_SIZE instead");
     return std::nullopt;
   }
   const Layout in{rank_size->first, rank_size->second, read_num(env, family.local_rank_vars),

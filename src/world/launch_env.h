@@ -47,5 +47,4 @@ LaunchEnv detect_launch_env(const EnvMap& env);
 /// The process environment as an EnvMap.
 EnvMap current_env();
 
-
 }  // namespace cohort::detail

@@ -29,8 +29,7 @@ std::string LineSplitter::flush() {
   return rest;
 }
 
-std::string expand_prefix(const std::string& template_text, int rank, int local_rank,
-                          const std::string& role) {
+std::string expand_prefix(const std::string& template_text, int rank, int local_rank, const std::string& role) {
   const std::string text = template_text.empty() ? "[rank${rank}]: " : template_text;
   const auto value = [&](const std::string& name, std::string* out) {
     if (name == "rank") *out = std::to_string(rank);
@@ -61,8 +60,7 @@ std::string expand_prefix(const std::string& template_text, int rank, int local_
       name = text.substr(end + 1, close - end - 1);
       end = close + 1;
     } else {
-      while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) ||
-                                   text[end] == '_')) {
+      while (end < text.size() && (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) {
         name += text[end++];
       }
     }

@@ -26,8 +26,7 @@ class LineSplitter {
 
 /// The console prefix of a worker's lines. `template_text` uses Python string.Template syntax with
 /// $rank, $local_rank, $role_name (torchrun's names); an empty template means "[rank${rank}]: ".
-std::string expand_prefix(const std::string& template_text, int rank, int local_rank,
-                          const std::string& role);
+std::string expand_prefix(const std::string& template_text, int rank, int local_rank, const std::string& role);
 
 /// The last `capacity` lines of a stream.
 class TailBuffer {

@@ -27,14 +27,15 @@ const char* user_malloc_setting() {
 }  // namespace
 
 MallocPolicyResult apply_malloc_policy() {
-  const bool wanted =
-      env_integer({"COHORT_MALLOC_TUNING", 0, 1, "a switch (0: glibc's defaults, 1: keep freed memory, the default)"},
-                  1) == 1;
+  const bool wanted = env_integer({"COHORT_MALLOC_TUNING", 0, 1,
+                                   "a switch (0: glibc's defaults, 1: keep freed memory, the default)"},
+                                  1) == 1;
   if (!wanted) return {false, "COHORT_MALLOC_TUNING=0: malloc keeps glibc's defaults"};
   if (const char* setting = user_malloc_setting())
     return {false, std::string(setting) + " sets malloc's tunables: cohort leaves malloc as they say"};
 #if defined(__GLIBC__)
-  if (mallopt(M_MMAP_THRESHOLD, int(kMallocMmapThreshold)) != 1 || mallopt(M_TRIM_THRESHOLD, int(kMallocTrimThreshold)) != 1)
+  if (mallopt(M_MMAP_THRESHOLD, int(kMallocMmapThreshold)) != 1 ||
+      mallopt(M_TRIM_THRESHOLD, int(kMallocTrimThreshold)) != 1)
     return {false, "this glibc refused mallopt(M_MMAP_THRESHOLD 64 MiB, M_TRIM_THRESHOLD 256 MiB): defaults kept"};
   return {true,
           "malloc: M_MMAP_THRESHOLD=64 MiB, M_TRIM_THRESHOLD=256 MiB (freed blocks are reused, not faulted in again "

@@ -42,9 +42,9 @@ bool master_accepts(const RendezvousConfig& config) {
 [[noreturn]] void throw_port_in_use(const RendezvousConfig& config) {
   const auto holder = job_listening_at(config.master_addr, config.master_port, kProbeTimeout);
   const std::string by = holder ? " by " + job_label(*holder) + " (this is " + job_label(config.run_id) + ")" : "";
-  const std::string message =
-      "MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" + config.master_addr +
-      ")" + by + ": choose another port, or launch with cohortrun --standalone which picks a free one";
+  const std::string message = "MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" +
+                              config.master_addr + ")" + by +
+                              ": choose another port, or launch with cohortrun --standalone which picks a free one";
   // Its holder ended while we asked (another job's rank 0 that finished): the port may be ours now.
   if (!holder && !master_accepts(config)) throw JobUnanswered(message);
   throw Error(message);
@@ -52,8 +52,10 @@ bool master_accepts(const RendezvousConfig& config) {
 
 [[noreturn]] void throw_unreachable(const RendezvousConfig& config, const std::string& why) {
   throw Error("cannot reach the master at " + endpoint_of(config) + " within " +
-              std::to_string(config.timeout.count()) + " ms (rank 0 hosts the rendezvous store there): is rank 0 "
-              "running, and is MASTER_ADDR=" + config.master_addr + " reachable from this host? (" + why + ")");
+              std::to_string(config.timeout.count()) +
+              " ms (rank 0 hosts the rendezvous store there): is rank 0 "
+              "running, and is MASTER_ADDR=" +
+              config.master_addr + " reachable from this host? (" + why + ")");
 }
 
 // Until something listens at MASTER_ADDR:MASTER_PORT (probing quietly: c10d's retries log a line each).
@@ -115,8 +117,7 @@ c10::intrusive_ptr<c10d::Store> open_store(const RendezvousConfig& config,
     if (hosts) throw;
     const std::string what = e.what();
     // Another job's store would not prove our secret: say whose it is when it says so.
-    if (what.find("did not prove") != std::string::npos || what.find("refused this rank") != std::string::npos)
-      throw;
+    if (what.find("did not prove") != std::string::npos || what.find("refused this rank") != std::string::npos) throw;
     throw_unreachable(config, what);
   }
 }
@@ -145,7 +146,8 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
       // The store went away before it said whose it was, or nothing listens yet: another job's rank 0
       // that has ended (this job's own rank 0 may hold the port by now), or ours not started. Ask
       // again until the deadline.
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                              std::chrono::steady_clock::now());
       if (left < std::chrono::milliseconds(100)) throw;
       job.timeout = left;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -177,10 +179,10 @@ void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config) {
     list += (list.empty() ? "" : ", ") + std::to_string(r);
     if (!arrived[r]) missing.push_back(r);
   }
-  throw Error("rendezvous at " + config.master_addr + ":" + std::to_string(config.master_port) +
-                  " timed out after " + std::to_string(config.timeout.count()) + " ms: " + std::to_string(count) +
-                  " of " + std::to_string(config.size) + " ranks arrived (ranks " + arrived_list +
-                  "); missing: ranks " + missing_list,
+  throw Error("rendezvous at " + config.master_addr + ":" + std::to_string(config.master_port) + " timed out after " +
+                  std::to_string(config.timeout.count()) + " ms: " + std::to_string(count) + " of " +
+                  std::to_string(config.size) + " ranks arrived (ranks " + arrived_list + "); missing: ranks " +
+                  missing_list,
               ErrorKind::kTimeout, missing);
 }
 

@@ -33,8 +33,8 @@ struct RendezvousConfig {
 /// this host's (loopback for a one-host job), else the address of the interface that routes to it.
 std::string store_bind_address(const std::string& master_addr, int master_port);
 
-/// Rank 0 hosts cohort's store, the others connect and prove the job's secret; errors name the address and port (and, for a port in
-/// use, the job that holds it). MASTER_ADDR that does not resolve is an Error at once.
+/// Rank 0 hosts cohort's store, the others connect and prove the job's secret; errors name the address and port (and,
+/// for a port in use, the job that holds it). MASTER_ADDR that does not resolve is an Error at once.
 c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config);
 
 /// Proves this rank belongs to the store's job (refusing a stranger naming both jobs), announces it and

@@ -17,8 +17,8 @@ namespace {
 std::string launcher_rank_hint() {
   try {
     const LaunchEnv launch = detect_launch_env(current_env());
-    if (launch.size > 1) return launch.launcher + " (rank " + std::to_string(launch.rank) + " of " +
-                                std::to_string(launch.size) + ")";
+    if (launch.size > 1)
+      return launch.launcher + " (rank " + std::to_string(launch.rank) + " of " + std::to_string(launch.size) + ")";
   } catch (const std::exception&) {
   }
   return "";

@@ -86,19 +86,21 @@ CohortStore::CohortStore(const StoreClientOptions& options, std::shared_ptr<Stor
   wire::Message hello;
   std::string failure;
   fd_ = open_and_greet({options.host, options.port}, deadline, hello, failure);
-  COHORT_CHECK_KIND(kTimeout, fd_, "cannot connect to the rendezvous store at ", where(), " within ", options.timeout.count(),
-               " ms: ", failure);
+  COHORT_CHECK_KIND(kTimeout, fd_, "cannot connect to the rendezvous store at ", where(), " within ",
+                    options.timeout.count(), " ms: ", failure);
   const std::string mine = random_bytes(32);
   const std::string proof = hmac_proof(options.secret, "cohort-store-client", hello.args[2], mine);
   wire::Message answer;
   failure = send_all(fd_.get(), wire::encode({wire::kAuth, {proof, mine}}), deadline);
   if (failure.empty()) failure = read_frame(fd_.get(), deadline, wire::kHandshakeLimit, answer);
   if (failure.empty() && answer.code == wire::kRefused && answer.args.size() == 1)
-    failure = "it refused this rank (" + answer.args[0] + "): every rank needs the job's secret, "
-              "and this one's comes from " + options.secret_source + " (docs/security.md)";
-  else if (failure.empty() && (answer.code != wire::kAuthOk || answer.args.size() != 1 ||
-                               !same_bytes(answer.args[0], hmac_proof(options.secret, "cohort-store-server", mine,
-                                                                      hello.args[2]))))
+    failure = "it refused this rank (" + answer.args[0] +
+              "): every rank needs the job's secret, "
+              "and this one's comes from " +
+              options.secret_source + " (docs/security.md)";
+  else if (failure.empty() &&
+           (answer.code != wire::kAuthOk || answer.args.size() != 1 ||
+            !same_bytes(answer.args[0], hmac_proof(options.secret, "cohort-store-server", mine, hello.args[2]))))
     failure = "it did not prove it knows the job's secret: another job's store, or not a store of this job";
   if (!failure.empty()) {
     fd_.reset();
@@ -110,8 +112,7 @@ CohortStore::~CohortStore() = default;
 
 std::string CohortStore::where() const { return options_.host + ":" + std::to_string(options_.port); }
 
-wire::Message CohortStore::call(const wire::Message& request, const std::string& what,
-                                std::chrono::milliseconds wait) {
+wire::Message CohortStore::call(const wire::Message& request, const std::string& what, std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> lock(mutex_);
   COHORT_CHECK(fd_, "rendezvous store at ", where(), ": ", what, " failed: the connection was lost earlier");
   const auto limit = getTimeout();
@@ -151,7 +152,7 @@ std::vector<uint8_t> CohortStore::get(const std::string& key) {
   const auto timeout = getTimeout();
   const auto reply = call({wire::kGet, {key, wire::pack_i64(timeout.count())}}, "getting key " + key, timeout);
   COHORT_CHECK_KIND(kTimeout, reply.code == wire::kOk && reply.args.size() == 1, "rendezvous store at ", where(),
-               ": getting key ", key, " timed out after ", timeout.count(), " ms (no rank set it)");
+                    ": getting key ", key, " timed out after ", timeout.count(), " ms (no rank set it)");
   return to_bytes(reply.args[0]);
 }
 
@@ -187,8 +188,8 @@ void CohortStore::wait(const std::vector<std::string>& keys, const std::chrono::
   std::vector<std::string> args{wire::pack_i64(timeout.count())};
   args.insert(args.end(), keys.begin(), keys.end());
   const auto reply = call({wire::kWait, args}, "waiting for keys " + keys_text(keys), timeout);
-  COHORT_CHECK_KIND(kTimeout, reply.code == wire::kOk, "rendezvous store at ", where(), ": waiting for keys ", keys_text(keys),
-               " timed out after ", timeout.count(), " ms");
+  COHORT_CHECK_KIND(kTimeout, reply.code == wire::kOk, "rendezvous store at ", where(), ": waiting for keys ",
+                    keys_text(keys), " timed out after ", timeout.count(), " ms");
 }
 
 c10::intrusive_ptr<c10d::Store> CohortStore::clone_store() {

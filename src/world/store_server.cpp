@@ -40,7 +40,7 @@ std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.cou
 struct StoreServer::State {
   struct Connection {
     net::Fd fd;
-    std::string peer;   // ADDRESS:PORT, for log lines
+    std::string peer;  // ADDRESS:PORT, for log lines
     bool proven = false;
     std::string nonce;  // the server's challenge
     std::string in, out;
@@ -60,7 +60,7 @@ struct StoreServer::State {
 
   void run();
   void accept_new();
-  bool read_from(Connection& c);   // false: closed or refused
+  bool read_from(Connection& c);  // false: closed or refused
   bool handle_frames(Connection& c);
   bool handle_proof(Connection& c, const wire::Message& m);
   std::optional<wire::Message> answer(Connection& c, const wire::Message& m);
@@ -305,8 +305,7 @@ StoreServer::StoreServer(const StoreServerOptions& options) : state_(std::make_u
   std::string error;
   s.listen_fd = net::listen_on(options.bind_address, options.port, error);
   const std::string address = options.bind_address.empty() ? "every interface" : options.bind_address;
-  COHORT_CHECK(s.listen_fd, "rank 0 cannot host the rendezvous store at ", address, ":", options.port, ": ",
-               error);
+  COHORT_CHECK(s.listen_fd, "rank 0 cannot host the rendezvous store at ", address, ":", options.port, ": ", error);
   s.port = net::port_of(s.listen_fd.get());
   s.where = (options.bind_address.empty() ? "*" : options.bind_address) + ":" + std::to_string(s.port);
   s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));

@@ -14,9 +14,9 @@ namespace cohort::detail::store_wire {
 
 enum Code : uint8_t {
   // handshake
-  kHello = 1,    // server: "cohort-store-1", run id, server nonce
-  kAuth = 2,     // client: HMAC proof, client nonce
-  kAuthOk = 3,   // server: HMAC proof of the client's nonce
+  kHello = 1,   // server: "cohort-store-1", run id, server nonce
+  kAuth = 2,    // client: HMAC proof, client nonce
+  kAuthOk = 3,  // server: HMAC proof of the client's nonce
   // requests
   kSet = 10,         // key, value
   kGet = 11,         // key, timeout ms (8 bytes): waits for the key

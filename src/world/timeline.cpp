@@ -25,9 +25,9 @@ namespace cohort::detail {
 namespace {
 
 constexpr int kClockRounds = 8;
-constexpr auto kGatherWait = std::chrono::seconds(60);   // a live rank still finishing its work
+constexpr auto kGatherWait = std::chrono::seconds(60);    // a live rank still finishing its work
 constexpr auto kStoppingWait = std::chrono::seconds(10);  // after SIGTERM: inside cohortrun's 30 s grace
-int64_t g_offset_us = 0;  // add to this rank's clock to read rank 0's
+int64_t g_offset_us = 0;                                  // add to this rank's clock to read rank 0's
 
 std::string key(const char* what, int rank, int round = -1) {
   std::string out = std::string("cohort/trace/") + what + "/" + std::to_string(rank);
@@ -113,13 +113,16 @@ nlohmann::json gather_events(Comm& world, nlohmann::json own, std::chrono::secon
   }
   if (!died.empty())
     COHORT_WARN("timeline: ", died.size() == 1 ? "rank " : "ranks ", join(died), " died before sending ",
-                died.size() == 1 ? "its" : "their", " events; the file leaves ", died.size() == 1 ? "it" : "them", " out");
-  if (!left_out.empty()) COHORT_WARN("timeline: the events of ranks ", join(left_out), " are not JSON; the file leaves them out");
+                died.size() == 1 ? "its" : "their", " events; the file leaves ", died.size() == 1 ? "it" : "them",
+                " out");
+  if (!left_out.empty())
+    COHORT_WARN("timeline: the events of ranks ", join(left_out), " are not JSON; the file leaves them out");
   return all;
 }
 
 void write_file(const std::string& path, const nlohmann::json& events, int size) {
-  const nlohmann::json document = {{"traceEvents", events}, {"displayTimeUnit", "ms"},
+  const nlohmann::json document = {{"traceEvents", events},
+                                   {"displayTimeUnit", "ms"},
                                    {"otherData", {{"producer", "cohort"}, {"world_size", size}}}};
   write_file_safely(path, document.dump() + "\n");  // a device, a directory or a link there is refused
   COHORT_INFO("timeline: wrote ", events.size(), " events of ", size, " ranks to ", path);

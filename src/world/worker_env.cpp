@@ -58,15 +58,24 @@ EnvVars build_worker_env(const EnvVars& base, const GroupLayout& layout, int loc
 }
 
 std::vector<std::string> launcher_variable_names() {
-  return {"LOCAL_RANK",       "RANK",
-          "GROUP_RANK",       "ROLE_RANK",
-          "ROLE_NAME",        "LOCAL_WORLD_SIZE",
-          "WORLD_SIZE",       "GROUP_WORLD_SIZE",
-          "ROLE_WORLD_SIZE",  "MASTER_ADDR",
-          "MASTER_PORT",      "TORCHELASTIC_RESTART_COUNT",
-          "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-          "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-          "TORCHELASTIC_SIGNALS_TO_HANDLE", kNcclAsyncVar};
+  return {"LOCAL_RANK",
+          "RANK",
+          "GROUP_RANK",
+          "ROLE_RANK",
+          "ROLE_NAME",
+          "LOCAL_WORLD_SIZE",
+          "WORLD_SIZE",
+          "GROUP_WORLD_SIZE",
+          "ROLE_WORLD_SIZE",
+          "MASTER_ADDR",
+          "MASTER_PORT",
+          "TORCHELASTIC_RESTART_COUNT",
+          "TORCHELASTIC_MAX_RESTARTS",
+          "TORCHELASTIC_RUN_ID",
+          "TORCHELASTIC_USE_AGENT_STORE",
+          "TORCHELASTIC_ERROR_FILE",
+          "TORCHELASTIC_SIGNALS_TO_HANDLE",
+          kNcclAsyncVar};
 }
 
 std::vector<std::string> to_envp(const EnvVars& env) {

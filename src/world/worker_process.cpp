@@ -64,8 +64,8 @@ struct CpuMask {
   ::_exit(127);
 }
 
-[[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp,
-                             const CpuMask& mask, int out_w, int err_w, int report_w, pid_t parent) {
+[[noreturn]] void exec_child(const SpawnRequest& request, char* const* argv, char* const* envp, const CpuMask& mask,
+                             int out_w, int err_w, int report_w, pid_t parent) {
   ::setpgid(0, 0);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);  // the launcher died before prctl took effect

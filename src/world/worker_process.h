@@ -28,10 +28,10 @@ struct ExitStatus {
 std::string signal_name(int sig);
 
 struct SpawnRequest {
-  std::string path;                // file to execute
-  std::vector<std::string> argv;   // argv[0] first
-  std::vector<std::string> envp;   // KEY=VALUE
-  std::vector<int> cpus;           // CPUs the worker may run on (set before exec); empty: inherited
+  std::string path;               // file to execute
+  std::vector<std::string> argv;  // argv[0] first
+  std::vector<std::string> envp;  // KEY=VALUE
+  std::vector<int> cpus;          // CPUs the worker may run on (set before exec); empty: inherited
 };
 
 class WorkerProcess {

@@ -68,7 +68,8 @@ PoolLease* take_block(const std::shared_ptr<BufferPoolState>& state, size_t byte
   }
   void* block = nullptr;
   const int failed = posix_memalign(&block, kPoolAlignment, bytes);
-  COHORT_CHECK(failed == 0, "ZeRO engine: could not allocate a buffer of ", bytes, " bytes (", std::strerror(failed), ")");
+  COHORT_CHECK(failed == 0, "ZeRO engine: could not allocate a buffer of ", bytes, " bytes (", std::strerror(failed),
+               ")");
   return new PoolLease{state, block, bytes};
 }
 
@@ -77,7 +78,8 @@ PoolLease* take_block(const std::shared_ptr<BufferPoolState>& state, size_t byte
 torch::Tensor BufferPool::empty(int64_t numel, const torch::TensorOptions& options) {
   if (options.device().type() != c10::kCPU || numel == 0) return torch::empty({numel}, options);
   PoolLease* taken = take_block(state_, size_t(numel) * c10::elementSize(c10::typeMetaToScalarType(options.dtype())));
-  return torch::from_blob(taken->block, {numel}, [taken](void*) { return_to_pool(taken); }, options);
+  return torch::from_blob(
+      taken->block, {numel}, [taken](void*) { return_to_pool(taken); }, options);
 }
 
 void BufferPool::refill(const torch::Tensor& t) {

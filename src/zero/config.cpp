@@ -39,7 +39,7 @@ void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
     const bool overflow = __builtin_mul_overflow(*micro, *accum, &derived) ||
                           __builtin_mul_overflow(derived, world, &derived);
     train = overflow ? -1 : derived;  // -1 fails the check below
-  } else if (train && !micro) {  // train_batch_size alone
+  } else if (train && !micro) {       // train_batch_size alone
     accum = 1;
     micro = *train / world;
   }
@@ -51,8 +51,7 @@ void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
     ctx.fail(str("batch sizes do not fit: train_batch_size=", *train, mark(given_train),
                  " must equal train_micro_batch_size_per_gpu=", *micro, mark(given_micro),
                  " * gradient_accumulation_steps=", *accum, mark(given_accum), " * world_size=", world,
-                 overflow ? "" : str(" = ", product),
-                 "; give two of the three and the third is derived"));
+                 overflow ? "" : str(" = ", product), "; give two of the three and the third is derived"));
   }
   config->train_batch_size(*train).train_micro_batch_size_per_gpu(*micro);
   config->gradient_accumulation_steps(*accum);
@@ -69,8 +68,10 @@ ZeroOptimizationConfig read_zero(Section zero) {
   out.contiguous_gradients(zero.boolean("contiguous_gradients", out.contiguous_gradients()));
   out.reduce_bucket_size(zero.integer("reduce_bucket_size", 1).value_or(out.reduce_bucket_size()));
   out.allgather_bucket_size(zero.integer("allgather_bucket_size", 1).value_or(out.allgather_bucket_size()));
-  out.stage3_prefetch_bucket_size(zero.integer("stage3_prefetch_bucket_size", 0).value_or(out.stage3_prefetch_bucket_size()));
-  out.stage3_max_live_parameters(zero.integer("stage3_max_live_parameters", 0).value_or(out.stage3_max_live_parameters()));
+  out.stage3_prefetch_bucket_size(
+      zero.integer("stage3_prefetch_bucket_size", 0).value_or(out.stage3_prefetch_bucket_size()));
+  out.stage3_max_live_parameters(
+      zero.integer("stage3_max_live_parameters", 0).value_or(out.stage3_max_live_parameters()));
   out.stage3_param_persistence_threshold(
       zero.integer("stage3_param_persistence_threshold", 0).value_or(out.stage3_param_persistence_threshold()));
   if (zero.boolean("stage3_gather_16bit_weights_on_model_save", false))
@@ -91,8 +92,9 @@ ZeroOptimizationConfig read_zero(Section zero) {
 // they are listed among the ignored keys.
 bool read_activation_checkpointing(Section section) {
   if (section.boolean("partition_activations", false))
-    section.fail("partition_activations", "is not supported: it splits checkpoints across tensor-parallel ranks, "
-                                          "which cohort does not have; set it false");
+    section.fail("partition_activations",
+                 "is not supported: it splits checkpoints across tensor-parallel ranks, "
+                 "which cohort does not have; set it false");
   if (section.boolean("cpu_checkpointing", false))
     section.fail("cpu_checkpointing", "is not supported (checkpoints stay on the device); set it false");
   return true;
@@ -107,8 +109,8 @@ Fp16Config read_fp16(Section fp16) {
       static_cast<int>(fp16.integer("initial_scale_power", 0, 127).value_or(out.initial_scale_power())));
   out.loss_scale_window(static_cast<int>(
       fp16.integer("loss_scale_window", 1, std::numeric_limits<int>::max()).value_or(out.loss_scale_window())));
-  out.hysteresis(static_cast<int>(
-      fp16.integer("hysteresis", 1, std::numeric_limits<int>::max()).value_or(out.hysteresis())));
+  out.hysteresis(
+      static_cast<int>(fp16.integer("hysteresis", 1, std::numeric_limits<int>::max()).value_or(out.hysteresis())));
   out.min_loss_scale(fp16.number("min_loss_scale", out.min_loss_scale(), Sign::kPositive));
   return out;
 }
@@ -136,9 +138,7 @@ OptimizerConfig read_optimizer(Section optimizer, const Context& ctx) {
     return out;
   }
   if (const Json* betas = params.take("betas")) {
-    auto in_range = [](const Json& b) {
-      return b.is_number() && b.get<double>() >= 0.0 && b.get<double>() < 1.0;
-    };
+    auto in_range = [](const Json& b) { return b.is_number() && b.get<double>() >= 0.0 && b.get<double>() < 1.0; };
     const bool ok = betas->is_array() && betas->size() == 2 && in_range((*betas)[0]) && in_range((*betas)[1]);
     if (!ok) params.fail("betas", "is not a list of two numbers in [0, 1)");
     out.betas({(*betas)[0].get<double>(), (*betas)[1].get<double>()});
@@ -161,8 +161,7 @@ SchedulerConfig read_scheduler(Section scheduler, const Context& ctx) {
   out.warmup_min_lr(params.number("warmup_min_lr", out.warmup_min_lr(), Sign::kNonNegative));
   out.warmup_max_lr(params.number("warmup_max_lr", out.warmup_max_lr(), Sign::kNonNegative));
   out.warmup_num_steps(params.integer("warmup_num_steps", 0).value_or(out.warmup_num_steps()));
-  out.warmup_type(params.choice("warmup_type", 0, {"log", "linear"}) == 0 ? WarmupType::kLog
-                                                                          : WarmupType::kLinear);
+  out.warmup_type(params.choice("warmup_type", 0, {"log", "linear"}) == 0 ? WarmupType::kLog : WarmupType::kLinear);
   if (out.type() == SchedulerType::kWarmupDecayLR) {
     if (!params.has("total_num_steps")) {
       ctx.fail(params.path("total_num_steps") + " is missing: WarmupDecayLR needs it");
@@ -194,15 +193,19 @@ ZeroConfig parse_with_source(const std::string& text, int world_size, const std:
     ctx.fail("fp16.enabled and bf16.enabled are both true; choose one");
   }
   if (top.has("communication_data_type")) {
-    const size_t type = top.choice("communication_data_type", 0, {"fp32", "fp16", "bf16", "bfp16"}, /*ignore_case=*/true);
-    config.communication_data_type(type == 0 ? CommDataType::kFp32 : type == 1 ? CommDataType::kFp16 : CommDataType::kBf16);
+    const size_t type = top.choice("communication_data_type", 0, {"fp32", "fp16", "bf16", "bfp16"},
+                                   /*ignore_case=*/true);
+    config.communication_data_type(type == 0   ? CommDataType::kFp32
+                                   : type == 1 ? CommDataType::kFp16
+                                               : CommDataType::kBf16);
   } else {
     top.take("communication_data_type");  // null: the default, and not an ignored key
   }
   config.gradient_clipping(top.number("gradient_clipping", 0.0, Section::Sign::kNonNegative));
   if (top.has("optimizer")) config.optimizer(read_optimizer(top.child("optimizer"), ctx));
   if (top.has("scheduler")) config.scheduler(read_scheduler(top.child("scheduler"), ctx));
-  if (top.has("activation_checkpointing")) config.activation_checkpointing(read_activation_checkpointing(top.child("activation_checkpointing")));
+  if (top.has("activation_checkpointing"))
+    config.activation_checkpointing(read_activation_checkpointing(top.child("activation_checkpointing")));
   collect_unread(root, "", ctx, &config.unsupported_keys());
   if (!config.unsupported_keys().empty()) {
     std::string list;

@@ -24,11 +24,10 @@ namespace cohort::detail::ds_config {
 
 using Json = nlohmann::ordered_json;  // keeps the file's key order for the warning
 
-
 // What one parse shares: the name used in messages and the paths it read.
 struct Context {
-  std::string source;                 // "ds_config" or "ds_config <path>"
-  std::set<std::string> read;         // dotted paths whose values cohort used (or descended into)
+  std::string source;          // "ds_config" or "ds_config <path>"
+  std::set<std::string> read;  // dotted paths whose values cohort used (or descended into)
   [[noreturn]] void fail(const std::string& what) const { throw Error(source + ": " + what); }
 };
 
@@ -128,8 +127,7 @@ inline std::optional<int64_t> as_integer(const Json& value) {
 // null key, check the type and range of a present one, and record the key as read.
 class Section {
  public:
-  Section(const Json* object, std::string path, Context* ctx)
-      : object_(object), path_(std::move(path)), ctx_(ctx) {}
+  Section(const Json* object, std::string path, Context* ctx) : object_(object), path_(std::move(path)), ctx_(ctx) {}
 
   bool has(const std::string& key) const {
     return object_ != nullptr && object_->contains(key) && !(*object_)[key].is_null();
@@ -213,7 +211,7 @@ class Section {
 // The keys of `object` cohort did not read, depth first in file order; a key whose object cohort
 // never entered is listed alone, not its contents.
 inline void collect_unread(const Json& object, const std::string& prefix, const Context& ctx,
-                    std::vector<std::string>* out) {
+                           std::vector<std::string>* out) {
   for (const auto& item : object.items()) {
     const std::string path = join_path(prefix, item.key());
     if (item.value().is_null()) continue;  // null means the default, wherever it is

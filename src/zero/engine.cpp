@@ -3,13 +3,13 @@
 // the parameter gathering, engine_state.cpp memory and checkpoint state).
 #include <torch/torch.h>
 
+#include "comm/coalesced.h"
 #include "core/check.h"
 #include "core/grad_kit.h"
 #include "core/log.h"
-#include "comm/coalesced.h"
+#include "core/trace_recorder.h"
 #include "world/malloc_policy.h"
 #include "world/resolve_comm.h"
-#include "core/trace_recorder.h"
 #include "zero/engine_impl.h"
 #include "zero/inner_optimizer.h"
 
@@ -64,8 +64,10 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
     if (world_ > 1) broadcast_coalesced(*comm_, state, 0);
   }
   const auto sharded_shapes = construction_shapes(*module_);
-  COHORT_CHECK(sharded_shapes.empty() || stage_ == 3, "ZeRO engine: the model's units were sharded when they were "
-               "made (cohort::ShardedInit), which needs zero_optimization.stage 3, got stage ", stage_);
+  COHORT_CHECK(sharded_shapes.empty() || stage_ == 3,
+               "ZeRO engine: the model's units were sharded when they were "
+               "made (cohort::ShardedInit), which needs zero_optimization.stage 3, got stage ",
+               stage_);
   collect_parameters(sharded_shapes);
   if (stage_ == 3) plan_stage3_units(options);
   // Hooks first: autograd takes a parameter's gradient shape from it when the hook's accumulator is
@@ -123,9 +125,10 @@ void ZeroEngineImpl::build_groups() {
     layouts = group_by_size(numels, config_.zero_optimization().reduce_bucket_size(), world_);
   }
   const auto options = params_[0].options().requires_grad(false);
-  const auto master_options = options.dtype(torch::kFloat).device(
-      config_.zero_optimization().offload_optimizer() == OffloadDevice::kCpu ? torch::Device(torch::kCPU)
-                                                                              : params_[0].device());
+  const auto master_options = options.dtype(torch::kFloat)
+                                  .device(config_.zero_optimization().offload_optimizer() == OffloadDevice::kCpu
+                                              ? torch::Device(torch::kCPU)
+                                              : params_[0].device());
   group_of_.assign(params_.size(), -1);
   grad_aliases_.assign(params_.size(), torch::Tensor());
   torch::NoGradGuard no_grad;

@@ -151,14 +151,14 @@ class ZeroEngineImpl : public UnitOwner {
   int world_ = 1;
   torch::Dtype compute_dtype_ = torch::kFloat;
   torch::Dtype comm_dtype_ = torch::kFloat;  // communication_data_type, or the compute dtype
-  bool separate_master_ = false;  // mixed precision: fp32 master copies apart from the parameters
+  bool separate_master_ = false;             // mixed precision: fp32 master copies apart from the parameters
 
   std::vector<torch::Tensor> params_;  // trainable, module order
   std::vector<std::string> names_;
   std::vector<std::pair<std::string, std::string>> tied_;  // (name, the name it shares a tensor with)
-  std::vector<std::vector<int64_t>> shapes_;  // whole shapes (stage 3 parameters are empty between uses)
-  std::vector<int64_t> group_of_;      // parameter -> group
-  std::vector<torch::Tensor> grad_aliases_;  // stage 0/1: each parameter's slice of flat_grad
+  std::vector<std::vector<int64_t>> shapes_;               // whole shapes (stage 3 parameters are empty between uses)
+  std::vector<int64_t> group_of_;                          // parameter -> group
+  std::vector<torch::Tensor> grad_aliases_;                // stage 0/1: each parameter's slice of flat_grad
   // stage 3: the units (unit_plan.h), each one's group (-1 without trainable parameters), the order
   // the last forward ran them (prefetch follows it), and this forward's calls
   UnitPlan plan_;
@@ -173,8 +173,8 @@ class ZeroEngineImpl : public UnitOwner {
   LossScaler scaler_;
 
   std::vector<char> ready_;
-  int64_t next_launch_ = 0;  // stage 2/3: groups launched this backward, counted from the last
-  int64_t next_retire_ = 0;  // of those, how many have finished (their staging buffers freed)
+  int64_t next_launch_ = 0;         // stage 2/3: groups launched this backward, counted from the last
+  int64_t next_retire_ = 0;         // of those, how many have finished (their staging buffers freed)
   int64_t in_flight_elements_ = 0;  // staged gradient elements of launched, unfinished reductions
   bool in_backward_ = false;
   int64_t micro_steps_ = 0;  // step() calls so far

@@ -22,7 +22,8 @@ MemoryReport ZeroEngineImpl::memory_report() const {
     report.parameter_bytes += bytes_of(group.flat);
     report.gradient_bytes += bytes_of(group.flat_grad) + bytes_of(group.shard_grad);
     if (master_is_copy(group)) report.optimizer_bytes += bytes_of(group.master);
-    for (const auto& [name, state] : state_tensors_of(*optimizer_, group.master)) report.optimizer_bytes += bytes_of(state);
+    for (const auto& [name, state] : state_tensors_of(*optimizer_, group.master))
+      report.optimizer_bytes += bytes_of(state);
     report.buffer_bytes += storage_bytes(group.gathered) + bytes_of(group.reduce_input) + bytes_of(group.reduce_output);
   }
   if (stage_ >= 2)  // gradients autograd produced that are not reduced yet (inside backward)

@@ -29,8 +29,6 @@ inline void refill_storage(const torch::Tensor& t) {
 }
 
 /// The bytes `t`'s storage holds now (0 once emptied).
-inline int64_t storage_bytes(const torch::Tensor& t) {
-  return t.defined() ? int64_t(t.storage().nbytes()) : 0;
-}
+inline int64_t storage_bytes(const torch::Tensor& t) { return t.defined() ? int64_t(t.storage().nbytes()) : 0; }
 
 }  // namespace cohort::detail

@@ -16,12 +16,11 @@ std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerCon
   const auto betas = std::make_tuple(config.betas()[0], config.betas()[1]);
   switch (config.type()) {
     case OptimizerType::kSgd:
-      return std::make_unique<torch::optim::SGD>(
-          shards, torch::optim::SGDOptions(config.lr())
-                      .momentum(config.momentum())
-                      .dampening(config.dampening())
-                      .nesterov(config.nesterov())
-                      .weight_decay(config.weight_decay()));
+      return std::make_unique<torch::optim::SGD>(shards, torch::optim::SGDOptions(config.lr())
+                                                             .momentum(config.momentum())
+                                                             .dampening(config.dampening())
+                                                             .nesterov(config.nesterov())
+                                                             .weight_decay(config.weight_decay()));
     case OptimizerType::kAdam:
     case OptimizerType::kAdamW:
       if (config.decoupled_weight_decay())
@@ -35,8 +34,7 @@ std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerCon
                                                               .eps(config.eps())
                                                               .weight_decay(config.weight_decay())
                                                               .amsgrad(config.amsgrad()));
-    case OptimizerType::kNone:
-      break;
+    case OptimizerType::kNone: break;
   }
   throw Error(
       "ZeRO engine: the config has no \"optimizer\" section; add one ({\"type\": \"Adam\", \"params\": "

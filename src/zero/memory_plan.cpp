@@ -28,11 +28,10 @@ BytesPerParam bytes_per_param(Precision precision, PlanOptimizer optimizer) {
 
 MemoryPlan plan_memory(const MemoryPlanInput& input) {
   COHORT_CHECK(input.num_params >= 1, "memory plan: num_params=", input.num_params, " must be at least 1");
-  COHORT_CHECK(input.num_params <= std::numeric_limits<int64_t>::max() / 16, "memory plan: num_params=",
-               input.num_params, " is too large to count in bytes");
+  COHORT_CHECK(input.num_params <= std::numeric_limits<int64_t>::max() / 16,
+               "memory plan: num_params=", input.num_params, " is too large to count in bytes");
   COHORT_CHECK(input.ranks >= 1, "memory plan: ranks=", input.ranks, " must be at least 1");
-  COHORT_CHECK(input.stage >= 0 && input.stage <= 3, "memory plan: stage=", input.stage,
-               " is not one of 0, 1, 2, 3");
+  COHORT_CHECK(input.stage >= 0 && input.stage <= 3, "memory plan: stage=", input.stage, " is not one of 0, 1, 2, 3");
   const BytesPerParam per = bytes_per_param(input.precision, input.optimizer);
   const int64_t whole = input.num_params;
   const int64_t shard = (input.num_params + input.ranks - 1) / input.ranks;  // ceil: padded partitions

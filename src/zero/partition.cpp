@@ -46,8 +46,8 @@ std::vector<GroupLayout> group_by_size(const std::vector<int64_t>& numels, int64
 std::vector<GroupLayout> group_by_unit(const std::vector<int64_t>& numels, const std::vector<int64_t>& unit_of,
                                        int world_size) {
   COHORT_CHECK(world_size >= 1, "ZeRO partition: world size must be >= 1, got ", world_size);
-  COHORT_CHECK(numels.size() == unit_of.size(), "ZeRO partition: ", numels.size(), " parameters but ",
-               unit_of.size(), " unit labels");
+  COHORT_CHECK(numels.size() == unit_of.size(), "ZeRO partition: ", numels.size(), " parameters but ", unit_of.size(),
+               " unit labels");
   std::vector<GroupLayout> groups;
   std::vector<int64_t> units;  // unit label of each group
   for (size_t i = 0; i < numels.size(); ++i) {

@@ -32,8 +32,9 @@ class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackwa
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* impl = static_cast<ZeroEngineImpl*>(OwnerHandle::resolve(ctx->saved_data["engine"].toInt()));
-    COHORT_CHECK(impl != nullptr, "ZeRO stage 3: backward reached a layer whose engine was destroyed after "
-                                  "forward; keep the engine alive until backward has finished");
+    COHORT_CHECK(impl != nullptr,
+                 "ZeRO stage 3: backward reached a layer whose engine was destroyed after "
+                 "forward; keep the engine alive until backward has finished");
     impl->before_unit_backward(ctx->saved_data["unit"].toInt());
     return {grads[0], torch::Tensor(), torch::Tensor()};
   }
@@ -51,10 +52,8 @@ void ZeroEngineImpl::free_parameters(const FlatGroup& group) {
 void ZeroEngineImpl::gather(int64_t g) {
   FlatGroup& group = groups_[size_t(g)];
   if (group.presence != FlatGroup::Presence::kFreed) return;
-  if (group.gathered.defined())
-    buffers_.refill(group.gathered);
-  else
-    group.gathered = buffers_.empty(group.layout.padded, group.flat.options());
+  if (group.gathered.defined()) buffers_.refill(group.gathered);
+  else group.gathered = buffers_.empty(group.layout.padded, group.flat.options());
   if (trace::enabled()) trace::record_mark("gather launch", "zero", "launch", int64_t(group.gathered.nbytes()));
   group.gather_work = comm_->allgather_async(group.gathered, group.flat);
   group.presence = FlatGroup::Presence::kGathering;
@@ -130,7 +129,7 @@ void ZeroEngineImpl::end_forward() noexcept {
   if (stage_ != 3) return;
   in_forward_ = false;
   run_order_ = this_order_;
-  run_order_.insert(run_order_.begin(), 0);  // the root opens every forward
+  run_order_.insert(run_order_.begin(), 0);   // the root opens every forward
   if (torch::GradMode::is_enabled()) return;  // the parameters are needed again in backward
   try {
     release_all();  // evaluation: nothing stays gathered
@@ -145,11 +144,12 @@ void ZeroEngineImpl::before_forward(int64_t unit) {
     if (g >= 0) ensure_gathered(g);
     return;
   }
-  COHORT_CHECK(in_forward_, "ZeRO stage 3: unit '", plan_.names[size_t(unit)], "' ran outside engine.forward(); "
+  COHORT_CHECK(in_forward_, "ZeRO stage 3: unit '", plan_.names[size_t(unit)],
+               "' ran outside engine.forward(); "
                "call the model through the engine (engine.forward(...) or engine.run_forward(fn)) so the "
                "parameters outside the units are gathered too");
-  COHORT_CHECK(!ran_[size_t(unit)] || !torch::GradMode::is_enabled(), "ZeRO stage 3: unit '",
-               plan_.names[size_t(unit)], "' ran twice in one forward; a unit's gradients are reduced when "
+  COHORT_CHECK(!ran_[size_t(unit)] || !torch::GradMode::is_enabled(), "ZeRO stage 3: unit '", plan_.names[size_t(unit)],
+               "' ran twice in one forward; a unit's gradients are reduced when "
                "its backward ends, so it may run once per step: give each use a unit of its own, or "
                "leave the module in its parent's unit");
   ran_[size_t(unit)] = 1;

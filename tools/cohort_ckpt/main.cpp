@@ -23,8 +23,7 @@ int main(int argc, char** argv) {
   info->add_flag("--tensors", tensors, "Also list every tensor");
   CLI::App* verify = app.add_subcommand("verify", "Check every file and checksum against the manifest");
   verify->add_option("path", path, "Checkpoint directory or step directory")->required();
-  CLI::App* consolidate =
-      app.add_subcommand("consolidate", "Write the whole state as one safetensors file");
+  CLI::App* consolidate = app.add_subcommand("consolidate", "Write the whole state as one safetensors file");
   consolidate->add_option("path", path, "Checkpoint directory or step directory")->required();
   consolidate->add_option("-o,--output", out, "The file to write (e.g. model.safetensors)")->required();
   // CLI11 says "A subcommand is required" for an unknown one: name it and the known ones instead.

@@ -56,8 +56,8 @@ void print_plan(const MemoryPlanInput& base, const std::vector<int>& stages, con
   std::printf("  parameters  %" PRId64 " (%s)\n", base.num_params, source.c_str());
   std::printf("  ranks       %" PRId64 "\n", base.ranks);
   std::printf("  precision   %s%s: params %" PRId64 " + grads %" PRId64 " bytes per parameter\n",
-              cohort::detail::to_string(base.precision).c_str(), mixed ? " mixed precision" : "",
-              per.params, per.grads);
+              cohort::detail::to_string(base.precision).c_str(), mixed ? " mixed precision" : "", per.params,
+              per.grads);
   std::printf("  optimizer   %s: K = %" PRId64 " bytes per parameter (%s)\n",
               cohort::detail::to_string(base.optimizer).c_str(), per.optimizer_states,
               cohort::detail::describe_optimizer_states(base.precision, base.optimizer).c_str());
@@ -92,23 +92,21 @@ int main(int argc, char** argv) {
   std::string optimizer_text = "adam";
   std::string ranks_text;
   auto* params_option = app.add_option("--params", params_text, "Parameter count (7.5e9 is accepted)");
-  auto* model_option =
-      app.add_option("--model", model, "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN)");
-  auto* checkpoint_option = app.add_option(
-      "--checkpoint", checkpoint, "A file from torch::save(module) or torch::pickle_save: count its tensors");
+  auto* model_option = app.add_option("--model", model,
+                                      "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN)");
+  auto* checkpoint_option = app.add_option("--checkpoint", checkpoint,
+                                           "A file from torch::save(module) or torch::pickle_save: count its tensors");
   params_option->excludes(model_option)->excludes(checkpoint_option);
   model_option->excludes(checkpoint_option);
   const cohort::IntegerRange ranks_range{"--ranks", 1, 1 << 20};
   app.add_option("--ranks", ranks_text,
                  "Data-parallel ranks (GPUs) sharing the model states (" + cohort::describe_range(ranks_range) + ")")
       ->required();
-  app.add_option("--stage", stage_text, "ZeRO stage: 0 (plain data parallel), 1, 2, 3 or all")
-      ->capture_default_str();
+  app.add_option("--stage", stage_text, "ZeRO stage: 0 (plain data parallel), 1, 2, 3 or all")->capture_default_str();
   app.add_option("--precision", precision_text,
                  "fp16 or bf16 (mixed precision: 2-byte params and grads, fp32 master), or fp32")
       ->capture_default_str();
-  app.add_option("--optimizer", optimizer_text,
-                 "adam, adamw (2 states), sgd_momentum (1 state) or sgd (none)")
+  app.add_option("--optimizer", optimizer_text, "adam, adamw (2 states), sgd_momentum (1 state) or sgd (none)")
       ->capture_default_str();
   try {
     app.parse(argc, argv);
@@ -130,8 +128,8 @@ int main(int argc, char** argv) {
                                       : cohort_plan::count_named_model(model);
       if (size.params < 1) throw cohort::Error("--checkpoint " + checkpoint + " holds no tensor elements");
       input.num_params = size.params;
-      source = (model.empty() ? "--checkpoint " + checkpoint : "--model " + model) + ": " + size.format +
-               ", " + std::to_string(size.tensors) + " tensors";
+      source = (model.empty() ? "--checkpoint " + checkpoint : "--model " + model) + ": " + size.format + ", " +
+               std::to_string(size.tensors) + " tensors";
       if (size.buffer_elements > 0) {
         source += "; " + std::to_string(size.buffer_elements) + " buffer elements not counted";
       }

@@ -59,7 +59,8 @@ std::vector<char> read_file(const std::string& path) {
   struct stat info {};
   if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
     ::close(fd);
-    throw cohort::Error("--checkpoint " + path + " is not a regular file: cohort-plan reads a torch::save or "
+    throw cohort::Error("--checkpoint " + path +
+                        " is not a regular file: cohort-plan reads a torch::save or "
                         "torch::pickle_save file");
   }
   std::vector<char> bytes(static_cast<size_t>(info.st_size));
@@ -123,8 +124,8 @@ ModelSize count_checkpoint(const std::string& path) {
     return size;
   } catch (const std::exception& error) {
     throw cohort::Error("--checkpoint " + path +
-                        ": neither a torch::save archive nor torch::pickle_save data (as a module: " +
-                        module_error + "; as pickled data: " + first_line(error) + ")");
+                        ": neither a torch::save archive nor torch::pickle_save data (as a module: " + module_error +
+                        "; as pickled data: " + first_line(error) + ")");
   }
 }
 

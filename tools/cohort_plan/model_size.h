@@ -9,10 +9,10 @@
 namespace cohort_plan {
 
 struct ModelSize {
-  int64_t params = 0;          // elements the optimizer updates (what ZeRO shards)
-  int64_t tensors = 0;         // how many tensors those are
+  int64_t params = 0;           // elements the optimizer updates (what ZeRO shards)
+  int64_t tensors = 0;          // how many tensors those are
   int64_t buffer_elements = 0;  // module buffers (BatchNorm statistics): neither sharded nor counted
-  std::string format;          // how it was read, for the report
+  std::string format;           // how it was read, for the report
 };
 
 /// The models cohort-plan knows by name: "fashion_mnist_cnn". Throws cohort::Error for others.

@@ -40,8 +40,7 @@ std::vector<std::vector<int>> split_cpus(std::vector<HostCpu> pool, int nproc);
 /// --bind-cores (with --core-list when `core_list` is non-empty) against the CPUs `allowed`: each
 /// local rank's CPUs. Throws UsageError in one line when a listed CPU is not allowed, or when there
 /// are fewer CPUs than local ranks (naming --bind-cores, --nproc-per-node and the count).
-std::vector<std::vector<int>> bind_local_ranks(const LaunchOptions& options,
-                                               const std::vector<HostCpu>& allowed);
+std::vector<std::vector<int>> bind_local_ranks(const LaunchOptions& options, const std::vector<HostCpu>& allowed);
 
 /// The thread-count variables a bound rank with `cpu_count` CPUs gets: OMP_NUM_THREADS,
 /// OPENBLAS_NUM_THREADS and MKL_NUM_THREADS, each only where `user` (cohortrun's own environment)

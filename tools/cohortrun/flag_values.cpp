@@ -48,8 +48,7 @@ int parse_int(const std::string& what, const std::string& text, int min, int max
   }
   const long value = std::strtol(text.c_str(), nullptr, 10);
   if (value < min || value > max) {
-    throw UsageError(what + "=" + text + " is out of range (" + std::to_string(min) + ".." +
-                     std::to_string(max) + ")");
+    throw UsageError(what + "=" + text + " is out of range (" + std::to_string(min) + ".." + std::to_string(max) + ")");
   }
   return static_cast<int>(value);
 }
@@ -130,8 +129,7 @@ Endpoint parse_endpoint(const std::string& text, int default_port) {
       throw UsageError("--rdzv-endpoint=" + text + " has a malformed host");
     }
   }
-  endpoint.port = port_text.empty() ? default_port
-                                    : parse_int("--rdzv-endpoint port", port_text, 1, 65535);
+  endpoint.port = port_text.empty() ? default_port : parse_int("--rdzv-endpoint port", port_text, 1, 65535);
   return endpoint;
 }
 
@@ -149,8 +147,7 @@ StdSpec parse_std_spec(const std::string& flag, const std::string& text) {
     const auto colon = item.find(':');
     if (colon == std::string::npos) throw bad();
     const std::string rank = item.substr(0, colon), value = item.substr(colon + 1);
-    if (!is_digits(rank) || rank.size() > 6 || value.size() != 1 || value[0] < '0' ||
-        value[0] > '3') {
+    if (!is_digits(rank) || rank.size() > 6 || value.size() != 1 || value[0] < '0' || value[0] > '3') {
       throw bad();
     }
     spec.per_rank[std::stoi(rank)] = value[0] - '0';

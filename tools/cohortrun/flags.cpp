@@ -21,14 +21,30 @@ struct FlagInfo {
 // torchrun's flags (torch/distributed/run.py), plus cohortrun's own --stop-timeout and --bind-cores,
 // and --core-list (named after PyTorch's torch.backends.xeon.run_cpu).
 constexpr FlagInfo kFlags[] = {
-    {"nnodes", true},          {"nproc-per-node", true},     {"node-rank", true},
-    {"master-addr", true},     {"master-port", true},        {"rdzv-backend", true},
-    {"rdzv-endpoint", true},   {"rdzv-id", true},            {"rdzv-conf", true},
-    {"standalone", false},     {"max-restarts", true},       {"monitor-interval", true},
-    {"start-method", true},    {"role", true},               {"module", false},
-    {"no-python", false},      {"run-path", false},          {"log-dir", true},
-    {"redirects", true},       {"tee", true},                {"local-ranks-filter", true},
-    {"stop-timeout", true},    {"bind-cores", false},        {"core-list", true},
+    {"nnodes", true},
+    {"nproc-per-node", true},
+    {"node-rank", true},
+    {"master-addr", true},
+    {"master-port", true},
+    {"rdzv-backend", true},
+    {"rdzv-endpoint", true},
+    {"rdzv-id", true},
+    {"rdzv-conf", true},
+    {"standalone", false},
+    {"max-restarts", true},
+    {"monitor-interval", true},
+    {"start-method", true},
+    {"role", true},
+    {"module", false},
+    {"no-python", false},
+    {"run-path", false},
+    {"log-dir", true},
+    {"redirects", true},
+    {"tee", true},
+    {"local-ranks-filter", true},
+    {"stop-timeout", true},
+    {"bind-cores", false},
+    {"core-list", true},
     {"help", false},
 };
 
@@ -64,8 +80,8 @@ std::string random_run_id() {
   std::mt19937_64 gen((static_cast<uint64_t>(device()) << 32) ^ device());
   std::ostringstream out;
   out << std::hex << gen() << gen();
-  return out.str().substr(0, 8) + "-" + out.str().substr(8, 4) + "-" + out.str().substr(12, 4) +
-         "-" + out.str().substr(16, 12);
+  return out.str().substr(0, 8) + "-" + out.str().substr(8, 4) + "-" + out.str().substr(12, 4) + "-" +
+         out.str().substr(16, 12);
 }
 
 }  // namespace
@@ -135,8 +151,7 @@ struct ValueFlag {
 };
 
 void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches& on, std::vector<ValueFlag>& values) {
-  const auto value_flag = [&](const std::string& name, const std::string& type,
-                              const std::string& description) {
+  const auto value_flag = [&](const std::string& name, const std::string& type, const std::string& description) {
     const std::string key = name.substr(0, name.find(','));  // "tee,-t": key tee, alias -t
     std::string env = "PET_" + key;
     for (auto& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
@@ -236,7 +251,7 @@ void read_values(std::map<std::string, std::string>& text, const HostFacts& host
 ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const HostFacts& host) {
   const CommandLine line = split_command_line(args);
   CLI::App app("cohortrun: torchrun-compatible launcher for C++ programs", "cohortrun");
-  app.set_help_flag();  // --help is handled below, after the cut at the program
+  app.set_help_flag();                      // --help is handled below, after the cut at the program
   std::map<std::string, std::string> text;  // flag name -> value, as typed or from PET_*
   Switches on;
   std::vector<ValueFlag> values;
@@ -325,8 +340,7 @@ void resolve_options(LaunchOptions& o) {
     o.join_timeout = parse_seconds("--rdzv-conf join_timeout", o.rdzv_conf["join_timeout"]);
   }
   if (o.rdzv_conf.count("last_call_timeout")) {
-    o.last_call_timeout =
-        parse_seconds("--rdzv-conf last_call_timeout", o.rdzv_conf["last_call_timeout"]);
+    o.last_call_timeout = parse_seconds("--rdzv-conf last_call_timeout", o.rdzv_conf["last_call_timeout"]);
   }
   if (o.standalone) {  // torchrun: c10d on localhost, a fresh run id; explicit values are ignored
     if (o.nnodes.max > 1) {
@@ -343,13 +357,12 @@ void resolve_options(LaunchOptions& o) {
   o.run_id = o.rdzv_id != "none" ? o.rdzv_id : random_run_id();
   if (o.rdzv_backend == "static") {
     if (o.nnodes.min != o.nnodes.max) {
-      throw UsageError("--nnodes=" + std::to_string(o.nnodes.min) + ":" +
-                       std::to_string(o.nnodes.max) +
+      throw UsageError("--nnodes=" + std::to_string(o.nnodes.min) + ":" + std::to_string(o.nnodes.max) +
                        " needs --rdzv-backend=c10d (the static backend has a fixed node count)");
     }
     if (o.node_rank >= o.nnodes.max) {
-      throw UsageError("--node-rank=" + std::to_string(o.node_rank) + " is not below --nnodes=" +
-                       std::to_string(o.nnodes.max));
+      throw UsageError("--node-rank=" + std::to_string(o.node_rank) +
+                       " is not below --nnodes=" + std::to_string(o.nnodes.max));
     }
     if (o.rdzv_endpoint.empty()) {  // torchrun: the endpoint is MASTER_ADDR:MASTER_PORT
       std::string host = o.master_addr;

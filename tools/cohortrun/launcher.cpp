@@ -170,8 +170,8 @@ std::optional<Outcome> standing_outcome(Rendezvous& rdzv, const LaunchContext& c
       standing.kind = Outcome::Kind::kFail;
     }
     if (standing.kind == Outcome::Kind::kFail || standing.kind == Outcome::Kind::kStop) {
-      SummaryInput summary{options.program, host_name(), info.node_rank, context.failure_restarts,
-                           options.max_restarts, result.failures};
+      SummaryInput summary{options.program,          host_name(),          info.node_rank,
+                           context.failure_restarts, options.max_restarts, result.failures};
       const std::string text = format_failure_summary(summary);
       write_all(2, text.data(), text.size());
     }
@@ -192,7 +192,8 @@ void note_restart(LaunchContext& context, const RoundInfo& info, const Outcome& 
     say("worker group failed (" + standing.description + "); restarting it (restart " +
         std::to_string(context.failure_restarts) + " of " + std::to_string(context.options.max_restarts) + ")");
   } else {
-    say(standing.description + ": restarting the worker group to take them in (a membership change; "
+    say(standing.description +
+        ": restarting the worker group to take them in (a membership change; "
         "--max-restarts does not count it)");
   }
   context.restarts.push_back({info.round + 1, failure, standing.description, info.node_count, info.world_size});
@@ -243,8 +244,10 @@ std::optional<int> run_round(LaunchContext& context, Rendezvous& rdzv, int& roun
 // The summary of worker output that did not reach --log-dir (each was also said when it happened).
 void say_log_failures(const std::vector<std::string>& failures) {
   if (failures.empty()) return;
-  say("warning: " + std::to_string(failures.size()) + " worker log file(s) are incomplete (the rest went to "
-      "the console); the first: " + failures.front());
+  say("warning: " + std::to_string(failures.size()) +
+      " worker log file(s) are incomplete (the rest went to "
+      "the console); the first: " +
+      failures.front());
 }
 
 }  // namespace

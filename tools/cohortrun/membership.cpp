@@ -30,8 +30,7 @@ const char* outcome_kind_name(Outcome::Kind kind) {
 }
 
 std::string encode_outcome(const Outcome& outcome) {
-  return std::string(outcome_kind_name(outcome.kind)) + "|" + std::to_string(outcome.node) + "|" +
-         outcome.description;
+  return std::string(outcome_kind_name(outcome.kind)) + "|" + std::to_string(outcome.node) + "|" + outcome.description;
 }
 
 Outcome decode_outcome(const std::string& text) {

@@ -50,25 +50,25 @@ struct LaunchOptions {
   std::string rdzv_endpoint;            // as given
   Endpoint endpoint;                    // resolved rendezvous endpoint (empty host: none needed)
   std::string rdzv_id = "none";
-  std::string run_id;                   // resolved: --rdzv-id, else a fresh one (TORCHELASTIC_RUN_ID)
+  std::string run_id;  // resolved: --rdzv-id, else a fresh one (TORCHELASTIC_RUN_ID)
   std::map<std::string, std::string> rdzv_conf;
   bool standalone = false;
   int max_restarts = 0;
-  double monitor_interval = 5.0;  // seconds between checks of the other nodes' state
-  double stop_timeout = 30.0;     // SIGTERM -> SIGKILL grace, seconds
-  double join_timeout = 600.0;    // rendezvous: how long to wait for nodes (rdzv_conf join_timeout)
+  double monitor_interval = 5.0;    // seconds between checks of the other nodes' state
+  double stop_timeout = 30.0;       // SIGTERM -> SIGKILL grace, seconds
+  double join_timeout = 600.0;      // rendezvous: how long to wait for nodes (rdzv_conf join_timeout)
   double last_call_timeout = 30.0;  // MIN:MAX: extra wait for more nodes once MIN arrived
   std::string role = "default";
   StdSpec redirects;
   StdSpec tee;
   std::string log_dir;
-  std::set<int> local_ranks_filter;  // empty: every local rank shows on the console
-  bool bind_cores = false;           // --bind-cores (or --core-list): each local rank its own CPUs
-  std::string core_list;             // --core-list as given: the CPUs to split ("" = all allowed)
+  std::set<int> local_ranks_filter;               // empty: every local rank shows on the console
+  bool bind_cores = false;                        // --bind-cores (or --core-list): each local rank its own CPUs
+  std::string core_list;                          // --core-list as given: the CPUs to split ("" = all allowed)
   std::vector<std::vector<int>> local_rank_cpus;  // resolved: local rank -> CPUs; empty unless bound
-  std::string program;               // as given
-  std::string program_path;          // resolved to a file that can be executed
-  std::vector<std::string> args;     // the program's arguments
+  std::string program;                            // as given
+  std::string program_path;                       // resolved to a file that can be executed
+  std::vector<std::string> args;                  // the program's arguments
 };
 
 }  // namespace cohort::detail::launch

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <stdexcept>
-#include <cstring>
 
 #include "core/socket.h"
 
@@ -17,8 +17,8 @@ namespace cohort::detail::launch {
 StreamRoute route_stream(const LaunchOptions& options, int local_rank, int stream) {
   const int redirect = options.redirects.for_rank(local_rank) & stream;
   const int tee = options.tee.for_rank(local_rank) & stream;
-  const bool none_given = options.redirects.all == 0 && options.redirects.per_rank.empty() &&
-                          options.tee.all == 0 && options.tee.per_rank.empty();
+  const bool none_given = options.redirects.all == 0 && options.redirects.per_rank.empty() && options.tee.all == 0 &&
+                          options.tee.per_rank.empty();
   StreamRoute route;
   route.file = redirect != 0 || tee != 0 || (none_given && !options.log_dir.empty());
   route.console = redirect == 0 || tee != 0;
@@ -63,8 +63,7 @@ int write_all(int fd, const char* data, size_t size) {
   return 0;
 }
 
-WorkerOutput::WorkerOutput(std::string prefix, StreamRoute out, StreamRoute err,
-                           const std::string& log_dir)
+WorkerOutput::WorkerOutput(std::string prefix, StreamRoute out, StreamRoute err, const std::string& log_dir)
     : prefix_(std::move(prefix)) {
   streams_[0].route = out;
   streams_[1].route = err;

@@ -6,14 +6,14 @@
 #include <string>
 #include <vector>
 
-#include "world/log_prefix.h"
 #include "cohortrun/options.h"
+#include "world/log_prefix.h"
 
 namespace cohort::detail::launch {
 
 struct StreamRoute {
-  bool console = true;   // prefixed lines on cohortrun's own stdout/stderr
-  bool file = false;     // raw bytes into the attempt's log file
+  bool console = true;  // prefixed lines on cohortrun's own stdout/stderr
+  bool file = false;    // raw bytes into the attempt's log file
 };
 
 /// The route of `stream` (StdSpec::kOut or kErr) of `local_rank`. With --log-dir and neither

@@ -53,11 +53,9 @@ std::string resolve_program(const std::string& program, const std::string& path_
     if (error != ENOENT && error != ENOTDIR && first_error == 0) first_error = error;
   }
   if (first_error != 0) {
-    throw UsageError("program " + program + " found in PATH is not executable (" +
-                     std::strerror(first_error) + ")");
+    throw UsageError("program " + program + " found in PATH is not executable (" + std::strerror(first_error) + ")");
   }
-  throw UsageError("program " + program + " not found in PATH (to run a file here, write ./" +
-                   program + ")");
+  throw UsageError("program " + program + " not found in PATH (to run a file here, write ./" + program + ")");
 }
 
 }  // namespace cohort::detail::launch

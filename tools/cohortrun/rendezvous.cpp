@@ -32,9 +32,7 @@ std::string workers_secret() {
   return given != nullptr && *given != '\0' ? given : new_job_secret();
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::string seconds_text(double seconds) {
   std::string text = std::to_string(seconds);
@@ -142,12 +140,12 @@ class StoreRendezvous : public Rendezvous {
 
   Outcome publish(int round, const Outcome& mine) override {
     const std::string key = round_prefix(round) + "outcome";
-    return guarded([&] {
-      return decode_outcome(text(store_->compareSet(key, {}, bytes(encode_outcome(mine)))));
-    });
+    return guarded([&] { return decode_outcome(text(store_->compareSet(key, {}, bytes(encode_outcome(mine))))); });
   }
 
-  void report_done(int round) override { guarded([&] { return store_->add(round_prefix(round) + "done", 1); }); }
+  void report_done(int round) override {
+    guarded([&] { return store_->add(round_prefix(round) + "done", 1); });
+  }
 
   bool all_done(int round) override { return counter(round_prefix(round) + "done") >= node_count_; }
 
@@ -173,9 +171,7 @@ class StoreRendezvous : public Rendezvous {
     }
   }
 
-  std::string where() const override {
-    return "rendezvous '" + options_.rdzv_id + "' at " + options_.endpoint.str();
-  }
+  std::string where() const override { return "rendezvous '" + options_.rdzv_id + "' at " + options_.endpoint.str(); }
 
  private:
   std::string round_prefix(int round) const { return prefix_ + std::to_string(round) + "/"; }
@@ -210,8 +206,7 @@ class StoreRendezvous : public Rendezvous {
     } catch (const std::exception& e) {
       std::string why = e.what();
       why = why.substr(0, why.find('\n'));
-      throw RendezvousError("lost contact with " + where() + " (" + why +
-                            "); the node hosting it may have exited");
+      throw RendezvousError("lost contact with " + where() + " (" + why + "); the node hosting it may have exited");
     }
   }
 
@@ -222,10 +217,10 @@ class StoreRendezvous : public Rendezvous {
   }
 
   void host_store() {
-    const bool taken = net::can_connect({options_.endpoint.host, options_.endpoint.port}, std::chrono::milliseconds(300));
+    const bool taken = net::can_connect({options_.endpoint.host, options_.endpoint.port},
+                                        std::chrono::milliseconds(300));
     if (taken && options_.rdzv_backend == "static") {
-      throw RendezvousError("cannot host " + where() + ": port " +
-                            std::to_string(options_.endpoint.port) +
+      throw RendezvousError("cannot host " + where() + ": port " + std::to_string(options_.endpoint.port) +
                             " is in use on this machine (another job? choose another --master-port)");
     }
     if (taken) return;  // c10d: another launcher on this machine hosts it; join as a client
@@ -255,10 +250,9 @@ class StoreRendezvous : public Rendezvous {
     const auto start = Clock::now();
     while (!net::can_connect({options_.endpoint.host, options_.endpoint.port}, std::chrono::milliseconds(500))) {
       if (seconds_since(start) >= options_.join_timeout) {
-        throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) +
-                              " waiting for " + where() +
-                              ": the node that hosts it never came (0 of " +
-                              std::to_string(options_.nnodes.min) + " nodes seen)");
+        throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) + " waiting for " + where() +
+                              ": the node that hosts it never came (0 of " + std::to_string(options_.nnodes.min) +
+                              " nodes seen)");
       }
       pause_or_interrupt();
       std::this_thread::sleep_for(std::chrono::milliseconds(80));
@@ -268,8 +262,8 @@ class StoreRendezvous : public Rendezvous {
     if (hello.run_id && options_.rdzv_id != "none" && *hello.run_id != options_.rdzv_id) refuse_job(*hello.run_id);
     try {
       const JobSecret secret = agents_secret();
-      store_ = c10::make_intrusive<CohortStore>(StoreClientOptions{options_.endpoint.host, options_.endpoint.port,
-                                                                   secret.value, secret.source, std::chrono::seconds(60)});
+      store_ = c10::make_intrusive<CohortStore>(StoreClientOptions{
+          options_.endpoint.host, options_.endpoint.port, secret.value, secret.source, std::chrono::seconds(60)});
     } catch (const std::exception& e) {
       const std::string why = e.what();
       throw RendezvousError("cannot connect to " + where() + ": " + why.substr(0, why.find('\n')));
@@ -293,8 +287,8 @@ class StoreRendezvous : public Rendezvous {
     if (options_.rdzv_backend == "static") {
       const std::string claim = rp + "rank/" + std::to_string(options_.node_rank);
       if (guarded([&] { return store_->add(claim, 1); }) > 1) {
-        throw RendezvousError("two nodes joined " + where() + " with --node-rank=" +
-                              std::to_string(options_.node_rank));
+        throw RendezvousError("two nodes joined " + where() +
+                              " with --node-rank=" + std::to_string(options_.node_rank));
       }
       guarded([&] { return store_->add(rp + "joined", 1); });
       return options_.node_rank;
@@ -330,8 +324,8 @@ class StoreRendezvous : public Rendezvous {
     const auto start = Clock::now();
     while (!has(kJobKey)) {
       if (seconds_since(start) >= options_.join_timeout) {
-        throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) + " waiting for " +
-                              where() + " to say which job it belongs to");
+        throw RendezvousError("timed out after " + seconds_text(options_.join_timeout) + " waiting for " + where() +
+                              " to say which job it belongs to");
       }
       pause_or_interrupt();
     }
@@ -356,9 +350,9 @@ class StoreRendezvous : public Rendezvous {
         return count;
       }
       if (seconds_since(start) >= options_.join_timeout) {
-        const std::string message = "timed out after " + seconds_text(options_.join_timeout) + " waiting for nodes: " +
-                                    std::to_string(arrived) + " of " + std::to_string(options_.nnodes.min) +
-                                    " nodes arrived at " + where();
+        const std::string message = "timed out after " + seconds_text(options_.join_timeout) +
+                                    " waiting for nodes: " + std::to_string(arrived) + " of " +
+                                    std::to_string(options_.nnodes.min) + " nodes arrived at " + where();
         try {
           store_->set(rp + "closed", bytes("error:" + message));
         } catch (const std::exception&) {
@@ -381,9 +375,9 @@ class StoreRendezvous : public Rendezvous {
       }
       if (seconds_since(start) >= limit) {
         const int arrived = 1 + counter(rp + "joined");
-        throw RendezvousError("timed out after " + seconds_text(limit) + " waiting for nodes: " +
-                              std::to_string(arrived) + " of " + std::to_string(options_.nnodes.min) +
-                              " nodes arrived at " + where());
+        throw RendezvousError("timed out after " + seconds_text(limit) +
+                              " waiting for nodes: " + std::to_string(arrived) + " of " +
+                              std::to_string(options_.nnodes.min) + " nodes arrived at " + where());
       }
       pause_or_interrupt();
     }
@@ -402,8 +396,7 @@ class StoreRendezvous : public Rendezvous {
     const auto start = Clock::now();
     while (!guarded([&] { return store_->check(keys); })) {
       if (seconds_since(start) >= options_.join_timeout) {
-        throw RendezvousError("timed out waiting for the nodes of " + where() +
-                              " to report their worker counts");
+        throw RendezvousError("timed out waiting for the nodes of " + where() + " to report their worker counts");
       }
       pause_or_interrupt();
     }
@@ -421,7 +414,7 @@ class StoreRendezvous : public Rendezvous {
   }
 
   const LaunchOptions& options_;
-  std::string run_id_;  // the job's, as node 0 published it
+  std::string run_id_;         // the job's, as node 0 published it
   std::string worker_secret_;  // the workers' COHORT_JOB_SECRET, as node 0 published it
   std::string prefix_;
   c10::intrusive_ptr<CohortStore> store_;

@@ -64,11 +64,11 @@ struct RoundCounts {
 
 /// This node's place after a round closed.
 struct RoundInfo {
-  int round = 0;       // the round joined: the one asked for, or a later one for a node that came late
+  int round = 0;             // the round joined: the one asked for, or a later one for a node that came late
   int failure_restarts = 0;  // restarts after worker failures before this round (node 0's count)
   int node_rank = 0;
   int node_count = 1;
-  int rank_base = 0;   // global rank of this node's local rank 0
+  int rank_base = 0;  // global rank of this node's local rank 0
   int world_size = 1;
   std::string master_addr;
   int master_port = 0;

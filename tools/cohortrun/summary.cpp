@@ -10,14 +10,12 @@ const char* kRule = "===========================================================
 const char* kThin = "------------------------------------------------------------\n";
 
 void write_failure(std::ostringstream& out, const WorkerFailure& f, const SummaryInput& input) {
-  out << "  rank       : " << f.rank << " (local_rank: " << f.local_rank
-      << ", node_rank: " << input.node_rank << ")\n";
+  out << "  rank       : " << f.rank << " (local_rank: " << f.local_rank << ", node_rank: " << input.node_rank << ")\n";
   out << "  host       : " << input.host << "\n";
   if (f.status.exited) {
     out << "  exitcode   : " << f.status.code << " (pid: " << f.pid << ")\n";
   } else {
-    out << "  signal     : " << f.status.signal << " (" << signal_name(f.status.signal)
-        << ", pid: " << f.pid << ")\n";
+    out << "  signal     : " << f.status.signal << " (" << signal_name(f.status.signal) << ", pid: " << f.pid << ")\n";
   }
   out << "  time       : " << f.time << "\n";
   if (!f.error_message.empty()) out << "  error      : " << f.error_message << "\n";
@@ -54,8 +52,8 @@ std::vector<std::string> format_restart_history(const std::vector<RestartRecord>
 }
 
 std::string describe_failure(const WorkerFailure& failure) {
-  return "rank " + std::to_string(failure.rank) + " (local rank " +
-         std::to_string(failure.local_rank) + ") " + failure.status.describe();
+  return "rank " + std::to_string(failure.rank) + " (local rank " + std::to_string(failure.local_rank) + ") " +
+         failure.status.describe();
 }
 
 std::string format_failure_summary(const SummaryInput& input) {

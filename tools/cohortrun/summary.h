@@ -13,18 +13,18 @@ namespace cohort::detail::launch {
 
 struct SummaryInput {
   std::string program;
-  std::string host;        // this machine's name
+  std::string host;  // this machine's name
   int node_rank = 0;
-  int restarts = 0;        // restarts done before this final attempt
+  int restarts = 0;  // restarts done before this final attempt
   int max_restarts = 0;
   std::vector<WorkerFailure> failures;  // [0] is the root cause
 };
 
 /// One restart of the worker group as this node saw it.
 struct RestartRecord {
-  int round = 0;            // the round it started (restart N starts round N)
-  bool failure = true;      // a worker failed (counts against --max-restarts); else nodes joined
-  std::string cause;        // the outcome's description
+  int round = 0;        // the round it started (restart N starts round N)
+  bool failure = true;  // a worker failed (counts against --max-restarts); else nodes joined
+  std::string cause;    // the outcome's description
   int nodes_before = 0, world_before = 0;
   int nodes_after = 0, world_after = 0;  // 0: the round never closed
 };

@@ -96,8 +96,7 @@ class Attempt {
       ::unlink(slot->error_file.c_str());
       slot->output = std::make_unique<WorkerOutput>(
           expand_prefix(spec_.prefix_template, slot->rank, local_rank, spec_.layout.role),
-          route_stream(options, local_rank, StdSpec::kOut),
-          route_stream(options, local_rank, StdSpec::kErr), dir);
+          route_stream(options, local_rank, StdSpec::kOut), route_stream(options, local_rank, StdSpec::kErr), dir);
       SpawnRequest request;
       request.path = options.program_path;
       request.argv.push_back(options.program);
@@ -134,8 +133,7 @@ class Attempt {
   void begin_stop(int sig) {
     if (stopping_) return;
     stopping_ = true;
-    stop_deadline_ = Clock::now() + std::chrono::milliseconds(
-                                        static_cast<long>(spec_.options->stop_timeout * 1000));
+    stop_deadline_ = Clock::now() + std::chrono::milliseconds(static_cast<long>(spec_.options->stop_timeout * 1000));
     for (auto& slot : slots_) {
       slot->process->signal_group(sig);
       // A stopped worker (SIGSTOP, Ctrl-Z, a debugger's halt) acts on the signal only once it runs
@@ -192,8 +190,7 @@ class Attempt {
     if (stopping_ && !killed_) deadline = stop_deadline_;
     else if (!stopping_ && spec_.check_remote) deadline = next_check_;
     if (deadline == Clock::time_point::max()) return 1000;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
     return static_cast<int>(std::max<long>(0, std::min<long>(left, 1000)));
   }
 

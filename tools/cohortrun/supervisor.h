@@ -20,9 +20,9 @@ struct WorkerFailure {
   int local_rank = 0;
   int pid = 0;
   ExitStatus status;
-  std::string time;                       // when it was seen, local time
-  std::vector<std::string> stderr_tail;   // last lines of its stderr
-  std::string error_message;              // from TORCHELASTIC_ERROR_FILE, when the worker wrote it
+  std::string time;                      // when it was seen, local time
+  std::vector<std::string> stderr_tail;  // last lines of its stderr
+  std::string error_message;             // from TORCHELASTIC_ERROR_FILE, when the worker wrote it
 };
 
 enum class AttemptEnd {
@@ -35,8 +35,8 @@ enum class AttemptEnd {
 struct AttemptResult {
   AttemptEnd end = AttemptEnd::kSucceeded;
   std::vector<WorkerFailure> failures;
-  std::string stop_reason;  // kStopped: what check_remote returned
-  int signal = 0;           // kSignaled: the signal
+  std::string stop_reason;                // kStopped: what check_remote returned
+  int signal = 0;                         // kSignaled: the signal
   std::vector<std::string> log_failures;  // log files that could not be written (WorkerOutput)
 };
 
@@ -44,8 +44,8 @@ struct AttemptSpec {
   const LaunchOptions* options = nullptr;
   GroupLayout layout;
   EnvVars base_env;
-  std::string attempt_dir;       // attempt_N: per-local-rank log files and error files
-  std::string prefix_template;   // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE or ""
+  std::string attempt_dir;      // attempt_N: per-local-rank log files and error files
+  std::string prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE or ""
   /// Called every --monitor-interval while workers run; a value means "stop, for this reason".
   std::function<std::optional<std::string>()> check_remote;
 };
