@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "compute_clock.h"
-#include "core/check.h"
+#include "../../examples/common/check.h"
 
 namespace {
 
@@ -51,7 +51,7 @@ double current_rss_mb() {
 // The model cut into `stages` stages, each a ClockMark, its blocks (the last stage also the head) and a
 // ClockMark; returns the Sequential and the stage boundaries (layer indices) for PartitionOptions.
 std::pair<torch::nn::Sequential, std::vector<int64_t>> marked_mlp(const Args& args, int stages) {
-  COHORT_CHECK(args.blocks % stages == 0, "--blocks ", args.blocks, " is not a multiple of the stage count ",
+  examples::require(args.blocks % stages == 0, "--blocks ", args.blocks, " is not a multiple of the stage count ",
                stages, " (every stage gets the same blocks)");
   torch::nn::Sequential net;
   std::vector<int64_t> boundaries;
@@ -158,7 +158,7 @@ int run(const Args& args) {
   torch::set_num_threads(args.threads);
   auto world = cohort::init();
   const bool single = args.mode == "single";
-  COHORT_CHECK(!single || world.size() == 1, "--mode single runs on one rank, not ", world.size());
+  examples::require(!single || world.size() == 1, "--mode single runs on one rank, not ", world.size());
   const int per_rank = args.schedule == "interleaved" && !single ? args.stages_per_rank : 1;
   const double rss_before = current_rss_mb();
   torch::manual_seed(0);

@@ -20,8 +20,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Args {
-  std::string model = "resnet18", mode = "ddp";
-  int batch = 32, steps = 20, warmup = 3, threads = 1;
+  std::string model = "resnet18", mode = "ddp", comm_hook = "none";
+  int batch = 32, steps = 20, warmup = 3, threads = 1, powersgd_rank = 1;
 };
 
 std::shared_ptr<torch::nn::Module> make_model(const std::string& name) {
@@ -52,7 +52,13 @@ int run(const Args& args, const cohort::World& world) {
   std::unique_ptr<cohort::DistributedDataParallel<torch::nn::Module>> ddp;
   std::unique_ptr<cohort::ZeroEngine<torch::nn::Module>> zero;
   std::unique_ptr<torch::optim::SGD> opt;
-  if (args.mode == "ddp") ddp = std::make_unique<cohort::DistributedDataParallel<torch::nn::Module>>(model);
+  if (args.mode == "ddp") {
+    ddp = std::make_unique<cohort::DistributedDataParallel<torch::nn::Module>>(model);
+    // As the .py twin: PowerSGD compresses from step 2 (the warm-up's), error feedback and warm start on.
+    if (args.comm_hook == "powersgd")
+      ddp->register_comm_hook(cohort::comm_hooks::powersgd(
+          cohort::PowerSGDOptions().matrix_approximation_rank(args.powersgd_rank).start_iteration(2)));
+  }
   if (args.mode.rfind("zero", 0) == 0)
     zero = std::make_unique<cohort::ZeroEngine<torch::nn::Module>>(model, zero_config(args.mode.back() - '0', size),
                                                                     cohort::EngineOptions());
@@ -81,8 +87,9 @@ int run(const Args& args, const cohort::World& world) {
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   if (world.rank() == 0 || args.mode == "alone")
     std::printf("RESULT impl=cohort_%s model=%s ranks=%d batch=%d threads=%d samples_per_s=%.1f step_ms=%.2f wait_ms=%.3f "
-                "data=synthetic\n", args.mode.c_str(), args.model.c_str(), world.size(), args.batch, args.threads,
-                double(args.steps) * args.batch * size / elapsed, 1000 * elapsed / args.steps, 1000 * wait / args.steps);
+                "hook=%s data=synthetic\n", args.mode.c_str(), args.model.c_str(), world.size(), args.batch, args.threads,
+                double(args.steps) * args.batch * size / elapsed, 1000 * elapsed / args.steps, 1000 * wait / args.steps,
+                args.comm_hook.c_str());
   return 0;
 }
 
@@ -98,7 +105,14 @@ int main(int argc, char** argv) {
   app.add_option("--steps", args.steps, "timed steps");
   app.add_option("--warmup", args.warmup, "untimed steps first");
   app.add_option("--threads", args.threads, "torch threads per rank");
+  app.add_option("--comm-hook", args.comm_hook, "DDP communication hook: none or powersgd")
+      ->check(CLI::IsMember({"none", "powersgd"}));
+  app.add_option("--powersgd-rank", args.powersgd_rank, "PowerSGD's matrix approximation rank")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (args.comm_hook == "powersgd" && (args.mode != "ddp" || args.warmup < 2)) {
+    std::fprintf(stderr, "error: --comm-hook powersgd needs --mode ddp and --warmup 2 or more (it compresses from step 2)\n");
+    return 2;
+  }
   torch::set_num_threads(args.threads);
   try {
     return run(args, cohort::init());

@@ -162,7 +162,7 @@ class CommImpl {
   /// hosts, then NCCL and Gloo.
   void make_transports(const BackendConfig& backend);
   /// Agreement alone (the segment's barrier on one host, else the control plane); "" when agreed.
-  std::string agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch);
+  CommFailure agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch);
   /// "<op> failed in the shared-memory transport: <what>" or, for c10d, "<op> could not start: <what>".
   std::string start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const;
   /// Agrees on `op` with every rank (through the shared-memory segment on one host, else the control

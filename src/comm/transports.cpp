@@ -128,7 +128,7 @@ Started C10dTransport::reduce_scatter(const OpData& op) {
   Started started;
   const int n = size_;
   if (nccl_) {  // the output is the only receive buffer: ZeRO's memory saving holds on the GPU
-    started.work = reduce_scatter_flat(group_, op.output, op.buffer.view(-1), op.reduce);
+    started.work = reduce_scatter_flat(group_, op.output, op.buffer.view(-1), to_c10d(op.reduce));
     if (op.reduce == ReduceOp::kAvg) started.then = [out = op.output, n]() mutable { out.div_(n); };
     return started;
   }

@@ -16,6 +16,7 @@
 
 #include "cohort/comm.h"
 #include "cohort/world.h"
+#include "comm/comm_access.h"
 #include "comm/comm_impl.h"
 #include "support/multiproc.h"
 
@@ -62,9 +63,9 @@ cohort::testing::RanksOptions split_in_two() {
 
 void every_collective(int rank, int size) {
   auto& comm = cohort::init().comm();
-  auto* hier = comm.impl().hier();
+  auto* hier = cohort::detail::comm_impl(comm).hier();
   ASSERT_NE(hier, nullptr) << "2 split hosts x 2 ranks: the hierarchical transport must be chosen";
-  EXPECT_EQ(comm.impl().shm(), nullptr);
+  EXPECT_EQ(cohort::detail::comm_impl(comm).shm(), nullptr);
   EXPECT_EQ(hier->layout().hosts, 2);
   const int64_t before = hier->ops_done();
   int64_t ops = 0;
@@ -124,8 +125,8 @@ TEST(Hier, OffWithCohortHierarchical0) {
   options.env["COHORT_HIERARCHICAL"] = "0";
   run_ranks(4, [](int rank, int) {
     auto& comm = cohort::init().comm();
-    EXPECT_EQ(comm.impl().hier(), nullptr);
-    EXPECT_EQ(comm.impl().shm(), nullptr);
+    EXPECT_EQ(cohort::detail::comm_impl(comm).hier(), nullptr);
+    EXPECT_EQ(cohort::detail::comm_impl(comm).shm(), nullptr);
     auto t = torch::full({3000}, rank + 1, torch::kLong);
     comm.allreduce(t);
     EXPECT_TRUE(t.eq(10).all().item<bool>());
@@ -154,7 +155,7 @@ TEST(Hier, BadSettingsAreRejected) {
 TEST(Hier, DesyncIsNamedAsOnTheFlatPath) {
   auto results = run_ranks(4, [](int rank, int) {
     auto& comm = cohort::init().comm();
-    ASSERT_NE(comm.impl().hier(), nullptr);
+    ASSERT_NE(cohort::detail::comm_impl(comm).hier(), nullptr);
     comm.allreduce(torch::ones({2}));
     try {
       comm.allreduce(torch::ones({rank == 3 ? 5 : 4}));
@@ -178,7 +179,7 @@ TEST(Hier, ARankKilledMidTransferIsNamed) {
   options.expect_all_pass = false;
   auto results = run_ranks(4, [](int rank, int) {
     auto& comm = cohort::init().comm();
-    ASSERT_NE(comm.impl().hier(), nullptr);
+    ASSERT_NE(cohort::detail::comm_impl(comm).hier(), nullptr);
     auto big = torch::ones({1 << 20});
     comm.allreduce(big);
     if (rank == 3) {
