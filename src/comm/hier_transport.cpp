@@ -104,15 +104,7 @@ HierTransport::~HierTransport() {
   if (leaders_) shutdown_backend(*leaders_);
 }
 
-bool HierTransport::can_run(const OpData& op) const {
-  switch (op.kind) {
-    case OpKind::kAllreduce:
-    case OpKind::kReduceScatter: return ShmTransport::can_reduce(op.buffer);
-    case OpKind::kBroadcast: return ShmTransport::can_move(op.buffer);
-    case OpKind::kAllgather: return ShmTransport::can_move(op.buffer) && op.output.is_cpu();
-    default: return false;
-  }
-}
+bool HierTransport::can_run(const OpData& op) const { return ShmCollectives::segment_runs(op); }
 
 Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWatch& watch) {
   Started started;

@@ -32,7 +32,7 @@ void reduce_rows(const at::Tensor& chunks_in, const at::Tensor& out, ReduceOp op
   out.copy_(reduced);
 }
 
-bool ShmCollectives::can_run(const OpData& op) const {
+bool ShmCollectives::segment_runs(const OpData& op) {
   switch (op.kind) {
     case OpKind::kAllreduce:
     case OpKind::kReduceScatter: return ShmTransport::can_reduce(op.buffer);

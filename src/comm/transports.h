@@ -17,9 +17,12 @@ class ShmCollectives : public Transport {
  public:
   explicit ShmCollectives(ShmTransport& shm) : shm_(shm) {}
   const char* name() const override { return "shm"; }
-  bool can_run(const OpData& op) const override;
+  bool can_run(const OpData& op) const override { return segment_runs(op); }
   bool agrees() const override { return true; }
   Started start(const OpData& op, uint64_t fingerprint, const ShmWatch& watch) override;
+  /// Whether a shared-memory segment moves `op` (CPU, a dtype it reduces): the hierarchical transport's
+  /// rule too, whose steps within a host are this segment's.
+  static bool segment_runs(const OpData& op);
 
  private:
   ShmTransport& shm_;
