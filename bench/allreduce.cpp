@@ -1,7 +1,7 @@
 // bench/allreduce: what cohort::Comm costs over the transport it wraps. nccl-tests style rows (float32,
 // 4 KiB to 64 MiB) for cohort::Comm::allreduce and raw c10d ProcessGroupGloo on the same store, taking
 // turns in rotating order (medians, per-repetition ratios; rank 0's clock); the fingerprint agreement
-// alone; tensor fusion (200 x 1 KiB, separate vs fused); send/recv ping-pong (8 B to 2 MiB).
+// alone; cohort's allreduce alone (--mode alone, what bench/allreduce_mpi times); tensor fusion (200 x 1 KiB, separate vs fused); send/recv ping-pong (8 B to 2 MiB).
 // `--nproc N` re-runs this program as N local ranks; under a launcher (cohortrun, torchrun, mpirun,
 // srun) each process is one rank.
 #include <CLI/CLI.hpp>
@@ -40,7 +40,7 @@ struct BenchOptions : BlockTiming {
   int64_t min_bytes = 4 << 10;
   int64_t max_bytes = 64 << 20;
   int64_t block_bytes = 32 << 20;  // bytes reduced per timed block (2 to 100 calls)
-  std::string mode = "all";  // all, sizes, fusion, pingpong
+  std::string mode = "all";  // all, sizes, alone, fusion, pingpong
   int64_t pingpong_max = 4 << 20;
   int fusion_tensors = 200;
   int fusion_floats = 256;
@@ -217,6 +217,31 @@ struct Bench {
     }
   }
 
+  // cohort's allreduce timed by itself, blocks lined up by cohort's own barrier only: what
+  // bench/allreduce_mpi does with MPI_Barrier, so the two compare like with like. (In `sizes` the Gloo
+  // variants and the Gloo barrier between blocks sleep in the kernel; unbound, the scheduler then may
+  // leave both ranks on one CPU for the next block.)
+  void alone() {
+    const int n = comm.size();
+    const double bus = 2.0 * (n - 1) / n;
+    if (print)
+      std::printf("# allreduce alone, float32 sum, %d ranks; medians of %d repetitions (warm-up %d)\n#\n"
+                  "# %9s %9s %4s | %9s %6s %6s\n# %9s %9s %4s | %9s %6s %6s\n", n, options.reps, options.warmup,
+                  "size", "count", "iter", "cohort", "algbw", "busbw", "(B)", "(elems)", "", "time(us)", "(GB/s)",
+                  "(GB/s)");
+    for (int64_t bytes = options.min_bytes; bytes <= options.max_bytes; bytes *= 4) {
+      const int64_t count = bytes / 4;
+      const int iters = int(std::clamp<int64_t>(options.block_bytes / bytes, 2, 100));
+      auto a = torch::zeros({count});
+      const double t = measure_interleaved({[&] { comm.allreduce(a); }}, iters, options, [&] { comm.barrier(); }).median(0);
+      if (print) {
+        std::printf("  %9lld %9lld %4d | %9.1f %6.3f %6.3f\n", (long long)bytes, (long long)count, iters, t,
+                    gbps(bytes, t), bus * gbps(bytes, t));
+        std::fflush(stdout);
+      }
+    }
+  }
+
   // Point to point between ranks 0 and 1: a message goes there and back, the one-way time is half the
   // round trip. cohort's send/recv against raw c10d Gloo's, interleaved; from 8 B in x4 steps up to
   // --pingpong-max-bytes (default 4 MiB, so the last size is 2 MiB).
@@ -321,7 +346,7 @@ int main(int argc, char** argv) {
   app.add_option("--block-bytes", options.block_bytes, "bytes reduced per timed block (2 to 100 calls)")
       ->check(CLI::Range(int64_t(4), int64_t(1) << 36));
   app.add_option("--mode", options.mode, "what to measure")
-      ->check(CLI::IsMember({"all", "sizes", "fusion", "pingpong"}));
+      ->check(CLI::IsMember({"all", "sizes", "alone", "fusion", "pingpong"}));
   app.add_option("--pingpong-max-bytes", options.pingpong_max, "largest ping-pong message (from 8 B, x4)")
       ->check(CLI::Range(int64_t(8), int64_t(1) << 32));
   app.add_option("--fusion-tensors", options.fusion_tensors, "tensors in the fusion test")
@@ -359,6 +384,7 @@ int main(int argc, char** argv) {
       std::printf("# cohort bench/allreduce: %d ranks (launcher: %s), torch %s, intra-op threads %d\n#\n",
                   world.size(), world.launcher().c_str(), TORCH_VERSION, torch::get_num_threads());
     if (options.mode == "all" || options.mode == "sizes") bench.sizes();
+    if (options.mode == "alone") bench.alone();
     if (options.mode == "all" || options.mode == "fusion") bench.fusion();
     if (options.mode == "all" || options.mode == "pingpong") bench.pingpong();
     bench.sync();  // nobody tears down its control plane while a peer still uses it

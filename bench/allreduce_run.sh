@@ -29,12 +29,15 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "# bench/allreduce_run.sh $runs $* (MODE=$mode BIND=$bind)"
 echo "# $(date -u '+%Y-%m-%d %H:%M') UTC, $(getconf _NPROCESSORS_ONLN) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+# cohort's `alone` mode times its allreduce by itself, blocks lined up by its own barrier, as
+# allreduce_mpi does with MPI_Barrier (`sizes` interleaves Gloo variants, whose sleeps move the ranks).
+cohort_mode=$mode; [ "$mode" = sizes ] && cohort_mode=alone
 run_cohort() {
   if [ "$bind" = 1 ]; then
-    "$build/tools/cohortrun" --standalone --nproc-per-node 2 --bind-cores "$cohort" --mode "$mode" "$@" 2>/dev/null |
+    "$build/tools/cohortrun" --standalone --nproc-per-node 2 --bind-cores "$cohort" --mode "$cohort_mode" "$@" 2>/dev/null |
       sed 's/^\[rank0\]: //' >"$out/cohort.$run"
   else
-    "$cohort" --nproc 2 --mode "$mode" "$@" >"$out/cohort.$run"
+    "$cohort" --nproc 2 --mode "$cohort_mode" "$@" >"$out/cohort.$run"
   fi
 }
 run_mpi() { "${mpirun[@]}" "$mpi" --mode "$mode" "$@" >"$out/mpi.$run"; }

@@ -138,10 +138,13 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
   const auto colon = endpoint.rfind(':');
   std::string why;
   net::Fd fd = net::connect_until({endpoint.substr(0, colon), std::stoi(endpoint.substr(colon + 1))}, deadline, &why);
-  COHORT_CHECK(fd, "control plane: cannot connect to rank ", peer, " at ", endpoint, " within ", config.timeout.count(),
-               " ms: ", why);
-  const auto fail = [&](const std::string& failure) {
-    throw Error("control plane: rank " + std::to_string(peer) + " at " + endpoint + " " + failure);
+  if (!fd)
+    throw Error(str("control plane: cannot connect to rank ", peer, " at ", endpoint, " within ",
+                    config.timeout.count(), " ms: ", why),
+                ErrorKind::kTimeout, {peer});
+  // A peer that does not answer is waited-for (timeout); one that answers wrongly is not of this job.
+  const auto fail = [&](const std::string& failure, ErrorKind kind = ErrorKind::kTimeout) {
+    throw Error("control plane: rank " + std::to_string(peer) + " at " + endpoint + " " + failure, kind, {peer});
   };
   const std::string unanswered = "did not answer the handshake within " + std::to_string(config.timeout.count()) +
                                  " ms";
@@ -152,7 +155,7 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
   const std::string proof = hmac_proof(config.secret, "cp-dial", theirs_nonce,
                                        mine + hs_identity(config.rank, config.run_id, config.host));
   if (const auto sent = net::write_all(fd.get(), hs_hello(config, mine + proof), deadline); !sent.ok())
-    fail("failed the handshake: " + sent.why);
+    fail("failed the handshake: " + sent.why, ErrorKind::kIO);
   char header[kHelloHeader];
   if (!net::read_exact(fd.get(), header, sizeof header, deadline).ok() || !hs_is_hello(header) ||
       int(hs_get_u32(header + 4)) != peer)
@@ -164,11 +167,12 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
     fail(unanswered);
   if (run_id != config.run_id) {
     throw Error("control plane: rank " + std::to_string(config.rank) + " of " + job_label(config.run_id) +
-                " dialled rank " + std::to_string(peer) + " at " + endpoint + " and found " + job_label(run_id) +
-                kTwoJobsHint);
+                    " dialled rank " + std::to_string(peer) + " at " + endpoint + " and found " + job_label(run_id) +
+                    kTwoJobsHint,
+                ErrorKind::kOther, {peer});
   }
   if (!same_bytes(answer, hmac_proof(config.secret, "cp-accept", mine, theirs_nonce + hs_identity(peer, run_id, host))))
-    fail("did not prove it knows the job's secret");
+    fail("did not prove it knows the job's secret", ErrorKind::kOther);
   return PeerLink{peer, std::move(fd), host};
 }
 

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ struct ShmHeader {
 struct ShmTransport::RankLine {
   alignas(64) std::atomic<uint64_t> barriers;  // barriers this rank reached
   std::atomic<uint64_t> fingerprint[2];        // the fingerprint of barrier k, at [k % 2]
+  std::atomic<int32_t> cpu;                    // the CPU this rank ran on at its last arrival (shm_wait)
 };
 
 namespace {
@@ -225,8 +227,24 @@ bool ShmTransport::peers_reached(uint64_t count) const {
   return true;
 }
 
+bool ShmTransport::late_peer_shares_cpu(uint64_t count) const {
+  const int here = sched_getcpu();  // the vDSO's: tens of nanoseconds
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_ && line(r).barriers.load(std::memory_order_relaxed) < count &&
+        line(r).cpu.load(std::memory_order_relaxed) == here)
+      return true;
+  return false;
+}
+
 void ShmTransport::wait_for_peers(uint64_t count, const Watch& watch) {
-  shm_wait([&] { return peers_reached(count); }, header_->arrivals, watch);
+  shm_wait([&] { return peers_reached(count); }, header_->arrivals, watch,
+           [&] {
+             if (!late_peer_shares_cpu(count)) return false;
+             std::vector<int> used(size_);
+             for (int r = 0; r < size_; ++r) used[r] = line(r).cpu.load(std::memory_order_relaxed);
+             spread_.move_off(sched_getcpu(), used, rank_);  // note in comm/cpu_spread.h
+             return true;
+           });
 }
 
 bool ShmTransport::barrier(const Watch& watch, const uint64_t* fingerprint) {
@@ -235,6 +253,7 @@ bool ShmTransport::barrier(const Watch& watch, const uint64_t* fingerprint) {
   // A peer overwrites slot count % 2 only at barrier count + 2, which it cannot reach before this rank
   // arrived at count + 1, after reading below: two slots are enough.
   if (fingerprint) mine.fingerprint[count % 2].store(*fingerprint, std::memory_order_relaxed);
+  mine.cpu.store(sched_getcpu(), std::memory_order_relaxed);
   mine.barriers.store(count, std::memory_order_release);
   header_->arrivals.notify();
   wait_for_peers(count, watch);

@@ -36,6 +36,7 @@
 #include <string>
 
 #include "cohort/comm.h"
+#include "comm/cpu_spread.h"
 #include "comm/shm_ring.h"
 #include "comm/shm_wait.h"
 
@@ -107,6 +108,8 @@ class ShmTransport {
   /// Spins, then sleeps, until every peer's barrier count reached `count`.
   void wait_for_peers(uint64_t count, const Watch& watch);
   bool peers_reached(uint64_t count) const;
+  /// Whether a peer that has not reached barrier `count` last arrived on the CPU this rank runs on.
+  bool late_peer_shares_cpu(uint64_t count) const;
 
   int rank_, size_;
   size_t slot_bytes_;
@@ -117,6 +120,7 @@ class ShmTransport {
   uint64_t barriers_ = 0;  // barriers this rank reached
   int64_t agreed_us_ = -1;
   int64_t ops_done_ = 0;
+  CpuSpread spread_;  // moves this rank off a CPU a waited-for peer shares (unbound ranks)
 };
 
 }  // namespace cohort::detail

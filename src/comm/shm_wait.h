@@ -46,8 +46,11 @@ inline void cpu_relax() {
 }
 
 /// Returns once `ready()` holds. Spinning stays short: on a node whose cores all train, it steals compute.
-template <typename Ready>
-void shm_wait(Ready ready, ShmWakeup& wakeup, const ShmWatch& watch) {
+/// `peer_shares_cpu()`, asked now and then while spinning: true when a peer this wait needs last ran on
+/// this very CPU (unbound ranks that the scheduler put together): pausing cannot help then, since the
+/// peer only runs once this rank gives the CPU up, so the wait yields at once.
+template <typename Ready, typename SharesCpu>
+void shm_wait(Ready ready, ShmWakeup& wakeup, const ShmWatch& watch, SharesCpu peer_shares_cpu) {
   using Clock = std::chrono::steady_clock;
   // Pause instructions only for the first 10 us (a peer on another core answers within a few: a
   // small message's round trip), then yields until 50 us: the peer may need this very CPU. Yielding
@@ -56,7 +59,7 @@ void shm_wait(Ready ready, ShmWakeup& wakeup, const ShmWatch& watch) {
   constexpr auto kSpinFor = std::chrono::microseconds(50);
   constexpr auto kWatchEvery = std::chrono::milliseconds(10);
   const auto start = Clock::now();
-  bool yielding = false;
+  bool yielding = peer_shares_cpu();
   for (int i = 1;; ++i) {
     if (ready()) return;
     if (yielding) sched_yield();
@@ -64,7 +67,7 @@ void shm_wait(Ready ready, ShmWakeup& wakeup, const ShmWatch& watch) {
     if (i % 32 == 0) {
       const auto spent = Clock::now() - start;
       if (spent > kSpinFor) break;
-      yielding = spent > kPureSpinFor;
+      yielding = spent > kPureSpinFor || peer_shares_cpu();
     }
   }
   auto next_watch = Clock::now() + kWatchEvery;
@@ -85,6 +88,12 @@ void shm_wait(Ready ready, ShmWakeup& wakeup, const ShmWatch& watch) {
       next_watch = Clock::now() + kWatchEvery;
     }
   }
+}
+
+/// For waits on a single writer whose CPU is not published (the point-to-point rings).
+template <typename Ready>
+void shm_wait(Ready ready, ShmWakeup& wakeup, const ShmWatch& watch) {
+  shm_wait(ready, wakeup, watch, [] { return false; });
 }
 
 }  // namespace cohort::detail

@@ -25,9 +25,9 @@ Reducer::Reducer(std::shared_ptr<torch::nn::Module> module, DDPOptions options)
   comm_ = resolve_comm(options_.comm(), "DistributedDataParallel");
   scale_ = 1.0 / comm_->size();
   divisor_ = comm_->size();
-  COHORT_CHECK(options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
-               "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ", options_.bucket_cap_mb(),
-               " and ", options_.first_bucket_cap_mb());
+  COHORT_CHECK_KIND(kInvalidArgument, options_.bucket_cap_mb() > 0 && options_.first_bucket_cap_mb() > 0,
+                    "DDPOptions: bucket_cap_mb and first_bucket_cap_mb must be positive, got ",
+                    options_.bucket_cap_mb(), " and ", options_.first_bucket_cap_mb());
   std::vector<torch::Tensor> all_params;
   std::vector<std::string> all_names;
   for (const auto& item : module_->named_parameters()) {
@@ -114,9 +114,9 @@ void Reducer::on_gradient_ready(int64_t index) {
   link_gradient(index);
   touched_[index] = 1;
   if (no_sync_depth_ > 0) return;  // accumulate locally; the next synchronized backward reduces
-  COHORT_CHECK(!ready_[index], "DistributedDataParallel: parameter '", names_[index],
-               "' got two gradients in one backward pass; DDP supports one gradient per parameter per "
-               "backward (is the module reused across two backward calls with retain_graph?)");
+  COHORT_CHECK_KIND(kInvalidArgument, !ready_[index], "DistributedDataParallel: parameter '", names_[index],
+                    "' got two gradients in one backward pass; DDP supports one gradient per parameter per "
+                    "backward (is the module reused across two backward calls with retain_graph?)");
   ready_[index] = 1;
   if (!rebuilt_) {  // the first synchronized backward reduces at its end (note "first step" in reducer.h)
     arrival_order_.push_back(index);
@@ -170,13 +170,14 @@ void Reducer::wait_launched(size_t count) {
 }
 
 void Reducer::register_comm_hook(std::shared_ptr<CommHook> hook) {
-  COHORT_CHECK(hook != nullptr, "DistributedDataParallel::register_comm_hook: the hook is null");
-  COHORT_CHECK(hook_ == nullptr, "DistributedDataParallel::register_comm_hook: a comm hook (", hook_->name(),
-               ") is already registered; register_comm_hook can be called once per DDP, as in PyTorch");
-  COHORT_CHECK(!rebuilt_ && !in_backward_,
-               "DistributedDataParallel::register_comm_hook: called after the first "
-               "synchronized backward; register the hook (",
-               hook->name(), ") before training starts, as in PyTorch");
+  COHORT_CHECK_KIND(kInvalidArgument, hook != nullptr, "DistributedDataParallel::register_comm_hook: the hook is null");
+  COHORT_CHECK_KIND(kInvalidArgument, hook_ == nullptr, "DistributedDataParallel::register_comm_hook: a comm hook (",
+                    hook_->name(),
+                    ") is already registered; register_comm_hook can be called once per DDP, as in PyTorch");
+  COHORT_CHECK_KIND(kInvalidArgument, !rebuilt_ && !in_backward_,
+                    "DistributedDataParallel::register_comm_hook: called after the first "
+                    "synchronized backward; register the hook (",
+                    hook->name(), ") before training starts, as in PyTorch");
   hook->claim();
   hook_ = std::move(hook);
 }
@@ -193,11 +194,12 @@ void Reducer::mark_unused_parameters() {
     for (size_t i = 0; i < unused.size() && i < 5; ++i) list += (i ? ", " : "") + ("'" + unused[i] + "'");
     if (unused.size() > 5) list += " and " + std::to_string(unused.size() - 5) + " more";
     throw Error("DistributedDataParallel: parameter" + std::string(unused.size() > 1 ? "s " : " ") + list +
-                " received no gradient in this backward pass, so " +
-                (unused.size() > 1 ? "their buckets" : "its bucket") +
-                " could not be reduced. If parts of the model are unused in some steps, construct DDP with "
-                "DDPOptions().find_unused_parameters(true); otherwise make every parameter take part in "
-                "the loss (or set requires_grad(false) on the ones that never do).");
+                    " received no gradient in this backward pass, so " +
+                    (unused.size() > 1 ? "their buckets" : "its bucket") +
+                    " could not be reduced. If parts of the model are unused in some steps, construct DDP with "
+                    "DDPOptions().find_unused_parameters(true); otherwise make every parameter take part in "
+                    "the loss (or set requires_grad(false) on the ones that never do).",
+                ErrorKind::kInvalidArgument);
   }
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {

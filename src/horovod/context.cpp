@@ -41,7 +41,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 Context& Context::get(const char* caller) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  COHORT_CHECK(g_context != nullptr, caller, ": cohort::hvd is not initialized; call cohort::hvd::init() first");
+  COHORT_CHECK_KIND(kInvalidArgument, g_context != nullptr, caller,
+                    ": cohort::hvd is not initialized; call cohort::hvd::init() first");
   return *g_context;
 }
 
@@ -100,11 +101,12 @@ int Context::add_process_set(const std::vector<int>& ranks) {
   const char* caller = "hvd::add_process_set";
   std::vector<int> sorted = ranks;
   std::sort(sorted.begin(), sorted.end());
-  COHORT_CHECK(!sorted.empty(), caller, ": the set has no ranks");
-  COHORT_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), caller, ": rank ",
-               *std::adjacent_find(sorted.begin(), sorted.end()), " is listed twice");
-  COHORT_CHECK(sorted.front() >= 0 && sorted.back() < world_.size(), caller, ": rank ",
-               sorted.front() < 0 ? sorted.front() : sorted.back(), " is not a rank of this world of ", world_.size());
+  COHORT_CHECK_KIND(kInvalidArgument, !sorted.empty(), caller, ": the set has no ranks");
+  COHORT_CHECK_KIND(kInvalidArgument, std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), caller,
+                    ": rank ", *std::adjacent_find(sorted.begin(), sorted.end()), " is listed twice");
+  COHORT_CHECK_KIND(kInvalidArgument, sorted.front() >= 0 && sorted.back() < world_.size(), caller, ": rank ",
+                    sorted.front() < 0 ? sorted.front() : sorted.back(), " is not a rank of this world of ",
+                    world_.size());
   int id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -118,7 +120,8 @@ int Context::add_process_set(const std::vector<int>& ranks) {
 
 Context::ProcessSetState& Context::set_state(int id, const char* caller) {
   const auto it = sets_.find(id);
-  COHORT_CHECK(it != sets_.end(), caller, ": process set ", id, " does not exist (hvd::add_process_set makes them)");
+  COHORT_CHECK_KIND(kInvalidArgument, it != sets_.end(), caller, ": process set ", id,
+                    " does not exist (hvd::add_process_set makes them)");
   return it->second;
 }
 
@@ -147,14 +150,14 @@ Handle Context::submit(const Request& request, std::function<Started(Comm&)> sta
     op->caller = request.caller;
     op->shadow = request.shadow;
     op->name = op->named ? request.name : request.kind + ".noname." + std::to_string(set.next_unnamed);
-    COHORT_CHECK(set.comm != nullptr, request.caller, "('", op->name, "'): this rank (", world_.rank(),
-                 ") is not in process set ", request.process_set, " (ranks ", rank_list(set.ranks),
-                 "); only its ranks may call its operations");
+    COHORT_CHECK_KIND(kInvalidArgument, set.comm != nullptr, request.caller, "('", op->name, "'): this rank (",
+                      world_.rank(), ") is not in process set ", request.process_set, " (ranks ", rank_list(set.ranks),
+                      "); only its ranks may call its operations");
     const auto clash = names_.find({op->process_set, op->name});
-    COHORT_CHECK(clash == names_.end(), request.caller, "('", op->name, "'): a tensor named '", op->name,
-                 "' is still in flight (handle ", clash->second,
-                 ", not yet synchronized); a name may be used by one operation at a time: synchronize the "
-                 "first one or use another name");
+    COHORT_CHECK_KIND(kInvalidArgument, clash == names_.end(), request.caller, "('", op->name, "'): a tensor named '",
+                      op->name, "' is still in flight (handle ", clash->second,
+                      ", not yet synchronized); a name may be used by one operation at a time: synchronize the "
+                      "first one or use another name");
     ++next_handle_;  // only for an operation that starts: handles stay equal on ranks issuing alike
     if (!op->named) ++set.next_unnamed;
     names_[{op->process_set, op->name}] = op->handle;
@@ -188,9 +191,9 @@ int Context::join() {
     std::lock_guard<std::mutex> lock(mutex_);
     controller = set_state(0, caller).controller.get();
   }
-  COHORT_CHECK(controller != nullptr, caller,
-               ": COHORT_HVD_ORDERED=1 starts each operation as it is submitted, "
-               "so a joined rank cannot take part in the others' operations; unset it to use hvd::join()");
+  COHORT_CHECK_KIND(kInvalidArgument, controller != nullptr, caller,
+                    ": COHORT_HVD_ORDERED=1 starts each operation as it is submitted, "
+                    "so a joined rank cannot take part in the others' operations; unset it to use hvd::join()");
   const auto result = controller->join(world_.device());
   std::lock_guard<std::mutex> lock(mutex_);
   sets_.at(0).next_unnamed += result.shadowed_unnamed;  // the unnamed operations' names stay equal on every rank

@@ -53,12 +53,12 @@ void maybe_kill_after_commit(int rank, int64_t commits) {
 State::State(std::shared_ptr<torch::nn::Module> model, std::shared_ptr<torch::optim::Optimizer> optimizer,
              std::vector<std::pair<std::string, c10::IValue>> values, StateOptions options)
     : impl_(std::make_unique<Impl>()) {
-  COHORT_CHECK(model != nullptr, "hvd::elastic::State: the model is null");
-  COHORT_CHECK(optimizer != nullptr, "hvd::elastic::State: the optimizer is null");
+  COHORT_CHECK_KIND(kInvalidArgument, model != nullptr, "hvd::elastic::State: the model is null");
+  COHORT_CHECK_KIND(kInvalidArgument, optimizer != nullptr, "hvd::elastic::State: the optimizer is null");
   for (size_t i = 0; i < values.size(); ++i)
     for (size_t j = 0; j < i; ++j)
-      COHORT_CHECK(values[i].first != values[j].first, "hvd::elastic::State: the value '", values[i].first,
-                   "' is given twice");
+      COHORT_CHECK_KIND(kInvalidArgument, values[i].first != values[j].first, "hvd::elastic::State: the value '",
+                        values[i].first, "' is given twice");
   impl_->model = std::move(model);
   impl_->optimizer = std::move(optimizer);
   impl_->values = std::move(values);
@@ -119,8 +119,8 @@ void State::Impl::load(const std::string& bytes, const std::string& what) {
   std::string mine, theirs;
   for (const auto& entry : values) mine += (mine.empty() ? "" : ", ") + entry.first;
   for (const auto& entry : loaded) theirs += (theirs.empty() ? "" : ", ") + entry.first;
-  COHORT_CHECK(mine == theirs, "hvd::elastic::State: ", what, " holds the values (", theirs, ") but the State has (",
-               mine, "); a commit restores into a State made with the same names");
+  COHORT_CHECK_KIND(kDesync, mine == theirs, "hvd::elastic::State: ", what, " holds the values (", theirs,
+                    ") but the State has (", mine, "); a commit restores into a State made with the same names");
   model->load(model_archive);
   optimizer->load(optimizer_archive);
   values = std::move(loaded);

@@ -45,15 +45,16 @@ GradientReducer::GradientReducer(std::shared_ptr<torch::optim::Optimizer> optimi
                                  DistributedOptimizerOptions options)
     : optimizer_(std::move(optimizer)), options_(options) {
   auto& context = Context::get(kWho);
-  COHORT_CHECK(optimizer_ != nullptr, kWho, ": the optimizer is null");
-  COHORT_CHECK(options_.backward_passes_per_step() >= 1, kWho, ": backward_passes_per_step must be at least 1, got ",
-               options_.backward_passes_per_step());
-  COHORT_CHECK(options_.op() == Average || options_.op() == Sum, kWho, ": op must be Average or Sum, got ",
-               reduce_op_name(options_.op()));
-  COHORT_CHECK(options_.gradient_predivide_factor() > 0 &&
-                   (options_.gradient_predivide_factor() == 1.0 || options_.op() == Average),
-               kWho, ": gradient_predivide_factor must be positive, and 1 unless op is Average; got ",
-               options_.gradient_predivide_factor());
+  COHORT_CHECK_KIND(kInvalidArgument, optimizer_ != nullptr, kWho, ": the optimizer is null");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.backward_passes_per_step() >= 1, kWho,
+                    ": backward_passes_per_step must be at least 1, got ", options_.backward_passes_per_step());
+  COHORT_CHECK_KIND(kInvalidArgument, options_.op() == Average || options_.op() == Sum, kWho,
+                    ": op must be Average or Sum, got ", reduce_op_name(options_.op()));
+  COHORT_CHECK_KIND(kInvalidArgument,
+                    options_.gradient_predivide_factor() > 0 &&
+                        (options_.gradient_predivide_factor() == 1.0 || options_.op() == Average),
+                    kWho, ": gradient_predivide_factor must be positive, and 1 unless op is Average; got ",
+                    options_.gradient_predivide_factor());
   take_parameters(named_parameters);
   build_groups(context.settings().fusion_threshold_bytes);
   reset_passes();
@@ -71,9 +72,9 @@ void GradientReducer::take_parameters(const torch::OrderedDict<std::string, torc
       if (!name_of.count(p.unsafeGetTensorImpl())) ++unnamed;
     }
   }
-  COHORT_CHECK(unnamed == 0, kWho, ": ", unnamed,
-               " of the optimizer's parameters are not in named_parameters; "
-               "pass model->named_parameters() of the model the optimizer trains");
+  COHORT_CHECK_KIND(kInvalidArgument, unnamed == 0, kWho, ": ", unnamed,
+                    " of the optimizer's parameters are not in named_parameters; "
+                    "pass model->named_parameters() of the model the optimizer trains");
   for (const auto& item : named_parameters) {
     if (!in_optimizer.count(item.value().unsafeGetTensorImpl()) || !item.value().requires_grad()) continue;
     params_.push_back(item.value());
@@ -115,11 +116,12 @@ void GradientReducer::reset_passes() {
 void GradientReducer::on_gradient(int64_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int k = options_.backward_passes_per_step();
-  COHORT_CHECK(passes_left_[index] > 0, kWho, ": parameter '", names_[index], "' got a gradient in ", k + 1,
-               " backward passes before step(), but backward_passes_per_step is ", k,
-               ": call step() (or "
-               "synchronize()) after each backward_passes_per_step backward passes, or raise it to accumulate "
-               "more passes locally");
+  COHORT_CHECK_KIND(kInvalidArgument, passes_left_[index] > 0, kWho, ": parameter '", names_[index],
+                    "' got a gradient in ", k + 1, " backward passes before step(), but backward_passes_per_step is ",
+                    k,
+                    ": call step() (or "
+                    "synchronize()) after each backward_passes_per_step backward passes, or raise it to accumulate "
+                    "more passes locally");
   synchronized_ = false;
   if (--passes_left_[index] > 0) return;  // accumulating locally
   if (--groups_[group_of_[index]].pending == 0) launch_ready_groups();
@@ -185,9 +187,10 @@ void GradientReducer::step() {
 void GradientReducer::zero_grad() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    COHORT_CHECK(next_launch_ == 0, kWho, ": zero_grad() was called after backward() started reducing ",
-                 "gradients but before step() or synchronize(); the reductions in flight would write into the "
-                 "zeroed gradients. Call step() or synchronize() first");
+    COHORT_CHECK_KIND(kInvalidArgument, next_launch_ == 0, kWho,
+                      ": zero_grad() was called after backward() started reducing ",
+                      "gradients but before step() or synchronize(); the reductions in flight would write into the "
+                      "zeroed gradients. Call step() or synchronize() first");
   }
   optimizer_->zero_grad();
 }

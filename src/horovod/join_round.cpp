@@ -153,7 +153,7 @@ bool Controller::join_round(const std::vector<bool>& joined, int32_t ready_unnam
 void Controller::fail(const std::shared_ptr<Op>& op, const std::string& message) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    op->error = std::make_exception_ptr(cohort::Error(message));
+    op->error = std::make_exception_ptr(cohort::Error(message, cohort::ErrorKind::kInvalidArgument));
     op->start = nullptr;
     op->launched = true;
   }

@@ -19,20 +19,22 @@ std::vector<torch::Tensor> one(const torch::Tensor& t) { return {t}; }
 
 // Horovod's checks that need no other rank: a defined tensor, scale factors a float can take.
 void check_allreduce(const torch::Tensor& t, const AllreduceOptions& o, const char* caller, const std::string& name) {
-  COHORT_CHECK(t.defined(), caller, "('", name, "'): the tensor is undefined");
+  COHORT_CHECK_KIND(kInvalidArgument, t.defined(), caller, "('", name, "'): the tensor is undefined");
   const bool floating = at::isFloatingType(t.scalar_type());
-  COHORT_CHECK(floating || o.op() != Average, caller, "('", name, "'): Average of an integer tensor (",
-               cohort::detail::dtype_name(t.scalar_type()), ") is not defined; use op Sum and divide");
-  COHORT_CHECK(floating || (o.prescale_factor() == 1.0 && o.postscale_factor() == 1.0), caller, "('", name,
-               "'): prescale_factor and postscale_factor need a floating-point tensor, got ",
-               cohort::detail::dtype_name(t.scalar_type()));
+  COHORT_CHECK_KIND(kInvalidArgument, floating || o.op() != Average, caller, "('", name,
+                    "'): Average of an integer tensor (", cohort::detail::dtype_name(t.scalar_type()),
+                    ") is not defined; use op Sum and divide");
+  COHORT_CHECK_KIND(kInvalidArgument, floating || (o.prescale_factor() == 1.0 && o.postscale_factor() == 1.0), caller,
+                    "('", name, "'): prescale_factor and postscale_factor need a floating-point tensor, got ",
+                    cohort::detail::dtype_name(t.scalar_type()));
 }
 
 // The root's place in the set: for the global set the rank itself (Comm checks its range).
 int root_in_set(Context& context, int root_rank, const ProcessSet& set, const std::string& name) {
   if (set.id() == 0) return root_rank;
   const int place = context.place_in_set(set.id(), root_rank, "hvd::broadcast");
-  COHORT_CHECK(place >= 0, "hvd::broadcast('", name, "'): root_rank ", root_rank, " is not in process set ", set.id());
+  COHORT_CHECK_KIND(kInvalidArgument, place >= 0, "hvd::broadcast('", name, "'): root_rank ", root_rank,
+                    " is not in process set ", set.id());
   return place;
 }
 

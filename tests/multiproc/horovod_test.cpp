@@ -153,6 +153,12 @@ TEST(Hvd, BroadcastAndAllgatherObjectsOfPickledValues) {
 TEST(Hvd, NotInitializedIsNamed) {
   EXPECT_EQ(error_of([] { hvd::rank(); }),
             "hvd::rank: cohort::hvd is not initialized; call cohort::hvd::init() first");
+  try {
+    hvd::rank();
+    ADD_FAILURE() << "expected an error";
+  } catch (const cohort::Error& e) {
+    EXPECT_EQ(e.kind(), cohort::ErrorKind::kInvalidArgument);
+  }
 }
 
 namespace {
