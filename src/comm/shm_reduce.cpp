@@ -3,18 +3,33 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
+
 namespace cohort::detail {
 namespace {
 
+// out[i] = a[i] + b[i], 32 bytes at a time. GCC at -O2 left the plain loop scalar (its cheap cost
+// model will not add a remainder loop or alias checks), which made the reduction, not the copies, the
+// slowest part of a 1 MiB allreduce; vector extensions give the same per-element IEEE additions.
 template <typename T>
-void sum_loop(T* __restrict out, const std::vector<const void*>& parts, int64_t n) {
-  const T* a = static_cast<const T*>(parts[0]);
-  const T* b = static_cast<const T*>(parts[1]);
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-  for (size_t j = 2; j < parts.size(); ++j) {
-    const T* p = static_cast<const T*>(parts[j]);
-    for (int64_t i = 0; i < n; ++i) out[i] += p[i];
+void add_arrays(T* out, const T* a, const T* b, int64_t n) {
+  typedef T Vec __attribute__((vector_size(32)));
+  constexpr int64_t kLanes = int64_t(sizeof(Vec) / sizeof(T));
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    Vec x, y;
+    std::memcpy(&x, a + i, sizeof x);  // unaligned loads: slots and tensors align differently
+    std::memcpy(&y, b + i, sizeof y);
+    x += y;
+    std::memcpy(out + i, &x, sizeof x);
   }
+  for (; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename T>
+void sum_loop(T* out, const std::vector<const void*>& parts, int64_t n) {
+  add_arrays(out, static_cast<const T*>(parts[0]), static_cast<const T*>(parts[1]), n);
+  for (size_t j = 2; j < parts.size(); ++j) add_arrays(out, out, static_cast<const T*>(parts[j]), n);
 }
 
 at::Tensor view_of(const void* data, int64_t n, at::ScalarType dtype) {
