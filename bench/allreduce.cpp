@@ -1,7 +1,8 @@
 // bench/allreduce: what cohort::Comm costs over the transport it wraps. nccl-tests style rows (float32,
 // 4 KiB to 64 MiB) for cohort::Comm::allreduce and raw c10d ProcessGroupGloo on the same store, taking
 // turns in rotating order (medians, per-repetition ratios; rank 0's clock); the fingerprint agreement
-// alone; cohort's allreduce alone (--mode alone, what bench/allreduce_mpi times); tensor fusion (200 x 1 KiB, separate vs fused); send/recv ping-pong (8 B to 2 MiB).
+// alone; cohort's allreduce alone (--mode alone, what bench/allreduce_mpi times); tensor fusion
+// (200 x 1 KiB, separate vs fused); send/recv ping-pong (8 B to 2 MiB).
 // `--nproc N` re-runs this program as N local ranks; under a launcher (cohortrun, torchrun, mpirun,
 // srun) each process is one rank.
 #include <CLI/CLI.hpp>

@@ -1,8 +1,8 @@
 // One rank of the DDP step benchmark: trains a model for --steps steps and rank 0 prints a RESULT line
 // (samples/s over all ranks, step time, the time backward waited for buckets and the buckets' time alone).
 // Modes: cohort (DistributedDataParallel), join (the same inside a cohort::Join that no rank leaves
-// early: Join's cost per step), join-ab (both in one run, blocks alternating: bench/ddp/join_run.sh) and naive (raw c10d allreduce of each gradient
-// after backward, as the LibTorch distributed example does). bench/ddp/run.sh runs it against PyTorch's
+// early), join-ab (Join's cost per step: both in one run, blocks alternating, bench/ddp/join_run.sh)
+// and naive (raw c10d allreduce of each gradient after backward, as the LibTorch distributed example does). bench/ddp/run.sh runs it against PyTorch's
 // Python DDP.
 #include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -111,8 +111,8 @@ int run(const Args& args, const cohort::World& world) {
       one_step();
     }
   };
-  // join: every step also runs the join allreduce (and waits for it before the first bucket).
   if (args.mode == "join-ab") return join_ab(args, world, ddp.get(), one_step);
+  // join: every step also runs the join allreduce (reducer.h, note "join wait").
   if (args.mode == "join") {
     cohort::Join({ddp.get()}).run(loop);
   } else {

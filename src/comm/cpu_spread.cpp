@@ -8,9 +8,8 @@
 namespace cohort::detail {
 
 void CpuSpread::move_off(int here, const std::vector<int>& used, int offset) {
-  const auto now = std::chrono::steady_clock::now();
-  if (now - last_ < std::chrono::milliseconds(100)) return;
-  last_ = now;
+  if (!due()) return;
+  last_ = std::chrono::steady_clock::now();
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
   if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return;

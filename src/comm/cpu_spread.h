@@ -17,8 +17,11 @@ class CpuSpread {
   /// CPUs the ranks last ran on), starting the search at `offset` so ranks pick different ones; at
   /// most once per 100 ms (never fighting the scheduler). Does nothing when no such CPU exists.
   void move_off(int here, const std::vector<int>& used, int offset);
+  /// Whether move_off would act now (so a caller gathers `used` only then).
+  bool due() const { return std::chrono::steady_clock::now() - last_ >= kInterval; }
 
  private:
+  static constexpr std::chrono::milliseconds kInterval{100};
   std::chrono::steady_clock::time_point last_{};
 };
 

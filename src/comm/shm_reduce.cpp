@@ -9,8 +9,8 @@ namespace cohort::detail {
 namespace {
 
 // out[i] = a[i] + b[i], 32 bytes at a time. GCC at -O2 left the plain loop scalar (its cheap cost
-// model will not add a remainder loop or alias checks), which made the reduction, not the copies, the
-// slowest part of a 1 MiB allreduce; vector extensions give the same per-element IEEE additions.
+// model will not add a remainder loop or alias checks): in perf it was the largest part of a 1 MiB
+// allreduce, above the copies. Vector extensions give the same per-element IEEE additions.
 template <typename T>
 void add_arrays(T* out, const T* a, const T* b, int64_t n) {
   typedef T Vec __attribute__((vector_size(32)));

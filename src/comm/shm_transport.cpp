@@ -240,6 +240,7 @@ void ShmTransport::wait_for_peers(uint64_t count, const Watch& watch) {
   shm_wait([&] { return peers_reached(count); }, header_->arrivals, watch,
            [&] {
              if (!late_peer_shares_cpu(count)) return false;
+             if (!spread_.due()) return true;
              std::vector<int> used(size_);
              for (int r = 0; r < size_; ++r) used[r] = line(r).cpu.load(std::memory_order_relaxed);
              spread_.move_off(sched_getcpu(), used, rank_);  // note in comm/cpu_spread.h
