@@ -202,6 +202,23 @@ TEST(FashionMnistLimits, ChangedLrOnResumeIsAppliedAndSaid) {
   }
 }
 
+// Resumed at its --max-steps (an elastic restart after the last save) no batch runs: the epoch line said
+// "train loss 0.0000" and a time since the clock's epoch.
+TEST(FashionMnistLimits, ResumeAtTheLastStepShowsTheAccuracyOnly) {
+  Data data;
+  const std::vector<std::string> flags = {"--batch-size", "16", "--threads", "1", "--max-steps", "2",
+                                          "--checkpoint-dir", data.root + "/ckpt"};
+  const ProcResult first = example(data.root, flags);
+  ASSERT_EQ(first.code, 0) << first.describe();
+  const ProcResult again = example(data.root, flags);
+  ASSERT_EQ(again.code, 0) << again.describe();
+  const std::string accuracy = first.out.substr(first.out.find("test accuracy "));
+  EXPECT_THAT(again.out, HasSubstr("epoch 1/2: " + accuracy.substr(0, accuracy.find(',')) +
+                                   " (resumed at the last step: no training in this run)\n"));
+  EXPECT_THAT(again.out, Not(HasSubstr("train loss")));
+  EXPECT_EQ(params_digest_of(again.out), params_digest_of(first.out));
+}
+
 // Issue 17 item 9: a resume in another mode names both modes.
 TEST(FashionMnistLimits, ResumeInAnotherModeNamesBothModes) {
   Data data;

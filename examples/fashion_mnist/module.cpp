@@ -62,10 +62,13 @@ std::unique_ptr<torch::optim::Optimizer> FashionMnistModule::configure_optimizer
   return std::make_unique<torch::optim::Adam>(parameters, torch::optim::AdamOptions(lr_));
 }
 
-void FashionMnistModule::on_train_epoch_start() { train_start_ = std::chrono::steady_clock::now(); }
+void FashionMnistModule::on_train_epoch_start() {
+  train_start_ = std::chrono::steady_clock::now();
+  trained_ = true;
+}
 
 void FashionMnistModule::on_validation_epoch_start() {
-  train_seconds_ = seconds_since(train_start_);
+  train_seconds_ = trained_ ? seconds_since(train_start_) : 0.0;  // the sanity check runs before any epoch
   eval_start_ = std::chrono::steady_clock::now();
 }
 

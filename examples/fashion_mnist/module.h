@@ -30,11 +30,14 @@ class FashionMnistModule : public cohort::TrainingModule {
   /// Seconds of the last epoch's training and evaluation.
   double train_seconds() const { return train_seconds_; }
   double eval_seconds() const { return eval_seconds_; }
+  /// Whether this process started a training epoch: not after resuming at the last step (--max-steps).
+  bool trained() const { return trained_; }
 
  private:
   double lr_;
   std::chrono::steady_clock::time_point train_start_, eval_start_;
   double train_seconds_ = 0, eval_seconds_ = 0;
+  bool trained_ = false;
 };
 
 }  // namespace fashion_mnist

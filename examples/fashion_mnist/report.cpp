@@ -25,13 +25,20 @@ JobReport::JobReport(FashionMnistModule& module, LrRule lr, int epochs)
 
 void JobReport::on_fit_start(cohort::Trainer& trainer, cohort::TrainingModule&) { trainer_ = &trainer; }
 
-void JobReport::print_epoch(int64_t epoch, double train_loss, double accuracy) {
+// "test accuracy 90.12% (1846/2048)": the exact count of right answers over the test set.
+std::string JobReport::accuracy_text(double accuracy) const {
   const long long correct = std::llround(accuracy * static_cast<double>(test_samples_));
+  char text[96];
+  std::snprintf(text, sizeof text, "test accuracy %.2f%% (%lld/%lld)",
+                100.0 * static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(test_samples_, 1)), correct,
+                static_cast<long long>(test_samples_));
+  return text;
+}
+
+void JobReport::print_epoch(int64_t epoch, double train_loss, double accuracy) {
   const double train_seconds = module_.train_seconds(), eval_seconds = module_.eval_seconds();
-  std::printf("epoch %lld/%d: train loss %.4f, test accuracy %.2f%% (%lld/%lld), time %.1f s (train %.1f s, "
-              "eval %.1f s)\n",
-              static_cast<long long>(epoch), epochs_, train_loss, 100.0 * static_cast<double>(correct) /
-              static_cast<double>(std::max<int64_t>(test_samples_, 1)), correct, static_cast<long long>(test_samples_),
+  std::printf("epoch %lld/%d: train loss %.4f, %s, time %.1f s (train %.1f s, eval %.1f s)\n",
+              static_cast<long long>(epoch), epochs_, train_loss, accuracy_text(accuracy).c_str(),
               train_seconds + eval_seconds, train_seconds, eval_seconds);
   std::fflush(stdout);
 }
@@ -49,6 +56,12 @@ void JobReport::print_partial_epoch(cohort::Trainer& trainer, const std::map<std
   const double loss = shown.count("loss") ? shown.at("loss") : 0.0;
   const auto sums = cohort::reduce_metrics({torch::tensor(loss * samples, torch::kFloat64)});
   if (!trainer.world().is_main()) return;
+  if (!module_.trained()) {  // resumed at --max-steps: no batch ran here, so no loss or time to show
+    std::printf("epoch %lld/%d: %s (resumed at the last step: no training in this run)\n",
+                static_cast<long long>(trainer.current_epoch() + 1), epochs_, accuracy_text(test.at("test_accuracy")).c_str());
+    std::fflush(stdout);
+    return;
+  }
   print_epoch(trainer.current_epoch() + 1, sums[0].item<double>() / static_cast<double>(trainer.samples_in_epoch()),
               test.at("test_accuracy"));
 }

@@ -31,6 +31,7 @@ class JobReport : public cohort::Callback {
   void set_test_samples(int64_t samples) { test_samples_ = samples; }
 
  private:
+  std::string accuracy_text(double accuracy) const;
   void print_epoch(int64_t epoch, double train_loss, double accuracy);
   FashionMnistModule& module_;
   LrRule lr_;

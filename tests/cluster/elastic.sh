@@ -5,7 +5,8 @@
 # saved by 4 ranks, each step accumulating 2 batches per rank so that it still takes 64 samples.
 # (b) Scale-up: once the 2-rank group saved step-16, a new cohortrun on n2 waits for the next round;
 # n1 sees it within --monitor-interval and restarts into round 2 (world 4), which resumes from the
-# newest checkpoint the 2 ranks saved. The job ends with 32 steps, a test accuracy within 0.5 points of
+# newest checkpoint the 2 ranks saved. The 2 ranks are held (SIGSTOP) from step-16 until n1 restarts
+# them, as a slower model would be: unheld they can finish all 32 steps before n1 notices n2. The job ends with 32 steps, a test accuracy within 0.5 points of
 # an uninterrupted 4-rank run (2048 test images), both restarts and their causes in n1's summary, the
 # times logged ("timing: ..."), and nothing left on either host.
 
@@ -112,6 +113,17 @@ scale_down() {
   # The 2-rank group's own checkpoint: step-16 is the first it saves.
   for i in $(seq 900); do [ -d "$ckpt/step-16" ] && break; sleep 0.1; done
   [ -d "$ckpt/step-16" ] || { fail "(a) the 2 ranks saved no step-16 after 90 s"; tail -n 15 "$out/n1.log" >&2; return 1; }
+  signal_workers STOP n1
+}
+
+# Sends signal SIG to the training processes (not cohortrun) in HOST's namespaces.
+signal_workers() {
+  local pid
+  for pid in $(ip netns pids "$CL_PREFIX$2" 2>/dev/null); do
+    # argv[0] only: cohortrun's own command line names the program too.
+    [ "$(tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | head -n 1)" = "$TRAIN" ] && kill -"$1" "$pid" 2>/dev/null
+  done
+  return 0
 }
 
 # (b) A new cohortrun on n2 joins at the restart it causes: round 2, world 4, from the 2 ranks' checkpoint.
@@ -121,7 +133,8 @@ scale_up() {
   NNODES=1:2 elastic_node n2 "$out/later.n2.log" "$ckpt" &
   JOB_N3=$!
   wait_for_line "$out/n1.log" "\[cohortrun\] 1 node waiting to join: restarting the worker group" 60 \
-    "(b) n1 seeing the waiting node" || return 1
+    "(b) n1 seeing the waiting node" || { signal_workers CONT n1; return 1; }
+  signal_workers CONT n1   # the stop cohortrun sent them is delivered now
   cl_log "timing: (b) n1 stopped its workers for the waiting node $(elapsed "$t0") s after n2's cohortrun started"
   wait_for_line "$out/n1.log" "round 2: node 0 of 2, ranks 0\.\.1 of 4" 30 "(b) the rendezvous of 2 nodes" || return 1
   wait_for_line "$out/n1.log" "\[rank0\]: resumed from $ckpt/step-(16|24) \(step (16|24), saved by 2 rank\(s\)\)" 60 \
