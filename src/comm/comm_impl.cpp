@@ -36,10 +36,10 @@ CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
   for (int r = 0; r < config_.size; ++r) spans_hosts_ |= control_->host_of(r) != control_->host_of(config_.rank);
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);
-  make_transports(backend);
+  make_transports();
 }
 
-void CommImpl::make_transports(const BackendConfig& backend) {
+void CommImpl::make_transports() {
   std::vector<std::string> hosts(config_.size);
   for (int r = 0; r < config_.size; ++r) {
     hosts[r] = control_->host_of(r);
@@ -49,8 +49,14 @@ void CommImpl::make_transports(const BackendConfig& backend) {
   const HostLayout layout = HostLayout::of(hosts);
   std::unique_ptr<HierTransport> hier;
   if (layout.valid()) {
+    LeaderMeshConfig leaders;
+    leaders.local_address = config_.local_address;
+    leaders.run_id = config_.run_id;
+    leaders.secret = config_.secret;
+    leaders.host_name = control_->host_of(config_.rank);
+    leaders.timeout = config_.timeout;
     hier = HierTransport::negotiate({config_.store, prefix_, config_.rank, config_.size, layout,
-                                     config_.shm && config_.hierarchical, config_.shm_slot_bytes, backend});
+                                     config_.shm && config_.hierarchical, config_.shm_slot_bytes, leaders});
   } else {
     shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
                                    config_.shm_slot_bytes);
@@ -89,7 +95,6 @@ CommImpl::~CommImpl() {
     // the process group would join it and hang this process. Leak it: the process is failing anyway.
     gloo_.release();
     nccl_.release();
-    if (hier_) hier_->abandon();
     return;
   }
   // An ordered teardown: NCCL communicators go while CUDA still works (see shutdown_backend).
@@ -203,7 +208,7 @@ CommFailure CommImpl::agree_and_move(PendingOp& op) {
   }
   try {
     Started started = transport->start(op.data, hash, watch);
-    if (fused && op.queued_us_ >= 0) op.agreed_us_ = shm_->agreed_us();
+    if (fused && op.queued_us_ >= 0) op.agreed_us_ = transport->agreed_us();
     if (!started.agreed) return explain_desync(op);
     if (!started.work && op.queued_us_ >= 0) op.data_us_ = trace::now_us();
     op.work_ = started.work;

@@ -160,7 +160,7 @@ class CommImpl {
   void launch(PendingOp& op);
   /// Makes the transports (constructor): the segment of this host, or the hierarchical one across
   /// hosts, then NCCL and Gloo.
-  void make_transports(const BackendConfig& backend);
+  void make_transports();
   /// Agreement alone (the segment's barrier on one host, else the control plane); "" when agreed.
   CommFailure agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch);
   /// "<op> failed in the shared-memory transport: <what>" or, for c10d, "<op> could not start: <what>".

@@ -68,8 +68,8 @@ struct hs_Pending {
   Clock::time_point deadline;
 };
 
-void hs_drop(hs_Pending& p, int rank, const std::string& why) {
-  COHORT_WARN("control plane: rank ", rank, " refused ", p.peer, ": ", why);
+void hs_drop(hs_Pending& p, const HandshakeConfig& config, const std::string& why) {
+  COHORT_WARN(config.link, ": rank ", config.rank, " refused ", p.peer, ": ", why);
   p.fd.reset();
 }
 
@@ -82,22 +82,22 @@ int hs_settle(hs_Pending& p, const HandshakeConfig& config, const std::vector<bo
   host = p.buffer.substr(kHelloHeader + length, host_length);
   const std::string nonce = p.buffer.substr(kHelloHeader + length + host_length, kNonce);
   const std::string proof = p.buffer.substr(kHelloHeader + length + host_length + kNonce, kProof);
-  if (!same_bytes(proof, hmac_proof(config.secret, "cp-dial", p.nonce, nonce + hs_identity(rank, run_id, host)))) {
+  if (!same_bytes(proof, hmac_proof(config.secret, config.proof_tag + "-dial", p.nonce, nonce + hs_identity(rank, run_id, host)))) {
     hs_drop(
-        p, config.rank,
+        p, config,
         "it does not know the job's secret (claimed rank " + std::to_string(rank) + " of " + job_label(run_id) + ")");
     return -1;
   }
   const std::string mine = hs_identity(config.rank, config.run_id, config.host);
-  const std::string answer = hs_hello(config, hmac_proof(config.secret, "cp-accept", nonce, p.nonce + mine));
+  const std::string answer = hs_hello(config, hmac_proof(config.secret, config.proof_tag + "-accept", nonce, p.nonce + mine));
   // First, so the dialler can name both jobs too.
   const bool answered = net::write_all(p.fd.get(), answer, p.deadline).ok();
   if (run_id != config.run_id) {
-    throw Error("control plane: rank " + std::to_string(config.rank) + " of " + job_label(config.run_id) +
+    throw Error(config.link + ": rank " + std::to_string(config.rank) + " of " + job_label(config.run_id) +
                 " was dialled by rank " + std::to_string(rank) + " of " + job_label(run_id) + kTwoJobsHint);
   }
   if (rank <= config.rank || rank >= config.size || connected[rank] || !answered) {
-    hs_drop(p, config.rank, "it claims rank " + std::to_string(rank) + ", which is not a rank still to connect");
+    hs_drop(p, config, "it claims rank " + std::to_string(rank) + ", which is not a rank still to connect");
     return -1;
   }
   return rank;
@@ -109,12 +109,12 @@ int hs_progress(hs_Pending& p, const HandshakeConfig& config, const std::vector<
   char chunk[1024];
   const ssize_t n = ::recv(p.fd.get(), chunk, sizeof chunk, MSG_DONTWAIT);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-    hs_drop(p, config.rank, "it closed the connection before proving the job's secret");
+    hs_drop(p, config, "it closed the connection before proving the job's secret");
     return -1;
   }
   if (n > 0) p.buffer.append(chunk, size_t(n));
   if (p.buffer.size() >= kHelloHeader && !hs_is_hello(p.buffer.data())) {
-    hs_drop(p, config.rank, "its first message is not a control-plane handshake");
+    hs_drop(p, config, "its first message is not a control-plane handshake");
     return -1;
   }
   if (p.buffer.size() < kHelloHeader ||
@@ -125,12 +125,12 @@ int hs_progress(hs_Pending& p, const HandshakeConfig& config, const std::vector<
 
 }  // namespace
 
-net::Fd listen_for_peers(const std::string& address) {
+net::Fd listen_for_peers(const std::string& address, const std::string& link) {
   const char* bind = std::getenv("COHORT_STORE_BIND");
   const bool any = bind != nullptr && std::string(bind) == "any";
   std::string why;
   net::Fd fd = net::listen_on(any ? "0.0.0.0" : address, 0, why);
-  COHORT_CHECK(fd, "control plane: cannot listen on a TCP port of ", address, ": ", why);
+  COHORT_CHECK(fd, link, ": cannot listen on a TCP port of ", address, ": ", why);
   return fd;
 }
 
@@ -139,12 +139,12 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
   std::string why;
   net::Fd fd = net::connect_until({endpoint.substr(0, colon), std::stoi(endpoint.substr(colon + 1))}, deadline, &why);
   if (!fd)
-    throw Error(str("control plane: cannot connect to rank ", peer, " at ", endpoint, " within ",
+    throw Error(str(config.link, ": cannot connect to rank ", peer, " at ", endpoint, " within ",
                     config.timeout.count(), " ms: ", why),
                 ErrorKind::kTimeout, {peer});
   // A peer that does not answer is waited-for (timeout); one that answers wrongly is not of this job.
   const auto fail = [&](const std::string& failure, ErrorKind kind = ErrorKind::kTimeout) {
-    throw Error("control plane: rank " + std::to_string(peer) + " at " + endpoint + " " + failure, kind, {peer});
+    throw Error(config.link + ": rank " + std::to_string(peer) + " at " + endpoint + " " + failure, kind, {peer});
   };
   const std::string unanswered = "did not answer the handshake within " + std::to_string(config.timeout.count()) +
                                  " ms";
@@ -152,7 +152,7 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
   if (!net::read_exact(fd.get(), challenge, sizeof challenge, deadline).ok() || hs_get_u32(challenge) != kChallenge)
     fail(unanswered);
   const std::string theirs_nonce(challenge + 4, kNonce), mine = random_bytes(kNonce);
-  const std::string proof = hmac_proof(config.secret, "cp-dial", theirs_nonce,
+  const std::string proof = hmac_proof(config.secret, config.proof_tag + "-dial", theirs_nonce,
                                        mine + hs_identity(config.rank, config.run_id, config.host));
   if (const auto sent = net::write_all(fd.get(), hs_hello(config, mine + proof), deadline); !sent.ok())
     fail("failed the handshake: " + sent.why, ErrorKind::kIO);
@@ -166,12 +166,12 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
       !net::read_exact(fd.get(), &answer[0], kProof, deadline).ok())
     fail(unanswered);
   if (run_id != config.run_id) {
-    throw Error("control plane: rank " + std::to_string(config.rank) + " of " + job_label(config.run_id) +
+    throw Error(config.link + ": rank " + std::to_string(config.rank) + " of " + job_label(config.run_id) +
                     " dialled rank " + std::to_string(peer) + " at " + endpoint + " and found " + job_label(run_id) +
                     kTwoJobsHint,
                 ErrorKind::kOther, {peer});
   }
-  if (!same_bytes(answer, hmac_proof(config.secret, "cp-accept", mine, theirs_nonce + hs_identity(peer, run_id, host))))
+  if (!same_bytes(answer, hmac_proof(config.secret, config.proof_tag + "-accept", mine, theirs_nonce + hs_identity(peer, run_id, host))))
     fail("did not prove it knows the job's secret", ErrorKind::kOther);
   return PeerLink{peer, std::move(fd), host};
 }
@@ -189,7 +189,7 @@ std::vector<PeerLink> accept_peers(int listen_fd, const HandshakeConfig& config,
       wake = std::min(wake, p.deadline);
     }
     if (Clock::now() >= deadline)
-      throw Error("control plane: ranks above " + std::to_string(config.rank) + " did not connect within " +
+      throw Error(config.link + ": ranks above " + std::to_string(config.rank) + " did not connect within " +
                   std::to_string(config.timeout.count()) + " ms");
     net::poll_fds(fds, net::ms_until(wake) + 1);
     for (size_t i = 0; i < pending.size(); ++i) {
@@ -198,7 +198,7 @@ std::vector<PeerLink> accept_peers(int listen_fd, const HandshakeConfig& config,
       std::string host;
       if (fds[i + 1].revents != 0) rank = hs_progress(p, config, connected, host);
       else if (Clock::now() >= p.deadline)
-        hs_drop(p, config.rank,
+        hs_drop(p, config,
                 "it did not prove the job's secret within " + std::to_string(kProofDeadline.count()) + " ms");
       if (rank >= 0) {
         connected[rank] = true;

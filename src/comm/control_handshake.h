@@ -22,6 +22,8 @@ struct HandshakeConfig {
   std::string secret;
   std::string host;                           // this rank's host name, told to every peer
   std::chrono::milliseconds timeout{300000};  // for messages
+  std::string link = "control plane";         // which mesh, as messages name it
+  std::string proof_tag = "cp";               // what the proofs are for: a dial to another mesh fails them
 };
 
 /// One connected peer: its rank, the socket (blocking) and the host name it told.
@@ -33,7 +35,7 @@ struct PeerLink {
 
 /// A socket listening on `address` (numeric; every interface when COHORT_STORE_BIND=any) and a free
 /// port; throws cohort::Error naming the address and why.
-net::Fd listen_for_peers(const std::string& address);
+net::Fd listen_for_peers(const std::string& address, const std::string& link = "control plane");
 
 /// Dials rank `peer` at `endpoint` (HOST:PORT) and proves this rank to it, by `deadline`; returns the
 /// link. Throws cohort::Error naming the peer, the endpoint and both jobs when they differ.

@@ -1,16 +1,13 @@
 // Hierarchical collectives across hosts (see hier_transport.h). Each op runs on every rank; within a
 // host its steps are the segment's collectives (whose barriers watch the control plane, so a dead
-// rank anywhere ends every wait), between hosts the leaders' Gloo group, polled with the same watch.
+// rank anywhere ends every wait), between hosts the leaders' link, which calls the same watch.
 #include "comm/hier_transport.h"
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
-#include <chrono>
-#include <thread>
 
-#include "comm/op_util.h"
+#include "comm/leader_collectives.h"
 #include "comm/transports.h"
 #include "core/log.h"
 
@@ -82,7 +79,7 @@ std::unique_ptr<HierTransport> HierTransport::negotiate(HierConfig config) {
   if (config.rank == 0)
     COHORT_INFO("hierarchical collectives: ", layout.hosts, " hosts x ", layout.per_host,
                 " ranks, shared "
-                "memory within each host, Gloo among one leader per host (COHORT_HIERARCHICAL=0: flat Gloo)");
+                "memory within each host, TCP among one leader per host (COHORT_HIERARCHICAL=0: flat Gloo)");
   return std::unique_ptr<HierTransport>(new HierTransport(config, std::move(local)));
 }
 
@@ -93,15 +90,13 @@ HierTransport::HierTransport(const HierConfig& config, std::unique_ptr<ShmTransp
       host_(config.rank / config.layout.per_host),
       local_(std::move(local)) {
   if (!leader()) return;
-  BackendConfig backend = config.leaders;
-  backend.store = c10::make_intrusive<c10d::PrefixStore>(config.prefix + "/leaders", config.store);
-  backend.rank = host_;
-  backend.size = layout_.hosts;
-  leaders_ = make_gloo(backend);
-}
-
-HierTransport::~HierTransport() {
-  if (leaders_) shutdown_backend(*leaders_);
+  LeaderMeshConfig mesh = config.leaders;
+  mesh.prefix = config.prefix;
+  mesh.host = host_;
+  mesh.hosts = layout_.hosts;
+  mesh.rank_of_host.clear();
+  for (int h = 0; h < layout_.hosts; ++h) mesh.rank_of_host.push_back(h * layout_.per_host);
+  leaders_ = std::make_unique<LeaderMesh>(*config.store, mesh);
 }
 
 bool HierTransport::can_run(const OpData& op) const { return ShmCollectives::segment_runs(op); }
@@ -121,40 +116,21 @@ Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWa
   return started;
 }
 
-void HierTransport::finish(const c10::intrusive_ptr<c10d::Work>& work, const ShmWatch& watch) {
-  // Short sleeps first (a small message between hosts takes tens of microseconds), backing off to
-  // 1 ms; the peers and the deadline every 5 ms.
-  auto sleep = std::chrono::microseconds(2);
-  auto next_watch = std::chrono::steady_clock::now();
-  while (!work->isCompleted()) {
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
-    if (std::chrono::steady_clock::now() < next_watch) continue;
-    watch();
-    next_watch = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
-  }
-  try {
-    work->wait();
-  } catch (const std::exception&) {
-    // Usually a leader on another host vanished mid-transfer: let the control plane name it.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (std::chrono::steady_clock::now() < until) {
-      watch();
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    throw;
-  }
+// Every op: a local step whose barrier agrees within the host, the leaders' step (which every leader
+// runs, whatever its host's verdict, so no leader waits for one that stopped), then the leader's
+// result and verdict through the segment: a leader whose leaders disagreed broadcasts under another
+// fingerprint, so its host's ranks see the desync too and nothing moves.
+bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint,
+                                   const ShmWatch& watch) {
+  agreed_us_ = local_->agreed_us();  // the local step's barrier, before the next overwrites it
+  return local_->broadcast(buffer, 0, agreed ? fingerprint : fingerprint ^ kLeadersDisagreed, watch);
 }
 
 bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch) {
-  if (!local_->allreduce(buffer, op, fingerprint, watch)) return false;  // kAvg: a sum here
-  if (leader()) {
-    std::vector<at::Tensor> tensors{buffer};
-    c10d::AllreduceOptions options;
-    options.reduceOp = to_c10d(op);
-    finish(leaders_->allreduce(tensors, options), watch);
-  }
-  if (!local_->broadcast(buffer, 0, fingerprint, watch)) return false;
+  const bool here = local_->allreduce(buffer, op, fingerprint, watch);  // kAvg: a sum here
+  bool agreed = here;
+  if (leader()) agreed = leaders_allreduce(*leaders_, {fingerprint, here}, buffer, op, watch);
+  if (!here || !finish_on_host(buffer, agreed, fingerprint, watch)) return false;
   if (op == ReduceOp::kAvg) buffer.div_(size_);
   return true;
 }
@@ -162,29 +138,26 @@ bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fi
 bool HierTransport::broadcast(const at::Tensor& buffer, int root, uint64_t fingerprint, const ShmWatch& watch) {
   const int root_host = root / layout_.per_host, root_local = root % layout_.per_host;
   // On the root's host the leader takes the data first when the root is another rank.
-  if (host_ == root_host && root_local != 0 && !local_->broadcast(buffer, root_local, fingerprint, watch)) return false;
-  if (leader()) {
-    std::vector<at::Tensor> tensors{transport_view(buffer)};
-    c10d::BroadcastOptions options;
-    options.rootRank = root_host;
-    finish(leaders_->broadcast(tensors, options), watch);
-  }
-  if (host_ == root_host && root_local != 0) return true;
-  return local_->broadcast(buffer, 0, fingerprint, watch);
+  const bool via_leader = host_ == root_host && root_local != 0;
+  const bool here = via_leader ? local_->broadcast(buffer, root_local, fingerprint, watch)
+                               : local_->agree(fingerprint, watch);
+  bool agreed = here;
+  if (leader()) agreed = leaders_broadcast(*leaders_, {fingerprint, here}, buffer, root_host, watch);
+  if (!here) return false;
+  // The root's host has the data already: only the verdict goes round.
+  agreed_us_ = local_->agreed_us();
+  if (via_leader) return local_->agree(agreed ? fingerprint : fingerprint ^ kLeadersDisagreed, watch);
+  return finish_on_host(buffer, agreed, fingerprint, watch);
 }
 
 bool HierTransport::allgather(const at::Tensor& output, const at::Tensor& input, uint64_t fingerprint,
                               const ShmWatch& watch) {
   // The output in host blocks: block h holds the inputs of host h's ranks, consecutive in rank order.
   at::Tensor blocks = output.view(-1).view({layout_.hosts, -1});
-  at::Tensor mine = blocks[host_];
-  if (!local_->allgather(mine, input, fingerprint, watch)) return false;
-  if (leader()) {
-    std::vector<std::vector<at::Tensor>> outputs(1, transport_view(blocks).unbind(0));
-    std::vector<at::Tensor> inputs{transport_view(mine.clone())};
-    finish(leaders_->allgather(outputs, inputs), watch);
-  }
-  return local_->broadcast(output.view(-1), 0, fingerprint, watch);
+  const bool here = local_->allgather(blocks[host_], input, fingerprint, watch);
+  bool agreed = here;
+  if (leader()) agreed = leaders_allgather(*leaders_, {fingerprint, here}, blocks, watch);
+  return here && finish_on_host(output.view(-1), agreed, fingerprint, watch);
 }
 
 bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, uint64_t fingerprint,
@@ -192,17 +165,11 @@ bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& i
   // The host's reduction of the whole input, then the leaders exchange parts (part j: the blocks of
   // host j's ranks) and reduce what they received, host by host in host order.
   at::Tensor sums = input.clone();
-  if (!local_->allreduce(sums, op, fingerprint, watch)) return false;
+  const bool here = local_->allreduce(sums, op, fingerprint, watch);
   at::Tensor part = sums.view({layout_.hosts, -1})[host_];
-  const ReduceOp combine = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
-  if (leader()) {
-    at::Tensor received = at::empty_like(sums);
-    std::vector<int64_t> no_splits;
-    c10d::AllToAllOptions options;
-    finish(leaders_->alltoall_base(received, sums, no_splits, no_splits, options), watch);
-    reduce_rows(received.view({layout_.hosts, -1}), part, combine, 1);
-  }
-  if (!local_->broadcast(part, 0, fingerprint, watch)) return false;
+  bool agreed = here;
+  if (leader()) agreed = leaders_reduce_parts(*leaders_, {fingerprint, here}, sums.view({layout_.hosts, -1}), part, op, watch);
+  if (!here || !finish_on_host(part, agreed, fingerprint, watch)) return false;
   output.copy_(part.view({layout_.per_host, -1})[local_->rank()]);
   if (op == ReduceOp::kAvg) output.div_(size_);
   return true;

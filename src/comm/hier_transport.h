@@ -1,7 +1,7 @@
 // Collectives across hosts in two levels (docs/design/transports.md): the ranks of each host reduce
 // or gather through a shared-memory segment of their own, one leader per host (its first rank) runs
-// the inter-host step on a Gloo group of leaders, and the leader's result is broadcast through the
-// segment again. Chosen when every host holds the same number (>= 2) of consecutive ranks;
+// the inter-host step over the leaders' own TCP link (leader_mesh.h, leader_collectives.h), and the
+// leader's result is broadcast through the segment again. Chosen when every host holds the same number (>= 2) of consecutive ranks;
 // COHORT_HIERARCHICAL=0 (CommConfig::hierarchical) keeps flat Gloo. COHORT_TEST_HOSTS_SPLIT=N groups
 // one host's ranks as if on N hosts (for tests: the hierarchy's reduction order on one host).
 #pragma once
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "comm/leader_mesh.h"
 #include "comm/shm_transport.h"
 #include "comm/transport.h"
-#include "compat/c10d_compat.h"
 
 namespace cohort::detail {
 
@@ -35,20 +35,24 @@ struct HierConfig {
   HostLayout layout;
   bool enabled = true;  // false on any rank: flat Gloo everywhere
   size_t slot_bytes = 512 << 10;
-  BackendConfig leaders;  // the leaders' Gloo group (store, rank and size are set here)
+  LeaderMeshConfig leaders;  // the address, job, secret, host name and timeout; the rest is set here
 };
+
+/// Flipped into a leader's fingerprint on its host's last barrier when the leaders disagreed.
+constexpr uint64_t kLeadersDisagreed = uint64_t(1) << 62;
 
 class HierTransport : public Transport {
  public:
   /// Every rank of the Comm calls this (collectively, through the store). Null on every rank when
   /// some rank is disabled or some host's segment could not be made.
   static std::unique_ptr<HierTransport> negotiate(HierConfig config);
-  ~HierTransport() override;
   const char* name() const override { return "hier"; }
   bool can_run(const OpData& op) const override;
+  /// The agreement rides on the segments' barriers and the leaders' headers (leader_collectives.h).
+  bool agrees() const override { return true; }
+  /// The host's first barrier: the leaders' verdict comes later, within the transfer.
+  int64_t agreed_us() const override { return agreed_us_; }
   Started start(const OpData& op, uint64_t fingerprint, const ShmWatch& watch) override;
-  /// A poisoned Comm: the leaders' group may have a worker blocked until c10d's timeout; leak it.
-  void abandon() { leaders_.release(); }
   /// Collectives completed here (tests check the path was taken).
   int64_t ops_done() const { return ops_done_; }
   const HostLayout& layout() const { return layout_; }
@@ -56,8 +60,8 @@ class HierTransport : public Transport {
  private:
   HierTransport(const HierConfig& config, std::unique_ptr<ShmTransport> local);
   bool leader() const { return local_->rank() == 0; }
-  /// Waits for a leader's inter-host step, watching the peers; rethrows its error.
-  void finish(const c10::intrusive_ptr<c10d::Work>& work, const ShmWatch& watch);
+  /// The leader's `buffer` to its host's ranks, under a fingerprint that fails when !agreed.
+  bool finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint, const ShmWatch& watch);
   bool allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch);
   bool broadcast(const at::Tensor& buffer, int root, uint64_t fingerprint, const ShmWatch& watch);
   bool allgather(const at::Tensor& output, const at::Tensor& input, uint64_t fingerprint, const ShmWatch& watch);
@@ -67,8 +71,9 @@ class HierTransport : public Transport {
   HostLayout layout_;
   int rank_, size_, host_;
   std::unique_ptr<ShmTransport> local_;           // this host's ranks
-  c10::intrusive_ptr<ProcessGroupBase> leaders_;  // one rank per host; null on the other ranks
+  std::unique_ptr<LeaderMesh> leaders_;  // the link to the other hosts' leaders; null on the other ranks
   int64_t ops_done_ = 0;
+  int64_t agreed_us_ = -1;
 };
 
 }  // namespace cohort::detail

@@ -52,6 +52,9 @@ class Transport {
   /// True when start() agrees on the fingerprint itself (the segment's barrier): the Comm then skips
   /// its own agreement and start() returns agreed=false on a desync.
   virtual bool agrees() const { return false; }
+  /// When the last start() of an agreeing transport found every rank agreed (trace microseconds; -1
+  /// when tracing is off): the timeline's end of "agreement".
+  virtual int64_t agreed_us() const { return -1; }
   /// Moves (blocking, watching the peers through `watch`, which throws TransportStopped) or starts the
   /// data. `fingerprint`: the op's agreed hash.
   virtual Started start(const OpData& op, uint64_t fingerprint, const ShmWatch& watch) = 0;

@@ -19,6 +19,7 @@ class ShmCollectives : public Transport {
   const char* name() const override { return "shm"; }
   bool can_run(const OpData& op) const override { return segment_runs(op); }
   bool agrees() const override { return true; }
+  int64_t agreed_us() const override { return shm_.agreed_us(); }
   Started start(const OpData& op, uint64_t fingerprint, const ShmWatch& watch) override;
   /// Whether a shared-memory segment moves `op` (CPU, a dtype it reduces): the hierarchical transport's
   /// rule too, whose steps within a host are this segment's.

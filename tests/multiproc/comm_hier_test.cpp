@@ -1,7 +1,8 @@
 // The hierarchical transport (src/comm/hier_transport.*) on one host: COHORT_TEST_HOSTS_SPLIT=2 groups
 // 4 rank processes as 2 hosts x 2 ranks, so each collective reduces within a "host" through its own
-// segment, between the leaders (ranks 0 and 2) through Gloo, and broadcasts within the host again.
-// Every result must equal, bit for bit, that order of reduction ((x0 + x1) + (x2 + x3)), and the
+// segment, between the leaders (ranks 0 and 2) over their own link, and broadcasts within the host
+// again. Every result must equal, bit for bit, that order of reduction ((x0 + x1) + (x2 + x3); with 3
+// hosts ((x0 + x1) + (x2 + x3)) + (x4 + x5)), and the
 // exact sums of the flat path; a desync and a dead rank are named as on the flat path;
 // COHORT_HIERARCHICAL=0 keeps flat Gloo. tests/cluster/job_shapes.sh runs it across real hosts.
 #include <gmock/gmock.h>
@@ -45,21 +46,24 @@ torch::Tensor combine(const torch::Tensor& a, const torch::Tensor& b, ReduceOp o
   }
 }
 
-// The hierarchy's order on 2 hosts x 2 ranks: each host's ranks in rank order, then the hosts.
-torch::Tensor hier_reduction(int64_t n, torch::ScalarType dtype, ReduceOp op) {
-  auto host0 = combine(input_of(0, n, dtype), input_of(1, n, dtype), op);
-  auto host1 = combine(input_of(2, n, dtype), input_of(3, n, dtype), op);
-  auto all = combine(host0, host1, op);
-  return op == ReduceOp::kAvg ? all.div_(4) : all;
+// The hierarchy's order on `hosts` hosts x 2 ranks: each host's ranks in rank order, then the hosts.
+torch::Tensor hier_reduction(int64_t n, torch::ScalarType dtype, ReduceOp op, int hosts = 2) {
+  torch::Tensor all;
+  for (int h = 0; h < hosts; ++h) {
+    auto host = combine(input_of(2 * h, n, dtype), input_of(2 * h + 1, n, dtype), op);
+    all = h == 0 ? host : combine(all, host, op);
+  }
+  return op == ReduceOp::kAvg ? all.div_(2 * hosts) : all;
 }
 
-cohort::testing::RanksOptions split_in_two() {
+cohort::testing::RanksOptions split_in(int hosts) {
   cohort::testing::RanksOptions options;
-  options.env["COHORT_TEST_HOSTS_SPLIT"] = "2";
+  options.env["COHORT_TEST_HOSTS_SPLIT"] = std::to_string(hosts);
   options.env["COHORT_SHM_BYTES"] = "4096";  // many chunks per collective
   options.env["COHORT_TIMEOUT"] = "60";
   return options;
 }
+cohort::testing::RanksOptions split_in_two() { return split_in(2); }
 
 void every_collective(int rank, int size) {
   auto& comm = cohort::init().comm();
@@ -69,7 +73,7 @@ void every_collective(int rank, int size) {
   EXPECT_EQ(hier->layout().hosts, 2);
   const int64_t before = hier->ops_done();
   int64_t ops = 0;
-  for (int64_t n : {1, 3, 1025, 10007}) {
+  for (int64_t n : {1, 3, 1025, 10007, 70001}) {  // 70001: above the leaders' one-round size
     for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
       auto t = input_of(rank, n, torch::kFloat);
       comm.allreduce(t, op);
@@ -119,6 +123,24 @@ void every_collective(int rank, int size) {
 }  // namespace
 
 TEST(Hier, EveryCollectiveIsTheHostThenLeaderReduction) { run_ranks(4, every_collective, split_in_two()); }
+
+// Three hosts: the leaders combine in host order (two hosts cannot tell, a + b being b + a), in one
+// round and in two (reduce-scatter, then allgather).
+TEST(Hier, ThreeHostsCombineInHostOrder) {
+  run_ranks(6, [](int rank, int size) {
+    auto& comm = cohort::init().comm();
+    auto* hier = cohort::detail::comm_impl(comm).hier();
+    ASSERT_NE(hier, nullptr);
+    EXPECT_EQ(hier->layout().hosts, 3);
+    for (int64_t n : {7, 70001}) {
+      auto t = input_of(rank, n, torch::kFloat);
+      comm.allreduce(t);
+      EXPECT_TRUE(torch::equal(t, hier_reduction(n, torch::kFloat, ReduceOp::kSum, 3))) << n << " float32";
+    }
+    auto out = comm.reduce_scatter(input_of(rank, 999 * size, torch::kFloat), ReduceOp::kSum);
+    EXPECT_TRUE(torch::equal(out, hier_reduction(999 * size, torch::kFloat, ReduceOp::kSum, 3).narrow(0, rank * 999, 999)));
+  }, split_in(3));
+}
 
 TEST(Hier, OffWithCohortHierarchical0) {
   auto options = split_in_two();
@@ -173,16 +195,48 @@ TEST(Hier, DesyncIsNamedAsOnTheFlatPath) {
   }
 }
 
-TEST(Hier, ARankKilledMidTransferIsNamed) {
+// Desyncs the leaders must find between hosts (each host agreeing within itself): another size, in
+// one round and above the one-round size (the disagreeing bytes are read and dropped, never awaited),
+// and another collective. Every rank gets the report; none waits for the timeout.
+void desync_between_hosts(int64_t n, bool other_op) {
+  auto results = run_ranks(4, [n, other_op](int rank, int) {
+    auto& comm = cohort::init().comm();
+    comm.allreduce(torch::ones({2}));
+    try {
+      auto t = torch::ones({rank >= 2 && !other_op ? n + 1 : n});
+      if (rank >= 2 && other_op) comm.broadcast(t, 0);
+      else comm.allreduce(t);
+      ADD_FAILURE() << "expected a cohort::Error";
+    } catch (const cohort::Error& e) {
+      report(e.what());
+    }
+  }, split_in_two());
+  for (const auto& r : results) {
+    ASSERT_FALSE(r.reports.empty()) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("collective mismatch (desync) at collective #1"));
+    EXPECT_THAT(r.reports[0], HasSubstr(other_op ? "rank 3: #1 broadcast"
+                                                 : "rank 3: #1 allreduce(sum) float32 [" + std::to_string(n + 1) + "]"));
+  }
+}
+
+TEST(Hier, AnotherSizeOnAnotherHostIsADesync) { desync_between_hosts(4, false); }
+TEST(Hier, AnotherLargeSizeOnAnotherHostIsADesync) { desync_between_hosts(100000, false); }
+TEST(Hier, AnotherCollectiveOnAnotherHostIsADesync) { desync_between_hosts(4, true); }
+
+// Rank 3 waits in its host's segment; rank 2 leads host 1 on the leaders' link.
+class HierKill : public ::testing::TestWithParam<int> {};
+
+TEST_P(HierKill, ARankKilledMidTransferIsNamed) {
+  const int victim = GetParam();
   auto options = split_in_two();
   options.env.erase("COHORT_SHM_BYTES");
   options.expect_all_pass = false;
-  auto results = run_ranks(4, [](int rank, int) {
+  auto results = run_ranks(4, [victim](int rank, int) {
     auto& comm = cohort::init().comm();
     ASSERT_NE(cohort::detail::comm_impl(comm).hier(), nullptr);
     auto big = torch::ones({1 << 20});
     comm.allreduce(big);
-    if (rank == 3) {
+    if (rank == victim) {
       std::thread([] {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         ::kill(::getpid(), SIGKILL);
@@ -197,15 +251,18 @@ TEST(Hier, ARankKilledMidTransferIsNamed) {
       report(std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()));
     }
   }, options);
-  EXPECT_EQ(results[3].signal, SIGKILL);
-  for (int rank = 0; rank < 3; ++rank) {
+  EXPECT_EQ(results[victim].signal, SIGKILL);
+  for (int rank = 0; rank < 4; ++rank) {
+    if (rank == victim) continue;
     const auto& r = results[rank];
     EXPECT_TRUE(r.passed) << r.output;
     ASSERT_EQ(r.reports.size(), 2u) << r.output;
     EXPECT_THAT(r.reports[0], HasSubstr("allreduce(sum) float32 [1048576]"));
-    EXPECT_THAT(r.reports[0], HasSubstr("rank 3 died"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank " + std::to_string(victim) + " died"));
     EXPECT_LT(std::stod(r.reports[1]), 20.0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Victim, HierKill, ::testing::Values(3, 2));
 
 }  // namespace comm_hier_test

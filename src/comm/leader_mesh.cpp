@@ -1,0 +1,139 @@
+// The leaders' link between hosts (see leader_mesh.h).
+#include "comm/leader_mesh.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "cohort/error.h"
+#include "comm/control_handshake.h"
+#include "core/check.h"
+#include "core/log.h"
+
+namespace cohort::detail {
+namespace {
+
+constexpr const char* kLink = "hierarchy's leader link";
+// Passes over the sockets without waiting before poll(2) sleeps: each costs a few microseconds, and a
+// small message from another host usually lands within them.
+constexpr int kBusyPasses = 16;
+constexpr auto kWatchEvery = std::chrono::milliseconds(5);
+// Largest piece one send(2) or recv(2) asks for: every peer's transfer advances in turn.
+constexpr size_t kSlice = size_t(1) << 20;
+
+// A peer's pieces of one transfer, in order, and how far the first has gone.
+struct Queue {
+  std::vector<LinkPiece> pieces;
+  size_t next = 0, done = 0;
+  bool empty() const { return next == pieces.size(); }
+  char* at() const { return static_cast<char*>(pieces[next].data) + done; }
+  size_t left() const { return pieces[next].bytes - done; }
+  void advance(size_t n) {
+    done += n;
+    while (next < pieces.size() && done == pieces[next].bytes) {
+      ++next;
+      done = 0;
+    }
+  }
+};
+
+void append(Queue& q, const std::optional<LinkPiece>& piece) {
+  if (!piece || piece->bytes == 0) return;
+  q.pieces.push_back(*piece);
+  q.advance(0);
+}
+
+std::vector<Queue> by_host(const std::vector<LinkPiece>& pieces, int hosts) {
+  std::vector<Queue> queues(hosts);
+  for (const LinkPiece& piece : pieces)
+    if (piece.bytes > 0) queues.at(piece.host).pieces.push_back(piece);
+  for (Queue& q : queues) q.advance(0);
+  return queues;
+}
+
+}  // namespace
+
+LeaderMesh::LeaderMesh(c10d::Store& store, const LeaderMeshConfig& config) : config_(config), links_(config.hosts) {
+  net::Fd listener = listen_for_peers(config.local_address, kLink);
+  const std::string endpoint = config.local_address + ":" + std::to_string(net::port_of(listener.get()));
+  store.set(config.prefix + "/leader/" + std::to_string(config.host),
+            std::vector<uint8_t>(endpoint.begin(), endpoint.end()));
+  HandshakeConfig handshake{config.host, config.hosts, config.run_id, config.secret, config.host_name, config.timeout};
+  handshake.link = kLink;
+  handshake.proof_tag = "hier";
+  const auto deadline = std::chrono::steady_clock::now() + config.timeout;
+  // As the control plane: dial the lower hosts' leaders, accept the higher ones (no deadlock).
+  for (int h = 0; h < config.host; ++h) {
+    const auto raw = store.get(config.prefix + "/leader/" + std::to_string(h));
+    links_[h] = dial_peer(h, std::string(raw.begin(), raw.end()), handshake, deadline).fd;
+  }
+  for (PeerLink& link : accept_peers(listener.get(), handshake, deadline)) links_[link.rank] = std::move(link.fd);
+  for (net::Fd& fd : links_) {
+    if (!fd) continue;
+    net::set_nodelay(fd.get());
+    ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
+  }
+}
+
+void LeaderMesh::transfer(const std::vector<LinkPiece>& sends, const std::vector<LinkPiece>& recvs,
+                          const ShmWatch& watch, const NextPiece& next) {
+  std::vector<Queue> out = by_host(sends, config_.hosts), in = by_host(recvs, config_.hosts);
+  std::vector<pollfd> waiting;
+  int idle = 0;
+  auto next_watch = std::chrono::steady_clock::now() + kWatchEvery;
+  for (;;) {
+    bool moved = false, pending = false;
+    waiting.clear();
+    for (int h = 0; h < config_.hosts; ++h) {
+      short events = 0;
+      for (const bool sending : {true, false}) {
+        Queue& q = sending ? out[h] : in[h];
+        if (q.empty()) continue;
+        const int fd = links_[h].get();
+        const ssize_t n = sending ? ::send(fd, q.at(), std::min(q.left(), kSlice), MSG_DONTWAIT | MSG_NOSIGNAL)
+                                  : ::recv(fd, q.at(), std::min(q.left(), kSlice), MSG_DONTWAIT);
+        if (n > 0) {
+          q.advance(size_t(n));
+          moved = true;
+          if (!sending && q.empty() && next) append(q, next(h));
+        } else if (n == 0 && !sending) {
+          lost(h, "the connection closed mid-transfer", watch);
+        } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          lost(h, std::string("the connection failed mid-transfer: ") + std::strerror(errno), watch);
+        }
+        if (!q.empty()) events |= sending ? POLLOUT : POLLIN;
+      }
+      if (events != 0) {
+        pending = true;
+        waiting.push_back({links_[h].get(), events, 0});
+      }
+    }
+    if (!pending) return;
+    if (std::chrono::steady_clock::now() >= next_watch) {
+      watch();
+      next_watch = std::chrono::steady_clock::now() + kWatchEvery;
+    }
+    idle = moved ? 0 : idle + 1;
+    if (idle < kBusyPasses) continue;
+    net::poll_fds(waiting, int(kWatchEvery.count()));  // wakes when a peer's bytes or buffer space arrive
+  }
+}
+
+void LeaderMesh::lost(int host, const std::string& why, const ShmWatch& watch) {
+  // Usually the leader's process died: the control plane names the rank (the watch throws) once it
+  // sees the closed socket too.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < until) {
+    watch();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int rank = config_.rank_of_host.at(host);
+  throw Error(str(kLink, ": rank ", config_.rank_of_host.at(config_.host), " lost rank ", rank, " (leader of host ",
+                  host, "): ", why),
+              ErrorKind::kPeerDied, {rank});
+}
+
+}  // namespace cohort::detail
