@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Across hosts at full speed (issue 26): 2 hosts x 2 ranks, the hosts made as network namespaces by
 # the cluster harness (tests/cluster/lib.sh), each host's link optionally rate-limited (tbf). Interleaved,
-# repeated runs of (1) allreduce 4 KiB..64 MiB: cohort as built, cohort with COHORT_HIERARCHICAL=0 (the
-# flat Gloo ring over all ranks) and Open MPI (mpirun -H, TCP between hosts, shared memory within);
+# repeated runs of (1) allreduce 4 KiB..64 MiB: cohort as built (timed alone), cohort with
+# COHORT_HIERARCHICAL=0 (the flat Gloo ring over all ranks) and Open MPI (mpirun -H, TCP between hosts,
+# shared memory within);
 # (2) the DDP step of the example CNN and ResNet-18, cohort's LibTorch 2.11 build against PyTorch 2.11's
 # DDP (Gloo) under torchrun. Prints markdown tables of medians and ratios for docs/BENCHMARKS.md and
 # always tears the hosts down. As root, after building (see docs/BENCHMARKS.md, "Across hosts"):
@@ -101,7 +102,10 @@ allreduce_once() {
     awk -F'|' -v tag="$tag" '/^ +[0-9]/ { split($1, a, " "); split($2, b, " ");
       print tag " impl=mpi bytes=" a[1] " us=" b[1] }' "$out.n1.log" >>"$results"
   else
-    launch launch_cohort "$out" "$(cohort_env "$impl")" "$build" "$build/bench/allreduce" --mode sizes $ar_flags ||
+    # cohort alone, as Open MPI's loop (no Gloo ops interleaved), unless its run is the raw Gloo column's source.
+    local mode=sizes
+    [ "$impl" = cohort ] && [ "$raw_from" = cohort_flat ] && mode=alone
+    launch launch_cohort "$out" "$(cohort_env "$impl")" "$build" "$build/bench/allreduce" --mode $mode $ar_flags ||
       return 1
     [ "$impl" = "$raw_from" ] || raw_from=""
     sed -n 's/^\[rank0\]: //p' "$out.n1.log" | awk -F'|' -v tag="$tag" -v impl="$impl" -v raw="$raw_from" '

@@ -85,7 +85,7 @@ struct CommConfig {
   std::chrono::milliseconds timeout{300000};
   bool use_nccl = false;
   bool shm = true;                    // shared-memory data path when every rank is on this host
-  bool hierarchical = true;           // across hosts: shared memory within each, Gloo among leaders
+  bool hierarchical = true;           // across hosts: shared memory within each, TCP among leaders
   int test_hosts_split = 0;           // tests: group one host's ranks as if on this many hosts (0: off)
   size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
   std::string group_name;             // empty for the world; a group's name for messages
