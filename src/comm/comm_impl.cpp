@@ -49,7 +49,7 @@ void CommImpl::make_transports() {
   const HostLayout layout = HostLayout::of(hosts);
   std::unique_ptr<HierTransport> hier;
   if (layout.valid()) {
-    LeaderMeshConfig leaders;
+    CrossHostLinkConfig leaders;
     leaders.local_address = config_.local_address;
     leaders.run_id = config_.run_id;
     leaders.secret = config_.secret;

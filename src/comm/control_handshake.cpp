@@ -82,14 +82,16 @@ int hs_settle(hs_Pending& p, const HandshakeConfig& config, const std::vector<bo
   host = p.buffer.substr(kHelloHeader + length, host_length);
   const std::string nonce = p.buffer.substr(kHelloHeader + length + host_length, kNonce);
   const std::string proof = p.buffer.substr(kHelloHeader + length + host_length + kNonce, kProof);
-  if (!same_bytes(proof, hmac_proof(config.secret, config.proof_tag + "-dial", p.nonce, nonce + hs_identity(rank, run_id, host)))) {
+  if (!same_bytes(proof, hmac_proof(config.secret, config.proof_tag + "-dial", p.nonce,
+                                    nonce + hs_identity(rank, run_id, host)))) {
     hs_drop(
         p, config,
         "it does not know the job's secret (claimed rank " + std::to_string(rank) + " of " + job_label(run_id) + ")");
     return -1;
   }
   const std::string mine = hs_identity(config.rank, config.run_id, config.host);
-  const std::string answer = hs_hello(config, hmac_proof(config.secret, config.proof_tag + "-accept", nonce, p.nonce + mine));
+  const std::string answer = hs_hello(config,
+                                      hmac_proof(config.secret, config.proof_tag + "-accept", nonce, p.nonce + mine));
   // First, so the dialler can name both jobs too.
   const bool answered = net::write_all(p.fd.get(), answer, p.deadline).ok();
   if (run_id != config.run_id) {
@@ -171,7 +173,8 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
                     kTwoJobsHint,
                 ErrorKind::kOther, {peer});
   }
-  if (!same_bytes(answer, hmac_proof(config.secret, config.proof_tag + "-accept", mine, theirs_nonce + hs_identity(peer, run_id, host))))
+  if (!same_bytes(answer, hmac_proof(config.secret, config.proof_tag + "-accept", mine,
+                                     theirs_nonce + hs_identity(peer, run_id, host))))
     fail("did not prove it knows the job's secret", ErrorKind::kOther);
   return PeerLink{peer, std::move(fd), host};
 }

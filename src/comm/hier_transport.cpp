@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "comm/leader_collectives.h"
+#include "comm/cross_host_collectives.h"
 #include "comm/transports.h"
 #include "core/log.h"
 
@@ -89,14 +89,14 @@ HierTransport::HierTransport(const HierConfig& config, std::unique_ptr<ShmTransp
       size_(config.size),
       host_(config.rank / config.layout.per_host),
       local_(std::move(local)) {
-  if (!leader()) return;
-  LeaderMeshConfig mesh = config.leaders;
-  mesh.prefix = config.prefix;
-  mesh.host = host_;
-  mesh.hosts = layout_.hosts;
-  mesh.rank_of_host.clear();
-  for (int h = 0; h < layout_.hosts; ++h) mesh.rank_of_host.push_back(h * layout_.per_host);
-  leaders_ = std::make_unique<LeaderMesh>(*config.store, mesh);
+  CrossHostLinkConfig link = config.leaders;
+  const int stripe = local_->rank();
+  link.prefix = config.prefix + "/stripe" + std::to_string(stripe);
+  link.host = host_;
+  link.hosts = layout_.hosts;
+  link.rank_of_host.clear();
+  for (int h = 0; h < layout_.hosts; ++h) link.rank_of_host.push_back(h * layout_.per_host + stripe);
+  link_ = std::make_unique<CrossHostLink>(*config.store, link);
 }
 
 bool HierTransport::can_run(const OpData& op) const { return ShmCollectives::segment_runs(op); }
@@ -116,21 +116,35 @@ Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWa
   return started;
 }
 
-// Every op: a local step whose barrier agrees within the host, the leaders' step (which every leader
-// runs, whatever its host's verdict, so no leader waits for one that stopped), then the leader's
-// result and verdict through the segment: a leader whose leaders disagreed broadcasts under another
-// fingerprint, so its host's ranks see the desync too and nothing moves.
-bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint,
-                                   const ShmWatch& watch) {
+// Every op: a local step whose barrier agrees within the host, then every rank's step with its stripe
+// on the other hosts, whatever its host's verdict, so no rank waits for one that stopped (the leaders
+// move the data; the other ranks exchange only their votes, except in a sliced allreduce), then the
+// leader's result and verdict through the segment: a leader whose leaders disagreed broadcasts under
+// another fingerprint, so its host's ranks see the desync too and nothing moves.
+bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint, const ShmWatch& watch) {
   agreed_us_ = local_->agreed_us();  // the local step's barrier, before the next overwrites it
   return local_->broadcast(buffer, 0, agreed ? fingerprint : fingerprint ^ kLeadersDisagreed, watch);
 }
 
 bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch) {
   const bool here = local_->allreduce(buffer, op, fingerprint, watch);  // kAvg: a sum here
-  bool agreed = here;
-  if (leader()) agreed = leaders_allreduce(*leaders_, {fingerprint, here}, buffer, op, watch);
-  if (!here || !finish_on_host(buffer, agreed, fingerprint, watch)) return false;
+  const at::Tensor flat = buffer.view(-1);
+  const int64_t n = flat.numel(), ranks = layout_.per_host;
+  if (size_t(buffer.nbytes()) <= kSlicedAllreduceBytes || n < ranks) {
+    // Every rank's stripe sees every host's verdict: no barrier needed after it.
+    if (!cross_allreduce(*link_, {fingerprint, here}, flat, op, watch) || !here) return false;
+  } else {
+    // Slices of ceil(n / ranks) elements (the last shorter), gathered padded: the segment's allgather
+    // takes equal blocks.
+    const int64_t slice = (n + ranks - 1) / ranks, mine = local_->rank();
+    const int64_t begin = std::min(n, mine * slice), length = std::min(n, begin + slice) - begin;
+    const at::Tensor part = flat.narrow(0, begin, length);
+    if (!cross_allreduce(*link_, {fingerprint, here}, part, op, watch) || !here) return false;
+    at::Tensor padded = at::zeros({slice}, flat.options()), gathered = at::empty({slice * ranks}, flat.options());
+    padded.narrow(0, 0, length).copy_(part);
+    if (!local_->allgather(gathered, padded, fingerprint, watch)) return false;
+    flat.copy_(gathered.narrow(0, 0, n));
+  }
   if (op == ReduceOp::kAvg) buffer.div_(size_);
   return true;
 }
@@ -142,7 +156,8 @@ bool HierTransport::broadcast(const at::Tensor& buffer, int root, uint64_t finge
   const bool here = via_leader ? local_->broadcast(buffer, root_local, fingerprint, watch)
                                : local_->agree(fingerprint, watch);
   bool agreed = here;
-  if (leader()) agreed = leaders_broadcast(*leaders_, {fingerprint, here}, buffer, root_host, watch);
+  if (leader()) agreed = cross_broadcast(*link_, {fingerprint, here}, buffer, root_host, watch);
+  else cross_agree(*link_, {fingerprint, here}, watch);  // the verdict that counts is the leader's
   if (!here) return false;
   // The root's host has the data already: only the verdict goes round.
   agreed_us_ = local_->agreed_us();
@@ -156,7 +171,8 @@ bool HierTransport::allgather(const at::Tensor& output, const at::Tensor& input,
   at::Tensor blocks = output.view(-1).view({layout_.hosts, -1});
   const bool here = local_->allgather(blocks[host_], input, fingerprint, watch);
   bool agreed = here;
-  if (leader()) agreed = leaders_allgather(*leaders_, {fingerprint, here}, blocks, watch);
+  if (leader()) agreed = cross_allgather(*link_, {fingerprint, here}, blocks, watch);
+  else cross_agree(*link_, {fingerprint, here}, watch);
   return here && finish_on_host(output.view(-1), agreed, fingerprint, watch);
 }
 
@@ -168,7 +184,9 @@ bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& i
   const bool here = local_->allreduce(sums, op, fingerprint, watch);
   at::Tensor part = sums.view({layout_.hosts, -1})[host_];
   bool agreed = here;
-  if (leader()) agreed = leaders_reduce_parts(*leaders_, {fingerprint, here}, sums.view({layout_.hosts, -1}), part, op, watch);
+  if (leader())
+    agreed = cross_reduce_parts(*link_, {fingerprint, here}, sums.view({layout_.hosts, -1}), part, op, watch);
+  else cross_agree(*link_, {fingerprint, here}, watch);
   if (!here || !finish_on_host(part, agreed, fingerprint, watch)) return false;
   output.copy_(part.view({layout_.per_host, -1})[local_->rank()]);
   if (op == ReduceOp::kAvg) output.div_(size_);

@@ -1,9 +1,13 @@
 // Collectives across hosts in two levels (docs/design/transports.md): the ranks of each host reduce
-// or gather through a shared-memory segment of their own, one leader per host (its first rank) runs
-// the inter-host step over the leaders' own TCP link (leader_mesh.h, leader_collectives.h), and the
-// leader's result is broadcast through the segment again. Chosen when every host holds the same number (>= 2) of consecutive ranks;
-// COHORT_HIERARCHICAL=0 (CommConfig::hierarchical) keeps flat Gloo. COHORT_TEST_HOSTS_SPLIT=N groups
-// one host's ranks as if on N hosts (for tests: the hierarchy's reduction order on one host).
+// or gather through a shared-memory segment of their own, then exchange with the other hosts over
+// their own TCP links (cross_host_link.h, cross_host_collectives.h). An allreduce up to
+// kSlicedAllreduceBytes: every rank exchanges its host's sum with the same local rank of every other
+// host (its stripe), so each ends with the result; above, local rank l combines slice l across hosts
+// and the host's ranks gather the slices. The other collectives: one leader per host (its first rank)
+// runs the step between hosts, and its result is broadcast through the segment again. Chosen when every host holds the
+// same number (>= 2) of consecutive ranks; COHORT_HIERARCHICAL=0 (CommConfig::hierarchical) keeps flat Gloo.
+// COHORT_TEST_HOSTS_SPLIT=N groups one host's ranks as if on N hosts (for tests: the hierarchy's reduction order on one
+// host).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -12,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/leader_mesh.h"
+#include "comm/cross_host_link.h"
 #include "comm/shm_transport.h"
 #include "comm/transport.h"
 
@@ -35,8 +39,11 @@ struct HierConfig {
   HostLayout layout;
   bool enabled = true;  // false on any rank: flat Gloo everywhere
   size_t slot_bytes = 512 << 10;
-  LeaderMeshConfig leaders;  // the address, job, secret, host name and timeout; the rest is set here
+  CrossHostLinkConfig leaders;  // the address, job, secret, host name and timeout; the rest is set here
 };
+
+/// Above this an allreduce is split among the host's ranks, each combining its slice across hosts.
+constexpr size_t kSlicedAllreduceBytes = size_t(64) << 10;
 
 /// Flipped into a leader's fingerprint on its host's last barrier when the leaders disagreed.
 constexpr uint64_t kLeadersDisagreed = uint64_t(1) << 62;
@@ -48,7 +55,7 @@ class HierTransport : public Transport {
   static std::unique_ptr<HierTransport> negotiate(HierConfig config);
   const char* name() const override { return "hier"; }
   bool can_run(const OpData& op) const override;
-  /// The agreement rides on the segments' barriers and the leaders' headers (leader_collectives.h).
+  /// The agreement rides on the segments' barriers and the leaders' headers (cross_host_collectives.h).
   bool agrees() const override { return true; }
   /// The host's first barrier: the leaders' verdict comes later, within the transfer.
   int64_t agreed_us() const override { return agreed_us_; }
@@ -70,8 +77,8 @@ class HierTransport : public Transport {
 
   HostLayout layout_;
   int rank_, size_, host_;
-  std::unique_ptr<ShmTransport> local_;           // this host's ranks
-  std::unique_ptr<LeaderMesh> leaders_;  // the link to the other hosts' leaders; null on the other ranks
+  std::unique_ptr<ShmTransport> local_;  // this host's ranks
+  std::unique_ptr<CrossHostLink> link_;  // to this rank's stripe on the other hosts (the leaders': stripe 0)
   int64_t ops_done_ = 0;
   int64_t agreed_us_ = -1;
 };

@@ -1,7 +1,8 @@
 // The hierarchy's link between hosts (docs/design/transports.md): one TCP connection between each pair
-// of host leaders, opened with the control plane's handshake (the job's secret, its own proof tag) and
-// used for nothing but collective data, so a transfer never waits behind a control message. A
-// transfer moves every piece to and from every leader at once on non-blocking sockets: a few passes
+// of ranks that hold the same place on their hosts (a stripe: local rank l of every host; stripe 0 is
+// the hosts' leaders), opened with the control plane's handshake (the job's secret, its own proof tag)
+// and used for nothing but collective data, so a transfer never waits behind a control message. A
+// transfer moves every piece to and from every host at once on non-blocking sockets: a few passes
 // without waiting (a small message between hosts arrives within tens of microseconds), then poll(2),
 // which wakes when bytes arrive; the Comm's watch runs every 5 ms, so a dead rank or the deadline
 // ends the wait. Replaces the leaders' Gloo group, whose small allreduce took milliseconds here.
@@ -21,17 +22,17 @@
 
 namespace cohort::detail {
 
-struct LeaderMeshConfig {
-  std::string prefix;  // store keys: PREFIX/leader/<host>
-  int host = 0;        // this leader's host index
+struct CrossHostLinkConfig {
+  std::string prefix;  // store keys: PREFIX/<host>
+  int host = 0;        // this rank's host index
   int hosts = 2;
-  std::vector<int> rank_of_host;  // the Comm rank of each host's leader, for messages
+  std::vector<int> rank_of_host;  // the Comm rank of each host's member of this stripe, for messages
   std::string local_address;      // what the other leaders dial
   std::string run_id, secret, host_name;
   std::chrono::milliseconds timeout{300000};
 };
 
-/// One piece of a transfer: `bytes` bytes to or from host `host`'s leader.
+/// One piece of a transfer: `bytes` bytes to or from host `host`'s member of the stripe.
 struct LinkPiece {
   int host = -1;
   void* data = nullptr;
@@ -42,13 +43,13 @@ struct LinkPiece {
 /// (its size read from what arrived), or nullopt when none.
 using NextPiece = std::function<std::optional<LinkPiece>(int host)>;
 
-class LeaderMesh {
+class CrossHostLink {
  public:
-  /// Every leader calls this: connects to every other leader (addresses through `store`).
-  LeaderMesh(c10d::Store& store, const LeaderMeshConfig& config);
+  /// Every member of the stripe calls this: connects to every other (addresses through `store`).
+  CrossHostLink(c10d::Store& store, const CrossHostLinkConfig& config);
 
   /// Sends `sends` and receives `recvs`, all at once; pieces of one peer go in the order given. Calls
-  /// `watch` every 5 ms while waiting (it throws to stop). A peer leader whose connection closes or
+  /// `watch` every 5 ms while waiting (it throws to stop). A peer whose connection closes or
   /// fails: the watch gets 2 s to name why (its rank died), else cohort::Error (kPeerDied) naming it.
   /// `next` (optional) appends receives whose size a header told.
   void transfer(const std::vector<LinkPiece>& sends, const std::vector<LinkPiece>& recvs, const ShmWatch& watch,
@@ -60,7 +61,7 @@ class LeaderMesh {
  private:
   [[noreturn]] void lost(int host, const std::string& why, const ShmWatch& watch);
 
-  LeaderMeshConfig config_;
+  CrossHostLinkConfig config_;
   std::vector<net::Fd> links_;  // by host; empty at this leader's own index
 };
 

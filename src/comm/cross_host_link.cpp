@@ -1,5 +1,5 @@
-// The leaders' link between hosts (see leader_mesh.h).
-#include "comm/leader_mesh.h"
+// A stripe's link between hosts (see cross_host_link.h).
+#include "comm/cross_host_link.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -16,7 +16,7 @@
 namespace cohort::detail {
 namespace {
 
-constexpr const char* kLink = "hierarchy's leader link";
+constexpr const char* kLink = "hierarchy's cross-host link";
 // Passes over the sockets without waiting before poll(2) sleeps: each costs a few microseconds, and a
 // small message from another host usually lands within them.
 constexpr int kBusyPasses = 16;
@@ -56,18 +56,18 @@ std::vector<Queue> by_host(const std::vector<LinkPiece>& pieces, int hosts) {
 
 }  // namespace
 
-LeaderMesh::LeaderMesh(c10d::Store& store, const LeaderMeshConfig& config) : config_(config), links_(config.hosts) {
+CrossHostLink::CrossHostLink(c10d::Store& store, const CrossHostLinkConfig& config)
+    : config_(config), links_(config.hosts) {
   net::Fd listener = listen_for_peers(config.local_address, kLink);
   const std::string endpoint = config.local_address + ":" + std::to_string(net::port_of(listener.get()));
-  store.set(config.prefix + "/leader/" + std::to_string(config.host),
-            std::vector<uint8_t>(endpoint.begin(), endpoint.end()));
+  store.set(config.prefix + "/" + std::to_string(config.host), std::vector<uint8_t>(endpoint.begin(), endpoint.end()));
   HandshakeConfig handshake{config.host, config.hosts, config.run_id, config.secret, config.host_name, config.timeout};
   handshake.link = kLink;
   handshake.proof_tag = "hier";
   const auto deadline = std::chrono::steady_clock::now() + config.timeout;
-  // As the control plane: dial the lower hosts' leaders, accept the higher ones (no deadlock).
+  // As the control plane: dial the lower hosts, accept the higher ones (no deadlock).
   for (int h = 0; h < config.host; ++h) {
-    const auto raw = store.get(config.prefix + "/leader/" + std::to_string(h));
+    const auto raw = store.get(config.prefix + "/" + std::to_string(h));
     links_[h] = dial_peer(h, std::string(raw.begin(), raw.end()), handshake, deadline).fd;
   }
   for (PeerLink& link : accept_peers(listener.get(), handshake, deadline)) links_[link.rank] = std::move(link.fd);
@@ -78,8 +78,8 @@ LeaderMesh::LeaderMesh(c10d::Store& store, const LeaderMeshConfig& config) : con
   }
 }
 
-void LeaderMesh::transfer(const std::vector<LinkPiece>& sends, const std::vector<LinkPiece>& recvs,
-                          const ShmWatch& watch, const NextPiece& next) {
+void CrossHostLink::transfer(const std::vector<LinkPiece>& sends, const std::vector<LinkPiece>& recvs,
+                             const ShmWatch& watch, const NextPiece& next) {
   std::vector<Queue> out = by_host(sends, config_.hosts), in = by_host(recvs, config_.hosts);
   std::vector<pollfd> waiting;
   int idle = 0;
@@ -122,8 +122,8 @@ void LeaderMesh::transfer(const std::vector<LinkPiece>& sends, const std::vector
   }
 }
 
-void LeaderMesh::lost(int host, const std::string& why, const ShmWatch& watch) {
-  // Usually the leader's process died: the control plane names the rank (the watch throws) once it
+void CrossHostLink::lost(int host, const std::string& why, const ShmWatch& watch) {
+  // Usually the peer's process died: the control plane names the rank (the watch throws) once it
   // sees the closed socket too.
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (std::chrono::steady_clock::now() < until) {
@@ -131,9 +131,9 @@ void LeaderMesh::lost(int host, const std::string& why, const ShmWatch& watch) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const int rank = config_.rank_of_host.at(host);
-  throw Error(str(kLink, ": rank ", config_.rank_of_host.at(config_.host), " lost rank ", rank, " (leader of host ",
-                  host, "): ", why),
-              ErrorKind::kPeerDied, {rank});
+  throw Error(
+      str(kLink, ": rank ", config_.rank_of_host.at(config_.host), " lost rank ", rank, " (on host ", host, "): ", why),
+      ErrorKind::kPeerDied, {rank});
 }
 
 }  // namespace cohort::detail

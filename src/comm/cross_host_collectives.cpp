@@ -1,5 +1,5 @@
-// The leaders' collectives (see leader_collectives.h).
-#include "comm/leader_collectives.h"
+// The leaders' collectives (see cross_host_collectives.h).
+#include "comm/cross_host_collectives.h"
 
 #include <ATen/ATen.h>
 
@@ -37,7 +37,7 @@ void fold_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op) {
 
 // One round with every other leader h: sends send_of(h) to it and receives recv_of(h) from it.
 template <class SendOf, class RecvOf>
-void with_every_leader(LeaderMesh& mesh, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
+void with_every_host(CrossHostLink& mesh, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
   std::vector<LinkPiece> sends, recvs;
   for (int h = 0; h < mesh.hosts(); ++h) {
     if (h == mesh.host()) continue;
@@ -47,11 +47,10 @@ void with_every_leader(LeaderMesh& mesh, SendOf send_of, RecvOf recv_of, const S
   mesh.transfer(sends, recvs, watch);
 }
 
-// with_every_leader's first round, with agreement: each piece behind a header; a leader whose header
+// with_every_host's first round, with agreement: each piece behind a header; a leader whose header
 // differs from this one's vote has its bytes read into a scratch buffer. True when all agree.
 template <class SendOf, class RecvOf>
-bool agree_with_every_leader(LeaderMesh& mesh, LeaderVote vote, SendOf send_of, RecvOf recv_of,
-                             const ShmWatch& watch) {
+bool agree_with_every_host(CrossHostLink& mesh, HostVote vote, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
   const int hosts = mesh.hosts();
   std::vector<Header> out(hosts), in(hosts);
   std::vector<LinkPiece> sends, recvs;
@@ -70,7 +69,8 @@ bool agree_with_every_leader(LeaderMesh& mesh, LeaderVote vote, SendOf send_of, 
     if (headed[h]) return std::nullopt;  // the data has arrived too
     headed[h] = true;
     const LinkPiece expected = piece(h, recv_of(h));
-    if (in[h].fingerprint == vote.fingerprint && in[h].host_agreed == 1 && in[h].bytes == expected.bytes) return expected;
+    if (in[h].fingerprint == vote.fingerprint && in[h].host_agreed == 1 && in[h].bytes == expected.bytes)
+      return expected;
     agreed = false;
     dropped[h].resize(in[h].bytes);
     return LinkPiece{h, dropped[h].data(), dropped[h].size()};
@@ -81,15 +81,20 @@ bool agree_with_every_leader(LeaderMesh& mesh, LeaderVote vote, SendOf send_of, 
 
 }  // namespace
 
-bool leaders_allreduce(LeaderMesh& mesh, LeaderVote vote, const at::Tensor& buffer, ReduceOp op,
-                       const ShmWatch& watch) {
+bool cross_agree(CrossHostLink& link, HostVote vote, const ShmWatch& watch) {
+  auto nothing = [](int) { return at::Tensor(); };
+  return agree_with_every_host(link, vote, nothing, nothing, watch);
+}
+
+bool cross_allreduce(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch) {
   const int hosts = mesh.hosts(), me = mesh.host();
   const at::Tensor flat = buffer.view(-1);
   const int64_t n = flat.numel();
   if (size_t(buffer.nbytes()) <= kDirectAllreduceBytes || n < hosts) {
     at::Tensor rows = at::empty({hosts, n}, flat.options());
     rows[me].copy_(flat);
-    if (!agree_with_every_leader(mesh, vote, [&](int) { return flat; }, [&](int h) { return rows[h]; }, watch))
+    if (!agree_with_every_host(
+            mesh, vote, [&](int) { return flat; }, [&](int h) { return rows[h]; }, watch))
       return false;
     fold_rows(rows, flat, op);
     return true;
@@ -99,31 +104,36 @@ bool leaders_allreduce(LeaderMesh& mesh, LeaderVote vote, const at::Tensor& buff
   const at::Tensor mine = block(me);
   at::Tensor rows = at::empty({hosts, mine.numel()}, flat.options());
   rows[me].copy_(mine);
-  if (!agree_with_every_leader(mesh, vote, block, [&](int h) { return rows[h]; }, watch)) return false;
+  if (!agree_with_every_host(
+          mesh, vote, block, [&](int h) { return rows[h]; }, watch))
+    return false;
   fold_rows(rows, mine, op);
-  with_every_leader(mesh, [&](int) { return mine; }, block, watch);
+  with_every_host(
+      mesh, [&](int) { return mine; }, block, watch);
   return true;
 }
 
-bool leaders_broadcast(LeaderMesh& mesh, LeaderVote vote, const at::Tensor& buffer, int root_host,
-                       const ShmWatch& watch) {
+bool cross_broadcast(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffer, int root_host,
+                     const ShmWatch& watch) {
   // The root's leader sends its buffer; the others send only their header (every leader votes).
   const bool root = mesh.host() == root_host;
-  return agree_with_every_leader(
+  return agree_with_every_host(
       mesh, vote, [&](int) { return root ? buffer : at::Tensor(); },
       [&](int h) { return h == root_host ? buffer : at::Tensor(); }, watch);
 }
 
-bool leaders_allgather(LeaderMesh& mesh, LeaderVote vote, const at::Tensor& blocks, const ShmWatch& watch) {
+bool cross_allgather(CrossHostLink& mesh, HostVote vote, const at::Tensor& blocks, const ShmWatch& watch) {
   const at::Tensor mine = blocks[mesh.host()];
-  return agree_with_every_leader(mesh, vote, [&](int) { return mine; }, [&](int h) { return blocks[h]; }, watch);
+  return agree_with_every_host(
+      mesh, vote, [&](int) { return mine; }, [&](int h) { return blocks[h]; }, watch);
 }
 
-bool leaders_reduce_parts(LeaderMesh& mesh, LeaderVote vote, const at::Tensor& parts, const at::Tensor& out,
-                          ReduceOp op, const ShmWatch& watch) {
+bool cross_reduce_parts(CrossHostLink& mesh, HostVote vote, const at::Tensor& parts, const at::Tensor& out, ReduceOp op,
+                        const ShmWatch& watch) {
   at::Tensor rows = at::empty_like(parts);
   rows[mesh.host()].copy_(parts[mesh.host()]);
-  if (!agree_with_every_leader(mesh, vote, [&](int h) { return parts[h]; }, [&](int h) { return rows[h]; }, watch))
+  if (!agree_with_every_host(
+          mesh, vote, [&](int h) { return parts[h]; }, [&](int h) { return rows[h]; }, watch))
     return false;
   fold_rows(rows, out, op);
   return true;
