@@ -128,22 +128,15 @@ bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64
 
 bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch) {
   const bool here = local_->allreduce(buffer, op, fingerprint, watch);  // kAvg: a sum here
-  const at::Tensor flat = buffer.view(-1);
-  const int64_t n = flat.numel(), ranks = layout_.per_host;
-  if (size_t(buffer.nbytes()) <= kSlicedAllreduceBytes || n < ranks) {
+  const HostVote vote{fingerprint, here};
+  if (size_t(buffer.nbytes()) <= kStripeAllreduceBytes) {
     // Every rank's stripe sees every host's verdict: no barrier needed after it.
-    if (!cross_allreduce(*link_, {fingerprint, here}, flat, op, watch) || !here) return false;
+    if (!cross_allreduce(*link_, vote, buffer.view(-1), op, watch) || !here) return false;
   } else {
-    // Slices of ceil(n / ranks) elements (the last shorter), gathered padded: the segment's allgather
-    // takes equal blocks.
-    const int64_t slice = (n + ranks - 1) / ranks, mine = local_->rank();
-    const int64_t begin = std::min(n, mine * slice), length = std::min(n, begin + slice) - begin;
-    const at::Tensor part = flat.narrow(0, begin, length);
-    if (!cross_allreduce(*link_, {fingerprint, here}, part, op, watch) || !here) return false;
-    at::Tensor padded = at::zeros({slice}, flat.options()), gathered = at::empty({slice * ranks}, flat.options());
-    padded.narrow(0, 0, length).copy_(part);
-    if (!local_->allgather(gathered, padded, fingerprint, watch)) return false;
-    flat.copy_(gathered.narrow(0, 0, n));
+    bool agreed = here;
+    if (leader()) agreed = cross_allreduce(*link_, vote, buffer.view(-1), op, watch);
+    else cross_agree(*link_, vote, watch);
+    if (!here || !finish_on_host(buffer, agreed, fingerprint, watch)) return false;
   }
   if (op == ReduceOp::kAvg) buffer.div_(size_);
   return true;

@@ -1,13 +1,13 @@
 // Collectives across hosts in two levels (docs/design/transports.md): the ranks of each host reduce
 // or gather through a shared-memory segment of their own, then exchange with the other hosts over
 // their own TCP links (cross_host_link.h, cross_host_collectives.h). An allreduce up to
-// kSlicedAllreduceBytes: every rank exchanges its host's sum with the same local rank of every other
-// host (its stripe), so each ends with the result; above, local rank l combines slice l across hosts
-// and the host's ranks gather the slices. The other collectives: one leader per host (its first rank)
-// runs the step between hosts, and its result is broadcast through the segment again. Chosen when every host holds the
-// same number (>= 2) of consecutive ranks; COHORT_HIERARCHICAL=0 (CommConfig::hierarchical) keeps flat Gloo.
-// COHORT_TEST_HOSTS_SPLIT=N groups one host's ranks as if on N hosts (for tests: the hierarchy's reduction order on one
-// host).
+// kStripeAllreduceBytes: every rank exchanges its host's sum with the same local rank of every other
+// host (its stripe), so each ends with the result and no rank idles. Above, and for the other
+// collectives: one leader per host (its first rank) runs the step between hosts, the others only vote
+// on their stripes, and the leader's result is broadcast through the segment again. Chosen when every
+// host holds the same number (>= 2) of consecutive ranks; COHORT_HIERARCHICAL=0
+// (CommConfig::hierarchical) keeps flat Gloo. COHORT_TEST_HOSTS_SPLIT=N groups one host's ranks as if
+// on N hosts (for tests: the hierarchy's reduction order on one host).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -42,8 +42,10 @@ struct HierConfig {
   CrossHostLinkConfig leaders;  // the address, job, secret, host name and timeout; the rest is set here
 };
 
-/// Above this an allreduce is split among the host's ranks, each combining its slice across hosts.
-constexpr size_t kSlicedAllreduceBytes = size_t(64) << 10;
+/// Up to this an allreduce's step between hosts runs on every stripe, above on the leaders' only:
+/// across 2 namespaced hosts on 2 vCPUs, every rank pushing a slice of a larger buffer through TCP
+/// at once took 1.1-1.4x the leaders alone from 1 to 64 MiB (docs/BENCHMARKS.md).
+constexpr size_t kStripeAllreduceBytes = size_t(64) << 10;
 
 /// Flipped into a leader's fingerprint on its host's last barrier when the leaders disagreed.
 constexpr uint64_t kLeadersDisagreed = uint64_t(1) << 62;

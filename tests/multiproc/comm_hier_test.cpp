@@ -73,7 +73,7 @@ void every_collective(int rank, int size) {
   EXPECT_EQ(hier->layout().hosts, 2);
   const int64_t before = hier->ops_done();
   int64_t ops = 0;
-  for (int64_t n : {1, 3, 1025, 10007, 70001}) {  // 70001: sliced among the host's ranks
+  for (int64_t n : {1, 3, 1025, 10007, 70001}) {  // 70001: above the stripes' size, the leaders' path
     for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
       auto t = input_of(rank, n, torch::kFloat);
       comm.allreduce(t, op);
@@ -124,16 +124,15 @@ void every_collective(int rank, int size) {
 
 TEST(Hier, EveryCollectiveIsTheHostThenLeaderReduction) { run_ranks(4, every_collective, split_in_two()); }
 
-// Three hosts: the hosts' sums combine in host order (two hosts cannot tell, a + b being b + a),
-// whole, in slices per local rank, and in slices large enough for two rounds (reduce-scatter, then
-// allgather).
+// Three hosts: the hosts' sums combine in host order (two hosts cannot tell, a + b being b + a), on
+// every stripe, on the leaders in one round, and on the leaders in two (reduce-scatter, allgather).
 TEST(Hier, ThreeHostsCombineInHostOrder) {
   run_ranks(6, [](int rank, int size) {
     auto& comm = cohort::init().comm();
     auto* hier = cohort::detail::comm_impl(comm).hier();
     ASSERT_NE(hier, nullptr);
     EXPECT_EQ(hier->layout().hosts, 3);
-    for (int64_t n : {7, 70001, 300007}) {  // one round; slices of one round; slices of two rounds
+    for (int64_t n : {7, 70001, 300007}) {
       auto t = input_of(rank, n, torch::kFloat);
       comm.allreduce(t);
       EXPECT_TRUE(torch::equal(t, hier_reduction(n, torch::kFloat, ReduceOp::kSum, 3))) << n << " float32";
