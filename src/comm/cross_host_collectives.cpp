@@ -1,4 +1,4 @@
-// The leaders' collectives (see cross_host_collectives.h).
+// The collectives between hosts over a stripe (see cross_host_collectives.h).
 #include "comm/cross_host_collectives.h"
 
 #include <ATen/ATen.h>
@@ -35,7 +35,7 @@ void fold_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op) {
   }
 }
 
-// One round with every other leader h: sends send_of(h) to it and receives recv_of(h) from it.
+// One round with every other host h's member of the stripe: sends send_of(h) to it and receives recv_of(h) from it.
 template <class SendOf, class RecvOf>
 void with_every_host(CrossHostLink& mesh, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
   std::vector<LinkPiece> sends, recvs;
@@ -47,7 +47,7 @@ void with_every_host(CrossHostLink& mesh, SendOf send_of, RecvOf recv_of, const 
   mesh.transfer(sends, recvs, watch);
 }
 
-// with_every_host's first round, with agreement: each piece behind a header; a leader whose header
+// with_every_host's first round, with agreement: each piece behind a header; a peer whose header
 // differs from this one's vote has its bytes read into a scratch buffer. True when all agree.
 template <class SendOf, class RecvOf>
 bool agree_with_every_host(CrossHostLink& mesh, HostVote vote, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
@@ -99,7 +99,7 @@ bool cross_allreduce(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffe
     fold_rows(rows, flat, op);
     return true;
   }
-  // Block h (elements [h * n / hosts, (h + 1) * n / hosts)) is combined by host h's leader.
+  // Block h (elements [h * n / hosts, (h + 1) * n / hosts)) is combined by host h's member.
   auto block = [&](int h) { return flat.narrow(0, h * n / hosts, (h + 1) * n / hosts - h * n / hosts); };
   const at::Tensor mine = block(me);
   at::Tensor rows = at::empty({hosts, mine.numel()}, flat.options());
@@ -115,7 +115,7 @@ bool cross_allreduce(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffe
 
 bool cross_broadcast(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffer, int root_host,
                      const ShmWatch& watch) {
-  // The root's leader sends its buffer; the others send only their header (every leader votes).
+  // The root host's member sends its buffer; the others send only their header (every member votes).
   const bool root = mesh.host() == root_host;
   return agree_with_every_host(
       mesh, vote, [&](int) { return root ? buffer : at::Tensor(); },

@@ -27,7 +27,7 @@ struct CrossHostLinkConfig {
   int host = 0;        // this rank's host index
   int hosts = 2;
   std::vector<int> rank_of_host;  // the Comm rank of each host's member of this stripe, for messages
-  std::string local_address;      // what the other leaders dial
+  std::string local_address;      // what the other members dial
   std::string run_id, secret, host_name;
   std::chrono::milliseconds timeout{300000};
 };
@@ -62,7 +62,7 @@ class CrossHostLink {
   [[noreturn]] void lost(int host, const std::string& why, const ShmWatch& watch);
 
   CrossHostLinkConfig config_;
-  std::vector<net::Fd> links_;  // by host; empty at this leader's own index
+  std::vector<net::Fd> links_;  // by host; empty at this rank's own host
 };
 
 }  // namespace cohort::detail
