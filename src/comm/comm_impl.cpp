@@ -49,14 +49,14 @@ void CommImpl::make_transports() {
   const HostLayout layout = HostLayout::of(hosts);
   std::unique_ptr<HierTransport> hier;
   if (layout.valid()) {
-    CrossHostLinkConfig leaders;
-    leaders.local_address = config_.local_address;
-    leaders.run_id = config_.run_id;
-    leaders.secret = config_.secret;
-    leaders.host_name = control_->host_of(config_.rank);
-    leaders.timeout = config_.timeout;
+    CrossHostLinkConfig link;
+    link.local_address = config_.local_address;
+    link.run_id = config_.run_id;
+    link.secret = config_.secret;
+    link.host_name = control_->host_of(config_.rank);
+    link.timeout = config_.timeout;
     hier = HierTransport::negotiate({config_.store, prefix_, config_.rank, config_.size, layout,
-                                     config_.shm && config_.hierarchical, config_.shm_slot_bytes, leaders});
+                                     config_.shm && config_.hierarchical, config_.shm_slot_bytes, link});
   } else {
     shm_ = ShmTransport::negotiate(*config_.store, prefix_, config_.rank, config_.size, config_.shm,
                                    config_.shm_slot_bytes);

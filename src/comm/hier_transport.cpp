@@ -1,6 +1,6 @@
 // Hierarchical collectives across hosts (see hier_transport.h). Each op runs on every rank; within a
 // host its steps are the segment's collectives (whose barriers watch the control plane, so a dead
-// rank anywhere ends every wait), between hosts the leaders' link, which calls the same watch.
+// rank anywhere ends every wait), between hosts the stripes' links, which call the same watch.
 #include "comm/hier_transport.h"
 
 #include <ATen/ATen.h>
@@ -89,7 +89,7 @@ HierTransport::HierTransport(const HierConfig& config, std::unique_ptr<ShmTransp
       size_(config.size),
       host_(config.rank / config.layout.per_host),
       local_(std::move(local)) {
-  CrossHostLinkConfig link = config.leaders;
+  CrossHostLinkConfig link = config.link;
   const int stripe = local_->rank();
   link.prefix = config.prefix + "/stripe" + std::to_string(stripe);
   link.host = host_;

@@ -39,7 +39,7 @@ struct HierConfig {
   HostLayout layout;
   bool enabled = true;  // false on any rank: flat Gloo everywhere
   size_t slot_bytes = 512 << 10;
-  CrossHostLinkConfig leaders;  // the address, job, secret, host name and timeout; the rest is set here
+  CrossHostLinkConfig link;  // the address, job, secret, host name and timeout; the stripe is set here
 };
 
 /// Up to this an allreduce's step between hosts runs on every stripe, above on the leaders' only:
@@ -57,9 +57,9 @@ class HierTransport : public Transport {
   static std::unique_ptr<HierTransport> negotiate(HierConfig config);
   const char* name() const override { return "hier"; }
   bool can_run(const OpData& op) const override;
-  /// The agreement rides on the segments' barriers and the leaders' headers (cross_host_collectives.h).
+  /// The agreement rides on the segments' barriers and the stripes' headers (cross_host_collectives.h).
   bool agrees() const override { return true; }
-  /// The host's first barrier: the leaders' verdict comes later, within the transfer.
+  /// The host's first barrier: the other hosts' verdicts come later, within the transfer.
   int64_t agreed_us() const override { return agreed_us_; }
   Started start(const OpData& op, uint64_t fingerprint, const ShmWatch& watch) override;
   /// Collectives completed here (tests check the path was taken).
