@@ -2,8 +2,8 @@
 // (samples/s over all ranks, step time, the time backward waited for buckets and the buckets' time alone).
 // Modes: cohort (DistributedDataParallel), join (the same inside a cohort::Join that no rank leaves
 // early), join-ab (Join's cost per step: both in one run, blocks alternating, bench/ddp/join_run.sh)
-// and naive (raw c10d allreduce of each gradient after backward, as the LibTorch distributed example does). bench/ddp/run.sh runs it against PyTorch's
-// Python DDP.
+// and naive (raw c10d allreduce of each gradient after backward, as the LibTorch distributed example
+// does). bench/ddp/run.sh runs it against PyTorch's Python DDP.
 #include <CLI/CLI.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>

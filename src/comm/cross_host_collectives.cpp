@@ -37,25 +37,25 @@ void fold_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op) {
 
 // One round with every other host h's member of the stripe: sends send_of(h) to it and receives recv_of(h) from it.
 template <class SendOf, class RecvOf>
-void with_every_host(CrossHostLink& mesh, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
+void with_every_host(CrossHostLink& link, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
   std::vector<LinkPiece> sends, recvs;
-  for (int h = 0; h < mesh.hosts(); ++h) {
-    if (h == mesh.host()) continue;
+  for (int h = 0; h < link.hosts(); ++h) {
+    if (h == link.host()) continue;
     sends.push_back(piece(h, send_of(h)));
     recvs.push_back(piece(h, recv_of(h)));
   }
-  mesh.transfer(sends, recvs, watch);
+  link.transfer(sends, recvs, watch);
 }
 
 // with_every_host's first round, with agreement: each piece behind a header; a peer whose header
 // differs from this one's vote has its bytes read into a scratch buffer. True when all agree.
 template <class SendOf, class RecvOf>
-bool agree_with_every_host(CrossHostLink& mesh, HostVote vote, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
-  const int hosts = mesh.hosts();
+bool agree_with_every_host(CrossHostLink& link, HostVote vote, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
+  const int hosts = link.hosts();
   std::vector<Header> out(hosts), in(hosts);
   std::vector<LinkPiece> sends, recvs;
   for (int h = 0; h < hosts; ++h) {
-    if (h == mesh.host()) continue;
+    if (h == link.host()) continue;
     const LinkPiece data = piece(h, send_of(h));
     out[h] = Header{vote.fingerprint, data.bytes, vote.host_agreed ? 1u : 0u, 0};
     sends.push_back({h, &out[h], sizeof(Header)});
@@ -75,7 +75,7 @@ bool agree_with_every_host(CrossHostLink& mesh, HostVote vote, SendOf send_of, R
     dropped[h].resize(in[h].bytes);
     return LinkPiece{h, dropped[h].data(), dropped[h].size()};
   };
-  mesh.transfer(sends, recvs, watch, next);
+  link.transfer(sends, recvs, watch, next);
   return agreed;
 }
 
@@ -86,15 +86,15 @@ bool cross_agree(CrossHostLink& link, HostVote vote, const ShmWatch& watch) {
   return agree_with_every_host(link, vote, nothing, nothing, watch);
 }
 
-bool cross_allreduce(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch) {
-  const int hosts = mesh.hosts(), me = mesh.host();
+bool cross_allreduce(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch) {
+  const int hosts = link.hosts(), me = link.host();
   const at::Tensor flat = buffer.view(-1);
   const int64_t n = flat.numel();
   if (size_t(buffer.nbytes()) <= kDirectAllreduceBytes || n < hosts) {
-    at::Tensor rows = at::empty({hosts, n}, flat.options());
+    at::Tensor rows = link.scratch(hosts, n, flat.options());
     rows[me].copy_(flat);
     if (!agree_with_every_host(
-            mesh, vote, [&](int) { return flat; }, [&](int h) { return rows[h]; }, watch))
+            link, vote, [&](int) { return flat; }, [&](int h) { return rows[h]; }, watch))
       return false;
     fold_rows(rows, flat, op);
     return true;
@@ -102,38 +102,38 @@ bool cross_allreduce(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffe
   // Block h (elements [h * n / hosts, (h + 1) * n / hosts)) is combined by host h's member.
   auto block = [&](int h) { return flat.narrow(0, h * n / hosts, (h + 1) * n / hosts - h * n / hosts); };
   const at::Tensor mine = block(me);
-  at::Tensor rows = at::empty({hosts, mine.numel()}, flat.options());
+  at::Tensor rows = link.scratch(hosts, mine.numel(), flat.options());
   rows[me].copy_(mine);
   if (!agree_with_every_host(
-          mesh, vote, block, [&](int h) { return rows[h]; }, watch))
+          link, vote, block, [&](int h) { return rows[h]; }, watch))
     return false;
   fold_rows(rows, mine, op);
   with_every_host(
-      mesh, [&](int) { return mine; }, block, watch);
+      link, [&](int) { return mine; }, block, watch);
   return true;
 }
 
-bool cross_broadcast(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffer, int root_host,
+bool cross_broadcast(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, int root_host,
                      const ShmWatch& watch) {
   // The root host's member sends its buffer; the others send only their header (every member votes).
-  const bool root = mesh.host() == root_host;
+  const bool root = link.host() == root_host;
   return agree_with_every_host(
-      mesh, vote, [&](int) { return root ? buffer : at::Tensor(); },
+      link, vote, [&](int) { return root ? buffer : at::Tensor(); },
       [&](int h) { return h == root_host ? buffer : at::Tensor(); }, watch);
 }
 
-bool cross_allgather(CrossHostLink& mesh, HostVote vote, const at::Tensor& blocks, const ShmWatch& watch) {
-  const at::Tensor mine = blocks[mesh.host()];
+bool cross_allgather(CrossHostLink& link, HostVote vote, const at::Tensor& blocks, const ShmWatch& watch) {
+  const at::Tensor mine = blocks[link.host()];
   return agree_with_every_host(
-      mesh, vote, [&](int) { return mine; }, [&](int h) { return blocks[h]; }, watch);
+      link, vote, [&](int) { return mine; }, [&](int h) { return blocks[h]; }, watch);
 }
 
-bool cross_reduce_parts(CrossHostLink& mesh, HostVote vote, const at::Tensor& parts, const at::Tensor& out, ReduceOp op,
+bool cross_reduce_parts(CrossHostLink& link, HostVote vote, const at::Tensor& parts, const at::Tensor& out, ReduceOp op,
                         const ShmWatch& watch) {
-  at::Tensor rows = at::empty_like(parts);
-  rows[mesh.host()].copy_(parts[mesh.host()]);
+  at::Tensor rows = link.scratch(parts.size(0), parts.size(1), parts.options());
+  rows[link.host()].copy_(parts[link.host()]);
   if (!agree_with_every_host(
-          mesh, vote, [&](int h) { return parts[h]; }, [&](int h) { return rows[h]; }, watch))
+          link, vote, [&](int h) { return parts[h]; }, [&](int h) { return rows[h]; }, watch))
     return false;
   fold_rows(rows, out, op);
   return true;

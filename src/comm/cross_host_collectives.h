@@ -31,15 +31,15 @@ struct HostVote {
 /// its vote, so one that runs another collective is not left waiting for it.
 bool cross_agree(CrossHostLink& link, HostVote vote, const ShmWatch& watch);
 /// `buffer` combined over the stripe by `op` (kAvg: a sum, the caller divides); contiguous CPU.
-bool cross_allreduce(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch);
+bool cross_allreduce(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch);
 /// Host `root_host`'s member's `buffer` on every member.
-bool cross_broadcast(CrossHostLink& mesh, HostVote vote, const at::Tensor& buffer, int root_host,
+bool cross_broadcast(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, int root_host,
                      const ShmWatch& watch);
 /// `blocks` [hosts, ...]: this member's row in, every row out.
-bool cross_allgather(CrossHostLink& mesh, HostVote vote, const at::Tensor& blocks, const ShmWatch& watch);
+bool cross_allgather(CrossHostLink& link, HostVote vote, const at::Tensor& blocks, const ShmWatch& watch);
 /// `parts` [hosts, ...]: row h goes to host h's member; `out` = this host's row of every member,
 /// combined by `op` in host order.
-bool cross_reduce_parts(CrossHostLink& mesh, HostVote vote, const at::Tensor& parts, const at::Tensor& out, ReduceOp op,
+bool cross_reduce_parts(CrossHostLink& link, HostVote vote, const at::Tensor& parts, const at::Tensor& out, ReduceOp op,
                         const ShmWatch& watch);
 
 }  // namespace cohort::detail

@@ -1,6 +1,7 @@
 // A stripe's link between hosts (see cross_host_link.h).
 #include "comm/cross_host_link.h"
 
+#include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/socket.h>
 
@@ -120,6 +121,12 @@ void CrossHostLink::transfer(const std::vector<LinkPiece>& sends, const std::vec
     if (idle < kBusyPasses) continue;
     net::poll_fds(waiting, int(kWatchEvery.count()));  // wakes when a peer's bytes or buffer space arrive
   }
+}
+
+at::Tensor CrossHostLink::scratch(int64_t rows, int64_t numel, const at::TensorOptions& options) {
+  const int64_t bytes = rows * numel * int64_t(options.dtype().itemsize());
+  if (!scratch_.defined() || scratch_.numel() < bytes) scratch_ = at::empty({bytes}, at::kByte);
+  return scratch_.narrow(0, 0, bytes).view(options.dtype().toScalarType()).view({rows, numel});
 }
 
 void CrossHostLink::lost(int host, const std::string& why, const ShmWatch& watch) {

@@ -8,6 +8,7 @@
 // ends the wait. Replaces the leaders' Gloo group, whose small allreduce took milliseconds here.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -57,12 +58,16 @@ class CrossHostLink {
 
   int host() const { return config_.host; }
   int hosts() const { return config_.hosts; }
+  /// `rows` x `numel` elements of `options`' dtype for what arrives: one block kept and grown, so a
+  /// collective allocates nothing once the largest size was seen (valid until the next call).
+  at::Tensor scratch(int64_t rows, int64_t numel, const at::TensorOptions& options);
 
  private:
   [[noreturn]] void lost(int host, const std::string& why, const ShmWatch& watch);
 
   CrossHostLinkConfig config_;
   std::vector<net::Fd> links_;  // by host; empty at this rank's own host
+  at::Tensor scratch_;          // bytes
 };
 
 }  // namespace cohort::detail

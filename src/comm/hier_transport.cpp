@@ -118,9 +118,9 @@ Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWa
 
 // Every op: a local step whose barrier agrees within the host, then every rank's step with its stripe
 // on the other hosts, whatever its host's verdict, so no rank waits for one that stopped (the leaders
-// move the data; the other ranks exchange only their votes, except in a sliced allreduce), then the
-// leader's result and verdict through the segment: a leader whose leaders disagreed broadcasts under
-// another fingerprint, so its host's ranks see the desync too and nothing moves.
+// move the data; the other ranks exchange only their votes), then the leader's result and verdict
+// through the segment (a small allreduce ends at the stripes, each of which moves the data): a leader whose leaders
+// disagreed broadcasts under another fingerprint, so its host's ranks see the desync too and nothing moves.
 bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint, const ShmWatch& watch) {
   agreed_us_ = local_->agreed_us();  // the local step's barrier, before the next overwrites it
   return local_->broadcast(buffer, 0, agreed ? fingerprint : fingerprint ^ kLeadersDisagreed, watch);
@@ -152,10 +152,10 @@ bool HierTransport::broadcast(const at::Tensor& buffer, int root, uint64_t finge
   if (leader()) agreed = cross_broadcast(*link_, {fingerprint, here}, buffer, root_host, watch);
   else cross_agree(*link_, {fingerprint, here}, watch);  // the verdict that counts is the leader's
   if (!here) return false;
+  if (!via_leader) return finish_on_host(buffer, agreed, fingerprint, watch);
   // The root's host has the data already: only the verdict goes round.
   agreed_us_ = local_->agreed_us();
-  if (via_leader) return local_->agree(agreed ? fingerprint : fingerprint ^ kLeadersDisagreed, watch);
-  return finish_on_host(buffer, agreed, fingerprint, watch);
+  return local_->agree(agreed ? fingerprint : fingerprint ^ kLeadersDisagreed, watch);
 }
 
 bool HierTransport::allgather(const at::Tensor& output, const at::Tensor& input, uint64_t fingerprint,
