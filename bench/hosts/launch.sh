@@ -4,7 +4,7 @@
 # launch runs under a time limit, writes one log per host, and on failure kills what it left behind.
 
 BENCH_HOSTS=(n1 n2)
-PER_HOST=2
+PER_HOST=${PER_HOST:-2}          # ranks per host (run.sh: PER_HOST)
 LAUNCH_LIMIT=${LIMIT:-1200}       # seconds one launch may take
 BENCH_PORT=29600                  # node 0's port; a fresh one per launch (nothing lingers in TIME_WAIT)
 # Every rank in a session of its own, as torchrun starts its workers (start_new_session): with CFS

@@ -124,9 +124,7 @@ void CrossHostLink::transfer(const std::vector<LinkPiece>& sends, const std::vec
 }
 
 at::Tensor CrossHostLink::scratch(int64_t rows, int64_t numel, const at::TensorOptions& options) {
-  const int64_t bytes = rows * numel * int64_t(options.dtype().itemsize());
-  if (!scratch_.defined() || scratch_.numel() < bytes) scratch_ = at::empty({bytes}, at::kByte);
-  return scratch_.narrow(0, 0, bytes).view(options.dtype().toScalarType()).view({rows, numel});
+  return scratch_.get(rows * numel, options).view({rows, numel});
 }
 
 void CrossHostLink::lost(int host, const std::string& why, const ShmWatch& watch) {

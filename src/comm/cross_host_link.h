@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/grown_buffer.h"
 #include "comm/shm_wait.h"
 #include "core/socket.h"
 
@@ -67,7 +68,7 @@ class CrossHostLink {
 
   CrossHostLinkConfig config_;
   std::vector<net::Fd> links_;  // by host; empty at this rank's own host
-  at::Tensor scratch_;          // bytes
+  GrownBuffer scratch_;
 };
 
 }  // namespace cohort::detail

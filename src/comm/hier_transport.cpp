@@ -173,7 +173,8 @@ bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& i
                                    const ShmWatch& watch) {
   // The host's reduction of the whole input, then the leaders exchange parts (part j: the blocks of
   // host j's ranks) and reduce what they received, host by host in host order.
-  at::Tensor sums = input.clone();
+  at::Tensor sums = sums_.get(input.numel(), input.options());
+  sums.copy_(input.view(-1));
   const bool here = local_->allreduce(sums, op, fingerprint, watch);
   at::Tensor part = sums.view({layout_.hosts, -1})[host_];
   bool agreed = here;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/cross_host_link.h"
+#include "comm/grown_buffer.h"
 #include "comm/shm_transport.h"
 #include "comm/transport.h"
 
@@ -83,6 +84,7 @@ class HierTransport : public Transport {
   std::unique_ptr<CrossHostLink> link_;  // to this rank's stripe on the other hosts (the leaders': stripe 0)
   int64_t ops_done_ = 0;
   int64_t agreed_us_ = -1;
+  GrownBuffer sums_;  // reduce_scatter's host sums (the input stays as given)
 };
 
 }  // namespace cohort::detail

@@ -37,7 +37,8 @@ std::string shared_temp_dir(RanksOptions& options, const std::string& variable, 
 
 /// In the test process: starts `n` rank processes running this test, each calling body(rank, n),
 /// waits for all and returns their results. In a rank process: calls body and exits (status 1 if
-/// the body recorded a test failure).
+/// the body recorded a test failure). One call per TEST: a rank process re-runs the test from its
+/// start and runs the body of the first call it meets, so a second call's ranks would run the first's.
 std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int size)>& body,
                                   const RanksOptions& options = {});
 
