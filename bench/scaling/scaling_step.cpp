@@ -22,6 +22,7 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string model = "resnet18", mode = "ddp", comm_hook = "none";
   int batch = 32, steps = 20, warmup = 3, threads = 1, powersgd_rank = 1;
+  double bucket_cap_mb = 25.0;
 };
 
 std::shared_ptr<torch::nn::Module> make_model(const std::string& name) {
@@ -53,7 +54,8 @@ int run(const Args& args, const cohort::World& world) {
   std::unique_ptr<cohort::ZeroEngine<torch::nn::Module>> zero;
   std::unique_ptr<torch::optim::SGD> opt;
   if (args.mode == "ddp") {
-    ddp = std::make_unique<cohort::DistributedDataParallel<torch::nn::Module>>(model);
+    ddp = std::make_unique<cohort::DistributedDataParallel<torch::nn::Module>>(
+        model, cohort::DDPOptions().bucket_cap_mb(args.bucket_cap_mb));
     // As the .py twin: PowerSGD compresses from step 2 (the warm-up's), error feedback and warm start on.
     if (args.comm_hook == "powersgd")
       ddp->register_comm_hook(cohort::comm_hooks::powersgd(
@@ -108,6 +110,8 @@ int main(int argc, char** argv) {
   app.add_option("--comm-hook", args.comm_hook, "DDP communication hook: none or powersgd")
       ->check(CLI::IsMember({"none", "powersgd"}));
   app.add_option("--powersgd-rank", args.powersgd_rank, "PowerSGD's matrix approximation rank")->check(CLI::PositiveNumber);
+  app.add_option("--bucket-cap-mb", args.bucket_cap_mb, "DDP's bucket size after the first, in MiB")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (args.comm_hook == "powersgd" && (args.mode != "ddp" || args.warmup < 2)) {
     std::fprintf(stderr, "error: --comm-hook powersgd needs --mode ddp and --warmup 2 or more (it compresses from step 2)\n");

@@ -39,7 +39,7 @@ def rank_main(rank, args, port):
     shape = (args.batch, 1, 28, 28) if args.model == "cnn" else (args.batch, 3, 32, 32)
     torch.manual_seed(rank)
     x, y = torch.randn(*shape), torch.randint(0, 10, (args.batch,))
-    model = nn.parallel.DistributedDataParallel(net) if args.nproc > 1 else net
+    model = nn.parallel.DistributedDataParallel(net, bucket_cap_mb=args.bucket_cap_mb) if args.nproc > 1 else net
     if args.nproc > 1:
         register_hook(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -63,6 +63,8 @@ def main():
     p.add_argument("--bind-cores", action="store_true", help="pin rank r to core r")
     p.add_argument("--comm-hook", choices=["none", "powersgd"], default="none", help="DDP communication hook")
     p.add_argument("--powersgd-rank", type=int, default=1, help="PowerSGD's matrix approximation rank")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                   help="DDP's bucket_cap_mb (PyTorch's PowerSGD on Gloo needs one bucket: several failed here)")
     args = p.parse_args()
     if args.comm_hook == "powersgd" and args.warmup < 2:
         p.error(f"--comm-hook powersgd needs --warmup 2 or more (PowerSGD compresses from step 2), got {args.warmup}")
