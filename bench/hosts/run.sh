@@ -46,10 +46,11 @@ has_part() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive number, got '$reps'"
 [[ "$PER_HOST" =~ ^[1-9][0-9]*$ ]] || die "PER_HOST must be a positive number, got '$PER_HOST'"
-if [ "$PER_HOST" = 1 ]; then
-  for impl in "${ar_impls[@]}" "${ddp_impls[@]}"; do
-    [ "$impl" != cohort ] || die "PER_HOST=1: cohort's hierarchy needs 2+ ranks per host (drop cohort from ALLREDUCE_IMPLS and DDP_IMPLS)"
-  done
+if [ "$PER_HOST" = 1 ]; then  # only the parts that run: their impls must not include cohort
+  has_part allreduce && [[ " ${ar_impls[*]} " == *" cohort "* ]] &&
+    die "PER_HOST=1: cohort's hierarchy needs 2+ ranks per host (drop cohort from ALLREDUCE_IMPLS)"
+  has_part ddp && [[ " ${ddp_impls[*]} " == *" cohort "* ]] &&
+    die "PER_HOST=1: cohort's hierarchy needs 2+ ranks per host (drop cohort from DDP_IMPLS)"
 fi
 for tool in unshare nsenter tc; do command -v "$tool" >/dev/null || die "missing $tool (scripts/install-deps.sh)"; done
 build=$(cd "${BUILD:-build}" 2>/dev/null && pwd) || die "no build folder '${BUILD:-build}' (BUILD=)"
