@@ -8,7 +8,6 @@
 #include <signal.h>
 
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cohortrun/membership.h"
@@ -33,6 +32,9 @@ struct TempDir {
 };
 
 std::string endpoint() { return "127.0.0.1:" + std::to_string(free_port()); }
+
+// The port of "127.0.0.1:PORT".
+int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
 
 // The flags of one node of an elastic job at `rdzv`; more (and the program) follow.
 std::vector<std::string> elastic_node(const std::string& rdzv, std::vector<std::string> more) {
@@ -129,7 +131,9 @@ TEST(CohortrunElastic, LostNodeLeavesASmallerWorldThatFinishes) {
                           "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then sleep 4; exit 1; fi; "
                           "echo world $WORLD_SIZE restart $TORCHELASTIC_RESTART_COUNT"}),
       clean_env());
-  std::this_thread::sleep_for(500ms);  // the survivor hosts the rendezvous (the first to bind the port)
+  // The survivor hosts the rendezvous: the lost node starts once it listens (a fixed wait lost this race
+  // on a loaded machine, and the lost node took the store down with it).
+  ASSERT_TRUE(wait_for_listener(port_of(rdzv), 15s));
   TempDir pids;  // the lost node's workers: they end with its launcher (PR_SET_PDEATHSIG)
   Proc lost = start_process(elastic_node(rdzv, {"--rdzv-conf=join_timeout=20", COHORT_ENV_WORKER, "--sleep", "30"}),
                             clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
@@ -183,7 +187,7 @@ TEST(CohortrunElastic, NodeWaitingWhenTheJobEndsExitsWithItsResult) {
     return start_process(cohortrun(args), env);
   };
   Proc quick = node({COHORT_ENV_WORKER}, clean_env());  // hosts the rendezvous; its worker is done at once
-  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(wait_for_listener(port_of(rdzv), 15s));
   Proc slow = node({COHORT_ENV_WORKER, "--sleep", "5"}, clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
   ASSERT_TRUE(wait_for_pid_files(pids.path, 1, 15s));
   Proc late = node({COHORT_ENV_WORKER}, clean_env());
