@@ -4,6 +4,7 @@
 #include "cohortrun/orphans.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -12,18 +13,26 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <thread>
 
 namespace cohort::detail::launch {
 namespace {
 
-// The parent pid in /proc/<pid>/stat, or -1 when the process is gone.
+// The parent pid in /proc/<pid>/stat, or -1 when the process is gone. read(2), not a stream: a
+// process that exits between open and read makes read fail (ESRCH), which libstdc++'s filebuf turns
+// into an exception that ended a launcher.
 pid_t parent_pid_of(const std::string& pid) {
-  std::ifstream in("/proc/" + pid + "/stat");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int fd = ::open(("/proc/" + pid + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buffer[1024];  // the fields up to the parent pid: the command name is at most 64 bytes
+  ssize_t n;
+  do {
+    n = ::read(fd, buffer, sizeof(buffer));
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n <= 0) return -1;
+  const std::string text(buffer, size_t(n));
   const size_t close = text.rfind(')');
   if (close == std::string::npos || close + 4 >= text.size()) return -1;
   // ") S PPID ...": the state, then the parent.
