@@ -17,7 +17,7 @@
 #                  more flags to both sides
 #   HOOKS ["none"]  DDP communication hooks, one row each: a hook other than none adds --comm-hook HOOK to
 #                  cohort's and PyTorch's command (e.g. HOOKS="none powersgd")
-#   PER_HOST [2]   ranks per host; 1 gives Open MPI's TCP between the hosts alone (cohort's hierarchy needs 2+)
+#   PER_HOST [2]   ranks per host; 1: TCP between the hosts alone (cohort's links without a segment, Open MPI's tcp btl)
 #   MPI_FLAGS ["--mca mpi_yield_when_idle 1"]  more flags to mpirun (why: bench/hosts/launch.sh)
 #   BUILD [build] (allreduce, allreduce_mpi, cohortrun); BUILD2 [build-torch2] (cohort on LibTorch 2.11:
 #   cohortrun, scaling_step); PYTHON2 [~/.cache/cohort/torch-2.11.0/bin/python]; LIMIT [1200] s per
@@ -46,12 +46,6 @@ has_part() { [[ " ${parts[*]} " == *" $1 "* ]]; }
 [ "$(id -u)" = 0 ] || die "needs root (network namespaces, tc)"
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "REPS must be a positive number, got '$reps'"
 [[ "$PER_HOST" =~ ^[1-9][0-9]*$ ]] || die "PER_HOST must be a positive number, got '$PER_HOST'"
-if [ "$PER_HOST" = 1 ]; then  # only the parts that run: their impls must not include cohort
-  has_part allreduce && [[ " ${ar_impls[*]} " == *" cohort "* ]] &&
-    die "PER_HOST=1: cohort's hierarchy needs 2+ ranks per host (drop cohort from ALLREDUCE_IMPLS)"
-  has_part ddp && [[ " ${ddp_impls[*]} " == *" cohort "* ]] &&
-    die "PER_HOST=1: cohort's hierarchy needs 2+ ranks per host (drop cohort from DDP_IMPLS)"
-fi
 for tool in unshare nsenter tc; do command -v "$tool" >/dev/null || die "missing $tool (scripts/install-deps.sh)"; done
 build=$(cd "${BUILD:-build}" 2>/dev/null && pwd) || die "no build folder '${BUILD:-build}' (BUILD=)"
 need=("$build/tools/cohortrun")

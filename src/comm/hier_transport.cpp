@@ -10,6 +10,7 @@
 #include "comm/cross_host_collectives.h"
 #include "comm/transports.h"
 #include "core/log.h"
+#include "core/trace_recorder.h"
 
 namespace cohort::detail {
 namespace {
@@ -65,10 +66,13 @@ std::unique_ptr<HierTransport> HierTransport::negotiate(HierConfig config) {
     return nullptr;
   }
   const int host = config.rank / layout.per_host;
-  auto local = ShmTransport::negotiate(store, config.prefix + "/host" + std::to_string(host),
-                                       config.rank % layout.per_host, layout.per_host, true, config.slot_bytes);
+  // One rank per host: no segment, the link alone (Gloo's ring took 1-2 ms for 4 KiB between two hosts).
+  std::unique_ptr<ShmTransport> local;
+  if (layout.per_host > 1)
+    local = ShmTransport::negotiate(store, config.prefix + "/host" + std::to_string(host),
+                                    config.rank % layout.per_host, layout.per_host, true, config.slot_bytes);
   // A host's ranks share their segment's verdict: its leader votes for it.
-  if (!all_say_yes(store, key + "segments", config.rank, bool(local), leaders)) {
+  if (layout.per_host > 1 && !all_say_yes(store, key + "segments", config.rank, bool(local), leaders)) {
     if (config.rank == 0)
       COHORT_INFO(
           "hierarchical collectives not used: a host could not make its shared-memory segment; CPU "
@@ -76,10 +80,13 @@ std::unique_ptr<HierTransport> HierTransport::negotiate(HierConfig config) {
           layout.hosts, " hosts use flat Gloo");
     return nullptr;
   }
-  if (config.rank == 0)
+  if (config.rank == 0 && layout.per_host > 1)
     COHORT_INFO("hierarchical collectives: ", layout.hosts, " hosts x ", layout.per_host,
                 " ranks, shared "
                 "memory within each host, TCP among one leader per host (COHORT_HIERARCHICAL=0: flat Gloo)");
+  if (config.rank == 0 && layout.per_host == 1)
+    COHORT_INFO("collectives across the ", layout.hosts,
+                " hosts (one rank each): cohort's TCP links between the hosts (COHORT_HIERARCHICAL=0: flat Gloo)");
   return std::unique_ptr<HierTransport>(new HierTransport(config, std::move(local)));
 }
 
@@ -90,7 +97,7 @@ HierTransport::HierTransport(const HierConfig& config, std::unique_ptr<ShmTransp
       host_(config.rank / config.layout.per_host),
       local_(std::move(local)) {
   CrossHostLinkConfig link = config.link;
-  const int stripe = local_->rank();
+  const int stripe = alone_on_host() ? 0 : local_->rank();
   link.prefix = config.prefix + "/stripe" + std::to_string(stripe);
   link.host = host_;
   link.hosts = layout_.hosts;
@@ -103,6 +110,8 @@ bool HierTransport::can_run(const OpData& op) const { return ShmCollectives::seg
 
 Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWatch& watch) {
   Started started;
+  // Alone on its host a rank has no barrier to time: its agreement rides on the link's first headers.
+  if (alone_on_host() && trace::enabled()) agreed_us_ = trace::now_us();
   switch (op.kind) {
     case OpKind::kAllreduce: started.agreed = allreduce(op.buffer, op.reduce, fingerprint, watch); break;
     case OpKind::kBroadcast: started.agreed = broadcast(op.buffer, op.root, fingerprint, watch); break;
@@ -122,12 +131,13 @@ Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWa
 // through the segment (a small allreduce ends at the stripes, each of which moves the data): a leader whose leaders
 // disagreed broadcasts under another fingerprint, so its host's ranks see the desync too and nothing moves.
 bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint, const ShmWatch& watch) {
+  if (alone_on_host()) return agreed;
   agreed_us_ = local_->agreed_us();  // the local step's barrier, before the next overwrites it
   return local_->broadcast(buffer, 0, agreed ? fingerprint : fingerprint ^ kLeadersDisagreed, watch);
 }
 
 bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch) {
-  const bool here = local_->allreduce(buffer, op, fingerprint, watch);  // kAvg: a sum here
+  const bool here = alone_on_host() || local_->allreduce(buffer, op, fingerprint, watch);  // kAvg: a sum here
   const HostVote vote{fingerprint, here};
   if (size_t(buffer.nbytes()) <= kStripeAllreduceBytes) {
     // Every rank's stripe sees every host's verdict: no barrier needed after it.
@@ -146,8 +156,8 @@ bool HierTransport::broadcast(const at::Tensor& buffer, int root, uint64_t finge
   const int root_host = root / layout_.per_host, root_local = root % layout_.per_host;
   // On the root's host the leader takes the data first when the root is another rank.
   const bool via_leader = host_ == root_host && root_local != 0;
-  const bool here = via_leader ? local_->broadcast(buffer, root_local, fingerprint, watch)
-                               : local_->agree(fingerprint, watch);
+  const bool here = alone_on_host() || (via_leader ? local_->broadcast(buffer, root_local, fingerprint, watch)
+                                                   : local_->agree(fingerprint, watch));
   bool agreed = here;
   if (leader()) agreed = cross_broadcast(*link_, {fingerprint, here}, buffer, root_host, watch);
   else cross_agree(*link_, {fingerprint, here}, watch);  // the verdict that counts is the leader's
@@ -162,7 +172,8 @@ bool HierTransport::allgather(const at::Tensor& output, const at::Tensor& input,
                               const ShmWatch& watch) {
   // The output in host blocks: block h holds the inputs of host h's ranks, consecutive in rank order.
   at::Tensor blocks = output.view(-1).view({layout_.hosts, -1});
-  const bool here = local_->allgather(blocks[host_], input, fingerprint, watch);
+  const bool here = alone_on_host() ? (blocks[host_].copy_(input.view(-1)), true)
+                                    : local_->allgather(blocks[host_], input, fingerprint, watch);
   bool agreed = here;
   if (leader()) agreed = cross_allgather(*link_, {fingerprint, here}, blocks, watch);
   else cross_agree(*link_, {fingerprint, here}, watch);
@@ -175,14 +186,14 @@ bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& i
   // host j's ranks) and reduce what they received, host by host in host order.
   at::Tensor sums = sums_.get(input.numel(), input.options());
   sums.copy_(input.view(-1));
-  const bool here = local_->allreduce(sums, op, fingerprint, watch);
+  const bool here = alone_on_host() || local_->allreduce(sums, op, fingerprint, watch);
   at::Tensor part = sums.view({layout_.hosts, -1})[host_];
   bool agreed = here;
   if (leader())
     agreed = cross_reduce_parts(*link_, {fingerprint, here}, sums.view({layout_.hosts, -1}), part, op, watch);
   else cross_agree(*link_, {fingerprint, here}, watch);
   if (!here || !finish_on_host(part, agreed, fingerprint, watch)) return false;
-  output.copy_(part.view({layout_.per_host, -1})[local_->rank()]);
+  output.copy_(part.view({layout_.per_host, -1})[rank_ % layout_.per_host]);
   if (op == ReduceOp::kAvg) output.div_(size_);
   return true;
 }

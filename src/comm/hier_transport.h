@@ -5,9 +5,9 @@
 // host (its stripe), so each ends with the result and no rank idles. Above, and for the other
 // collectives: one leader per host (its first rank) runs the step between hosts, the others only vote
 // on their stripes, and the leader's result is broadcast through the segment again. Chosen when every
-// host holds the same number (>= 2) of consecutive ranks; COHORT_HIERARCHICAL=0
-// (CommConfig::hierarchical) keeps flat Gloo. COHORT_TEST_HOSTS_SPLIT=N groups one host's ranks as if
-// on N hosts (for tests: the hierarchy's reduction order on one host).
+// host holds the same number of consecutive ranks (one each: the links alone, no segment);
+// COHORT_HIERARCHICAL=0 (CommConfig::hierarchical) keeps flat Gloo. COHORT_TEST_HOSTS_SPLIT=N groups
+// one host's ranks as if on N hosts (for tests: the hierarchy's reduction order on one host).
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -24,10 +24,10 @@
 namespace cohort::detail {
 
 /// Where the ranks of a Comm run: `hosts` hosts of `per_host` consecutive ranks each; valid() when
-/// the hierarchy applies (at least two hosts of at least two ranks each).
+/// the hierarchy applies (at least two hosts; one rank each runs the links alone).
 struct HostLayout {
   int hosts = 0, per_host = 0;
-  bool valid() const { return hosts >= 2 && per_host >= 2; }
+  bool valid() const { return hosts >= 2 && per_host >= 1; }
   /// From each rank's host name, in rank order; invalid when hosts differ in rank count or a host's
   /// ranks are not consecutive.
   static HostLayout of(const std::vector<std::string>& host_of_rank);
@@ -69,7 +69,9 @@ class HierTransport : public Transport {
 
  private:
   HierTransport(const HierConfig& config, std::unique_ptr<ShmTransport> local);
-  bool leader() const { return local_->rank() == 0; }
+  bool leader() const { return alone_on_host() || local_->rank() == 0; }
+  /// One rank per host: no segment, every step is the link's (the timeline marks no host barrier).
+  bool alone_on_host() const { return local_ == nullptr; }
   /// The leader's `buffer` to its host's ranks, under a fingerprint that fails when !agreed.
   bool finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint, const ShmWatch& watch);
   bool allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch);
@@ -80,7 +82,7 @@ class HierTransport : public Transport {
 
   HostLayout layout_;
   int rank_, size_, host_;
-  std::unique_ptr<ShmTransport> local_;  // this host's ranks
+  std::unique_ptr<ShmTransport> local_;  // this host's ranks; null when it has one
   std::unique_ptr<CrossHostLink> link_;  // to this rank's stripe on the other hosts (the leaders': stripe 0)
   int64_t ops_done_ = 0;
   int64_t agreed_us_ = -1;

@@ -4,7 +4,8 @@
 // again. Every result must equal, bit for bit, that order of reduction ((x0 + x1) + (x2 + x3); with 3
 // hosts ((x0 + x1) + (x2 + x3)) + (x4 + x5)), and the
 // exact sums of the flat path; a desync and a dead rank are named as on the flat path;
-// COHORT_HIERARCHICAL=0 keeps flat Gloo. tests/cluster/job_shapes.sh runs it across real hosts.
+// COHORT_HIERARCHICAL=0 keeps flat Gloo; with one rank per "host" the links run alone. tests/cluster/job_shapes.sh
+// runs it across real hosts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <thread>
 
 #include "cohort/comm.h"
@@ -46,14 +48,15 @@ torch::Tensor combine(const torch::Tensor& a, const torch::Tensor& b, ReduceOp o
   }
 }
 
-// The hierarchy's order on `hosts` hosts x 2 ranks: each host's ranks in rank order, then the hosts.
-torch::Tensor hier_reduction(int64_t n, torch::ScalarType dtype, ReduceOp op, int hosts = 2) {
+// The hierarchy's order on `hosts` hosts x `per_host` ranks: each host's ranks in rank order, then the hosts.
+torch::Tensor hier_reduction(int64_t n, torch::ScalarType dtype, ReduceOp op, int hosts = 2, int per_host = 2) {
   torch::Tensor all;
   for (int h = 0; h < hosts; ++h) {
-    auto host = combine(input_of(2 * h, n, dtype), input_of(2 * h + 1, n, dtype), op);
+    auto host = input_of(per_host * h, n, dtype);
+    for (int l = 1; l < per_host; ++l) host = combine(host, input_of(per_host * h + l, n, dtype), op);
     all = h == 0 ? host : combine(all, host, op);
   }
-  return op == ReduceOp::kAvg ? all.div_(2 * hosts) : all;
+  return op == ReduceOp::kAvg ? all.div_(per_host * hosts) : all;
 }
 
 cohort::testing::RanksOptions split_in(int hosts) {
@@ -143,6 +146,51 @@ TEST(Hier, ThreeHostsCombineInHostOrder) {
   }, split_in(3));
 }
 
+// One rank per host (3 hosts x 1): no segment, every collective on the links alone, in host order;
+// a desync between the hosts is still named.
+TEST(Hier, OneRankPerHostRunsTheLinksAlone) {
+  auto options = split_in(3);
+  const std::string timeline = "/tmp/cohort_hier_timeline_" + std::to_string(::getpid());
+  options.env["COHORT_TIMELINE"] = timeline + ".json";  // recording: each op must still mark its agreement
+  auto results = run_ranks(3, [](int rank, int size) {
+    auto& comm = cohort::init().comm();
+    auto* hier = cohort::detail::comm_impl(comm).hier();
+    ASSERT_NE(hier, nullptr) << "3 split hosts x 1 rank: the links must be chosen over Gloo";
+    EXPECT_EQ(hier->layout().per_host, 1);
+    const int64_t before = hier->ops_done();
+    for (int64_t n : {7, 30001, 300007}) {  // every stripe (= the leaders); one round; two rounds
+      for (auto op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        auto t = input_of(rank, n, torch::kFloat);
+        comm.allreduce(t, op);
+        EXPECT_TRUE(torch::equal(t, hier_reduction(n, torch::kFloat, op, 3, 1))) << n << " " << int(op);
+      }
+    }
+    EXPECT_GE(hier->agreed_us(), 0) << "no agreement time: the timeline would drop every op";
+    auto out = comm.reduce_scatter(input_of(rank, 999 * size, torch::kFloat), ReduceOp::kMax);
+    EXPECT_TRUE(torch::equal(out, hier_reduction(999 * size, torch::kFloat, ReduceOp::kMax, 3, 1).narrow(0, rank * 999, 999)));
+    auto gathered = comm.allgather(input_of(rank, 1500, torch::kFloat));
+    for (int r = 0; r < size; ++r) EXPECT_TRUE(torch::equal(gathered[r], input_of(r, 1500, torch::kFloat))) << r;
+    for (int root = 0; root < size; ++root) {
+      auto b = input_of(rank, 2049, torch::kFloat);
+      comm.broadcast(b, root);
+      EXPECT_TRUE(torch::equal(b, input_of(root, 2049, torch::kFloat))) << "root " << root;
+    }
+    EXPECT_EQ(hier->ops_done() - before, 6 + 1 + 1 + size) << "a collective took another path";
+    try {
+      comm.allreduce(torch::ones({rank == 2 ? 100001 : 100000}));
+      ADD_FAILURE() << "expected a cohort::Error";
+    } catch (const cohort::Error& e) {
+      report(e.what());
+    }
+  }, options);
+  std::filesystem::remove_all(timeline + ".json");
+  for (const auto& r : results) {
+    ASSERT_EQ(r.reports.size(), 1u) << r.output;
+    EXPECT_THAT(r.reports[0], HasSubstr("collective mismatch (desync) at collective #11"));
+    EXPECT_THAT(r.reports[0], HasSubstr("rank 2: #11 allreduce(sum) float32 [100001]"));
+  }
+}
+
 TEST(Hier, OffWithCohortHierarchical0) {
   auto options = split_in_two();
   options.env["COHORT_HIERARCHICAL"] = "0";
@@ -229,15 +277,19 @@ TEST(Hier, AnotherSizeOnAnotherHostIsADesync) { desync_between_hosts(4, false); 
 TEST(Hier, AnotherLargeSizeOnAnotherHostIsADesync) { desync_between_hosts(100000, false); }
 TEST(Hier, AnotherCollectiveOnAnotherHostIsADesync) { desync_between_hosts(4, true); }
 
-// Rank 3 waits in its host's segment; rank 2 leads host 1 on the leaders' link.
-class HierKill : public ::testing::TestWithParam<int> {};
+// Of 2 hosts x 2 ranks, rank 3 waits in its host's segment and rank 2 leads host 1 on the leaders'
+// link; of 2 hosts x 1 rank (victim 1 of a world of 2), the link is all there is.
+struct Victim {
+  int rank, size;
+};
+class HierKill : public ::testing::TestWithParam<Victim> {};
 
 TEST_P(HierKill, ARankKilledMidTransferIsNamed) {
-  const int victim = GetParam();
+  const int victim = GetParam().rank, size = GetParam().size;
   auto options = split_in_two();
   options.env.erase("COHORT_SHM_BYTES");
   options.expect_all_pass = false;
-  auto results = run_ranks(4, [victim](int rank, int) {
+  auto results = run_ranks(size, [victim](int rank, int) {
     auto& comm = cohort::init().comm();
     ASSERT_NE(cohort::detail::comm_impl(comm).hier(), nullptr);
     auto big = torch::ones({1 << 20});
@@ -258,7 +310,7 @@ TEST_P(HierKill, ARankKilledMidTransferIsNamed) {
     }
   }, options);
   EXPECT_EQ(results[victim].signal, SIGKILL);
-  for (int rank = 0; rank < 4; ++rank) {
+  for (int rank = 0; rank < size; ++rank) {
     if (rank == victim) continue;
     const auto& r = results[rank];
     EXPECT_TRUE(r.passed) << r.output;
@@ -269,6 +321,9 @@ TEST_P(HierKill, ARankKilledMidTransferIsNamed) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Victim, HierKill, ::testing::Values(3, 2));
+INSTANTIATE_TEST_SUITE_P(Victim, HierKill, ::testing::Values(Victim{3, 4}, Victim{2, 4}, Victim{1, 2}),
+                         [](const auto& info) {
+                           return "rank" + std::to_string(info.param.rank) + "of" + std::to_string(info.param.size);
+                         });
 
 }  // namespace comm_hier_test
