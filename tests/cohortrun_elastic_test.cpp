@@ -124,10 +124,11 @@ TEST(CohortrunElastic, LateNodeJoinsAtTheRestartItCauses) {
 // Node 1's launcher dies with its workers (SIGKILL); node 0's workers then fail (here by themselves,
 // as a collective on the dead peer would make them), and node 0 restarts alone after
 // last_call_timeout: a world of 2 that finishes, the restart and its cause in the summary.
+// last_call_timeout=5: node 1's launcher must join round 0 within it, also on a loaded machine.
 TEST(CohortrunElastic, LostNodeLeavesASmallerWorldThatFinishes) {
   const std::string rdzv = endpoint();
   Proc survivor = start_process(
-      elastic_node(rdzv, {"--max-restarts=1", "--rdzv-conf=last_call_timeout=2,join_timeout=20", "sh", "-c",
+      elastic_node(rdzv, {"--max-restarts=1", "--rdzv-conf=last_call_timeout=5,join_timeout=20", "sh", "-c",
                           "if [ $TORCHELASTIC_RESTART_COUNT = 0 ]; then sleep 4; exit 1; fi; "
                           "echo world $WORLD_SIZE restart $TORCHELASTIC_RESTART_COUNT"}),
       clean_env());
@@ -180,7 +181,9 @@ TEST(CohortrunElastic, NodeWaitingWhenTheJobEndsExitsWithItsResult) {
   TempDir pids;
   const std::string rdzv = endpoint();
   const auto node = [&](std::vector<std::string> program, const Env& env) {
-    std::vector<std::string> args = {"--nnodes=1:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+    // 2:3: round 0 waits for both first nodes (a fixed last call missed a launcher slow to start
+    // under load, which then waited for the next round and never ran its worker).
+    std::vector<std::string> args = {"--nnodes=2:3", "--nproc-per-node=1", "--rdzv-backend=c10d",
                                      "--rdzv-endpoint=" + rdzv, "--rdzv-id=ending", "--monitor-interval=0.2",
                                      "--rdzv-conf=last_call_timeout=2,join_timeout=20"};
     args.insert(args.end(), program.begin(), program.end());
