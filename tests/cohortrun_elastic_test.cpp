@@ -8,12 +8,14 @@
 #include <signal.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cohortrun/membership.h"
 #include "cohortrun/summary.h"
 #include "cohortrun_command.h"
 #include "cohortrun_test_paths.h"
+#include "core/socket.h"
 #include "launch_helpers.h"
 #include "support/multiproc.h"
 
@@ -33,8 +35,16 @@ struct TempDir {
 
 std::string endpoint() { return "127.0.0.1:" + std::to_string(free_port()); }
 
-// The port of "127.0.0.1:PORT".
-int port_of(const std::string& endpoint) { return std::stoi(endpoint.substr(endpoint.rfind(':') + 1)); }
+// Waits up to 15 s until the node hosting the rendezvous at "127.0.0.1:PORT" listens there.
+bool rendezvous_listens(const std::string& endpoint) {
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  const auto deadline = std::chrono::steady_clock::now() + 15s;
+  while (!cohort::detail::net::port_in_use(port)) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
 
 // The flags of one node of an elastic job at `rdzv`; more (and the program) follow.
 std::vector<std::string> elastic_node(const std::string& rdzv, std::vector<std::string> more) {
@@ -134,7 +144,7 @@ TEST(CohortrunElastic, LostNodeLeavesASmallerWorldThatFinishes) {
       clean_env());
   // The survivor hosts the rendezvous: the lost node starts once it listens (a fixed wait lost this race
   // on a loaded machine, and the lost node took the store down with it).
-  ASSERT_TRUE(wait_for_listener(port_of(rdzv), 15s));
+  ASSERT_TRUE(rendezvous_listens(rdzv));
   TempDir pids;  // the lost node's workers: they end with its launcher (PR_SET_PDEATHSIG)
   Proc lost = start_process(elastic_node(rdzv, {"--rdzv-conf=join_timeout=20", COHORT_ENV_WORKER, "--sleep", "30"}),
                             clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
@@ -190,7 +200,7 @@ TEST(CohortrunElastic, NodeWaitingWhenTheJobEndsExitsWithItsResult) {
     return start_process(cohortrun(args), env);
   };
   Proc quick = node({COHORT_ENV_WORKER}, clean_env());  // hosts the rendezvous; its worker is done at once
-  ASSERT_TRUE(wait_for_listener(port_of(rdzv), 15s));
+  ASSERT_TRUE(rendezvous_listens(rdzv));
   Proc slow = node({COHORT_ENV_WORKER, "--sleep", "5"}, clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
   ASSERT_TRUE(wait_for_pid_files(pids.path, 1, 15s));
   Proc late = node({COHORT_ENV_WORKER}, clean_env());

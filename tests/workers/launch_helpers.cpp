@@ -213,35 +213,6 @@ bool wait_for_pid_files(const std::string& dir, size_t count, std::chrono::milli
   return true;
 }
 
-namespace {
-
-// True when /proc/net/tcp lists a socket in state LISTEN (0A) on local `port`.
-bool listening_on(int port) {
-  std::ifstream table("/proc/net/tcp");
-  std::string line;
-  std::getline(table, line);  // the header
-  while (std::getline(table, line)) {
-    std::istringstream fields(line);
-    std::string slot, local, remote, state;
-    fields >> slot >> local >> remote >> state;
-    const auto colon = local.find(':');
-    if (colon == std::string::npos || state != "0A") continue;
-    if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) return true;
-  }
-  return false;
-}
-
-}  // namespace
-
-bool wait_for_listener(int port, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!listening_on(port)) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
-}
-
 TwoNamespaces::TwoNamespaces() {
   const std::string id = std::to_string(::getpid() % 100000);
   a_ = "cohortrun_a" + id;

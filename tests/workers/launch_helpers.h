@@ -55,9 +55,6 @@ std::vector<pid_t> recorded_pids(const std::string& dir);
 std::vector<pid_t> alive_after(const std::vector<pid_t>& pids, std::chrono::milliseconds timeout);
 /// Waits up to `timeout` until DIR holds at least `count` pid files.
 bool wait_for_pid_files(const std::string& dir, size_t count, std::chrono::milliseconds timeout);
-/// Waits up to `timeout` until some process listens on TCP `port` (read from /proc/net/tcp: no
-/// connection is made, so the listener sees nothing).
-bool wait_for_listener(int port, std::chrono::milliseconds timeout);
 
 /// Number of occurrences of `needle` in `text`.
 size_t count_of(const std::string& text, const std::string& needle);
