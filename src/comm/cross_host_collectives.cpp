@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include <cstring>
+#include <functional>
 #include <vector>
 
 namespace cohort::detail {
@@ -20,37 +20,46 @@ struct Header {
   uint32_t host_agreed = 0, pad = 0;
 };
 
-// `rows` [hosts, n] combined into `out` [n] in host order: ((row0 op row1) op row2) ...
-void fold_rows(const at::Tensor& rows, const at::Tensor& out, ReduceOp op) {
-  out.copy_(rows[0]);
-  for (int64_t h = 1; h < rows.size(0); ++h) {
-    const at::Tensor row = rows[h];
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAvg: out.add_(row); break;
-      case ReduceOp::kProduct: out.mul_(row); break;
-      case ReduceOp::kMin: at::minimum_out(const_cast<at::Tensor&>(out), out, row); break;
-      case ReduceOp::kMax: at::maximum_out(const_cast<at::Tensor&>(out), out, row); break;
-    }
+void combine(const at::Tensor& into, const at::Tensor& other, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: into.add_(other); break;
+    case ReduceOp::kProduct: into.mul_(other); break;
+    case ReduceOp::kMin: at::minimum_out(const_cast<at::Tensor&>(into), into, other); break;
+    case ReduceOp::kMax: at::maximum_out(const_cast<at::Tensor&>(into), into, other); break;
   }
 }
 
-// One round with every other host h's member of the stripe: sends send_of(h) to it and receives recv_of(h) from it.
-template <class SendOf, class RecvOf>
-void with_every_host(CrossHostLink& link, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
-  std::vector<LinkPiece> sends, recvs;
-  for (int h = 0; h < link.hosts(); ++h) {
-    if (h == link.host()) continue;
-    sends.push_back(piece(h, send_of(h)));
-    recvs.push_back(piece(h, recv_of(h)));
+// `mine` combined with the other hosts' rows of `rows` [hosts, n] (row `me` unused) in host order:
+// ((row0 op row1) op row2) ..., with `mine` as row `me`. A sum or product of two values has the same
+// bits in either order, so the rows before `me` are combined in row 0 and that into `mine`, which is
+// never copied; min and max can differ by operand order (-0 and +0), so `mine` takes its row first.
+void combine_in_host_order(const at::Tensor& mine, const at::Tensor& rows, int me, ReduceOp op) {
+  const int hosts = int(rows.size(0));
+  if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
+    rows[me].copy_(mine);
+    mine.copy_(rows[0]);
+    for (int h = 1; h < hosts; ++h) combine(mine, rows[h], op);
+    return;
   }
-  link.transfer(sends, recvs, watch);
+  if (me > 0) {
+    const at::Tensor before = rows[0];
+    for (int h = 1; h < me; ++h) combine(before, rows[h], op);
+    combine(mine, before, op);
+  }
+  for (int h = me + 1; h < hosts; ++h) combine(mine, rows[h], op);
 }
 
-// with_every_host's first round, with agreement: each piece behind a header; a peer whose header
-// differs from this one's vote has its bytes read into a scratch buffer. True when all agree.
+// After a host's first piece has arrived, `then` (when set) is called on each of its later
+// arrivals, with the verdict so far: final once every host's first piece is in.
+using Then = std::function<LinkFollowUp(int host, bool agreed)>;
+
+// One round with every other host h's member of the stripe, with agreement: sends send_of(h) to it and
+// receives recv_of(h) from it, each piece behind a header; a peer whose header differs from this
+// one's vote has its bytes read into a scratch buffer. True when all agree.
 template <class SendOf, class RecvOf>
-bool agree_with_every_host(CrossHostLink& link, HostVote vote, SendOf send_of, RecvOf recv_of, const ShmWatch& watch) {
+bool agree_with_every_host(CrossHostLink& link, HostVote vote, SendOf send_of, RecvOf recv_of, const ShmWatch& watch,
+                           const Then& then = nullptr) {
   const int hosts = link.hosts();
   std::vector<Header> out(hosts), in(hosts);
   std::vector<LinkPiece> sends, recvs;
@@ -63,20 +72,52 @@ bool agree_with_every_host(CrossHostLink& link, HostVote vote, SendOf send_of, R
     recvs.push_back({h, &in[h], sizeof(Header)});
   }
   bool agreed = vote.host_agreed;
-  std::vector<bool> headed(hosts, false);
+  std::vector<bool> headed(hosts, false), matched(hosts, false);
   std::vector<std::vector<char>> dropped(hosts);
-  auto next = [&](int h) -> std::optional<LinkPiece> {
-    if (headed[h]) return std::nullopt;  // the data has arrived too
+  auto next = [&](int h) -> LinkFollowUp {
+    if (headed[h]) return then && matched[h] ? then(h, agreed) : LinkFollowUp{};
     headed[h] = true;
     const LinkPiece expected = piece(h, recv_of(h));
-    if (in[h].fingerprint == vote.fingerprint && in[h].host_agreed == 1 && in[h].bytes == expected.bytes)
-      return expected;
+    if (in[h].fingerprint == vote.fingerprint && in[h].host_agreed == 1 && in[h].bytes == expected.bytes) {
+      matched[h] = true;
+      return {{expected}, {}};
+    }
     agreed = false;
     dropped[h].resize(in[h].bytes);
-    return LinkPiece{h, dropped[h].data(), dropped[h].size()};
+    return {{LinkPiece{h, dropped[h].data(), dropped[h].size()}}, {}};
   };
   link.transfer(sends, recvs, watch, next);
   return agreed;
+}
+
+// Above kDirectAllreduceBytes: a reduce-scatter (block h combined by host h's member) and an allgather
+// of the combined blocks, in one transfer: once every host's copy of this member's block is in, it is
+// combined and goes out to every host while the transfer still runs (each link carries a block's
+// bytes once each way, as in a ring, but all at once). Cutting the blocks into 128 KiB segments that
+// went on one by one read 1.2-1.7x slower on 2 vCPUs, where no core is free to overlap them
+// (docs/BENCHMARKS.md, "Across hosts").
+bool allreduce_in_blocks(CrossHostLink& link, HostVote vote, const at::Tensor& flat, ReduceOp op,
+                         const ShmWatch& watch) {
+  const int hosts = link.hosts(), me = link.host();
+  const int64_t n = flat.numel();
+  auto block = [&](int h) { return flat.narrow(0, h * n / hosts, (h + 1) * n / hosts - h * n / hosts); };
+  const at::Tensor mine = block(me);
+  const at::Tensor rows = link.scratch(hosts, mine.numel(), flat.options());  // row h: host h's copy of mine
+  int copies = 0;                                                             // hosts whose copy of mine arrived
+  auto then = [&](int, bool agreed) {
+    // Called again for each host's combined block: nothing follows it.
+    LinkFollowUp follow_up;
+    if (++copies != hosts - 1 || !agreed) return follow_up;  // every copy in: the verdict is final
+    combine_in_host_order(mine, rows, me, op);
+    for (int g = 0; g < hosts; ++g) {
+      if (g == me) continue;
+      follow_up.sends.push_back(piece(g, mine));
+      follow_up.receives.push_back(piece(g, block(g)));
+    }
+    return follow_up;
+  };
+  return agree_with_every_host(
+      link, vote, block, [&](int h) { return rows[h]; }, watch, then);
 }
 
 }  // namespace
@@ -87,29 +128,15 @@ bool cross_agree(CrossHostLink& link, HostVote vote, const ShmWatch& watch) {
 }
 
 bool cross_allreduce(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch) {
-  const int hosts = link.hosts(), me = link.host();
+  const int hosts = link.hosts();
   const at::Tensor flat = buffer.view(-1);
-  const int64_t n = flat.numel();
-  if (size_t(buffer.nbytes()) <= kDirectAllreduceBytes || n < hosts) {
-    at::Tensor rows = link.scratch(hosts, n, flat.options());
-    rows[me].copy_(flat);
-    if (!agree_with_every_host(
-            link, vote, [&](int) { return flat; }, [&](int h) { return rows[h]; }, watch))
-      return false;
-    fold_rows(rows, flat, op);
-    return true;
-  }
-  // Block h (elements [h * n / hosts, (h + 1) * n / hosts)) is combined by host h's member.
-  auto block = [&](int h) { return flat.narrow(0, h * n / hosts, (h + 1) * n / hosts - h * n / hosts); };
-  const at::Tensor mine = block(me);
-  at::Tensor rows = link.scratch(hosts, mine.numel(), flat.options());
-  rows[me].copy_(mine);
+  if (size_t(buffer.nbytes()) > kDirectAllreduceBytes && flat.numel() >= hosts)
+    return allreduce_in_blocks(link, vote, flat, op, watch);
+  at::Tensor rows = link.scratch(hosts, flat.numel(), flat.options());
   if (!agree_with_every_host(
-          link, vote, block, [&](int h) { return rows[h]; }, watch))
+          link, vote, [&](int) { return flat; }, [&](int h) { return rows[h]; }, watch))
     return false;
-  fold_rows(rows, mine, op);
-  with_every_host(
-      link, [&](int) { return mine; }, block, watch);
+  combine_in_host_order(flat, rows, link.host(), op);
   return true;
 }
 
@@ -131,11 +158,11 @@ bool cross_allgather(CrossHostLink& link, HostVote vote, const at::Tensor& block
 bool cross_reduce_parts(CrossHostLink& link, HostVote vote, const at::Tensor& parts, const at::Tensor& out, ReduceOp op,
                         const ShmWatch& watch) {
   at::Tensor rows = link.scratch(parts.size(0), parts.size(1), parts.options());
-  rows[link.host()].copy_(parts[link.host()]);
   if (!agree_with_every_host(
           link, vote, [&](int h) { return parts[h]; }, [&](int h) { return rows[h]; }, watch))
     return false;
-  fold_rows(rows, out, op);
+  out.copy_(parts[link.host()]);
+  combine_in_host_order(out, rows, link.host(), op);
   return true;
 }
 

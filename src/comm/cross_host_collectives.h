@@ -2,12 +2,13 @@
 // ranks of one local index, one per host) over its own link (cross_host_link.h): every reduction
 // combines the hosts' values in host order, so every member, rank and run gets the same bits.
 // Allreduce: up to kDirectAllreduceBytes every member sends its whole buffer to every other and each
-// combines all of them (one round); above, a reduce-scatter (host h's member combines block h from
-// every host) then an allgather of the blocks (two rounds, each member sending (hosts - 1) / hosts of
-// the buffer in each, as a ring would, but all at once). Agreement rides on the first round: each
-// member sends every other a header (the op's fingerprint, whether its host's ranks agreed, how many
-// bytes follow) before its data, so a disagreeing member's bytes are read and dropped, never awaited;
-// every member gets the same verdict, returned (false: a desync somewhere, nothing combined).
+// combines all of them; above, a reduce-scatter (host h's member combines block h from every host)
+// and an allgather of the combined blocks in one transfer (each member sends (hosts - 1) / hosts of
+// the buffer in each half, as a ring would, but all at once). Agreement rides
+// on the first pieces: each member sends every other a header (the op's fingerprint, whether its
+// host's ranks agreed, how many bytes follow) before its data, so a disagreeing member's bytes are
+// read and dropped, never awaited; every member gets the same verdict, returned (false: a desync
+// somewhere, nothing combined).
 #pragma once
 
 #include <ATen/core/Tensor.h>

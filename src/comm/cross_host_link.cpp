@@ -41,9 +41,9 @@ struct Queue {
   }
 };
 
-void append(Queue& q, const std::optional<LinkPiece>& piece) {
-  if (!piece || piece->bytes == 0) return;
-  q.pieces.push_back(*piece);
+void append(Queue& q, const LinkPiece& piece) {
+  if (piece.bytes == 0) return;
+  q.pieces.push_back(piece);
   q.advance(0);
 }
 
@@ -99,7 +99,12 @@ void CrossHostLink::transfer(const std::vector<LinkPiece>& sends, const std::vec
         if (n > 0) {
           q.advance(size_t(n));
           moved = true;
-          if (!sending && q.empty() && next) append(q, next(h));
+          if (!sending && q.empty() && next) {
+            // Queues of hosts already passed in this pass move in the next: `moved` keeps poll away.
+            const LinkFollowUp follow_up = next(h);
+            for (const LinkPiece& piece : follow_up.receives) append(in.at(piece.host), piece);
+            for (const LinkPiece& piece : follow_up.sends) append(out.at(piece.host), piece);
+          }
         } else if (n == 0 && !sending) {
           lost(h, "the connection closed mid-transfer", watch);
         } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {

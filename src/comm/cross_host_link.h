@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,9 +40,14 @@ struct LinkPiece {
   size_t bytes = 0;
 };
 
-/// Called when every receive piece given for `host` has arrived: the next piece to receive from it
-/// (its size read from what arrived), or nullopt when none.
-using NextPiece = std::function<std::optional<LinkPiece>(int host)>;
+/// What a transfer moves next once every receive piece given for one host has arrived: pieces to
+/// receive (their sizes read from what arrived) and pieces to send (data made from it), each queued
+/// behind its host's earlier ones.
+struct LinkFollowUp {
+  std::vector<LinkPiece> receives, sends;
+};
+/// Called with that host; a follow-up with no receive for it ends its receives (unless another's adds one).
+using NextPiece = std::function<LinkFollowUp(int host)>;
 
 class CrossHostLink {
  public:
@@ -53,7 +57,7 @@ class CrossHostLink {
   /// Sends `sends` and receives `recvs`, all at once; pieces of one peer go in the order given. Calls
   /// `watch` every 5 ms while waiting (it throws to stop). A peer whose connection closes or
   /// fails: the watch gets 2 s to name why (its rank died), else cohort::Error (kPeerDied) naming it.
-  /// `next` (optional) appends receives whose size a header told.
+  /// `next` (optional) appends what the pieces that arrived call for (a header's size, a combined segment).
   void transfer(const std::vector<LinkPiece>& sends, const std::vector<LinkPiece>& recvs, const ShmWatch& watch,
                 const NextPiece& next = nullptr);
 

@@ -136,10 +136,14 @@ TEST(Hier, ThreeHostsCombineInHostOrder) {
     ASSERT_NE(hier, nullptr);
     EXPECT_EQ(hier->layout().hosts, 3);
     // 28 B: every stripe; 120 KB: the leaders in one round (up to 256 KiB); 1.2 MB: in two.
+    // Sum and product combine in place (the rows before this host first), min copies: every host's place.
     for (int64_t n : {7, 30001, 300007}) {
-      auto t = input_of(rank, n, torch::kFloat);
-      comm.allreduce(t);
-      EXPECT_TRUE(torch::equal(t, hier_reduction(n, torch::kFloat, ReduceOp::kSum, 3))) << n << " float32";
+      for (auto op : {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin}) {
+        auto t = input_of(rank, n, torch::kFloat);
+        comm.allreduce(t, op);
+        EXPECT_TRUE(torch::equal(t, hier_reduction(n, torch::kFloat, op, 3)))
+            << n << " float32 " << cohort::reduce_op_name(op);
+      }
     }
     auto out = comm.reduce_scatter(input_of(rank, 999 * size, torch::kFloat), ReduceOp::kSum);
     EXPECT_TRUE(torch::equal(out, hier_reduction(999 * size, torch::kFloat, ReduceOp::kSum, 3).narrow(0, rank * 999, 999)));
