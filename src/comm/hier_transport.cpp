@@ -137,9 +137,12 @@ bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64
 }
 
 bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch) {
-  const bool here = alone_on_host() || local_->allreduce(buffer, op, fingerprint, watch);  // kAvg: a sum here
+  // Every rank needs its host's sum up to the stripes' size, above the leader alone (the others get
+  // the result from its broadcast). kAvg: a sum here.
+  const bool striped = size_t(buffer.nbytes()) <= kStripeAllreduceBytes;
+  const bool here = alone_on_host() || local_->allreduce(buffer, op, fingerprint, watch, striped ? -1 : 0);
   const HostVote vote{fingerprint, here};
-  if (size_t(buffer.nbytes()) <= kStripeAllreduceBytes) {
+  if (striped) {
     // Every rank's stripe sees every host's verdict: no barrier needed after it.
     if (!cross_allreduce(*link_, vote, buffer.view(-1), op, watch) || !here) return false;
   } else {
@@ -186,7 +189,7 @@ bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& i
   // host j's ranks) and reduce what they received, host by host in host order.
   at::Tensor sums = sums_.get(input.numel(), input.options());
   sums.copy_(input.view(-1));
-  const bool here = alone_on_host() || local_->allreduce(sums, op, fingerprint, watch);
+  const bool here = alone_on_host() || local_->allreduce(sums, op, fingerprint, watch, 0);  // the leader's
   at::Tensor part = sums.view({layout_.hosts, -1})[host_];
   bool agreed = here;
   if (leader())

@@ -267,7 +267,8 @@ bool ShmTransport::barrier(const Watch& watch, const uint64_t* fingerprint) {
 
 bool ShmTransport::agree(uint64_t fingerprint, const Watch& watch) { return barrier(watch, &fingerprint); }
 
-bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch) {
+bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch,
+                             int result_rank) {
   const auto dtype = buffer.scalar_type();
   const size_t item = buffer.element_size();
   const int64_t chunk = int64_t(slot_bytes_ / item);
@@ -302,7 +303,7 @@ bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fin
     reduce_parts(slot(set, rank_) + lo, parts, int64_t((hi - lo) / item), dtype, op);
     const int next = start + chunk < numel ? copy_in(start + chunk) : -1;
     barrier(watch);
-    for (int r = 0; r < size_; ++r) {
+    for (int r = 0; r < size_ && (result_rank < 0 || result_rank == rank_); ++r) {
       const auto [a, b] = slice(n, r);
       std::memcpy(chunk_data + a, slot(set, r) + a, b - a);
     }

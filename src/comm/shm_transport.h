@@ -69,8 +69,9 @@ class ShmTransport {
 
   /// Agreement alone, for a collective whose data moves elsewhere (Gloo) or not at all (barrier).
   bool agree(uint64_t fingerprint, const Watch& watch);
-  /// In place; kAvg is a sum here (the caller divides).
-  bool allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch);
+  /// In place; kAvg is a sum here (the caller divides). `result_rank` >= 0: only that rank copies the
+  /// result out (the others' buffers are left as they were: the hierarchy's leader alone needs it).
+  bool allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch, int result_rank = -1);
   /// `input` holds size() equal blocks; block rank() of the reduction lands in `output`.
   bool reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, uint64_t fingerprint,
                       const Watch& watch);
