@@ -57,7 +57,7 @@ class CrossHostLink {
   /// Sends `sends` and receives `recvs`, all at once; pieces of one peer go in the order given. Calls
   /// `watch` every 5 ms while waiting (it throws to stop). A peer whose connection closes or
   /// fails: the watch gets 2 s to name why (its rank died), else cohort::Error (kPeerDied) naming it.
-  /// `next` (optional) appends what the pieces that arrived call for (a header's size, a combined segment).
+  /// `next` (optional) appends what the pieces that arrived call for (a header's size, a combined block).
   void transfer(const std::vector<LinkPiece>& sends, const std::vector<LinkPiece>& recvs, const ShmWatch& watch,
                 const NextPiece& next = nullptr);
 
