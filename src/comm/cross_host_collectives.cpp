@@ -33,12 +33,15 @@ void combine(const at::Tensor& into, const at::Tensor& other, ReduceOp op) {
 // `mine` combined with the other hosts' rows of `rows` [hosts, n] (row `me` unused) in host order:
 // ((row0 op row1) op row2) ..., with `mine` as row `me`. A sum or product of two values has the same
 // bits in either order, so the rows before `me` are combined in row 0 and that into `mine`, which is
-// never copied; min and max can differ by operand order (-0 and +0), so `mine` takes its row first.
+// never copied; min and max can differ by operand order (-0 and +0), so past host 0 `mine` takes its
+// row and row 0's values first.
 void combine_in_host_order(const at::Tensor& mine, const at::Tensor& rows, int me, ReduceOp op) {
   const int hosts = int(rows.size(0));
   if (op == ReduceOp::kMin || op == ReduceOp::kMax) {
-    rows[me].copy_(mine);
-    mine.copy_(rows[0]);
+    if (me > 0) {
+      rows[me].copy_(mine);
+      mine.copy_(rows[0]);
+    }
     for (int h = 1; h < hosts; ++h) combine(mine, rows[h], op);
     return;
   }
