@@ -1,11 +1,13 @@
 // The socket module (src/core/socket.h) on 127.0.0.1: a closed port is refused with errno's reason, a
 // connection that gets no answer ends at its deadline, a peer that closes mid-message is told apart
-// from silence, a name that does not resolve is named, and the free-port probes agree with the kernel.
+// from silence, a name that does not resolve is named, the free-port probes agree with the kernel, and
+// a TCP congestion control is set by name or refused with the kernel's reason.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -164,6 +166,21 @@ TEST(Socket, PollWaitsOnAnyDescriptor) {
   ASSERT_EQ(::write(write_end.get(), "x", 1), 1);
   EXPECT_EQ(net::poll_fds(fds, 5000), 1);
   EXPECT_TRUE(fds[0].revents & POLLIN);
+}
+
+TEST(Socket, CongestionControlIsSetByNameOrRefusedWithTheKernelsReason) {
+  // Reno is always built in and allowed to every process.
+  EXPECT_EQ(net::congestion_control_refused("reno"), "");
+  net::Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  ASSERT_TRUE(fd);
+  ASSERT_EQ(net::set_congestion_control(fd.get(), "reno"), "");
+  char name[16] = {};
+  socklen_t length = sizeof name;
+  ASSERT_EQ(::getsockopt(fd.get(), IPPROTO_TCP, TCP_CONGESTION, name, &length), 0);
+  EXPECT_STREQ(name, "reno");
+  EXPECT_THAT(net::congestion_control_refused("no-such-cc"),
+              StartsWith("the kernel refuses TCP congestion control 'no-such-cc' (No such file or directory; "
+                         "available: "));
 }
 
 }  // namespace socket_test

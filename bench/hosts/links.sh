@@ -17,6 +17,22 @@ links_rate() {
   done
 }
 
+# Makes NAME (tcp_congestion_control: reno, cubic, bbr) every host's TCP congestion control, for all the
+# programs alike; "system" leaves the machine's. A namespace other than the machine's own may only
+# take a name of net.ipv4.tcp_allowed_congestion_control (the machine's list, which root can extend).
+links_congestion() {
+  local name=$1 host available allowed
+  [ "$name" = system ] && return 0
+  available=$(sysctl -n net.ipv4.tcp_available_congestion_control)
+  allowed=$(sysctl -n net.ipv4.tcp_allowed_congestion_control)
+  for host in "${BENCH_HOSTS[@]}"; do
+    on_host "$host" sysctl -qw net.ipv4.tcp_congestion_control="$name" 2>/dev/null || {
+      cl_log "CONGESTION=$name: $host refuses it (available: $available; a namespace may take: $allowed)"
+      return 1
+    }
+  done
+}
+
 # One line per host: what its eth0's qdisc sent, dropped and held back (tbf's overlimits).
 links_stats() {
   local host

@@ -10,6 +10,9 @@
 #   bench/hosts/run.sh [REPS]                                  (default 3)
 # Variables (defaults in brackets):
 #   RATES ["none 1gbit"]   link rates in tc's units, one pass each; none = unshaped veth
+#   CONGESTION [reno]  every host's TCP congestion control, for all programs alike (system: the machine's;
+#                  this VM's is bbr, whose pacing made both cohort and Open MPI 2-3x slower over the
+#                  veth from 256 KiB to 4 MiB: docs/BENCHMARKS.md, "Across hosts")
 #   PARTS ["allreduce ddp"]; ALLREDUCE_IMPLS ["cohort cohort_flat mpi"]; DDP_IMPLS ["cohort cohort_flat torch"]
 #   ALLREDUCE_FLAGS ["--reps 5 --warmup 1"]  to bench/allreduce and bench/allreduce_mpi alike
 #                  (--min-bytes B --max-bytes B pick sizes; both programs' defaults are 4 KiB..64 MiB)
@@ -157,11 +160,12 @@ one_repetition() {
 }
 
 cluster_up "${#BENCH_HOSTS[@]}" || exit 1
+links_congestion "${CONGESTION:-reno}" || exit 1
 mkdir -p "$CL_DIR/logs"
 results="$CL_DIR/results"
 : >"$results"
 failures=0
-settings="RATES='${rates[*]}' PARTS='${parts[*]}' ALLREDUCE_IMPLS='${ar_impls[*]}' DDP_IMPLS='${ddp_impls[*]}'"
+settings="RATES='${rates[*]}' CONGESTION='${CONGESTION:-reno}' PARTS='${parts[*]}' ALLREDUCE_IMPLS='${ar_impls[*]}' DDP_IMPLS='${ddp_impls[*]}'"
 settings+=" ALLREDUCE_FLAGS='$ar_flags' MODELS='${models[*]}' HOOKS='${hooks[*]}' BATCH='${BATCH:-}'"
 settings+=" MPI_FLAGS='${MPI_FLAGS---mca mpi_yield_when_idle 1}'; DDP flags: $ddp_flags"
 report="$CL_DIR/report"

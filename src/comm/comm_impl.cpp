@@ -55,6 +55,7 @@ void CommImpl::make_transports() {
     link.secret = config_.secret;
     link.host_name = control_->host_of(config_.rank);
     link.timeout = config_.timeout;
+    link.congestion = config_.tcp_congestion;
     hier = HierTransport::negotiate({config_.store, prefix_, config_.rank, config_.size, layout,
                                      config_.shm && config_.hierarchical, config_.shm_slot_bytes, link});
   } else {

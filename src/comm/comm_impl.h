@@ -88,6 +88,7 @@ struct CommConfig {
   bool hierarchical = true;           // across hosts: shared memory within each, TCP among leaders
   int test_hosts_split = 0;           // tests: group one host's ranks as if on this many hosts (0: off)
   size_t shm_slot_bytes = 512 << 10;  // its chunk: bytes per rank
+  std::string tcp_congestion;         // the links between hosts: TCP congestion control ("": the system's)
   std::string group_name;             // empty for the world; a group's name for messages
   std::vector<int> world_ranks;       // a group's world rank of each of its ranks; empty for the world
   std::string run_id;                 // the job (world/job_identity.h): control-plane peers must match

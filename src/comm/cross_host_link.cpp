@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <cerrno>
 #include <cstring>
@@ -22,22 +23,34 @@ constexpr const char* kLink = "hierarchy's cross-host link";
 // small message from another host usually lands within them.
 constexpr int kBusyPasses = 16;
 constexpr auto kWatchEvery = std::chrono::milliseconds(5);
-// Largest piece one send(2) or recv(2) asks for: every peer's transfer advances in turn.
+// Most bytes one sendmsg(2) or recvmsg(2) asks for: every peer's transfer advances in turn.
 constexpr size_t kSlice = size_t(1) << 20;
+constexpr size_t kMaxIov = 8;
 
 // A peer's pieces of one transfer, in order, and how far the first has gone.
 struct Queue {
   std::vector<LinkPiece> pieces;
   size_t next = 0, done = 0;
   bool empty() const { return next == pieces.size(); }
-  char* at() const { return static_cast<char*>(pieces[next].data) + done; }
-  size_t left() const { return pieces[next].bytes - done; }
   void advance(size_t n) {
-    done += n;
-    while (next < pieces.size() && done == pieces[next].bytes) {
+    while (next < pieces.size() && done + n >= pieces[next].bytes) {
+      n -= pieces[next].bytes - done;
       ++next;
       done = 0;
     }
+    done += n;
+  }
+  // The queue's next pieces as one vector for sendmsg/recvmsg: a header and its data leave in one
+  // segment (two sends cost two trips through the kernel's network path, the receiver's included).
+  size_t gather(iovec* iov, size_t max_iov) const {
+    size_t count = 0, total = 0;
+    for (size_t i = next; i < pieces.size() && count < max_iov && total < kSlice; ++i, ++count) {
+      const size_t skip = i == next ? done : 0;
+      const size_t len = std::min(pieces[i].bytes - skip, kSlice - total);
+      iov[count] = {static_cast<char*>(pieces[i].data) + skip, len};
+      total += len;
+    }
+    return count;
   }
 };
 
@@ -75,6 +88,14 @@ CrossHostLink::CrossHostLink(c10d::Store& store, const CrossHostLinkConfig& conf
   for (net::Fd& fd : links_) {
     if (!fd) continue;
     net::set_nodelay(fd.get());
+    // init tried the name already: a refusal here is this socket's alone.
+    if (!config.congestion.empty()) {
+      const std::string why = net::set_congestion_control(fd.get(), config.congestion);
+      if (!why.empty())
+        throw Error(str(kLink, ": rank ", config.rank_of_host.at(config.host),
+                        ", COHORT_TCP_CONGESTION=", config.congestion, ": ", why),
+                    ErrorKind::kInvalidArgument);
+    }
     ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) | O_NONBLOCK);
   }
 }
@@ -94,8 +115,12 @@ void CrossHostLink::transfer(const std::vector<LinkPiece>& sends, const std::vec
         Queue& q = sending ? out[h] : in[h];
         if (q.empty()) continue;
         const int fd = links_[h].get();
-        const ssize_t n = sending ? ::send(fd, q.at(), std::min(q.left(), kSlice), MSG_DONTWAIT | MSG_NOSIGNAL)
-                                  : ::recv(fd, q.at(), std::min(q.left(), kSlice), MSG_DONTWAIT);
+        iovec iov[kMaxIov];
+        msghdr message{};
+        message.msg_iov = iov;
+        message.msg_iovlen = q.gather(iov, kMaxIov);
+        const ssize_t n = sending ? ::sendmsg(fd, &message, MSG_DONTWAIT | MSG_NOSIGNAL)
+                                  : ::recvmsg(fd, &message, MSG_DONTWAIT);
         if (n > 0) {
           q.advance(size_t(n));
           moved = true;

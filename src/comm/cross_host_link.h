@@ -31,6 +31,7 @@ struct CrossHostLinkConfig {
   std::string local_address;      // what the other members dial
   std::string run_id, secret, host_name;
   std::chrono::milliseconds timeout{300000};
+  std::string congestion;  // TCP congestion control of the links ("": the system's; COHORT_TCP_CONGESTION)
 };
 
 /// One piece of a transfer: `bytes` bytes to or from host `host`'s member of the stripe.

@@ -128,8 +128,8 @@ Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWa
 // Every op: a local step whose barrier agrees within the host, then every rank's step with its stripe
 // on the other hosts, whatever its host's verdict, so no rank waits for one that stopped (the leaders
 // move the data; the other ranks exchange only their votes), then the leader's result and verdict
-// through the segment (a small allreduce ends at the stripes, each of which moves the data): a leader whose leaders
-// disagreed broadcasts under another fingerprint, so its host's ranks see the desync too and nothing moves.
+// through the segment: a leader whose leaders disagreed broadcasts under another fingerprint, so its
+// host's ranks see the desync too and nothing moves.
 bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint, const ShmWatch& watch) {
   if (alone_on_host()) return agreed;
   agreed_us_ = local_->agreed_us();  // the local step's barrier, before the next overwrites it
@@ -137,20 +137,13 @@ bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64
 }
 
 bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch) {
-  // Every rank needs its host's sum up to the stripes' size, above the leader alone (the others get
-  // the result from its broadcast). kAvg: a sum here.
-  const bool striped = size_t(buffer.nbytes()) <= kStripeAllreduceBytes;
-  const bool here = alone_on_host() || local_->allreduce(buffer, op, fingerprint, watch, striped ? -1 : 0);
+  // The leader alone takes its host's sum; the others get the result from its broadcast. kAvg: a sum here.
+  const bool here = alone_on_host() || local_->allreduce(buffer, op, fingerprint, watch, 0);
   const HostVote vote{fingerprint, here};
-  if (striped) {
-    // Every rank's stripe sees every host's verdict: no barrier needed after it.
-    if (!cross_allreduce(*link_, vote, buffer.view(-1), op, watch) || !here) return false;
-  } else {
-    bool agreed = here;
-    if (leader()) agreed = cross_allreduce(*link_, vote, buffer.view(-1), op, watch);
-    else cross_agree(*link_, vote, watch);
-    if (!here || !finish_on_host(buffer, agreed, fingerprint, watch)) return false;
-  }
+  bool agreed = here;
+  if (leader()) agreed = cross_allreduce(*link_, vote, buffer.view(-1), op, watch);
+  else cross_agree(*link_, vote, watch);
+  if (!here || !finish_on_host(buffer, agreed, fingerprint, watch)) return false;
   if (op == ReduceOp::kAvg) buffer.div_(size_);
   return true;
 }

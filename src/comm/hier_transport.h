@@ -1,10 +1,9 @@
 // Collectives across hosts in two levels (docs/design/transports.md): the ranks of each host reduce
 // or gather through a shared-memory segment of their own, then exchange with the other hosts over
-// their own TCP links (cross_host_link.h, cross_host_collectives.h). An allreduce up to
-// kStripeAllreduceBytes: every rank exchanges its host's sum with the same local rank of every other
-// host (its stripe), so each ends with the result and no rank idles. Above, and for the other
-// collectives: one leader per host (its first rank) runs the step between hosts, the others only vote
-// on their stripes, and the leader's result is broadcast through the segment again. Chosen when every
+// their own TCP links (cross_host_link.h, cross_host_collectives.h): one leader per host (its first
+// rank) runs the step between hosts, the others only vote with the same local rank of every other
+// host (their stripe), and the leader's result is broadcast through the segment again, so the network
+// carries each host's share once. Chosen when every
 // host holds the same number of consecutive ranks (one each: the links alone, no segment);
 // COHORT_HIERARCHICAL=0 (CommConfig::hierarchical) keeps flat Gloo. COHORT_TEST_HOSTS_SPLIT=N groups
 // one host's ranks as if on N hosts (for tests: the hierarchy's reduction order on one host).
@@ -42,11 +41,6 @@ struct HierConfig {
   size_t slot_bytes = 512 << 10;
   CrossHostLinkConfig link;  // the address, job, secret, host name and timeout; the stripe is set here
 };
-
-/// Up to this an allreduce's step between hosts runs on every stripe, above on the leaders' only:
-/// across 2 namespaced hosts on 2 vCPUs, every rank pushing a slice of a larger buffer through TCP
-/// at once took 1.1-1.4x the leaders alone from 1 to 64 MiB (docs/BENCHMARKS.md).
-constexpr size_t kStripeAllreduceBytes = size_t(64) << 10;
 
 /// Flipped into a leader's fingerprint on its host's last barrier when the leaders disagreed.
 constexpr uint64_t kLeadersDisagreed = uint64_t(1) << 62;

@@ -91,6 +91,12 @@ inline IoResult write_all(int fd, const std::string& bytes, Clock::time_point de
 /// Sends small messages at once (no Nagle delay): the control plane's frames.
 void set_nodelay(int fd);
 
+/// Puts TCP congestion control `name` ("reno", "cubic", "bbr") on `fd`: "" when done, else one line
+/// saying why not (errno's text and the kernel's lists of available and allowed algorithms).
+std::string set_congestion_control(int fd, const std::string& name);
+/// Whether this process may put `name` on its TCP sockets: "" when it may, else why (tried on a new socket).
+std::string congestion_control_refused(const std::string& name);
+
 /// A non-blocking listener at address:port (a numeric IPv4 or IPv6 address; "" is every interface,
 /// IPv4 and IPv6; port 0 any free one), or an empty Fd with `error` saying why (errno's text, e.g.
 /// "Address already in use", or "not a numeric address").

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 namespace cohort::detail::net {
@@ -88,6 +89,32 @@ IoResult write_all(int fd, const void* data, size_t size, Clock::time_point dead
 void set_nodelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+namespace {
+
+// A line of /proc/sys/net/ipv4 (the algorithms the kernel has, those any process may choose), or "?".
+std::string kernel_list(const char* name) {
+  std::ifstream file(std::string("/proc/sys/net/ipv4/") + name);
+  std::string line;
+  return std::getline(file, line) && !line.empty() ? line : "?";
+}
+
+}  // namespace
+
+std::string set_congestion_control(int fd, const std::string& name) {
+  if (::setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), socklen_t(name.size())) == 0) return "";
+  const int error = errno;
+  return "the kernel refuses TCP congestion control '" + name + "' (" + std::strerror(error) +
+         "; available: " + kernel_list("tcp_available_congestion_control") +
+         "; allowed without CAP_NET_ADMIN: " + kernel_list("tcp_allowed_congestion_control") + ")";
+}
+
+std::string congestion_control_refused(const std::string& name) {
+  Fd probe(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!probe) probe.reset(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!probe) return std::string("no TCP socket to try it on: ") + std::strerror(errno);
+  return set_congestion_control(probe.get(), name);
 }
 
 }  // namespace cohort::detail::net

@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
+#include "core/socket.h"
 #include "world/launch_env.h"
 #include "world/malloc_policy.h"
 #include "world/rendezvous.h"
@@ -44,6 +45,17 @@ bool hierarchical_enabled() {
   return env_integer(
              {"COHORT_HIERARCHICAL", 0, 1, "a switch (0: flat Gloo across hosts, 1: hierarchical, the default)"}, 1) ==
          1;
+}
+
+// COHORT_TCP_CONGESTION=NAME: the TCP congestion control of cohort's links between hosts (unset: the
+// system's). Tried here on a socket of this process, so a name the kernel refuses fails every rank at
+// init with the same line, before any rank waits for another.
+std::string tcp_congestion() {
+  const char* setting = std::getenv("COHORT_TCP_CONGESTION");
+  if (setting == nullptr || *setting == '\0') return "";
+  const std::string why = detail::net::congestion_control_refused(setting);
+  if (!why.empty()) throw Error(detail::str("COHORT_TCP_CONGESTION=", setting, ": ", why), ErrorKind::kInvalidArgument);
+  return setting;
 }
 
 // COHORT_TEST_HOSTS_SPLIT=N (tests only): one host's ranks grouped as if on N hosts.
@@ -193,6 +205,7 @@ World init(const InitOptions& options) {
   config.shm_slot_bytes = shm_slot_bytes();
   config.hierarchical = hierarchical_enabled();
   config.test_hosts_split = test_hosts_split();
+  config.tcp_congestion = tcp_congestion();
   std::string endpoint = "this process";  // where the world meets, for errors
   if (launch.size > 1 || options.store()) {
     world.master_addr_ = launch.master_addr;

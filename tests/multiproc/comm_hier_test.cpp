@@ -8,6 +8,8 @@
 // runs it across real hosts.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -15,6 +17,8 @@
 #include <array>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 #include "cohort/comm.h"
@@ -68,6 +72,31 @@ cohort::testing::RanksOptions split_in(int hosts) {
 }
 cohort::testing::RanksOptions split_in_two() { return split_in(2); }
 
+std::vector<std::string> words_of_file(const std::string& path) {
+  std::ifstream file(path);
+  return {std::istream_iterator<std::string>(file), std::istream_iterator<std::string>()};
+}
+
+// A TCP congestion control any process may choose other than the system's default ("" if none is).
+std::string another_congestion_control() {
+  const auto current = words_of_file("/proc/sys/net/ipv4/tcp_congestion_control");
+  for (const std::string& name : words_of_file("/proc/sys/net/ipv4/tcp_allowed_congestion_control"))
+    if (current.empty() || name != current[0]) return name;
+  return "";
+}
+
+// How many of this process's TCP sockets use congestion control `name`.
+int sockets_using(const std::string& name) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    char used[16] = {};
+    socklen_t length = sizeof used;
+    const int fd = std::stoi(entry.path().filename().string());
+    if (::getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, used, &length) == 0 && name == used) ++count;
+  }
+  return count;
+}
+
 void every_collective(int rank, int size) {
   auto& comm = cohort::init().comm();
   auto* hier = cohort::detail::comm_impl(comm).hier();
@@ -76,7 +105,7 @@ void every_collective(int rank, int size) {
   EXPECT_EQ(hier->layout().hosts, 2);
   const int64_t before = hier->ops_done();
   int64_t ops = 0;
-  for (int64_t n : {1, 3, 1025, 10007, 70001}) {  // 70001: above the stripes' size, the leaders' path
+  for (int64_t n : {1, 3, 1025, 10007, 70001}) {  // 70001: above 256 KiB, the leaders' two rounds
     for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
       auto t = input_of(rank, n, torch::kFloat);
       comm.allreduce(t, op);
@@ -128,14 +157,14 @@ void every_collective(int rank, int size) {
 TEST(Hier, EveryCollectiveIsTheHostThenLeaderReduction) { run_ranks(4, every_collective, split_in_two()); }
 
 // Three hosts: the hosts' sums combine in host order (two hosts cannot tell, a + b being b + a), on
-// every stripe, on the leaders in one round, and on the leaders in two (reduce-scatter, allgather).
+// the leaders in one round and in two (reduce-scatter, allgather).
 TEST(Hier, ThreeHostsCombineInHostOrder) {
   run_ranks(6, [](int rank, int size) {
     auto& comm = cohort::init().comm();
     auto* hier = cohort::detail::comm_impl(comm).hier();
     ASSERT_NE(hier, nullptr);
     EXPECT_EQ(hier->layout().hosts, 3);
-    // 28 B: every stripe; 120 KB: the leaders in one round (up to 256 KiB); 1.2 MB: in two.
+    // 28 B and 120 KB: the leaders in one round (up to 256 KiB); 1.2 MB: in two.
     // Sum and product combine in place (the rows before this host first), min copies: every host's place.
     for (int64_t n : {7, 30001, 300007}) {
       for (auto op : {ReduceOp::kSum, ReduceOp::kProduct, ReduceOp::kMin}) {
@@ -151,18 +180,22 @@ TEST(Hier, ThreeHostsCombineInHostOrder) {
 }
 
 // One rank per host (3 hosts x 1): no segment, every collective on the links alone, in host order;
-// a desync between the hosts is still named.
+// a desync between the hosts is still named; COHORT_TCP_CONGESTION sets the links' congestion control
+// (theirs alone).
 TEST(Hier, OneRankPerHostRunsTheLinksAlone) {
   auto options = split_in(3);
+  const std::string congestion = another_congestion_control();  // "": the kernel allows only its default
+  if (!congestion.empty()) options.env["COHORT_TCP_CONGESTION"] = congestion;
   const std::string timeline = "/tmp/cohort_hier_timeline_" + std::to_string(::getpid());
   options.env["COHORT_TIMELINE"] = timeline + ".json";  // recording: each op must still mark its agreement
-  auto results = run_ranks(3, [](int rank, int size) {
+  auto results = run_ranks(3, [congestion](int rank, int size) {
     auto& comm = cohort::init().comm();
     auto* hier = cohort::detail::comm_impl(comm).hier();
     ASSERT_NE(hier, nullptr) << "3 split hosts x 1 rank: the links must be chosen over Gloo";
+    if (!congestion.empty()) EXPECT_EQ(sockets_using(congestion), 2) << "the links to the 2 other hosts use " << congestion;
     EXPECT_EQ(hier->layout().per_host, 1);
     const int64_t before = hier->ops_done();
-    for (int64_t n : {7, 30001, 300007}) {  // every stripe (= the leaders); one round; two rounds
+    for (int64_t n : {7, 30001, 300007}) {  // one round (twice); two rounds
       for (auto op : {ReduceOp::kSum, ReduceOp::kAvg}) {
         auto t = input_of(rank, n, torch::kFloat);
         comm.allreduce(t, op);
@@ -214,7 +247,10 @@ TEST(Hier, BadSettingsAreRejected) {
   const std::vector<std::array<const char*, 3>> cases = {
       {"COHORT_HIERARCHICAL", "2",
        "COHORT_HIERARCHICAL=2 is not a switch (0: flat Gloo across hosts, 1: hierarchical, the default) from 0 to 1"},
-      {"COHORT_TEST_HOSTS_SPLIT", "-1", "COHORT_TEST_HOSTS_SPLIT=-1 is not a number of hosts from 0 to 4096"}};
+      {"COHORT_TEST_HOSTS_SPLIT", "-1", "COHORT_TEST_HOSTS_SPLIT=-1 is not a number of hosts from 0 to 4096"},
+      {"COHORT_TCP_CONGESTION", "no-such-cc",
+       "COHORT_TCP_CONGESTION=no-such-cc: the kernel refuses TCP congestion control 'no-such-cc' (No such file or "
+       "directory; available: "}};
   for (const auto& [name, value, message] : cases) {
     setenv(name, value, 1);
     try {
