@@ -1,4 +1,4 @@
-// The collectives between hosts over a stripe (see cross_host_collectives.h).
+// The collectives between hosts over the leaders' link (see cross_host_collectives.h).
 #include "comm/cross_host_collectives.h"
 
 #include <ATen/ATen.h>
@@ -66,7 +66,7 @@ void combine_in_host_order(const at::Tensor& mine, const at::Tensor& rows, int m
 // arrivals, with the verdict so far: final once every host's first piece is in.
 using Then = std::function<LinkFollowUp(int host, bool agreed)>;
 
-// One round with every other host h's member of the stripe, with agreement: sends send_of(h) to it and
+// One round with every other host h's member, with agreement: sends send_of(h) to it and
 // receives recv_of(h) from it, each piece behind a header; a peer whose header differs from this
 // one's vote has its bytes read into a scratch buffer. True when all agree.
 template <class SendOf, class RecvOf>
@@ -133,11 +133,6 @@ bool allreduce_in_blocks(CrossHostLink& link, HostVote vote, const at::Tensor& f
 }
 
 }  // namespace
-
-bool cross_agree(CrossHostLink& link, HostVote vote, const ShmWatch& watch) {
-  auto nothing = [](int) { return at::Tensor(); };
-  return agree_with_every_host(link, vote, nothing, nothing, watch);
-}
 
 bool cross_allreduce(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch) {
   const int hosts = link.hosts();

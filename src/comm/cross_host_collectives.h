@@ -1,5 +1,5 @@
-// The step between hosts of the hierarchical collectives (hier_transport.h), run by one stripe (the
-// ranks of one local index, one per host) over its own link (cross_host_link.h): every reduction
+// The step between hosts of the hierarchical collectives (hier_transport.h), run by the hosts' leaders
+// (one member per host) over their link (cross_host_link.h): every reduction
 // combines the hosts' values in host order, so every member, rank and run gets the same bits.
 // Allreduce: up to kDirectAllreduceBytes every member sends its whole buffer to every other and each
 // combines all of them; above, a reduce-scatter (host h's member combines block h from every host)
@@ -28,10 +28,7 @@ struct HostVote {
   bool host_agreed = true;
 };
 
-/// Only the headers: how a rank whose stripe moves no data in this op still tells its counterparts
-/// its vote, so one that runs another collective is not left waiting for it.
-bool cross_agree(CrossHostLink& link, HostVote vote, const ShmWatch& watch);
-/// `buffer` combined over the stripe by `op` (kAvg: a sum, the caller divides); contiguous CPU.
+/// `buffer` combined over the hosts by `op` (kAvg: a sum, the caller divides); contiguous CPU.
 bool cross_allreduce(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, ReduceOp op, const ShmWatch& watch);
 /// Host `root_host`'s member's `buffer` on every member.
 bool cross_broadcast(CrossHostLink& link, HostVote vote, const at::Tensor& buffer, int root_host,

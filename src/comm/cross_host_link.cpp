@@ -1,4 +1,4 @@
-// A stripe's link between hosts (see cross_host_link.h).
+// The leaders' link between hosts (see cross_host_link.h).
 #include "comm/cross_host_link.h"
 
 #include <ATen/ATen.h>

@@ -1,6 +1,5 @@
 // The hierarchy's link between hosts (docs/design/transports.md): one TCP connection between each pair
-// of ranks that hold the same place on their hosts (a stripe: local rank l of every host; stripe 0 is
-// the hosts' leaders), opened with the control plane's handshake (the job's secret, its own proof tag)
+// of the hosts' leaders (each host's first rank), opened with the control plane's handshake (the job's secret, its own proof tag)
 // and used for nothing but collective data, so a transfer never waits behind a control message. A
 // transfer moves every piece to and from every host at once on non-blocking sockets: a few passes
 // without waiting (a small message between hosts arrives within tens of microseconds), then poll(2),
@@ -27,14 +26,14 @@ struct CrossHostLinkConfig {
   std::string prefix;  // store keys: PREFIX/<host>
   int host = 0;        // this rank's host index
   int hosts = 2;
-  std::vector<int> rank_of_host;  // the Comm rank of each host's member of this stripe, for messages
+  std::vector<int> rank_of_host;  // the Comm rank of each host's member of the link, for messages
   std::string local_address;      // what the other members dial
   std::string run_id, secret, host_name;
   std::chrono::milliseconds timeout{300000};
   std::string congestion;  // TCP congestion control of the links ("": the system's; COHORT_TCP_CONGESTION)
 };
 
-/// One piece of a transfer: `bytes` bytes to or from host `host`'s member of the stripe.
+/// One piece of a transfer: `bytes` bytes to or from host `host`'s member of the link.
 struct LinkPiece {
   int host = -1;
   void* data = nullptr;
@@ -52,7 +51,7 @@ using NextPiece = std::function<LinkFollowUp(int host)>;
 
 class CrossHostLink {
  public:
-  /// Every member of the stripe calls this: connects to every other (addresses through `store`).
+  /// Every member of the link calls this: connects to every other (addresses through `store`).
   CrossHostLink(c10d::Store& store, const CrossHostLinkConfig& config);
 
   /// Sends `sends` and receives `recvs`, all at once; pieces of one peer go in the order given. Calls

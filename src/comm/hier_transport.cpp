@@ -1,6 +1,6 @@
 // Hierarchical collectives across hosts (see hier_transport.h). Each op runs on every rank; within a
 // host its steps are the segment's collectives (whose barriers watch the control plane, so a dead
-// rank anywhere ends every wait), between hosts the stripes' links, which call the same watch.
+// rank anywhere ends every wait), between hosts the leaders' links, which call the same watch.
 #include "comm/hier_transport.h"
 
 #include <ATen/ATen.h>
@@ -96,13 +96,13 @@ HierTransport::HierTransport(const HierConfig& config, std::unique_ptr<ShmTransp
       size_(config.size),
       host_(config.rank / config.layout.per_host),
       local_(std::move(local)) {
+  if (!leader()) return;  // only the leaders move data between hosts
   CrossHostLinkConfig link = config.link;
-  const int stripe = alone_on_host() ? 0 : local_->rank();
-  link.prefix = config.prefix + "/stripe" + std::to_string(stripe);
+  link.prefix = config.prefix + "/leaders";
   link.host = host_;
   link.hosts = layout_.hosts;
   link.rank_of_host.clear();
-  for (int h = 0; h < layout_.hosts; ++h) link.rank_of_host.push_back(h * layout_.per_host + stripe);
+  for (int h = 0; h < layout_.hosts; ++h) link.rank_of_host.push_back(h * layout_.per_host);
   link_ = std::make_unique<CrossHostLink>(*config.store, link);
 }
 
@@ -125,11 +125,11 @@ Started HierTransport::start(const OpData& op, uint64_t fingerprint, const ShmWa
   return started;
 }
 
-// Every op: a local step whose barrier agrees within the host, then every rank's step with its stripe
-// on the other hosts, whatever its host's verdict, so no rank waits for one that stopped (the leaders
-// move the data; the other ranks exchange only their votes), then the leader's result and verdict
+// Every op: a local step whose barrier agrees within the host, then the leaders' step between hosts,
+// whatever their hosts' verdicts (each tells the others its own), then the leader's result and verdict
 // through the segment: a leader whose leaders disagreed broadcasts under another fingerprint, so its
-// host's ranks see the desync too and nothing moves.
+// host's ranks see the desync too and nothing moves. A rank that is not its host's leader waits in
+// that last barrier: its leader's verdict is its host's.
 bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64_t fingerprint, const ShmWatch& watch) {
   if (alone_on_host()) return agreed;
   agreed_us_ = local_->agreed_us();  // the local step's barrier, before the next overwrites it
@@ -142,7 +142,6 @@ bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fi
   const HostVote vote{fingerprint, here};
   bool agreed = here;
   if (leader()) agreed = cross_allreduce(*link_, vote, buffer.view(-1), op, watch);
-  else cross_agree(*link_, vote, watch);
   if (!here || !finish_on_host(buffer, agreed, fingerprint, watch)) return false;
   if (op == ReduceOp::kAvg) buffer.div_(size_);
   return true;
@@ -156,7 +155,6 @@ bool HierTransport::broadcast(const at::Tensor& buffer, int root, uint64_t finge
                                                    : local_->agree(fingerprint, watch));
   bool agreed = here;
   if (leader()) agreed = cross_broadcast(*link_, {fingerprint, here}, buffer, root_host, watch);
-  else cross_agree(*link_, {fingerprint, here}, watch);  // the verdict that counts is the leader's
   if (!here) return false;
   if (!via_leader) return finish_on_host(buffer, agreed, fingerprint, watch);
   // The root's host has the data already: only the verdict goes round.
@@ -172,7 +170,6 @@ bool HierTransport::allgather(const at::Tensor& output, const at::Tensor& input,
                                     : local_->allgather(blocks[host_], input, fingerprint, watch);
   bool agreed = here;
   if (leader()) agreed = cross_allgather(*link_, {fingerprint, here}, blocks, watch);
-  else cross_agree(*link_, {fingerprint, here}, watch);
   return here && finish_on_host(output.view(-1), agreed, fingerprint, watch);
 }
 
@@ -187,7 +184,6 @@ bool HierTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& i
   bool agreed = here;
   if (leader())
     agreed = cross_reduce_parts(*link_, {fingerprint, here}, sums.view({layout_.hosts, -1}), part, op, watch);
-  else cross_agree(*link_, {fingerprint, here}, watch);
   if (!here || !finish_on_host(part, agreed, fingerprint, watch)) return false;
   output.copy_(part.view({layout_.per_host, -1})[rank_ % layout_.per_host]);
   if (op == ReduceOp::kAvg) output.div_(size_);

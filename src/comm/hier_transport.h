@@ -1,9 +1,8 @@
 // Collectives across hosts in two levels (docs/design/transports.md): the ranks of each host reduce
 // or gather through a shared-memory segment of their own, then exchange with the other hosts over
 // their own TCP links (cross_host_link.h, cross_host_collectives.h): one leader per host (its first
-// rank) runs the step between hosts, the others only vote with the same local rank of every other
-// host (their stripe), and the leader's result is broadcast through the segment again, so the network
-// carries each host's share once. Chosen when every
+// rank) runs the step between hosts while the others wait in the segment, and the leader's result is
+// broadcast through the segment again, so the network carries each host's share once. Chosen when every
 // host holds the same number of consecutive ranks (one each: the links alone, no segment);
 // COHORT_HIERARCHICAL=0 (CommConfig::hierarchical) keeps flat Gloo. COHORT_TEST_HOSTS_SPLIT=N groups
 // one host's ranks as if on N hosts (for tests: the hierarchy's reduction order on one host).
@@ -39,7 +38,7 @@ struct HierConfig {
   HostLayout layout;
   bool enabled = true;  // false on any rank: flat Gloo everywhere
   size_t slot_bytes = 512 << 10;
-  CrossHostLinkConfig link;  // the address, job, secret, host name and timeout; the stripe is set here
+  CrossHostLinkConfig link;  // the address, job, secret, host name and timeout; the hosts are set here
 };
 
 /// Flipped into a leader's fingerprint on its host's last barrier when the leaders disagreed.
@@ -52,7 +51,7 @@ class HierTransport : public Transport {
   static std::unique_ptr<HierTransport> negotiate(HierConfig config);
   const char* name() const override { return "hier"; }
   bool can_run(const OpData& op) const override;
-  /// The agreement rides on the segments' barriers and the stripes' headers (cross_host_collectives.h).
+  /// The agreement rides on the segments' barriers and the leaders' headers (cross_host_collectives.h).
   bool agrees() const override { return true; }
   /// The host's first barrier: the other hosts' verdicts come later, within the transfer.
   int64_t agreed_us() const override { return agreed_us_; }
@@ -77,7 +76,7 @@ class HierTransport : public Transport {
   HostLayout layout_;
   int rank_, size_, host_;
   std::unique_ptr<ShmTransport> local_;  // this host's ranks; null when it has one
-  std::unique_ptr<CrossHostLink> link_;  // to this rank's stripe on the other hosts (the leaders': stripe 0)
+  std::unique_ptr<CrossHostLink> link_;  // the leaders' (null on the other ranks)
   int64_t ops_done_ = 0;
   int64_t agreed_us_ = -1;
   GrownBuffer sums_;  // reduce_scatter's host sums (the input stays as given)
