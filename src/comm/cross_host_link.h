@@ -1,10 +1,11 @@
 // The hierarchy's link between hosts (docs/design/transports.md): one TCP connection between each pair
-// of the hosts' leaders (each host's first rank), opened with the control plane's handshake (the job's secret, its own
-// proof tag) and used for nothing but collective data, so a transfer never waits behind a control message. A transfer
-// moves every piece to and from every host at once on non-blocking sockets: a few passes without waiting (a small
-// message between hosts arrives within tens of microseconds), then poll(2), which wakes when bytes arrive; the Comm's
-// watch runs every 5 ms, so a dead rank or the deadline ends the wait. Replaces the leaders' Gloo group, whose small
-// allreduce took milliseconds here.
+// of the hosts' leaders (each host's first rank), opened with the control plane's handshake (the job's
+// secret, its own proof tag) and used for nothing but collective data, so a transfer never waits
+// behind a control message. A transfer moves every piece to and from every host at once on non-
+// blocking sockets: a few passes without waiting (a small message between hosts arrives within tens of
+// microseconds), then poll(2), which wakes when bytes arrive; the Comm's watch runs every 5 ms, so a
+// dead rank or the deadline ends the wait. Replaces the leaders' Gloo group, whose small allreduce
+// took milliseconds here.
 #pragma once
 
 #include <ATen/core/Tensor.h>
