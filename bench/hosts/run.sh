@@ -97,23 +97,21 @@ in_turn() {
 
 # One allreduce launch of IMPL; appends "AR rate= impl= rep= bytes= us=" lines to $results. bench/allreduce
 # also times raw c10d Gloo over all ranks (the flat ring without cohort's agreement): kept, as
-# impl=gloo_raw, from the cohort_flat runs (from the cohort runs when cohort_flat is not run).
+# impl=gloo_raw, from the cohort_flat runs (no such column when cohort_flat is not run). cohort runs
+# alone, as Open MPI's loop: with raw Gloo calls between its own, its small sizes read slower.
 allreduce_once() {
-  local impl=$1 rate=$2 rep=$3 out="$CL_DIR/logs/ar-$2-$1-$3" tag="AR rate=$2 rep=$3" raw_from=cohort_flat
-  [[ " ${ar_impls[*]} " == *" cohort_flat "* ]] || raw_from=cohort
+  local impl=$1 rate=$2 rep=$3 out="$CL_DIR/logs/ar-$2-$1-$3" tag="AR rate=$2 rep=$3"
   # shellcheck disable=SC2086  # the flags are a list of words
   if [ "$impl" = mpi ]; then
     launch launch_mpi "$out" "$build/bench/allreduce_mpi" --mode sizes $ar_flags || return 1
     awk -F'|' -v tag="$tag" '/^ +[0-9]/ { split($1, a, " "); split($2, b, " ");
       print tag " impl=mpi bytes=" a[1] " us=" b[1] }' "$out.n1.log" >>"$results"
   else
-    # cohort alone, as Open MPI's loop (no Gloo ops interleaved), unless its run is the raw Gloo column's source.
-    local mode=sizes
-    [ "$impl" = cohort ] && [ "$raw_from" = cohort_flat ] && mode=alone
+    local mode=alone raw=""
+    [ "$impl" = cohort_flat ] && mode=sizes && raw=1
     launch launch_cohort "$out" "$(cohort_env "$impl")" "$build" "$build/bench/allreduce" --mode $mode $ar_flags ||
       return 1
-    [ "$impl" = "$raw_from" ] || raw_from=""
-    sed -n 's/^\[rank0\]: //p' "$out.n1.log" | awk -F'|' -v tag="$tag" -v impl="$impl" -v raw="$raw_from" '
+    sed -n 's/^\[rank0\]: //p' "$out.n1.log" | awk -F'|' -v tag="$tag" -v impl="$impl" -v raw="$raw" '
       /^ +[0-9]/ { split($1, a, " "); split($2, b, " "); split($3, c, " ");
                    print tag " impl=" impl " bytes=" a[1] " us=" b[1]
                    if (raw) print tag " impl=gloo_raw bytes=" a[1] " us=" c[1] }' >>"$results"
