@@ -11,7 +11,7 @@
 # Variables (defaults in brackets):
 #   RATES ["none 1gbit"]   link rates in tc's units, one pass each; none = unshaped veth
 #   CONGESTION [reno]  every host's TCP congestion control, for all programs alike (system: the machine's;
-#                  this VM's is bbr, whose pacing made both cohort and Open MPI 2-3x slower over the
+#                  this VM's is bbr, whose pacing made both cohort and Open MPI 1.2-4x slower over the
 #                  veth from 256 KiB to 4 MiB: docs/BENCHMARKS.md, "Across hosts")
 #   PARTS ["allreduce ddp"]; ALLREDUCE_IMPLS ["cohort cohort_flat mpi"]; DDP_IMPLS ["cohort cohort_flat torch"]
 #   ALLREDUCE_FLAGS ["--reps 5 --warmup 1"]  to bench/allreduce and bench/allreduce_mpi alike

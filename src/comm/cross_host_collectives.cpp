@@ -22,21 +22,11 @@ struct Header {
   uint32_t host_agreed = 0, pad = 0;
 };
 
-// into = into op other, elementwise. Contiguous (the hierarchy's buffers and scratch rows are): the
-// segment's loop, which for small sums skips LibTorch's dispatcher (a few microseconds per call, as
-// much as a 4 KiB allreduce's own work between hosts).
+// into = into op other, elementwise, with the segment's loop, which for small sums skips LibTorch's
+// dispatcher (a few microseconds per call, as much as a 4 KiB allreduce's own work between hosts). The
+// hierarchy's buffers and scratch rows are contiguous, of the op's dtype.
 void combine(const at::Tensor& into, const at::Tensor& other, ReduceOp op) {
-  if (into.is_contiguous() && other.is_contiguous() && into.scalar_type() == other.scalar_type()) {
-    reduce_parts(into.data_ptr(), {into.data_ptr(), other.data_ptr()}, into.numel(), into.scalar_type(), op);
-    return;
-  }
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAvg: into.add_(other); break;
-    case ReduceOp::kProduct: into.mul_(other); break;
-    case ReduceOp::kMin: at::minimum_out(const_cast<at::Tensor&>(into), into, other); break;
-    case ReduceOp::kMax: at::maximum_out(const_cast<at::Tensor&>(into), into, other); break;
-  }
+  reduce_parts(into.data_ptr(), {into.data_ptr(), other.data_ptr()}, into.numel(), into.scalar_type(), op);
 }
 
 // `mine` combined with the other hosts' rows of `rows` [hosts, n] (row `me` unused) in host order:
