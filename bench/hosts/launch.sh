@@ -13,6 +13,39 @@ BENCH_PORT=29600                  # node 0's port; a fresh one per launch (nothi
 # got its own: 0.44-0.62x PyTorch's DDP samples/s on a loaded machine, whose single ranks ran alike.
 RANK_SESSION="setsid --wait"
 
+# HOST_CPUS=split: this machine's online CPUs divided evenly among the hosts, host i's launcher (and so
+# every rank, worker and daemon it starts) bound to share i, as separate machines have CPUs of their own;
+# shared (default): every rank may run on any CPU, so the hosts' ranks take CPU time from one another.
+HOST_CPUS=${HOST_CPUS:-shared}
+
+# Host INDEX's CPU list for taskset under HOST_CPUS=split ("" when shared).
+host_cpu_list() {
+  local cpus first last n=${#BENCH_HOSTS[@]}
+  [ "$HOST_CPUS" = split ] || return 0
+  cpus=$(getconf _NPROCESSORS_ONLN)
+  first=$(($1 * cpus / n)) last=$((($1 + 1) * cpus / n - 1))
+  [ "$first" = "$last" ] && echo "$first" || echo "$first-$last"
+}
+
+# Checks HOST_CPUS and, under split, tells the harness's Open MPI agent (tests/cluster/ns_agent.sh) each
+# host's CPUs, for the daemon mpirun starts there. Status 1 with a message when HOST_CPUS is not valid.
+launch_cpus_setup() {
+  local i
+  case "$HOST_CPUS" in
+    shared) return 0 ;;
+    split) ;;
+    *) echo "HOST_CPUS must be shared or split, got '$HOST_CPUS'" >&2; return 1 ;;
+  esac
+  if [ "$(getconf _NPROCESSORS_ONLN)" -lt "${#BENCH_HOSTS[@]}" ]; then
+    echo "HOST_CPUS=split needs a CPU per host: $(getconf _NPROCESSORS_ONLN) CPUs for ${#BENCH_HOSTS[@]} hosts" >&2
+    return 1
+  fi
+  for i in "${!BENCH_HOSTS[@]}"; do host_cpu_list "$i" >"$CL_DIR/${BENCH_HOSTS[$i]}.cpus"; done
+}
+
+# The command prefix that binds host INDEX's launcher to its CPUs (nothing when shared).
+host_pin() { local list; list=$(host_cpu_list "$1"); [ -z "$list" ] || echo "taskset -c $list"; }
+
 # Processes in our namespaces other than the hosts' holders: what a failed launch left.
 launch_strays() {
   local holders pid
@@ -25,9 +58,9 @@ launch_strays() {
 on_every_host() {
   local out=$1 env=$2 line=$3 pids=() i rc=0 status
   for i in "${!BENCH_HOSTS[@]}"; do
-    # shellcheck disable=SC2086  # env and the launcher line are lists of words without spaces inside
+    # shellcheck disable=SC2086,SC2046  # env, the pin and the launcher line are lists of words without spaces inside
     on_host_bg "${BENCH_HOSTS[$i]}" "$out.${BENCH_HOSTS[$i]}.log" \
-      env $env timeout -k 5 "$LAUNCH_LIMIT" ${line//@NODE@/$i}
+      env $env timeout -k 5 "$LAUNCH_LIMIT" $(host_pin "$i") ${line//@NODE@/$i}
     pids+=($!)
   done
   for i in "${pids[@]}"; do
@@ -64,10 +97,10 @@ launch_torch() {
 launch_mpi() {
   local out=$1 hosts="" host; shift
   for host in "${BENCH_HOSTS[@]}"; do hosts+="${hosts:+,}$host:$PER_HOST"; done
-  # shellcheck disable=SC2086  # MPI_FLAGS and RANK_SESSION are lists of words
+  # shellcheck disable=SC2086,SC2046  # MPI_FLAGS, RANK_SESSION and the pin are lists of words
   OMPI_MCA_plm_rsh_agent="$BENCH_REPO/tests/cluster/ns_agent.sh" COHORT_CLUSTER_DIR="$CL_DIR" \
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-    on_host_bg "${BENCH_HOSTS[0]}" "$out.${BENCH_HOSTS[0]}.log" timeout -k 5 "$LAUNCH_LIMIT" \
+    on_host_bg "${BENCH_HOSTS[0]}" "$out.${BENCH_HOSTS[0]}.log" timeout -k 5 "$LAUNCH_LIMIT" $(host_pin 0) \
     mpirun --bind-to none -np $((PER_HOST * ${#BENCH_HOSTS[@]})) -H "$hosts" \
     --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include "$CL_SUBNET.0/24" \
     --mca oob_tcp_if_include "$CL_SUBNET.0/24" ${MPI_FLAGS---mca mpi_yield_when_idle 1} \

@@ -20,6 +20,8 @@
 #                  more flags to both sides
 #   HOOKS ["none"]  DDP communication hooks, one row each: a hook other than none adds --comm-hook HOOK to
 #                  cohort's and PyTorch's command (e.g. HOOKS="none powersgd")
+#   HOST_CPUS [shared]  split: each host's ranks bound to its own share of this machine's CPUs (as
+#                  separate machines; with 2 CPUs one each), for every implementation alike; shared: any CPU
 #   PER_HOST [2]   ranks per host; 1: TCP between the hosts alone (cohort's links without a segment, Open MPI's tcp btl)
 #   MPI_FLAGS ["--mca mpi_yield_when_idle 1"]  more flags to mpirun (why: bench/hosts/launch.sh)
 #   BUILD [build] (allreduce, allreduce_mpi, cohortrun); BUILD2 [build-torch2] (cohort on LibTorch 2.11:
@@ -86,6 +88,15 @@ cohort_env() { [ "$1" = cohort_flat ] && echo "COHORT_HIERARCHICAL=0" || echo ""
 # A model's batch per rank: BATCH, else what keeps a ResNet-18 step to seconds on 2 CPUs shared by 4 ranks.
 batch_of() {
   if [ -n "${BATCH:-}" ]; then echo "$BATCH"; elif [ "$1" = resnet18 ]; then echo 16; else echo 64; fi
+}
+
+# How the hosts' ranks share this machine's CPUs, for the report.
+cpus_note() {
+  local i
+  [ "$HOST_CPUS" = split ] || { echo "shared by both hosts"; return; }
+  echo -n "split:"
+  for i in "${!BENCH_HOSTS[@]}"; do echo -n " ${BENCH_HOSTS[$i]} on CPU $(host_cpu_list "$i")"; done
+  echo
 }
 
 # The impls in turn order for repetition REP: rotated by one each repetition, so none is always first.
@@ -159,11 +170,12 @@ one_repetition() {
 
 cluster_up "${#BENCH_HOSTS[@]}" || exit 1
 links_congestion "${CONGESTION:-reno}" || exit 1
+launch_cpus_setup || exit 2
 mkdir -p "$CL_DIR/logs"
 results="$CL_DIR/results"
 : >"$results"
 failures=0
-settings="RATES='${rates[*]}' CONGESTION='${CONGESTION:-reno}' PARTS='${parts[*]}' ALLREDUCE_IMPLS='${ar_impls[*]}' DDP_IMPLS='${ddp_impls[*]}'"
+settings="RATES='${rates[*]}' CONGESTION='${CONGESTION:-reno}' HOST_CPUS='$HOST_CPUS' PARTS='${parts[*]}' ALLREDUCE_IMPLS='${ar_impls[*]}' DDP_IMPLS='${ddp_impls[*]}'"
 settings+=" ALLREDUCE_FLAGS='$ar_flags' MODELS='${models[*]}' HOOKS='${hooks[*]}' BATCH='${BATCH:-}'"
 settings+=" MPI_FLAGS='${MPI_FLAGS---mca mpi_yield_when_idle 1}'; DDP flags: $ddp_flags"
 report="$CL_DIR/report"
@@ -171,7 +183,7 @@ report="$CL_DIR/report"
   echo "# $command_line"
   echo "# $settings"
   echo "# $(date -u '+%Y-%m-%d %H:%M') UTC; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
-       "$(getconf _NPROCESSORS_ONLN) CPUs shared by both hosts; load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+       "$(getconf _NPROCESSORS_ONLN) CPUs $(cpus_note); load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$report"
 cl_log "hosts up: ${BENCH_HOSTS[*]} ($PER_HOST ranks each); rates ${rates[*]}; $reps repetitions of ${parts[*]}"
 SECONDS=0
@@ -184,5 +196,5 @@ echo "# load average at end: $(cut -d' ' -f1-3 /proc/loadavg); $((SECONDS / 60))
 mpi_version=$(grep -h -m1 '^# bench/allreduce_mpi' "$CL_DIR"/logs/ar-*-mpi-*.n1.log 2>/dev/null | head -n1 | cut -c3-)
 [ -z "$mpi_version" ] || echo "# $mpi_version" >>"$report"
 cat "$report"
-python3 bench/hosts/tables.py "$results" "$reps" "$PER_HOST"
+python3 bench/hosts/tables.py "$results" "$reps" "$PER_HOST" "$HOST_CPUS"
 [ "$failures" = 0 ] || { cl_log "$failures launches failed"; exit 1; }

@@ -4,13 +4,15 @@
 # rate: allreduce medians and the ratios to Open MPI that issue 26 asks of cohort, DDP samples/s and the
 # ratios to PyTorch 2.11, and with HOOKS beyond none the step time each hook saves. Ratios are medians of
 # per-repetition ratios (runs of one repetition ran next to each other).
-# Usage: tables.py RESULTS REPS [RANKS_PER_HOST]
+# Usage: tables.py RESULTS REPS [RANKS_PER_HOST [HOST_CPUS]]
 import re
 import statistics
 import sys
 from collections import defaultdict
 
 PER_HOST = sys.argv[3] if len(sys.argv) > 3 else "2"
+# How the hosts' ranks share the machine's CPUs (run.sh's HOST_CPUS), for the tables' titles.
+CPUS = ", each host on its own CPUs" if len(sys.argv) > 4 and sys.argv[4] == "split" else ""
 NAMES = {"cohort": "cohort", "cohort_flat": "cohort flat (COHORT_HIERARCHICAL=0)", "gloo_raw": "raw c10d Gloo (flat)",
          "mpi": "Open MPI", "torch": "PyTorch 2.11 DDP (Gloo)"}
 
@@ -64,7 +66,7 @@ def allreduce_table(rows, rate):
     ratios = [(a, b) for a, b in ratios if a in impls and b in impls]
     head += [f"{NAMES[a].split(' (')[0]} / {NAMES[b].split(' (')[0]}" for a, b in ratios]
     show_target = ("cohort", "mpi") in ratios
-    print(f"\nAllreduce, 2 hosts x {PER_HOST} ranks, link {'unshaped (veth)' if rate == 'none' else 'tbf ' + rate}: "
+    print(f"\nAllreduce, 2 hosts x {PER_HOST} ranks{CPUS}, link {'unshaped (veth)' if rate == 'none' else 'tbf ' + rate}: "
           "float32 sum, per call, rank 0's clock\n")
     print("| size | " + " | ".join(head) + (" | cohort meets issue 26's bar |" if show_target else " |"))
     print("|---" * (len(head) + 1 + show_target) + "|")
@@ -95,7 +97,7 @@ def ddp_table(rows, rate):
     head = [f"{NAMES[i]} samples/s" for i in impls] + [f"{NAMES[a].split(' (')[0]} / PyTorch" for a, _ in ratios]
     head += [f"{NAMES[i].split(' (')[0]} step ms" for i in impls]
     head += [f"{NAMES[i].split(' (')[0]} bucket wait ms" for i in impls if i != "torch"]
-    print(f"\nDDP step, 2 hosts x {PER_HOST} ranks, link {'unshaped (veth)' if rate == 'none' else 'tbf ' + rate}: "
+    print(f"\nDDP step, 2 hosts x {PER_HOST} ranks{CPUS}, link {'unshaped (veth)' if rate == 'none' else 'tbf ' + rate}: "
           "synthetic data, samples/s over all ranks\n")
     print("| model | batch per rank | hook | " + " | ".join(head) + " |")
     print("|---" * (len(head) + 3) + "|")

@@ -7,4 +7,7 @@ host=$1
 shift
 [ -f "$dir/$host.holder" ] || { echo "ns_agent.sh: no host $host in this cluster" >&2; exit 255; }
 echo "$host" >>"$dir/agent.log"
-exec nsenter -t "$(cat "$dir/$host.holder")" --net --mount --uts --wd=/ -- /bin/sh -c "$*"
+# A host's CPU list (bench/hosts/launch.sh, HOST_CPUS=split): the daemon and its ranks stay on them.
+pin=()
+[ -f "$dir/$host.cpus" ] && pin=(taskset -c "$(cat "$dir/$host.cpus")")
+exec nsenter -t "$(cat "$dir/$host.holder")" --net --mount --uts --wd=/ -- "${pin[@]}" /bin/sh -c "$*"
