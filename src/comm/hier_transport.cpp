@@ -138,7 +138,9 @@ bool HierTransport::finish_on_host(const at::Tensor& buffer, bool agreed, uint64
 
 bool HierTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const ShmWatch& watch) {
   // The leader alone takes its host's sum; the others get the result from its broadcast. kAvg: a sum here.
-  const bool here = alone_on_host() || local_->allreduce(buffer, op, fingerprint, watch, 0);
+  const bool leader_reduces = size_t(buffer.nbytes()) >= kLeaderReducesBytes;
+  const bool here = alone_on_host() || (leader_reduces ? local_->reduce_to_first(buffer, op, fingerprint, watch)
+                                                       : local_->allreduce(buffer, op, fingerprint, watch, 0));
   const HostVote vote{fingerprint, here};
   bool agreed = here;
   if (leader()) agreed = cross_allreduce(*link_, vote, buffer.view(-1), op, watch);

@@ -10,6 +10,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,12 @@ struct HierConfig {
   size_t slot_bytes = 512 << 10;
   CrossHostLinkConfig link;  // the address, job, secret, host name and timeout; the hosts are set here
 };
+
+/// From this size the leader reduces its host's buffers alone (ShmTransport::reduce_to_first), sparing
+/// the copies of allreduce(result_rank 0): 5-15 % faster from 256 KiB to 4 MiB with each host on a CPU
+/// of its own, no slower with the hosts sharing CPUs; below it both ranks' halves reduced at once were
+/// faster there (docs/BENCHMARKS.md, "The leader reduces alone").
+constexpr size_t kLeaderReducesBytes = 256 << 10;
 
 /// Flipped into a leader's fingerprint on its host's last barrier when the leaders disagreed.
 constexpr uint64_t kLeadersDisagreed = uint64_t(1) << 62;

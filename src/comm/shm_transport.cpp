@@ -313,6 +313,27 @@ bool ShmTransport::allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fin
   return true;
 }
 
+bool ShmTransport::reduce_to_first(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch) {
+  const size_t item = buffer.element_size();
+  const int64_t chunk = int64_t(slot_bytes_ / item), numel = buffer.numel();
+  char* data = static_cast<char*>(buffer.data_ptr());
+  std::vector<const void*> parts(size_);
+  for (int64_t start = 0; start < numel; start += chunk) {
+    const int64_t n = std::min(chunk, numel - start);
+    char* chunk_data = data + start * item;
+    const int set = next_set();
+    if (rank_ != 0) std::memcpy(slot(set, rank_), chunk_data, n * item);
+    if (!barrier(watch, start == 0 ? &fingerprint : nullptr)) return false;
+    if (rank_ != 0) continue;
+    // Rank order, as allreduce sums: the same bits. Rank 0 reads this set before its next barrier,
+    // and a peer writes the set again only three chunks on (next_set).
+    for (int r = 0; r < size_; ++r) parts[r] = r == 0 ? chunk_data : slot(set, r);
+    reduce_parts(chunk_data, parts, n, buffer.scalar_type(), op);
+  }
+  ++ops_done_;
+  return true;
+}
+
 bool ShmTransport::reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, uint64_t fingerprint,
                                   const Watch& watch) {
   const auto dtype = input.scalar_type();

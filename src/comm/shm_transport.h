@@ -6,6 +6,7 @@
 //   allreduce      copy in the peers' slices -> barrier -> rank r reduces slice r of every rank (its own
 //                  from its own memory) into slice r of its slot, and copies in the next chunk ->
 //                  barrier -> copy every slice of the chunk out (one barrier per chunk, pipelined)
+//   reduce to 0    the others copy in -> barrier -> rank 0 reduces every slot into its own buffer
 //   reduce_scatter copy in the peers' blocks -> barrier -> rank r reduces its block of every rank
 //   allgather      copy in -> barrier -> copy every slot out
 //   broadcast      root copies in -> barrier -> the others copy out
@@ -72,6 +73,10 @@ class ShmTransport {
   /// In place; kAvg is a sum here (the caller divides). `result_rank` >= 0: only that rank copies the
   /// result out (the others' buffers are left as they were: the hierarchy's leader alone needs it).
   bool allreduce(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch, int result_rank = -1);
+  /// Rank 0's `buffer` receives the reduction of every rank's (the others' stay as they were; kAvg a
+  /// sum): per chunk the others copy in, one barrier, rank 0 reduces their slots into its own memory.
+  /// Against allreduce(result_rank 0) rank 0 copies nothing in or out, but reduces alone.
+  bool reduce_to_first(const at::Tensor& buffer, ReduceOp op, uint64_t fingerprint, const Watch& watch);
   /// `input` holds size() equal blocks; block rank() of the reduction lands in `output`.
   bool reduce_scatter(const at::Tensor& output, const at::Tensor& input, ReduceOp op, uint64_t fingerprint,
                       const Watch& watch);

@@ -105,7 +105,8 @@ void every_collective(int rank, int size) {
   EXPECT_EQ(hier->layout().hosts, 2);
   const int64_t before = hier->ops_done();
   int64_t ops = 0;
-  for (int64_t n : {1, 3, 1025, 10007, 70001}) {  // 70001: above 256 KiB, the leaders' two rounds
+  // 70001: above 256 KiB, the leader reduces its host alone and the leaders run two rounds.
+  for (int64_t n : {1, 3, 1025, 10007, 70001}) {
     for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
       auto t = input_of(rank, n, torch::kFloat);
       comm.allreduce(t, op);
@@ -263,26 +264,31 @@ TEST(Hier, BadSettingsAreRejected) {
   }
 }
 
-TEST(Hier, DesyncIsNamedAsOnTheFlatPath) {
-  auto results = run_ranks(4, [](int rank, int) {
+// Rank 3 calls another size than its host's leader: small (both ranks reduce) and from 256 KiB (the
+// leader reduces alone), found in the host's first barrier.
+void desync_within_host(int64_t n) {
+  auto results = run_ranks(4, [n](int rank, int) {
     auto& comm = cohort::init().comm();
     ASSERT_NE(cohort::detail::comm_impl(comm).hier(), nullptr);
     comm.allreduce(torch::ones({2}));
     try {
-      comm.allreduce(torch::ones({rank == 3 ? 5 : 4}));
+      comm.allreduce(torch::ones({rank == 3 ? n + 1 : n}));
       ADD_FAILURE() << "expected a cohort::Error";
     } catch (const cohort::Error& e) {
       report(e.what());
     }
   }, split_in_two());
+  const std::string call = "allreduce(sum) float32 [" + std::to_string(n) + "]";
   for (const auto& r : results) {
     ASSERT_FALSE(r.reports.empty()) << r.output;
     EXPECT_THAT(r.reports[0], HasSubstr("collective mismatch (desync) at collective #1: ranks called different "
-                                        "collectives: rank 0: #1 allreduce(sum) float32 [4]; rank 1: #1 "
-                                        "allreduce(sum) float32 [4]; rank 2: #1 allreduce(sum) float32 [4]; "
-                                        "rank 3: #1 allreduce(sum) float32 [5]."));
+                                        "collectives: rank 0: #1 " + call + "; rank 1: #1 " + call + "; rank 2: #1 " +
+                                        call + "; rank 3: #1 allreduce(sum) float32 [" + std::to_string(n + 1) + "]."));
   }
 }
+
+TEST(Hier, DesyncIsNamedAsOnTheFlatPath) { desync_within_host(4); }
+TEST(Hier, DesyncOfALargeSumWithinAHostIsNamed) { desync_within_host(70000); }
 
 // Desyncs the leaders must find between hosts (each host agreeing within itself): another size, in
 // one round and above the one-round size (the disagreeing bytes are read and dropped, never awaited),
