@@ -44,8 +44,8 @@ struct HierConfig {
 
 /// From this size the leader reduces its host's buffers alone (ShmTransport::reduce_to_first), sparing
 /// the copies of allreduce(result_rank 0): 5-15 % faster from 256 KiB to 4 MiB with each host on a CPU
-/// of its own, no slower with the hosts sharing CPUs; below it both ranks' halves reduced at once were
-/// faster there (docs/BENCHMARKS.md, "The leader reduces alone").
+/// of its own, within the noise with the hosts sharing CPUs; below it both ranks' halves reduced at
+/// once were faster there (docs/BENCHMARKS.md, "The leader reduces alone").
 constexpr size_t kLeaderReducesBytes = 256 << 10;
 
 /// Flipped into a leader's fingerprint on its host's last barrier when the leaders disagreed.
