@@ -9,7 +9,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool gzip = size >= 2 && data[0] == 0x1f && data[1] == 0x8b;
-  const std::string path = cohort_fuzz::write_input(data, size, gzip ? "idx.gz" : "idx");
+  const cohort_fuzz::InputFile input(data, size, gzip ? "idx.gz" : "idx");  // removed when this returns
+  const std::string& path = input.path();
   try {
     (void)cohort::data::load_idx_images(path);
   } catch (const cohort::Error&) {

@@ -7,7 +7,8 @@
 #include "fuzz_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string path = cohort_fuzz::write_input(data, size, "manifest.json");
+  const cohort_fuzz::InputFile input(data, size, "manifest.json");  // removed when this returns
+  const std::string& path = input.path();
   try {
     const auto manifest = cohort::detail::ckpt::read_manifest(path);
     for (const auto& record : manifest.tensors) (void)manifest.find(record.name);

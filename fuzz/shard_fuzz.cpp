@@ -11,7 +11,8 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using cohort::detail::ckpt::kShardHeaderBytes;
-  const std::string path = cohort_fuzz::write_input(data, size, "shard.bin");
+  const cohort_fuzz::InputFile input(data, size, "shard.bin");  // removed when this returns
+  const std::string& path = input.path();
   const int64_t payload = int64_t(size) > kShardHeaderBytes ? int64_t(size) - kShardHeaderBytes : 0;
   try {
     cohort::detail::ckpt::ShardReader reader(path, 1, 2, payload);

@@ -127,6 +127,29 @@ struct GPTMLPImpl : torch::nn::Module {
 };
 TORCH_MODULE(GPTMLP);
 
+/// nanoGPT's initialisation of `module`'s parameters: N(0, 0.02) weights, zero biases, LayerNorms left
+/// at weight 1 and bias 0, and the projections into the residual stream (c_proj) at 0.02 / sqrt(2
+/// n_layer). Each part of the GPT applies it to itself as soon as it is made (the embeddings, then each
+/// block in order), so the random draws are the same whether or not a cohort::ShardedInit shards each
+/// block the moment it is made (a block is never seen whole again).
+inline void nanogpt_init(torch::nn::Module& module, int64_t n_layer) {
+  torch::NoGradGuard no_grad;
+  const double projection_std = 0.02 / std::sqrt(2.0 * double(n_layer));
+  auto ends_with = [](const std::string& name, const std::string& tail) {
+    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const auto& item : module.named_parameters()) {
+    const std::string& name = item.key();
+    if (name.rfind("ln_", 0) == 0 || name.find(".ln_") != std::string::npos) continue;  // LayerNorms
+    torch::Tensor p = item.value();
+    if (ends_with(name, ".bias") || name == "bias") {
+      p.zero_();
+    } else {
+      p.normal_(0.0, ends_with(name, "c_proj.weight") ? projection_std : 0.02);
+    }
+  }
+}
+
 /// One pre-norm block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
 struct GPTBlockImpl : torch::nn::Module {
   explicit GPTBlockImpl(const GPTConfig& c) {
@@ -134,6 +157,7 @@ struct GPTBlockImpl : torch::nn::Module {
     attn = register_module("attn", CausalSelfAttention(c));
     ln_2 = register_module("ln_2", GPTLayerNorm(c.n_embd(), c.bias()));
     mlp = register_module("mlp", GPTMLP(c));
+    nanogpt_init(*this, c.n_layer());
   }
   torch::Tensor forward(torch::Tensor x) {
     x = x + attn(ln_1(x));
@@ -154,12 +178,13 @@ struct GPTImpl : torch::nn::Module {
     TORCH_CHECK(c.dropout() >= 0 && c.dropout() < 1, "GPT: dropout ", c.dropout(), " is not in [0, 1)");
     transformer = register_module("transformer", std::make_shared<torch::nn::Module>());
     wte = transformer->register_module("wte", torch::nn::Embedding(c.vocab_size(), c.n_embd()));
+    nanogpt_init(*wte, c.n_layer());
     wpe = transformer->register_module("wpe", torch::nn::Embedding(c.block_size(), c.n_embd()));
+    nanogpt_init(*wpe, c.n_layer());
     auto h = transformer->register_module("h", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < c.n_layer(); ++i)
       blocks.push_back(cohort::fully_shard(h->register_module(std::to_string(i), GPTBlock(c)), c.unit()));
     ln_f = transformer->register_module("ln_f", GPTLayerNorm(c.n_embd(), c.bias()));
-    initialize();
   }
 
   /// Token ids [B, T] (T <= block_size) -> logits [B, T, vocab_size]; the head is wte's weight.
@@ -194,27 +219,6 @@ struct GPTImpl : torch::nn::Module {
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<cohort::Unit<GPTBlockImpl>> blocks;
   GPTLayerNorm ln_f{nullptr};
-
- private:
-  // nanoGPT's initialisation: N(0, 0.02) weights, zero biases, and the projections into the residual
-  // stream (c_proj) at 0.02 / sqrt(2 n_layer).
-  void initialize() {
-    torch::NoGradGuard no_grad;
-    const double projection_std = 0.02 / std::sqrt(2.0 * double(config.n_layer()));
-    for (const auto& item : named_parameters()) {
-      const std::string& name = item.key();
-      torch::Tensor p = item.value();
-      const bool norm = name.find(".ln_") != std::string::npos;
-      const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-      if (norm) continue;  // LayerNorms keep weight 1, bias 0
-      if (is_bias) {
-        p.zero_();
-      } else {
-        const bool projection = name.size() >= 13 && name.compare(name.size() - 13, 13, "c_proj.weight") == 0;
-        p.normal_(0.0, projection ? projection_std : 0.02);
-      }
-    }
-  }
 };
 TORCH_MODULE(GPT);
 

@@ -120,4 +120,42 @@ TEST(CheckpointE2E, WorkerKilledDuringASaveResumesFromThePreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));
 }
 
+// Issue 39: rank 1 dies in the save of step 24, so the group resumes from step-16, saved at the last
+// step of the first epoch (before the epoch's end ran). That resume failed with `map::at` on every
+// restart; now the epoch ends as it would have (its loss from the sums the checkpoint carries) and the
+// run ends at the uninterrupted digest, its epoch lines the same.
+TEST(CheckpointE2E, AResumeFromTheLastStepOfAnEpochEndsAtTheSameParameters) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt";
+  const ProcResult result = run_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "8"}),
+                                        clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:24"}}), 180s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-16 (step 16, saved by 2 rank(s))"))
+      << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+  EXPECT_EQ(count_of(result.out, "epoch 1/3: train loss "), 2u) << result.describe();  // before and after
+}
+
+// Issue 39: a second job on the checkpoint directory of a running one is refused in one line naming
+// the holder, instead of the two overwriting each other's steps; the first job ends as it would alone.
+TEST(CheckpointE2E, ASecondJobOnTheSameCheckpointDirectoryIsRefused) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt";
+  Proc first = start_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "1"}), clean_env());
+  for (int i = 0; i < 6000 && !fs::exists(ckpt + "/latest"); ++i) std::this_thread::sleep_for(10ms);
+  const ProcResult second = run_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "1", "--resume",
+                                                  "never"}),
+                                        clean_env(), 180s);
+  const ProcResult result = finish_process(first, 180s);
+  EXPECT_NE(second.code, 0) << second.describe();
+  EXPECT_THAT(second.err, ::testing::ContainsRegex("checkpoint directory " + ckpt +
+                                                   " is in use by another job \\(host [^,]+, pid [0-9]+ holds " + ckpt +
+                                                   "/.lock\\): give this job a directory of its own, or stop the other one"))
+      << second.describe();
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+}
+
 }  // namespace checkpoint_e2e_test

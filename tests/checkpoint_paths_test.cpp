@@ -8,6 +8,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -17,6 +19,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/dir_lock.h"
 #include "cohort/checkpoint.h"
 #include "support/errors.h"
 #include "support/multiproc.h"
@@ -240,6 +243,89 @@ TEST(CheckpointPaths, FailedWritesLeaveNoTemporaryAndPlantedLinksAreNotFollowed)
             "cohort-ckpt: error: " + out + "/linked.st is a symbolic link: cohort does not write through links "
             "(remove it, or name the file itself)\n");
   EXPECT_EQ(contents(victim), "precious");
+}
+
+// Issue 39: a full disk while rank 0 writes the manifest (RLIMIT_FSIZE: the shard fits, the manifest
+// with a large user value does not) removes the whole temporary directory, shards included, and
+// `latest` stays on the previous checkpoint, which loads.
+TEST(CheckpointPaths, AFullDiskDuringTheManifestLeavesNoTemporary) {
+  Fixture f;
+  const int64_t shard_bytes = static_cast<int64_t>(fs::file_size(f.root + "/step-10/" +
+                                                                  fs::directory_iterator(f.root + "/step-10")->path().filename().string()));
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto previous = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = saved;
+  small.rlim_cur = 64 * 1024;
+  ASSERT_LT(shard_bytes, static_cast<int64_t>(small.rlim_cur));
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  cohort::CheckpointState state;
+  state.add("model", *f.model).set_step(20).set("notes", std::string(200 * 1024, 'n'));
+  const std::string error = cohort::testing::error_of([&] { cohort::save_checkpoint(f.root, state); });
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  ::signal(SIGXFSZ, previous);
+  EXPECT_THAT(error, HasSubstr("manifest.json"));
+  EXPECT_THAT(error, HasSubstr("File too large"));
+  std::set<std::string> names;
+  for (const auto& item : fs::directory_iterator(f.root)) names.insert(item.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{".lock", "latest", "step-10"}));
+  EXPECT_EQ(contents(f.root + "/latest"), "step-10\n");
+  cohort::CheckpointState loaded;
+  loaded.add("model", *f.model);
+  const auto info = cohort::load_checkpoint(f.root, loaded);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->step, 10);
+  EXPECT_TRUE(info->skipped.empty());
+}
+
+// Issue 39: two jobs on one checkpoint directory. The lock is this process's once it saved there; a
+// second process is refused naming this host and pid, and takes the lock once the holder is gone
+// (the kernel releases it on SIGKILL).
+TEST(CheckpointPaths, ASecondJobOnTheDirectoryIsRefusedNamingTheHolder) {
+  Fixture f;  // saved step 10 here: this process holds f.root's lock
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  auto lock_error = [](const std::string& dir) -> std::string {  // "" when the lock is taken
+    try {
+      cohort::detail::ckpt::hold_directory_lock(dir);
+      return "";
+    } catch (const cohort::Error& error) {
+      return error.what();
+    }
+  };
+  // In a child process: lock_error(dir) ("locked" when it got the lock); `wait_for_kill` keeps it.
+  auto in_child = [&](const std::string& dir, bool wait_for_kill) {
+    int out[2];
+    EXPECT_EQ(::pipe(out), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::close(out[0]);
+      const std::string error = lock_error(dir);
+      const std::string line = (error.empty() ? "locked" : error) + "\n";
+      (void)!::write(out[1], line.data(), line.size());
+      while (wait_for_kill) ::pause();
+      ::_exit(0);
+    }
+    ::close(out[1]);
+    std::string line;
+    char c;
+    while (::read(out[0], &c, 1) == 1 && c != '\n') line += c;
+    ::close(out[0]);
+    return std::make_pair(child, line);
+  };
+  auto [first, refused] = in_child(f.root, false);
+  ::waitpid(first, nullptr, 0);
+  EXPECT_EQ(refused, "checkpoint directory " + f.root + " is in use by another job (host " + host + ", pid " +
+                         std::to_string(::getpid()) + " holds " + f.root +
+                         "/.lock): give this job a directory of its own, or stop the other one");
+  const std::string other = f.dir + "/other";
+  fs::create_directory(other);
+  auto [holder, locked] = in_child(other, true);
+  EXPECT_EQ(locked, "locked");
+  EXPECT_THAT(lock_error(other), HasSubstr("pid " + std::to_string(holder) + " holds"));
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  EXPECT_EQ(lock_error(other), "");
 }
 
 }  // namespace checkpoint_paths_test

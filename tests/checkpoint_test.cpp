@@ -286,7 +286,7 @@ TEST(Checkpoint, DamagedManifestFallsBack) {
   ASSERT_TRUE(info);
   EXPECT_EQ(info->step, 10);
   EXPECT_THAT(info->skipped.at(0),
-              HasSubstr(dir.path + "/step-20/manifest.json is not valid JSON (truncated or damaged)"));
+              HasSubstr(dir.path + "/step-20/manifest.json: not valid JSON: parse error at line "));
   fs::remove(dir.path + "/step-10/manifest.json");
   EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path, state); }).rfind("no usable checkpoint in " + dir.path + ": ", 0), 0u);
 }
@@ -386,6 +386,25 @@ TEST(Manifest, FieldsOfAnotherTypeAreRefusedByName) {
             path + ": 'format_version' is not an integer of its range (7e+36)");
   EXPECT_EQ(read_text(R"({"format": "cohort-checkpoint", "format_version": 4294967296})"),
             path + ": 'format_version' is not an integer of its range (4294967296)");
+}
+
+// Issue 39: a manifest that is not JSON showed nlohmann's own text ("[json.exception.parse_error.101]
+// ..."); one nested 100,000 deep was built whole. Both are now I/O errors in cohort's words.
+TEST(Manifest, DamagedJsonIsAnIOErrorInCohortsWords) {
+  TempDir dir;
+  const std::string path = dir.path + "/manifest.json";
+  const auto read_text = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return error_of([&] { cohort::detail::ckpt::read_manifest(path); });
+  };
+  EXPECT_EQ(read_text(R"({"format": "cohort-checkpoint", )"),
+            path + ": not valid JSON: parse error at line 1, column 33: syntax error while parsing object key - "
+                   "unexpected end of input; expected string literal");
+  EXPECT_EQ(read_text(std::string(100000, '[') + std::string(100000, ']')),
+            path + ": objects and arrays nested more than 64 levels deep: no cohort checkpoint manifest nests so deep");
+  EXPECT_EQ(kind_of([&] { cohort::detail::ckpt::read_manifest(path); }), "kind=I/O ranks=");
+  EXPECT_EQ(read_text(R"({"format": "cohort-checkpoint", "format": "cohort-checkpoint"})"),
+            path + ": duplicate key format");
 }
 
 }  // namespace checkpoint_test

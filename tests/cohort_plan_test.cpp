@@ -30,9 +30,9 @@ namespace {
 using cohort::detail::MemoryPlan;
 using cohort::detail::MemoryPlanInput;
 using cohort::detail::PlanOptimizer;
-using cohort::detail::Precision;
+using cohort::detail::PlanPrecision;
 
-MemoryPlan plan(int64_t params, int64_t ranks, int stage, Precision precision = Precision::kFp16,
+MemoryPlan plan(int64_t params, int64_t ranks, int stage, PlanPrecision precision = PlanPrecision::kFp16,
                 PlanOptimizer optimizer = PlanOptimizer::kAdam) {
   MemoryPlanInput input;
   input.num_params = params;
@@ -45,7 +45,7 @@ MemoryPlan plan(int64_t params, int64_t ranks, int stage, Precision precision = 
 
 TEST(MemoryPlan, BytesPerParameter) {
   using cohort::detail::bytes_per_param;
-  for (Precision mixed : {Precision::kFp16, Precision::kBf16}) {
+  for (PlanPrecision mixed : {PlanPrecision::kFp16, PlanPrecision::kBf16}) {
     EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kAdam).optimizer_states, 12);  // the paper's K
     EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kAdamW).optimizer_states, 12);
     EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kSgdMomentum).optimizer_states, 8);
@@ -53,14 +53,14 @@ TEST(MemoryPlan, BytesPerParameter) {
     EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kSgd).params, 2);
     EXPECT_EQ(bytes_per_param(mixed, PlanOptimizer::kSgd).grads, 2);
   }
-  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kAdam).params, 4);
-  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kAdam).grads, 4);
-  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kAdam).optimizer_states, 8);
-  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kSgdMomentum).optimizer_states, 4);
-  EXPECT_EQ(bytes_per_param(Precision::kFp32, PlanOptimizer::kSgd).optimizer_states, 0);
-  EXPECT_EQ(cohort::detail::describe_optimizer_states(Precision::kBf16, PlanOptimizer::kAdamW),
+  EXPECT_EQ(bytes_per_param(PlanPrecision::kFp32, PlanOptimizer::kAdam).params, 4);
+  EXPECT_EQ(bytes_per_param(PlanPrecision::kFp32, PlanOptimizer::kAdam).grads, 4);
+  EXPECT_EQ(bytes_per_param(PlanPrecision::kFp32, PlanOptimizer::kAdam).optimizer_states, 8);
+  EXPECT_EQ(bytes_per_param(PlanPrecision::kFp32, PlanOptimizer::kSgdMomentum).optimizer_states, 4);
+  EXPECT_EQ(bytes_per_param(PlanPrecision::kFp32, PlanOptimizer::kSgd).optimizer_states, 0);
+  EXPECT_EQ(cohort::detail::describe_optimizer_states(PlanPrecision::kBf16, PlanOptimizer::kAdamW),
             "fp32 master 4 + momentum 4 + variance 4");
-  EXPECT_EQ(cohort::detail::describe_optimizer_states(Precision::kFp32, PlanOptimizer::kSgd), "none");
+  EXPECT_EQ(cohort::detail::describe_optimizer_states(PlanPrecision::kFp32, PlanOptimizer::kSgd), "none");
 }
 
 TEST(MemoryPlan, PaperExample) {
@@ -94,17 +94,17 @@ TEST(MemoryPlan, UnevenShardsRoundUp) {
 
 TEST(MemoryPlan, SgdAndFp32) {
   // Mixed-precision SGD with momentum: K = 8 (master + momentum). psi = 1e6 on 4 ranks.
-  EXPECT_EQ(plan(1000000, 4, 0, Precision::kBf16, PlanOptimizer::kSgdMomentum).total(), 12000000);
-  EXPECT_EQ(plan(1000000, 4, 1, Precision::kBf16, PlanOptimizer::kSgdMomentum).total(), 4000000 + 2000000);
+  EXPECT_EQ(plan(1000000, 4, 0, PlanPrecision::kBf16, PlanOptimizer::kSgdMomentum).total(), 12000000);
+  EXPECT_EQ(plan(1000000, 4, 1, PlanPrecision::kBf16, PlanOptimizer::kSgdMomentum).total(), 4000000 + 2000000);
   // fp32 plain SGD: 4 + 4 bytes, no state; stage 2 shards the gradients.
-  EXPECT_EQ(plan(1000000, 4, 1, Precision::kFp32, PlanOptimizer::kSgd).total(), 8000000);
-  EXPECT_EQ(plan(1000000, 4, 2, Precision::kFp32, PlanOptimizer::kSgd).total(), 4000000 + 1000000);
+  EXPECT_EQ(plan(1000000, 4, 1, PlanPrecision::kFp32, PlanOptimizer::kSgd).total(), 8000000);
+  EXPECT_EQ(plan(1000000, 4, 2, PlanPrecision::kFp32, PlanOptimizer::kSgd).total(), 4000000 + 1000000);
   // fp32 Adam: 4 + 4 + 8 = 16 bytes, the same total as mixed precision at stage 0, split differently.
-  const MemoryPlan fp32 = plan(1000000, 4, 1, Precision::kFp32, PlanOptimizer::kAdam);
+  const MemoryPlan fp32 = plan(1000000, 4, 1, PlanPrecision::kFp32, PlanOptimizer::kAdam);
   EXPECT_EQ(fp32.params, 4000000);
   EXPECT_EQ(fp32.grads, 4000000);
   EXPECT_EQ(fp32.optimizer_states, 2000000);
-  EXPECT_EQ(plan(1000000, 4, 3, Precision::kFp32, PlanOptimizer::kAdam).total(), 4000000);
+  EXPECT_EQ(plan(1000000, 4, 3, PlanPrecision::kFp32, PlanOptimizer::kAdam).total(), 4000000);
 }
 
 using cohort::testing::error_of;

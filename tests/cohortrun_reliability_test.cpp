@@ -205,6 +205,17 @@ TEST(CohortrunReliability, BadFlagValuesAreRefusedInOneLine) {
        "cohortrun: error: --log-dir=/proc/nope: cannot create the directory: No such file or directory\n"},
       {{"--nproc-per-node=2", "--log-dir", "/dev/null", COHORT_ENV_WORKER},
        "cohortrun: error: --log-dir=/dev/null: cannot create the directory: Not a directory\n"},
+      // Issue 39: a number too long for an int is out of range, not "not an integer"; the interval's
+      // refusal says what is accepted (> 0), no longer ">= 0" while refusing 0.
+      {{"--nproc-per-node=2", "--max-restarts", "99999999999999999999", COHORT_ENV_WORKER},
+       "cohortrun: error: --max-restarts is out of range: expected an integer from 0 to 1048576, got "
+       "99999999999999999999\n"},
+      {{"--nproc-per-node=2", "--max-restarts", "two", COHORT_ENV_WORKER},
+       "cohortrun: error: --max-restarts expects an integer from 0 to 1048576, got two\n"},
+      {{"--nproc-per-node=2", "--monitor-interval", "0", COHORT_ENV_WORKER},
+       "cohortrun: error: --monitor-interval=0 is not a number of seconds > 0\n"},
+      {{"--nproc-per-node=2", "--monitor-interval", "inf", COHORT_ENV_WORKER},
+       "cohortrun: error: --monitor-interval=inf is not a number of seconds > 0\n"},
   };
   for (const auto& [args, message] : cases) {
     const auto result = run_process(cohortrun(args), clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
@@ -240,6 +251,28 @@ TEST(CohortrunReliability, NodeOfAnotherJobIsRefusedAtTheRendezvous) {
   EXPECT_NE(x_refused, y_refused) << rx.describe() << ry.describe();
   EXPECT_NE((x_refused ? ry : rx).err.find("1 of 2 nodes arrived"), std::string::npos)
       << rx.describe() << ry.describe();
+}
+
+// COHORT_JOB_SECRET set but empty meant the weak derived secret, silently (issue 39): refused before
+// anything starts. A short one is warned about and used.
+TEST(CohortrunReliability, AnEmptyJobSecretIsRefusedAndAShortOneWarned) {
+  TempDir pids;
+  const auto empty = run_process(cohortrun({"--nproc-per-node=1", "--standalone", COHORT_ENV_WORKER}),
+                                 clean_env({{"COHORT_JOB_SECRET", ""}, {"COHORT_TEST_PID_DIR", pids.path}}));
+  EXPECT_EQ(empty.code, 2) << empty.describe();
+  EXPECT_EQ(empty.err.rfind("cohortrun: error: COHORT_JOB_SECRET is set but empty: export a random secret to every "
+                            "rank (openssl rand -hex 32), or unset it to let cohortrun draw one\n",
+                            0),
+            0u)
+      << empty.describe();
+  EXPECT_TRUE(recorded_pids(pids.path).empty());
+  const auto short_one = run_process(cohortrun({"--nproc-per-node=1", "--standalone", "/bin/true"}),
+                                     clean_env({{"COHORT_JOB_SECRET", "abc"}}));
+  EXPECT_EQ(short_one.code, 0) << short_one.describe();
+  EXPECT_EQ(count_of(short_one.err, "warning: COHORT_JOB_SECRET has 3 character(s), fewer than 16: a stranger that "
+                                    "records one proof can guess it offline"),
+            1u)
+      << short_one.describe();
 }
 
 // A grandchild that left its worker's process group (setsid) is re-parented to cohortrun, the

@@ -66,6 +66,28 @@ TEST(FashionMnistLimits, NumbersOutOfRangeAreOneLineAndExitTwo) {
   }
 }
 
+// PowerSGD's flags without a PowerSGD hook were silently ignored (issue 39): refused as the command line
+// is read.
+TEST(FashionMnistLimits, PowerSgdFlagsWithoutAPowerSgdHookAreRefused) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--powersgd-rank", "4"},
+       "error: --powersgd-rank 4 is read only with --ddp-comm-hook powersgd or batched_powersgd (no hook is "
+       "given): add the hook, or leave the flag out\n"},
+      {{"--ddp-comm-hook", "fp16", "--powersgd-start-iter", "10"},
+       "error: --powersgd-start-iter 10 is read only with --ddp-comm-hook powersgd or batched_powersgd (the hook "
+       "is fp16): add the hook, or leave the flag out\n"},
+  };
+  for (const auto& [args, message] : cases) {
+    const ProcResult result = example("/nonexistent", args);
+    EXPECT_EQ(result.code, 2) << result.describe();
+    EXPECT_EQ(result.err, message);
+  }
+  // With the hook the flags are taken: the run goes on to read the (missing) data.
+  const ProcResult taken = example("/nonexistent", {"--ddp-comm-hook", "powersgd", "--powersgd-rank", "4"});
+  EXPECT_EQ(taken.code, 1) << taken.describe();
+  EXPECT_THAT(taken.err, Not(HasSubstr("--powersgd-rank")));
+}
+
 TEST(FashionMnistLimits, TimeoutVariableOutOfRange) {
   for (const char* value : {"inf", "1e20", "0.0001"}) {
     const ProcResult result = example("/nonexistent", {}, {{"COHORT_TIMEOUT", value}});

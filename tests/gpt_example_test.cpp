@@ -5,7 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
@@ -14,6 +18,7 @@
 namespace gpt_example_test {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace cohort::testing;
 using namespace std::chrono_literals;
 
@@ -53,6 +58,62 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
   EXPECT_EQ(params_digest_of(recompute.out), expected) << recompute.describe();
 }
 
+// Issue 45: a memory line at each validation, for ddp (stage 0: the whole model's states on each rank)
+// and fsdp (stage 3: a half of them), with cohort-plan's figures for the same flags beside them.
+TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {
+  Job job;
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    const ProcResult result = job.run({"--strategy", strategy});
+    ASSERT_EQ(result.code, 0) << result.describe();
+    EXPECT_EQ(count_of(result.out, "memory at step "), 2u) << result.describe();
+    const std::string stage = strategy == "ddp" ? "0" : "3";
+    EXPECT_THAT(result.out, ::testing::ContainsRegex(
+                                "memory at step 6: peak RSS [0-9.]+ [KMG]iB \\(rank 0\\), [0-9.]+ [KMG]iB \\(largest of 2 "
+                                "ranks\\); per rank now: params [0-9.]+ [KMG]iB, grads [0-9.]+ [KMG]iB, optimizer [0-9.]+ "
+                                "[KMG]iB, gathered units and buffers [0-9.]+ [KMG]iB; cohort-plan --params 7488 --ranks 2 "
+                                "--stage " + stage + " --precision fp32 --optimizer adamw: params [0-9.]+ [KMG]iB, "
+                                "grads [0-9.]+ [KMG]iB, optimizer [0-9.]+ [KMG]iB\n"))
+        << result.describe();
+  }
+  const ProcResult fsdp = job.run({"--strategy", "fsdp"});
+  // 7488 fp32 parameters: ddp holds 29952 bytes of them on each rank (29.2 KiB), fsdp about half.
+  EXPECT_THAT(fsdp.out, HasSubstr("cohort-plan --params 7488 --ranks 2 --stage 3 --precision fp32 --optimizer adamw: "
+                                  "params 14.6 KiB, grads 14.6 KiB, optimizer 29.2 KiB\n"))
+      << fsdp.describe();
+}
+
+// Issue 45: a run killed at a random step (rank 1 dies in that step's save, the first time only) under
+// cohortrun --max-restarts 2 resumes by itself and ends with the digest of the run never killed, under
+// ddp and fsdp. The step is drawn anew each run: every step must resume.
+TEST(GptExample, ARunKilledAtARandomStepResumesUnderCohortrunToTheSameDigest) {
+  Job job;
+  std::random_device random;
+  for (const std::string strategy : {"ddp", "fsdp"}) {
+    const auto under_cohortrun = [&](const std::vector<std::string>& extra, const Env& env) {
+      std::vector<std::string> args = {build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node", "2",
+                                       "--max-restarts", "2", "--stop-timeout", "5", build_path("/examples/gpt"),
+                                       "--data", job.root + "/text.txt", "--strategy", strategy, "--n-layer", "2",
+                                       "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
+                                       "--max-steps", "6", "--eval-interval", "3", "--eval-iters", "2",
+                                       "--sample-tokens", "0", "--threads", "1"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      return run_process(args, env, 180s);
+    };
+    const ProcResult whole = under_cohortrun({}, clean_env());
+    ASSERT_EQ(whole.code, 0) << whole.describe();
+    const std::string expected = params_digest_of(whole.out);
+    ASSERT_EQ(expected.size(), 64u) << whole.describe();
+    const int step = 2 + static_cast<int>(random() % 4);  // 2..5: a step with one saved before it
+    const std::string ckpt = job.root + "/ckpt-" + strategy;
+    const ProcResult killed = under_cohortrun({"--checkpoint-dir", ckpt, "--checkpoint-every", "1"},
+                                              clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:" + std::to_string(step)}}));
+    ASSERT_EQ(killed.code, 0) << strategy << ", killed at step " << step << ": " << killed.describe();
+    EXPECT_THAT(killed.out, HasSubstr("[rank0]: resumed from " + ckpt + "/step-" + std::to_string(step - 1)))
+        << strategy << ", killed at step " << step << ": " << killed.describe();
+    EXPECT_EQ(params_digest_of(killed.out), expected) << strategy << ", killed at step " << step << ": " << killed.describe();
+  }
+}
+
 TEST(GptExample, RefusesABadStrategyAndAMissingText) {
   const ProcResult bad = run_process({build_path("/examples/gpt"), "--strategy", "zero4"}, clean_env(), 30s);
   EXPECT_EQ(bad.code, 2) << bad.describe();
@@ -60,6 +121,53 @@ TEST(GptExample, RefusesABadStrategyAndAMissingText) {
   const ProcResult missing = run_process({build_path("/examples/gpt"), "--data", "/nonexistent/text"}, clean_env(), 60s);
   EXPECT_EQ(missing.code, 1) << missing.describe();
   EXPECT_EQ(missing.err, "error: --data: /nonexistent/text does not exist\n");
+}
+
+// --data is read whole: a character device was read until bad_alloc and a fifo blocked forever; now
+// regular files only, up to 256 MiB (issue 39). The large files are sparse: nothing is written.
+TEST(GptExample, DataMustBeRegularFilesOfABoundedSize) {
+  Job job;
+  const std::string fifo = job.root + "/fifo", big = job.root + "/big.txt", dir = job.root + "/texts";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(big).close();
+  std::filesystem::resize_file(big, (int64_t(256) << 20) + 1);
+  std::filesystem::create_directory(dir);
+  for (const char* name : {"/a", "/b"}) {
+    std::ofstream(dir + name).close();
+    std::filesystem::resize_file(dir + name, int64_t(200) << 20);
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/dev/zero", "error: --data /dev/zero is a character device, not a regular file\n"},
+      {fifo, "error: --data " + fifo + " is a fifo, not a regular file\n"},
+      {big, "error: --data " + big + " holds 268435457 bytes, more than the 268435456 this program reads whole "
+            "into memory\n"},
+      {dir, "error: --data " + dir + ": its 2 text files hold 419430400 bytes, more than the 268435456 this program "
+            "reads whole into memory\n"},
+  };
+  for (const auto& [data, message] : cases) {
+    const ProcResult result = run_process({build_path("/examples/gpt"), "--data", data, "--devices", "1"}, clean_env(), 60s);
+    EXPECT_EQ(result.code, 1) << result.describe();
+    EXPECT_EQ(result.err, message) << result.describe();
+  }
+}
+
+// A GPT too big for the memory printed LibTorch's allocator text; now it is refused before it is built,
+// as fashion_mnist refuses a batch (examples/common/memory.h).
+TEST(GptExample, AModelTooBigForTheMemoryIsRefusedBeforeItIsBuilt) {
+  Job job;
+  const ProcResult result =
+      run_process({build_path("/examples/gpt"), "--data", job.root + "/text.txt", "--devices", "1", "--n-layer", "1000",
+                   "--n-head", "1", "--n-embd", "65536", "--threads", "1"},
+                  clean_env(), 60s);
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_THAT(result.err,
+              ::testing::MatchesRegex("error: --n-layer 1000 --n-embd 65536 \\(a GPT of [0-9]+ parameters\\) needs an "
+                                      "estimated [0-9.]+ TB per rank for its weights, gradients and AdamW state "
+                                      "\\(--strategy fsdp on 1 rank\\(s\\)\\) and the activations of --batch-size 16 "
+                                      "x --block-size 64, more than the [0-9.]+ [MGT]B available to each of the 1 "
+                                      "rank\\(s\\) on this node: lower --n-layer, --n-embd, --batch-size or "
+                                      "--block-size, or pass --no-memory-check to try anyway\n"));
+  EXPECT_THAT(result.out, Not(HasSubstr("GPT ")));
 }
 
 }  // namespace

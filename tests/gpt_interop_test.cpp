@@ -206,6 +206,36 @@ TEST(Safetensors, RefusesMalformedFilesNamingTheFileAndTensor) {
             "cannot read safetensors file " + dir.path + "/none.safetensors: No such file or directory");
 }
 
+// Issue 39: a name given twice was read as the last one, and an 80 MB nested __metadata__ cost 3.2 GB.
+// As Python's safetensors: names once, __metadata__ a flat map of strings, nesting refused while parsing.
+TEST(Safetensors, RefusesRepeatedNamesNestedMetadataAndDeepHeaders) {
+  TempDir dir;
+  const std::string p = dir.path + "/bad.safetensors";
+  const std::string w = R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  auto header_error = [&](const std::string& header) {
+    write_file(dir.path, header, 4);
+    return error_of([&] { cohort::load_safetensors(p); });
+  };
+  auto header_of = [](const std::string& header) { return ": the " + std::to_string(header.size()) + "-byte header"; };
+  const std::string twice = R"({"w":)" + w + R"(,"w":)" + w + "}";
+  EXPECT_EQ(header_error(twice), p + header_of(twice) + ": duplicate key w");
+  const std::string dtype_twice = R"({"w":{"dtype":"F32","dtype":"F64","shape":[1],"data_offsets":[0,4]}})";
+  EXPECT_EQ(header_error(dtype_twice), p + header_of(dtype_twice) + ": duplicate key w.dtype");
+  EXPECT_EQ(header_error(R"({"__metadata__":{"format":{"x":"pt"}},"w":)" + w + "}"),
+            p + R"(: __metadata__ 'format' is {"x":"pt"}, not a string )"
+                R"((the format's metadata maps strings to strings))");
+  EXPECT_EQ(header_error(R"({"__metadata__":["pt"],"w":)" + w + "}"),
+            p + R"(: __metadata__ is ["pt"], not a map of strings to strings)");
+  const std::string deep =  // 2 MB here; the probe's 80 MB took 3.2 GB
+      R"({"__metadata__":{"a":)" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}}";
+  EXPECT_EQ(header_error(deep), p + header_of(deep) +
+                                    ": objects and arrays nested more than 3 levels deep: no safetensors header nests "
+                                    "so deep");
+  EXPECT_EQ(cohort::testing::kind_of([&] { cohort::load_safetensors(p); }), "kind=invalid argument ranks=");
+  const std::string flat = R"({"__metadata__":{"format":"pt"},"w":)" + w + "}";
+  EXPECT_EQ(cohort::load_safetensors(write_file(dir.path, flat, 4)).size(), 1u);
+}
+
 TEST(Safetensors, LoadStateDictRefusesMissingMisshapenAndUnexpectedTensors) {
   torch::nn::Linear linear(3, 2);
   const auto before = linear->weight.clone();

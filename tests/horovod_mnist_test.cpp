@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <regex>
 
 #include "launch_helpers.h"
@@ -78,6 +79,26 @@ TEST(HorovodMnist, ElasticRankKilledAfterACommitResumesFromIt) {
   const std::string digest = digest_of(whole);
   EXPECT_EQ(digest.size(), 64u) << whole.describe();
   EXPECT_EQ(digest_of(killed), digest) << killed.describe();
+}
+
+// --elastic-dir naming a file: one line naming the flag and the path before anything runs (it was a raw
+// "filesystem error:" at rank 0's first commit, after training started).
+TEST(HorovodMnist, ElasticDirThatIsAFileIsOneLineNamingTheFlag) {
+  const std::string data = make_temp_dir("horovod_mnist_elastic_dir_");
+  write_synthetic_fashion_mnist(data, 64, 16);
+  const std::string file = data + "/a-file";
+  std::ofstream(file) << "not a directory\n";
+  std::vector<std::string> argv = example_args(data);
+  for (const char* arg : {"--elastic", "--commit-every", "1", "--max-steps", "2", "--elastic-dir"}) argv.push_back(arg);
+  argv.push_back(file);
+  const ProcResult result = run_process(argv, clean_env(), 60s);
+  const ProcResult empty = run_process({build_path("/examples/horovod_mnist"), "--elastic", "--elastic-dir", ""},
+                                       clean_env(), 60s);
+  remove_tree(data);
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_EQ(result.err, "error: --elastic-dir " + file + ": cannot create the directory: Not a directory\n");
+  EXPECT_EQ(empty.code, 2) << empty.describe();
+  EXPECT_EQ(empty.err, "error: --elastic-dir is empty: give a directory, or leave the flag out\n");
 }
 
 TEST(HorovodMnist, SameEpochUnderMpirunAndCohortrun) {

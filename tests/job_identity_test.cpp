@@ -117,6 +117,17 @@ TEST(JobIdentity, RankOfAnotherJobIsRefusedNamingBothJobs) {
   EXPECT_FALSE(host->check({"cohort/arrived/1"}));
 }
 
+// A rank whose launcher gave no run id is named in a sentence (it read "not to this rank's a job
+// without a run id", issue 39).
+TEST(JobIdentity, RankWithoutARunIdIsNamedInASentence) {
+  const int port = cohort::testing::free_port();
+  auto host = connect_store(rank_config(port, 0, "job-a"));
+  EXPECT_THAT(error_of([&] { connect_store(rank_config(port, 1, "")); }),
+              HasSubstr("rendezvous at 127.0.0.1:" + std::to_string(port) +
+                        " belongs to job 'job-a', not to this rank, whose job has no run id: two jobs were started "
+                        "on one MASTER_ADDR:MASTER_PORT"));
+}
+
 TEST(JobIdentity, AgentStoreFirstRankPublishesOthersCompare) {
   const int port = cohort::testing::free_port();
   c10d::TCPStoreOptions options;

@@ -1,7 +1,8 @@
 // cohort's rendezvous store (src/world/store_*.h, issue 28 item 2): the c10d::Store calls Gloo and
 // cohort make, and strangers on 127.0.0.1 (a client without the job's secret, a forger, a 3 GB
 // header, a partial message at start and at exit, a squatter posing as the server), each refused
-// with a line naming the peer's address while the job's own clients go on unharmed.
+// with a line naming the peer's address while the job's own clients go on unharmed; a flood of
+// strangers is counted in a few lines, not logged one line each (issue 39). And the job's secret.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,9 +14,11 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <regex>
 #include <thread>
 
 #include "core/job_secret.h"
+#include "core/refusal_log.h"
 #include "core/socket.h"
 #include "support/errors.h"
 #include "world/rendezvous.h"
@@ -99,6 +102,12 @@ std::string log_of(const std::function<void()>& body, const std::string& line) {
     if (i == 49) text += ::testing::internal::GetCapturedStderr();
   }
   return text;
+}
+
+size_t occurrences(const std::string& text, const std::string& part) {
+  size_t count = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++count;
+  return count;
 }
 
 long resident_kib() {
@@ -237,6 +246,67 @@ TEST(Store, APartialMessageAtExitDoesNotHoldTheServer) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the store's exit waited for the stranger";
 }
 
+// The first refusals in full, then one line per interval with the count since and the latest one.
+TEST(RefusalLog, LogsTheFirstFewThenOneCountPerInterval) {
+  RefusalLog log("rendezvous store at 127.0.0.1:29500", 1000ms);
+  const auto t0 = RefusalLog::Clock::now();
+  for (int i = 1; i <= RefusalLog::kInFull; ++i)
+    EXPECT_EQ(log.refused("10.0.0.7:" + std::to_string(i), "a malformed message", t0 + 1ms * i),
+              "rendezvous store at 127.0.0.1:29500: refused 10.0.0.7:" + std::to_string(i) + ": a malformed message");
+  for (int i = RefusalLog::kInFull + 1; i <= 1000; ++i)
+    EXPECT_EQ(log.refused("10.0.0.7:" + std::to_string(i), "a malformed message", t0 + 1ms * i / 2), "");
+  EXPECT_EQ(log.due(t0 + 999ms), "");
+  EXPECT_EQ(log.due(t0 + 1500ms), "rendezvous store at 127.0.0.1:29500: refused 995 more connections in the last "
+                                  "1.5 s (the latest: 10.0.0.7:1000: a malformed message)");
+  EXPECT_EQ(log.due(t0 + 5000ms), "");  // nothing counted since
+  // The flood goes on: counted from the first refusal after a summary, until a quiet interval.
+  EXPECT_EQ(log.refused("10.0.0.8:1", "a malformed message", t0 + 2000ms), "");
+  EXPECT_EQ(log.flush(t0 + 2100ms), "rendezvous store at 127.0.0.1:29500: refused 1 more connection in the last "
+                                    "0.6 s (the latest: 10.0.0.8:1: a malformed message)");
+  EXPECT_EQ(log.flush(t0 + 2200ms), "");
+  // After a quiet interval the next refusals are logged in full again.
+  EXPECT_EQ(log.refused("10.0.0.9:1", "a malformed message", t0 + 9000ms),
+            "rendezvous store at 127.0.0.1:29500: refused 10.0.0.9:1: a malformed message");
+}
+
+// 300 strangers one after another (a flood logged 11,333 lines in 3 s before): the first few refusals
+// in full, then at most one line per interval, and the counts add up to every refusal.
+TEST(Store, AFloodOfStrangersIsCountedNotLoggedLineByLine) {
+  StoreServerOptions options;
+  options.bind_address = "127.0.0.1";
+  options.secret = kSecret;
+  options.refusal_log_interval = 200ms;
+  auto server = std::make_unique<StoreServer>(options);
+  const std::string where = server->where();
+  constexpr int kStrangers = 300;
+  std::string first;
+  const auto start = std::chrono::steady_clock::now();
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < kStrangers; ++i) {
+    Stranger stranger(*server);
+    if (i == 0) first = stranger.address;
+    stranger.send(wire::encode({wire::kGet, {"cohort/job", wire::pack_i64(1000)}}));
+    stranger.until_closed();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  server.reset();  // the count since the last line is logged as the store stops
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("rendezvous store at " + where + ": refused " + first +
+                             ": its first message is not a proof of the job's secret\n"));
+  const std::regex summary("rendezvous store at " + std::regex_replace(where, std::regex("\\."), "\\.") +
+                           ": refused ([0-9]+) more connections? in the last [0-9]+\\.[0-9] s \\(the latest: "
+                           "127\\.0\\.0\\.1:[0-9]+: its first message is not a proof of the job's secret\\)\n");
+  int counted = RefusalLog::kInFull, lines = 0;
+  for (std::sregex_iterator it(log.begin(), log.end(), summary), end; it != end; ++it, ++lines)
+    counted += std::stoi((*it)[1]);
+  EXPECT_EQ(counted, kStrangers) << log;
+  EXPECT_GE(lines, 1) << log;
+  // In full: the first few; every summary line quotes the latest refusal in parentheses.
+  EXPECT_EQ(occurrences(log, ": its first message is not a proof of the job's secret\n"), size_t(RefusalLog::kInFull))
+      << log;
+  EXPECT_LE(lines, 2 + int(seconds / 0.2)) << "more than one line per 200 ms in " << seconds << " s:\n" << log;
+}
+
 // A process that took the port first and poses as the store cannot prove the secret: the rank refuses it.
 TEST(Store, AClientRefusesAServerWithoutTheSecret) {
   StoreServerOptions options;
@@ -260,7 +330,8 @@ TEST(Store, BindsToTheMasterAddressUnlessAskedForEveryInterface) {
 }
 
 TEST(JobSecret, LauncherSecretFirstThenDerivedOnes) {
-  EXPECT_EQ(job_secret({{"COHORT_JOB_SECRET", "s"}, {"SLURM_JOB_ID", "7"}}, "r", 1).source, "COHORT_JOB_SECRET");
+  EXPECT_EQ(job_secret({{"COHORT_JOB_SECRET", "0123456789abcdef"}, {"SLURM_JOB_ID", "7"}}, "r", 1).source,
+            "COHORT_JOB_SECRET");
   const auto slurm = job_secret({{"SLURM_JOB_ID", "7"}, {"SLURM_STEP_ID", "0"}}, "r", 1);
   EXPECT_EQ(slurm.source, "SLURM_JOB_ID");
   EXPECT_FALSE(slurm.strong());
@@ -269,6 +340,26 @@ TEST(JobSecret, LauncherSecretFirstThenDerivedOnes) {
   EXPECT_NE(new_job_secret(), new_job_secret());
   EXPECT_EQ(hmac_proof("k", "l", "a").size(), 32u);
   EXPECT_FALSE(same_bytes(hmac_proof("k", "l", "a"), hmac_proof("k2", "l", "a")));
+}
+
+// Set but empty used to mean the weak derived secret, silently; a short one is warned about, once.
+TEST(JobSecret, AnEmptySecretIsRefusedAndAShortOneWarnedOnce) {
+  const std::string empty = "COHORT_JOB_SECRET is set but empty: export a random secret to every rank (openssl "
+                            "rand -hex 32), or unset it to let cohortrun draw one";
+  EXPECT_EQ(error_of([] { job_secret({{"COHORT_JOB_SECRET", ""}, {"SLURM_JOB_ID", "7"}}, "r", 1); }), empty);
+  EXPECT_EQ(cohort::testing::kind_of([] { given_job_secret({{"COHORT_JOB_SECRET", ""}}); }),
+            "kind=invalid argument ranks=");
+  EXPECT_EQ(given_job_secret({}), "");
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(given_job_secret({{"COHORT_JOB_SECRET", "x"}}), "x");
+  EXPECT_EQ(job_secret({{"COHORT_JOB_SECRET", "x"}}, "r", 1).value, "x");
+  EXPECT_EQ(given_job_secret({{"COHORT_JOB_SECRET", std::string(16, 'k')}}), std::string(16, 'k'));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string warning = "warning: COHORT_JOB_SECRET has 1 character(s), fewer than 16: a stranger that records "
+                              "one proof can guess it offline; export a random secret to every rank (openssl rand "
+                              "-hex 32)\n";
+  EXPECT_THAT(log, HasSubstr(warning));
+  EXPECT_EQ(occurrences(log, "COHORT_JOB_SECRET has"), 1u) << log;
 }
 
 }  // namespace store_test

@@ -132,6 +132,17 @@ TEST(TrainerOptions, DdpCommHookOptionsAreCheckedAndBelongToStrategyDdp) {
   EXPECT_EQ(option_error(O().ddp_comm_hook("bf16")), "no error");
   EXPECT_EQ(option_error(O().strategy("ddp").ddp_comm_hook("powersgd").powersgd_rank(2).powersgd_start_iteration(0)),
             "no error");
+  // PowerSGD's options without a PowerSGD hook were silently ignored (issue 39).
+  EXPECT_EQ(option_error(O().powersgd_rank(4)),
+            "TrainerOptions.powersgd_rank \"4\" is not accepted: expected 1, its default unless ddp_comm_hook is "
+            "powersgd or batched_powersgd (ddp_comm_hook is \"\")");
+  EXPECT_EQ(option_error(O().ddp_comm_hook("fp16").powersgd_start_iteration(10)),
+            "TrainerOptions.powersgd_start_iteration \"10\" is not accepted: expected 1000, its default unless "
+            "ddp_comm_hook is powersgd or batched_powersgd (ddp_comm_hook is \"fp16\")");
+  EXPECT_EQ(kind_of([] { cohort::detail::resolve_options(O().powersgd_rank(4), false); }),
+            "kind=invalid argument ranks=");
+  EXPECT_EQ(option_error(O().ddp_comm_hook("batched_powersgd").powersgd_rank(4).powersgd_start_iteration(10)),
+            "no error");
 }
 
 TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {
@@ -274,6 +285,30 @@ TEST(ModelCheckpoint, AnUnwritableDirectoryIsNamedBeforeTheFirstStep) {
             "ModelCheckpointOptions.dirpath " + dir.path + "/file/checkpoints: cannot create the directory: Not a "
             "directory");
   EXPECT_EQ(trainer.global_step(), 0);
+}
+
+// Issue 39: a checkpoint holds the state after an optimizer step. A save inside an accumulation (from a
+// module's per-batch hook) would lose the batches accumulated so far: it is refused, naming the batch.
+TEST(ModelCheckpoint, ASaveInsideAnAccumulationIsRefused) {
+  TempDir dir;
+  struct SavingModule : TinyModule {
+    void on_train_batch_end(const torch::Tensor&, int64_t index) override {
+      if (index == 2) trainer->save_checkpoint(dir);
+    }
+    cohort::Trainer* trainer = nullptr;
+    std::string dir;
+  };
+  cohort::Trainer trainer(quiet(dir.path).max_epochs(1).accumulate_grad_batches(2).enable_checkpointing(false).logger(false));
+  SavingModule module;
+  module.trainer = &trainer;
+  module.dir = dir.path + "/ckpt";
+  cohort::DataLoader train(tiny_data(32), cohort::LoaderOptions().batch_size(4));
+  EXPECT_EQ(kind_of([&] { trainer.fit(module, train); }), "kind=invalid argument ranks=");
+  EXPECT_EQ(error_of([&] { trainer.save_checkpoint(module.dir); }),
+            "Trainer::save_checkpoint(\"" + module.dir + "\") at batch 3 of epoch 0, inside an accumulation of 2 "
+            "batches: a checkpoint holds the state after an optimizer step; save from a callback's "
+            "on_train_batch_end (called after each step) or at an epoch's end");
+  EXPECT_FALSE(std::filesystem::exists(module.dir));
 }
 
 std::string read_text(const std::string& path) {

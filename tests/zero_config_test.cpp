@@ -1,7 +1,7 @@
 // ds_config.json parsing tests: the seeds' example config (verbatim, trailing comma included), a full
 // config, DeepSpeed's defaults, the batch-size triple at several world sizes, every error message by
-// exact substring, the unsupported-keys warning, and WarmupLR/WarmupDecayLR against values worked by
-// hand from DeepSpeed's formulas.
+// exact substring, deep nesting and overflowing batch products refused, the unsupported-keys warning,
+// and WarmupLR/WarmupDecayLR against values worked by hand from DeepSpeed's formulas.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -294,6 +294,44 @@ TEST(ZeroConfig, JsonErrors) {
   // Found by fuzz/ds_config_fuzz: a number past double's range escaped as nlohmann's out_of_range.
   EXPECT_ERROR(R"({"reduce_bucket_size": 6e2222})",
                "ds_config: not valid JSON: number overflow parsing '6e2222'");
+}
+
+// Issue 39: the probe's 120 KB file, zero_optimization.x nesting 20,000 objects, took minutes before
+// init (every key rebuilt the dotted path of every enclosing object); nesting past 64 levels (objects
+// and arrays) is now refused while parsing, in one line, and a repeated key is still named by its path.
+TEST(ZeroConfig, DeepNestingIsRefusedInOneLine) {
+  auto nested = [](int depth) {  // the top object, zero_optimization, then `depth` objects in x
+    std::string text = R"({"train_micro_batch_size_per_gpu": 64, "zero_optimization": {"stage": 2, "x": )";
+    for (int i = 0; i < depth; ++i) text += R"({"a": )";
+    return text + "1" + std::string(depth, '}') + "}}";
+  };
+  const std::string too_deep =
+      "ds_config: objects and arrays nested more than 64 levels deep: no DeepSpeed config nests so deep";
+  EXPECT_EQ(parse_error(nested(20000)), too_deep);
+  EXPECT_EQ(cohort::testing::kind_of([&] { parse_ds_config(nested(20000), 1); }), "kind=invalid argument ranks=");
+  EXPECT_EQ(parse_error(nested(63)), too_deep);
+  const ZeroConfig at_the_limit = parse_ds_config(nested(62), 1);  // 64 levels
+  EXPECT_EQ(at_the_limit.unsupported_keys(), std::vector<std::string>{"zero_optimization.x"});
+  EXPECT_EQ(parse_error("{\"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}"), too_deep);
+  EXPECT_EQ(parse_error(R"({"a": [{"b": {"c": 1, "c": 2}}]})"),
+            "ds_config: duplicate key a.b.c (DeepSpeed refuses them too)");
+}
+
+// Issue 39: a batch product past int64 was shown as "train_batch_size=-1 (derived)".
+TEST(ZeroConfig, AnOverflowingBatchProductIsRefusedNamingItsFactors) {
+  EXPECT_EQ(parse_error(R"({"train_micro_batch_size_per_gpu": 4611686018427387904, "gradient_accumulation_steps": 2})"),
+            "ds_config: train_micro_batch_size_per_gpu=4611686018427387904 * gradient_accumulation_steps=2 * "
+            "world_size=1 overflows a 64-bit integer (more than 9223372036854775807 samples per step); give "
+            "smaller batch sizes");
+  EXPECT_EQ(parse_error(R"({"train_micro_batch_size_per_gpu": 9223372036854775807})", 2),
+            "ds_config: train_micro_batch_size_per_gpu=9223372036854775807 * gradient_accumulation_steps=1 * "
+            "world_size=2 overflows a 64-bit integer (more than 9223372036854775807 samples per step); give "
+            "smaller batch sizes");
+  EXPECT_EQ(parse_error(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4294967296,
+                            "gradient_accumulation_steps": 4294967296})"),
+            "ds_config: train_micro_batch_size_per_gpu=4294967296 * gradient_accumulation_steps=4294967296 * "
+            "world_size=1 overflows a 64-bit integer (more than 9223372036854775807 samples per step); give "
+            "smaller batch sizes");
 }
 
 std::string temp_dir() {

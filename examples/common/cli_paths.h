@@ -1,10 +1,13 @@
-// Directory flags of the examples (--checkpoint-dir): an empty value is refused in one line naming
-// the flag (it would otherwise read as "no directory" and save nothing), and check_writable_dir makes
-// the directory and proves it takes files at start, not at the first save an epoch later.
+// Path flags of the examples. Directories (--checkpoint-dir): an empty value is refused in one line
+// naming the flag (it would otherwise read as "no directory" and save nothing), and check_writable_dir
+// makes the directory and proves it takes files at start, not at the first save an epoch later. Files
+// read whole (gpt --data): regular files only, up to a size, as cohort-plan reads --checkpoint.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -45,6 +48,49 @@ inline void check_writable_dir(const std::string& flag, const std::string& dir) 
   if (fd < 0) throw cohort::Error(flag + " " + dir + ": cannot create files in it: " + std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+// What a file that is not a regular one is, for messages.
+inline std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a fifo";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+/// The whole of `path`, a regular file of at most `max_bytes`; throws cohort::Error (invalid argument)
+/// naming `flag` and the path otherwise. A device such as /dev/zero would be read until memory runs
+/// out and a fifo would block forever, so the file is opened without blocking and checked first, and
+/// no more bytes are read than its size said then.
+inline std::string read_regular_file(const std::string& flag, const std::string& path, int64_t max_bytes) {
+  const auto refusal = [&](const std::string& why) {
+    return cohort::Error(flag + " " + path + why, cohort::ErrorKind::kInvalidArgument);
+  };
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw refusal(std::string(": cannot open: ") + std::strerror(errno));
+  struct stat info {};
+  const bool regular = ::fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
+  if (!regular || info.st_size > max_bytes) {
+    ::close(fd);
+    if (!regular) throw refusal(" is " + file_kind(info.st_mode) + ", not a regular file");
+    throw refusal(" holds " + std::to_string(info.st_size) + " bytes, more than the " + std::to_string(max_bytes) +
+                  " this program reads whole into memory");
+  }
+  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  size_t done = 0;
+  int error = 0;
+  while (done < bytes.size() && error == 0) {
+    const ssize_t got = ::read(fd, &bytes[done], bytes.size() - done);
+    if (got < 0 && errno != EINTR) error = errno;
+    if (got == 0) break;  // the file shrank: what is there
+    if (got > 0) done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  if (error != 0) throw refusal(std::string(": cannot read: ") + std::strerror(error));
+  bytes.resize(done);
+  return bytes;
 }
 
 }  // namespace examples

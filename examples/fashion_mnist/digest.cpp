@@ -25,18 +25,27 @@ std::string parameters_sha256(const torch::nn::Module& module) {
   return tensors_sha256(tensors);
 }
 
-std::string tensors_sha256(const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
-  DigestContext context(EVP_MD_CTX_new(), &EVP_MD_CTX_free);
-  if (!context) throw std::runtime_error("params-sha256: OpenSSL EVP_MD_CTX_new failed");
-  check(EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr), "EVP_DigestInit_ex");
-  for (const auto& item : tensors) {
-    const torch::Tensor bytes = item.second.detach().to(torch::kCPU, torch::kFloat32).contiguous();
-    check(EVP_DigestUpdate(context.get(), bytes.data_ptr(), bytes.numel() * bytes.element_size()),
-          "EVP_DigestUpdate");
-  }
+struct ParamsSha256::Context {
+  DigestContext digest{EVP_MD_CTX_new(), &EVP_MD_CTX_free};
+};
+
+ParamsSha256::ParamsSha256() : context_(std::make_unique<Context>()) {
+  if (!context_->digest) throw std::runtime_error("params-sha256: OpenSSL EVP_MD_CTX_new failed");
+  check(EVP_DigestInit_ex(context_->digest.get(), EVP_sha256(), nullptr), "EVP_DigestInit_ex");
+}
+
+ParamsSha256::~ParamsSha256() = default;
+
+void ParamsSha256::add(const torch::Tensor& tensor) {
+  const torch::Tensor bytes = tensor.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  check(EVP_DigestUpdate(context_->digest.get(), bytes.data_ptr(), bytes.numel() * bytes.element_size()),
+        "EVP_DigestUpdate");
+}
+
+std::string ParamsSha256::hex() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  check(EVP_DigestFinal_ex(context.get(), digest, &length), "EVP_DigestFinal_ex");
+  check(EVP_DigestFinal_ex(context_->digest.get(), digest, &length), "EVP_DigestFinal_ex");
   static const char kHex[] = "0123456789abcdef";
   std::string hex;
   hex.reserve(2 * length);
@@ -45,6 +54,12 @@ std::string tensors_sha256(const std::vector<std::pair<std::string, torch::Tenso
     hex.push_back(kHex[digest[i] & 0xf]);
   }
   return hex;
+}
+
+std::string tensors_sha256(const std::vector<std::pair<std::string, torch::Tensor>>& tensors) {
+  ParamsSha256 digest;
+  for (const auto& item : tensors) digest.add(item.second);
+  return digest.hex();
 }
 
 }  // namespace fashion_mnist

@@ -24,6 +24,20 @@ using examples::add_directory;
 using examples::add_integer;
 using examples::add_real;
 
+// --powersgd-rank and --powersgd-start-iter are read by the PowerSGD hooks only: given without one,
+// they were silently ignored.
+void check_powersgd_flags(const CLI::App& app, const std::string& hook) {
+  if (hook == "powersgd" || hook == "batched_powersgd") return;
+  for (const char* flag : {"--powersgd-rank", "--powersgd-start-iter"}) {
+    if (app.count(flag) == 0) continue;
+    throw cohort::Error(std::string(flag) + " " + app[flag]->as<std::string>() +
+                            " is read only with --ddp-comm-hook powersgd or batched_powersgd (" +
+                            (hook.empty() ? "no hook is given" : "the hook is " + hook) +
+                            "): add the hook, or leave the flag out",
+                        cohort::ErrorKind::kInvalidArgument);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -54,7 +68,6 @@ int main(int argc, char** argv) {
                 "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
   add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, config.checkpoint_every,
               "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
-  app.callback([&] { examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir); });
   app.add_option("--resume", config.resume,
                  "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
                  "never: start from scratch (a launcher's restart still continues from the newest one); or a "
@@ -88,5 +101,9 @@ int main(int argc, char** argv) {
               "Steps of plain averaging before PowerSGD starts (PyTorch's start_powerSGD_iter)");
   app.add_flag("--no-memory-check", config.no_memory_check,
                "Skip the check that the batch's estimated memory fits in the memory available");
+  app.callback([&] {
+    examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir);
+    check_powersgd_flags(app, config.ddp_comm_hook);
+  });
   return examples::parse_and_run(app, argc, argv, [&] { fashion_mnist::run_training(config); });
 }

@@ -1,6 +1,7 @@
 // What the job may ask of this machine, checked before anything large is allocated: threads against
-// the cores this process may use, one step's estimated memory against the memory available, and a
-// data set that is not empty. Each refusal says what it refuses, why, and the flag that overrides it.
+// the cores this process may use, one step's estimated memory against the memory available (checked
+// as every example does, examples/common/memory.h), and a data set that is not empty. Each refusal
+// says what it refuses, why, and the flag that overrides it.
 #pragma once
 
 #include <cstdint>
@@ -24,13 +25,6 @@ ThreadChoice choose_threads(int requested, bool oversubscribe, int local_size);
 /// activations autograd keeps, their gradients and the convolutions' unfolded inputs (im2col).
 int64_t estimated_step_bytes(int64_t batch);
 
-/// Memory this process can still get: MemAvailable, or less when a cgroup limit is closer; -1 when
-/// unknown.
-int64_t available_memory_bytes();
-
-/// "1.5 GB", "2.5 TB" (1e9 / 1e12 bytes).
-std::string format_bytes(int64_t bytes);
-
 /// The batch a step will really have: `asked` by `flag`, `samples` once this rank's share of the
 /// training set caps it.
 struct BatchRequest {
@@ -40,7 +34,7 @@ struct BatchRequest {
 };
 
 /// "" when a step of request.samples fits in `available` bytes shared by `local_ranks` ranks, else
-/// the refusal, naming the flag, the estimate, the memory and the override.
+/// the refusal, naming the flag, the estimate, the memory and the override (examples/common/memory.h).
 std::string memory_refusal(const BatchRequest& request, int local_ranks, int64_t available);
 
 }  // namespace fashion_mnist

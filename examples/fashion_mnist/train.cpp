@@ -4,7 +4,6 @@
 // data is loaded, and prints the job's header, epoch lines and params-sha256.
 #include "train.h"
 
-#include <cohort/ddp.h>  // reduce_metrics
 #include <cohort/error.h>
 #include <cohort/progress.h>
 #include <cohort/trainer.h>
@@ -20,6 +19,7 @@
 
 #include "../common/check.h"
 #include "../common/cli_paths.h"
+#include "../common/memory.h"
 #include "../common/threads.h"
 #include "digest.h"
 #include "module.h"
@@ -188,12 +188,9 @@ void Job::print_header() const {
 // (CPU only: a GPU's memory is another matter). Every rank takes part, so all refuse together.
 void Job::check_memory(const BatchRequest& request) {
   if (config_.no_memory_check || trainer_.world().device().is_cuda()) return;
-  const std::string refusal = memory_refusal(request, trainer_.world().local_size(), available_memory_bytes());
-  const auto refusing = cohort::reduce_metrics({torch::tensor(int64_t(refusal.empty() ? 0 : 1))});
-  if (refusing[0].item<int64_t>() == 0) return;
-  examples::require(!refusal.empty(), "another rank refused the batch of ", request.samples,
-               " samples: it needs more memory than that rank's node has available");
-  throw cohort::Error(refusal);
+  const std::string refusal =
+      memory_refusal(request, trainer_.world().local_size(), examples::available_memory_bytes());
+  examples::refuse_together(refusal, "the batch of " + std::to_string(request.samples) + " samples");
 }
 
 void Job::run() {

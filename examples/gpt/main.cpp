@@ -1,12 +1,14 @@
 // gpt: trains a character-level (byte-level) GPT (models/gpt.h, nanoGPT's layout) on a real text,
 // Debian's fortunes by default, with any of cohort's strategies: ddp, zero1, zero2, zero3 or fsdp
 // (each GPT block a sharding unit), with or without activation checkpointing. --devices N starts N
-// local workers (or run it under cohortrun, torchrun, srun or mpirun). It prints "val loss X" at each
-// validation, a sample of generated text and params-sha256 at the end. See docs/gpt.md.
+// local workers (or run it under cohortrun, torchrun, srun or mpirun). It prints "val loss X" and the
+// memory per rank at each validation, a sample of generated text and params-sha256 at the end, and
+// saves checkpoints a restart resumes from (--checkpoint-dir). See docs/gpt.md.
 #include <CLI/CLI.hpp>
 
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
+#include "../common/cli_paths.h"
 #include "train.h"
 
 int main(int argc, char** argv) {
@@ -47,5 +49,17 @@ int main(int argc, char** argv) {
   app.add_option("--data", flags.data,
                  "A text file, or a directory whose files without a '.' in their name are read in order")
       ->capture_default_str();
+  examples::add_directory(app, "--checkpoint-dir", flags.checkpoint_dir,
+                          "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
+  add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, flags.checkpoint_every,
+              "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
+  app.add_option("--resume", flags.resume,
+                 "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
+                 "never: start from scratch (a launcher's restart still continues from the newest one); or a "
+                 "checkpoint directory to load")
+      ->capture_default_str();
+  app.add_flag("--no-memory-check", flags.no_memory_check,
+               "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
+  app.callback([&] { examples::check_every_needs_dir(flags.checkpoint_every, flags.checkpoint_dir); });
   return examples::parse_and_run(app, argc, argv, [&] { gpt_example::run_training(flags); });
 }

@@ -1,23 +1,45 @@
-// The example's text and windows (see text.h).
+// The example's text and windows (see text.h). The text is read whole, from regular files only and up
+// to a size (kMaxTextBytes), so --data naming a device or a fifo is one line, not a hang or bad_alloc.
 #include "text.h"
 
+#include <cohort/error.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
+
+#include "../common/cli_paths.h"
 
 namespace gpt_example {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("--data: cannot read " + path.string());
-  return std::string(std::istreambuf_iterator<char>(in), {});
+// The text is read whole and each byte becomes an 8-byte token, held twice while the tensor is made:
+// 256 MiB of text already takes about 4.5 GB. nanoGPT's character-level texts are about 1 MB; a larger
+// corpus wants a tokenizer and a memory-mapped file, not this example.
+constexpr int64_t kMaxTextBytes = int64_t(256) << 20;
+
+// A directory's files without a '.' in their name (the fortune files, not their .dat indexes), in
+// name order, and at most kMaxTextBytes in all.
+std::vector<fs::path> text_files(const std::string& dir) {
+  std::vector<fs::path> files;
+  uintmax_t total = 0;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.is_regular_file() && !entry.is_symlink() && entry.path().filename().string().find('.') == std::string::npos) {
+      files.push_back(entry.path());
+      total += entry.file_size();
+    }
+  if (total > static_cast<uintmax_t>(kMaxTextBytes))
+    throw cohort::Error("--data " + dir + ": its " + std::to_string(files.size()) + " text files hold " +
+                            std::to_string(total) + " bytes, more than the " + std::to_string(kMaxTextBytes) +
+                            " this program reads whole into memory",
+                        cohort::ErrorKind::kInvalidArgument);
+  std::sort(files.begin(), files.end());
+  return files;
 }
 
 }  // namespace
@@ -26,15 +48,11 @@ Text load_text(const std::string& path, int64_t min_tokens) {
   Text text;
   std::error_code error;
   if (fs::is_directory(path, error)) {
-    std::vector<fs::path> files;
-    for (const auto& entry : fs::directory_iterator(path))
-      if (entry.is_regular_file() && !entry.is_symlink() && entry.path().filename().string().find('.') == std::string::npos)
-        files.push_back(entry.path());
-    std::sort(files.begin(), files.end());
-    for (const auto& file : files) text.bytes += read_file(file);
+    const std::vector<fs::path> files = text_files(path);
+    for (const auto& file : files) text.bytes += examples::read_regular_file("--data", file.string(), kMaxTextBytes);
     text.files = static_cast<int>(files.size());
   } else if (fs::exists(path, error)) {
-    text.bytes = read_file(path);
+    text.bytes = examples::read_regular_file("--data", path, kMaxTextBytes);
     text.files = 1;
   } else {
     throw std::runtime_error("--data: " + path + " does not exist" +

@@ -1,23 +1,28 @@
 // The GPT example on cohort::Trainer: a TrainingModule with its own layers (the GPT, whose blocks are
 // sharding units) trained under --strategy ddp, zero1, zero2, zero3 or fsdp (zero3 and fsdp are the
 // same for this model: its blocks are the units either way). The Trainer starts the workers
-// (--devices N), shards the windows over ranks, validates every --eval-interval steps; this file
-// prints the header, "val loss X" at each validation, a sample of text and params-sha256.
+// (--devices N), builds the GPT in configure_model (sharded as it is made under zero3 and fsdp), shards
+// the windows over ranks, validates every --eval-interval steps and saves checkpoints (--checkpoint-dir);
+// this file picks the options and prints the header (report.cpp prints the rest). A model too big for
+// this node's memory is refused before it is built, as fashion_mnist refuses a batch.
 #include "train.h"
 
-#include <cohort/safetensors.h>
 #include <cohort/trainer.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <map>
+#include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <thread>
 
+#include "../common/memory.h"
 #include "../common/threads.h"
-#include "../fashion_mnist/digest.h"
+#include "../common/cli_paths.h"
 #include "models/gpt.h"
+#include "report.h"
 
 namespace gpt_example {
 namespace {
@@ -29,8 +34,14 @@ torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& targets)
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1));
 }
 
+// The GPT is made in configure_model (Lightning's hook), which the Trainer runs inside a ShardedInit
+// under fsdp and zero3: each block is sharded as it is made, so no rank ever holds the whole model.
 struct GptModule : cohort::TrainingModule {
-  GptModule(const GPTConfig& config, const Flags& flags) : flags_(flags) { gpt = register_module("gpt", GPT(config)); }
+  GptModule(const GPTConfig& config, const Flags& flags) : config_(config), flags_(flags) {}
+  void configure_model() override {
+    torch::manual_seed(static_cast<uint64_t>(flags_.seed));  // the seed alone fixes the initial weights
+    gpt = register_module("gpt", GPT(config_));
+  }
   torch::Tensor training_step(cohort::Batch& batch, int64_t) override {
     auto loss = loss_of(gpt->forward(batch.data), batch.target);
     log("train_loss", loss);
@@ -44,24 +55,8 @@ struct GptModule : cohort::TrainingModule {
         std::move(parameters), torch::optim::AdamWOptions(flags_.lr).betas({0.9, 0.99}).weight_decay(flags_.weight_decay));
   }
   GPT gpt{nullptr};
+  GPTConfig config_;
   Flags flags_;
-};
-
-void print_validation(cohort::Trainer& trainer, double val_loss) {
-  if (!trainer.world().is_main()) return;
-  const auto& metrics = trainer.callback_metrics();
-  const auto train = metrics.find("train_loss");
-  std::printf("step %lld: ", static_cast<long long>(trainer.global_step()));
-  if (train != metrics.end()) std::printf("train loss %.4f, ", train->second);
-  std::printf("val loss %.4f\n", val_loss);
-  std::fflush(stdout);
-}
-
-// Prints each validation's loss as the Trainer finishes it.
-struct ValidationReport : cohort::Callback {
-  void on_validation_end(cohort::Trainer& trainer, cohort::TrainingModule&) override {
-    print_validation(trainer, trainer.callback_metrics().at("val_loss"));
-  }
 };
 
 cohort::TrainerOptions trainer_options(const Flags& flags) {
@@ -85,33 +80,72 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
                 .activation_checkpointing(flags.activation_checkpointing));
 }
 
-// The digest hashes the parameters in named_parameters() order; the ZeRO engine's full_parameters()
-// at stage 3 lists the root unit's parameters first (ln_f before the blocks), so put them in order.
-std::vector<std::pair<std::string, torch::Tensor>> in_module_order(
-    const std::vector<std::pair<std::string, torch::Tensor>>& parameters, const torch::nn::Module& module) {
-  const std::map<std::string, torch::Tensor> by_name(parameters.begin(), parameters.end());
-  std::vector<std::pair<std::string, torch::Tensor>> ordered;
-  for (const auto& item : module.named_parameters()) ordered.emplace_back(item.key(), by_name.at(item.key()));
-  return ordered;
+// Bytes per rank that training `config` needs at least, on the CPU in fp32: the weights (4 bytes a
+// parameter; zero3 and fsdp build them sharded, a 1/ranks slice plus two blocks gathered); their gradients (4, divided over the ranks by
+// zero2, zero3 and fsdp) and AdamW's two moments (8, divided by every ZeRO strategy); and what autograd
+// keeps for backward: per token and block about 16 x n_embd floats (the LayerNorms, q/k/v, attention's
+// output, the MLP's 4 x n_embd twice) or, with activation checkpointing, each block's input and one
+// block's worth, plus the logits and their softmax. In double: a GPT at the flags' limits overflows int64.
+int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
+  const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)), ranks = world_size;
+  const double grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
+  const double moments = flags.strategy == "ddp" ? 8 * p : 8 * p / ranks;
+  const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
+  const double kept = flags.activation_checkpointing ? layers * e + 16 * e : layers * 16 * e;
+  const double tokens = static_cast<double>(flags.batch_size) * static_cast<double>(flags.block_size);
+  const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
+  const double block = 12 * e * e + 13 * e;
+  const double weights = sharded ? 4 * p / ranks + 2 * 4 * block : 4 * p;
+  const double total = weights + grads + moments + 4 * tokens * (kept + 2 * static_cast<double>(config.vocab_size()));
+  return total >= 9e18 ? INT64_MAX : static_cast<int64_t>(total);
 }
 
-// A few lines of text from rank 0's copy of the trained weights.
-void print_sample(const std::vector<std::pair<std::string, torch::Tensor>>& parameters, const GPTConfig& config,
-                  const Text& text, const Flags& flags) {
-  if (flags.sample_tokens == 0) return;
-  GPT copy(GPTConfig(config).dropout(0.0));
-  const std::map<std::string, torch::Tensor> by_name(parameters.begin(), parameters.end());
-  cohort::load_state_dict(*copy, by_name, cohort::StateDictOptions().prefix("gpt."));
-  copy->eval();
-  torch::manual_seed(static_cast<uint64_t>(flags.seed));
-  const int64_t newline = std::max<int64_t>(text.token_of[static_cast<unsigned char>('\n')], 0);
-  auto tokens = copy->generate(torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8);
-  std::printf("sample:\n%s\n", decode(text, tokens.narrow(1, 1, flags.sample_tokens)).c_str());
+// A GPT too big for this node is refused in one line before it is built (it was LibTorch's allocator
+// text); every rank takes part, so all refuse together (examples/common/memory.h).
+void check_memory(const GPTConfig& config, const Flags& flags, const cohort::World& world) {
+  if (flags.no_memory_check) return;
+  std::ostringstream asked, what;
+  asked << "--n-layer " << flags.n_layer << " --n-embd " << flags.n_embd << " (a GPT of "
+        << cohort::models::gpt_num_parameters(config) << " parameters)";
+  what << "for its weights, gradients and AdamW state (--strategy " << flags.strategy << " on " << world.size()
+       << " rank(s)) and the activations of --batch-size " << flags.batch_size << " x --block-size "
+       << flags.block_size;
+  const examples::MemoryNeed need{asked.str(), estimated_bytes(config, flags, world.size()), what.str(),
+                                  "lower --n-layer, --n-embd, --batch-size or --block-size"};
+  examples::refuse_together(examples::memory_refusal(need, world.local_size(), examples::available_memory_bytes()),
+                            "the GPT");
+}
+
+// --checkpoint-dir: a ModelCheckpoint every --checkpoint-every steps (and at the end); --resume auto
+// continues from its newest checkpoint, and a launcher's restart (cohortrun --max-restarts) resumes by
+// itself (FitOptions::resume_on_restart).
+std::string add_checkpoints(cohort::Trainer& trainer, const Flags& flags) {
+  if (!flags.checkpoint_dir.empty())
+    trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
+                                                                       .dirpath(flags.checkpoint_dir)
+                                                                       .every_n_train_steps(flags.checkpoint_every)
+                                                                       .every_n_epochs(0)
+                                                                       .keep_last(3)));
+  if (flags.resume == "auto") return flags.checkpoint_dir.empty() ? "" : "last";
+  return flags.resume == "never" ? "" : flags.resume;
+}
+
+void print_header(const cohort::World& world, const Flags& flags, const Text& text, const GPTConfig& config,
+                  int64_t threads) {
+  if (!world.is_main()) return;
+  const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
+  std::printf("text: %s, %d file(s), %lld bytes, vocabulary %zu; GPT %lld parameters%s; %s on %d rank(s), %lld "
+              "thread(s) each\n", flags.data.c_str(), text.files, static_cast<long long>(text.bytes.size()),
+              text.vocabulary.size(), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
+              sharded ? " (each block sharded as it is made)" : "", flags.strategy.c_str(), world.size(),
+              static_cast<long long>(threads));
+  std::fflush(stdout);
 }
 
 }  // namespace
 
 void run_training(const Flags& flags) {
+  if (!flags.checkpoint_dir.empty()) examples::check_writable_dir("--checkpoint-dir", flags.checkpoint_dir);
   cohort::Trainer trainer(trainer_options(flags));  // starts or joins the workers before anything else
   const cohort::World& world = trainer.world();
   const int64_t threads = flags.threads > 0 ? flags.threads
@@ -119,14 +153,9 @@ void run_training(const Flags& flags) {
   examples::set_threads(static_cast<int>(threads));
   const Text text = load_text(flags.data, flags.block_size + 2);
   const GPTConfig config = model_config(flags, text);
-  torch::manual_seed(static_cast<uint64_t>(flags.seed));  // the seed alone fixes the initial weights
-  GptModule module(config, flags);
-  if (world.is_main())
-    std::printf("text: %s, %d file(s), %lld bytes, vocabulary %zu; GPT %lld parameters; %s on %d rank(s), %lld "
-                "thread(s) each\n", flags.data.c_str(), text.files, static_cast<long long>(text.bytes.size()),
-                text.vocabulary.size(), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
-                flags.strategy.c_str(), world.size(), static_cast<long long>(threads));
-  std::fflush(stdout);
+  check_memory(config, flags, world);
+  GptModule module(config, flags);  // its layers come in configure_model, when the Trainer takes it
+  print_header(world, flags, text, config, threads);
   // Training: every window of the train split, shuffled each epoch. Validation: eval_iters batches
   // per rank of windows evenly spaced over the validation split, the same at every validation.
   const int64_t train_windows = text.train.numel() - flags.block_size - 1;
@@ -137,13 +166,14 @@ void run_training(const Flags& flags) {
                                     torch::kFloat64).to(torch::kLong);
   cohort::DataLoader val(std::make_shared<WindowDataset>(text.val, val_starts, flags.block_size),
                          cohort::LoaderOptions().batch_size(flags.batch_size));
-  trainer.add_callback(std::make_shared<ValidationReport>());
-  trainer.fit(module, train, cohort::FitOptions().val(&val));
-  if (trainer.global_step() % flags.eval_interval != 0) print_validation(trainer, trainer.validate(module, val).at("val_loss"));
-  const auto parameters = in_module_order(trainer.full_parameters(), module);  // a collective at stage 3
-  if (!world.is_main()) return;
-  print_sample(parameters, config, text, flags);
-  std::printf("params-sha256: %s\n", fashion_mnist::tensors_sha256(parameters).c_str());
+  trainer.add_callback(std::make_shared<ValidationReport>(flags));
+  const std::string resume = add_checkpoints(trainer, flags);
+  trainer.fit(module, train, cohort::FitOptions().val(&val).ckpt_path(resume));
+  if (trainer.global_step() % flags.eval_interval != 0) {
+    print_validation(trainer, trainer.validate(module, val).at("val_loss"));
+    print_memory(trainer, flags, "the end");
+  }
+  print_sample_and_digest(trainer, config, text, flags);
 }
 
 }  // namespace gpt_example

@@ -24,10 +24,14 @@ struct Flags {
   int64_t sample_tokens = 300;
   int64_t threads = 0;
   std::string data = kDefaultText;
+  bool no_memory_check = false;  ///< skip the check that the model and a step fit in the memory available
+  std::string checkpoint_dir;    ///< "": no checkpoints
+  int64_t checkpoint_every = 0;  ///< steps between checkpoints (0: only at the end)
+  std::string resume = "auto";   ///< auto, never, or a checkpoint directory
 };
 
-/// Trains and prints "val loss X" every eval_interval steps (and at the end), a sample of generated
-/// text, and "params-sha256: ..." (rank 0).
+/// Trains and prints "val loss X" and a memory line every eval_interval steps (and at the end), a
+/// sample of generated text, and "params-sha256: ..." (rank 0).
 void run_training(const Flags& flags);
 
 }  // namespace gpt_example

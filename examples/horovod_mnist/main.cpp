@@ -17,10 +17,12 @@
 #include <cohort/sampler.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
+#include "../common/cli_paths.h"
 #include "../common/threads.h"
 #include "../fashion_mnist/digest.h"
 #include "models/fashion_mnist_net.h"
@@ -144,7 +146,16 @@ void train_elastic(const Args& args, fashion_mnist::Net& model, const std::share
   });
 }
 
+// --elastic: the commits' directory made and proved writable before anything starts, in one line naming
+// the flag (a file there surfaced at rank 0's first commit as a raw "filesystem error:").
+void check_elastic_dir(const Args& args) {
+  const char* env = std::getenv("COHORT_HVD_ELASTIC_DIR");
+  if (!args.elastic_dir.empty()) examples::check_writable_dir("--elastic-dir", args.elastic_dir);
+  else if (env != nullptr && *env != '\0') examples::check_writable_dir("COHORT_HVD_ELASTIC_DIR", env);
+}
+
 void run(const Args& args) {
+  if (args.elastic) check_elastic_dir(args);
   hvd::init();
   torch::manual_seed(args.seed);
   examples::set_threads(int(args.threads));  // as the original: one thread per rank on CPU
@@ -205,7 +216,8 @@ int main(int argc, char** argv) {
                "train under hvd::elastic::run: commit the state every --commit-every batches and at each epoch's "
                "end; restarted by cohortrun --max-restarts, the job goes on from the last commit");
   add_integer(app, {"--commit-every", 1, int64_t(1e12)}, args.commit_every, "batches between commits under --elastic");
-  app.add_option("--elastic-dir", args.elastic_dir,
-                 "directory of the commits under --elastic (default: $COHORT_HVD_ELASTIC_DIR); use a fresh one per job");
+  examples::add_directory(app, "--elastic-dir", args.elastic_dir,
+                          "directory of the commits under --elastic (default: $COHORT_HVD_ELASTIC_DIR); use a fresh "
+                          "one per job");
   return examples::parse_and_run(app, argc, argv, [&] { run(args); });
 }

@@ -24,6 +24,8 @@ enum class ErrorKind {
   kAborted,          ///< a peer failed first and aborted the Comm (ranks() names it), or this rank did
   kDesync,           ///< ranks called different collectives or disagree on a value: a bug
   kIO,               ///< a file could not be read or written, or its bytes are damaged (checksum)
+  kOutOfMemory,      ///< memory (host or device) ran out, or a request would not fit what is there
+  kInternal,         ///< an invariant of cohort's own failed: a bug in cohort, to report
 };
 
 /// "timeout", "peer died", ... : the kind as messages and logs name it.

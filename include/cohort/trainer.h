@@ -25,6 +25,7 @@
 #include "cohort/trainer_options.h"
 #include "cohort/training_module.h"
 #include "cohort/world.h"
+#include "cohort/zero.h"
 
 COHORT_EXPORT_BEGIN
 namespace cohort {
@@ -98,6 +99,17 @@ class Trainer {
   std::string save_checkpoint(const std::string& dir, int keep_last = 2);
   /// The full parameters in float32 by name (gathers ZeRO shards: every rank calls it).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
+  /// The same one parameter at a time, in the module's order: under ZeRO stage 3 one unit is gathered
+  /// at a time, so no rank holds the whole model (every rank calls it).
+  void for_each_full_parameter(const ParameterVisitor& visit);
+  /// This rank's bytes of model states now, by the ZeRO paper's parts: under ZeRO the engine's shards,
+  /// buffers and gathered units; otherwise the parameters this rank trains, their gradients and the
+  /// optimizer's state.
+  MemoryReport memory_report() const;
+  /// The same parts as cohort-plan predicts them for this rank (src/zero/memory_plan.h, the ZeRO
+  /// paper's formulas): this model's parameters, the strategy's stage, the world size, the precision
+  /// and the optimizer. buffer_bytes and cached_bytes are 0 (the formulas count model states only).
+  MemoryReport planned_memory() const;
   /// Default root for logs and checkpoints (the option, or the working directory).
   std::string root_dir() const;
   const std::vector<std::shared_ptr<Logger>>& loggers() const;

@@ -23,6 +23,9 @@
 COHORT_EXPORT_BEGIN
 namespace cohort {
 
+/// Called with each full parameter's name and float32 value (for_each_full_parameter).
+using ParameterVisitor = std::function<void(const std::string& name, const torch::Tensor& value)>;
+
 /// Bytes this rank holds right now, by the ZeRO paper's parts.
 struct MemoryReport {
   int64_t num_parameters = 0;   ///< Ψ: trainable elements of the whole model
@@ -102,6 +105,10 @@ class ZeroEngineCore : public Stateful {
 
   /// The full parameters by name, in float32 (gathers shards at stage 3; all ranks must call it).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
+  /// The same one parameter at a time, in the module's order, on the CPU: a unit's shards are
+  /// gathered when its first parameter comes and dropped after its last, so no rank holds the whole
+  /// model (a digest, a consolidated file). `visit`'s tensor lives until it returns: clone to keep it.
+  void for_each_full_parameter(const ParameterVisitor& visit);
 
   // Stateful (cohort/checkpoint.h): shards of master weights and optimizer state, buffers, counters.
   void prepare_load() override;

@@ -36,7 +36,7 @@ class SchedulerState : public Stateful {
   StateValues state_values() const override { return {{"step_count", SchedulerAccess::step_count(scheduler_)}}; }
   void load_state_values(const StateValues& values) override {
     const auto it = values.find("step_count");
-    COHORT_CHECK(it != values.end(), "the checkpoint's scheduler has no 'step_count'");
+    COHORT_CHECK_KIND(kIO, it != values.end(), "the checkpoint's scheduler has no 'step_count'");
     SchedulerAccess::step_count(scheduler_) = static_cast<unsigned>(it->second);
   }
 
@@ -57,12 +57,12 @@ class SamplerState : public Stateful {
   }
   void load_state_values(const StateValues& values) override {
     for (const char* key : {"epoch", "samples_in_epoch", "dataset_size", "seed", "shuffle"}) {
-      COHORT_CHECK(values.count(key), "the checkpoint's sampler has no '", key, "'");
+      COHORT_CHECK_KIND(kIO, values.count(key), "the checkpoint's sampler has no '", key, "'");
     }
     const auto mine = state_values();
     for (const char* key : {"dataset_size", "seed", "shuffle"}) {
-      COHORT_CHECK(values.at(key) == mine.at(key), "the checkpoint's sampler has ", key, " ", values.at(key),
-                   ", this one ", mine.at(key), ": it belongs to another dataset or shuffle");
+      COHORT_CHECK_KIND(kInvalidArgument, values.at(key) == mine.at(key), "the checkpoint's sampler has ", key, " ",
+                        values.at(key), ", this one ", mine.at(key), ": it belongs to another dataset or shuffle");
     }
     sampler_.set_epoch(static_cast<int64_t>(values.at("epoch")));
     samples_ = static_cast<int64_t>(values.at("samples_in_epoch"));

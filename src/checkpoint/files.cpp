@@ -96,7 +96,7 @@ bool path_exists(const std::string& path) {
   std::error_code error;
   const fs::file_status status = fs::status(path, error);
   if (error && error != std::errc::no_such_file_or_directory) {
-    throw Error("checkpoint path " + path + " cannot be read: " + error.message());
+    throw Error("checkpoint path " + path + " cannot be read: " + error.message(), ErrorKind::kIO);
   }
   return fs::exists(status);
 }

@@ -35,7 +35,7 @@ class Files {
     auto it = open_.find(name);
     if (it != open_.end()) return *it->second;
     const auto f = std::find_if(m_.files.begin(), m_.files.end(), [&](const FileRecord& r) { return r.name == name; });
-    COHORT_CHECK(f != m_.files.end(), dir_, "/manifest.json: file ", name, " is not in 'files'");
+    COHORT_CHECK_KIND(kIO, f != m_.files.end(), dir_, "/manifest.json: file ", name, " is not in 'files'");
     auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, f->rank, m_.world_size, f->payload_bytes);
     return *open_.emplace(name, std::move(reader)).first->second;
   }
@@ -90,7 +90,7 @@ const char* safetensors_dtype(c10::ScalarType t) {
     case c10::ScalarType::Char: return "I8";
     case c10::ScalarType::Byte: return "U8";
     case c10::ScalarType::Bool: return "BOOL";
-    default: throw Error(std::string("safetensors has no type for ") + c10::toString(t));
+    default: throw Error(std::string("safetensors has no type for ") + c10::toString(t), ErrorKind::kInvalidArgument);
   }
 }
 
@@ -105,21 +105,22 @@ std::string bytes_text(int64_t bytes) {
 }  // namespace
 
 std::string resolve_step_dir(const std::string& path) {
-  COHORT_CHECK(path_exists(path), "checkpoint path ", path, " does not exist");
+  COHORT_CHECK_KIND(kInvalidArgument, path_exists(path), "checkpoint path ", path, " does not exist");
   if (path_exists((fs::path(path) / "manifest.json").string())) return path;
   const std::string latest = read_latest(path);  // throws for a pointer that leads out of `path`
   if (!latest.empty()) return latest;
   // No 'latest' (a copy of the step directories, a save that never moved it): the newest step
   // directory, the one training would resume from.
   const auto steps = step_directories(path);
-  COHORT_CHECK(!steps.empty(), path,
-               " holds no checkpoint: no manifest.json, no 'latest' pointer and no step-<n> directory");
+  COHORT_CHECK_KIND(kInvalidArgument, !steps.empty(), path,
+                    " holds no checkpoint: no manifest.json, no 'latest' pointer and no step-<n> directory");
   return steps.front().second;
 }
 
 void check_output_outside(const std::string& step_dir, const std::string& out) {
-  COHORT_CHECK(!path_inside(step_dir, out), "the output ", out, " is inside the checkpoint it reads (", step_dir,
-               "): writing it there would replace or add to the checkpoint's own files; write it elsewhere");
+  COHORT_CHECK_KIND(kInvalidArgument, !path_inside(step_dir, out), "the output ", out,
+                    " is inside the checkpoint it reads (", step_dir,
+                    "): writing it there would replace or add to the checkpoint's own files; write it elsewhere");
   // Any other checkpoint of the same directory (a sibling step-<n>, a save in progress, `latest`).
   const fs::path root = fs::path(step_dir).parent_path().empty() ? "." : fs::path(step_dir).parent_path();
   std::error_code error;
@@ -127,13 +128,13 @@ void check_output_outside(const std::string& step_dir, const std::string& out) {
   const fs::path top = fs::weakly_canonical(root, error);
   if (!path_inside(top.string(), file.string()) || file == top) return;
   const std::string first = file.lexically_relative(top).begin()->string();
-  COHORT_CHECK(first != "latest", "the output ", out, " is the 'latest' pointer of ", root.string(),
-               ": write it elsewhere");
+  COHORT_CHECK_KIND(kInvalidArgument, first != "latest", "the output ", out, " is the 'latest' pointer of ",
+                    root.string(), ": write it elsewhere");
   const bool checkpoint = parse_step_dir(first).has_value() || first.rfind(".step-", 0) == 0;
-  COHORT_CHECK(!checkpoint, "the output ", out, " is inside checkpoint ", (root / first).string(), " of ",
-               root.string(),
-               ": writing it there would replace or add to that checkpoint's files; write it "
-               "elsewhere");
+  COHORT_CHECK_KIND(kInvalidArgument, !checkpoint, "the output ", out, " is inside checkpoint ",
+                    (root / first).string(), " of ", root.string(),
+                    ": writing it there would replace or add to that checkpoint's files; write it "
+                    "elsewhere");
 }
 
 std::string describe_checkpoint(const std::string& dir, bool tensors) {

@@ -11,7 +11,7 @@
 namespace cohort::detail::ckpt {
 
 std::vector<int> assign_writers(const std::vector<int64_t>& bytes, int world_size) {
-  COHORT_CHECK(world_size >= 1, "assign_writers: world size ", world_size, " < 1");
+  COHORT_CHECK_KIND(kInternal, world_size >= 1, "assign_writers: world size ", world_size, " < 1");
   std::vector<size_t> order(bytes.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
@@ -30,9 +30,9 @@ std::map<std::string, int> assign_owned_writers(const std::vector<HeldTensors>& 
   for (size_t r = 0; r < per_rank.size(); ++r) {
     for (const auto& [name, bytes] : per_rank[r]) {
       auto& held = holders[name];
-      COHORT_CHECK(held.second.empty() || held.first == bytes, "ranks ", held.second.front(), " and ", r,
-                   " hold tensor '", name, "' with ", held.first, " and ", bytes,
-                   " bytes: a tensor several ranks hold (StateKind::kOwned) must be the same on each");
+      COHORT_CHECK_KIND(kInvalidArgument, held.second.empty() || held.first == bytes, "ranks ", held.second.front(),
+                        " and ", r, " hold tensor '", name, "' with ", held.first, " and ", bytes,
+                        " bytes: a tensor several ranks hold (StateKind::kOwned) must be the same on each");
       held.first = bytes;
       held.second.push_back(static_cast<int>(r));
     }
@@ -65,15 +65,15 @@ std::vector<SliceCopy> plan_slice_copies(const std::vector<Slice>& saved, int64_
   for (size_t index : order) {
     const Slice& slice = saved[index];
     if (slice.numel == 0) continue;
-    COHORT_CHECK(slice.offset >= previous_end, what, ": saved slices overlap at element ", slice.offset);
+    COHORT_CHECK_KIND(kIO, slice.offset >= previous_end, what, ": saved slices overlap at element ", slice.offset);
     previous_end = slice.offset + slice.numel;
     const int64_t lo = std::max(begin, slice.offset), hi = std::min(end, previous_end);
     if (lo >= hi) continue;
-    COHORT_CHECK(lo == covered, what, ": no saved slice holds elements [", covered, ", ", lo, ")");
+    COHORT_CHECK_KIND(kIO, lo == covered, what, ": no saved slice holds elements [", covered, ", ", lo, ")");
     copies.push_back({index, lo - slice.offset, lo - begin, hi - lo});
     covered = hi;
   }
-  COHORT_CHECK(covered >= end, what, ": no saved slice holds elements [", covered, ", ", end, ")");
+  COHORT_CHECK_KIND(kIO, covered >= end, what, ": no saved slice holds elements [", covered, ", ", end, ")");
   return copies;
 }
 

@@ -28,7 +28,7 @@ std::vector<std::string> candidates(const std::string& dir, std::string* none) {
     return {};
   }
   if (path_exists((fs::path(dir) / "manifest.json").string())) return {dir};  // a step directory itself
-  COHORT_CHECK(fs::is_directory(dir), "checkpoint path ", dir, " is not a directory");
+  COHORT_CHECK_KIND(kInvalidArgument, fs::is_directory(dir), "checkpoint path ", dir, " is not a directory");
   std::vector<std::string> out;
   const std::string latest = read_latest(dir);  // throws for a pointer leading out of `dir`: nothing read
   if (!latest.empty()) out.push_back(latest);
@@ -67,9 +67,9 @@ std::optional<std::vector<std::string>> agreed_candidates(Group& group, const st
     }
   }
   listing = group.allgather(listing)[0];
-  COHORT_CHECK(listing.empty() || listing[0] != '!', listing.substr(1));
+  COHORT_CHECK_KIND(kIO, listing.empty() || listing[0] != '!', listing.substr(1));
   if (!listing.empty() && listing[0] == '?') {
-    COHORT_CHECK(!options.must_exist(), listing.substr(1));
+    COHORT_CHECK_KIND(kInvalidArgument, !options.must_exist(), listing.substr(1));
     COHORT_INFO(listing.substr(1), "; starting from scratch");
     return std::nullopt;
   }

@@ -1,6 +1,7 @@
 // manifest.json with nlohmann-json (see manifest.h). Reading validates every key it uses, so a
-// damaged or foreign manifest is one error naming the file and the key, never a JSON exception; file
-// names must be plain names inside the step directory (files.h), checked before any is opened.
+// damaged or foreign manifest is one I/O error naming the file and the key, never a JSON exception or
+// nlohmann's text (core/json_read.h); file names must be plain names inside the step directory
+// (files.h), checked before any is opened.
 #include "checkpoint/manifest.h"
 
 #include <limits>
@@ -11,6 +12,7 @@
 #include "checkpoint/files.h"
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/json_read.h"
 #include "core/safe_file.h"
 #include "core/text.h"
 
@@ -28,12 +30,18 @@ const std::pair<c10::ScalarType, const char*> kDtypes[] = {
     {c10::ScalarType::Short, "int16"},       {c10::ScalarType::Char, "int8"},     {c10::ScalarType::Byte, "uint8"},
     {c10::ScalarType::Bool, "bool"}};
 
-StateKind kind_from_name(const std::string& name) {
-  if (name == "replicated") return StateKind::kReplicated;
-  if (name == "sharded") return StateKind::kSharded;
-  if (name == "per_rank") return StateKind::kPerRank;
-  if (name == "owned") return StateKind::kOwned;
-  throw Error("unknown tensor kind '" + name + "'");
+std::optional<StateKind> kind_named(const std::string& name) {
+  for (StateKind kind : {StateKind::kReplicated, StateKind::kSharded, StateKind::kPerRank, StateKind::kOwned}) {
+    if (name == kind_name(kind)) return kind;
+  }
+  return std::nullopt;
+}
+
+std::optional<c10::ScalarType> dtype_named(const std::string& name) {
+  for (const auto& [type, type_name] : kDtypes) {
+    if (name == type_name) return type;
+  }
+  return std::nullopt;
 }
 
 json piece_to_json(const Piece& p) {
@@ -90,13 +98,14 @@ T typed(const json& value) {
 // Typed access that turns a missing key or a wrong type into "'<path>' is missing/not a <type>".
 template <typename T>
 T field(const json& object, const char* key, const std::string& where) {
-  COHORT_CHECK(object.is_object() && object.contains(key), where, ": '", key, "' is missing");
+  COHORT_CHECK_KIND(kIO, object.is_object() && object.contains(key), where, ": '", key, "' is missing");
   try {
     return typed<T>(object.at(key));
   } catch (const WrongType&) {
-    throw Error(where + ": '" + key + "' is not an integer of its range (" + excerpt(object.at(key).dump()) + ")");
+    throw Error(where + ": '" + key + "' is not an integer of its range (" + json_excerpt(object.at(key)) + ")",
+                ErrorKind::kIO);
   } catch (const json::exception&) {
-    throw Error(where + ": '" + key + "' has the wrong type (" + excerpt(object.at(key).dump()) + ")");
+    throw Error(where + ": '" + key + "' has the wrong type (" + json_excerpt(object.at(key)) + ")", ErrorKind::kIO);
   }
 }
 
@@ -110,16 +119,17 @@ TensorRecord record_from_json(const json& j, const std::string& where) {
   TensorRecord r;
   r.name = field<std::string>(j, "name", where);
   const std::string here = where + ": tensor '" + excerpt(r.name) + "'";
-  try {
-    r.kind = kind_from_name(field<std::string>(j, "kind", here));
-    r.dtype = dtype_from_name(field<std::string>(j, "dtype", here));
-  } catch (const Error& e) {
-    throw Error(here + ": " + e.what());
-  }
+  const std::string kind = field<std::string>(j, "kind", here), dtype = field<std::string>(j, "dtype", here);
+  const auto known_kind = kind_named(kind);
+  const auto known_dtype = dtype_named(dtype);
+  COHORT_CHECK_KIND(kIO, known_kind, here, ": unknown tensor kind '", excerpt(kind), "'");
+  COHORT_CHECK_KIND(kIO, known_dtype, here, ": unknown dtype '", excerpt(dtype), "'");
+  r.kind = *known_kind;
+  r.dtype = *known_dtype;
   r.shape = field<std::vector<int64_t>>(j, "shape", here);
   r.flat_numel = field<int64_t>(j, "flat_numel", here);
   const json pieces = field<json>(j, "pieces", here);
-  COHORT_CHECK(pieces.is_array(), here, ": 'pieces' is not a list");
+  COHORT_CHECK_KIND(kIO, pieces.is_array(), here, ": 'pieces' is not a list");
   for (const json& pj : pieces) {
     Piece p;
     p.rank = field<int>(pj, "rank", here);
@@ -131,8 +141,8 @@ TensorRecord record_from_json(const json& j, const std::string& where) {
     p.offset = field<int64_t>(pj, "offset", here);
     p.numel = field<int64_t>(pj, "numel", here);
     if (pj.contains("shape")) p.shape = field<std::vector<int64_t>>(pj, "shape", here);
-    COHORT_CHECK(p.byte_offset >= 0 && p.nbytes >= 0 && p.numel >= 0 && p.offset >= 0, here,
-                 ": a piece has a negative offset or size");
+    COHORT_CHECK_KIND(kIO, p.byte_offset >= 0 && p.nbytes >= 0 && p.numel >= 0 && p.offset >= 0, here,
+                      ": a piece has a negative offset or size");
     r.pieces.push_back(std::move(p));
   }
   return r;
@@ -151,14 +161,14 @@ std::string dtype_name(c10::ScalarType type) {
   for (const auto& [t, name] : kDtypes) {
     if (t == type) return name;
   }
-  throw Error(std::string("checkpoints cannot store tensors of type ") + c10::toString(type));
+  throw Error(std::string("checkpoints cannot store tensors of type ") + c10::toString(type),
+              ErrorKind::kInvalidArgument);
 }
 
 c10::ScalarType dtype_from_name(const std::string& name) {
-  for (const auto& [t, n] : kDtypes) {
-    if (name == n) return t;
-  }
-  throw Error("unknown dtype '" + name + "'");
+  const auto type = dtype_named(name);
+  COHORT_CHECK_KIND(kIO, type, "unknown dtype '", excerpt(name), "'");
+  return *type;
 }
 
 const char* kind_name(StateKind kind) {
@@ -194,23 +204,23 @@ std::string manifest_to_json(const Manifest& m) {
 
 Manifest read_manifest(const std::string& path) {
   const std::string text = read_own_file(path, "manifest", kMaxManifestBytes);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw Error(path + " is not valid JSON (truncated or damaged): " + excerpt(e.what()));
-  }
-  COHORT_CHECK(j.is_object() && string_or(j, "format", "") == kFormat, path,
-               " is not a cohort checkpoint manifest ('format' is not \"", kFormat, "\")");
+  JsonReadOptions options;
+  options.source = path;
+  options.document = "cohort checkpoint manifest";
+  options.kind = ErrorKind::kIO;  // cohort wrote it: one that is not JSON is truncated or damaged
+  options.unique_keys = true;     // cohort never repeats one: a repeated key is damage, not a choice
+  const json j = parse_json(text, options);
+  COHORT_CHECK_KIND(kIO, j.is_object() && string_or(j, "format", "") == kFormat, path,
+                    " is not a cohort checkpoint manifest ('format' is not \"", kFormat, "\")");
   Manifest m;
   m.format_version = field<int>(j, "format_version", path);
-  COHORT_CHECK(m.format_version <= kFormatVersion, path, " has format version ", m.format_version,
-               "; this cohort reads up to ", kFormatVersion, " (written by cohort ",
-               string_or(j, "library_version", "?"), ")");
+  COHORT_CHECK_KIND(kInvalidArgument, m.format_version <= kFormatVersion, path, " has format version ",
+                    m.format_version, "; this cohort reads up to ", kFormatVersion, " (written by cohort ",
+                    excerpt(string_or(j, "library_version", "?")), ")");
   m.library_version = field<std::string>(j, "library_version", path);
   m.step = field<int64_t>(j, "step", path);
   m.world_size = field<int>(j, "world_size", path);
-  COHORT_CHECK(m.world_size >= 1, path, ": 'world_size' is ", m.world_size);
+  COHORT_CHECK_KIND(kIO, m.world_size >= 1, path, ": 'world_size' is ", m.world_size);
   m.zero_stage = field<int>(j, "zero_stage", path);
   m.created = field<std::string>(j, "created", path);
   for (const json& f : field<json>(j, "files", path)) {
@@ -233,7 +243,10 @@ std::string records_to_json(const std::vector<TensorRecord>& records) {
 
 std::vector<TensorRecord> records_from_json(const std::string& text) {
   std::vector<TensorRecord> records;
-  for (const json& j : json::parse(text)) records.push_back(record_from_json(j, "shard records"));
+  JsonReadOptions options;
+  options.source = "shard records";
+  options.kind = ErrorKind::kInternal;  // another rank of this job wrote them
+  for (const json& j : parse_json(text, options)) records.push_back(record_from_json(j, "shard records"));
   return records;
 }
 

@@ -1,7 +1,8 @@
 // check_records (see manifest.h): what a manifest's records must satisfy beyond their JSON types, so
 // that verify reports a hand-edited or hostile manifest as BAD instead of OK, consolidate never writes
 // a safetensors header Python's safetensors rejects (duplicate names, negative or overflowing shapes,
-// shapes that do not match their bytes), and resume never reads past what a record promises.
+// shapes that do not match their bytes), and resume never reads past what a record promises. Each
+// refusal is an I/O error (ErrorKind::kIO): such a manifest is damaged, whoever damaged it.
 #include <set>
 #include <string>
 #include <vector>
@@ -14,42 +15,37 @@
 namespace cohort::detail::ckpt {
 namespace {
 
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return excerpt(text + "]");
-}
-
 // Bytes of `shape` in elements of `element` bytes; throws (starting with `here`) for a negative
 // dimension or a size past int64.
 int64_t shape_bytes(const std::vector<int64_t>& shape, int64_t element, const std::string& here) {
   int64_t bytes = element;
   for (int64_t d : shape) {
-    COHORT_CHECK(d >= 0, here, ": shape ", shape_text(shape), " has a negative dimension");
-    COHORT_CHECK(!__builtin_mul_overflow(bytes, d, &bytes), here, ": shape ", shape_text(shape),
-                 " holds more bytes than a 64-bit size counts");
+    COHORT_CHECK_KIND(kIO, d >= 0, here, ": shape ", excerpt(shape_text(shape)), " has a negative dimension");
+    COHORT_CHECK_KIND(kIO, !__builtin_mul_overflow(bytes, d, &bytes), here, ": shape ", excerpt(shape_text(shape)),
+                      " holds more bytes than a 64-bit size counts");
   }
   return bytes;
 }
 
 void check_pieces(const TensorRecord& r, int64_t element, const std::string& here) {
-  COHORT_CHECK(!r.pieces.empty(), here, ": it has no pieces");
+  COHORT_CHECK_KIND(kIO, !r.pieces.empty(), here, ": it has no pieces");
   std::set<int> per_rank;
   int64_t total = 0;
   for (const Piece& p : r.pieces) {
     int64_t bytes = 0;
-    COHORT_CHECK(!__builtin_mul_overflow(p.numel, element, &bytes) && bytes == p.nbytes, here, ": a piece of ", p.numel,
-                 " elements holds ", p.nbytes, " bytes, not ", element, " per element");
-    COHORT_CHECK(!__builtin_add_overflow(total, p.nbytes, &total), here, ": its pieces hold more bytes than a ",
-                 "64-bit size counts");
+    COHORT_CHECK_KIND(kIO, !__builtin_mul_overflow(p.numel, element, &bytes) && bytes == p.nbytes, here,
+                      ": a piece of ", p.numel, " elements holds ", p.nbytes, " bytes, not ", element, " per element");
+    COHORT_CHECK_KIND(kIO, !__builtin_add_overflow(total, p.nbytes, &total), here,
+                      ": its pieces hold more bytes than a 64-bit size counts");
     if (r.kind != StateKind::kPerRank) continue;
-    COHORT_CHECK(per_rank.insert(p.rank).second, here, ": rank ", p.rank, " has two per-rank pieces");
-    COHORT_CHECK(shape_bytes(p.shape, element, here) == p.nbytes, here, ": rank ", p.rank, "'s shape ",
-                 shape_text(p.shape), " is not its ", p.nbytes, " bytes");
+    COHORT_CHECK_KIND(kIO, per_rank.insert(p.rank).second, here, ": rank ", p.rank, " has two per-rank pieces");
+    COHORT_CHECK_KIND(kIO, shape_bytes(p.shape, element, here) == p.nbytes, here, ": rank ", p.rank, "'s shape ",
+                      excerpt(shape_text(p.shape)), " is not its ", p.nbytes, " bytes");
   }
   if (r.kind == StateKind::kPerRank) return;
   const int64_t bytes = shape_bytes(r.shape, element, here);
-  COHORT_CHECK(bytes == total, here, ": shape ", shape_text(r.shape), " is ", bytes, " bytes, its pieces hold ", total);
+  COHORT_CHECK_KIND(kIO, bytes == total, here, ": shape ", excerpt(shape_text(r.shape)), " is ", bytes,
+                    " bytes, its pieces hold ", total);
 }
 
 }  // namespace
@@ -58,11 +54,11 @@ void check_records(const Manifest& m, const std::string& where) {
   std::set<std::string> names, consolidated;  // the records' names; the names consolidate gives them
   for (const TensorRecord& r : m.tensors) {
     const std::string here = where + ": tensor '" + excerpt(r.name) + "'";
-    COHORT_CHECK(!r.name.empty() && r.name != "__metadata__", here, ": not a tensor name");
-    COHORT_CHECK(names.insert(r.name).second, here, " is listed twice");
+    COHORT_CHECK_KIND(kIO, !r.name.empty() && r.name != "__metadata__", here, ": not a tensor name");
+    COHORT_CHECK_KIND(kIO, names.insert(r.name).second, here, " is listed twice");
     if (r.kind == StateKind::kSharded) {
-      COHORT_CHECK(r.shape == std::vector<int64_t>{r.flat_numel}, here, ": a sharded tensor's shape is ",
-                   "[flat_numel], not ", shape_text(r.shape), " with flat_numel ", r.flat_numel);
+      COHORT_CHECK_KIND(kIO, r.shape == std::vector<int64_t>{r.flat_numel}, here, ": a sharded tensor's shape is ",
+                        "[flat_numel], not ", excerpt(shape_text(r.shape)), " with flat_numel ", r.flat_numel);
     }
     check_pieces(r, static_cast<int64_t>(c10::elementSize(r.dtype)), here);
     std::vector<std::string> outputs = {r.name};  // its names in a consolidated file
@@ -71,8 +67,8 @@ void check_records(const Manifest& m, const std::string& where) {
       for (const Piece& p : r.pieces) outputs.push_back(r.name + ".rank" + std::to_string(p.rank));
     }
     for (const std::string& name : outputs) {
-      COHORT_CHECK(consolidated.insert(name).second, here, ": another tensor is also '", excerpt(name),
-                   "' in a consolidated file");
+      COHORT_CHECK_KIND(kIO, consolidated.insert(name).second, here, ": another tensor is also '", excerpt(name),
+                        "' in a consolidated file");
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 
+#include "checkpoint/dir_lock.h"
 #include "checkpoint/entry.h"
 #include "checkpoint/files.h"
 #include "checkpoint/group.h"
@@ -36,31 +37,34 @@ struct Collected {
   StateTensor tensor;
 };
 
-// Raises on every rank when any rank's status is an error, naming the rank(s).
-void check_statuses(const std::vector<std::string>& statuses, int my_rank, const std::string& what) {
-  std::string message;
-  for (size_t r = 0; r < statuses.size(); ++r) {
-    if (statuses[r].empty()) continue;
-    if (!message.empty()) message += "; ";
-    message += static_cast<int>(r) == my_rank ? statuses[r] : "rank " + std::to_string(r) + ": " + statuses[r];
-  }
-  COHORT_CHECK(message.empty(), what, " failed: ", message);
-}
-
+// A phase's status on one rank: "" when it went well, else the error's kind as one digit and its text,
+// so that the error every rank raises keeps the kind of the first failure.
 template <typename F>
 std::string status_of(F&& body) {
   try {
     body();
     return "";
   } catch (const Error& e) {
-    return without_rank_prefix(e.what());
+    return std::to_string(static_cast<int>(e.kind())) + without_rank_prefix(e.what());
   } catch (const std::exception& e) {
-    return e.what();
+    return std::to_string(static_cast<int>(ErrorKind::kIO)) + e.what();  // the filesystem library's
   }
 }
 
-// Test hook for "a worker dies in the middle of a save": COHORT_TEST_KILL_IN_SAVE=<rank>:<step>
-// SIGKILLs that rank after it wrote its shard, in the first attempt of a cohortrun job only.
+// Raises on every rank when any rank's status is an error, naming the rank(s), of the first one's kind.
+void check_statuses(const std::vector<std::string>& statuses, int my_rank, const std::string& what) {
+  std::string message;
+  ErrorKind kind = ErrorKind::kIO;
+  for (size_t r = 0; r < statuses.size(); ++r) {
+    if (statuses[r].empty()) continue;
+    if (message.empty()) kind = static_cast<ErrorKind>(statuses[r][0] - '0');
+    if (!message.empty()) message += "; ";
+    const std::string text = statuses[r].substr(1);
+    message += static_cast<int>(r) == my_rank ? text : "rank " + std::to_string(r) + ": " + text;
+  }
+  if (!message.empty()) throw Error(what + " failed: " + message, kind);
+}
+
 void maybe_die_for_test(int rank, int64_t step) {
   const char* spec = std::getenv("COHORT_TEST_KILL_IN_SAVE");
   if (spec == nullptr || detect_launch_env(current_env()).restart_count.value_or(0) != 0) return;
@@ -76,11 +80,13 @@ std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorReco
       auto [it, fresh] = merged.emplace(record.name, record);
       if (fresh) continue;
       TensorRecord& into = it->second;
-      COHORT_CHECK(into.kind == record.kind && into.dtype == record.dtype && into.flat_numel == record.flat_numel &&
-                       record.kind != StateKind::kReplicated && record.kind != StateKind::kOwned,
-                   "ranks disagree about tensor '", record.name, "' (", kind_name(record.kind), " ",
-                   dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ", dtype_name(into.dtype),
-                   " on rank ", into.pieces[0].rank, ")");
+      COHORT_CHECK_KIND(kDesync,
+                        into.kind == record.kind && into.dtype == record.dtype &&
+                            into.flat_numel == record.flat_numel && record.kind != StateKind::kReplicated &&
+                            record.kind != StateKind::kOwned,
+                        "ranks disagree about tensor '", record.name, "' (", kind_name(record.kind), " ",
+                        dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ",
+                        dtype_name(into.dtype), " on rank ", into.pieces[0].rank, ")");
       into.pieces.insert(into.pieces.end(), record.pieces.begin(), record.pieces.end());
     }
   }
@@ -112,7 +118,7 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
   size_t replicated_index = 0;
   for (const Collected& c : tensors) {
     const StateTensor& t = c.tensor;
-    COHORT_CHECK(t.tensor.defined(), "tensor '", c.name, "' is undefined");
+    COHORT_CHECK_KIND(kInvalidArgument, t.tensor.defined(), "tensor '", c.name, "' is undefined");
     if (t.kind == StateKind::kReplicated && writers[replicated_index++] != rank) continue;
     if (t.kind == StateKind::kOwned && owned_writers.at(c.name) != rank) continue;
     TensorRecord record;
@@ -122,9 +128,10 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
     dtype_name(record.dtype);  // throws for types a checkpoint cannot hold
     record.shape = t.tensor.sizes().vec();
     if (t.kind == StateKind::kSharded) {
-      COHORT_CHECK(t.tensor.dim() == 1 && t.offset >= 0 && t.offset + t.tensor.numel() <= t.flat_numel,
-                   "sharded tensor '", c.name, "' must be 1-D inside [0, flat_numel): offset ", t.offset, ", ",
-                   t.tensor.numel(), " elements, flat_numel ", t.flat_numel);
+      COHORT_CHECK_KIND(kInvalidArgument,
+                        t.tensor.dim() == 1 && t.offset >= 0 && t.offset + t.tensor.numel() <= t.flat_numel,
+                        "sharded tensor '", c.name, "' must be 1-D inside [0, flat_numel): offset ", t.offset, ", ",
+                        t.tensor.numel(), " elements, flat_numel ", t.flat_numel);
       record.flat_numel = t.flat_numel;
       record.shape = {t.flat_numel};
     }
@@ -200,15 +207,47 @@ void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
   }
 }
 
-// Phase 1 on rank 0: the checkpoint folder, without leftovers of crashed saves, and a fresh `tmp` in it.
+// Phase 1 on rank 0: the checkpoint folder (locked for this job), without leftovers of crashed saves,
+// and a fresh `tmp` in it.
 void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
   fs::create_directories(root);
+  hold_directory_lock(root.string());
   for (const auto& item : fs::directory_iterator(root)) {
     const std::string name = item.path().filename().string();
     if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") fs::remove_all(item);
   }
   // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.
-  COHORT_CHECK(fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");
+  COHORT_CHECK_KIND(kIO, fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");
+}
+
+// Phase 3's manifest: every rank's records, the entries' numbers and the user's values.
+Manifest manifest_of(const CheckpointState& state, const Group& group, const std::vector<std::string>& gathered,
+                     const std::map<std::string, StateValues>& values) {
+  Manifest manifest;
+  manifest.library_version = COHORT_VERSION;
+  manifest.step = state.step();
+  manifest.world_size = group.size();
+  manifest.created = utc_now();
+  std::vector<std::vector<TensorRecord>> per_rank;
+  for (int r = 0; r < group.size(); ++r) {
+    per_rank.push_back(records_from_json(gathered[r].substr(2)));
+    int64_t bytes = 0;
+    for (const auto& record : per_rank.back()) {
+      for (const auto& piece : record.pieces) bytes += piece.nbytes;
+    }
+    manifest.files.push_back({shard_file_name(r, group.size()), r, bytes});
+  }
+  manifest.tensors = merge_records(per_rank);
+  manifest.values = values;
+  for (const auto& [entry, numbers] : values) {
+    if (numbers.count("zero_stage")) manifest.zero_stage = static_cast<int>(numbers.at("zero_stage"));
+  }
+  manifest.user = state.user_values();
+  return manifest;
+}
+
+void write_manifest(const fs::path& tmp, const Manifest& manifest) {
+  detail::write_file_safely((tmp / "manifest.json").string(), manifest_to_json(manifest));
 }
 
 }  // namespace
@@ -240,7 +279,7 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
     }
     std::set<std::string> names;
     for (const Collected& c : tensors) {
-      COHORT_CHECK(names.insert(c.name).second, "two tensors are named '", c.name, "'");
+      COHORT_CHECK_KIND(kInvalidArgument, names.insert(c.name).second, "two tensors are named '", c.name, "'");
     }
   });
   const auto owned_writers = agree_owned_writers(group, tensors, status.empty());
@@ -259,32 +298,17 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
   }
   check_statuses(statuses, group.rank(), what);
 
-  // (3) Rank 0 writes the manifest and commits; the others wait for its word.
-  check_statuses(group.allgather(group.rank() != 0 ? "" : status_of([&] {
-    Manifest manifest;
-    manifest.library_version = COHORT_VERSION;
-    manifest.step = state.step();
-    manifest.world_size = group.size();
-    manifest.created = utc_now();
-    std::vector<std::vector<TensorRecord>> per_rank;
-    for (int r = 0; r < group.size(); ++r) {
-      per_rank.push_back(records_from_json(gathered[r].substr(2)));
-      int64_t bytes = 0;
-      for (const auto& record : per_rank.back()) {
-        for (const auto& piece : record.pieces) bytes += piece.nbytes;
-      }
-      manifest.files.push_back({shard_file_name(r, group.size()), r, bytes});
-    }
-    manifest.tensors = merge_records(per_rank);
-    manifest.values = values;
-    for (const auto& [entry, numbers] : values) {
-      if (numbers.count("zero_stage")) manifest.zero_stage = static_cast<int>(numbers.at("zero_stage"));
-    }
-    manifest.user = state.user_values();
-    detail::write_file_safely((tmp / "manifest.json").string(), manifest_to_json(manifest));
+  // (3) Rank 0 writes the manifest and commits; the others wait for its word. A failure (a full disk)
+  // removes the temporary directory, shards included: the previous checkpoint stays `latest`.
+  const std::string committed = group.rank() != 0 ? "" : status_of([&] {
+    write_manifest(tmp, manifest_of(state, group, gathered, values));
     commit(root, tmp, final_dir, options.keep_last());
-  })),
-                 group.rank(), what);
+  });
+  if (!committed.empty()) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+  }
+  check_statuses(group.allgather(committed), group.rank(), what);
   COHORT_INFO("saved checkpoint ", final_dir.string());
   return final_dir.string();
 }

@@ -102,11 +102,12 @@ void ShardReader::check_header(int rank, int world_size) {
   COHORT_CHECK_KIND(kIO, ::pread(fd_, &header, sizeof header, 0) == sizeof header, "cannot read ", path_);
   COHORT_CHECK_KIND(kIO, std::memcmp(header.magic, kMagic, sizeof kMagic) == 0, "shard file ", path_,
                     " is not a cohort shard (bad magic number)");
-  COHORT_CHECK(header.rank == static_cast<uint32_t>(rank) && header.world_size == static_cast<uint32_t>(world_size) &&
-                   header.payload_bytes == payload_bytes,
-               "shard file ", path_, " belongs to another checkpoint: its header says rank ", header.rank, " of ",
-               header.world_size, " with ", header.payload_bytes, " payload bytes, the manifest expects rank ", rank,
-               " of ", world_size, " with ", payload_bytes);
+  COHORT_CHECK_KIND(kIO,
+                    header.rank == static_cast<uint32_t>(rank) &&
+                        header.world_size == static_cast<uint32_t>(world_size) && header.payload_bytes == payload_bytes,
+                    "shard file ", path_, " belongs to another checkpoint: its header says rank ", header.rank, " of ",
+                    header.world_size, " with ", header.payload_bytes, " payload bytes, the manifest expects rank ",
+                    rank, " of ", world_size, " with ", payload_bytes);
 }
 
 ShardReader::~ShardReader() {
@@ -115,8 +116,8 @@ ShardReader::~ShardReader() {
 
 void ShardReader::read_bytes(int64_t byte_offset, int64_t nbytes, void* out) {
   // Compared without forming byte_offset + nbytes: a damaged manifest may give offsets near INT64_MAX.
-  COHORT_CHECK(byte_offset >= 0 && nbytes >= 0 && byte_offset <= payload_ - nbytes, "shard file ", path_, ": ", nbytes,
-               " bytes at byte ", byte_offset, " lie outside its ", payload_, "-byte payload");
+  COHORT_CHECK_KIND(kIO, byte_offset >= 0 && nbytes >= 0 && byte_offset <= payload_ - nbytes, "shard file ", path_,
+                    ": ", nbytes, " bytes at byte ", byte_offset, " lie outside its ", payload_, "-byte payload");
   char* p = static_cast<char*>(out);
   int64_t at = kShardHeaderBytes + byte_offset;
   while (nbytes > 0) {

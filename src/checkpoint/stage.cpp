@@ -9,15 +9,10 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/shard_file.h"
 #include "core/check.h"
+#include "core/text.h"
 
 namespace cohort::detail::ckpt {
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
 
 // The checkpoint's mode (DDP or a ZeRO stage), names and kinds agree with the state's, else a
 // MismatchError naming the first difference. The mode comes first: under another mode every tensor
@@ -88,16 +83,16 @@ class Reader {
     if (it != open_.end()) return *it->second;
     const auto record = std::find_if(m_.files.begin(), m_.files.end(),
                                      [&](const FileRecord& f) { return f.name == name; });
-    COHORT_CHECK(record != m_.files.end(), dir_, "/manifest.json names file ", name,
-                 " but does not list it in 'files'");
+    COHORT_CHECK_KIND(kIO, record != m_.files.end(), dir_, "/manifest.json names file ", name,
+                      " but does not list it in 'files'");
     auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, record->rank, m_.world_size, record->payload_bytes);
     return *open_.emplace(name, std::move(reader)).first->second;
   }
   // The whole piece, checksum checked.
   torch::Tensor piece(const Piece& p, c10::ScalarType dtype, const std::string& name) {
     const int64_t element = c10::elementSize(dtype);
-    COHORT_CHECK(p.nbytes == p.numel * element, dir_, "/manifest.json: tensor '", name, "' has ", p.numel,
-                 " elements in ", p.nbytes, " bytes");
+    COHORT_CHECK_KIND(kIO, p.nbytes == p.numel * element, dir_, "/manifest.json: tensor '", name, "' has ", p.numel,
+                      " elements in ", p.nbytes, " bytes");
     torch::Tensor out = torch::empty({p.numel}, torch::TensorOptions().dtype(dtype));
     file(p.file).read_piece(p, out.data_ptr(), "tensor '" + name + "'");
     return out;

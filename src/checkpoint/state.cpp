@@ -13,10 +13,11 @@ CheckpointState& CheckpointState::operator=(CheckpointState&&) noexcept = defaul
 namespace {
 
 void check_name(const std::vector<CheckpointState::Entry>& entries, const std::string& name) {
-  COHORT_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "rng",
-               "CheckpointState::add: the name '", name, "' is empty, contains '/' or is the reserved name 'rng'");
+  COHORT_CHECK_KIND(kInvalidArgument, !name.empty() && name.find('/') == std::string::npos && name != "rng",
+                    "CheckpointState::add: the name '", name, "' is empty, contains '/' or is the reserved name 'rng'");
   for (const auto& entry : entries) {
-    COHORT_CHECK(entry.name != name, "CheckpointState::add: the name '", name, "' is used twice");
+    COHORT_CHECK_KIND(kInvalidArgument, entry.name != name, "CheckpointState::add: the name '", name,
+                      "' is used twice");
   }
 }
 
@@ -47,7 +48,7 @@ CheckpointState& CheckpointState::add(const std::string& name, Stateful& statefu
 }
 
 CheckpointState& CheckpointState::add(const std::string& name, std::shared_ptr<Stateful> stateful) {
-  COHORT_CHECK(stateful != nullptr, "CheckpointState::add: '", name, "' is null");
+  COHORT_CHECK_KIND(kInvalidArgument, stateful != nullptr, "CheckpointState::add: '", name, "' is null");
   check_name(entries_, name);
   Stateful* raw = stateful.get();
   entries_.push_back(Entry{name, raw, std::move(stateful), false});
@@ -55,7 +56,7 @@ CheckpointState& CheckpointState::add(const std::string& name, std::shared_ptr<S
 }
 
 CheckpointState& CheckpointState::set_step(int64_t step) {
-  COHORT_CHECK(step >= 0, "CheckpointState::set_step: step ", step, " < 0");
+  COHORT_CHECK_KIND(kInvalidArgument, step >= 0, "CheckpointState::set_step: step ", step, " < 0");
   step_ = step;
   return *this;
 }

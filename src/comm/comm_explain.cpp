@@ -45,11 +45,12 @@ std::string CommImpl::where() const {
   return config_.world_ranks.empty() ? "" : " in group '" + config_.group_name + "'";
 }
 
-std::string CommImpl::start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const {
+CommFailure CommImpl::start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const {
   const std::string name = transport.name();
   if (name == "shm") return shm_failure(op, e);
-  if (name == "hier") return describe(op) + " failed in the hierarchical transport: " + first_line(e.what());
-  return describe(op) + " could not start: " + first_line(e.what());
+  if (name == "hier")
+    return failure_from(describe(op) + " failed in the hierarchical transport: " + first_line(e.what()), e);
+  return failure_from(describe(op) + " could not start: " + first_line(e.what()), e);
 }
 
 std::string CommImpl::describe(const PendingOp& op) const {
@@ -61,8 +62,8 @@ std::string CommImpl::describe(const PendingOp& op) const {
   return "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() + where();
 }
 
-std::string CommImpl::shm_failure(const PendingOp& op, const std::exception& e) const {
-  return describe(op) + " failed in the shared-memory transport: " + first_line(e.what());
+CommFailure CommImpl::shm_failure(const PendingOp& op, const std::exception& e) const {
+  return failure_from(describe(op) + " failed in the shared-memory transport: " + first_line(e.what()), e);
 }
 
 CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {

@@ -3,6 +3,7 @@
 // peer, a timeout, a desync) through the poisoned Comm to every later throw, so all carry one kind.
 #pragma once
 
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,5 +25,12 @@ struct CommFailure {
   bool empty() const { return message.empty(); }
   Error error() const { return Error(message, kind, ranks); }
 };
+
+/// The failure `text` that `cause` led to: of the cause's kind and ranks when it is a cohort::Error (an
+/// argument check in a transport stays an invalid argument), else of no known kind (kOther).
+inline CommFailure failure_from(std::string text, const std::exception& cause) {
+  if (const auto* error = dynamic_cast<const Error*>(&cause)) return {std::move(text), error->kind(), error->ranks()};
+  return CommFailure(std::move(text));
+}
 
 }  // namespace cohort::detail

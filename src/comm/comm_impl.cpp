@@ -253,7 +253,7 @@ CommFailure CommImpl::poison(const CommFailure& error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (poisoned_.empty()) {
     poisoned_ = error;
-    poisoned_.message = Error(error.message).what();  // the final text, rank-prefixed
+    poisoned_.message = Error(error.message, error.kind, error.ranks).what();  // the final text, rank-prefixed
     if (control_) control_->broadcast_abort(poisoned_.message);
   }
   return poisoned_;

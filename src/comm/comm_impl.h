@@ -165,7 +165,7 @@ class CommImpl {
   /// Agreement alone (the segment's barrier on one host, else the control plane); "" when agreed.
   CommFailure agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch);
   /// "<op> failed in the shared-memory transport: <what>" or, for c10d, "<op> could not start: <what>".
-  std::string start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const;
+  CommFailure start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const;
   /// Agrees on `op` with every rank (through the shared-memory segment on one host, else the control
   /// plane) and moves or starts its data; returns the failure, "" when all went well.
   CommFailure agree_and_move(PendingOp& op);
@@ -201,7 +201,7 @@ class CommImpl {
   /// A receive whose sender's message #`sent_seq` was `sent` ("dtype [shape]"), not what it expects.
   CommFailure explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const;
   /// "<op> failed in the shared-memory transport: <what>".
-  std::string shm_failure(const PendingOp& op, const std::exception& e) const;
+  CommFailure shm_failure(const PendingOp& op, const std::exception& e) const;
   /// The timeline: records a finished collective's phases (comm/comm_trace.cpp).
   void trace_phases(const PendingOp& op) const;
 

@@ -96,7 +96,8 @@ int hs_settle(hs_Pending& p, const HandshakeConfig& config, const std::vector<bo
   const bool answered = net::write_all(p.fd.get(), answer, p.deadline).ok();
   if (run_id != config.run_id) {
     throw Error(config.link + ": rank " + std::to_string(config.rank) + " of " + job_label(config.run_id) +
-                " was dialled by rank " + std::to_string(rank) + " of " + job_label(run_id) + kTwoJobsHint);
+                    " was dialled by rank " + std::to_string(rank) + " of " + job_label(run_id) + kTwoJobsHint,
+                ErrorKind::kInvalidArgument);
   }
   if (rank <= config.rank || rank >= config.size || connected[rank] || !answered) {
     hs_drop(p, config, "it claims rank " + std::to_string(rank) + ", which is not a rank still to connect");
@@ -132,7 +133,7 @@ net::Fd listen_for_peers(const std::string& address, const std::string& link) {
   const bool any = bind != nullptr && std::string(bind) == "any";
   std::string why;
   net::Fd fd = net::listen_on(any ? "0.0.0.0" : address, 0, why);
-  COHORT_CHECK(fd, link, ": cannot listen on a TCP port of ", address, ": ", why);
+  COHORT_CHECK_KIND(kIO, fd, link, ": cannot listen on a TCP port of ", address, ": ", why);
   return fd;
 }
 
@@ -146,7 +147,8 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
                 ErrorKind::kTimeout, {peer});
   // A peer that does not answer is waited-for (timeout); one that answers wrongly is not of this job.
   const auto fail = [&](const std::string& failure, ErrorKind kind = ErrorKind::kTimeout) {
-    throw Error(config.link + ": rank " + std::to_string(peer) + " at " + endpoint + " " + failure, kind, {peer});
+    const Error error(config.link + ": rank " + std::to_string(peer) + " at " + endpoint + " " + failure, kind, {peer});
+    throw error;
   };
   const std::string unanswered = "did not answer the handshake within " + std::to_string(config.timeout.count()) +
                                  " ms";
@@ -171,11 +173,11 @@ PeerLink dial_peer(int peer, const std::string& endpoint, const HandshakeConfig&
     throw Error(config.link + ": rank " + std::to_string(config.rank) + " of " + job_label(config.run_id) +
                     " dialled rank " + std::to_string(peer) + " at " + endpoint + " and found " + job_label(run_id) +
                     kTwoJobsHint,
-                ErrorKind::kOther, {peer});
+                ErrorKind::kInvalidArgument, {peer});
   }
   if (!same_bytes(answer, hmac_proof(config.secret, config.proof_tag + "-accept", mine,
                                      theirs_nonce + hs_identity(peer, run_id, host))))
-    fail("did not prove it knows the job's secret", ErrorKind::kOther);
+    fail("did not prove it knows the job's secret", ErrorKind::kInvalidArgument);
   return PeerLink{peer, std::move(fd), host};
 }
 
@@ -191,9 +193,14 @@ std::vector<PeerLink> accept_peers(int listen_fd, const HandshakeConfig& config,
       fds.push_back({p.fd.get(), POLLIN, 0});
       wake = std::min(wake, p.deadline);
     }
-    if (Clock::now() >= deadline)
+    if (Clock::now() >= deadline) {
+      std::vector<int> missing;  // the ranks waited for
+      for (int r = config.rank + 1; r < config.size; ++r)
+        if (!connected[r]) missing.push_back(r);
       throw Error(config.link + ": ranks above " + std::to_string(config.rank) + " did not connect within " +
-                  std::to_string(config.timeout.count()) + " ms");
+                      std::to_string(config.timeout.count()) + " ms",
+                  ErrorKind::kTimeout, missing);
+    }
     net::poll_fds(fds, net::ms_until(wake) + 1);
     for (size_t i = 0; i < pending.size(); ++i) {
       auto& p = pending[i];

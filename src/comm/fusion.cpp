@@ -15,10 +15,11 @@ Work Comm::allreduce_fused_async(std::vector<torch::Tensor> tensors, ReduceOp op
   std::vector<torch::Tensor> flat;
   flat.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    COHORT_CHECK(tensors[i].defined() && tensors[i].scalar_type() == dtype && tensors[i].device() == device,
-                 "allreduce_fused: tensor ", i, " is ", detail::dtype_name(tensors[i].scalar_type()), " on ",
-                 tensors[i].device(), " but tensor 0 is ", detail::dtype_name(dtype), " on ", device,
-                 "; fuse tensors of one dtype and device per call");
+    COHORT_CHECK_KIND(kInvalidArgument,
+                      tensors[i].defined() && tensors[i].scalar_type() == dtype && tensors[i].device() == device,
+                      "allreduce_fused: tensor ", i, " is ", detail::dtype_name(tensors[i].scalar_type()), " on ",
+                      tensors[i].device(), " but tensor 0 is ", detail::dtype_name(dtype), " on ", device,
+                      "; fuse tensors of one dtype and device per call");
     flat.push_back(tensors[i].reshape({-1}));
   }
   torch::Tensor buffer = at::cat(flat);

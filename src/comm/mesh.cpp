@@ -63,8 +63,9 @@ Mesh Mesh::at_coordinates(Comm& comm, std::vector<MeshDim> dims, std::vector<int
   torch::Tensor places = comm.allgather(torch::tensor({linear}, torch::kLong)).view(-1);
   for (int r = 0; r < comm.size(); ++r)
     for (int q = 0; q < r; ++q)
-      COHORT_CHECK(places[r].item<int64_t>() != places[q].item<int64_t>(), "Mesh: ranks ", comm.world_rank(q), " and ",
-                   comm.world_rank(r), " claim the same place of the ", shape_of(dims), " mesh");
+      COHORT_CHECK_KIND(kInvalidArgument, places[r].item<int64_t>() != places[q].item<int64_t>(), "Mesh: ranks ",
+                        comm.world_rank(q), " and ", comm.world_rank(r), " claim the same place of the ",
+                        shape_of(dims), " mesh");
   Mesh mesh(std::move(dims), std::move(coordinate));
   mesh.make_groups(comm);
   return mesh;
@@ -82,7 +83,7 @@ void Mesh::make_groups(Comm& comm) {
 int Mesh::axis_index(const std::string& axis) const {
   for (size_t a = 0; a < dims_.size(); ++a)
     if (dims_[a].name == axis) return int(a);
-  COHORT_CHECK(false, "Mesh: no axis '", axis, "' in the ", shape_of(dims_), " mesh");
+  COHORT_CHECK_KIND(kInvalidArgument, false, "Mesh: no axis '", axis, "' in the ", shape_of(dims_), " mesh");
   return -1;
 }
 

@@ -90,7 +90,7 @@ std::shared_ptr<PendingOp> CommImpl::post_send(std::shared_ptr<PendingOp> op) {
       op->work_ = op->transport->start(op->data, 0, nullptr).work;
     }
   } catch (const std::exception& e) {
-    error = poison(describe(*op) + " could not start: " + first_line(e.what()));
+    error = poison(failure_from(describe(*op) + " could not start: " + first_line(e.what()), e));
   }
   mark_launched(*op, error);
   if (op->work_ && error.empty()) {
@@ -125,7 +125,7 @@ std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
         }
       }
     } catch (const std::exception& e) {
-      error = describe(*op) + " could not start: " + first_line(e.what());
+      error = failure_from(describe(*op) + " could not start: " + first_line(e.what()), e);
     }
     if (!error.empty()) error = poison(error);
     mark_launched(*op, error);

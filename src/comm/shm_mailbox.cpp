@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <stdexcept>
+
+#include "cohort/error.h"
 
 namespace cohort::detail {
 namespace {
@@ -169,7 +170,7 @@ void ShmMailbox::progress(Inbox& inbox) {
       if (ring.readable() < sizeof header) break;
       ring.peek(&header, sizeof header);
       if (header.magic != kWireMagic)
-        throw std::runtime_error("the shared-memory message stream is corrupt (a bad envelope)");
+        throw Error("the shared-memory message stream is corrupt (a bad envelope)", ErrorKind::kInternal);
       if (ring.readable() < sizeof header + size_t(header.dims) * sizeof(int64_t)) break;
       start_incoming(inbox);
     }

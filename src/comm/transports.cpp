@@ -67,7 +67,8 @@ bool C10dTransport::can_run(const OpData& op) const {
 
 Started C10dTransport::start(const OpData& op, uint64_t, const ShmWatch&) {
   const c10::Device device = (op.buffer.defined() ? op.buffer : op.output).device();
-  COHORT_CHECK(device.is_cpu() || device.is_cuda(), "collectives take CPU or CUDA tensors, not ", device);
+  COHORT_CHECK_KIND(kInvalidArgument, device.is_cpu() || device.is_cuda(), "collectives take CPU or CUDA tensors, not ",
+                    device);
   Started started;
   switch (op.kind) {
     case OpKind::kAllreduce: {

@@ -28,7 +28,8 @@ c10::intrusive_ptr<ProcessGroupBase> make_nccl(const BackendConfig& config) {
 #else
   throw Error(
       "backend nccl requested, but this cohort was built against a LibTorch without CUDA; "
-      "use Backend::kGloo or rebuild against a CUDA LibTorch");
+      "use Backend::kGloo or rebuild against a CUDA LibTorch",
+      ErrorKind::kInvalidArgument);
 #endif
 }
 
@@ -55,7 +56,8 @@ void set_cuda_device(int index) {
 #if COHORT_WITH_CUDA
   c10::cuda::set_device(static_cast<c10::DeviceIndex>(index));
 #else
-  throw Error("cuda:" + std::to_string(index) + " requested, but this cohort was built without CUDA");
+  throw Error("cuda:" + std::to_string(index) + " requested, but this cohort was built without CUDA",
+              ErrorKind::kInvalidArgument);
 #endif
 }
 

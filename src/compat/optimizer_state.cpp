@@ -40,7 +40,8 @@ std::vector<std::pair<const char*, torch::Tensor>> state_fields(OptimizerParamSt
   if (auto* s = dynamic_cast<torch::optim::AdagradParamState*>(&state)) return {{"sum", s->sum()}};
   if (auto* s = dynamic_cast<torch::optim::RMSpropParamState*>(&state))
     return {{"square_avg", s->square_avg()}, {"momentum_buffer", s->momentum_buffer()}, {"grad_avg", s->grad_avg()}};
-  throw Error(where + ": only the states of SGD, Adam, AdamW, Adagrad and RMSprop are supported");
+  throw Error(where + ": only the states of SGD, Adam, AdamW, Adagrad and RMSprop are supported",
+              ErrorKind::kInvalidArgument);
 }
 
 int64_t* step_of(OptimizerParamState& state) {
@@ -87,7 +88,7 @@ std::unique_ptr<OptimizerParamState> fresh_state(torch::optim::Optimizer& optimi
     if (o.centered()) s->grad_avg(zeros());
     return s;
   }
-  throw Error("only SGD, Adam, AdamW, Adagrad and RMSprop optimizers are supported");
+  throw Error("only SGD, Adam, AdamW, Adagrad and RMSprop optimizers are supported", ErrorKind::kInvalidArgument);
 }
 
 }  // namespace cohort::detail

@@ -64,9 +64,9 @@ class CheckpointNode : public torch::autograd::Node {
   std::string name() const override { return "cohort::CheckpointBackward"; }
 
   torch::autograd::variable_list apply(torch::autograd::variable_list&& grads) override {
-    COHORT_CHECK(fn_,
-                 "cohort::checkpoint: backward ran twice through the same checkpointed call; "
-                 "pass retain_graph only where nothing is checkpointed");
+    COHORT_CHECK_KIND(kInvalidArgument, fn_,
+                      "cohort::checkpoint: backward ran twice through the same checkpointed call; "
+                      "pass retain_graph only where nothing is checkpointed");
     std::vector<torch::Tensor> inputs;
     for (size_t i = 0; i < inputs_.size(); ++i) {
       torch::Tensor t = inputs_[i].unpack(shared_from_this());
@@ -107,9 +107,9 @@ class CheckpointNode : public torch::autograd::Node {
   // grads[k] is the gradient of outputs[slots[k]] (outputs that are not floating point have none).
   static void backward_through(const std::vector<torch::Tensor>& outputs, const std::vector<size_t>& slots,
                                const torch::autograd::variable_list& grads) {
-    COHORT_CHECK(outputs.size() > (slots.empty() ? 0 : slots.back()), "cohort::checkpoint: the recomputation returned ",
-                 outputs.size(),
-                 " tensors, fewer than the first run; the callable must return the same outputs every time");
+    COHORT_CHECK_KIND(kInvalidArgument, outputs.size() > (slots.empty() ? 0 : slots.back()),
+                      "cohort::checkpoint: the recomputation returned ", outputs.size(),
+                      " tensors, fewer than the first run; the callable must return the same outputs every time");
     std::vector<torch::Tensor> roots, root_grads;
     for (size_t k = 0; k < slots.size() && k < grads.size(); ++k) {
       const auto& out = outputs[slots[k]];

@@ -43,6 +43,8 @@ const char* error_kind_name(ErrorKind kind) {
     case ErrorKind::kAborted: return "aborted";
     case ErrorKind::kDesync: return "desync";
     case ErrorKind::kIO: return "I/O";
+    case ErrorKind::kOutOfMemory: return "out of memory";
+    case ErrorKind::kInternal: return "internal";
   }
   return "other";
 }

@@ -4,6 +4,7 @@
 // server's answer to its own nonce, so the secret never crosses the wire (docs/security.md).
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <string>
 
@@ -19,7 +20,18 @@ struct JobSecret {
   bool strong() const { return source == "COHORT_JOB_SECRET"; }
 };
 
-/// The secret of this job, from `env` (COHORT_JOB_SECRET, else Slurm's ids, else `run_id` and `port`).
+/// The shortest COHORT_JOB_SECRET taken without a warning. A stranger that records one proof (posing
+/// as the store, or on the wire) can test guesses of the secret offline, millions a second: 16 random
+/// hex digits (64 bits) are out of its reach, a word or a short number is not. Launchers draw 64.
+inline constexpr size_t kShortJobSecret = 16;
+
+/// The user's COHORT_JOB_SECRET in `env`, "" when it is not set. Throws cohort::Error (invalid
+/// argument) when it is set but empty (it would silently mean a weak derived secret); warns once per
+/// process when it is shorter than kShortJobSecret.
+std::string given_job_secret(const std::map<std::string, std::string>& env);
+
+/// The secret of this job, from `env` (COHORT_JOB_SECRET, else Slurm's ids, else `run_id` and `port`);
+/// throws as given_job_secret does.
 JobSecret job_secret(const std::map<std::string, std::string>& env, const std::string& run_id, int port);
 
 /// 32 random bytes from the kernel (getrandom); throws cohort::Error if it has none to give.

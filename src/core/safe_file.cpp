@@ -46,7 +46,7 @@ std::string random_suffix() {
   while (got < sizeof bytes) {
     const ssize_t n = ::getrandom(bytes + got, sizeof bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    COHORT_CHECK(n > 0, "cannot read random bytes for a temporary file name: ", errno_text(errno));
+    COHORT_CHECK_KIND(kIO, n > 0, "cannot read random bytes for a temporary file name: ", errno_text(errno));
     got += size_t(n);
   }
   std::string out;
@@ -64,18 +64,19 @@ void check_replaceable(const std::string& path) {
   }
   if (S_ISLNK(info.st_mode)) {
     throw Error(path +
-                " is a symbolic link: cohort does not write through links (remove it, or name the file "
-                "itself)");
+                    " is a symbolic link: cohort does not write through links (remove it, or name the file "
+                    "itself)",
+                ErrorKind::kIO);
   }
   const char* type = odd_type(info.st_mode);
-  COHORT_CHECK(type == nullptr, path, " is ", type, ", not a regular file: cohort writes regular files only");
+  COHORT_CHECK_KIND(kIO, type == nullptr, path, " is ", type, ", not a regular file: cohort writes regular files only");
 }
 
 SafeFile::SafeFile(std::string target) : target_(std::move(target)) {
   check_replaceable(target_);
   const std::string dir = directory_of(target_);
   const std::string base = target_.substr(target_.find_last_of('/') + 1);
-  COHORT_CHECK(!base.empty(), "cannot write ", target_, ": it names a directory, not a file");
+  COHORT_CHECK_KIND(kInvalidArgument, !base.empty(), "cannot write ", target_, ": it names a directory, not a file");
   for (int attempt = 0; attempt < 100; ++attempt) {
     const std::string name = dir + "/." + base + "." + random_suffix() + ".tmp";
     fd_ = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -85,7 +86,8 @@ SafeFile::SafeFile(std::string target) : target_(std::move(target)) {
     }
     if (errno != EEXIST) break;  // EEXIST: that name is taken (by anything, a link included); draw again
   }
-  throw Error("cannot create a temporary file in " + dir + " to write " + target_ + ": " + errno_text(errno));
+  throw Error("cannot create a temporary file in " + dir + " to write " + target_ + ": " + errno_text(errno),
+              ErrorKind::kIO);
 }
 
 SafeFile::~SafeFile() {
@@ -94,7 +96,7 @@ SafeFile::~SafeFile() {
 }
 
 void SafeFile::write(const void* data, size_t bytes) {
-  COHORT_CHECK(fd_ >= 0, "cannot write ", target_, ": the file is already committed");
+  COHORT_CHECK_KIND(kInternal, fd_ >= 0, "cannot write ", target_, ": the file is already committed");
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);
@@ -106,7 +108,7 @@ void SafeFile::write(const void* data, size_t bytes) {
 }
 
 void SafeFile::write_at(const void* data, size_t bytes, int64_t offset) {
-  COHORT_CHECK(fd_ >= 0, "cannot write ", target_, ": the file is already committed");
+  COHORT_CHECK_KIND(kInternal, fd_ >= 0, "cannot write ", target_, ": the file is already committed");
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::pwrite(fd_, p, bytes, offset);
@@ -119,7 +121,7 @@ void SafeFile::write_at(const void* data, size_t bytes, int64_t offset) {
 }
 
 void SafeFile::commit() {
-  COHORT_CHECK(fd_ >= 0, "cannot write ", target_, ": the file is already committed");
+  COHORT_CHECK_KIND(kInternal, fd_ >= 0, "cannot write ", target_, ": the file is already committed");
   COHORT_CHECK_KIND(kIO, ::fsync(fd_) == 0, "cannot flush ", target_, " to disk: ", errno_text(errno));
   const int closed = ::close(fd_);  // NFS reports a failed write-back here
   fd_ = -1;
@@ -150,15 +152,16 @@ int open_own_file(const std::string& path, const std::string& what) {
     const int error = errno;
     struct stat info {};
     const bool link = error == ELOOP && ::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode);
-    COHORT_CHECK(!link, what, " ", path, " is a symbolic link: cohort reads its own files only, never through a link");
-    throw Error(what + " " + path + " cannot be opened: " + errno_text(error));
+    COHORT_CHECK_KIND(kIO, !link, what, " ", path,
+                      " is a symbolic link: cohort reads its own files only, never through a link");
+    throw Error(what + " " + path + " cannot be opened: " + errno_text(error), ErrorKind::kIO);
   }
   struct stat info {};
   const bool stated = ::fstat(fd, &info) == 0;
   const char* type = stated ? odd_type(info.st_mode) : "unreadable";
   if (type != nullptr) {
     ::close(fd);
-    throw Error(what + " " + path + " is " + type + ", not a regular file");
+    throw Error(what + " " + path + " is " + type + ", not a regular file", ErrorKind::kIO);
   }
   (void)::fcntl(fd, F_SETFL, 0);  // back to blocking reads
   return fd;
@@ -171,7 +174,8 @@ std::string read_own_file(const std::string& path, const std::string& what, int6
   if (info.st_size > max_bytes) {
     ::close(fd);
     throw Error(what + " " + path + " has " + std::to_string(info.st_size) + " bytes, more than the " +
-                std::to_string(max_bytes) + " it may hold");
+                    std::to_string(max_bytes) + " it may hold",
+                ErrorKind::kIO);
   }
   std::string text(size_t(info.st_size), '\0');
   size_t done = 0;
@@ -184,7 +188,7 @@ std::string read_own_file(const std::string& path, const std::string& what, int6
     done += size_t(n);
   }
   ::close(fd);
-  COHORT_CHECK(error == 0, "cannot read ", what, " ", path, ": ", errno_text(error));
+  COHORT_CHECK_KIND(kIO, error == 0, "cannot read ", what, " ", path, ": ", errno_text(error));
   text.resize(done);  // it shrank meanwhile: what was there
   return text;
 }

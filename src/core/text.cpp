@@ -22,6 +22,12 @@ std::string excerpt(const std::string& value, size_t max_chars) {
   return printable(value.substr(0, max_chars)) + "... (" + std::to_string(value.size()) + " bytes)";
 }
 
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
 bool all_digits(const std::string& s) {
   if (s.empty()) return false;
   for (unsigned char c : s) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace cohort::detail {
 
@@ -13,6 +15,9 @@ std::string printable(const std::string& value);
 /// What a message may quote of an input that can be any size (a file's contents, a JSON value): its
 /// first `max_chars` characters as printable() shows them, then "... (N bytes)" when there is more.
 std::string excerpt(const std::string& value, size_t max_chars = 200);
+
+/// A tensor shape as messages write it: "[2, 3]".
+std::string shape_text(const std::vector<int64_t>& shape);
 
 /// True when `s` is one or more decimal digits and nothing else.
 bool all_digits(const std::string& s);

@@ -8,6 +8,7 @@
 
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/json_read.h"
 #include "core/text.h"
 
 namespace cohort::detail::trace {
@@ -86,7 +87,10 @@ void collect(const nlohmann::json& event, std::map<int, RankEvents>& ranks, Last
   const int rank = event.value("pid", 0);
   const double ts = event.value("ts", 0.0), end = ts + event.value("dur", 0.0);
   const std::string category = event.value("cat", ""), name = event.value("name", "");
-  const auto args = event.value("args", nlohmann::json::object());
+  // A reference, not value()'s copy: copying recurses once per level of whatever "args" holds.
+  static const nlohmann::json kNoArgs = nlohmann::json::object();
+  const auto found = event.find("args");
+  const nlohmann::json& args = found != event.end() ? *found : kNoArgs;
   const std::string phase = args.value("phase", "");
   auto& mine = ranks[rank];
   if (category == "user" && ph == "X") (name == "step" ? mine.steps : mine.compute).push_back({ts, end});
@@ -138,8 +142,9 @@ StepSummary summarize_window(int rank, int step, Interval window, const RankEven
 }  // namespace
 
 std::vector<StepSummary> summarize(const nlohmann::json& trace) {
-  COHORT_CHECK(trace.is_object() && trace.contains("traceEvents") && trace["traceEvents"].is_array(),
-               "not a cohort timeline (no traceEvents array)");
+  COHORT_CHECK_KIND(kInvalidArgument,
+                    trace.is_object() && trace.contains("traceEvents") && trace["traceEvents"].is_array(),
+                    "not a cohort timeline (no traceEvents array)");
   std::map<int, RankEvents> ranks;
   LastReady last_ready;
   size_t index = 0;
@@ -148,7 +153,8 @@ std::vector<StepSummary> summarize(const nlohmann::json& trace) {
       collect(event, ranks, last_ready);
     } catch (const nlohmann::json::exception&) {  // a field of the wrong type: say which event, not the library's words
       throw Error("not a cohort timeline: traceEvents[" + std::to_string(index) + "] is not a well-formed event (" +
-                  excerpt(event.dump()) + ")");
+                      json_excerpt(event) + ")",
+                  ErrorKind::kInvalidArgument);  // quoted without dumping it: it can be any size or depth
     }
     ++index;
   }

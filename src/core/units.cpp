@@ -35,8 +35,8 @@ thread_local UnitSharder* active_sharder = nullptr;
 }  // namespace
 
 void UnitState::attach(UnitOwner* owner, int64_t index) {
-  COHORT_CHECK(owner_ == nullptr || owner_ == owner, "sharding unit ", type_name(*module_),
-               ": already sharded by another engine; a module can belong to one ZeRO stage 3 engine at a time");
+  COHORT_CHECK_KIND(kInvalidArgument, owner_ == nullptr || owner_ == owner, "sharding unit ", type_name(*module_),
+                    ": already sharded by another engine; a module can belong to one ZeRO stage 3 engine at a time");
   owner_ = owner;
   index_ = index;
 }
@@ -50,14 +50,14 @@ void UnitState::detach(const UnitOwner* owner) {
 UnitSharder* install_unit_sharder(UnitSharder* sharder) { return std::exchange(active_sharder, sharder); }
 
 std::shared_ptr<UnitState> register_unit(std::shared_ptr<torch::nn::Module> module, UnitOptions options) {
-  COHORT_CHECK(module != nullptr, "cohort::fully_shard: the module is null");
+  COHORT_CHECK_KIND(kInvalidArgument, module != nullptr, "cohort::fully_shard: the module is null");
   std::shared_ptr<UnitState> state;
   {
     auto& r = registry();
     std::lock_guard<std::mutex> lock(r.mutex);
     auto& slot = r.units[module.get()];
-    COHORT_CHECK(slot.expired(), "cohort::fully_shard: this ", type_name(*module),
-                 " is already a unit; mark each module once (keep the Unit handle and call it)");
+    COHORT_CHECK_KIND(kInvalidArgument, slot.expired(), "cohort::fully_shard: this ", type_name(*module),
+                      " is already a unit; mark each module once (keep the Unit handle and call it)");
     // Drop entries of units that are gone, so addresses reused by new modules start clean.
     for (auto it = r.units.begin(); it != r.units.end();)
       it = it->second.expired() && it->first != module.get() ? r.units.erase(it) : std::next(it);
@@ -81,10 +81,11 @@ void set_unit_options(UnitState& state, UnitOptions options) { state.set_options
 
 UnitCall::UnitCall(UnitState& state) : state_(state) {
   if (state_.owner() == nullptr) {
-    COHORT_CHECK(state_.construction_shard() == nullptr, "sharding unit ", type_name(state_.module()),
-                 ": its parameters were sharded when it was made (cohort::ShardedInit), so it runs only inside "
-                 "a ZeRO stage 3 engine (cohort::initialize with zero_optimization.stage 3), called through "
-                 "engine.forward");
+    COHORT_CHECK_KIND(kInvalidArgument, state_.construction_shard() == nullptr, "sharding unit ",
+                      type_name(state_.module()),
+                      ": its parameters were sharded when it was made (cohort::ShardedInit), so it runs only inside "
+                      "a ZeRO stage 3 engine (cohort::initialize with zero_optimization.stage 3), called through "
+                      "engine.forward");
     return;
   }
   state_.owner()->before_forward(state_.index());

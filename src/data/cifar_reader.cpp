@@ -27,11 +27,11 @@ constexpr const char* kWhereToGetIt =
 torch::Tensor read_whole_file(const std::string& path, int64_t bytes) {
   errno = 0;
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  COHORT_CHECK(file != nullptr, "cannot open CIFAR-10 file ", path, ": ", std::strerror(errno));
+  COHORT_CHECK_KIND(kIO, file != nullptr, "cannot open CIFAR-10 file ", path, ": ", std::strerror(errno));
   auto data = torch::empty({bytes}, torch::kUInt8);
   const size_t got = std::fread(data.data_ptr<uint8_t>(), 1, size_t(bytes), file.get());
-  COHORT_CHECK(int64_t(got) == bytes, "cannot read CIFAR-10 file ", path, ": got ", got, " of its ", bytes, " bytes",
-               std::ferror(file.get()) ? std::string(": ") + std::strerror(errno) : std::string());
+  COHORT_CHECK_KIND(kIO, int64_t(got) == bytes, "cannot read CIFAR-10 file ", path, ": got ", got, " of its ", bytes,
+                    " bytes", std::ferror(file.get()) ? std::string(": ") + std::strerror(errno) : std::string());
   return data;
 }
 
@@ -40,15 +40,15 @@ torch::Tensor read_whole_file(const std::string& path, int64_t bytes) {
 Cifar10Batch load_cifar10_batch(const std::string& path, const Cifar10Options& options) {
   std::error_code error;
   const auto size = std::filesystem::file_size(path, error);
-  COHORT_CHECK(!error, "CIFAR-10 file not found: ", path, " (", error.message(), "); ", kWhereToGetIt);
+  COHORT_CHECK_KIND(kIO, !error, "CIFAR-10 file not found: ", path, " (", error.message(), "); ", kWhereToGetIt);
   const int64_t bytes = int64_t(size), records = bytes / kCifar10RecordBytes;
-  COHORT_CHECK(bytes > 0, "CIFAR-10 file ", path, " is empty");
-  COHORT_CHECK(bytes % kCifar10RecordBytes == 0, "CIFAR-10 file ", path, " is truncated: ", bytes,
-               " bytes is not a whole number of ", kCifar10RecordBytes, "-byte records (", records, " records and ",
-               bytes % kCifar10RecordBytes, " bytes)");
-  COHORT_CHECK(options.records_per_file() == 0 || records == options.records_per_file(), "CIFAR-10 file ", path,
-               " holds ", records, " records (", bytes, " bytes), expected ", options.records_per_file(), " (",
-               options.records_per_file() * kCifar10RecordBytes, " bytes): truncated?");
+  COHORT_CHECK_KIND(kIO, bytes > 0, "CIFAR-10 file ", path, " is empty");
+  COHORT_CHECK_KIND(kIO, bytes % kCifar10RecordBytes == 0, "CIFAR-10 file ", path, " is truncated: ", bytes,
+                    " bytes is not a whole number of ", kCifar10RecordBytes, "-byte records (", records,
+                    " records and ", bytes % kCifar10RecordBytes, " bytes)");
+  COHORT_CHECK_KIND(kIO, options.records_per_file() == 0 || records == options.records_per_file(), "CIFAR-10 file ",
+                    path, " holds ", records, " records (", bytes, " bytes), expected ", options.records_per_file(),
+                    " (", options.records_per_file() * kCifar10RecordBytes, " bytes): truncated?");
   const auto table = read_whole_file(path, bytes).view({records, kCifar10RecordBytes});
   Cifar10Batch batch;
   batch.labels = table.select(1, 0).to(torch::kLong);
@@ -56,8 +56,8 @@ Cifar10Batch load_cifar10_batch(const std::string& path, const Cifar10Options& o
   const int64_t high = batch.labels.max().item<int64_t>();
   if (high > 9) {
     const int64_t record = batch.labels.gt(9).nonzero()[0][0].item<int64_t>();
-    COHORT_CHECK(false, "CIFAR-10 file ", path, " has label ", batch.labels[record].item<int64_t>(), " in record ",
-                 record, ", expected 0..9 (is it CIFAR-100's format, 2 label bytes per record?)");
+    COHORT_CHECK_KIND(kIO, false, "CIFAR-10 file ", path, " has label ", batch.labels[record].item<int64_t>(),
+                      " in record ", record, ", expected 0..9 (is it CIFAR-100's format, 2 label bytes per record?)");
   }
   return batch;
 }
@@ -87,7 +87,7 @@ Cifar10 load_cifar10(const std::string& dir, Split split, const Cifar10Options& 
 }
 
 Cifar10 synthetic_cifar10(int64_t samples, uint64_t seed) {
-  COHORT_CHECK(samples >= 0, "synthetic_cifar10: samples must be at least 0, got ", samples);
+  COHORT_CHECK_KIND(kInvalidArgument, samples >= 0, "synthetic_cifar10: samples must be at least 0, got ", samples);
   // A private generator: the set does not depend on (or disturb) the program's global seed.
   auto generator = at::detail::createCPUGenerator(seed);
   const auto patterns = torch::randn({10, 3, 32, 32}, generator);

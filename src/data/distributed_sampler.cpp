@@ -34,19 +34,21 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 DistributedSampler::DistributedSampler(int64_t dataset_size, SamplerOptions options)
     : dataset_size_(dataset_size), options_(std::move(options)) {
-  COHORT_CHECK(dataset_size_ >= 0, "DistributedSampler: dataset_size must be >= 0, got ", dataset_size_);
-  COHORT_CHECK(options_.num_replicas() >= 1 || options_.num_replicas() == -1,
-               "DistributedSampler: num_replicas must be >= 1 (or -1 for the current world), got ",
-               options_.num_replicas());
-  COHORT_CHECK(options_.rank() >= 0 || options_.rank() == -1,
-               "DistributedSampler: rank must be >= 0 (or -1 for the current world), got ", options_.rank());
+  COHORT_CHECK_KIND(kInvalidArgument, dataset_size_ >= 0, "DistributedSampler: dataset_size must be >= 0, got ",
+                    dataset_size_);
+  COHORT_CHECK_KIND(kInvalidArgument, options_.num_replicas() >= 1 || options_.num_replicas() == -1,
+                    "DistributedSampler: num_replicas must be >= 1 (or -1 for the current world), got ",
+                    options_.num_replicas());
+  COHORT_CHECK_KIND(kInvalidArgument, options_.rank() >= 0 || options_.rank() == -1,
+                    "DistributedSampler: rank must be >= 0 (or -1 for the current world), got ", options_.rank());
   const auto [num_replicas, rank] = resolve_world(options_.num_replicas(), options_.rank());
-  COHORT_CHECK(num_replicas >= 1, "DistributedSampler: num_replicas must be >= 1, got ", num_replicas);
-  COHORT_CHECK(rank < num_replicas, "DistributedSampler: rank ", rank, " is out of range for num_replicas ",
-               num_replicas, " (valid ranks: 0..", num_replicas - 1, ")");
-  COHORT_CHECK(!(options_.exact_split() && options_.drop_last()),
-               "DistributedSampler: exact_split(true) keeps every index exactly once and cannot be "
-               "combined with drop_last(true); set one of them");
+  COHORT_CHECK_KIND(kInvalidArgument, num_replicas >= 1, "DistributedSampler: num_replicas must be >= 1, got ",
+                    num_replicas);
+  COHORT_CHECK_KIND(kInvalidArgument, rank < num_replicas, "DistributedSampler: rank ", rank,
+                    " is out of range for num_replicas ", num_replicas, " (valid ranks: 0..", num_replicas - 1, ")");
+  COHORT_CHECK_KIND(kInvalidArgument, !(options_.exact_split() && options_.drop_last()),
+                    "DistributedSampler: exact_split(true) keeps every index exactly once and cannot be "
+                    "combined with drop_last(true); set one of them");
   options_.num_replicas(num_replicas).rank(rank);
 
   if (options_.exact_split()) {
@@ -86,13 +88,14 @@ std::vector<int64_t> DistributedSampler::indices() const {
   for (int64_t i = options_.rank(); i < total_size_; i += options_.num_replicas()) {
     mine.push_back(order[static_cast<size_t>(i % n)]);
   }
-  COHORT_CHECK(static_cast<int64_t>(mine.size()) == num_samples_, "DistributedSampler: internal error, produced ",
-               mine.size(), " indices, expected ", num_samples_);
+  COHORT_CHECK_KIND(kInternal, static_cast<int64_t>(mine.size()) == num_samples_,
+                    "DistributedSampler: internal error, produced ", mine.size(), " indices, expected ", num_samples_);
   return mine;
 }
 
 int64_t DistributedSampler::num_batches(int64_t batch_size) const {
-  COHORT_CHECK(batch_size >= 1, "DistributedSampler::batches: batch_size must be >= 1, got ", batch_size);
+  COHORT_CHECK_KIND(kInvalidArgument, batch_size >= 1, "DistributedSampler::batches: batch_size must be >= 1, got ",
+                    batch_size);
   return options_.drop_last_batch() ? num_samples_ / batch_size : ceil_div(num_samples_, batch_size);
 }
 

@@ -37,8 +37,8 @@ class GzFile {
   explicit GzFile(const std::string& path) : path_(path) {
     errno = 0;
     file_ = gzopen(path.c_str(), "rb");
-    COHORT_CHECK(file_ != nullptr, "cannot open IDX file ", path, ": ",
-                 errno != 0 ? std::strerror(errno) : "out of memory");
+    COHORT_CHECK_KIND(kIO, file_ != nullptr, "cannot open IDX file ", path, ": ",
+                      errno != 0 ? std::strerror(errno) : "out of memory");
   }
   ~GzFile() { gzclose(file_); }
   GzFile(const GzFile&) = delete;
@@ -58,7 +58,7 @@ class GzFile {
         // zlib's message may already start with "<path>: ".
         std::string text = message != nullptr ? message : "read error";
         if (text.rfind(path_ + ": ", 0) == 0) text.erase(0, path_.size() + 2);
-        COHORT_CHECK(false, "cannot read IDX file ", path_, ": ", text);
+        COHORT_CHECK_KIND(kIO, false, "cannot read IDX file ", path_, ": ", text);
       }
       if (got == 0) break;
       done += static_cast<size_t>(got);
@@ -83,16 +83,16 @@ torch::Tensor load_idx(const std::string& path, uint32_t expected_magic, const c
   const size_t header_bytes = 4 * (1 + rank);
   unsigned char header[16] = {};
   const size_t got_header = file.read(header, header_bytes);
-  COHORT_CHECK(got_header >= 4, "IDX file ", path, " is truncated: expected a ", header_bytes, "-byte header, got ",
-               got_header, " bytes");
+  COHORT_CHECK_KIND(kIO, got_header >= 4, "IDX file ", path, " is truncated: expected a ", header_bytes,
+                    "-byte header, got ", got_header, " bytes");
   const uint32_t magic = big_endian(header);
-  COHORT_CHECK(magic == expected_magic, "IDX file ", path, " has magic number ", hex(magic), ", expected ",
-               hex(expected_magic), " (", what, ")",
-               magic == kImagesMagic   ? "; it is an image file"
-               : magic == kLabelsMagic ? "; it is a label file"
-                                       : "; it is not an unsigned-byte IDX file");
-  COHORT_CHECK(got_header == header_bytes, "IDX file ", path, " is truncated: expected a ", header_bytes,
-               "-byte header, got ", got_header, " bytes");
+  COHORT_CHECK_KIND(kIO, magic == expected_magic, "IDX file ", path, " has magic number ", hex(magic), ", expected ",
+                    hex(expected_magic), " (", what, ")",
+                    magic == kImagesMagic   ? "; it is an image file"
+                    : magic == kLabelsMagic ? "; it is a label file"
+                                            : "; it is not an unsigned-byte IDX file");
+  COHORT_CHECK_KIND(kIO, got_header == header_bytes, "IDX file ", path, " is truncated: expected a ", header_bytes,
+                    "-byte header, got ", got_header, " bytes");
 
   std::vector<int64_t> sizes;
   std::string shape;
@@ -101,8 +101,8 @@ torch::Tensor load_idx(const std::string& path, uint32_t expected_magic, const c
     const uint32_t size = big_endian(header + 4 * (d + 1));
     sizes.push_back(size);
     shape += (d == 0 ? "" : "x") + std::to_string(size);
-    COHORT_CHECK(size == 0 || data_bytes <= (uint64_t{1} << 40) / size, "IDX file ", path,
-                 " declares an implausible shape ", shape, "...");
+    COHORT_CHECK_KIND(kIO, size == 0 || data_bytes <= (uint64_t{1} << 40) / size, "IDX file ", path,
+                      " declares an implausible shape ", shape, "...");
     data_bytes *= size;
   }
 
@@ -116,11 +116,11 @@ torch::Tensor load_idx(const std::string& path, uint32_t expected_magic, const c
     got += n;
     if (n < ask) break;
   }
-  COHORT_CHECK(got == data_bytes, "IDX file ", path, " is truncated: expected ", header_bytes + data_bytes, " bytes (",
-               header_bytes, "-byte header + ", shape, " bytes), got ", header_bytes + got);
+  COHORT_CHECK_KIND(kIO, got == data_bytes, "IDX file ", path, " is truncated: expected ", header_bytes + data_bytes,
+                    " bytes (", header_bytes, "-byte header + ", shape, " bytes), got ", header_bytes + got);
   unsigned char extra = 0;
-  COHORT_CHECK(file.read(&extra, 1) == 0, "IDX file ", path, " holds more data than its header declares (", shape,
-               " = ", data_bytes, " bytes); is it the right file?");
+  COHORT_CHECK_KIND(kIO, file.read(&extra, 1) == 0, "IDX file ", path, " holds more data than its header declares (",
+                    shape, " = ", data_bytes, " bytes); is it the right file?");
 
   std::vector<uint8_t>* owned = buffer.release();
   return torch::from_blob(
@@ -147,8 +147,8 @@ torch::Tensor load_idx_labels(const std::string& path) {
 }
 
 std::string fashion_mnist_file(const std::string& dir, Split split, const std::string& kind) {
-  COHORT_CHECK(kind == "images" || kind == "labels",
-               "fashion_mnist_file: kind must be \"images\" or \"labels\", got \"", kind, "\"");
+  COHORT_CHECK_KIND(kInvalidArgument, kind == "images" || kind == "labels",
+                    "fashion_mnist_file: kind must be \"images\" or \"labels\", got \"", kind, "\"");
   const std::string prefix = split == Split::kTrain ? "train" : "t10k";
   const std::string suffix = kind == "images" ? "-images-idx3-ubyte.gz" : "-labels-idx1-ubyte.gz";
   return (dir.empty() ? std::string(".") : dir) + "/" + prefix + suffix;
@@ -160,20 +160,20 @@ FashionMnist load_fashion_mnist(const std::string& dir, Split split) {
   for (int i = 0; i < 2; ++i) {
     const std::string wanted = fashion_mnist_file(dir, split, kinds[i]);
     paths[i] = existing_variant(wanted);
-    COHORT_CHECK(!paths[i].empty(), "Fashion-MNIST file not found: ", wanted,
-                 " (install the Debian package dataset-fashion-mnist or pass --data DIR)");
+    COHORT_CHECK_KIND(kIO, !paths[i].empty(), "Fashion-MNIST file not found: ", wanted,
+                      " (install the Debian package dataset-fashion-mnist or pass --data DIR)");
   }
   const torch::Tensor images = load_idx_images(paths[0]);
   const torch::Tensor labels = load_idx_labels(paths[1]);
-  COHORT_CHECK(images.size(1) == 28 && images.size(2) == 28, "Fashion-MNIST images in ", paths[0], " are ",
-               images.size(1), "x", images.size(2), ", expected 28x28");
-  COHORT_CHECK(images.size(0) == labels.size(0), "Fashion-MNIST: ", paths[0], " has ", images.size(0), " images but ",
-               paths[1], " has ", labels.size(0), " labels");
+  COHORT_CHECK_KIND(kIO, images.size(1) == 28 && images.size(2) == 28, "Fashion-MNIST images in ", paths[0], " are ",
+                    images.size(1), "x", images.size(2), ", expected 28x28");
+  COHORT_CHECK_KIND(kIO, images.size(0) == labels.size(0), "Fashion-MNIST: ", paths[0], " has ", images.size(0),
+                    " images but ", paths[1], " has ", labels.size(0), " labels");
   if (labels.numel() > 0) {
     const int64_t low = labels.min().item<int64_t>();
     const int64_t high = labels.max().item<int64_t>();
-    COHORT_CHECK(low >= 0 && high <= 9, "Fashion-MNIST: ", paths[1], " has labels in ", low, "..", high,
-                 ", expected 0..9");
+    COHORT_CHECK_KIND(kIO, low >= 0 && high <= 9, "Fashion-MNIST: ", paths[1], " has labels in ", low, "..", high,
+                      ", expected 0..9");
   }
   FashionMnist out;
   out.images = images.to(torch::kFloat).div_(255.0).sub_(kFashionMnistMean).div_(kFashionMnistStd).unsqueeze(1);

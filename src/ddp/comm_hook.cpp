@@ -27,9 +27,9 @@ void HookFuture::wait() {
 }
 
 void CommHook::claim() {
-  COHORT_CHECK(!claimed_, "register_comm_hook: the ", name(),
-               " hook is already registered with a "
-               "DistributedDataParallel; a hook keeps per-bucket state, so make one hook per DDP");
+  COHORT_CHECK_KIND(kInvalidArgument, !claimed_, "register_comm_hook: the ", name(),
+                    " hook is already registered with a "
+                    "DistributedDataParallel; a hook keeps per-bucket state, so make one hook per DDP");
   claimed_ = true;
 }
 

@@ -39,19 +39,20 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 Join::Join(std::vector<Joinable*> joinables, JoinOptions options)
     : options_(options), state_(std::make_unique<State>()) {
-  COHORT_CHECK(!joinables.empty(),
-               "Join: the list of joinables is empty; pass the DistributedDataParallel "
-               "(and any JoinableOptimizer) whose steps a rank without inputs must shadow");
+  COHORT_CHECK_KIND(kInvalidArgument, !joinables.empty(),
+                    "Join: the list of joinables is empty; pass the DistributedDataParallel "
+                    "(and any JoinableOptimizer) whose steps a rank without inputs must shadow");
   for (size_t i = 0; i < joinables.size(); ++i) {
-    COHORT_CHECK(joinables[i] != nullptr, "Join: joinable #", i, " is null");
+    COHORT_CHECK_KIND(kInvalidArgument, joinables[i] != nullptr, "Join: joinable #", i, " is null");
     if (state_->comm == nullptr && joinables[i]->join_comm() != nullptr) {
       state_->comm = joinables[i]->join_comm();
       state_->first = i;
       state_->device = joinables[i]->join_device();
     }
   }
-  COHORT_CHECK(state_->comm != nullptr, "Join: none of the ", joinables.size(),
-               " joinable(s) runs collectives (join_comm() is null for all); list the DistributedDataParallel first");
+  COHORT_CHECK_KIND(
+      kInvalidArgument, state_->comm != nullptr, "Join: none of the ", joinables.size(),
+      " joinable(s) runs collectives (join_comm() is null for all); list the DistributedDataParallel first");
   state_->joinables = std::move(joinables);
 }
 
@@ -72,7 +73,7 @@ void Join::begin_step() {
 // has joined (on the joined ranks as well as on the others: they all hold the same vector).
 const JoinStep& Join::end_step() {
   State& s = *state_;
-  COHORT_CHECK(s.pending, "Join::end_step without begin_step (a joinable's internal error)");
+  COHORT_CHECK_KIND(kInvalidArgument, s.pending, "Join::end_step without begin_step (a joinable's internal error)");
   s.pending = false;
   s.work.wait();
   const torch::Tensor flags = s.flags.to(torch::kCPU);
@@ -84,12 +85,17 @@ const JoinStep& Join::end_step() {
   for (int r = 0; r < step.world_size; ++r) (slot[r] > 0 ? step.active : joined).push_back(r);
   step.divisor = options_.divide_by_initial_world_size() || step.active.empty() ? step.world_size
                                                                                 : int(step.active.size());
-  if (!step.active.empty() && !joined.empty() && options_.throw_on_early_termination())
+  if (!step.active.empty() && !joined.empty() && options_.throw_on_early_termination()) {
+    // The ranks whose inputs differ from this rank's: the active ones on a joined rank, and the other way.
+    std::vector<int> differ;
+    for (int r : slot[s.comm->rank()] > 0 ? joined : step.active) differ.push_back(s.comm->world_rank(r));
     throw Error(detail::str("Join: ", rank_list(joined), " ran out of inputs after ", step.index, " step(s) while ",
                             rank_list(step.active),
                             " still had inputs; "
                             "throw_on_early_termination(true) stops every rank here (set it to false to "
-                            "let the ranks with inputs go on while the others shadow their steps)"));
+                            "let the ranks with inputs go on while the others shadow their steps)"),
+                ErrorKind::kDesync, differ);
+  }
   if (!step.active.empty()) s.last_active = step.active;
   s.current = std::move(step);
   return s.current;
@@ -102,7 +108,7 @@ bool Join::leads(const Joinable& joinable) const { return state_->joinables[stat
 void Join::run(const std::function<void()>& loop) {
   State& s = *state_;
   if (!options_.enable() || s.comm->size() == 1) return loop();
-  COHORT_CHECK(!s.running, "Join::run: this Join is already running (one run() at a time)");
+  COHORT_CHECK_KIND(kInvalidArgument, !s.running, "Join::run: this Join is already running (one run() at a time)");
   s.running = true;
   s.steps = 0;
   s.last_active.clear();

@@ -73,7 +73,15 @@ void check_same_parameters(Comm& comm, const std::vector<std::string>& names,
       out << (r + 1 < comm.size() ? ";" : ".");
     }
     out << " Every rank must build the same model before wrapping it in DDP.";
-    throw Error(out.str());
+    const Decoded& mine = ranks[comm.rank()];
+    const bool i_have = i < mine.shapes.size();
+    std::vector<int> differ;  // the ranks whose parameter #i differs from this rank's
+    for (int r = 0; r < comm.size(); ++r) {
+      const bool has = i < ranks[r].shapes.size();
+      if (has != i_have || (has && (ranks[r].shapes[i] != mine.shapes[i] || ranks[r].dtypes[i] != mine.dtypes[i])))
+        differ.push_back(comm.world_rank(r));
+    }
+    throw Error(out.str(), ErrorKind::kDesync, differ);
   }
 }
 

@@ -227,17 +227,20 @@ HookFuture PowerSgdHook::run_batched(Comm& comm, const GradBucket& bucket) {
 }
 
 void check_options(const PowerSGDOptions& o) {
-  COHORT_CHECK(o.matrix_approximation_rank() >= 1, "PowerSGDOptions.matrix_approximation_rank must be at least 1, got ",
-               o.matrix_approximation_rank());
-  COHORT_CHECK(o.start_iteration() >= 0, "PowerSGDOptions.start_iteration must be at least 0, got ",
-               o.start_iteration());
-  COHORT_CHECK(std::isfinite(o.min_compression_rate()) && o.min_compression_rate() >= 0,
-               "PowerSGDOptions.min_compression_rate must be a finite number >= 0, got ", o.min_compression_rate());
-  COHORT_CHECK(std::isfinite(o.orthogonalization_epsilon()) && o.orthogonalization_epsilon() >= 0,
-               "PowerSGDOptions.orthogonalization_epsilon must be a finite number >= 0, got ",
-               o.orthogonalization_epsilon());
-  COHORT_CHECK(o.random_seed() >= 0 && o.random_seed() <= int64_t(UINT32_MAX),
-               "PowerSGDOptions.random_seed must be from 0 to 4294967295 (numpy's seed range), got ", o.random_seed());
+  COHORT_CHECK_KIND(kInvalidArgument, o.matrix_approximation_rank() >= 1,
+                    "PowerSGDOptions.matrix_approximation_rank must be at least 1, got ",
+                    o.matrix_approximation_rank());
+  COHORT_CHECK_KIND(kInvalidArgument, o.start_iteration() >= 0,
+                    "PowerSGDOptions.start_iteration must be at least 0, got ", o.start_iteration());
+  COHORT_CHECK_KIND(kInvalidArgument, std::isfinite(o.min_compression_rate()) && o.min_compression_rate() >= 0,
+                    "PowerSGDOptions.min_compression_rate must be a finite number >= 0, got ",
+                    o.min_compression_rate());
+  COHORT_CHECK_KIND(
+      kInvalidArgument, std::isfinite(o.orthogonalization_epsilon()) && o.orthogonalization_epsilon() >= 0,
+      "PowerSGDOptions.orthogonalization_epsilon must be a finite number >= 0, got ", o.orthogonalization_epsilon());
+  COHORT_CHECK_KIND(kInvalidArgument, o.random_seed() >= 0 && o.random_seed() <= int64_t(UINT32_MAX),
+                    "PowerSGDOptions.random_seed must be from 0 to 4294967295 (numpy's seed range), got ",
+                    o.random_seed());
 }
 
 }  // namespace

@@ -18,9 +18,10 @@ SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options_) : SyncBatchN
 
 SyncBatchNormImpl::SyncBatchNormImpl(SyncBatchNormOptions options_, detail::SyncBatchNormState adopt)
     : options(std::move(options_)), adopt_(std::move(adopt)) {
-  COHORT_CHECK(options.num_features() > 0, "SyncBatchNormOptions: num_features must be positive, got ",
-               options.num_features());
-  COHORT_CHECK(options.eps() > 0, "SyncBatchNormOptions: eps must be positive, got ", options.eps());
+  COHORT_CHECK_KIND(kInvalidArgument, options.num_features() > 0,
+                    "SyncBatchNormOptions: num_features must be positive, got ", options.num_features());
+  COHORT_CHECK_KIND(kInvalidArgument, options.eps() > 0, "SyncBatchNormOptions: eps must be positive, got ",
+                    options.eps());
   reset();
 }
 
@@ -77,9 +78,11 @@ void SyncBatchNormImpl::pretty_print(std::ostream& stream) const {
 }
 
 torch::Tensor SyncBatchNormImpl::forward(const torch::Tensor& input) {
-  COHORT_CHECK(input.dim() >= 2, "SyncBatchNorm: expected at least 2D input (got ", input.dim(), "D input)");
-  COHORT_CHECK(input.size(1) == options.num_features(), "SyncBatchNorm: the input of shape ", input.sizes(), " has ",
-               input.size(1), " channels (dimension 1), but num_features is ", options.num_features());
+  COHORT_CHECK_KIND(kInvalidArgument, input.dim() >= 2, "SyncBatchNorm: expected at least 2D input (got ", input.dim(),
+                    "D input)");
+  COHORT_CHECK_KIND(kInvalidArgument, input.size(1) == options.num_features(), "SyncBatchNorm: the input of shape ",
+                    input.sizes(), " has ", input.size(1), " channels (dimension 1), but num_features is ",
+                    options.num_features());
   double factor = options.momentum().value_or(0.0);
   if (is_training() && options.track_running_stats()) {
     torch::NoGradGuard no_grad;

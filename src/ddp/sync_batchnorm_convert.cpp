@@ -66,11 +66,12 @@ void find_batchnorms(Module& parent, const std::string& prefix, std::vector<Foun
 // Owners a convertible BatchNorm has: its parent's children table, a container's own list, `found.old`.
 void check_reachable_only_as_child(const Found& found) {
   const long expected = 2 + (is_container(*found.parent_raw) ? 1 : 0);
-  COHORT_CHECK(found.old.use_count() <= expected, "convert_sync_batchnorm: '", found.path, "' (", found.kind,
-               ") is also held outside its parent's registered children (a member holder such as `torch::nn::",
-               found.kind, " ", found.name, "` keeps calling the old module), so converting it would leave ",
-               "plain BatchNorm running; declare it as cohort::SyncBatchNorm, or hold it in a Sequential, ",
-               "ModuleList or ModuleDict (nothing was converted)");
+  COHORT_CHECK_KIND(
+      kInvalidArgument, found.old.use_count() <= expected, "convert_sync_batchnorm: '", found.path, "' (", found.kind,
+      ") is also held outside its parent's registered children (a member holder such as `torch::nn::", found.kind, " ",
+      found.name, "` keeps calling the old module), so converting it would leave ",
+      "plain BatchNorm running; declare it as cohort::SyncBatchNorm, or hold it in a Sequential, ",
+      "ModuleList or ModuleDict (nothing was converted)");
 }
 
 void replace(const Found& found, const std::shared_ptr<SyncBatchNormImpl>& sync) {
@@ -91,11 +92,13 @@ void replace(const Found& found, const std::shared_ptr<SyncBatchNormImpl>& sync)
 }  // namespace
 
 std::vector<std::string> convert_sync_batchnorm(Module& module, ConvertSyncBatchNormOptions options) {
-  COHORT_CHECK(dynamic_cast<torch::nn::BatchNorm1dImpl*>(&module) == nullptr &&
-                   dynamic_cast<torch::nn::BatchNorm2dImpl*>(&module) == nullptr &&
-                   dynamic_cast<torch::nn::BatchNorm3dImpl*>(&module) == nullptr,
-               "convert_sync_batchnorm: the module itself is a BatchNorm; construct a cohort::SyncBatchNorm in its "
-               "place (the function converts the BatchNorms below a module)");
+  COHORT_CHECK_KIND(
+      kInvalidArgument,
+      dynamic_cast<torch::nn::BatchNorm1dImpl*>(&module) == nullptr &&
+          dynamic_cast<torch::nn::BatchNorm2dImpl*>(&module) == nullptr &&
+          dynamic_cast<torch::nn::BatchNorm3dImpl*>(&module) == nullptr,
+      "convert_sync_batchnorm: the module itself is a BatchNorm; construct a cohort::SyncBatchNorm in its "
+      "place (the function converts the BatchNorms below a module)");
   std::vector<Found> found;
   find_batchnorms(module, "", found);
   for (const auto& item : found) check_reachable_only_as_child(item);

@@ -49,8 +49,8 @@ GatheredStats merge_stats(const torch::Tensor& gathered, int64_t channels, torch
     avg = avg * (n * factor) + mean * (count * factor);
     n += count;
   }
-  COHORT_CHECK(n > 0, "SyncBatchNorm: every rank's batch is empty (", gathered.size(0),
-               " ranks, 0 rows): there are no batch statistics to normalize with");
+  COHORT_CHECK_KIND(kInvalidArgument, n > 0, "SyncBatchNorm: every rank's batch is empty (", gathered.size(0),
+                    " ranks, 0 rows): there are no batch statistics to normalize with");
   if (running_mean.defined())
     running_mean.copy_(running_mean * (1 - momentum) + avg.to(running_mean.dtype()) * momentum);
   if (running_var.defined())

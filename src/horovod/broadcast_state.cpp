@@ -78,8 +78,8 @@ void broadcast_optimizer_state(torch::optim::Optimizer& optimizer, int root_rank
     }
     if (find_param_state(optimizer, param) == nullptr) {
       auto fresh = cohort::detail::fresh_state(optimizer, optimizer.param_groups()[group_of(name)].options(), param);
-      COHORT_CHECK(fresh != nullptr, caller, ": rank ", root_rank, " has a state for ", name,
-                   " but this optimizer keeps none (SGD without momentum?): the ranks' optimizers differ");
+      COHORT_CHECK_KIND(kDesync, fresh != nullptr, caller, ": rank ", root_rank, " has a state for ", name,
+                        " but this optimizer keeps none (SGD without momentum?): the ranks' optimizers differ");
       cohort::detail::set_param_state(optimizer, param, std::move(fresh));
     }
     auto& state = *find_param_state(optimizer, param);

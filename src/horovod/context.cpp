@@ -203,8 +203,9 @@ int Context::join() {
 std::shared_ptr<Op> Context::take(Handle handle, const char* caller) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = in_flight_.find(handle);
-  COHORT_CHECK(it != in_flight_.end(), caller, "(", handle, "): not an operation in flight (synchronized already, ",
-               "or not a handle an *_async call returned)");
+  COHORT_CHECK_KIND(kInvalidArgument, it != in_flight_.end(), caller, "(", handle,
+                    "): not an operation in flight (synchronized already, ",
+                    "or not a handle an *_async call returned)");
   auto op = std::move(it->second);
   in_flight_.erase(it);
   return op;
@@ -222,8 +223,9 @@ bool Context::poll(Handle handle, const char* caller) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = in_flight_.find(handle);
-    COHORT_CHECK(it != in_flight_.end(), caller, "(", handle, "): not an operation in flight (synchronized already, ",
-                 "or not a handle an *_async call returned)");
+    COHORT_CHECK_KIND(kInvalidArgument, it != in_flight_.end(), caller, "(", handle,
+                      "): not an operation in flight (synchronized already, ",
+                      "or not a handle an *_async call returned)");
     op = it->second;
     controller = sets_.at(op->process_set).controller.get();
   }

@@ -23,9 +23,9 @@ constexpr const char* kFile = "hvd-elastic-state.pt";
 std::string directory_of(const StateOptions& options) {
   if (!options.directory().empty()) return options.directory();
   const char* env = std::getenv("COHORT_HVD_ELASTIC_DIR");
-  COHORT_CHECK(env != nullptr && *env != '\0',
-               "hvd::elastic::State: no directory for the commits; name one in "
-               "StateOptions().directory(...) or in COHORT_HVD_ELASTIC_DIR (a commit must outlive the processes)");
+  COHORT_CHECK_KIND(kInvalidArgument, env != nullptr && *env != '\0',
+                    "hvd::elastic::State: no directory for the commits; name one in "
+                    "StateOptions().directory(...) or in COHORT_HVD_ELASTIC_DIR (a commit must outlive the processes)");
   return env;
 }
 
@@ -72,8 +72,9 @@ c10::IValue& State::operator[](const std::string& name) {
     if (key == name) return value;
   std::string known;
   for (const auto& entry : impl_->values) known += (known.empty() ? "" : ", ") + entry.first;
-  throw cohort::Error(cohort::detail::str(
-      "hvd::elastic::State['", name, "']: no such value; the State was made with: ", known.empty() ? "none" : known));
+  throw cohort::Error(cohort::detail::str("hvd::elastic::State['", name, "']: no such value; the State was made with: ",
+                                          known.empty() ? "none" : known),
+                      cohort::ErrorKind::kInvalidArgument);
 }
 
 std::string State::Impl::serialize() const {
@@ -108,7 +109,8 @@ void State::Impl::load(const std::string& bytes, const std::string& what) {
   } catch (const c10::Error& error) {
     const std::string text = error.what_without_backtrace();
     throw cohort::Error(
-        cohort::detail::str("hvd::elastic::State: ", what, " is not a commit (", text.substr(0, text.find('\n')), ")"));
+        cohort::detail::str("hvd::elastic::State: ", what, " is not a commit (", text.substr(0, text.find('\n')), ")"),
+        cohort::ErrorKind::kIO);
   }
   const auto* begin = reinterpret_cast<const char*>(pickled.data_ptr<uint8_t>());
   const auto tuple = torch::pickle_load(std::vector<char>(begin, begin + pickled.numel())).toTuple();
@@ -140,7 +142,8 @@ void State::commit() {
 }
 
 void State::restore() {
-  COHORT_CHECK(!impl_->committed.empty(), "hvd::elastic::State::restore(): nothing was committed or synced yet");
+  COHORT_CHECK_KIND(kInvalidArgument, !impl_->committed.empty(),
+                    "hvd::elastic::State::restore(): nothing was committed or synced yet");
   impl_->load(impl_->committed, "the last commit");
 }
 

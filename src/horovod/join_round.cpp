@@ -68,7 +68,7 @@ std::vector<Slot> plan_slots(const std::vector<RankWaiting>& waiting, const std:
 
 Controller::JoinResult Controller::join(const torch::Device& device) {
   std::unique_lock<std::mutex> lock(mutex_);
-  COHORT_CHECK(!joining_, "hvd::join: this rank is joining already (on another thread)");
+  COHORT_CHECK_KIND(kInvalidArgument, !joining_, "hvd::join: this rank is joining already (on another thread)");
   if (failure_) std::rethrow_exception(failure_);
   joining_ = true;
   join_result_.reset();

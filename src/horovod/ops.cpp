@@ -162,8 +162,8 @@ bool poll(Handle handle) { return Context::get("hvd::poll").poll(handle, "hvd::p
 
 torch::Tensor synchronize(Handle handle) {
   auto results = Context::get("hvd::synchronize").synchronize(handle, "hvd::synchronize");
-  COHORT_CHECK(results.size() == 1, "hvd::synchronize(", handle, "): a grouped operation of ", results.size(),
-               " tensors; use hvd::synchronize_group");
+  COHORT_CHECK_KIND(kInvalidArgument, results.size() == 1, "hvd::synchronize(", handle, "): a grouped operation of ",
+                    results.size(), " tensors; use hvd::synchronize_group");
   return results[0];
 }
 

@@ -49,8 +49,8 @@ std::vector<std::string> decode_names(const uint8_t* data, size_t size) {
   while (at < size) {
     size_t length = 0, digits = 0;
     while (at < size && data[at] >= '0' && data[at] <= '9') length = length * 10 + (data[at++] - '0'), ++digits;
-    COHORT_CHECK(digits > 0 && at < size && data[at] == ':' && size - at - 1 >= length,
-                 "hvd negotiation: a malformed name list at byte ", at, " of ", size);
+    COHORT_CHECK_KIND(kInternal, digits > 0 && at < size && data[at] == ':' && size - at - 1 >= length,
+                      "hvd negotiation: a malformed name list at byte ", at, " of ", size);
     ++at;
     names.emplace_back(reinterpret_cast<const char*>(data + at), length);
     at += length;

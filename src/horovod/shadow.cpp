@@ -29,7 +29,7 @@ Work start_shadow(Comm& comm, const Shadow& shadow, const torch::Device& device)
     zeros.push_back(torch::zeros(spec.sizes, options));
   }
   if (shadow.fused) return comm.allreduce_fused_async(zeros, shadow.op);
-  COHORT_CHECK(zeros.size() == 1, "hvd::join: an unfused allreduce of ", zeros.size(), " tensors");
+  COHORT_CHECK_KIND(kInternal, zeros.size() == 1, "hvd::join: an unfused allreduce of ", zeros.size(), " tensors");
   return comm.allreduce_async(zeros[0], shadow.op);
 }
 
@@ -51,8 +51,9 @@ std::string encode_entry(const WaitingEntry& entry) {
 WaitingEntry decode_entry(const std::string& text) {
   const auto first = text.find('|');
   const auto second = first == std::string::npos ? first : text.find('|', first + 1);
-  COHORT_CHECK(second != std::string::npos && first >= 3 && (text[0] == 'N' || text[0] == 'U') && text[1] == ' ',
-               "hvd join round: a malformed operation entry '", text, "'");
+  COHORT_CHECK_KIND(kInternal,
+                    second != std::string::npos && first >= 3 && (text[0] == 'N' || text[0] == 'U') && text[1] == ' ',
+                    "hvd join round: a malformed operation entry '", text, "'");
   WaitingEntry entry;
   entry.named = text[0] == 'N';
   entry.kind = text.substr(2, first - 2);
@@ -72,8 +73,8 @@ WaitingEntry decode_entry(const std::string& text) {
     for (auto& d : t.sizes) in >> d;
     s.tensors.push_back(std::move(t));
   }
-  COHORT_CHECK(bool(in) && s.tensors.size() == count, "hvd join round: a malformed allreduce description '", spec,
-               "' of '", entry.name, "'");
+  COHORT_CHECK_KIND(kInternal, bool(in) && s.tensors.size() == count,
+                    "hvd join round: a malformed allreduce description '", spec, "' of '", entry.name, "'");
   s.fused = fused != 0;
   s.op = ReduceOp(op);
   entry.shadow = std::move(s);

@@ -3,7 +3,9 @@
 // A stage that raises is named with its rank, the microbatch and the input it was given.
 #include <torch/torch.h>
 
+#include <new>
 #include <optional>
+#include <vector>
 
 #include "comm/op_util.h"
 #include "core/check.h"
@@ -14,6 +16,22 @@ namespace {
 
 constexpr int kForwardMail = 0;
 constexpr int kBackwardMail = 1;
+
+// Raises `message` for what a stage raised: a cohort::Error keeps its kind and ranks, running out of
+// memory is kOutOfMemory, anything else (the stage's own code failed) is of no kind known here.
+[[noreturn]] void raise_from(const std::string& message, const std::exception& e) {
+  ErrorKind kind = ErrorKind::kOther;
+  std::vector<int> ranks;
+  if (const auto* error = dynamic_cast<const Error*>(&e)) {
+    kind = error->kind();
+    ranks = error->ranks();
+  } else if (dynamic_cast<const c10::OutOfMemoryError*>(&e) != nullptr ||
+             dynamic_cast<const std::bad_alloc*>(&e) != nullptr) {
+    kind = ErrorKind::kOutOfMemory;
+  }
+  const Error raised(message, kind, ranks);
+  throw raised;
+}
 
 }  // namespace
 
@@ -43,8 +61,9 @@ torch::Tensor PipelineImpl::stage_input(int stage, int microbatch) {
   if (stage == 0) return input_chunks_.at(microbatch);
   if (is_mine(stage - 1)) {
     auto it = local_mail_.find({stage, microbatch, kForwardMail});
-    COHORT_CHECK(it != local_mail_.end(), "Pipeline: schedule '", schedule.name, "' runs forward of stage ", stage,
-                 " microbatch ", microbatch, " before stage ", stage - 1, " sent it (rank ", rank_, ")");
+    COHORT_CHECK_KIND(kInternal, it != local_mail_.end(), "Pipeline: schedule '", schedule.name,
+                      "' runs forward of stage ", stage, " microbatch ", microbatch, " before stage ", stage - 1,
+                      " sent it (rank ", rank_, ")");
     auto input = it->second;
     local_mail_.erase(it);
     return input;
@@ -59,8 +78,9 @@ torch::Tensor PipelineImpl::loss_of(int microbatch, const torch::Tensor& output)
   // the others' and adds nothing; a mean loss over no rows would be NaN.
   if (target_chunks_.at(microbatch).size(0) == 0) return (output.sum() * 0.0).reshape({});
   auto loss = options_.loss_fn()(output, target_chunks_.at(microbatch));
-  COHORT_CHECK(loss.defined() && loss.numel() == 1, "Pipeline: the loss function returned ", describe_tensor(loss),
-               " for microbatch ", microbatch, "; it must return one number (the microbatch's mean loss)");
+  COHORT_CHECK_KIND(kInvalidArgument, loss.defined() && loss.numel() == 1, "Pipeline: the loss function returned ",
+                    describe_tensor(loss), " for microbatch ", microbatch,
+                    "; it must return one number (the microbatch's mean loss)");
   return loss.reshape({});
 }
 
@@ -83,9 +103,10 @@ void PipelineImpl::run_forward(int stage, int microbatch) {
     std::string from = stage == 0 ? ""
                                   : " from stage " + std::to_string(stage - 1) + " (rank " +
                                         std::to_string(schedule.rank_of(stage - 1)) + ")";
-    throw Error("stage " + std::to_string(stage) + " (rank " + std::to_string(rank_) + ") raised in forward of " +
-                "microbatch " + std::to_string(microbatch) + " on its input " + describe_tensor(input) + from + ": " +
-                cohort::detail::first_line(e.what()));
+    raise_from("stage " + std::to_string(stage) + " (rank " + std::to_string(rank_) + ") raised in forward of " +
+                   "microbatch " + std::to_string(microbatch) + " on its input " + describe_tensor(input) + from +
+                   ": " + cohort::detail::first_line(e.what()),
+               e);
   }
   // Neighbouring stages on one rank (a single rank with looped stages) hand over without a transfer.
   if (!is_last(stage) && is_mine(stage + 1)) local_mail_[{stage + 1, microbatch, kForwardMail}] = output.detach();
@@ -98,8 +119,8 @@ void PipelineImpl::run_forward(int stage, int microbatch) {
 
 void PipelineImpl::send_forward(int stage, int microbatch) {
   auto& slot = slots_.at({stage, microbatch});
-  COHORT_CHECK(slot.output.defined(), "Pipeline: schedule '", schedule.name, "' sends stage ", stage, " microbatch ",
-               microbatch, "'s output before its forward (rank ", rank_, ")");
+  COHORT_CHECK_KIND(kInternal, slot.output.defined(), "Pipeline: schedule '", schedule.name, "' sends stage ", stage,
+                    " microbatch ", microbatch, "'s output before its forward (rank ", rank_, ")");
   if (!is_mine(stage + 1))
     send_activation(*comm_, slot.output.detach(), schedule.rank_of(stage + 1),
                     tag(stage + 1, microbatch, Direction::kForward), sends_);
@@ -119,8 +140,9 @@ void PipelineImpl::post_recv_backward(int stage, int microbatch) {
 torch::Tensor PipelineImpl::output_grad(int stage, int microbatch) {
   if (is_mine(stage + 1)) {
     auto it = local_mail_.find({stage, microbatch, kBackwardMail});
-    COHORT_CHECK(it != local_mail_.end(), "Pipeline: schedule '", schedule.name, "' runs backward of stage ", stage,
-                 " microbatch ", microbatch, " before stage ", stage + 1, " sent its gradient (rank ", rank_, ")");
+    COHORT_CHECK_KIND(kInternal, it != local_mail_.end(), "Pipeline: schedule '", schedule.name,
+                      "' runs backward of stage ", stage, " microbatch ", microbatch, " before stage ", stage + 1,
+                      " sent its gradient (rank ", rank_, ")");
     auto grad = it->second;
     local_mail_.erase(it);
     return grad;
@@ -133,9 +155,9 @@ torch::Tensor PipelineImpl::output_grad(int stage, int microbatch) {
 
 void PipelineImpl::run_backward(int stage, int microbatch) {
   auto it = slots_.find({stage, microbatch});
-  COHORT_CHECK(it != slots_.end() && it->second.holds_activations, "Pipeline: schedule '", schedule.name,
-               "' runs backward of stage ", stage, " microbatch ", microbatch, " before its forward (rank ", rank_,
-               ")");
+  COHORT_CHECK_KIND(kInternal, it != slots_.end() && it->second.holds_activations, "Pipeline: schedule '",
+                    schedule.name, "' runs backward of stage ", stage, " microbatch ", microbatch,
+                    " before its forward (rank ", rank_, ")");
   auto& slot = it->second;
   const auto grad = is_last(stage) ? torch::Tensor() : output_grad(stage, microbatch);
   const int local = local_index(stage);
@@ -153,8 +175,9 @@ void PipelineImpl::run_backward(int stage, int microbatch) {
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error("stage " + std::to_string(stage) + " (rank " + std::to_string(rank_) + ") raised in backward of " +
-                "microbatch " + std::to_string(microbatch) + ": " + cohort::detail::first_line(e.what()));
+    raise_from("stage " + std::to_string(stage) + " (rank " + std::to_string(rank_) + ") raised in backward of " +
+                   "microbatch " + std::to_string(microbatch) + ": " + cohort::detail::first_line(e.what()),
+               e);
   }
   if (stage > 0) {
     auto input_grad = slot.input.grad();
@@ -168,9 +191,9 @@ void PipelineImpl::run_backward(int stage, int microbatch) {
 
 void PipelineImpl::send_backward(int stage, int microbatch) {
   auto it = slots_.find({stage, microbatch});
-  COHORT_CHECK(it != slots_.end() && it->second.input_grad.defined(), "Pipeline: schedule '", schedule.name,
-               "' sends stage ", stage, " microbatch ", microbatch, "'s input gradient before its backward (rank ",
-               rank_, ")");
+  COHORT_CHECK_KIND(kInternal, it != slots_.end() && it->second.input_grad.defined(), "Pipeline: schedule '",
+                    schedule.name, "' sends stage ", stage, " microbatch ", microbatch,
+                    "'s input gradient before its backward (rank ", rank_, ")");
   if (!is_mine(stage - 1))
     sends_.push_back(comm_->isend(it->second.input_grad.contiguous(), schedule.rank_of(stage - 1),
                                   tag(stage - 1, microbatch, Direction::kBackward)));

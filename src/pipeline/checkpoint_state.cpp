@@ -148,7 +148,7 @@ class StageOptimizerState : public Stateful {
   const torch::Tensor& param(const std::string& name) const {
     for (const auto& item : params_)
       if (item.first == name) return item.second;
-    throw Error("pipeline optimizer state: no parameter '" + name + "'");
+    throw Error("pipeline optimizer state: no parameter '" + name + "'", ErrorKind::kInternal);
   }
 
   torch::optim::Optimizer& optimizer_;
@@ -191,14 +191,14 @@ void PipelineImpl::gather_layer_ranges() {
 }
 
 void PipelineImpl::check_checkpointable(const char* what) const {
-  COHORT_CHECK(names_whole_model, "Pipeline::", what,
-               ": the stages' layers are not named by their place in the "
-               "whole model (stage s must hold layers \"b[s]\", \"b[s]+1\", ... as partition() and "
-               "stages_of_rank() give them), so checkpoints could not name parameters as the whole model");
-  COHORT_CHECK(!options_.zero(), "Pipeline::", what,
-               ": checkpoints of a pipeline with ZeRO over the data group "
-               "(PipelineOptions::zero) are not supported: its optimizer state lives in each stage's ZeRO engine; "
-               "use PipelineOptions::data_comm with DDP to checkpoint");
+  COHORT_CHECK_KIND(kInvalidArgument, names_whole_model, "Pipeline::", what,
+                    ": the stages' layers are not named by their place in the "
+                    "whole model (stage s must hold layers \"b[s]\", \"b[s]+1\", ... as partition() and "
+                    "stages_of_rank() give them), so checkpoints could not name parameters as the whole model");
+  COHORT_CHECK_KIND(kInvalidArgument, !options_.zero(), "Pipeline::", what,
+                    ": checkpoints of a pipeline with ZeRO over the data group "
+                    "(PipelineOptions::zero) are not supported: its optimizer state lives in each stage's ZeRO engine; "
+                    "use PipelineOptions::data_comm with DDP to checkpoint");
 }
 
 }  // namespace cohort::pipeline::detail

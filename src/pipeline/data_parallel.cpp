@@ -12,26 +12,27 @@ namespace cohort::pipeline::detail {
 
 void PipelineImpl::make_zero_engines() {
   const ZeroConfig& config = *options_.zero();
-  COHORT_CHECK(options_.data_comm(),
-               "Pipeline: PipelineOptions::zero needs PipelineOptions::data_comm (the "
-               "replicas of a stage to shard over, e.g. Mesh::group_ptr(\"data\"))");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.data_comm(),
+                    "Pipeline: PipelineOptions::zero needs PipelineOptions::data_comm (the "
+                    "replicas of a stage to shard over, e.g. Mesh::group_ptr(\"data\"))");
   const int stage = config.zero_optimization().stage();
-  COHORT_CHECK(stage == 1 || stage == 2, "Pipeline: PipelineOptions::zero has zero_optimization.stage ", stage,
-               "; a pipeline runs ZeRO stage 1 or 2 over its data group (stage 3 would free a stage's parameters "
-               "between the microbatches that use them; stage 0 is DDP: use PipelineOptions::ddp)");
-  COHORT_CHECK(!config.fp16().enabled() && !config.bf16().enabled(), "Pipeline: PipelineOptions::zero has ",
-               config.fp16().enabled() ? "fp16" : "bf16",
-               " enabled; a pipeline's ZeRO engines run in fp32 "
-               "(activations cross stages in the stages' own dtype)");
-  COHORT_CHECK(config.gradient_accumulation_steps() == 1,
-               "Pipeline: PipelineOptions::zero has "
-               "gradient_accumulation_steps ",
-               config.gradient_accumulation_steps(),
-               "; the pipeline's microbatches are its accumulation (PipelineOptions::chunks): use 1");
-  COHORT_CHECK(config.gradient_clipping() == 0.0, "Pipeline: PipelineOptions::zero has gradient_clipping ",
-               config.gradient_clipping(),
-               "; each engine sees one stage's gradients only, not the whole "
-               "model's norm: use 0");
+  COHORT_CHECK_KIND(kInvalidArgument, stage == 1 || stage == 2,
+                    "Pipeline: PipelineOptions::zero has zero_optimization.stage ", stage,
+                    "; a pipeline runs ZeRO stage 1 or 2 over its data group (stage 3 would free a stage's parameters "
+                    "between the microbatches that use them; stage 0 is DDP: use PipelineOptions::ddp)");
+  COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() && !config.bf16().enabled(),
+                    "Pipeline: PipelineOptions::zero has ", config.fp16().enabled() ? "fp16" : "bf16",
+                    " enabled; a pipeline's ZeRO engines run in fp32 "
+                    "(activations cross stages in the stages' own dtype)");
+  COHORT_CHECK_KIND(kInvalidArgument, config.gradient_accumulation_steps() == 1,
+                    "Pipeline: PipelineOptions::zero has "
+                    "gradient_accumulation_steps ",
+                    config.gradient_accumulation_steps(),
+                    "; the pipeline's microbatches are its accumulation (PipelineOptions::chunks): use 1");
+  COHORT_CHECK_KIND(kInvalidArgument, config.gradient_clipping() == 0.0,
+                    "Pipeline: PipelineOptions::zero has gradient_clipping ", config.gradient_clipping(),
+                    "; each engine sees one stage's gradients only, not the whole "
+                    "model's norm: use 0");
   auto engine_options = EngineOptions().comm(options_.data_comm()).optimizer_factory(options_.zero_optimizer());
   for (const auto& module : stages)
     zero.push_back(std::make_unique<ZeroEngineCore>(module.ptr(), config, engine_options));
@@ -53,9 +54,9 @@ void PipelineImpl::backward_of(int local, int microbatch, const torch::Tensor& r
 namespace cohort::pipeline {
 
 void Pipeline::optimizer_step() {
-  COHORT_CHECK(!impl_->zero.empty(),
-               "Pipeline::optimizer_step: this pipeline has no ZeRO engines "
-               "(PipelineOptions::zero is not set): step an optimizer over Pipeline::parameters() instead");
+  COHORT_CHECK_KIND(kInvalidArgument, !impl_->zero.empty(),
+                    "Pipeline::optimizer_step: this pipeline has no ZeRO engines "
+                    "(PipelineOptions::zero is not set): step an optimizer over Pipeline::parameters() instead");
   for (auto& engine : impl_->zero) engine->step();
 }
 

@@ -54,12 +54,13 @@ std::vector<int64_t> balanced_boundaries(const std::vector<int64_t>& weights, in
 void check_boundaries(const std::vector<int64_t>& bounds, int64_t layers, int stages) {
   std::ostringstream text;
   for (size_t i = 0; i < bounds.size(); ++i) text << (i ? ", " : "") << bounds[i];
-  COHORT_CHECK(int(bounds.size()) == stages + 1 && bounds.front() == 0 && bounds.back() == layers,
-               "pipeline partition: boundaries {", text.str(), "} must be ", stages + 1, " layer indices from 0 to ",
-               layers, " (stage s holds layers [b[s], b[s+1]))");
+  COHORT_CHECK_KIND(kInvalidArgument,
+                    int(bounds.size()) == stages + 1 && bounds.front() == 0 && bounds.back() == layers,
+                    "pipeline partition: boundaries {", text.str(), "} must be ", stages + 1,
+                    " layer indices from 0 to ", layers, " (stage s holds layers [b[s], b[s+1]))");
   for (int s = 0; s < stages; ++s)
-    COHORT_CHECK(bounds[s] < bounds[s + 1], "pipeline partition: boundaries {", text.str(), "} leave stage ", s,
-                 " without a layer (they must increase strictly)");
+    COHORT_CHECK_KIND(kInvalidArgument, bounds[s] < bounds[s + 1], "pipeline partition: boundaries {", text.str(),
+                      "} leave stage ", s, " without a layer (they must increase strictly)");
 }
 
 int64_t trainable_parameters(const std::shared_ptr<torch::nn::Module>& module) {
@@ -74,12 +75,14 @@ int64_t trainable_parameters(const std::shared_ptr<torch::nn::Module>& module) {
 std::vector<int64_t> partition_boundaries(const std::vector<int64_t>& layer_parameters, int stages,
                                           const std::string& method) {
   const int64_t layers = int64_t(layer_parameters.size());
-  COHORT_CHECK(stages >= 1 && stages <= layers, "pipeline partition: ", stages, " stages for a model of ", layers,
-               " layers (each stage needs at least one layer: 1 to ", layers, " stages)");
+  COHORT_CHECK_KIND(kInvalidArgument, stages >= 1 && stages <= layers, "pipeline partition: ", stages,
+                    " stages for a model of ", layers, " layers (each stage needs at least one layer: 1 to ", layers,
+                    " stages)");
   if (method == "uniform") return uniform_boundaries(layers, stages);
   if (method == "parameters") return balanced_boundaries(layer_parameters, stages);
   throw Error("pipeline partition: method '" + method + "' is not one of: uniform, parameters " +
-              "(or give PartitionOptions::boundaries)");
+                  "(or give PartitionOptions::boundaries)",
+              ErrorKind::kInvalidArgument);
 }
 
 Partition partition(const torch::nn::Sequential& model, int stages, const PartitionOptions& options) {
@@ -123,11 +126,12 @@ std::string Partition::describe() const {
 }
 
 std::vector<torch::nn::Sequential> stages_of_rank(const Partition& partition, int ranks, int rank) {
-  COHORT_CHECK(ranks >= 1 && rank >= 0 && rank < ranks, "stages_of_rank: rank ", rank, " of ", ranks,
-               " ranks is out of range");
+  COHORT_CHECK_KIND(kInvalidArgument, ranks >= 1 && rank >= 0 && rank < ranks, "stages_of_rank: rank ", rank, " of ",
+                    ranks, " ranks is out of range");
   const int stages = int(partition.stages.size());
-  COHORT_CHECK(stages % ranks == 0, "stages_of_rank: ", stages, " stages do not spread evenly over ", ranks,
-               " ranks (an interleaved pipeline needs stages_per_rank x ranks stages)");
+  COHORT_CHECK_KIND(kInvalidArgument, stages % ranks == 0, "stages_of_rank: ", stages,
+                    " stages do not spread evenly over ", ranks,
+                    " ranks (an interleaved pipeline needs stages_per_rank x ranks stages)");
   std::vector<torch::nn::Sequential> mine;
   for (int s = rank; s < stages; s += ranks) mine.push_back(partition.stages[s]);
   return mine;

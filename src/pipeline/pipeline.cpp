@@ -15,13 +15,13 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
       schedule(std::move(schedule_in)),
       comm_(std::move(comm)),
       options_(std::move(options)) {
-  COHORT_CHECK(comm_, "Pipeline: the Comm is null");
+  COHORT_CHECK_KIND(kInvalidArgument, comm_, "Pipeline: the Comm is null");
   rank_ = comm_->rank();
-  COHORT_CHECK(options_.loss_fn(),
-               "Pipeline: PipelineOptions::loss_fn is not set (the last stage's loss, e.g. "
-               "torch::nn::functional::cross_entropy)");
-  COHORT_CHECK(schedule.ranks == comm_->size(), "Pipeline: schedule '", schedule.name, "' is for ", schedule.ranks,
-               " ranks but the Comm has ", comm_->size());
+  COHORT_CHECK_KIND(kInvalidArgument, options_.loss_fn(),
+                    "Pipeline: PipelineOptions::loss_fn is not set (the last stage's loss, e.g. "
+                    "torch::nn::functional::cross_entropy)");
+  COHORT_CHECK_KIND(kInvalidArgument, schedule.ranks == comm_->size(), "Pipeline: schedule '", schedule.name,
+                    "' is for ", schedule.ranks, " ranks but the Comm has ", comm_->size());
   validate(schedule);
   for (int s = rank_; s < schedule.stages; s += schedule.ranks) stage_ids.push_back(s);
   check_stages();
@@ -47,16 +47,18 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
 void PipelineImpl::check_stages() const {
   std::string ids;
   for (int s : stage_ids) ids += (ids.empty() ? "" : ", ") + std::to_string(s);
-  COHORT_CHECK(stages.size() == stage_ids.size(), "Pipeline: rank ", rank_, " was given ", stages.size(),
-               " stage module(s) but schedule '", schedule.name, "' (", schedule.stages, " stages on ", schedule.ranks,
-               " ranks) places stage(s) ", ids, " here (stages_of_rank gives them)");
+  COHORT_CHECK_KIND(kInvalidArgument, stages.size() == stage_ids.size(), "Pipeline: rank ", rank_, " was given ",
+                    stages.size(), " stage module(s) but schedule '", schedule.name, "' (", schedule.stages,
+                    " stages on ", schedule.ranks, " ranks) places stage(s) ", ids,
+                    " here (stages_of_rank gives them)");
   for (size_t i = 0; i < stages.size(); ++i)
-    COHORT_CHECK(!stages[i].is_empty(), "Pipeline: stage ", stage_ids[i], " on rank ", rank_, " is a null module");
+    COHORT_CHECK_KIND(kInvalidArgument, !stages[i].is_empty(), "Pipeline: stage ", stage_ids[i], " on rank ", rank_,
+                      " is a null module");
 }
 
 int PipelineImpl::local_index(int stage) const {
-  COHORT_CHECK(is_mine(stage), "Pipeline: schedule '", schedule.name, "' runs stage ", stage, " on rank ", rank_,
-               ", which holds stages of rank ", schedule.rank_of(stage), " only");
+  COHORT_CHECK_KIND(kInternal, is_mine(stage), "Pipeline: schedule '", schedule.name, "' runs stage ", stage,
+                    " on rank ", rank_, ", which holds stages of rank ", schedule.rank_of(stage), " only");
   return stage / schedule.ranks;
 }
 
@@ -65,19 +67,19 @@ torch::nn::Sequential PipelineImpl::module_of(int stage) const { return stages[l
 void PipelineImpl::split_batch(const torch::Tensor& inputs, const torch::Tensor& targets) {
   const int chunks = schedule.microbatches;
   const bool first = is_mine(0), last = is_mine(schedule.stages - 1);
-  COHORT_CHECK(!first || inputs.defined(), "Pipeline::step: inputs are undefined on rank ", rank_,
-               ", which runs stage 0");
-  COHORT_CHECK(!last || targets.defined(), "Pipeline::step: targets are undefined on rank ", rank_,
-               ", which runs the last stage (", schedule.stages - 1, ")");
+  COHORT_CHECK_KIND(kInvalidArgument, !first || inputs.defined(), "Pipeline::step: inputs are undefined on rank ",
+                    rank_, ", which runs stage 0");
+  COHORT_CHECK_KIND(kInvalidArgument, !last || targets.defined(), "Pipeline::step: targets are undefined on rank ",
+                    rank_, ", which runs the last stage (", schedule.stages - 1, ")");
   input_chunks_.clear();
   target_chunks_.clear();
   weights_.clear();
   if (first) input_chunks_ = torch::tensor_split(inputs, chunks, 0);
   if (!last) return;
   const int64_t rows = targets.size(0);
-  COHORT_CHECK(!first || inputs.size(0) == rows, "Pipeline::step: inputs have ", inputs.size(0), " rows but targets ",
-               rows);
-  COHORT_CHECK(rows >= 1, "Pipeline::step: a batch of 0 rows: give at least one row");
+  COHORT_CHECK_KIND(kInvalidArgument, !first || inputs.size(0) == rows, "Pipeline::step: inputs have ", inputs.size(0),
+                    " rows but targets ", rows);
+  COHORT_CHECK_KIND(kInvalidArgument, rows >= 1, "Pipeline::step: a batch of 0 rows: give at least one row");
   // Uneven chunks differ by one row at most; with fewer rows than chunks (an epoch's short last
   // batch) the last microbatches are empty: they run through every stage with weight 0 (loss_of).
   target_chunks_ = torch::tensor_split(targets, chunks, 0);
@@ -101,7 +103,8 @@ torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tenso
   } catch (const Error& e) {
     fail(e.what(), e.kind(), e.ranks());  // a peer's death stays a peer's death for the caller
   } catch (const std::exception& e) {
-    fail("Pipeline::step on rank " + std::to_string(rank_) + " failed: " + cohort::detail::first_line(e.what()));
+    fail("Pipeline::step on rank " + std::to_string(rank_) + " failed: " + cohort::detail::first_line(e.what()),
+         ErrorKind::kOther);  // not cohort's: its kind is not known here
   }
 }
 
@@ -118,7 +121,8 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
   std::vector<Work> sends;
   for (int s : stage_ids) {
     if (s == 0) {
-      COHORT_CHECK(inputs.defined(), "Pipeline::forward: inputs are undefined on rank ", rank_, ", which runs stage 0");
+      COHORT_CHECK_KIND(kInvalidArgument, inputs.defined(), "Pipeline::forward: inputs are undefined on rank ", rank_,
+                        ", which runs stage 0");
       x = inputs;
     } else if (!is_mine(s - 1)) {
       ActivationReceive receive;
@@ -141,7 +145,8 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
 void PipelineImpl::fail(const std::string& message, ErrorKind kind, const std::vector<int>& ranks) {
   comm_->abort(message);
   if (options_.data_comm()) options_.data_comm()->abort(message);
-  throw Error(message, kind, ranks);
+  const Error error(message, kind, ranks);
+  throw error;
 }
 
 }  // namespace detail

@@ -13,7 +13,8 @@ namespace pipeline {
 namespace {
 
 void check_count(const char* option, int value) {
-  COHORT_CHECK(value >= 1, "pipeline schedule: ", option, "=", value, " is below 1 (accepted: 1 or more)");
+  COHORT_CHECK_KIND(kInvalidArgument, value >= 1, "pipeline schedule: ", option, "=", value,
+                    " is below 1 (accepted: 1 or more)");
 }
 
 Schedule empty_schedule(const char* name, int ranks, int stages, int microbatches) {
@@ -104,14 +105,15 @@ void add_send(const Schedule& schedule, const Action& compute, std::vector<Actio
 }  // namespace
 
 Schedule add_transfers(const Schedule& compute_only) {
-  COHORT_CHECK(compute_only.ranks >= 1, "add_transfers: ranks=", compute_only.ranks, " is below 1");
+  COHORT_CHECK_KIND(kInvalidArgument, compute_only.ranks >= 1, "add_transfers: ranks=", compute_only.ranks,
+                    " is below 1");
   Schedule schedule = compute_only;
   for (auto& list : schedule.actions) {
     std::vector<Action> with_transfers;
     for (const Action& action : list) {
-      COHORT_CHECK(action.kind == ActionKind::kForward || action.kind == ActionKind::kBackward,
-                   "add_transfers: ", to_string(action),
-                   " is a transfer already (expected forwards and backwards only)");
+      COHORT_CHECK_KIND(kInvalidArgument, action.kind == ActionKind::kForward || action.kind == ActionKind::kBackward,
+                        "add_transfers: ", to_string(action),
+                        " is a transfer already (expected forwards and backwards only)");
       add_receive(schedule, action, with_transfers);
       with_transfers.push_back(action);
       add_send(schedule, action, with_transfers);
@@ -154,7 +156,8 @@ Schedule make_schedule(const std::string& name, int ranks, int microbatches, int
   if (name == "gpipe") return gpipe(ranks, microbatches);
   if (name == "1f1b") return one_f_one_b(ranks, microbatches);
   if (name == "interleaved") return interleaved_1f1b(ranks, stages_per_rank, microbatches);
-  throw Error("pipeline schedule=" + cohort::detail::printable(name) + " is not one of gpipe, 1f1b, interleaved");
+  throw Error("pipeline schedule=" + cohort::detail::printable(name) + " is not one of gpipe, 1f1b, interleaved",
+              ErrorKind::kInvalidArgument);
 }
 
 }  // namespace pipeline

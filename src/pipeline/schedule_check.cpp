@@ -193,8 +193,9 @@ void validate(const Schedule& schedule) {
   bool has_grid = static_cast<int>(schedule.actions.size()) == schedule.ranks && schedule.ranks > 0;
   std::string more = problems.size() > 1 ? " (and " + std::to_string(problems.size() - 1) + " more, marked below)" : "";
   throw Error("pipeline schedule '" + schedule.name + "' cannot run: rank " + std::to_string(first.rank) + ", action " +
-              std::to_string(first.index) + " (" + (has_grid ? action_at(schedule, first) : "none") +
-              "): " + first.what + more + (has_grid ? "\n" + format_grid(schedule, problems) : ""));
+                  std::to_string(first.index) + " (" + (has_grid ? action_at(schedule, first) : "none") +
+                  "): " + first.what + more + (has_grid ? "\n" + format_grid(schedule, problems) : ""),
+              ErrorKind::kInvalidArgument);
 }
 
 }  // namespace pipeline

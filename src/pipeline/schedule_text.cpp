@@ -35,7 +35,7 @@ const char* kind_name(ActionKind kind) {
 }
 
 [[noreturn]] void bad_action(const std::string& text, const std::string& why) {
-  throw Error("pipeline action '" + cohort::detail::printable(text) + "' " + why);
+  throw Error("pipeline action '" + cohort::detail::printable(text) + "' " + why, ErrorKind::kInvalidArgument);
 }
 
 size_t digits_from(const std::string& text, size_t at) {
@@ -122,7 +122,8 @@ Schedule from_csv(const std::string& text, const std::string& name) {
         std::string why = error.what();
         why.erase(0, why.find("pipeline action"));  // without a rank prefix: this Error adds its own
         throw Error("from_csv: row " + std::to_string(schedule.actions.size()) + " (rank " +
-                    std::to_string(schedule.actions.size()) + "): " + why);
+                        std::to_string(schedule.actions.size()) + "): " + why,
+                    ErrorKind::kInvalidArgument);
       }
       schedule.stages = std::max(schedule.stages, row.back().stage + 1);
       schedule.microbatches = std::max(schedule.microbatches, row.back().microbatch + 1);
@@ -130,7 +131,8 @@ Schedule from_csv(const std::string& text, const std::string& name) {
     schedule.actions.push_back(std::move(row));
   }
   schedule.ranks = static_cast<int>(schedule.actions.size());
-  COHORT_CHECK(schedule.ranks > 0, "from_csv: the text has no rows (one row of actions per rank expected)");
+  COHORT_CHECK_KIND(kInvalidArgument, schedule.ranks > 0,
+                    "from_csv: the text has no rows (one row of actions per rank expected)");
   return schedule;
 }
 

@@ -31,8 +31,8 @@ std::string describe_tensor(const torch::Tensor& tensor) {
 }
 
 torch::Tensor encode_header(const torch::Tensor& tensor) {
-  COHORT_CHECK(tensor.dim() <= kMaxDims, "pipeline: a stage output of ", tensor.dim(), " dimensions (",
-               describe_tensor(tensor), ") is more than the ", kMaxDims, " a transfer carries");
+  COHORT_CHECK_KIND(kInvalidArgument, tensor.dim() <= kMaxDims, "pipeline: a stage output of ", tensor.dim(),
+                    " dimensions (", describe_tensor(tensor), ") is more than the ", kMaxDims, " a transfer carries");
   auto header = torch::zeros({kHeaderLength}, torch::kLong);
   auto* h = header.data_ptr<int64_t>();
   h[0] = int64_t(tensor.scalar_type());

@@ -30,9 +30,9 @@ Batch Dataset::get_batch(const torch::Tensor& indices) const {
 
 TensorDataset::TensorDataset(torch::Tensor data, torch::Tensor target)
     : data_(std::move(data)), target_(std::move(target)) {
-  COHORT_CHECK(data_.dim() >= 1 && target_.dim() >= 1 && data_.size(0) == target_.size(0),
-               "TensorDataset: data and target must have the same number of rows (dimension 0), got ", data_.sizes(),
-               " and ", target_.sizes());
+  COHORT_CHECK_KIND(kInvalidArgument, data_.dim() >= 1 && target_.dim() >= 1 && data_.size(0) == target_.size(0),
+                    "TensorDataset: data and target must have the same number of rows (dimension 0), got ",
+                    data_.sizes(), " and ", target_.sizes());
 }
 
 Batch TensorDataset::get(int64_t index) const { return {data_[index], target_[index]}; }
@@ -43,13 +43,14 @@ Batch TensorDataset::get_batch(const torch::Tensor& indices) const {
 
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderOptions options)
     : dataset_(std::move(dataset)), options_(options) {
-  COHORT_CHECK(dataset_ != nullptr, "DataLoader: the dataset is null");
-  COHORT_CHECK(options_.batch_size() >= 1, "LoaderOptions.batch_size ", options_.batch_size(),
-               " is not accepted: expected an integer >= 1");
-  COHORT_CHECK(options_.num_workers() >= 0 && options_.num_workers() <= 256, "LoaderOptions.num_workers ",
-               options_.num_workers(), " is not accepted: expected an integer from 0 to 256");
-  COHORT_CHECK(options_.prefetch_factor() >= 1, "LoaderOptions.prefetch_factor ", options_.prefetch_factor(),
-               " is not accepted: expected an integer >= 1");
+  COHORT_CHECK_KIND(kInvalidArgument, dataset_ != nullptr, "DataLoader: the dataset is null");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.batch_size() >= 1, "LoaderOptions.batch_size ", options_.batch_size(),
+                    " is not accepted: expected an integer >= 1");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.num_workers() >= 0 && options_.num_workers() <= 256,
+                    "LoaderOptions.num_workers ", options_.num_workers(),
+                    " is not accepted: expected an integer from 0 to 256");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.prefetch_factor() >= 1, "LoaderOptions.prefetch_factor ",
+                    options_.prefetch_factor(), " is not accepted: expected an integer >= 1");
   distribute(1, 0, !options_.shuffle(), 0);
 }
 

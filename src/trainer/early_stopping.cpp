@@ -11,13 +11,15 @@
 namespace cohort {
 
 EarlyStopping::EarlyStopping(EarlyStoppingOptions options) : options_(std::move(options)) {
-  COHORT_CHECK(!options_.monitor().empty(), "EarlyStoppingOptions.monitor is empty: name a logged metric");
-  COHORT_CHECK(options_.mode() == "min" || options_.mode() == "max", "EarlyStoppingOptions.mode \"", options_.mode(),
-               "\" is not accepted: expected min or max");
-  COHORT_CHECK(options_.patience() >= 0, "EarlyStoppingOptions.patience ", options_.patience(),
-               " is not accepted: expected an integer >= 0");
-  COHORT_CHECK(std::isfinite(options_.min_delta()) && options_.min_delta() >= 0, "EarlyStoppingOptions.min_delta ",
-               options_.min_delta(), " is not accepted: expected a finite number >= 0");
+  COHORT_CHECK_KIND(kInvalidArgument, !options_.monitor().empty(),
+                    "EarlyStoppingOptions.monitor is empty: name a logged metric");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.mode() == "min" || options_.mode() == "max",
+                    "EarlyStoppingOptions.mode \"", options_.mode(), "\" is not accepted: expected min or max");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.patience() >= 0, "EarlyStoppingOptions.patience ", options_.patience(),
+                    " is not accepted: expected an integer >= 0");
+  COHORT_CHECK_KIND(kInvalidArgument, std::isfinite(options_.min_delta()) && options_.min_delta() >= 0,
+                    "EarlyStoppingOptions.min_delta ", options_.min_delta(),
+                    " is not accepted: expected a finite number >= 0");
   best_ = options_.mode() == "min" ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
 }
 
@@ -35,7 +37,8 @@ void EarlyStopping::on_train_epoch_end(Trainer& trainer, TrainingModule& module)
 void EarlyStopping::check(Trainer& trainer) {
   const auto& metrics = trainer.callback_metrics();
   const auto found = metrics.find(options_.monitor());
-  COHORT_CHECK(found != metrics.end(), "EarlyStopping: monitor \"", options_.monitor(), "\" was not logged");
+  COHORT_CHECK_KIND(kInvalidArgument, found != metrics.end(), "EarlyStopping: monitor \"", options_.monitor(),
+                    "\" was not logged");
   const double value = detail::rank0_value(trainer.world(), found->second);
   std::ostringstream why;
   if (options_.check_finite() && !std::isfinite(value)) {
@@ -72,8 +75,8 @@ void EarlyStopping::load_state(const std::map<std::string, std::string>& values)
 }
 
 LearningRateMonitor::LearningRateMonitor(std::string logging_interval) : interval_(std::move(logging_interval)) {
-  COHORT_CHECK(interval_ == "step" || interval_ == "epoch", "LearningRateMonitor logging_interval \"", interval_,
-               "\" is not accepted: expected step or epoch");
+  COHORT_CHECK_KIND(kInvalidArgument, interval_ == "step" || interval_ == "epoch",
+                    "LearningRateMonitor logging_interval \"", interval_, "\" is not accepted: expected step or epoch");
 }
 
 namespace {

@@ -41,12 +41,12 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   // uneven_inputs: every rank steps as often as the largest share has batches (one collective, here).
   if (uneven) train_batches = world.comm().allreduce(torch::tensor(own_batches), ReduceOp::kMax).item<int64_t>();
   const int64_t batches = train_batches, accumulate = strategy->accumulation();
-  COHORT_CHECK(own_batches > 0, "the training loader has no batch on rank ", world.rank(), " (",
-               train->dataset().size(), " samples over ", shares, " share(s) of the data, batch_size ",
-               train->options().batch_size(), ")");
+  COHORT_CHECK_KIND(kInvalidArgument, own_batches > 0, "the training loader has no batch on rank ", world.rank(), " (",
+                    train->dataset().size(), " samples over ", shares, " share(s) of the data, batch_size ",
+                    train->options().batch_size(), ")");
   const bool zero = options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed;
-  COHORT_CHECK(
-      !zero || batches % accumulate == 0,
+  COHORT_CHECK_KIND(
+      kInvalidArgument, !zero || batches % accumulate == 0,
       "accumulate_grad_batches (or the ds_config's "
       "gradient_accumulation_steps) ",
       accumulate, " does not divide the ", batches,
@@ -129,16 +129,17 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
     auto autocast = strategy->autocast();
     loss = strategy->training_step(*module, batch, index);
   }
-  COHORT_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the loss, one number; got ",
-               loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : "an undefined tensor");
+  COHORT_CHECK_KIND(kInvalidArgument, loss.defined() && loss.numel() == 1,
+                    "training_step must return the loss, one number; got ",
+                    loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : "an undefined tensor");
   const double value = loss.item<double>();
   // A non-finite loss makes every later step and the saved weights meaningless: stop, naming it.
-  COHORT_CHECK(std::isfinite(value), "step ", step + 1, ": the training loss is ",
-               std::isnan(value) ? "nan"
-               : value > 0       ? "inf"
-                                 : "-inf",
-               "; training stopped (the weights are no longer finite; lower the learning rate, now ", strategy->lr(),
-               ")");
+  COHORT_CHECK_KIND(kInvalidArgument, std::isfinite(value), "step ", step + 1, ": the training loss is ",
+                    std::isnan(value) ? "nan"
+                    : value > 0       ? "inf"
+                                      : "-inf",
+                    "; training stopped (the weights are no longer finite; lower the learning rate, now ",
+                    strategy->lr(), ")");
   {
     cohort::trace::Span compute("backward");
     // A replayed batch adds zero to every gradient, but its backward runs every collective of a step.
@@ -152,6 +153,8 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
   // share, so batches_done_in_epoch() still counts the steps taken.
   const int64_t counted = options.raw.uneven_inputs() ? train->options().batch_size() : batch_size;
   samples_in_epoch += counted * strategy->data_split(world).first;
+  last_batch_index = index;
+  mid_accumulation = !boundary;
   module->on_train_batch_end(loss, index);
   if (boundary) after_optimizer_step(index);
   return !stop && !(options.raw.max_steps() >= 0 && step >= options.raw.max_steps());

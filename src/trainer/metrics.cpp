@@ -3,9 +3,12 @@
 
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <sstream>
 #include <vector>
 
 #include "cohort/ddp.h"
+#include "core/check.h"
 
 namespace cohort::detail {
 
@@ -74,6 +77,45 @@ std::map<std::string, double> MetricStore::take_epoch(Stage stage, Comm& comm) {
     }
   }
   return out;
+}
+
+// "<sync 0|1> <weighted sum> <samples> <name>" a line; %.17g reads back bit for bit, the name comes
+// last since it may hold spaces.
+std::string MetricStore::epoch_sums_text(Stage stage) const {
+  std::string text;
+  const auto found = epoch_.find(stage);
+  if (found == epoch_.end()) return text;
+  for (const auto& [key, sum] : found->second) {
+    char numbers[64];
+    std::snprintf(numbers, sizeof numbers, "%d %.17g %lld ", sum.sync ? 1 : 0, sum.weighted,
+                  static_cast<long long>(sum.samples));
+    text += numbers + key + "\n";
+  }
+  return text;
+}
+
+void MetricStore::restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source) {
+  std::map<std::string, Sum> sums;
+  for (const auto& text : texts) {
+    std::istringstream lines(text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream in(line);
+      int sync = -1;
+      Sum part;
+      std::string key;
+      in >> sync >> part.weighted >> part.samples;
+      in.get();  // the space before the name
+      std::getline(in, key);
+      COHORT_CHECK_KIND(kIO, !in.bad() && (sync == 0 || sync == 1) && part.samples >= 0 && !key.empty(), source,
+                        ": the epoch's logged values are damaged (line \"", line.substr(0, 80), "\")");
+      Sum& sum = sums[key];
+      sum.weighted += part.weighted;
+      sum.samples += part.samples;
+      sum.sync = sync == 1;
+    }
+  }
+  epoch_[stage] = std::move(sums);
 }
 
 }  // namespace cohort::detail

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cohort/comm.h"
 #include "cohort/training_module.h"
@@ -29,6 +30,12 @@ class MetricStore {
   const std::set<std::string>& prog_bar() const { return prog_bar_; }
   /// Names whose values go to the loggers.
   bool to_logger(const std::string& key) const { return !no_logger_.count(key); }
+  /// This rank's running epoch sums of `stage` as text, one line a name: what a checkpoint carries so
+  /// that an epoch resumed at any batch (or at its end) reports the means of all its batches.
+  std::string epoch_sums_text(Stage stage) const;
+  /// Replaces the epoch sums of `stage` with `texts` added together (the saved ranks' epoch_sums_text
+  /// this rank takes over). A damaged text is an I/O error naming `source`.
+  void restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source);
 
  private:
   struct Sum {

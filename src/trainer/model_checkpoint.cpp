@@ -13,7 +13,11 @@
 #include <filesystem>
 #include <sstream>
 
+#include "checkpoint/dir_lock.h"
+#include "checkpoint/entry.h"
+#include "checkpoint/group.h"
 #include "cohort/error.h"
+#include "cohort/number.h"
 #include "cohort/trainer.h"
 #include "core/check.h"
 #include "trainer/rank0_value.h"
@@ -32,10 +36,12 @@ std::string available_metrics(const std::map<std::string, double>& metrics) {
 void check_writable(const std::string& dir) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
-  COHORT_CHECK(!error, "ModelCheckpointOptions.dirpath ", dir, ": cannot create the directory: ", error.message());
+  COHORT_CHECK_KIND(kIO, !error, "ModelCheckpointOptions.dirpath ", dir,
+                    ": cannot create the directory: ", error.message());
   std::string probe = dir + "/.write-test-XXXXXX";
   const int fd = ::mkstemp(probe.data());
-  COHORT_CHECK(fd >= 0, "ModelCheckpointOptions.dirpath ", dir, ": cannot create files in it: ", std::strerror(errno));
+  COHORT_CHECK_KIND(kIO, fd >= 0, "ModelCheckpointOptions.dirpath ", dir,
+                    ": cannot create files in it: ", std::strerror(errno));
   ::close(fd);
   ::unlink(probe.c_str());
 }
@@ -43,21 +49,34 @@ void check_writable(const std::string& dir) {
 }  // namespace
 
 ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std::move(options)) {
-  COHORT_CHECK(options_.mode() == "min" || options_.mode() == "max", "ModelCheckpointOptions.mode \"", options_.mode(),
-               "\" is not accepted: expected min or max");
-  COHORT_CHECK(options_.save_top_k() >= -1, "ModelCheckpointOptions.save_top_k ", options_.save_top_k(),
-               " is not accepted: expected -1 (all), 0 (none) or a positive number");
-  COHORT_CHECK(options_.every_n_train_steps() >= 0, "ModelCheckpointOptions.every_n_train_steps ",
-               options_.every_n_train_steps(), " is not accepted: expected an integer >= 0");
-  COHORT_CHECK(options_.keep_last() >= 0, "ModelCheckpointOptions.keep_last ", options_.keep_last(),
-               " is not accepted: expected an integer >= 0 (0: keep all)");
-  COHORT_CHECK(options_.every_n_epochs() >= 0, "ModelCheckpointOptions.every_n_epochs ", options_.every_n_epochs(),
-               " is not accepted: expected an integer >= 0");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.mode() == "min" || options_.mode() == "max",
+                    "ModelCheckpointOptions.mode \"", options_.mode(), "\" is not accepted: expected min or max");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.save_top_k() >= -1, "ModelCheckpointOptions.save_top_k ",
+                    options_.save_top_k(), " is not accepted: expected -1 (all), 0 (none) or a positive number");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.every_n_train_steps() >= 0,
+                    "ModelCheckpointOptions.every_n_train_steps ", options_.every_n_train_steps(),
+                    " is not accepted: expected an integer >= 0");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.keep_last() >= 0, "ModelCheckpointOptions.keep_last ",
+                    options_.keep_last(), " is not accepted: expected an integer >= 0 (0: keep all)");
+  COHORT_CHECK_KIND(kInvalidArgument, options_.every_n_epochs() >= 0, "ModelCheckpointOptions.every_n_epochs ",
+                    options_.every_n_epochs(), " is not accepted: expected an integer >= 0");
 }
 
 void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainingModule& module) {
   if (options_.dirpath().empty()) options_.dirpath(trainer.root_dir() + "/checkpoints");
   check_writable(options_.dirpath());
+  // The directory's lock (checkpoint/dir_lock.h), taken now by the rank that commits saves: a second
+  // job on it is refused before its first step, on every rank, not at its first save.
+  std::string refusal;
+  if (trainer.world().rank() == 0) {
+    try {
+      detail::ckpt::hold_directory_lock(options_.dirpath());
+    } catch (const Error& error) {
+      refusal = detail::ckpt::without_rank_prefix(error.what());
+    }
+  }
+  const std::string first = detail::ckpt::Group(nullptr).allgather(refusal).front();
+  COHORT_CHECK_KIND(kInvalidArgument, first.empty(), first);
 }
 
 void ModelCheckpoint::on_train_batch_end(Trainer& trainer, TrainingModule& module, int64_t batch_index) {
@@ -80,18 +99,19 @@ void ModelCheckpoint::on_fit_end(Trainer& trainer, TrainingModule& module) {
 
 void ModelCheckpoint::save(Trainer& trainer) {
   if (trainer.global_step() == last_saved_step_) return;
+  // Before saving, so that the state saved knows it: a fit resumed from it saves this step no more.
+  last_saved_step_ = trainer.global_step();
   // Ranked first, so that the state saved in last/ knows this step's place in the top k.
   if (!options_.monitor().empty() && options_.save_top_k() != 0) rank(trainer);
   if (options_.save_last()) trainer.save_checkpoint(last_dir(), options_.keep_last());
-  last_saved_step_ = trainer.global_step();
 }
 
 // Saves into <dirpath>/best when the monitored value makes the top k, then drops the one it displaces.
 void ModelCheckpoint::rank(Trainer& trainer) {
   const auto& metrics = trainer.callback_metrics();
   const auto found = metrics.find(options_.monitor());
-  COHORT_CHECK(found != metrics.end(), "ModelCheckpoint: monitor \"", options_.monitor(),
-               "\" was not logged (logged: ", available_metrics(metrics), ")");
+  COHORT_CHECK_KIND(kInvalidArgument, found != metrics.end(), "ModelCheckpoint: monitor \"", options_.monitor(),
+                    "\" was not logged (logged: ", available_metrics(metrics), ")");
   const double score = detail::rank0_value(trainer.world(), found->second);
   if (std::isnan(score)) return;
   const bool minimize = options_.mode() == "min";
@@ -112,9 +132,12 @@ void ModelCheckpoint::save_state(std::map<std::string, std::string>& values) con
   best.precision(17);
   for (const auto& [score, path] : best_) best << score << ' ' << path << '\n';
   values["ModelCheckpoint.best"] = best.str();
+  values["ModelCheckpoint.saved_step"] = std::to_string(last_saved_step_);
 }
 
 void ModelCheckpoint::load_state(const std::map<std::string, std::string>& values) {
+  if (const auto saved = values.find("ModelCheckpoint.saved_step"); saved != values.end())
+    last_saved_step_ = parse_integer(saved->second, {"the checkpoint's ModelCheckpoint.saved_step", -1});
   const auto found = values.find("ModelCheckpoint.best");
   if (found == values.end()) return;
   best_.clear();

@@ -11,7 +11,8 @@
 namespace cohort::detail {
 
 void refuse(const std::string& option, const std::string& value, const std::string& accepted) {
-  throw Error("TrainerOptions." + option + " \"" + printable(value) + "\" is not accepted: expected " + accepted);
+  throw Error("TrainerOptions." + option + " \"" + printable(value) + "\" is not accepted: expected " + accepted,
+              ErrorKind::kInvalidArgument);
 }
 
 std::string number_text(double value) {
@@ -30,8 +31,8 @@ bool resolve_cuda(const std::string& accelerator, bool cuda_available) {
   if (accelerator == "cpu") return false;
   if (accelerator == "auto") return cuda_available;
   if (accelerator == "cuda" || accelerator == "gpu") {
-    COHORT_CHECK(
-        cuda_available, "TrainerOptions.accelerator \"", accelerator,
+    COHORT_CHECK_KIND(
+        kInvalidArgument, cuda_available, "TrainerOptions.accelerator \"", accelerator,
         "\" asks for a GPU, but LibTorch sees none (no CUDA build or no visible device): use \"cpu\" or \"auto\"");
     return true;
   }
@@ -60,9 +61,9 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
     out.fsdp = true;
   } else if (name == "deepspeed") {
     out.strategy = StrategyKind::kDeepSpeed;
-    COHORT_CHECK(!options.deepspeed_config().empty(),
-                 "TrainerOptions.strategy \"deepspeed\" needs "
-                 "TrainerOptions.deepspeed_config: the path of a ds_config.json (or use zero1, zero2, zero3)");
+    COHORT_CHECK_KIND(kInvalidArgument, !options.deepspeed_config().empty(),
+                      "TrainerOptions.strategy \"deepspeed\" needs "
+                      "TrainerOptions.deepspeed_config: the path of a ds_config.json (or use zero1, zero2, zero3)");
   } else if (name == "single") {
     out.strategy = StrategyKind::kSingle;
   } else if (name == "dp") {
@@ -72,11 +73,12 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
   } else {
     refuse("strategy", name, "one of ddp, dp, fsdp, zero1, zero2, zero3, deepspeed, pipeline, single, auto");
   }
-  COHORT_CHECK(options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed ||
-                   out.strategy == StrategyKind::kZero,
-               "TrainerOptions.deepspeed_config \"", printable(options.deepspeed_config()),
-               "\" is given, but TrainerOptions.strategy is \"", name,
-               "\": a ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
+  COHORT_CHECK_KIND(kInvalidArgument,
+                    options.deepspeed_config().empty() || out.strategy == StrategyKind::kDeepSpeed ||
+                        out.strategy == StrategyKind::kZero,
+                    "TrainerOptions.deepspeed_config \"", printable(options.deepspeed_config()),
+                    "\" is given, but TrainerOptions.strategy is \"", name,
+                    "\": a ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
 }
 
 // The pipeline options are read by strategy "pipeline" only; given to another, they are a mistake.
@@ -87,13 +89,28 @@ void check_pipeline_options(const TrainerOptions& options, const ResolvedOptions
   const std::string& schedule = options.pipeline_schedule();
   if (schedule != "1f1b" && schedule != "gpipe") refuse("pipeline_schedule", schedule, "one of 1f1b, gpipe");
   if (out.strategy == StrategyKind::kPipeline) {
-    COHORT_CHECK(out.precision == Precision::k32, "TrainerOptions.precision \"", options.precision(),
-                 "\" with strategy \"pipeline\": the pipeline trains in 32-true only");
+    COHORT_CHECK_KIND(kInvalidArgument, out.precision == Precision::k32, "TrainerOptions.precision \"",
+                      options.precision(), "\" with strategy \"pipeline\": the pipeline trains in 32-true only");
     return;
   }
   if (options.pipeline_stages() != 0)
     refuse("pipeline_stages", std::to_string(options.pipeline_stages()),
            "0 unless strategy is \"pipeline\" (strategy is \"" + options.strategy() + "\")");
+}
+
+// PowerSGD's options are read by its hooks only: changed without one, they would be silently ignored.
+void check_powersgd_options(const TrainerOptions& options) {
+  const std::string& hook = options.ddp_comm_hook();
+  if (hook == "powersgd" || hook == "batched_powersgd") return;
+  const TrainerOptions defaults;
+  const std::string accepted = "its default unless ddp_comm_hook is powersgd or batched_powersgd (ddp_comm_hook is \"" +
+                               printable(hook) + "\")";
+  if (options.powersgd_rank() != defaults.powersgd_rank())
+    refuse("powersgd_rank", std::to_string(options.powersgd_rank()),
+           std::to_string(defaults.powersgd_rank()) + ", " + accepted);
+  if (options.powersgd_start_iteration() != defaults.powersgd_start_iteration())
+    refuse("powersgd_start_iteration", std::to_string(options.powersgd_start_iteration()),
+           std::to_string(defaults.powersgd_start_iteration()) + ", " + accepted);
 }
 
 // The DDP comm hook options are read by strategy "ddp" only (ZeRO has communication_data_type).
@@ -104,6 +121,7 @@ void check_comm_hook_options(const TrainerOptions& options, const ResolvedOption
   check_at_least("powersgd_rank", options.powersgd_rank(), 1, "an integer >= 1 (PowerSGD's matrix_approximation_rank)");
   check_at_least("powersgd_start_iteration", options.powersgd_start_iteration(), 0,
                  "an integer >= 0 (steps of plain averaging before PowerSGD starts)");
+  check_powersgd_options(options);
   if (hook.empty() || out.strategy == StrategyKind::kDdp) return;
   refuse("ddp_comm_hook", hook,
          "empty with strategy \"" + options.strategy() +
@@ -134,8 +152,8 @@ void resolve_validation(const TrainerOptions& options, ResolvedOptions& out) {
 void check_loop_limits(const TrainerOptions& options) {
   check_at_least("max_epochs", options.max_epochs(), -1, "an integer >= 0, or -1 for no limit");
   check_at_least("max_steps", options.max_steps(), -1, "an integer >= 0, or -1 for no limit");
-  COHORT_CHECK(options.max_epochs() >= 0 || options.max_steps() >= 0,
-               "TrainerOptions.max_epochs -1 and max_steps -1: training would never end; set one of them");
+  COHORT_CHECK_KIND(kInvalidArgument, options.max_epochs() >= 0 || options.max_steps() >= 0,
+                    "TrainerOptions.max_epochs -1 and max_steps -1: training would never end; set one of them");
   check_at_least("accumulate_grad_batches", options.accumulate_grad_batches(), 1, "an integer >= 1");
   check_at_least("log_every_n_steps", options.log_every_n_steps(), 1, "an integer >= 1");
   check_at_least("num_nodes", options.num_nodes(), 1, "an integer >= 1");
@@ -160,22 +178,25 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   check_pipeline_options(options, out);
   check_comm_hook_options(options, out);
   resolve_limits(options, out);
-  COHORT_CHECK(out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"", options.precision(),
-               "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "
-               "use \"bf16-mixed\" on the CPU");
-  COHORT_CHECK(out.precision != Precision::k16Mixed || out.strategy == StrategyKind::kZero ||
-                   out.strategy == StrategyKind::kDeepSpeed,
-               "TrainerOptions.precision \"", options.precision(), "\" with strategy \"", options.strategy(),
-               "\": float16 needs loss scaling, which the ZeRO engine does; use strategy zero1/zero2/zero3 or "
-               "precision bf16-mixed");
-  COHORT_CHECK(!options.uneven_inputs() || out.strategy != StrategyKind::kPipeline,
-               "TrainerOptions.uneven_inputs "
-               "with strategy \"pipeline\": a pipeline's stages read the same batches and cannot run uneven shares; "
-               "set uneven_inputs(false)");
-  COHORT_CHECK(out.strategy != StrategyKind::kSingle || out.devices <= 1,
-               "TrainerOptions.strategy \"single\" "
-               "runs on one device, but devices is ",
-               options.devices(), ": use devices 1, or strategy ddp");
+  COHORT_CHECK_KIND(kInvalidArgument, out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",
+                    options.precision(),
+                    "\" needs a GPU (LibTorch has no float16 autocast or convolution on the CPU): "
+                    "use \"bf16-mixed\" on the CPU");
+  COHORT_CHECK_KIND(kInvalidArgument,
+                    out.precision != Precision::k16Mixed || out.strategy == StrategyKind::kZero ||
+                        out.strategy == StrategyKind::kDeepSpeed,
+                    "TrainerOptions.precision \"", options.precision(), "\" with strategy \"", options.strategy(),
+                    "\": float16 needs loss scaling, which the ZeRO engine does; use strategy zero1/zero2/zero3 or "
+                    "precision bf16-mixed");
+  COHORT_CHECK_KIND(
+      kInvalidArgument, !options.uneven_inputs() || out.strategy != StrategyKind::kPipeline,
+      "TrainerOptions.uneven_inputs "
+      "with strategy \"pipeline\": a pipeline's stages read the same batches and cannot run uneven shares; "
+      "set uneven_inputs(false)");
+  COHORT_CHECK_KIND(kInvalidArgument, out.strategy != StrategyKind::kSingle || out.devices <= 1,
+                    "TrainerOptions.strategy \"single\" "
+                    "runs on one device, but devices is ",
+                    options.devices(), ": use devices 1, or strategy ddp");
   // dp's replicas are threads of this one process: there is nothing to place on other nodes.
   if (out.strategy == StrategyKind::kDp && options.num_nodes() != 1)
     refuse("num_nodes", std::to_string(options.num_nodes()),

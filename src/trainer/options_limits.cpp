@@ -115,10 +115,10 @@ void resolve_limits(const TrainerOptions& options, ResolvedOptions& out) {
 int64_t limited_batches(const BatchLimit& limit, int64_t available, const std::string& option) {
   if (limit.is_count) return std::min(available, static_cast<int64_t>(limit.value));
   const auto batches = static_cast<int64_t>(std::floor(limit.value * static_cast<double>(available)));
-  COHORT_CHECK(batches > 0 || limit.value == 0 || available == 0, "TrainerOptions.", option, " ",
-               number_text(limit.value), " leaves no batch of the ", available,
-               " this rank has per epoch: expected a fraction of at least ",
-               number_text(1.0 / static_cast<double>(available)), ", or a number of batches");
+  COHORT_CHECK_KIND(kInvalidArgument, batches > 0 || limit.value == 0 || available == 0, "TrainerOptions.", option, " ",
+                    number_text(limit.value), " leaves no batch of the ", available,
+                    " this rank has per epoch: expected a fraction of at least ",
+                    number_text(1.0 / static_cast<double>(available)), ", or a number of batches");
   return batches;
 }
 

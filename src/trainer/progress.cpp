@@ -9,6 +9,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "cohort/error.h"
+
 namespace cohort {
 
 namespace {
@@ -31,7 +33,7 @@ ProgressStyle progress_style_named(const std::string& name, std::FILE* stream) {
   if (name == "bar") return ProgressStyle::kInPlace;
   if (name == "lines") return ProgressStyle::kLines;
   if (name == "off") return ProgressStyle::kOff;
-  throw std::invalid_argument("progress style must be auto, bar, lines or off, not '" + name + "'");
+  throw Error("progress style must be auto, bar, lines or off, not '" + name + "'", ErrorKind::kInvalidArgument);
 }
 
 std::string format_duration(double seconds) {

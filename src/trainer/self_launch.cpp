@@ -33,14 +33,14 @@ std::vector<std::string> own_arguments() {
   size_t begin = 0;
   for (size_t end; (end = text.find('\0', begin)) != std::string::npos; begin = end + 1)
     args.push_back(text.substr(begin, end - begin));
-  COHORT_CHECK(!args.empty(), "self-launch: cannot read this program's arguments from /proc/self/cmdline");
+  COHORT_CHECK_KIND(kIO, !args.empty(), "self-launch: cannot read this program's arguments from /proc/self/cmdline");
   return args;
 }
 
 std::string own_executable() {
   char path[4096];
   const ssize_t size = ::readlink("/proc/self/exe", path, sizeof path - 1);
-  COHORT_CHECK(size > 0, "self-launch: cannot read /proc/self/exe");
+  COHORT_CHECK_KIND(kIO, size > 0, "self-launch: cannot read /proc/self/exe");
   return std::string(path, static_cast<size_t>(size));
 }
 
@@ -60,7 +60,8 @@ void restart_with_worker_threads(const launch::EnvVars& base, const std::vector<
   envp_c.push_back(nullptr);
   std::fflush(nullptr);
   ::execve(path.c_str(), argv_c.data(), envp_c.data());
-  throw Error("self-launch: cannot restart " + path + " with OMP_NUM_THREADS=1: " + std::strerror(errno));
+  throw Error("self-launch: cannot restart " + path + " with OMP_NUM_THREADS=1: " + std::strerror(errno),
+              ErrorKind::kIO);
 }
 
 std::string megabytes(int64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
@@ -122,18 +123,18 @@ std::string refuse_workers(const WorkerRoom& room) {
 
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {
   if (env.launcher == "none") {
-    COHORT_CHECK(num_nodes == 1, "TrainerOptions.num_nodes is ", num_nodes,
-                 ", but this process was started "
-                 "without a launcher: start one process per node with srun, mpirun or cohortrun --nnodes ",
-                 num_nodes);
+    COHORT_CHECK_KIND(kInvalidArgument, num_nodes == 1, "TrainerOptions.num_nodes is ", num_nodes,
+                      ", but this process was started "
+                      "without a launcher: start one process per node with srun, mpirun or cohortrun --nnodes ",
+                      num_nodes);
     return;
   }
   if (devices == 0) return;  // "auto": the launcher's world as it is
   const int64_t expected = int64_t(devices) * num_nodes;
   const std::string tasks = env.launcher == "slurm" ? " (SLURM_NTASKS)" : "";
-  COHORT_CHECK(env.size == expected, env.launcher, " started ", env.size, " task(s)", tasks,
-               ", but the Trainer asks for devices ", devices, " x num_nodes ", num_nodes, " = ", expected,
-               ": make the launcher's tasks per node equal devices and its nodes num_nodes");
+  COHORT_CHECK_KIND(kInvalidArgument, env.size == expected, env.launcher, " started ", env.size, " task(s)", tasks,
+                    ", but the Trainer asks for devices ", devices, " x num_nodes ", num_nodes, " = ", expected,
+                    ": make the launcher's tasks per node equal devices and its nodes num_nodes");
 }
 
 SelfLauncher::SelfLauncher(const LaunchEnv& env, int devices) {
@@ -144,17 +145,17 @@ SelfLauncher::SelfLauncher(const LaunchEnv& env, int devices) {
 void SelfLauncher::start(int devices) {
   // Before the first fork, not after hundreds of them or gigabytes of workers.
   const std::string refusal = refuse_workers({devices, usable_cores(), resident_bytes(), available_memory()});
-  COHORT_CHECK(refusal.empty(), refusal);
+  COHORT_CHECK_KIND(kInvalidArgument, refusal.empty(), refusal);
   launch::GroupLayout layout;
   layout.local_world_size = devices;
   layout.world_size = devices;
   layout.master_port = net::pick_free_port();
   layout.run_id = "cohort-trainer-" + std::to_string(::getpid());
-  COHORT_CHECK(layout.master_port > 0, "self-launch: no free TCP port on this machine for the rendezvous");
+  COHORT_CHECK_KIND(kIO, layout.master_port > 0, "self-launch: no free TCP port on this machine for the rendezvous");
   const launch::EnvVars base = launch::process_env();
   // The job's secret, as cohortrun hands its workers one (docs/security.md): the user's, else a new one.
-  const auto given = base.find("COHORT_JOB_SECRET");
-  layout.secret = given != base.end() && !given->second.empty() ? given->second : new_job_secret();
+  const std::string given = given_job_secret(base);
+  layout.secret = given.empty() ? new_job_secret() : given;
   const std::vector<std::string> args = own_arguments();
   const std::string path = own_executable();
   restart_with_worker_threads(base, args, path);
@@ -167,7 +168,7 @@ void SelfLauncher::start(int devices) {
       worker->process = launch::WorkerProcess::spawn(request);
     } catch (const std::runtime_error& e) {
       stop_workers();
-      throw Error(std::string("self-launch of rank ") + std::to_string(rank) + ": " + e.what());
+      throw Error(std::string("self-launch of rank ") + std::to_string(rank) + ": " + e.what(), ErrorKind::kIO);
     }
     workers_.push_back(std::move(worker));
   }

@@ -17,6 +17,7 @@
 #include "cohort/checkpoint.h"
 #include "cohort/training_module.h"
 #include "cohort/world.h"
+#include "cohort/zero.h"
 #include "trainer/metrics.h"
 #include "trainer/options.h"
 
@@ -53,8 +54,18 @@ class Strategy {
   virtual void add_to(CheckpointState& state) = 0;
   /// Float32 CPU copies of the parameters by name (a collective under ZeRO stage 3).
   virtual std::vector<std::pair<std::string, torch::Tensor>> full_parameters() = 0;
+  /// The same one at a time (ZeRO stage 3: one unit gathered at a time).
+  virtual void for_each_full_parameter(const ParameterVisitor& visit) {
+    for (const auto& [name, value] : full_parameters()) visit(name, value);
+  }
   /// "ddp (2 ranks)", "ZeRO stage 2 (bf16)".
   virtual std::string describe() const = 0;
+  /// This rank's model states now (Trainer::memory_report).
+  virtual MemoryReport memory_report() const = 0;
+  /// What the ZeRO paper's formulas need besides the model: the stage (0: every rank holds all its
+  /// model states) and the dtype of the parameters and gradients.
+  virtual int zero_stage() const { return 0; }
+  virtual c10::ScalarType compute_dtype() const { return torch::kFloat; }
   /// Autocast for training_step / validation_step under bf16-mixed (null otherwise).
   virtual std::unique_ptr<AutocastGuard> autocast() const { return nullptr; }
   /// A value TrainingModule::log gave on one of the strategy's replica threads: kept, to be combined
@@ -75,6 +86,7 @@ class ModuleOptimizerStrategy : public Strategy {
     return true;
   }
   double lr() const override { return optimizer_->param_groups().at(0).options().get_lr(); }
+  MemoryReport memory_report() const override;
 
  protected:
   explicit ModuleOptimizerStrategy(const ResolvedOptions& options) : options_(options) {}
@@ -104,6 +116,8 @@ void configure_model(const ResolvedOptions& options, TrainingModule& module, con
 
 /// "Adam", "SGD", ... (LearningRateMonitor's lr-<name>).
 std::string optimizer_name(const torch::optim::Optimizer& optimizer);
+/// Trainer::planned_memory: the ZeRO paper's model states per rank for `strategy` over `world_size` ranks.
+MemoryReport planned_memory(Strategy& strategy, int world_size);
 
 /// The trainable parameters of `module`, in order.
 std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module);

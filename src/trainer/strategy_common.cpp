@@ -10,6 +10,7 @@
 #include <torch/optim/sgd.h>
 
 #include "cohort/error.h"
+#include "compat/optimizer_state.h"
 #include "core/check.h"
 #include "trainer/strategy.h"
 
@@ -18,7 +19,7 @@ namespace cohort::detail {
 void ModuleOptimizerStrategy::make_optimizer(TrainingModule& module, std::vector<torch::Tensor> parameters) {
   parameters_ = std::move(parameters);
   optimizer_ = module.configure_optimizers(parameters_);
-  COHORT_CHECK(optimizer_ != nullptr, "configure_optimizers returned no optimizer");
+  COHORT_CHECK_KIND(kInvalidArgument, optimizer_ != nullptr, "configure_optimizers returned no optimizer");
 }
 
 torch::Tensor ModuleOptimizerStrategy::per_micro_batch(const torch::Tensor& loss) const {
@@ -36,6 +37,20 @@ void ModuleOptimizerStrategy::step() {
   optimizer_->step();
   optimizer_->zero_grad();
   after_step();
+}
+
+MemoryReport ModuleOptimizerStrategy::memory_report() const {
+  MemoryReport report;
+  for (const auto& p : parameters_) {
+    report.num_parameters += p.numel();
+    report.parameter_bytes += static_cast<int64_t>(p.nbytes());
+    if (p.grad().defined()) report.gradient_bytes += static_cast<int64_t>(p.grad().nbytes());
+    torch::optim::OptimizerParamState* state = find_param_state(*optimizer_, p);
+    if (state == nullptr) continue;
+    for (const auto& [field, tensor] : state_fields(*state, "Trainer::memory_report"))
+      if (tensor.defined()) report.optimizer_bytes += static_cast<int64_t>(tensor.nbytes());
+  }
+  return report;
 }
 
 std::shared_ptr<torch::nn::Module> model_pointer(TrainingModule& module) {

@@ -60,10 +60,12 @@ std::vector<torch::Device> replica_devices(const ResolvedOptions& options, const
   if (!world.device().is_cuda()) return std::vector<torch::Device>(std::max(1, options.devices), world.device());
   const int visible = static_cast<int>(torch::cuda::device_count());
   const int count = options.devices == 0 ? visible : options.devices;
-  COHORT_CHECK(count <= visible, refusal(options, "1 to " + std::to_string(visible) +
-                                                      " with strategy dp on cuda (the GPUs LibTorch sees), or auto"));
-  COHORT_CHECK(world.device().index() == 0, "strategy dp puts replica 0 on cuda:0, but this process's device is ",
-               world.device().str(), ": run it as one process without a launcher");
+  COHORT_CHECK_KIND(kInvalidArgument, count <= visible,
+                    refusal(options, "1 to " + std::to_string(visible) +
+                                         " with strategy dp on cuda (the GPUs LibTorch sees), or auto"));
+  COHORT_CHECK_KIND(kInvalidArgument, world.device().index() == 0,
+                    "strategy dp puts replica 0 on cuda:0, but this process's device is ", world.device().str(),
+                    ": run it as one process without a launcher");
   std::vector<torch::Device> out;
   for (int k = 0; k < count; ++k) out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(k));
   return out;
@@ -76,8 +78,9 @@ torch::nn::Sequential clone_network(const torch::nn::Sequential& network, const 
   } catch (const c10::Error& e) {
     const std::string what = e.what_without_backtrace();
     throw Error("strategy dp copies the network once per device with clone(), which failed: " +
-                what.substr(0, what.find('\n')) +
-                " (derive your modules from torch::nn::Cloneable, as LibTorch's are)");
+                    what.substr(0, what.find('\n')) +
+                    " (derive your modules from torch::nn::Cloneable, as LibTorch's are)",
+                ErrorKind::kInvalidArgument);
   }
   return torch::nn::Sequential(std::dynamic_pointer_cast<torch::nn::SequentialImpl>(copy));
 }
@@ -131,10 +134,11 @@ class DpStrategy : public ModuleOptimizerStrategy {
  private:
   int replicas() const { return static_cast<int>(replicas_.size()); }
   std::vector<torch::nn::Sequential> make_replicas(TrainingModule& module) const {
-    COHORT_CHECK(module.has_network(),
-                 "strategy \"dp\" copies a torch::nn::Sequential network once per device, but "
-                 "this TrainingModule has its own layers (made with TrainingModule()): use strategy ddp with devices ",
-                 devices_.size(), ", or give the module a Sequential");
+    COHORT_CHECK_KIND(
+        kInvalidArgument, module.has_network(),
+        "strategy \"dp\" copies a torch::nn::Sequential network once per device, but "
+        "this TrainingModule has its own layers (made with TrainingModule()): use strategy ddp with devices ",
+        devices_.size(), ", or give the module a Sequential");
     std::vector<torch::nn::Sequential> out{module.network()};
     for (size_t k = 1; k < devices_.size(); ++k) out.push_back(clone_network(module.network(), devices_[k]));
     return out;
@@ -193,10 +197,10 @@ torch::Tensor DpStrategy::training_step(TrainingModule& module, Batch& batch, in
   const std::vector<torch::Tensor> data = batch.data.chunk(replicas(), 0);
   std::vector<torch::Tensor> target;
   if (batch.target.defined()) target = batch.target.chunk(replicas(), 0);
-  COHORT_CHECK(target.empty() || target.size() == data.size(),
-               "strategy dp splits a batch along dim 0, but its data "
-               "has ",
-               batch.data.size(0), " samples and its target ", batch.target.size(0));
+  COHORT_CHECK_KIND(kInvalidArgument, target.empty() || target.size() == data.size(),
+                    "strategy dp splits a batch along dim 0, but its data "
+                    "has ",
+                    batch.data.size(0), " samples and its target ", batch.target.size(0));
   const int used = static_cast<int>(data.size());
   // Parameters change only in step(): each worker copies its own while replica 0 already computes.
   // Buffers may change in replica 0's forward, and a short batch leaves replicas idle that a later
@@ -221,9 +225,10 @@ torch::Tensor DpStrategy::training_step(TrainingModule& module, Batch& batch, in
   double total = 0;
   for (size_t k = 0; k < data.size(); ++k) {
     const torch::Tensor& loss = losses_[k];
-    COHORT_CHECK(loss.defined() && loss.numel() == 1, "training_step must return the loss, one number; got ",
-                 loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : "an undefined tensor",
-                 " (replica ", k, " of ", replicas(), ")");
+    COHORT_CHECK_KIND(kInvalidArgument, loss.defined() && loss.numel() == 1,
+                      "training_step must return the loss, one number; got ",
+                      loss.defined() ? "a tensor of shape " + detail::str(loss.sizes()) : "an undefined tensor",
+                      " (replica ", k, " of ", replicas(), ")");
     weights_[k] = static_cast<double>(data[k].size(0)) / static_cast<double>(batch.data.size(0));
     if (used > 1) total += weights_[k] * loss.detach().item<double>();
   }
@@ -252,7 +257,7 @@ void DpStrategy::replay_logs(TrainingModule& module) {
 
 // The combined loss the fit loop passes back carries no graph: each replica's own loss runs backward.
 void DpStrategy::backward(const torch::Tensor& /*combined*/, bool boundary) {
-  COHORT_CHECK(!losses_.empty(), "strategy dp: backward without a training_step before it");
+  COHORT_CHECK_KIND(kInternal, !losses_.empty(), "strategy dp: backward without a training_step before it");
   const auto accumulate = static_cast<double>(options_.raw.accumulate_grad_batches());
   const int used = static_cast<int>(losses_.size());
   workers_.run(used, [&](int k) {

@@ -23,13 +23,15 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
  public:
   PipelineStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
       : ModuleOptimizerStrategy(options), module_(module), world_(world) {
-    COHORT_CHECK(module.has_network(),
-                 "strategy \"pipeline\" cuts a torch::nn::Sequential network into stages, but "
-                 "this TrainingModule has its own layers (made with TrainingModule()): give it a Sequential, or use "
-                 "strategy ddp or fsdp");
+    COHORT_CHECK_KIND(
+        kInvalidArgument, module.has_network(),
+        "strategy \"pipeline\" cuts a torch::nn::Sequential network into stages, but "
+        "this TrainingModule has its own layers (made with TrainingModule()): give it a Sequential, or use "
+        "strategy ddp or fsdp");
     const int stages = options.raw.pipeline_stages() > 0 ? int(options.raw.pipeline_stages()) : world.size();
-    COHORT_CHECK(world.size() % stages == 0, "TrainerOptions.pipeline_stages ", stages, " does not divide the ",
-                 world.size(), " ranks: the world is (ranks / stages) pipelines of one rank per stage");
+    COHORT_CHECK_KIND(kInvalidArgument, world.size() % stages == 0, "TrainerOptions.pipeline_stages ", stages,
+                      " does not divide the ", world.size(),
+                      " ranks: the world is (ranks / stages) pipelines of one rank per stage");
     std::shared_ptr<Comm> data_comm;
     pipe_comm_ = world.comm_ptr();
     if (stages < world.size()) {

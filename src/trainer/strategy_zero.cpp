@@ -37,9 +37,10 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
   if (raw.gradient_clip_val() > 0) config.gradient_clipping(raw.gradient_clip_val());
   if (options.precision == Precision::kBf16Mixed) config.bf16().enabled(true);
   if (options.precision == Precision::k16Mixed) config.fp16().enabled(true);
-  COHORT_CHECK(!config.fp16().enabled() || world.device().is_cuda(), "the ds_config ", raw.deepspeed_config(),
-               " enables fp16, but this rank runs on the CPU, where LibTorch has no "
-               "float16 convolution: use \"bf16\": {\"enabled\": true} or precision bf16-mixed on the CPU");
+  COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() || world.device().is_cuda(), "the ds_config ",
+                    raw.deepspeed_config(),
+                    " enables fp16, but this rank runs on the CPU, where LibTorch has no "
+                    "float16 convolution: use \"bf16\": {\"enabled\": true} or precision bf16-mixed on the CPU");
   return config;
 }
 
@@ -68,10 +69,10 @@ class ZeroStrategy : public Strategy {
     if (!boundary) engine_.step();  // counts the micro-batch; steps only at its own boundary
   }
   void step() override {
-    COHORT_CHECK(engine_.is_gradient_accumulation_boundary(),
-                 "the ZeRO engine's accumulation boundary "
-                 "(every ",
-                 engine_.config().gradient_accumulation_steps(), " micro-batches) and the Trainer's disagree");
+    COHORT_CHECK_KIND(kInternal, engine_.is_gradient_accumulation_boundary(),
+                      "the ZeRO engine's accumulation boundary "
+                      "(every ",
+                      engine_.config().gradient_accumulation_steps(), " micro-batches) and the Trainer's disagree");
     engine_.step();
   }
   torch::optim::Optimizer& optimizer() override { return engine_.optimizer(); }
@@ -83,6 +84,10 @@ class ZeroStrategy : public Strategy {
     for (auto& item : parameters) item.second = item.second.to(torch::kCPU).contiguous();
     return parameters;
   }
+  void for_each_full_parameter(const ParameterVisitor& visit) override { engine_.for_each_full_parameter(visit); }
+  MemoryReport memory_report() const override { return engine_.memory_report(); }
+  int zero_stage() const override { return engine_.stage(); }
+  c10::ScalarType compute_dtype() const override { return engine_.compute_dtype(); }
   std::string describe() const override {
     std::ostringstream out;
     out << "ZeRO stage " << engine_.stage() << " (" << c10::toString(engine_.compute_dtype()) << ")";
@@ -111,7 +116,7 @@ class ZeroStrategy : public Strategy {
     TrainingModule* owner = &module;
     return out.optimizer_factory([owner](std::vector<torch::Tensor> shards) {
       auto optimizer = owner->configure_optimizers(std::move(shards));
-      COHORT_CHECK(optimizer != nullptr, "configure_optimizers returned no optimizer");
+      COHORT_CHECK_KIND(kInvalidArgument, optimizer != nullptr, "configure_optimizers returned no optimizer");
       return optimizer;
     });
   }

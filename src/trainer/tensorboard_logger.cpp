@@ -122,7 +122,7 @@ void TensorBoardLogger::open() {
   file_ = log_dir() + "/events.out.tfevents." + std::to_string(static_cast<long long>(now)) + "." + host + "." +
           std::to_string(::getpid()) + ".0";
   out_ = std::fopen(file_.c_str(), "wb");
-  COHORT_CHECK(out_ != nullptr, "TensorBoardLogger: cannot create ", file_);
+  COHORT_CHECK_KIND(kIO, out_ != nullptr, "TensorBoardLogger: cannot create ", file_);
   const std::string record = detail::tfrecord(detail::event_bytes(now, 0, {}, "brain.Event:2"));
   std::fwrite(record.data(), 1, record.size(), out_);
 }
@@ -130,8 +130,8 @@ void TensorBoardLogger::open() {
 void TensorBoardLogger::log_metrics(const std::map<std::string, double>& metrics, int64_t step) {
   if (out_ == nullptr) open();
   const std::string record = detail::tfrecord(detail::event_bytes(now_seconds(), step, metrics));
-  COHORT_CHECK(std::fwrite(record.data(), 1, record.size(), out_) == record.size(), "TensorBoardLogger: writing ",
-               file_, " failed");
+  COHORT_CHECK_KIND(kIO, std::fwrite(record.data(), 1, record.size(), out_) == record.size(),
+                    "TensorBoardLogger: writing ", file_, " failed");
 }
 
 void TensorBoardLogger::flush() {

@@ -20,21 +20,22 @@ namespace {
 
 const ResolvedOptions& checked(const ResolvedOptions& options) {
   const LaunchEnv env = detect_launch_env(current_env());
-  COHORT_CHECK(options.strategy != StrategyKind::kDp || env.size == 1,
-               "TrainerOptions.strategy \"dp\" runs its "
-               "replicas as threads of one process, but ",
-               env.launcher, " started ", env.size,
-               " processes: start "
-               "one process (no launcher, or one task), or use strategy ddp (one process per device)");
+  COHORT_CHECK_KIND(kInvalidArgument, options.strategy != StrategyKind::kDp || env.size == 1,
+                    "TrainerOptions.strategy \"dp\" runs its "
+                    "replicas as threads of one process, but ",
+                    env.launcher, " started ", env.size,
+                    " processes: start "
+                    "one process (no launcher, or one task), or use strategy ddp (one process per device)");
   check_launch_matches(env, options.processes, options.raw.num_nodes());
   return options;
 }
 
 World join_world(const ResolvedOptions& options) {
-  COHORT_CHECK(!cohort::is_initialized() || cohort::current_world().size() > 1 || options.processes <= 1,
-               "TrainerOptions.devices is ", options.processes,
-               " but cohort::init() already made a world of one: "
-               "make the Trainer before calling cohort::init(), or start the program under a launcher");
+  COHORT_CHECK_KIND(kInvalidArgument,
+                    !cohort::is_initialized() || cohort::current_world().size() > 1 || options.processes <= 1,
+                    "TrainerOptions.devices is ", options.processes,
+                    " but cohort::init() already made a world of one: "
+                    "make the Trainer before calling cohort::init(), or start the program under a launcher");
   return cohort::init(InitOptions().backend(options.cuda ? Backend::kNccl : Backend::kGloo));
 }
 
@@ -71,7 +72,8 @@ void TrainerImpl::log(const std::string& name, const torch::Tensor& value, const
 // The strategy is made once per module (its optimizer state lives in it), on this rank's device.
 void TrainerImpl::attach(TrainingModule& target) {
   if (module == &target) return;
-  COHORT_CHECK(module == nullptr, "this Trainer already trains another TrainingModule: use one Trainer per module");
+  COHORT_CHECK_KIND(kInvalidArgument, module == nullptr,
+                    "this Trainer already trains another TrainingModule: use one Trainer per module");
   resolve_zero_config(options, world);
   configure_model(options, target, world);
   target.to(world.device());
@@ -80,8 +82,8 @@ void TrainerImpl::attach(TrainingModule& target) {
   module = &target;
   strategy = make_strategy(options, target, world);
   scheduler = target.configure_lr_scheduler(strategy->optimizer());
-  COHORT_CHECK(scheduler.frequency >= 1, "configure_lr_scheduler: frequency ", scheduler.frequency,
-               " is not accepted: expected an integer >= 1");
+  COHORT_CHECK_KIND(kInvalidArgument, scheduler.frequency >= 1, "configure_lr_scheduler: frequency ",
+                    scheduler.frequency, " is not accepted: expected an integer >= 1");
   target.attach(this);
 }
 
@@ -109,7 +111,8 @@ void TrainerImpl::set_up(DataModule& data, const std::string& stage_name) {
 }
 
 std::shared_ptr<DataLoader> loader_of(std::shared_ptr<DataLoader> loader, const std::string& what) {
-  COHORT_CHECK(loader != nullptr, "the DataModule's ", what, "() returned no loader: override it to return one");
+  COHORT_CHECK_KIND(kInvalidArgument, loader != nullptr, "the DataModule's ", what,
+                    "() returned no loader: override it to return one");
   return loader;
 }
 
@@ -119,13 +122,13 @@ Trainer::Trainer(TrainerOptions options) : impl_(std::make_unique<detail::Traine
 Trainer::~Trainer() = default;
 
 Trainer& Trainer::add_callback(std::shared_ptr<Callback> callback) {
-  COHORT_CHECK(callback != nullptr, "add_callback: the callback is null");
+  COHORT_CHECK_KIND(kInvalidArgument, callback != nullptr, "add_callback: the callback is null");
   impl_->callbacks.push_back(std::move(callback));
   return *this;
 }
 
 Trainer& Trainer::add_logger(std::shared_ptr<Logger> logger) {
-  COHORT_CHECK(logger != nullptr, "add_logger: the logger is null");
+  COHORT_CHECK_KIND(kInvalidArgument, logger != nullptr, "add_logger: the logger is null");
   impl_->loggers.push_back(std::move(logger));
   return *this;
 }
@@ -137,16 +140,16 @@ void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& o
     // A worker this process started failed first: its message is the job's error.
     if (impl_->launcher.active()) {
       const std::string failure = impl_->launcher.failure(detail::SelfLauncher::kFailureWait);
-      if (!failure.empty()) throw Error(failure);
+      if (!failure.empty()) throw Error(failure, ErrorKind::kAborted);
     }
     throw;
   }
 }
 
 void Trainer::fit(TrainingModule& module, DataModule& data, const FitOptions& options) {
-  COHORT_CHECK(options.val() == nullptr,
-               "Trainer::fit with a DataModule: FitOptions.val is given too; the "
-               "DataModule's val_dataloader() gives the validation data");
+  COHORT_CHECK_KIND(kInvalidArgument, options.val() == nullptr,
+                    "Trainer::fit with a DataModule: FitOptions.val is given too; the "
+                    "DataModule's val_dataloader() gives the validation data");
   impl_->set_up(data, "fit");
   auto train = detail::loader_of(data.train_dataloader(), "train_dataloader");
   auto val = data.val_dataloader();
@@ -207,22 +210,38 @@ void Trainer::request_stop(const std::string& reason) {
 bool Trainer::should_stop() const { return impl_->stop; }
 
 double Trainer::lr() const {
-  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::lr: no module was fitted yet");
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::lr: no module was fitted yet");
   return impl_->strategy->lr();
 }
 torch::optim::Optimizer& Trainer::optimizer() {
-  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::optimizer: no module was fitted yet");
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::optimizer: no module was fitted yet");
   return impl_->strategy->optimizer();
 }
 std::string Trainer::optimizer_name() const {
-  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::optimizer_name: no module was fitted yet");
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::optimizer_name: no module was fitted yet");
   return detail::optimizer_name(impl_->strategy->optimizer());
 }
 
 std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) { return impl_->save(dir, keep_last); }
 
+void Trainer::for_each_full_parameter(const ParameterVisitor& visit) {
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr,
+                    "Trainer::for_each_full_parameter: no module was fitted yet");
+  impl_->strategy->for_each_full_parameter(visit);
+}
+
+MemoryReport Trainer::memory_report() const {
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::memory_report: no module was fitted yet");
+  return impl_->strategy->memory_report();
+}
+
+MemoryReport Trainer::planned_memory() const {
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::planned_memory: no module was fitted yet");
+  return detail::planned_memory(*impl_->strategy, impl_->world.size());
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::full_parameters() {
-  COHORT_CHECK(impl_->strategy != nullptr, "Trainer::full_parameters: no module was fitted yet");
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::full_parameters: no module was fitted yet");
   return impl_->strategy->full_parameters();
 }
 

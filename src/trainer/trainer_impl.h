@@ -58,6 +58,8 @@ class TrainerImpl : public ModuleLink {
   /// After loading: keeps the checkpoint's samples per optimizer step in another world size by
   /// accumulating micro-batches; refuses a global batch it cannot keep.
   void keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size);
+  /// After loading: the training epoch's logged sums the checkpoint carries (this rank's share).
+  void restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size);
   std::string resolve_ckpt_path(const std::string& ckpt_path);
 
   // trainer.cpp
@@ -93,6 +95,8 @@ class TrainerImpl : public ModuleLink {
       0;  // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
   int64_t own_batches = 0;                            // of this rank's share (train_batches unless uneven_inputs)
   Batch last_batch;                                   // uneven_inputs: this rank's last batch of the epoch, replayed
+  int64_t last_batch_index = -1;                      // of the batch trained last (messages)
+  bool mid_accumulation = false;                      // a backward ran since the last optimizer step
   std::chrono::steady_clock::time_point fit_started;  // max_time counts from here
   int64_t val_every = 0;                              // validate every this many batches in an epoch (0: at its end)
   double loss_sum = 0;                                // this rank's training loss x samples in this epoch

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "checkpoint/group.h"
 #include "cohort/error.h"
+#include "cohort/number.h"
 #include "core/check.h"
 #include "trainer/trainer_impl.h"
 #include "world/launch_env.h"
@@ -16,6 +18,10 @@ namespace {
 
 // TORCHELASTIC_RESTART_COUNT as cohortrun and torchrun set it (0 when no launcher restarted the job).
 int launcher_restart_count() { return detect_launch_env(current_env()).restart_count.value_or(0); }
+
+// The user values that carry each saved rank's running training-epoch sums (MetricStore).
+constexpr const char* kEpochSumsRanks = "trainer.epoch_sums.ranks";
+std::string epoch_sums_key(int rank) { return "trainer.epoch_sums." + std::to_string(rank); }
 
 }  // namespace
 
@@ -35,10 +41,35 @@ CheckpointState TrainerImpl::checkpoint_state() {
 }
 
 std::string TrainerImpl::save(const std::string& dir, int keep_last) {
-  COHORT_CHECK(train != nullptr && strategy != nullptr, "Trainer::save_checkpoint(\"", dir,
-               "\") outside fit: a checkpoint holds the training position, which exists only while fit runs");
+  COHORT_CHECK_KIND(kInvalidArgument, train != nullptr && strategy != nullptr, "Trainer::save_checkpoint(\"", dir,
+                    "\") outside fit: a checkpoint holds the training position, which exists only while fit runs");
+  // The state of a save is that of an optimizer step: the gradients of a half-accumulated step are in
+  // no checkpoint, so a resume from one would lose those batches.
+  COHORT_CHECK_KIND(kInvalidArgument, !mid_accumulation, "Trainer::save_checkpoint(\"", dir, "\") at batch ",
+                    last_batch_index + 1, " of epoch ", epoch, ", inside an accumulation of ", strategy->accumulation(),
+                    " batches: a checkpoint holds the state after an optimizer step; save from a callback's "
+                    "on_train_batch_end (called after each step) or at an epoch's end");
   CheckpointState state = checkpoint_state();
+  // Every rank's sums of the epoch so far, so that a resume in it reports the means of all its batches
+  // (and a resume at its very end, the end-of-epoch callbacks, the values they would have seen).
+  const auto sums = ckpt::Group(nullptr).allgather(metrics.epoch_sums_text(Stage::kTrain));
+  state.set(kEpochSumsRanks, std::to_string(sums.size()));
+  for (size_t r = 0; r < sums.size(); ++r) state.set(epoch_sums_key(static_cast<int>(r)), sums[r]);
   return save_checkpoint(dir, state, SaveOptions().keep_last(keep_last));
+}
+
+// The saved ranks' epoch sums this rank takes over: its own at the same world size, else rank 0 takes
+// them all (a sum over ranks, as every sync_dist mean is, stays exact) and the others none.
+void TrainerImpl::restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size) {
+  const std::string count_text = state.get(kEpochSumsRanks);
+  if (count_text.empty()) return;  // saved before checkpoints carried them: the epoch's means start anew
+  const int64_t count = parse_integer(count_text, {path + "'s " + kEpochSumsRanks, 0, saved_world_size});
+  std::vector<std::string> texts;
+  const bool same_world = count == world.size();
+  for (int64_t r = 0; r < count; ++r)
+    if (same_world ? r == world.rank() : world.rank() == 0)
+      texts.push_back(state.get(epoch_sums_key(static_cast<int>(r))));
+  metrics.restore_epoch_sums(Stage::kTrain, texts, path);
 }
 
 std::string TrainerImpl::resolve_ckpt_path(const std::string& ckpt_path) {
@@ -70,9 +101,9 @@ void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::str
   const bool elastic = saved_world_size != world.size() || launcher_restart_count() > 0;
   if (saved_step.empty() || !elastic) {  // as saved before elastic restarts, or a resume by hand
     const std::string saved_batch = state.get("trainer.global_batch");
-    COHORT_CHECK(saved_batch == std::to_string(micro), "the checkpoint ", path, " was saved with a global batch of ",
-                 saved_batch, " samples, this run has ", micro,
-                 " (batch_size x ranks): keep the global batch to resume");
+    COHORT_CHECK_KIND(kInvalidArgument, saved_batch == std::to_string(micro), "the checkpoint ", path,
+                      " was saved with a global batch of ", saved_batch, " samples, this run has ", micro,
+                      " (batch_size x ranks): keep the global batch to resume");
     return;
   }
   const int64_t step_batch = std::stoll(saved_step), batch = train->options().batch_size();
@@ -91,10 +122,10 @@ void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::str
   }
   const std::string why = step_batch % micro == 0 ? "its strategy cannot accumulate batches"
                                                   : "it does not divide them";
-  COHORT_CHECK(launcher_restart_count() > 0, "the checkpoint ", path, " was saved with ", step_batch,
-               " samples per optimizer step by ", saved_world_size, " rank(s); this run's ", world.size(),
-               " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
-               ": choose a batch size that keeps the global batch");
+  COHORT_CHECK_KIND(kInvalidArgument, launcher_restart_count() > 0, "the checkpoint ", path, " was saved with ",
+                    step_batch, " samples per optimizer step by ", saved_world_size, " rank(s); this run's ",
+                    world.size(), " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
+                    ": choose a batch size that keeps the global batch");
   // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
   // batch follows the world. The epoch resumes at the first whole batch of the new size.
   const int64_t skipped = (micro - samples_in_epoch % micro) % micro;
@@ -118,6 +149,7 @@ void TrainerImpl::resume(const std::string& ckpt_path) {
   keep_global_batch(state, info->path, info->world_size);
   step = state.step();
   epoch = train->sampler().epoch();
+  restore_epoch_sums(state, info->path, info->world_size);
   if (world.is_main()) {
     std::printf("resumed from %s (step %lld, saved by %d rank(s))%s\n", info->path.c_str(),
                 static_cast<long long>(info->step), info->world_size,

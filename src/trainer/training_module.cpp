@@ -18,9 +18,9 @@ TrainingModule::~TrainingModule() {
 }
 
 torch::nn::Sequential& TrainingModule::network() {
-  COHORT_CHECK(has_network(),
-               "TrainingModule::network(): this module has its own layers (made with "
-               "TrainingModule()), not a torch::nn::Sequential network");
+  COHORT_CHECK_KIND(kInvalidArgument, has_network(),
+                    "TrainingModule::network(): this module has its own layers (made with "
+                    "TrainingModule()), not a torch::nn::Sequential network");
   return network_;
 }
 
@@ -29,8 +29,8 @@ torch::nn::Module& TrainingModule::model() {
 }
 
 void TrainingModule::log(const std::string& name, const torch::Tensor& value, const LogOptions& options) {
-  COHORT_CHECK(value.numel() == 1, "log(\"", name, "\"): a metric is one number, got a tensor of shape ",
-               value.sizes());
+  COHORT_CHECK_KIND(kInvalidArgument, value.numel() == 1, "log(\"", name,
+                    "\"): a metric is one number, got a tensor of shape ", value.sizes());
   if (link_ != nullptr) link_->log(name, value, options);
 }
 
@@ -39,16 +39,17 @@ void TrainingModule::log(const std::string& name, double value, const LogOptions
 }
 
 torch::Tensor TrainingModule::forward(const torch::Tensor& input) {
-  COHORT_CHECK(has_network(),
-               "TrainingModule::forward: this module has its own layers (made with TrainingModule()): "
-               "override forward, or define one with your inputs, and call it from training_step");
+  COHORT_CHECK_KIND(kInvalidArgument, has_network(),
+                    "TrainingModule::forward: this module has its own layers (made with TrainingModule()): "
+                    "override forward, or define one with your inputs, and call it from training_step");
   return link_ != nullptr ? link_->forward(input) : network_->forward(input);
 }
 
 torch::Tensor TrainingModule::loss(const torch::Tensor&, const torch::Tensor&) {
   throw Error(
       "strategy \"pipeline\" computes each microbatch's loss on the last stage: override "
-      "TrainingModule::loss(output, target), e.g. return torch::nn::functional::cross_entropy(output, target)");
+      "TrainingModule::loss(output, target), e.g. return torch::nn::functional::cross_entropy(output, target)",
+      ErrorKind::kInvalidArgument);
 }
 
 int64_t TrainingModule::current_epoch() const { return link_ != nullptr ? link_->current_epoch() : 0; }

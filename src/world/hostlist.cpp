@@ -11,7 +11,7 @@ namespace {
 
 // One bracket group's body, "01-03,07" -> 01 02 03 07; the width of a range's first number is kept.
 std::vector<std::string> expand_group(const std::string& group, const std::string& what) {
-  COHORT_CHECK(!group.empty(), what, ": empty brackets []");
+  COHORT_CHECK_KIND(kInvalidArgument, !group.empty(), what, ": empty brackets []");
   std::vector<std::string> values;
   std::size_t start = 0;
   while (start <= group.size()) {
@@ -21,13 +21,13 @@ std::vector<std::string> expand_group(const std::string& group, const std::strin
     const std::size_t dash = range.find('-');
     const std::string lo = range.substr(0, dash);
     const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
-    COHORT_CHECK(all_digits(lo) && all_digits(hi) && lo.size() <= 18 && hi.size() <= 18, what, ": \"", range, "\" in [",
-                 group, "] is not a number or a range N-M");
+    COHORT_CHECK_KIND(kInvalidArgument, all_digits(lo) && all_digits(hi) && lo.size() <= 18 && hi.size() <= 18, what,
+                      ": \"", range, "\" in [", group, "] is not a number or a range N-M");
     const unsigned long long a = std::stoull(lo);
     const unsigned long long b = std::stoull(hi);
-    COHORT_CHECK(a <= b, what, ": reversed range ", range, " in [", group, "]");
-    COHORT_CHECK(b - a < kMaxHostListEntries - values.size(), what, ": expands to more than ", kMaxHostListEntries,
-                 " hosts");
+    COHORT_CHECK_KIND(kInvalidArgument, a <= b, what, ": reversed range ", range, " in [", group, "]");
+    COHORT_CHECK_KIND(kInvalidArgument, b - a < kMaxHostListEntries - values.size(), what, ": expands to more than ",
+                      kMaxHostListEntries, " hosts");
     for (unsigned long long v = a; v <= b; ++v) {
       std::string digits = std::to_string(v);
       if (digits.size() < lo.size()) digits.insert(0, lo.size() - digits.size(), '0');
@@ -52,8 +52,8 @@ void expand_item(const std::string& item, const std::string& what, std::vector<s
     }
     const std::size_t close = item.find(']', i);  // brackets were checked balanced by the caller
     const std::vector<std::string> values = expand_group(item.substr(i + 1, close - i - 1), what);
-    COHORT_CHECK(partial.size() * values.size() + hosts.size() <= kMaxHostListEntries, what, ": expands to more than ",
-                 kMaxHostListEntries, " hosts");
+    COHORT_CHECK_KIND(kInvalidArgument, partial.size() * values.size() + hosts.size() <= kMaxHostListEntries, what,
+                      ": expands to more than ", kMaxHostListEntries, " hosts");
     std::vector<std::string> next;
     next.reserve(partial.size() * values.size());
     for (const std::string& p : partial) {
@@ -75,21 +75,21 @@ std::vector<std::string> expand_hostlist(const std::string& list, const std::str
   bool in_brackets = false;
   for (char c : list) {
     if (c == '[') {
-      COHORT_CHECK(!in_brackets, what, ": '[' inside brackets");
+      COHORT_CHECK_KIND(kInvalidArgument, !in_brackets, what, ": '[' inside brackets");
       in_brackets = true;
     } else if (c == ']') {
-      COHORT_CHECK(in_brackets, what, ": ']' without a matching '['");
+      COHORT_CHECK_KIND(kInvalidArgument, in_brackets, what, ": ']' without a matching '['");
       in_brackets = false;
     } else if (c == ',' && !in_brackets) {
-      COHORT_CHECK(!item.empty(), what, ": empty host name");
+      COHORT_CHECK_KIND(kInvalidArgument, !item.empty(), what, ": empty host name");
       expand_item(item, what, hosts);
       item.clear();
       continue;
     }
     item += c;
   }
-  COHORT_CHECK(!in_brackets, what, ": unclosed '['");
-  COHORT_CHECK(!item.empty(), what, ": empty host name");
+  COHORT_CHECK_KIND(kInvalidArgument, !in_brackets, what, ": unclosed '['");
+  COHORT_CHECK_KIND(kInvalidArgument, !item.empty(), what, ": empty host name");
   expand_item(item, what, hosts);
   return hosts;
 }

@@ -71,10 +71,10 @@ bool use_nccl(Backend backend) {
   switch (backend) {
     case Backend::kGloo: return false;
     case Backend::kNccl:
-      COHORT_CHECK(detail::nccl_available() && torch::cuda::is_available(),
-                   "backend nccl requested but no CUDA device is available (",
-                   detail::nccl_available() ? "torch::cuda::is_available() is false" : "LibTorch has no CUDA",
-                   "): use Backend::kGloo");
+      COHORT_CHECK_KIND(kInvalidArgument, detail::nccl_available() && torch::cuda::is_available(),
+                        "backend nccl requested but no CUDA device is available (",
+                        detail::nccl_available() ? "torch::cuda::is_available() is false" : "LibTorch has no CUDA",
+                        "): use Backend::kGloo");
       return true;
     case Backend::kAuto: return detail::nccl_available() && torch::cuda::is_available();
   }
@@ -91,7 +91,8 @@ auto joining(const std::string& step, const std::string& endpoint, Step&& run) -
     throw;
   } catch (const std::exception& e) {
     const std::string what = e.what();
-    throw Error("joining the world at " + endpoint + " failed while " + step + ": " + what.substr(0, what.find('\n')));
+    throw Error("joining the world at " + endpoint + " failed while " + step + ": " + what.substr(0, what.find('\n')),
+                ErrorKind::kIO);
   }
 }
 
@@ -141,7 +142,7 @@ std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, de
 }  // namespace
 
 Comm& World::comm() const {
-  COHORT_CHECK(comm_, "this World has no Comm: get the world from cohort::init()");
+  COHORT_CHECK_KIND(kInvalidArgument, comm_, "this World has no Comm: get the world from cohort::init()");
   return *comm_;
 }
 
@@ -150,8 +151,9 @@ std::shared_ptr<Comm> World::new_group(const std::vector<int>& ranks, const Grou
 }
 
 Mesh World::node_mesh() const {
-  COHORT_CHECK(size_ % local_size_ == 0, "node_mesh: the world of ", size_, " is not a whole number of nodes of ",
-               local_size_, " ranks (LOCAL_WORLD_SIZE); build a Mesh from explicit coordinates instead");
+  COHORT_CHECK_KIND(kInvalidArgument, size_ % local_size_ == 0, "node_mesh: the world of ", size_,
+                    " is not a whole number of nodes of ", local_size_,
+                    " ranks (LOCAL_WORLD_SIZE); build a Mesh from explicit coordinates instead");
   return Mesh::at_coordinates(comm(), {{"node", size_ / local_size_}, {"local", local_size_}},
                               {node_rank_, local_rank_});
 }
@@ -188,8 +190,8 @@ World init(const InitOptions& options) {
   const bool nccl = use_nccl(options.backend());
   if (nccl) {
     const int devices = int(torch::cuda::device_count());
-    COHORT_CHECK(launch.local_rank < devices, "LOCAL_RANK=", launch.local_rank, " has no CUDA device: ", devices,
-                 " visible (check CUDA_VISIBLE_DEVICES and --nproc-per-node)");
+    COHORT_CHECK_KIND(kInvalidArgument, launch.local_rank < devices, "LOCAL_RANK=", launch.local_rank,
+                      " has no CUDA device: ", devices, " visible (check CUDA_VISIBLE_DEVICES and --nproc-per-node)");
     world.device_ = torch::Device(torch::kCUDA, launch.local_rank);
     // Before the NCCL group exists: its communicator, streams and our allocations all land on this
     // GPU instead of cuda:0 (where every rank would otherwise crowd).
@@ -236,7 +238,7 @@ void shutdown() {
 
 World& current_world() {
   std::lock_guard<std::mutex> lock(g_world_mutex);
-  COHORT_CHECK(g_world, "cohort::init() has not been called in this process");
+  COHORT_CHECK_KIND(kInvalidArgument, g_world, "cohort::init() has not been called in this process");
   return *g_world;
 }
 

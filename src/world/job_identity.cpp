@@ -38,10 +38,13 @@ Published read_published(const std::string& host, int port, std::chrono::millise
 }
 
 void compare(const std::string& theirs, const JobCheck& check) {
-  COHORT_CHECK(theirs == check.run_id, "rendezvous at ", check.where(), " belongs to ", job_label(theirs),
-               ", not to this rank's ", job_label(check.run_id),
-               ": two jobs were started on one MASTER_ADDR:MASTER_PORT; give each job its own port "
-               "(cohortrun --master-port, or --standalone)");
+  // job_label("") is "a job without a run id": "not to this rank's a job without a run id" did not read.
+  const std::string mine = check.run_id.empty() ? "this rank, whose job has no run id"
+                                                : "this rank's " + job_label(check.run_id);
+  COHORT_CHECK_KIND(kInvalidArgument, theirs == check.run_id, "rendezvous at ", check.where(), " belongs to ",
+                    job_label(theirs), ", not to ", mine,
+                    ": two jobs were started on one MASTER_ADDR:MASTER_PORT; give each job its own port "
+                    "(cohortrun --master-port, or --standalone)");
 }
 
 }  // namespace
@@ -62,7 +65,8 @@ void check_same_job(c10d::Store& store, const JobCheck& check) {
     case JobCheck::Role::kPublish: store.set(kJobKey, encode(check.run_id)); return;
     case JobCheck::Role::kFirstPublishes: {
       const auto theirs = decode(store.compareSet(kJobKey, {}, encode(check.run_id)));
-      COHORT_CHECK(theirs.has_value(), "rendezvous at ", check.where(), ": the store's ", kJobKey, " is not a run id");
+      COHORT_CHECK_KIND(kInvalidArgument, theirs.has_value(), "rendezvous at ", check.where(), ": the store's ",
+                        kJobKey, " is not a run id");
       compare(*theirs, check);
       return;
     }

@@ -44,7 +44,7 @@ void check_same_job(c10d::Store& store, const JobCheck& check);
 /// connects again while its deadline allows.
 class JobUnanswered : public Error {
  public:
-  using Error::Error;
+  explicit JobUnanswered(const std::string& message) : Error(message, ErrorKind::kTimeout) {}
 };
 
 /// The run id published in the store that listens at host:port, read within `timeout` (a port in use:

@@ -41,13 +41,14 @@ const std::string* lookup(const EnvMap& env, const std::string& name) {
 }
 
 unsigned long long parse_unsigned(const std::string& name, const std::string& value, unsigned long long max) {
-  COHORT_CHECK(!value.empty(), name, " is set but empty; expected a whole number");
-  COHORT_CHECK(!(value[0] == '-' && all_digits(value.substr(1))), name, "=", value, " is negative");
-  COHORT_CHECK(all_digits(value), name, "=", printable(value), " is not a number");
+  COHORT_CHECK_KIND(kInvalidArgument, !value.empty(), name, " is set but empty; expected a whole number");
+  COHORT_CHECK_KIND(kInvalidArgument, !(value[0] == '-' && all_digits(value.substr(1))), name, "=", value,
+                    " is negative");
+  COHORT_CHECK_KIND(kInvalidArgument, all_digits(value), name, "=", printable(value), " is not a number");
   unsigned long long n = 0;
   for (char c : value) {
     n = n * 10 + static_cast<unsigned long long>(c - '0');
-    COHORT_CHECK(n <= max, name, "=", value, " is too large");
+    COHORT_CHECK_KIND(kInvalidArgument, n <= max, name, "=", value, " is too large");
   }
   return n;
 }
@@ -64,9 +65,11 @@ std::optional<Num> read_num(const EnvMap& env, const std::vector<const char*>& n
   return std::nullopt;
 }
 
-void check_positive(const Num& n) { COHORT_CHECK(n.value >= 1, n.label, " must be at least 1"); }
+void check_positive(const Num& n) { COHORT_CHECK_KIND(kInvalidArgument, n.value >= 1, n.label, " must be at least 1"); }
 
-void check_less(const Num& a, const Num& b) { COHORT_CHECK(a.value < b.value, a.label, " is not less than ", b.label); }
+void check_less(const Num& a, const Num& b) {
+  COHORT_CHECK_KIND(kInvalidArgument, a.value < b.value, a.label, " is not less than ", b.label);
+}
 
 // 32-bit FNV-1a: unlike std::hash it is the same on every rank, build and platform.
 std::uint32_t fnv1a(const std::string& text) {
@@ -121,7 +124,8 @@ LaunchEnv finish(const char* launcher, const Layout& in) {
   Num local_size = in.local_size.value_or(in.size);
   if (in.local_size) {
     check_positive(local_size);
-    COHORT_CHECK(local_size.value <= in.size.value, local_size.label, " is larger than ", in.size.label);
+    COHORT_CHECK_KIND(kInvalidArgument, local_size.value <= in.size.value, local_size.label, " is larger than ",
+                      in.size.label);
   }
   out.local_size = local_size.value;
   out.has_local_rank = in.local_rank.has_value();
@@ -142,14 +146,15 @@ LaunchEnv finish(const char* launcher, const Layout& in) {
 // A TCP port, 1..65535; `label` names it in messages.
 int parse_port(const std::string& name, const std::string& digits, const std::string& label) {
   const unsigned long long port = parse_unsigned(name, digits, kParseMax);
-  COHORT_CHECK(port >= 1 && port <= 65535, label, " is out of range 1..65535");
+  COHORT_CHECK_KIND(kInvalidArgument, port >= 1 && port <= 65535, label, " is out of range 1..65535");
   return static_cast<int>(port);
 }
 
 // MASTER_ADDR/MASTER_PORT, when set, win over anything a launcher implies (mpirun -x MASTER_ADDR=...).
 void apply_master_overrides(const EnvMap& env, LaunchEnv& out) {
   if (const std::string* addr = lookup(env, "MASTER_ADDR")) {
-    COHORT_CHECK(!addr->empty(), "MASTER_ADDR is set but empty; expected rank 0's host name or address");
+    COHORT_CHECK_KIND(kInvalidArgument, !addr->empty(),
+                      "MASTER_ADDR is set but empty; expected rank 0's host name or address");
     out.master_addr = *addr;
   }
   if (const std::string* port = lookup(env, "MASTER_PORT")) {
@@ -163,8 +168,9 @@ void default_master_addr(const Layout& in, const char* how_to_export, LaunchEnv&
   const bool one_node = out.size == 1 || (in.local_size && in.local_size->value == out.size);
   const std::string why = in.local_size ? in.local_size->label + " < " + in.size.label
                                         : "no local size given, " + in.size.label;
-  COHORT_CHECK(one_node, out.launcher, " launch may span several nodes (", why,
-               "): multi-node runs need MASTER_ADDR (and MASTER_PORT) exported to all ranks, e.g. ", how_to_export);
+  COHORT_CHECK_KIND(kInvalidArgument, one_node, out.launcher, " launch may span several nodes (", why,
+                    "): multi-node runs need MASTER_ADDR (and MASTER_PORT) exported to all ranks, e.g. ",
+                    how_to_export);
   out.master_addr = "127.0.0.1";
 }
 
@@ -173,10 +179,10 @@ std::optional<std::pair<Num, Num>> read_rank_and_size(const EnvMap& env, const c
   const std::string* rank = lookup(env, rank_var);
   const std::string* size = lookup(env, size_var);
   if (rank == nullptr && size == nullptr) return std::nullopt;
-  COHORT_CHECK(size != nullptr, rank_var, "=", printable(*rank), " is set but ", size_var,
-               " is not; launchers export both");
-  COHORT_CHECK(rank != nullptr, size_var, "=", printable(*size), " is set but ", rank_var,
-               " is not; launchers export both");
+  COHORT_CHECK_KIND(kInvalidArgument, size != nullptr, rank_var, "=", printable(*rank), " is set but ", size_var,
+                    " is not; launchers export both");
+  COHORT_CHECK_KIND(kInvalidArgument, rank != nullptr, size_var, "=", printable(*size), " is set but ", rank_var,
+                    " is not; launchers export both");
   return std::make_pair(parse_num(rank_var, *rank), parse_num(size_var, *size));
 }
 
@@ -249,13 +255,14 @@ std::vector<int> expand_tasks_per_node(const std::string& name, const std::strin
     const std::string count = entry.substr(0, paren);
     std::string reps = "1";
     if (paren != std::string::npos) {
-      COHORT_CHECK(entry.back() == ')', bad);
+      COHORT_CHECK_KIND(kInvalidArgument, entry.back() == ')', bad);
       reps = entry.substr(paren + 2, entry.size() - paren - 3);
     }
-    COHORT_CHECK(all_digits(count) && all_digits(reps) && count.size() < 7 && reps.size() < 8, bad);
+    COHORT_CHECK_KIND(kInvalidArgument, all_digits(count) && all_digits(reps) && count.size() < 7 && reps.size() < 8,
+                      bad);
     const int n = std::stoi(count);
     const std::size_t r = std::stoul(reps);
-    COHORT_CHECK(n >= 1 && r >= 1 && counts.size() + r <= kMaxHostListEntries, bad);
+    COHORT_CHECK_KIND(kInvalidArgument, n >= 1 && r >= 1 && counts.size() + r <= kMaxHostListEntries, bad);
     counts.insert(counts.end(), r, n);
     start = end + 1;
   }
@@ -270,8 +277,8 @@ std::optional<Num> slurm_local_size(const EnvMap& env, const std::optional<Num>&
     const std::vector<int> counts = expand_tasks_per_node(name, *value);
     const int index = node ? node->value : 0;
     const std::string list = std::string(name) + "=" + *value;
-    COHORT_CHECK(static_cast<std::size_t>(index) < counts.size(), node ? node->label : "node 0", " is not less than ",
-                 counts.size(), ", the node count in ", list);
+    COHORT_CHECK_KIND(kInvalidArgument, static_cast<std::size_t>(index) < counts.size(), node ? node->label : "node 0",
+                      " is not less than ", counts.size(), ", the node count in ", list);
     return Num{list + " (" + std::to_string(counts[index]) + " tasks on node " + std::to_string(index) + ")",
                counts[index]};
   }
@@ -284,7 +291,7 @@ int slurm_port(const EnvMap& env, const std::string& step) {
   if (const std::string* ports = lookup(env, "SLURM_STEP_RESV_PORTS")) {
     const std::string label = "SLURM_STEP_RESV_PORTS=" + printable(*ports);
     const std::string first = ports->substr(0, ports->find_first_of("-,"));
-    COHORT_CHECK(all_digits(first), label, " does not start with a port number");
+    COHORT_CHECK_KIND(kInvalidArgument, all_digits(first), label, " does not start with a port number");
     return parse_port("SLURM_STEP_RESV_PORTS", first, label);
   }
   const std::string job = job_key(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
@@ -315,7 +322,7 @@ std::optional<LaunchEnv> detect_slurm(const EnvMap& env) {
     if (list == nullptr) continue;
     const std::string label = std::string(name) + "=" + printable(*list);
     const std::vector<std::string> hosts = expand_hostlist(*list, label);
-    COHORT_CHECK(!hosts.empty(), label, " is empty; expected the step's host list");
+    COHORT_CHECK_KIND(kInvalidArgument, !hosts.empty(), label, " is empty; expected the step's host list");
     out.master_addr = hosts.front();  // task 0 runs on the first node of the step
     break;
   }
@@ -332,9 +339,9 @@ std::optional<LaunchEnv> detect_mpi(const EnvMap& env, const MpiFamily& family) 
   const auto rank_size = read_rank_and_size(env, family.rank_var, family.size_var);
   if (!rank_size) {
     // Hydra's -pmi-port mode exports PMI_ID but no world size: fail rather than run as a world of one.
-    COHORT_CHECK(lookup(env, family.mark) == nullptr, family.mark, "=", printable(*lookup(env, family.mark)), " says ",
-                 family.launcher, " started this process, but ", family.rank_var, " and ", family.size_var,
-                 " are not set; export RANK and WORLD_SIZE instead");
+    COHORT_CHECK_KIND(kInvalidArgument, lookup(env, family.mark) == nullptr, family.mark, "=",
+                      printable(*lookup(env, family.mark)), " says ", family.launcher, " started this process, but ",
+                      family.rank_var, " and ", family.size_var, " are not set; export RANK and WORLD_SIZE instead");
     return std::nullopt;
   }
   const Layout in{rank_size->first, rank_size->second, read_num(env, family.local_rank_vars),

@@ -31,8 +31,8 @@ std::string endpoint_of(const RendezvousConfig& config) {
 // MASTER_ADDR must resolve: c10d would retry an unknown name until the timeout, logging each try.
 void check_resolves(const RendezvousConfig& config) {
   const std::string why = net::resolve_error(config.master_addr);
-  COHORT_CHECK(why.empty(), "MASTER_ADDR=", config.master_addr, " does not resolve (", why, "): rank ", config.rank,
-               " cannot find the rendezvous; export rank 0's host name or address");
+  COHORT_CHECK_KIND(kInvalidArgument, why.empty(), "MASTER_ADDR=", config.master_addr, " does not resolve (", why,
+                    "): rank ", config.rank, " cannot find the rendezvous; export rank 0's host name or address");
 }
 
 bool master_accepts(const RendezvousConfig& config) {
@@ -47,15 +47,16 @@ bool master_accepts(const RendezvousConfig& config) {
                               ": choose another port, or launch with cohortrun --standalone which picks a free one";
   // Its holder ended while we asked (another job's rank 0 that finished): the port may be ours now.
   if (!holder && !master_accepts(config)) throw JobUnanswered(message);
-  throw Error(message);
+  throw Error(message, ErrorKind::kInvalidArgument);
 }
 
 [[noreturn]] void throw_unreachable(const RendezvousConfig& config, const std::string& why) {
   throw Error("cannot reach the master at " + endpoint_of(config) + " within " +
-              std::to_string(config.timeout.count()) +
-              " ms (rank 0 hosts the rendezvous store there): is rank 0 "
-              "running, and is MASTER_ADDR=" +
-              config.master_addr + " reachable from this host? (" + why + ")");
+                  std::to_string(config.timeout.count()) +
+                  " ms (rank 0 hosts the rendezvous store there): is rank 0 "
+                  "running, and is MASTER_ADDR=" +
+                  config.master_addr + " reachable from this host? (" + why + ")",
+              ErrorKind::kTimeout, {0});
 }
 
 // Until something listens at MASTER_ADDR:MASTER_PORT (probing quietly: c10d's retries log a line each).
@@ -199,7 +200,8 @@ std::string store_bind_address(const std::string& master_addr, int master_port) 
 
 std::string local_address_towards(const std::string& master_addr, int master_port) {
   const auto address = net::local_address_towards({master_addr, master_port});
-  COHORT_CHECK(address.has_value(), "MASTER_ADDR=", master_addr, " does not resolve to an IPv4 address");
+  COHORT_CHECK_KIND(kInvalidArgument, address.has_value(), "MASTER_ADDR=", master_addr,
+                    " does not resolve to an IPv4 address");
   return *address;
 }
 

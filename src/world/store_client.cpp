@@ -93,18 +93,25 @@ CohortStore::CohortStore(const StoreClientOptions& options, std::shared_ptr<Stor
   wire::Message answer;
   failure = send_all(fd_.get(), wire::encode({wire::kAuth, {proof, mine}}), deadline);
   if (failure.empty()) failure = read_frame(fd_.get(), deadline, wire::kHandshakeLimit, answer);
-  if (failure.empty() && answer.code == wire::kRefused && answer.args.size() == 1)
+  // The handshake's bytes that did not go through are I/O; a store that is not this job's is a
+  // setting to fix (each job its own port and secret), as the control plane's handshake says it.
+  ErrorKind kind = ErrorKind::kIO;
+  if (failure.empty() && answer.code == wire::kRefused && answer.args.size() == 1) {
     failure = "it refused this rank (" + answer.args[0] +
               "): every rank needs the job's secret, "
               "and this one's comes from " +
               options.secret_source + " (docs/security.md)";
-  else if (failure.empty() &&
-           (answer.code != wire::kAuthOk || answer.args.size() != 1 ||
-            !same_bytes(answer.args[0], hmac_proof(options.secret, "cohort-store-server", mine, hello.args[2]))))
+    kind = ErrorKind::kInvalidArgument;
+  } else if (failure.empty() &&
+             (answer.code != wire::kAuthOk || answer.args.size() != 1 ||
+              !same_bytes(answer.args[0], hmac_proof(options.secret, "cohort-store-server", mine, hello.args[2])))) {
     failure = "it did not prove it knows the job's secret: another job's store, or not a store of this job";
+    kind = ErrorKind::kInvalidArgument;
+  }
   if (!failure.empty()) {
     fd_.reset();
-    throw Error("rendezvous store at " + where() + " (" + job_label(hello.args[1]) + "): " + failure);
+    const Error error("rendezvous store at " + where() + " (" + job_label(hello.args[1]) + "): " + failure, kind);
+    throw error;
   }
 }
 
@@ -114,15 +121,16 @@ std::string CohortStore::where() const { return options_.host + ":" + std::to_st
 
 wire::Message CohortStore::call(const wire::Message& request, const std::string& what, std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> lock(mutex_);
-  COHORT_CHECK(fd_, "rendezvous store at ", where(), ": ", what, " failed: the connection was lost earlier");
+  COHORT_CHECK_KIND(kIO, fd_, "rendezvous store at ", where(), ": ", what, " failed: the connection was lost earlier");
   const auto limit = getTimeout();
   // The server answers a parked request when its own timer ends; a little longer here covers the trip.
   const auto deadline = limit.count() > 0 || wait.count() > 0
                             ? Clock::now() + limit + wait + std::chrono::seconds(wait.count() > 0 ? 5 : 0)
                             : Clock::time_point::max();
   const std::string frame = wire::encode(request);
-  COHORT_CHECK(frame.size() - wire::kHeaderBytes <= wire::kFrameLimit, "rendezvous store at ", where(), ": ", what,
-               " is ", frame.size(), " bytes, over the store's limit of ", wire::kFrameLimit, " bytes");
+  COHORT_CHECK_KIND(kInvalidArgument, frame.size() - wire::kHeaderBytes <= wire::kFrameLimit, "rendezvous store at ",
+                    where(), ": ", what, " is ", frame.size(), " bytes, over the store's limit of ", wire::kFrameLimit,
+                    " bytes");
   wire::Message reply;
   std::string failure = send_all(fd_.get(), frame, deadline);
   if (failure.empty()) failure = read_frame(fd_.get(), deadline, wire::kFrameLimit, reply);
@@ -132,7 +140,9 @@ wire::Message CohortStore::call(const wire::Message& request, const std::string&
     failure = "the store answered with code " + std::to_string(int(reply.code));
   if (!failure.empty()) {
     if (reply.code != wire::kRefused) fd_.reset();  // the stream is out of step now: never reuse it
-    throw Error("rendezvous store at " + where() + ": " + what + " failed: " + failure);
+    // Refused: the request itself (adding to a key that holds no number); else the connection failed.
+    throw Error("rendezvous store at " + where() + ": " + what + " failed: " + failure,
+                reply.code == wire::kRefused ? ErrorKind::kInvalidArgument : ErrorKind::kIO);
   }
   return reply;
 }
@@ -144,7 +154,8 @@ void CohortStore::set(const std::string& key, const std::vector<uint8_t>& value)
 std::vector<uint8_t> CohortStore::compareSet(const std::string& key, const std::vector<uint8_t>& expected,
                                              const std::vector<uint8_t>& desired) {
   const auto reply = call({wire::kCompareSet, {key, to_text(expected), to_text(desired)}}, "compare-set of key " + key);
-  COHORT_CHECK(reply.args.size() == 1, "rendezvous store at ", where(), ": a malformed compare-set answer");
+  COHORT_CHECK_KIND(kInternal, reply.args.size() == 1, "rendezvous store at ", where(),
+                    ": a malformed compare-set answer");
   return to_bytes(reply.args[0]);
 }
 
@@ -159,7 +170,7 @@ std::vector<uint8_t> CohortStore::get(const std::string& key) {
 int64_t CohortStore::add(const std::string& key, int64_t value) {
   const auto reply = call({wire::kAdd, {key, wire::pack_i64(value)}}, "adding to key " + key);
   const auto sum = reply.args.size() == 1 ? wire::unpack_i64(reply.args[0]) : std::nullopt;
-  COHORT_CHECK(sum.has_value(), "rendezvous store at ", where(), ": a malformed add answer");
+  COHORT_CHECK_KIND(kInternal, sum.has_value(), "rendezvous store at ", where(), ": a malformed add answer");
   return *sum;
 }
 
@@ -177,7 +188,7 @@ bool CohortStore::check(const std::vector<std::string>& keys) {
 int64_t CohortStore::getNumKeys() {
   const auto reply = call({wire::kNumKeys, {}}, "counting keys");
   const auto count = reply.args.size() == 1 ? wire::unpack_i64(reply.args[0]) : std::nullopt;
-  COHORT_CHECK(count.has_value(), "rendezvous store at ", where(), ": a malformed count answer");
+  COHORT_CHECK_KIND(kInternal, count.has_value(), "rendezvous store at ", where(), ": a malformed count answer");
   return *count;
 }
 

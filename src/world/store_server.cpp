@@ -1,7 +1,8 @@
 // The store server (see store_server.h): a poll loop over the listener, a wake-up eventfd and every
 // connection, each a small state machine: unproven (hello sent, waiting for the HMAC proof before a
 // deadline), proven (requests answered in order), waiting (a GET or WAIT parked until its keys exist
-// or its timeout passes). A peer that breaks the protocol is refused with one log line naming it.
+// or its timeout passes). A peer that breaks the protocol is refused with one log line naming it; a
+// flood of them is counted, not logged line by line (core/refusal_log.h).
 #include "world/store_server.h"
 
 #include <sys/eventfd.h>
@@ -22,6 +23,7 @@
 #include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
+#include "core/refusal_log.h"
 #include "core/socket.h"
 #include "world/store_wire.h"
 
@@ -34,6 +36,10 @@ namespace wire = store_wire;
 wire::Message reply(uint8_t code, std::vector<std::string> args = {}) { return {code, std::move(args)}; }
 
 std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+void warn(const std::string& line) {
+  if (!line.empty()) COHORT_WARN(line);
+}
 
 }  // namespace
 
@@ -56,6 +62,7 @@ struct StoreServer::State {
   std::atomic<bool> stopping{false};
   std::map<std::string, std::string> data;
   std::list<Connection> connections;
+  std::optional<RefusalLog> refusals;  // once `where` is known
   std::thread thread;
 
   void run();
@@ -73,7 +80,7 @@ struct StoreServer::State {
 };
 
 void StoreServer::State::refuse(Connection& c, const std::string& why) {
-  COHORT_WARN("rendezvous store at ", where, ": refused ", c.peer, ": ", why);
+  warn(refusals->refused(c.peer, why, Clock::now()));
   const std::string frame = wire::encode(reply(wire::kRefused, {why}));
   (void)!::send(c.fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);  // best effort
   c.fd.reset();
@@ -296,6 +303,7 @@ void StoreServer::State::run() {
     }
     connections.remove_if([](const Connection& c) { return !c.fd; });
     if (fds[0].revents & POLLIN) accept_new();
+    warn(refusals->due(Clock::now()));  // poll wakes at least every second (poll_timeout)
   }
 }
 
@@ -305,9 +313,11 @@ StoreServer::StoreServer(const StoreServerOptions& options) : state_(std::make_u
   std::string error;
   s.listen_fd = net::listen_on(options.bind_address, options.port, error);
   const std::string address = options.bind_address.empty() ? "every interface" : options.bind_address;
-  COHORT_CHECK(s.listen_fd, "rank 0 cannot host the rendezvous store at ", address, ":", options.port, ": ", error);
+  COHORT_CHECK_KIND(kIO, s.listen_fd, "rank 0 cannot host the rendezvous store at ", address, ":", options.port, ": ",
+                    error);
   s.port = net::port_of(s.listen_fd.get());
   s.where = (options.bind_address.empty() ? "*" : options.bind_address) + ":" + std::to_string(s.port);
+  s.refusals.emplace("rendezvous store at " + s.where, options.refusal_log_interval);
   s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   s.thread = std::thread([&s] { s.run(); });
 }
@@ -317,7 +327,8 @@ StoreServer::~StoreServer() {
   s.stopping = true;
   uint64_t one = 1;
   (void)!::write(s.wake_fd.get(), &one, sizeof one);
-  s.thread.join();  // the connections, the listener and the eventfd close with the state
+  s.thread.join();                        // the connections, the listener and the eventfd close with the state
+  warn(s.refusals->flush(Clock::now()));  // the refusals counted since the last line
 }
 
 int StoreServer::port() const { return state_->port; }

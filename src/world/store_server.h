@@ -22,6 +22,9 @@ struct StoreServerOptions {
   std::chrono::milliseconds frame_deadline{30000};
   /// Connections that have not proved the secret yet; more are refused at once.
   int max_unproven = 64;
+  /// The least time between two log lines about refused connections once a few were logged in full:
+  /// the next ones are counted and summed up in one line per interval (core/refusal_log.h).
+  std::chrono::milliseconds refusal_log_interval{10000};
 };
 
 class StoreServer {

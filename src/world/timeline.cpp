@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "comm/comm_access.h"
+#include "core/json_read.h"
 #include "core/log.h"
 #include "core/safe_file.h"
 #include "core/trace_chrome.h"
@@ -79,7 +80,9 @@ nlohmann::json gather_events(Comm& world, nlohmann::json own, std::chrono::secon
   const auto take = [&](int r) {
     const auto raw = store.get(key("events", r));
     try {
-      for (auto& event : nlohmann::json::parse(raw.begin(), raw.end())) all.push_back(std::move(event));
+      JsonReadOptions options;  // depth bounded: the file's dump() recurses once per level
+      options.source = "rank " + std::to_string(r) + "'s events";
+      for (auto& event : parse_json(std::string(raw.begin(), raw.end()), options)) all.push_back(std::move(event));
     } catch (const std::exception&) {  // not what a rank sends: leave it out, keep the others
       left_out.push_back(std::to_string(r));
     }
@@ -124,7 +127,9 @@ void write_file(const std::string& path, const nlohmann::json& events, int size)
   const nlohmann::json document = {{"traceEvents", events},
                                    {"displayTimeUnit", "ms"},
                                    {"otherData", {{"producer", "cohort"}, {"world_size", size}}}};
-  write_file_safely(path, document.dump() + "\n");  // a device, a directory or a link there is refused
+  // A span's name is the program's text: invalid UTF-8 in it is replaced, not a failed write.
+  const std::string text = document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  write_file_safely(path, text + "\n");  // a device, a directory or a link there is refused
   COHORT_INFO("timeline: wrote ", events.size(), " events of ", size, " ranks to ", path);
 }
 
@@ -143,14 +148,15 @@ void finish(Comm& world, std::chrono::seconds wait) {
     if (world.size() == 1) return write_file(path, events, 1);
     auto& store = *detail::comm_impl(world).store();
     if (world.rank() != 0) {
-      store.set(key("events", world.rank()), bytes_of(events.dump()));
+      store.set(key("events", world.rank()),
+                bytes_of(events.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
       store.check({key("events", world.rank())});  // a round trip: the store has it before this rank goes
       return;
     }
     write_file(path, gather_events(world, std::move(events), wait), world.size());
   } catch (const std::exception& e) {
     // At exit nothing may throw: the timeline is lost, the run's outcome is not.
-    COHORT_WARN("timeline: not written to ", path, ": ", e.what());
+    COHORT_WARN("timeline: not written to ", path, ": ", json_error_text(e));  // never nlohmann's own tag
   }
 }
 

@@ -6,8 +6,7 @@
 
 #include <unistd.h>  // environ (declared by glibc with _GNU_SOURCE, which g++ defines)
 
-#include <stdexcept>
-
+#include "cohort/error.h"
 #include "compat/torch_facts.h"
 
 namespace cohort::detail::launch {
@@ -19,8 +18,8 @@ constexpr const char* kNcclAsyncVar = kNcclAsyncErrorVariable;  // renamed in 2.
 
 RankSpan assign_worker_ranks(const std::vector<int>& local_sizes, int node_rank) {
   if (node_rank < 0 || node_rank >= static_cast<int>(local_sizes.size())) {
-    throw std::out_of_range("node rank " + std::to_string(node_rank) + " not in 0.." +
-                            std::to_string(local_sizes.size()));
+    throw Error("node rank " + std::to_string(node_rank) + " not in 0.." + std::to_string(local_sizes.size()),
+                ErrorKind::kInternal);
   }
   RankSpan span;
   for (int i = 0; i < static_cast<int>(local_sizes.size()); ++i) {

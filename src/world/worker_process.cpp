@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <new>
-#include <stdexcept>
+
+#include "cohort/error.h"
 
 namespace cohort::detail::launch {
 namespace {
@@ -46,7 +46,8 @@ struct CpuMask {
     if (cpus.empty()) return;
     const int count = *std::max_element(cpus.begin(), cpus.end()) + 1;
     set = CPU_ALLOC(count);
-    if (set == nullptr) throw std::bad_alloc();
+    if (set == nullptr)
+      throw Error("cannot allocate a CPU mask for " + std::to_string(count) + " CPUs", ErrorKind::kOutOfMemory);
     bytes = CPU_ALLOC_SIZE(count);
     CPU_ZERO_S(bytes, set);
     for (int cpu : cpus) CPU_SET_S(cpu, bytes, set);
@@ -122,14 +123,14 @@ std::string ExitStatus::describe() const {
 
 std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const SpawnRequest& request) {
   int out_pipe[2], err_pipe[2], report_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw std::runtime_error("pipe: " + std::string(strerror(errno)));
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw Error("pipe: " + std::string(strerror(errno)), ErrorKind::kIO);
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     ::close(out_pipe[0]), ::close(out_pipe[1]);
-    throw std::runtime_error("pipe: " + std::string(strerror(errno)));
+    throw Error("pipe: " + std::string(strerror(errno)), ErrorKind::kIO);
   }
   if (::pipe2(report_pipe, O_CLOEXEC) != 0) {
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) ::close(fd);
-    throw std::runtime_error("pipe: " + std::string(strerror(errno)));
+    throw Error("pipe: " + std::string(strerror(errno)), ErrorKind::kIO);
   }
   auto argv = c_strings(request.argv);
   auto envp = c_strings(request.envp);
@@ -143,7 +144,7 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const SpawnRequest& request)
   for (int fd : {out_pipe[1], err_pipe[1], report_pipe[1]}) ::close(fd);
   if (pid < 0) {
     for (int fd : {out_pipe[0], err_pipe[0], report_pipe[0]}) ::close(fd);
-    throw std::runtime_error("cannot start " + request.path + ": fork: " + strerror(fork_error));
+    throw Error("cannot start " + request.path + ": fork: " + strerror(fork_error), ErrorKind::kOutOfMemory);
   }
   ::setpgid(pid, pid);  // also in the child: whichever runs first, the group exists before signals
   std::unique_ptr<WorkerProcess> worker(new WorkerProcess());
@@ -164,10 +165,11 @@ std::unique_ptr<WorkerProcess> WorkerProcess::spawn(const SpawnRequest& request)
     }
     worker->running_ = false;
     if (failed.stage == kBindStage) {
-      throw std::runtime_error("cannot bind " + request.path + " to its " + std::to_string(request.cpus.size()) +
-                               " CPUs (sched_setaffinity): " + strerror(failed.error));
+      throw Error("cannot bind " + request.path + " to its " + std::to_string(request.cpus.size()) +
+                      " CPUs (sched_setaffinity): " + strerror(failed.error),
+                  ErrorKind::kInvalidArgument);
     }
-    throw std::runtime_error("cannot execute " + request.path + ": " + strerror(failed.error));
+    throw Error("cannot execute " + request.path + ": " + strerror(failed.error), ErrorKind::kInvalidArgument);
   }
   return worker;
 }

@@ -36,7 +36,7 @@ struct SpawnRequest {
 
 class WorkerProcess {
  public:
-  /// Starts the program; throws std::runtime_error naming the program when fork or exec fails.
+  /// Starts the program; throws cohort::Error naming the program when fork or exec fails.
   static std::unique_ptr<WorkerProcess> spawn(const SpawnRequest& request);
   ~WorkerProcess();
   WorkerProcess(const WorkerProcess&) = delete;

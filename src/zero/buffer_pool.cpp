@@ -68,8 +68,8 @@ PoolLease* take_block(const std::shared_ptr<BufferPoolState>& state, size_t byte
   }
   void* block = nullptr;
   const int failed = posix_memalign(&block, kPoolAlignment, bytes);
-  COHORT_CHECK(failed == 0, "ZeRO engine: could not allocate a buffer of ", bytes, " bytes (", std::strerror(failed),
-               ")");
+  COHORT_CHECK_KIND(kOutOfMemory, failed == 0, "ZeRO engine: could not allocate a buffer of ", bytes, " bytes (",
+                    std::strerror(failed), ")");
   return new PoolLease{state, block, bytes};
 }
 

@@ -2,6 +2,7 @@
 // commas and comments, duplicate keys refused, DeepSpeed's defaults and batch-size rules), checks every
 // value it uses (errors name the key path and the value), and collects the keys it does not use into
 // one warning. Also the WarmupLR / WarmupDecayLR formulas of deepspeed/runtime/lr_schedules.py.
+#include <limits>
 #include <string>
 
 #include "cohort/error.h"
@@ -33,25 +34,27 @@ void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
     accum = *train / *micro / world;
   } else if (train && accum && !micro) {
     micro = *train / world / *accum;
-  } else if (micro && !train) {
+  } else if (!train) {  // the micro batch, with or without accumulation: train_batch_size is derived
     accum = accum.value_or(1);
-    int64_t derived = 0;
-    const bool overflow = __builtin_mul_overflow(*micro, *accum, &derived) ||
-                          __builtin_mul_overflow(derived, world, &derived);
-    train = overflow ? -1 : derived;  // -1 fails the check below
-  } else if (train && !micro) {       // train_batch_size alone
+  } else if (!micro) {  // train_batch_size alone
     accum = 1;
     micro = *train / world;
   }
+  // Only given values can overflow (derived ones divide train_batch_size); the product is refused as
+  // such, not shown as a train_batch_size of -1.
   int64_t product = 0;
-  const bool overflow = __builtin_mul_overflow(*micro, *accum, &product) ||
-                        __builtin_mul_overflow(product, world, &product);
-  if (overflow || product != *train || *micro < 1 || *accum < 1) {
+  if (__builtin_mul_overflow(*micro, *accum, &product) || __builtin_mul_overflow(product, world, &product)) {
+    ctx.fail(str("train_micro_batch_size_per_gpu=", *micro, " * gradient_accumulation_steps=", *accum,
+                 " * world_size=", world, " overflows a 64-bit integer (more than ",
+                 std::numeric_limits<int64_t>::max(), " samples per step); give smaller batch sizes"));
+  }
+  if (!train) train = product;
+  if (product != *train || *micro < 1 || *accum < 1) {
     auto mark = [](bool given) { return given ? "" : " (derived)"; };
     ctx.fail(str("batch sizes do not fit: train_batch_size=", *train, mark(given_train),
                  " must equal train_micro_batch_size_per_gpu=", *micro, mark(given_micro),
-                 " * gradient_accumulation_steps=", *accum, mark(given_accum), " * world_size=", world,
-                 overflow ? "" : str(" = ", product), "; give two of the three and the third is derived"));
+                 " * gradient_accumulation_steps=", *accum, mark(given_accum), " * world_size=", world, " = ", product,
+                 "; give two of the three and the third is derived"));
   }
   config->train_batch_size(*train).train_micro_batch_size_per_gpu(*micro);
   config->gradient_accumulation_steps(*accum);
@@ -178,7 +181,7 @@ SchedulerConfig read_scheduler(Section scheduler, const Context& ctx) {
 ZeroConfig parse_with_source(const std::string& text, int world_size, const std::string& source) {
   Context ctx{source, {}};
   if (world_size < 1) ctx.fail(str("world_size=", world_size, " must be at least 1"));
-  const Json root = parse_json(text, ctx);
+  const Json root = read_config_json(text, ctx);
   if (!root.is_object()) ctx.fail(str("the top level must be a JSON object ({...}), not ", root.type_name()));
   Section top(&root, "", &ctx);
   ZeroConfig config;
@@ -224,19 +227,20 @@ ZeroConfig parse_ds_config(const std::string& json_text, int world_size) {
 ZeroConfig load_ds_config(const std::string& path, int world_size) {
   const std::string source = "ds_config " + path;
   std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw Error(str(source, ": cannot open: ", std::strerror(errno)));
+  if (file == nullptr) throw Error(str(source, ": cannot open: ", std::strerror(errno)), ErrorKind::kIO);
   std::string text;
   char buffer[1 << 16];
   size_t got = 0;
   while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, got);
   const int read_errno = std::ferror(file) ? errno : 0;
   std::fclose(file);
-  if (read_errno != 0) throw Error(str(source, ": cannot read: ", std::strerror(read_errno)));
+  if (read_errno != 0) throw Error(str(source, ": cannot read: ", std::strerror(read_errno)), ErrorKind::kIO);
   return parse_with_source(text, world_size, source);
 }
 
 double warmup_lr(const SchedulerConfig& scheduler, int64_t step) {
-  COHORT_CHECK(scheduler.type() != SchedulerType::kNone, "warmup_lr: the scheduler type is none");
+  COHORT_CHECK_KIND(kInvalidArgument, scheduler.type() != SchedulerType::kNone,
+                    "warmup_lr: the scheduler type is none");
   if (step < 0) return 0.0;  // DeepSpeed: "get learning rate from scheduler before it has started"
   const double warmup = static_cast<double>(std::max<int64_t>(2, scheduler.warmup_num_steps()));
   const double t = static_cast<double>(step);

@@ -1,6 +1,6 @@
 // The JSON reading kit behind parse_ds_config (config.cpp): a tolerant parser (DeepSpeed's hjson-style
-// comments and trailing commas, duplicate keys refused) and Section, typed getters that check each
-// value, name its key path when it is wrong, and record what was read so the rest can be listed.
+// comments and trailing commas; duplicate keys and deep nesting refused) and Section, typed getters that
+// check each value, name its key path when it is wrong, and record what was read so the rest can be listed.
 #pragma once
 
 #include <strings.h>
@@ -19,6 +19,7 @@
 
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/json_read.h"
 
 namespace cohort::detail::ds_config {
 
@@ -28,7 +29,9 @@ using Json = nlohmann::ordered_json;  // keeps the file's key order for the warn
 struct Context {
   std::string source;          // "ds_config" or "ds_config <path>"
   std::set<std::string> read;  // dotted paths whose values cohort used (or descended into)
-  [[noreturn]] void fail(const std::string& what) const { throw Error(source + ": " + what); }
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(source + ": " + what, ErrorKind::kInvalidArgument);  // the user's file is refused
+  }
 };
 
 inline std::string join_path(const std::string& prefix, const std::string& key) {
@@ -70,40 +73,17 @@ inline std::string blank_trailing_commas(std::string text) {
   return text;
 }
 
-// Parses JSON, refusing duplicate keys as DeepSpeed does (its hjson loader raises on them).
-inline Json parse_json(const std::string& text, const Context& ctx) {
-  struct Frame {
-    std::set<std::string> keys;
-    std::string last_key;
-  };
-  std::vector<Frame> frames;
-  auto on_event = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) {
-      frames.emplace_back();
-    } else if (event == Json::parse_event_t::object_end) {
-      frames.pop_back();
-    } else if (event == Json::parse_event_t::key && !frames.empty()) {
-      const std::string key = parsed.get<std::string>();
-      std::string path;
-      for (size_t i = 0; i + 1 < frames.size(); ++i) path = join_path(path, frames[i].last_key);
-      if (!frames.back().keys.insert(key).second) {
-        ctx.fail(str("duplicate key ", join_path(path, key), " (DeepSpeed refuses them too)"));
-      }
-      frames.back().last_key = key;
-    }
-    return true;
-  };
-  try {
-    return Json::parse(blank_trailing_commas(text), on_event, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/true);
-  } catch (const Json::exception& error) {  // parse_error, and out_of_range for a number past double
-    std::string what = error.what();
-    const size_t bracket = what.find("] ");
-    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) {
-      what = what.substr(bracket + 2);
-    }
-    ctx.fail("not valid JSON: " + what);
-  }
+// Parses JSON, refusing duplicate keys as DeepSpeed does (its hjson loader raises on them) and nesting
+// past kMaxJsonDepth (core/json_read.h: a DeepSpeed config nests 4 levels; a file nested 20,000 deep
+// was a stack overflow waiting to happen, and its key paths once took minutes to build).
+inline Json read_config_json(const std::string& text, const Context& ctx) {
+  JsonReadOptions options;
+  options.source = ctx.source;
+  options.document = "DeepSpeed config";
+  options.comments = true;
+  options.unique_keys = true;
+  options.duplicate_note = " (DeepSpeed refuses them too)";
+  return parse_json<Json>(blank_trailing_commas(text), options);
 }
 
 constexpr const char* kAutoReason =
@@ -136,7 +116,7 @@ class Section {
 
   [[noreturn]] void fail(const std::string& key, const std::string& reason) const {
     const Json& value = (*object_)[key];
-    ctx_->fail(path(key) + "=" + value.dump() + " " +
+    ctx_->fail(path(key) + "=" + json_excerpt(value) + " " +
                (value.is_string() && value.get<std::string>() == "auto" ? kAutoReason : reason));
   }
 

@@ -23,8 +23,8 @@ namespace {
 constexpr int64_t kMaxReductionsInFlight = 2;
 
 torch::Dtype compute_dtype_of(const ZeroConfig& config) {
-  COHORT_CHECK(!(config.fp16().enabled() && config.bf16().enabled()),
-               "ZeRO engine: fp16.enabled and bf16.enabled are both true; choose one");
+  COHORT_CHECK_KIND(kInvalidArgument, !(config.fp16().enabled() && config.bf16().enabled()),
+                    "ZeRO engine: fp16.enabled and bf16.enabled are both true; choose one");
   if (config.fp16().enabled()) return torch::kHalf;
   if (config.bf16().enabled()) return torch::kBFloat16;
   return torch::kFloat;
@@ -44,14 +44,15 @@ torch::Dtype comm_dtype_of(const ZeroConfig& config, torch::Dtype compute) {
 
 ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroConfig config, EngineOptions options)
     : module_(std::move(module)), config_(std::move(config)), scaler_(config_.fp16()) {
-  COHORT_CHECK(module_ != nullptr, "cohort::initialize: the model is null");
+  COHORT_CHECK_KIND(kInvalidArgument, module_ != nullptr, "cohort::initialize: the model is null");
   comm_ = resolve_comm(options.comm(), "ZeRO engine");
   rank_ = comm_->rank();
   world_ = comm_->size();
   stage_ = config_.zero_optimization().stage();
-  COHORT_CHECK(stage_ >= 0 && stage_ <= 3, "zero_optimization.stage: must be 0, 1, 2 or 3, got ", stage_);
+  COHORT_CHECK_KIND(kInvalidArgument, stage_ >= 0 && stage_ <= 3, "zero_optimization.stage: must be 0, 1, 2 or 3, got ",
+                    stage_);
   gas_ = int(config_.gradient_accumulation_steps());
-  COHORT_CHECK(gas_ >= 1, "gradient_accumulation_steps: must be >= 1, got ", gas_);
+  COHORT_CHECK_KIND(kInvalidArgument, gas_ >= 1, "gradient_accumulation_steps: must be >= 1, got ", gas_);
   compute_dtype_ = compute_dtype_of(config_);
   comm_dtype_ = comm_dtype_of(config_, compute_dtype_);
   separate_master_ = compute_dtype_ != torch::kFloat;
@@ -64,10 +65,10 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
     if (world_ > 1) broadcast_coalesced(*comm_, state, 0);
   }
   const auto sharded_shapes = construction_shapes(*module_);
-  COHORT_CHECK(sharded_shapes.empty() || stage_ == 3,
-               "ZeRO engine: the model's units were sharded when they were "
-               "made (cohort::ShardedInit), which needs zero_optimization.stage 3, got stage ",
-               stage_);
+  COHORT_CHECK_KIND(kInvalidArgument, sharded_shapes.empty() || stage_ == 3,
+                    "ZeRO engine: the model's units were sharded when they were "
+                    "made (cohort::ShardedInit), which needs zero_optimization.stage 3, got stage ",
+                    stage_);
   collect_parameters(sharded_shapes);
   if (stage_ == 3) plan_stage3_units(options);
   // Hooks first: autograd takes a parameter's gradient shape from it when the hook's accumulator is
@@ -80,7 +81,7 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
   for (const auto& group : groups_) masters.push_back(group.master);
   optimizer_ = options.optimizer_factory() ? options.optimizer_factory()(masters)
                                            : make_inner_optimizer(config_.optimizer(), masters);
-  COHORT_CHECK(optimizer_ != nullptr, "EngineOptions::optimizer_factory returned no optimizer");
+  COHORT_CHECK_KIND(kInvalidArgument, optimizer_ != nullptr, "EngineOptions::optimizer_factory returned no optimizer");
   for (const auto& master : masters) create_state(*optimizer_, master);
   return_free_memory();  // the parameters' former storage (the whole model at stage 3) is free now
   if (config_.scheduler().type() != SchedulerType::kNone) set_learning_rate(*optimizer_, next_lr());
@@ -108,11 +109,12 @@ void ZeroEngineImpl::collect_parameters(const ShapeMap& sharded_shapes) {
     const auto sharded = sharded_shapes.find(item.value().unsafeGetTensorImpl());
     shapes_.push_back(sharded == sharded_shapes.end() ? item.value().sizes().vec() : sharded->second);
   }
-  COHORT_CHECK(!params_.empty(), "cohort::initialize: the model has no parameter that requires grad");
+  COHORT_CHECK_KIND(kInvalidArgument, !params_.empty(),
+                    "cohort::initialize: the model has no parameter that requires grad");
   for (size_t i = 1; i < params_.size(); ++i)
-    COHORT_CHECK(params_[i].device() == params_[0].device(), "ZeRO engine: parameter '", names_[i], "' is on ",
-                 params_[i].device(), " but '", names_[0], "' is on ", params_[0].device(),
-                 "; all parameters must be on one device");
+    COHORT_CHECK_KIND(kInvalidArgument, params_[i].device() == params_[0].device(), "ZeRO engine: parameter '",
+                      names_[i], "' is on ", params_[i].device(), " but '", names_[0], "' is on ", params_[0].device(),
+                      "; all parameters must be on one device");
 }
 
 void ZeroEngineImpl::build_groups() {
@@ -191,8 +193,8 @@ void ZeroEngineImpl::on_gradient_ready(int64_t index) {
     relink_grad(param, grad_aliases_[size_t(index)]);
   }
   if (!in_backward_) return;  // a backward not started by engine.backward(): nothing to reduce
-  COHORT_CHECK(!ready_[size_t(index)], "ZeRO engine: parameter '", names_[size_t(index)],
-               "' got two gradients in one backward pass");
+  COHORT_CHECK_KIND(kInvalidArgument, !ready_[size_t(index)], "ZeRO engine: parameter '", names_[size_t(index)],
+                    "' got two gradients in one backward pass");
   ready_[size_t(index)] = 1;
   if (--group.pending > 0) return;
   // Stage 3: the unit's backward is over (every gradient of it accumulated), so its gathered
@@ -203,8 +205,9 @@ void ZeroEngineImpl::on_gradient_ready(int64_t index) {
 }
 
 void ZeroEngineImpl::backward(const torch::Tensor& loss) {
-  COHORT_CHECK(loss.defined() && loss.numel() == 1, "engine.backward: the loss must be a single value, got ",
-               loss.defined() ? loss.sizes() : c10::IntArrayRef{});
+  COHORT_CHECK_KIND(kInvalidArgument, loss.defined() && loss.numel() == 1,
+                    "engine.backward: the loss must be a single value, got ",
+                    loss.defined() ? loss.sizes() : c10::IntArrayRef{});
   // Stage 2/3 reduce every backward; stage 0/1 only at the boundary (until then gradients
   // accumulate in flat_grad). Either way a group is reduced as soon as its gradients are ready.
   if (stage_ >= 2 || at_boundary()) {

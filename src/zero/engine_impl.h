@@ -85,6 +85,7 @@ class ZeroEngineImpl : public UnitOwner {
 
   MemoryReport memory_report() const;
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
+  void for_each_full_parameter(const ParameterVisitor& visit);
   void prepare_load();
   std::vector<StateTensor> state_tensors();
   StateValues state_values() const;

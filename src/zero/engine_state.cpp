@@ -3,6 +3,9 @@
 // parameters, counters and the loss scaler.
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <map>
+
 #include "core/check.h"
 #include "zero/engine_impl.h"
 #include "zero/gathered_storage.h"
@@ -33,24 +36,42 @@ MemoryReport ZeroEngineImpl::memory_report() const {
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineImpl::full_parameters() {
-  // In the module's order (named_parameters()), whatever order the groups have (stage 3 puts the
-  // root's group first).
-  std::vector<std::pair<std::string, torch::Tensor>> out(params_.size());
-  for (const auto& group : groups_) {
-    torch::Tensor whole = group.master;
-    if (stage_ != 0 && world_ > 1) {
-      whole = torch::empty({group.layout.padded}, group.master.options());
-      comm_->allgather_async(whole, group.master.contiguous()).wait();
-    }
-    whole = whole.to(torch::kCPU);
-    for (size_t k = 0; k < group.layout.params.size(); ++k) {
-      const auto index = size_t(group.layout.params[k]);
-      const auto& shape = shapes_[index];
-      out[index] = {names_[index],
-                    whole.narrow(0, group.layout.offsets[k], c10::multiply_integers(shape)).view(shape).clone()};
-    }
-  }
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for_each_full_parameter(
+      [&](const std::string& name, const torch::Tensor& value) { out.emplace_back(name, value.clone()); });
   return out;
+}
+
+// In the module's order (named_parameters()), whatever order the groups have (stage 3 puts the root's
+// group first): a group is gathered at its first parameter and dropped after its last, the same
+// sequence of gathers on every rank.
+void ZeroEngineImpl::for_each_full_parameter(const ParameterVisitor& visit) {
+  std::vector<std::pair<size_t, size_t>> place(params_.size());  // parameter -> (group, index in it)
+  std::vector<size_t> last(groups_.size(), 0);
+  for (size_t g = 0; g < groups_.size(); ++g)
+    for (size_t k = 0; k < groups_[g].layout.params.size(); ++k) {
+      const auto index = size_t(groups_[g].layout.params[k]);
+      place[index] = {g, k};
+      last[g] = std::max(last[g], index);
+    }
+  std::map<size_t, torch::Tensor> gathered;
+  for (size_t index = 0; index < params_.size(); ++index) {
+    const auto [g, k] = place[index];
+    auto found = gathered.find(g);
+    if (found == gathered.end()) {
+      const auto& group = groups_[g];
+      torch::Tensor whole = group.master;
+      if (stage_ != 0 && world_ > 1) {
+        whole = torch::empty({group.layout.padded}, group.master.options());
+        comm_->allgather_async(whole, group.master.contiguous()).wait();
+      }
+      found = gathered.emplace(g, whole.to(torch::kCPU)).first;
+    }
+    const auto& shape = shapes_[index];
+    visit(names_[index],
+          found->second.narrow(0, groups_[g].layout.offsets[k], c10::multiply_integers(shape)).view(shape));
+    if (index == last[g]) gathered.erase(found);
+  }
 }
 
 void ZeroEngineImpl::prepare_load() {
@@ -107,8 +128,8 @@ void ZeroEngineImpl::load_state_values(const StateValues& values) {
     return it == values.end() ? fallback : it->second;
   };
   const int saved_stage = int(get("zero_stage", stage_));
-  COHORT_CHECK(saved_stage == stage_, "ZeRO engine: the checkpoint was saved at stage ", saved_stage,
-               " but this engine runs stage ", stage_);
+  COHORT_CHECK_KIND(kInvalidArgument, saved_stage == stage_, "ZeRO engine: the checkpoint was saved at stage ",
+                    saved_stage, " but this engine runs stage ", stage_);
   global_steps_ = int64_t(get("zero.global_steps", 0));
   skipped_steps_ = int64_t(get("zero.skipped_steps", 0));
   micro_steps_ = int64_t(get("zero.micro_steps", 0));

@@ -38,7 +38,8 @@ std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerCon
   }
   throw Error(
       "ZeRO engine: the config has no \"optimizer\" section; add one ({\"type\": \"Adam\", \"params\": "
-      "{\"lr\": 0.001}}) or pass EngineOptions().optimizer_factory(...)");
+      "{\"lr\": 0.001}}) or pass EngineOptions().optimizer_factory(...)",
+      ErrorKind::kInvalidArgument);
 }
 
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
@@ -46,7 +47,8 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
 }
 
 double learning_rate(torch::optim::Optimizer& optimizer) {
-  COHORT_CHECK(!optimizer.param_groups().empty(), "ZeRO engine: the optimizer has no parameter group");
+  COHORT_CHECK_KIND(kInvalidArgument, !optimizer.param_groups().empty(),
+                    "ZeRO engine: the optimizer has no parameter group");
   return optimizer.param_groups().front().options().get_lr();
 }
 

@@ -26,9 +26,10 @@ void LossScaler::update(bool overflow) {
   if (!dynamic_) return;
   if (overflow) {
     if (hysteresis_ == 1 || cur_hysteresis_ == 1) {
-      COHORT_CHECK(scale_ > min_scale_, "fp16: gradients overflowed at the minimum loss scale ", min_scale_,
-                   " (fp16.min_loss_scale); training cannot make progress: lower the learning rate, "
-                   "use bf16, or check the loss for inf/nan");
+      COHORT_CHECK_KIND(kInvalidArgument, scale_ > min_scale_, "fp16: gradients overflowed at the minimum loss scale ",
+                        min_scale_,
+                        " (fp16.min_loss_scale); training cannot make progress: lower the learning rate, "
+                        "use bf16, or check the loss for inf/nan");
       scale_ = std::max(scale_ / 2, min_scale_);
     } else {
       --cur_hysteresis_;

@@ -10,8 +10,8 @@
 
 namespace cohort::detail {
 
-BytesPerParam bytes_per_param(Precision precision, PlanOptimizer optimizer) {
-  const bool mixed = precision != Precision::kFp32;
+BytesPerParam bytes_per_param(PlanPrecision precision, PlanOptimizer optimizer) {
+  const bool mixed = precision != PlanPrecision::kFp32;
   int64_t states = 0;  // fp32 optimizer state buffers
   switch (optimizer) {
     case PlanOptimizer::kAdam:
@@ -27,11 +27,13 @@ BytesPerParam bytes_per_param(Precision precision, PlanOptimizer optimizer) {
 }
 
 MemoryPlan plan_memory(const MemoryPlanInput& input) {
-  COHORT_CHECK(input.num_params >= 1, "memory plan: num_params=", input.num_params, " must be at least 1");
-  COHORT_CHECK(input.num_params <= std::numeric_limits<int64_t>::max() / 16,
-               "memory plan: num_params=", input.num_params, " is too large to count in bytes");
-  COHORT_CHECK(input.ranks >= 1, "memory plan: ranks=", input.ranks, " must be at least 1");
-  COHORT_CHECK(input.stage >= 0 && input.stage <= 3, "memory plan: stage=", input.stage, " is not one of 0, 1, 2, 3");
+  COHORT_CHECK_KIND(kInvalidArgument, input.num_params >= 1, "memory plan: num_params=", input.num_params,
+                    " must be at least 1");
+  COHORT_CHECK_KIND(kInvalidArgument, input.num_params <= std::numeric_limits<int64_t>::max() / 16,
+                    "memory plan: num_params=", input.num_params, " is too large to count in bytes");
+  COHORT_CHECK_KIND(kInvalidArgument, input.ranks >= 1, "memory plan: ranks=", input.ranks, " must be at least 1");
+  COHORT_CHECK_KIND(kInvalidArgument, input.stage >= 0 && input.stage <= 3, "memory plan: stage=", input.stage,
+                    " is not one of 0, 1, 2, 3");
   const BytesPerParam per = bytes_per_param(input.precision, input.optimizer);
   const int64_t whole = input.num_params;
   const int64_t shard = (input.num_params + input.ranks - 1) / input.ranks;  // ceil: padded partitions
@@ -43,11 +45,11 @@ MemoryPlan plan_memory(const MemoryPlanInput& input) {
   return plan;
 }
 
-Precision parse_precision(const std::string& text) {
-  if (text == "fp32") return Precision::kFp32;
-  if (text == "fp16") return Precision::kFp16;
-  if (text == "bf16") return Precision::kBf16;
-  throw Error("precision=" + text + " is not one of fp32, fp16, bf16");
+PlanPrecision parse_precision(const std::string& text) {
+  if (text == "fp32") return PlanPrecision::kFp32;
+  if (text == "fp16") return PlanPrecision::kFp16;
+  if (text == "bf16") return PlanPrecision::kBf16;
+  throw Error("precision=" + text + " is not one of fp32, fp16, bf16", ErrorKind::kInvalidArgument);
 }
 
 PlanOptimizer parse_plan_optimizer(const std::string& text) {
@@ -55,14 +57,14 @@ PlanOptimizer parse_plan_optimizer(const std::string& text) {
   if (text == "adamw") return PlanOptimizer::kAdamW;
   if (text == "sgd") return PlanOptimizer::kSgd;
   if (text == "sgd_momentum") return PlanOptimizer::kSgdMomentum;
-  throw Error("optimizer=" + text + " is not one of adam, adamw, sgd, sgd_momentum");
+  throw Error("optimizer=" + text + " is not one of adam, adamw, sgd, sgd_momentum", ErrorKind::kInvalidArgument);
 }
 
-std::string to_string(Precision precision) {
+std::string to_string(PlanPrecision precision) {
   switch (precision) {
-    case Precision::kFp32: return "fp32";
-    case Precision::kFp16: return "fp16";
-    case Precision::kBf16: return "bf16";
+    case PlanPrecision::kFp32: return "fp32";
+    case PlanPrecision::kFp16: return "fp16";
+    case PlanPrecision::kBf16: return "bf16";
   }
   return "?";
 }
@@ -77,9 +79,9 @@ std::string to_string(PlanOptimizer optimizer) {
   return "?";
 }
 
-std::string describe_optimizer_states(Precision precision, PlanOptimizer optimizer) {
+std::string describe_optimizer_states(PlanPrecision precision, PlanOptimizer optimizer) {
   std::vector<std::string> parts;
-  if (precision != Precision::kFp32) parts.emplace_back("fp32 master 4");
+  if (precision != PlanPrecision::kFp32) parts.emplace_back("fp32 master 4");
   if (optimizer != PlanOptimizer::kSgd) parts.emplace_back("momentum 4");
   if (optimizer == PlanOptimizer::kAdam || optimizer == PlanOptimizer::kAdamW) {
     parts.emplace_back("variance 4");

@@ -12,7 +12,7 @@ namespace cohort::detail {
 
 /// fp32: everything in fp32. fp16/bf16: mixed precision, 2-byte parameters and gradients plus an
 /// fp32 master copy of the parameters, which counts as optimizer state (the paper's K).
-enum class Precision { kFp32, kFp16, kBf16 };
+enum class PlanPrecision { kFp32, kFp16, kBf16 };
 
 /// adam and adamw: two fp32 states (momentum, variance). sgd_momentum: one (the momentum buffer).
 /// sgd: none (plain SGD, momentum 0).
@@ -31,13 +31,13 @@ struct BytesPerParam {
   int64_t grads = 0;
   int64_t optimizer_states = 0;
 };
-BytesPerParam bytes_per_param(Precision precision, PlanOptimizer optimizer);
+BytesPerParam bytes_per_param(PlanPrecision precision, PlanOptimizer optimizer);
 
 struct MemoryPlanInput {
   int64_t num_params = 0;  // psi, > 0
   int64_t ranks = 1;       // N, > 0
   int stage = 0;           // 0 (plain data parallel), 1, 2 or 3
-  Precision precision = Precision::kFp16;
+  PlanPrecision precision = PlanPrecision::kFp16;
   PlanOptimizer optimizer = PlanOptimizer::kAdam;
 };
 
@@ -60,12 +60,12 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const MemoryPlanInput& input);
 
 /// "fp32" | "fp16" | "bf16"; throws cohort::Error listing the choices.
-Precision parse_precision(const std::string& text);
+PlanPrecision parse_precision(const std::string& text);
 /// "adam" | "adamw" | "sgd" | "sgd_momentum"; throws cohort::Error listing the choices.
 PlanOptimizer parse_plan_optimizer(const std::string& text);
-std::string to_string(Precision precision);
+std::string to_string(PlanPrecision precision);
 std::string to_string(PlanOptimizer optimizer);
 /// One line on what K holds for this pair, e.g. "fp32 master 4 + momentum 4 + variance 4".
-std::string describe_optimizer_states(Precision precision, PlanOptimizer optimizer);
+std::string describe_optimizer_states(PlanPrecision precision, PlanOptimizer optimizer);
 
 }  // namespace cohort::detail

@@ -31,8 +31,9 @@ std::pair<int64_t, int64_t> GroupLayout::owned_real(int rank) const {
 }
 
 std::vector<GroupLayout> group_by_size(const std::vector<int64_t>& numels, int64_t max_elements, int world_size) {
-  COHORT_CHECK(world_size >= 1, "ZeRO partition: world size must be >= 1, got ", world_size);
-  COHORT_CHECK(max_elements >= 1, "ZeRO partition: reduce_bucket_size must be >= 1, got ", max_elements);
+  COHORT_CHECK_KIND(kInternal, world_size >= 1, "ZeRO partition: world size must be >= 1, got ", world_size);
+  COHORT_CHECK_KIND(kInvalidArgument, max_elements >= 1, "ZeRO partition: reduce_bucket_size must be >= 1, got ",
+                    max_elements);
   std::vector<GroupLayout> groups;
   for (size_t i = 0; i < numels.size(); ++i) {
     if (groups.empty() || (groups.back().numel > 0 && groups.back().numel + numels[i] > max_elements))
@@ -45,9 +46,9 @@ std::vector<GroupLayout> group_by_size(const std::vector<int64_t>& numels, int64
 
 std::vector<GroupLayout> group_by_unit(const std::vector<int64_t>& numels, const std::vector<int64_t>& unit_of,
                                        int world_size) {
-  COHORT_CHECK(world_size >= 1, "ZeRO partition: world size must be >= 1, got ", world_size);
-  COHORT_CHECK(numels.size() == unit_of.size(), "ZeRO partition: ", numels.size(), " parameters but ", unit_of.size(),
-               " unit labels");
+  COHORT_CHECK_KIND(kInternal, world_size >= 1, "ZeRO partition: world size must be >= 1, got ", world_size);
+  COHORT_CHECK_KIND(kInternal, numels.size() == unit_of.size(), "ZeRO partition: ", numels.size(), " parameters but ",
+                    unit_of.size(), " unit labels");
   std::vector<GroupLayout> groups;
   std::vector<int64_t> units;  // unit label of each group
   for (size_t i = 0; i < numels.size(); ++i) {

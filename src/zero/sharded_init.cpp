@@ -82,7 +82,8 @@ ShardedInit::ShardedInit(ShardedInitOptions options)
   sharder_->previous_ = detail::install_unit_sharder(sharder_.get());
   if (sharder_->previous_ != nullptr) {
     detail::install_unit_sharder(sharder_->previous_);
-    throw Error("cohort::ShardedInit: another ShardedInit is alive on this thread; make the model inside one");
+    throw Error("cohort::ShardedInit: another ShardedInit is alive on this thread; make the model inside one",
+                ErrorKind::kInvalidArgument);
   }
 }
 

@@ -32,9 +32,9 @@ class GatherBeforeBackward : public torch::autograd::Function<GatherBeforeBackwa
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* impl = static_cast<ZeroEngineImpl*>(OwnerHandle::resolve(ctx->saved_data["engine"].toInt()));
-    COHORT_CHECK(impl != nullptr,
-                 "ZeRO stage 3: backward reached a layer whose engine was destroyed after "
-                 "forward; keep the engine alive until backward has finished");
+    COHORT_CHECK_KIND(kInvalidArgument, impl != nullptr,
+                      "ZeRO stage 3: backward reached a layer whose engine was destroyed after "
+                      "forward; keep the engine alive until backward has finished");
     impl->before_unit_backward(ctx->saved_data["unit"].toInt());
     return {grads[0], torch::Tensor(), torch::Tensor()};
   }
@@ -144,14 +144,15 @@ void ZeroEngineImpl::before_forward(int64_t unit) {
     if (g >= 0) ensure_gathered(g);
     return;
   }
-  COHORT_CHECK(in_forward_, "ZeRO stage 3: unit '", plan_.names[size_t(unit)],
-               "' ran outside engine.forward(); "
-               "call the model through the engine (engine.forward(...) or engine.run_forward(fn)) so the "
-               "parameters outside the units are gathered too");
-  COHORT_CHECK(!ran_[size_t(unit)] || !torch::GradMode::is_enabled(), "ZeRO stage 3: unit '", plan_.names[size_t(unit)],
-               "' ran twice in one forward; a unit's gradients are reduced when "
-               "its backward ends, so it may run once per step: give each use a unit of its own, or "
-               "leave the module in its parent's unit");
+  COHORT_CHECK_KIND(kInvalidArgument, in_forward_, "ZeRO stage 3: unit '", plan_.names[size_t(unit)],
+                    "' ran outside engine.forward(); "
+                    "call the model through the engine (engine.forward(...) or engine.run_forward(fn)) so the "
+                    "parameters outside the units are gathered too");
+  COHORT_CHECK_KIND(kInvalidArgument, !ran_[size_t(unit)] || !torch::GradMode::is_enabled(), "ZeRO stage 3: unit '",
+                    plan_.names[size_t(unit)],
+                    "' ran twice in one forward; a unit's gradients are reduced when "
+                    "its backward ends, so it may run once per step: give each use a unit of its own, or "
+                    "leave the module in its parent's unit");
   ran_[size_t(unit)] = 1;
   this_order_.push_back(unit);
   if (g < 0) return;

@@ -39,11 +39,11 @@ void ZeroEngineImpl::plan_stage3_units(const EngineOptions& options) {
   ran_.assign(plan_.units.size(), 0);
   for (const auto& [name, first] : tied_) {
     const auto units = unit_of_parameters({name, first}, plan_.names);
-    COHORT_CHECK(units[0] == units[1], "ZeRO stage 3: parameter '", name, "' is the same tensor as '", first,
-                 "', but they belong to different units ('", plan_.names[size_t(units[0])], "' and '",
-                 plan_.names[size_t(units[1])],
-                 "'); a shared parameter must live in one unit: mark their common "
-                 "parent instead, or leave the modules that share it outside the units (the root)");
+    COHORT_CHECK_KIND(kInvalidArgument, units[0] == units[1], "ZeRO stage 3: parameter '", name,
+                      "' is the same tensor as '", first, "', but they belong to different units ('",
+                      plan_.names[size_t(units[0])], "' and '", plan_.names[size_t(units[1])],
+                      "'); a shared parameter must live in one unit: mark their common "
+                      "parent instead, or leave the modules that share it outside the units (the root)");
   }
   if (plan_.units.size() == 1)
     COHORT_INFO(
@@ -106,23 +106,23 @@ torch::Tensor ZeroEngineImpl::stage3_shard(int64_t g, const GroupLayout& layout,
     return flatten(layout, options).narrow(0, begin, end - begin).clone();
   }
   const std::string& name = plan_.names[size_t(unit)];
-  COHORT_CHECK(record->shard.defined(), "ZeRO stage 3: unit '", name,
-               "' was sharded when it was made and an "
-               "earlier engine took its shard; build the model again for a new engine");
-  COHORT_CHECK(record->world_size == world_ && record->rank == rank_, "ZeRO stage 3: unit '", name,
-               "' was sharded as rank ", record->rank, " of ", record->world_size,
-               " (cohort::ShardedInit) but the "
-               "engine runs as rank ",
-               rank_, " of ", world_, "; give ShardedInitOptions and EngineOptions one Comm");
+  COHORT_CHECK_KIND(kInvalidArgument, record->shard.defined(), "ZeRO stage 3: unit '", name,
+                    "' was sharded when it was made and an "
+                    "earlier engine took its shard; build the model again for a new engine");
+  COHORT_CHECK_KIND(kInvalidArgument, record->world_size == world_ && record->rank == rank_, "ZeRO stage 3: unit '",
+                    name, "' was sharded as rank ", record->rank, " of ", record->world_size,
+                    " (cohort::ShardedInit) but the "
+                    "engine runs as rank ",
+                    rank_, " of ", world_, "; give ShardedInitOptions and EngineOptions one Comm");
   bool same = record->params.size() == layout.params.size();
   for (size_t k = 0; same && k < layout.params.size(); ++k)
     same = params_[size_t(layout.params[k])].unsafeGetTensorImpl() == record->params[k].unsafeGetTensorImpl();
-  COHORT_CHECK(same, "ZeRO stage 3: unit '", name, "' was sharded with ", record->params.size(),
-               " parameter(s) when "
-               "it was made, but the engine finds ",
-               layout.params.size(),
-               " in it (a parameter changed requires_grad "
-               "since, or was replaced); make such changes before marking the unit");
+  COHORT_CHECK_KIND(kInvalidArgument, same, "ZeRO stage 3: unit '", name, "' was sharded with ", record->params.size(),
+                    " parameter(s) when "
+                    "it was made, but the engine finds ",
+                    layout.params.size(),
+                    " in it (a parameter changed requires_grad "
+                    "since, or was replaced); make such changes before marking the unit");
   torch::Tensor shard = record->shard.to(options);
   record->shard = torch::Tensor();  // adopted: the engine's flat shard from now on
   return shard;

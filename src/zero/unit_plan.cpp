@@ -71,9 +71,9 @@ UnitPlan plan_units(const std::shared_ptr<torch::nn::Module>& root, const UnitPo
   for (const auto& item : root->named_modules()) {
     auto state = find_unit(*item.value());
     if (state == nullptr || !seen.insert(state.get()).second) continue;
-    COHORT_CHECK(!item.key().empty(),
-                 "ZeRO stage 3: the model itself is marked as a unit; its parameters "
-                 "outside the marked blocks are the root unit already: mark its blocks");
+    COHORT_CHECK_KIND(kInvalidArgument, !item.key().empty(),
+                      "ZeRO stage 3: the model itself is marked as a unit; its parameters "
+                      "outside the marked blocks are the root unit already: mark its blocks");
     plan.units.push_back(std::move(state));
     plan.names.push_back(item.key());
   }

@@ -28,6 +28,7 @@ torch::optim::Optimizer& ZeroEngineCore::optimizer() { return impl_->optimizer()
 std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineCore::full_parameters() {
   return impl_->full_parameters();
 }
+void ZeroEngineCore::for_each_full_parameter(const ParameterVisitor& visit) { impl_->for_each_full_parameter(visit); }
 void ZeroEngineCore::prepare_load() { impl_->prepare_load(); }
 std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->state_tensors(); }
 StateValues ZeroEngineCore::state_values() const { return impl_->state_values(); }

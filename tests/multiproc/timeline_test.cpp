@@ -3,7 +3,8 @@
 // parses, has well-formed events, collective phases in order, and a summary that matches the times
 // the ranks measured themselves within 10%; HOROVOD_TIMELINE under cohort::hvd; off by default; the
 // file written safely (a device or a planted link never written through, nothing left by a failed
-// write), a dead rank not waited for, and a job stopped by SIGTERM still leaving its timeline.
+// write, invalid UTF-8 in a span's name replaced), a dead rank not waited for, and a job stopped by
+// SIGTERM still leaving its timeline; hostile files (deep, huge, not JSON) refused by the summary.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <signal.h>
@@ -25,6 +26,7 @@
 #include "cohort/trace.h"
 #include "cohort/world.h"
 #include "core/trace_summary.h"
+#include "support/errors.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -176,6 +178,48 @@ TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
   EXPECT_DOUBLE_EQ(steps[0].idle_ms, 0.03);      // 95-125
 }
 
+// Issue 39: an event nested 100,000 deep was dumped whole (recursively) to quote it, and a huge one
+// would be too: the quote is its first 200 characters, serialized no further.
+TEST(TimelineSummary, ADeepOrHugeEventIsQuotedBoundedly) {
+  nlohmann::json deep = nlohmann::json::array();
+  for (int i = 0; i < 100000; ++i) {  // moved in, never copied: a copy recurses once per level
+    nlohmann::json outer = nlohmann::json::array();
+    outer.push_back(std::move(deep));
+    deep = std::move(outer);
+  }
+  nlohmann::json trace = {{"traceEvents", nlohmann::json::array()}};
+  trace["traceEvents"].push_back(std::move(deep));
+  EXPECT_EQ(cohort::testing::error_of([&] { summarize(trace); }),
+            "not a cohort timeline: traceEvents[0] is not a well-formed event (" + std::string(200, '[') + "...)");
+  nlohmann::json huge = {{"ph", "X"}, {"pid", "zero"}, {"args", std::string(10'000'000, 'a')}};
+  trace["traceEvents"] = nlohmann::json::array({span(0, "user", "step", 0, 1)});
+  trace["traceEvents"].push_back(std::move(huge));
+  EXPECT_EQ(cohort::testing::error_of([&] { summarize(trace); }),
+            R"(not a cohort timeline: traceEvents[1] is not a well-formed event ({"args":")" + std::string(191, 'a') +
+                "...)");
+}
+
+// Issue 39: `cohort-trace summary` on a 200 KB file of nested arrays died of SIGSEGV; it is refused
+// while parsing, in one line, and a file that is not JSON is named in cohort's words.
+TEST(TimelineSummary, TheToolRefusesADeeplyNestedFileInOneLine) {
+  char pattern[] = "/tmp/cohort-trace-deep-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const fs::path dir = pattern;
+  std::ofstream(dir / "trd.json") << "{\"traceEvents\":" << std::string(100000, '[') << std::string(100000, ']') << "}";
+  std::ofstream(dir / "cut.json") << "{\"traceEvents\": [";
+  const std::string tool = "tools/cohort_trace/cohort-trace";
+  const auto deep = cohort::testing::run_tool(tool, "summary " + (dir / "trd.json").string());
+  EXPECT_EQ(deep.code, 1) << deep.out;
+  EXPECT_EQ(deep.out, "cohort-trace: error: " + (dir / "trd.json").string() +
+                          ": not a cohort timeline: objects and arrays nested more than 64 levels deep\n");
+  const auto cut = cohort::testing::run_tool(tool, "summary " + (dir / "cut.json").string());
+  EXPECT_EQ(cut.code, 1) << cut.out;
+  EXPECT_EQ(cut.out, "cohort-trace: error: " + (dir / "cut.json").string() +
+                         ": not a cohort timeline: not valid JSON: parse error at line 1, column 18: syntax error "
+                         "while parsing value - unexpected end of input; expected '[', '{', or a literal\n");
+  fs::remove_all(dir);
+}
+
 // Each step: a compute span (rank 1 sleeps 100 ms longer), then an allreduce of 64 MiB (tens of ms: the
 // call's fixed costs outside the recorded phases, a ms or two under load, stay within the 10%).
 TEST(Timeline, ScriptedWorkloadSummaryMatchesMeasuredTimes) {
@@ -284,6 +328,28 @@ TEST(TimelineFile, ADeviceIsRefusedAndAPlantedLinkIsNotFollowed) {
   EXPECT_EQ(rows_of(read_json(dir / "trace.json")["traceEvents"]), std::set<int>{0});
   std::ifstream victim(dir / "victim");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "precious");
+  fs::remove_all(dir);
+}
+
+// Issue 39: a span named in invalid UTF-8 made nlohmann's dump() throw, so the timeline was lost with a
+// warning in the library's words ("[json.exception.type_error.316] ..."); the byte is now replaced.
+TEST(TimelineFile, ASpanNamedInInvalidUtf8IsWrittenNotLost) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "utf8");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  auto results = run_ranks(2, [](int, int) {
+    auto& comm = cohort::init().comm();
+    { cohort::trace::Span span("caf\xe9"); comm.barrier(); }
+    cohort::shutdown();
+  }, options);
+  for (const auto& result : results) {
+    EXPECT_EQ(result.output.find("json.exception"), std::string::npos) << result.output;
+  }
+  const auto trace = read_json(dir / "trace.json");
+  EXPECT_EQ(rows_of(trace["traceEvents"]), (std::set<int>{0, 1}));
+  int replaced = 0;  // one span per rank, its byte 0xe9 replaced by U+FFFD
+  for (const auto& e : trace["traceEvents"]) replaced += e.value("name", "") == "caf\xef\xbf\xbd";
+  EXPECT_EQ(replaced, 2);
   fs::remove_all(dir);
 }
 

@@ -2,7 +2,8 @@
 // parameters of the hand-written loop with the same seed and data order (ddp, zero2, zero3); a module
 // with its own layers and a two-input forward trains under ddp and fsdp (marked and policy units, with
 // and without resharding and recomputation) as one process on the same global batches; a fit
-// stopped by max_steps and resumed with ckpt_path "last" ends where an uninterrupted one does; and a
+// stopped by max_steps at any point a save lands on and resumed with ckpt_path "last" ends where an
+// uninterrupted one does, its epoch losses included; and a
 // program started without a launcher with devices 2 starts its second worker itself, prefixes its
 // output and, when that worker dies, fails naming it with no process left behind.
 #include <gmock/gmock.h>
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cohort/ddp.h"
 #include "cohort/trainer.h"
@@ -187,23 +189,73 @@ TEST(TrainerMultiproc, LayersMadeInConfigureModelAreShardedAsMadeUnderFsdp) {
   });
 }
 
-TEST(TrainerMultiproc, ResumeFromLastEqualsAnUninterruptedFit) {
+// Each epoch's training loss as the end-of-epoch callbacks see it, by the epoch just finished (under
+// pipeline the last stage computes the loss with TrainingModule::loss, and nothing is logged).
+struct EpochLosses : cohort::Callback {
+  void on_train_epoch_end(cohort::Trainer& trainer, cohort::TrainingModule&) override {
+    const auto& metrics = trainer.callback_metrics();
+    if (const auto found = metrics.find("train_loss_epoch"); found != metrics.end())
+      losses[trainer.current_epoch()] = found->second;
+  }
+  std::map<int64_t, double> losses;
+};
+
+// Issue 39: a fit resumes from every point a save lands on: mid-epoch, the last step of an epoch (saved
+// before the epoch's end ran), the last step of the run, and with accumulation; the resumed fit ends at
+// the uninterrupted fit's parameters and its end-of-epoch callbacks see the same epoch losses (the
+// checkpoint carries the epoch's logged sums).
+TEST(TrainerMultiproc, ResumeFromEveryPointASaveLandsOnEqualsAnUninterruptedFit) {
   RanksOptions options;
   const std::string dir = cohort::testing::shared_temp_dir(options, "TRAINER_TEST_DIR", "trainer_resume_");
   run_ranks(2, [](int, int) {
     cohort::init();
-    for (const std::string strategy : {"ddp", "pipeline"}) {
-      const std::string root = std::string(std::getenv("TRAINER_TEST_DIR")) + "/" + strategy;
-      const auto straight = with_trainer(quiet(strategy));
+    struct Case {
+      std::string strategy;
+      int64_t accumulate, stop;
+    };
+    // ddp and fsdp: 64 samples over 2 ranks in batches of 4, 8 batches per epoch; pipeline: every rank
+    // reads all 64, 16 per epoch. Two epochs.
+    const std::vector<Case> cases = {{"ddp", 1, 11}, {"ddp", 1, 8},  {"ddp", 1, 16},       {"ddp", 2, 4},
+                                     {"ddp", 2, 6},  {"fsdp", 1, 8}, {"fsdp", 1, 11},      {"fsdp", 1, 16},
+                                     {"pipeline", 1, 21}, {"pipeline", 1, 16}, {"pipeline", 1, 32}};
+    std::map<std::pair<std::string, int64_t>, std::pair<std::vector<torch::Tensor>, std::map<int64_t, double>>> straight;
+    for (const Case& c : cases) {
+      const std::string what = c.strategy + " x" + std::to_string(c.accumulate) + " stopped at step " + std::to_string(c.stop);
+      const auto base = quiet(c.strategy).accumulate_grad_batches(c.accumulate);
+      auto& reference = straight[{c.strategy, c.accumulate}];
+      if (reference.first.empty()) {
+        auto losses = std::make_shared<EpochLosses>();
+        reference.first = with_trainer(base, "", losses);
+        reference.second = losses->losses;
+      }
+      const std::string root = std::string(std::getenv("TRAINER_TEST_DIR")) + "/" + c.strategy + "_" +
+                               std::to_string(c.accumulate) + "_" + std::to_string(c.stop);
       auto checkpoint = [&] {
-        return std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions().dirpath(root));
+        return std::make_shared<cohort::ModelCheckpoint>(
+            cohort::ModelCheckpointOptions().dirpath(root).every_n_train_steps(1));
       };
-      // pipeline: 64 samples in batches of 4 on every rank, 16 steps per epoch; ddp: 8.
-      const int64_t stop = strategy == "ddp" ? 11 : 21;  // mid-epoch 2
-      with_trainer(quiet(strategy).max_steps(stop), "", checkpoint());
-      EXPECT_TRUE(std::filesystem::exists(root + "/step-" + std::to_string(stop) + "/manifest.json"));
-      const auto resumed = with_trainer(quiet(strategy), "last", checkpoint(), /*seed=*/99);
-      expect_same(straight, resumed, strategy + " resumed");
+      with_trainer(cohort::TrainerOptions(base).max_steps(c.stop), "", checkpoint());
+      ASSERT_TRUE(std::filesystem::exists(root + "/step-" + std::to_string(c.stop) + "/manifest.json")) << what;
+      auto losses = std::make_shared<EpochLosses>();
+      cohort::Trainer trainer(base);
+      trainer.add_callback(checkpoint());
+      trainer.add_callback(losses);
+      TinyModule module(/*seed=*/99);
+      cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true).num_workers(2));
+      trainer.fit(module, loader, cohort::FitOptions().ckpt_path("last"));
+      std::vector<torch::Tensor> resumed;
+      for (const auto& [name, value] : trainer.full_parameters()) resumed.push_back(value);
+      expect_same(reference.first, resumed, what);
+      EXPECT_EQ(trainer.current_epoch(), kEpochs) << what;
+      if (c.strategy == "pipeline") continue;
+      // The resumed fit ends the epoch the checkpoint is in (saved at its last step: before its end ran)
+      // and every later one, each with the uninterrupted fit's mean over all of the epoch's batches.
+      const int64_t per_epoch = 8 / c.accumulate, first_ended = (c.stop - 1) / per_epoch + 1;
+      for (int64_t epoch = first_ended; epoch <= kEpochs; ++epoch) {
+        const auto found = losses->losses.find(epoch);
+        ASSERT_NE(found, losses->losses.end()) << what << ": epoch " << epoch << " ended without its loss";
+        EXPECT_DOUBLE_EQ(found->second, reference.second.at(epoch)) << what << ", epoch " << epoch;
+      }
     }
   }, options);
   remove_tree(dir);

@@ -22,7 +22,7 @@ namespace {
 using cohort::detail::MemoryPlan;
 using cohort::detail::MemoryPlanInput;
 using cohort::detail::PlanOptimizer;
-using cohort::detail::Precision;
+using cohort::detail::PlanPrecision;
 
 // "7.5e9", "1199882": a whole, positive count up to 2^53 (where doubles stop being exact). The text is
 // read again as a long double (64 bits of mantissa at least), which holds 2^53 + 1 and 2^52 + 0.5
@@ -51,7 +51,7 @@ const char* kStageMeaning[] = {"nothing (plain DP)", "optimizer states", "+ grad
 
 void print_plan(const MemoryPlanInput& base, const std::vector<int>& stages, const std::string& source) {
   const auto per = cohort::detail::bytes_per_param(base.precision, base.optimizer);
-  const bool mixed = base.precision != Precision::kFp32;
+  const bool mixed = base.precision != PlanPrecision::kFp32;
   std::printf("cohort-plan: ZeRO model states per rank (arXiv:1910.02054); GB = 1e9 bytes\n");
   std::printf("  parameters  %" PRId64 " (%s)\n", base.num_params, source.c_str());
   std::printf("  ranks       %" PRId64 "\n", base.ranks);

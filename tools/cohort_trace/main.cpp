@@ -2,32 +2,35 @@
 // COHORT_TIMELINE (docs/timeline.md): per rank and per step, compute, communication, the part of it
 // hidden under compute, the exposed part, and idle time waiting for the slowest rank (named).
 // Exit status: 0 fine, 1 a file that cannot be read or is not a timeline, 2 a bad command line.
-// Every error is one line naming the file (never the JSON library's own text).
+// Every error is one line naming the file (never the JSON library's own text, core/json_read.h).
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
+#include "core/json_read.h"
 #include "core/trace_summary.h"
 
 namespace {
 
-// The file's JSON, or a one-line reason why not (no file, not a regular file, not JSON).
+// The file's JSON, or a one-line reason why not (no file, not a regular file, not JSON, nested deeper
+// than any timeline: a 200 KB file of '[' once overflowed the stack when its event was quoted).
 nlohmann::json read_trace(const std::string& path) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
   if (error) throw std::runtime_error("cannot open: " + error.message());
   if (!std::filesystem::is_regular_file(status)) throw std::runtime_error("not a regular file");
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open");
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw std::runtime_error("not a cohort timeline: not JSON (byte " + std::to_string(e.byte) + ")");
-  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw std::runtime_error("cannot read");
+  cohort::detail::JsonReadOptions options;
+  options.source = "not a cohort timeline";
+  return cohort::detail::parse_json(text, options);
 }
 
 }  // namespace

@@ -3,9 +3,14 @@
 #include "cohortrun/flag_values.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <vector>
+
+#include "cohort/error.h"
+#include "cohort/number.h"
 
 namespace cohort::detail::launch {
 namespace {
@@ -27,6 +32,15 @@ bool is_digits(const std::string& text) {
   return true;
 }
 
+// The whole text as a finite number ("inf" would overflow the milliseconds it becomes), else nullopt.
+std::optional<double> read_seconds(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(value)) return std::nullopt;
+  return value;
+}
+
 }  // namespace
 
 int StdSpec::for_rank(int local_rank) const {
@@ -40,27 +54,26 @@ std::string Endpoint::str() const {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+// cohort's one integer parser (cohort/number.h), so a value too long for an int is "out of range"
+// and every message reads as the examples' and the COHORT_* variables' do.
 int parse_int(const std::string& what, const std::string& text, int min, int max) {
-  std::string digits = text;
-  if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) digits = digits.substr(1);
-  if (!is_digits(digits) || digits.size() > 9) {
-    throw UsageError(what + "=" + text + " is not an integer");
+  try {
+    return static_cast<int>(cohort::parse_integer(text, {what, min, max}));
+  } catch (const cohort::Error& e) {
+    throw UsageError(e.what());
   }
-  const long value = std::strtol(text.c_str(), nullptr, 10);
-  if (value < min || value > max) {
-    throw UsageError(what + "=" + text + " is out of range (" + std::to_string(min) + ".." + std::to_string(max) + ")");
-  }
-  return static_cast<int>(value);
 }
 
 double parse_seconds(const std::string& what, const std::string& text) {
-  char* end = nullptr;
-  errno = 0;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !(value >= 0)) {
-    throw UsageError(what + "=" + text + " is not a number of seconds >= 0");
-  }
-  return value;
+  const std::optional<double> value = read_seconds(text);
+  if (!value || *value < 0) throw UsageError(what + "=" + text + " is not a number of seconds >= 0");
+  return *value;
+}
+
+double parse_positive_seconds(const std::string& what, const std::string& text) {
+  const std::optional<double> value = read_seconds(text);
+  if (!value || *value <= 0) throw UsageError(what + "=" + text + " is not a number of seconds > 0");
+  return *value;
 }
 
 NodeRange parse_nnodes(const std::string& text) {

@@ -39,9 +39,12 @@ std::map<std::string, std::string> parse_key_values(const std::string& text);
 /// "0,2,3": local ranks whose output shows on the console.
 std::set<int> parse_rank_list(const std::string& text);
 
-/// A strict integer (the whole text) in [min, max]; `what` names it in the error.
+/// A strict integer (the whole text) in [min, max]; `what` names it in the error (cohort::parse_integer's
+/// words: "--max-restarts is out of range: expected an integer from 0 to 1048576, got 99999999999").
 int parse_int(const std::string& what, const std::string& text, int min, int max);
-/// A strict non-negative number of seconds; `what` names it in the error.
+/// A strict, finite, non-negative number of seconds; `what` names it in the error.
 double parse_seconds(const std::string& what, const std::string& text);
+/// A strict, finite number of seconds > 0 (an interval: 0 would spin); `what` names it in the error.
+double parse_positive_seconds(const std::string& what, const std::string& text);
 
 }  // namespace cohort::detail::launch

@@ -231,7 +231,7 @@ void read_values(std::map<std::string, std::string>& text, const HostFacts& host
   o.rdzv_conf = parse_key_values(text["rdzv-conf"]);
   if (has("max-restarts")) o.max_restarts = parse_int("--max-restarts", text["max-restarts"], 0, 1 << 20);
   if (has("monitor-interval")) {
-    o.monitor_interval = parse_seconds("--monitor-interval", text["monitor-interval"]);
+    o.monitor_interval = parse_positive_seconds("--monitor-interval", text["monitor-interval"]);
   }
   const std::string& method = text["start-method"];
   if (has("start-method") && method != "spawn" && method != "fork" && method != "forkserver") {

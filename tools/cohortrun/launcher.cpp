@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "cohort/error.h"
 #include "cohortrun/cpu_binding.h"
 #include "cohortrun/flags.h"
 #include "cohortrun/orphans.h"
@@ -22,6 +23,7 @@
 #include "cohortrun/signals.h"
 #include "cohortrun/summary.h"
 #include "cohortrun/supervisor.h"
+#include "core/job_secret.h"
 
 namespace cohort::detail::launch {
 namespace {
@@ -250,6 +252,15 @@ void say_log_failures(const std::vector<std::string>& failures) {
       failures.front());
 }
 
+// An empty COHORT_JOB_SECRET is refused before any node joins or any worker starts (core/job_secret.h).
+void check_given_secret() {
+  try {
+    (void)given_job_secret(process_env());
+  } catch (const cohort::Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& options) {
@@ -302,6 +313,7 @@ int cohortrun_main(int argc, char** argv) {
     if (wants_gpus) host.gpu_count = static_cast<int>(torch::cuda::device_count());
     parsed = parse_command_line(args, host);
     if (parsed.help.empty()) check_log_dir(parsed.options.log_dir);
+    if (parsed.help.empty()) check_given_secret();
   } catch (const UsageError& e) {
     std::cerr << "cohortrun: error: " << e.what() << "\n" << usage_hint() << std::endl;
     return 2;

@@ -28,8 +28,8 @@ constexpr const char* kSecretKey = "cohortrun-worker-secret";
 
 // The workers' secret (core/job_secret.h): the user's COHORT_JOB_SECRET, else a fresh random one.
 std::string workers_secret() {
-  const char* given = std::getenv("COHORT_JOB_SECRET");
-  return given != nullptr && *given != '\0' ? given : new_job_secret();
+  const std::string given = given_job_secret(process_env());
+  return given.empty() ? new_job_secret() : given;
 }
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }

@@ -1,0 +1,102 @@
+// The GPT example's report (see report.h).
+#include "report.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "../fashion_mnist/digest.h"
+
+namespace gpt_example {
+namespace {
+
+// "14.6 KiB", "812.0 MiB", "3.31 GiB": binary units, as `free` and `time -f %M` count.
+std::string human(int64_t bytes) {
+  char text[32];
+  const double b = static_cast<double>(bytes);
+  if (bytes < (int64_t(1) << 20)) std::snprintf(text, sizeof text, "%.1f KiB", b / 1024);
+  else if (bytes < (int64_t(1) << 30)) std::snprintf(text, sizeof text, "%.1f MiB", b / (1 << 20));
+  else std::snprintf(text, sizeof text, "%.2f GiB", b / (1 << 30));
+  return text;
+}
+
+// This process's peak resident memory (the kernel's high-water mark, what `time -f %M` reports).
+int64_t peak_rss_bytes() {
+  struct rusage usage {};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;
+}
+
+int zero_stage(const std::string& strategy) {
+  if (strategy == "ddp") return 0;
+  if (strategy == "zero1") return 1;
+  if (strategy == "zero2") return 2;
+  return 3;  // zero3, fsdp
+}
+
+}  // namespace
+
+void print_validation(cohort::Trainer& trainer, double val_loss) {
+  if (!trainer.world().is_main()) return;
+  const auto& metrics = trainer.callback_metrics();
+  const auto train = metrics.find("train_loss");
+  std::printf("step %lld: ", static_cast<long long>(trainer.global_step()));
+  if (train != metrics.end()) std::printf("train loss %.4f, ", train->second);
+  std::printf("val loss %.4f\n", val_loss);
+  std::fflush(stdout);
+}
+
+void ValidationReport::on_validation_end(cohort::Trainer& trainer, cohort::TrainingModule&) {
+  print_validation(trainer, trainer.callback_metrics().at("val_loss"));
+  print_memory(trainer, flags_, "step " + std::to_string(trainer.global_step()));
+}
+
+void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::string& when) {
+  const int64_t mine = peak_rss_bytes();
+  const int64_t largest =
+      trainer.world().comm().allreduce(torch::tensor(mine), cohort::ReduceOp::kMax).item<int64_t>();
+  if (!trainer.world().is_main()) return;
+  const cohort::MemoryReport now = trainer.memory_report(), plan = trainer.planned_memory();
+  std::printf("memory at %s: peak RSS %s (rank 0), %s (largest of %d ranks); per rank now: params %s, grads %s, "
+              "optimizer %s, gathered units and buffers %s; cohort-plan --params %lld --ranks %d --stage %d "
+              "--precision fp32 --optimizer adamw: params %s, grads %s, optimizer %s\n",
+              when.c_str(), human(mine).c_str(), human(largest).c_str(), trainer.world().size(),
+              human(now.parameter_bytes).c_str(), human(now.gradient_bytes).c_str(), human(now.optimizer_bytes).c_str(),
+              human(now.buffer_bytes + now.cached_bytes).c_str(), static_cast<long long>(plan.num_parameters),
+              trainer.world().size(), zero_stage(flags.strategy), human(plan.parameter_bytes).c_str(),
+              human(plan.gradient_bytes).c_str(), human(plan.optimizer_bytes).c_str());
+  std::fflush(stdout);
+}
+
+void print_sample_and_digest(cohort::Trainer& trainer, const cohort::models::GPTConfig& config, const Text& text,
+                             const Flags& flags) {
+  const bool main = trainer.world().is_main();
+  std::unique_ptr<cohort::models::GPT> copy;
+  std::map<std::string, torch::Tensor> copy_parameters;
+  if (main && flags.sample_tokens > 0) {
+    copy = std::make_unique<cohort::models::GPT>(cohort::models::GPTConfig(config).dropout(0.0));
+    for (const auto& item : (*copy)->named_parameters()) copy_parameters["gpt." + item.key()] = item.value();
+  }
+  fashion_mnist::ParamsSha256 digest;
+  torch::NoGradGuard no_grad;
+  trainer.for_each_full_parameter([&](const std::string& name, const torch::Tensor& value) {
+    if (!main) return;
+    digest.add(value);
+    if (const auto found = copy_parameters.find(name); found != copy_parameters.end()) found->second.copy_(value);
+  });
+  if (!main) return;
+  if (copy) {
+    (*copy)->eval();
+    torch::manual_seed(static_cast<uint64_t>(flags.seed));
+    const int64_t newline = std::max<int64_t>(text.token_of[static_cast<unsigned char>('\n')], 0);
+    auto tokens = (*copy)->generate(torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8);
+    std::printf("sample:\n%s\n", decode(text, tokens.narrow(1, 1, flags.sample_tokens)).c_str());
+  }
+  std::printf("params-sha256: %s\n", digest.hex().c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace gpt_example

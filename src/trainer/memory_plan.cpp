@@ -1,0 +1,47 @@
+// Trainer::planned_memory (see strategy.h): what cohort-plan predicts for a Trainer's model, from the
+// ZeRO paper's formulas in src/zero/memory_plan.h, so that a run can print the planner's figures
+// beside the engine's measured ones.
+#include <torch/optim/sgd.h>
+
+#include "trainer/strategy.h"
+#include "zero/memory_plan.h"
+
+namespace cohort::detail {
+namespace {
+
+PlanPrecision plan_precision(c10::ScalarType dtype) {
+  if (dtype == torch::kBFloat16) return PlanPrecision::kBf16;
+  if (dtype == torch::kHalf) return PlanPrecision::kFp16;
+  return PlanPrecision::kFp32;
+}
+
+// The optimizer by the states it keeps per parameter: Adam and AdamW two, SGD one with momentum.
+PlanOptimizer plan_optimizer(torch::optim::Optimizer& optimizer) {
+  const std::string name = optimizer_name(optimizer);
+  if (name == "AdamW") return PlanOptimizer::kAdamW;
+  if (name != "SGD") return PlanOptimizer::kAdam;
+  for (const auto& group : optimizer.param_groups())
+    if (static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() != 0)
+      return PlanOptimizer::kSgdMomentum;
+  return PlanOptimizer::kSgd;
+}
+
+}  // namespace
+
+MemoryReport planned_memory(Strategy& strategy, int world_size) {
+  MemoryPlanInput input;
+  input.num_params = std::max<int64_t>(strategy.memory_report().num_parameters, 1);
+  input.ranks = strategy.zero_stage() == 0 ? 1 : world_size;
+  input.stage = strategy.zero_stage();
+  input.precision = plan_precision(strategy.compute_dtype());
+  input.optimizer = plan_optimizer(strategy.optimizer());
+  const MemoryPlan plan = plan_memory(input);
+  MemoryReport report;
+  report.num_parameters = input.num_params;
+  report.parameter_bytes = plan.params;
+  report.gradient_bytes = plan.grads;
+  report.optimizer_bytes = plan.optimizer_states;
+  return report;
+}
+
+}  // namespace cohort::detail
