@@ -1,6 +1,6 @@
-// The rendezvous (protocol in rendezvous.h): a local one for single-node jobs, which needs no store,
-// and one on cohort's store (world/store_server.h: bound to the endpoint's address, every connection
-// proving the agents' secret) for several nodes. Both hand the workers the job's secret. All waiting
+// The rendezvous (protocol in rendezvous.h) on cohort's store (world/store_server.h: bound to the endpoint's address,
+// every connection proving the agents' secret) for several nodes (a single-node job's needs no store:
+// local_rendezvous.h). It hands the workers the job's secret. All waiting
 // is polling with a short sleep so a termination signal interrupts it; a store error is one line.
 #include "cohortrun/rendezvous.h"
 
@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "cohortrun/local_rendezvous.h"
 #include "cohortrun/signals.h"
 #include "core/job_secret.h"
 #include "core/socket.h"
@@ -25,12 +26,6 @@ using Clock = std::chrono::steady_clock;
 // Where node 0 publishes its job's run id and its workers' secret (outside every cohortrun/<rdzv-id>/ prefix).
 constexpr const char* kJobKey = "cohortrun-job";
 constexpr const char* kSecretKey = "cohortrun-worker-secret";
-
-// The workers' secret (core/job_secret.h): the user's COHORT_JOB_SECRET, else a fresh random one.
-std::string workers_secret() {
-  const std::string given = given_job_secret(process_env());
-  return given.empty() ? new_job_secret() : given;
-}
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -53,39 +48,6 @@ void pause_or_interrupt() {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (termination_signal() != 0) throw Interrupted(termination_signal());
 }
-
-class LocalRendezvous : public Rendezvous {
- public:
-  explicit LocalRendezvous(const LaunchOptions& options) : options_(options), secret_(workers_secret()) {}
-
-  RoundInfo join(int round, int failure_restarts) override {
-    RoundInfo info;
-    info.round = round;
-    info.failure_restarts = failure_restarts;
-    info.world_size = options_.nproc;
-    if (options_.rdzv_backend == "static") {  // torchrun: workers use MASTER_ADDR:MASTER_PORT
-      info.master_addr = options_.master_addr;
-      info.master_port = options_.master_port;
-    } else {  // c10d or --standalone: a free port, fresh each round
-      info.master_addr = "127.0.0.1";
-      info.master_port = net::pick_free_port();
-    }
-    info.run_id = options_.run_id;
-    info.secret = secret_;
-    return info;
-  }
-  RoundCounts counts(int) override { return {}; }
-  std::optional<Outcome> outcome(int) override { return std::nullopt; }
-  Outcome publish(int, const Outcome& mine) override { return mine; }
-  void report_done(int) override {}
-  bool all_done(int) override { return true; }
-  void leave(int, const std::string&) override {}
-  std::string where() const override { return "this node"; }
-
- private:
-  const LaunchOptions& options_;
-  std::string secret_;
-};
 
 class StoreRendezvous : public Rendezvous {
  public:
@@ -112,8 +74,9 @@ class StoreRendezvous : public Rendezvous {
         arrival = arrive(round);
         info.node_count = wait_for_close(round_prefix(round));
         if (is_member(arrival, info.node_count)) break;
-        // Closed just before this node arrived: wait for the next round, unless the job cannot grow.
-        if (info.node_count >= options_.nnodes.max) refuse_late(info.node_count);
+        // Closed just before this node arrived: wait for the next round, which a job at its largest
+        // has only when this one ends for a restart.
+        if (info.node_count >= options_.nnodes.max) wait_for_a_new_round(round, info.node_count);
       }
       info.failure_restarts = std::stoi(read(round_prefix(round) + "restarts"));
     }
@@ -277,8 +240,30 @@ class StoreRendezvous : public Rendezvous {
     const int running = std::stoi(read(prefix_ + "round"));
     if (running < round) return round;
     const int closed_with = std::stoi(read(round_prefix(running) + "closed"));
-    if (closed_with >= options_.nnodes.max) refuse_late(closed_with);
+    if (closed_with >= options_.nnodes.max) wait_for_a_new_round(running, closed_with);
     return running + 1;
+  }
+
+  // A job at its largest takes a node into the round after `running` only when `running` ends for a
+  // new round (a restart after a lost node, a rescale): a node coming back after its host died takes
+  // the lost one's place, even when it comes before the survivors saw the loss. A job that ends, a
+  // round that fails, or join_timeout passing refuses it.
+  void wait_for_a_new_round(int running, int closed_with) {
+    const auto start = Clock::now();
+    for (bool over = false; !over;) {
+      std::optional<Outcome> ended;
+      try {
+        ended = outcome(running);
+        over = ended.has_value() || has(prefix_ + "over");
+      } catch (const RendezvousError&) {
+        over = true;  // node 0 left with the store: the job ended while this node waited
+      }
+      if (ended && (ended->kind == Outcome::Kind::kRestart || ended->kind == Outcome::Kind::kRescale)) return;
+      if (over || seconds_since(start) >= options_.join_timeout) break;
+      pause_or_interrupt();
+      std::this_thread::sleep_for(std::chrono::milliseconds(80));
+    }
+    refuse_late(closed_with);
   }
 
   // Adds this node to round `round`'s arrivals; returns its arrival number (static: its --node-rank).

@@ -24,6 +24,9 @@
 //     waits, writes the outcome `rescale`: every node restarts into round N+1, which then closes
 //     with the waiting node in it. A node lost in round N makes the others' workers fail: the
 //     outcome is restart, and round N+1 closes without it (MIN nodes, after last_call_timeout).
+//     A node that arrives while round N runs with MAX nodes waits until round N ends: a restart or
+//     rescale outcome takes it into round N+1 (a node whose host died comes back in its place), the
+//     job's end, a failed round or join_timeout refuses it.
 //     Node 0 writes `over` (how the job ended) when it leaves, so that a waiting node ends too.
 #pragma once
 
