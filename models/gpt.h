@@ -12,6 +12,7 @@
 #include "cohort/fsdp.h"
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <map>
 #include <string>
@@ -200,11 +201,19 @@ struct GPTImpl : torch::nn::Module {
   /// Appends `max_new_tokens` sampled tokens to idx [B, T] (nanoGPT's generate): each from the softmax
   /// of the last position's logits / temperature, restricted to the top_k most likely (0: all).
   torch::Tensor generate(torch::Tensor idx, int64_t max_new_tokens, double temperature = 1.0, int64_t top_k = 0) {
+    return generate(std::move(idx), max_new_tokens, temperature, top_k,
+                    [this](const torch::Tensor& context) { return forward(context); });
+  }
+  /// The same with each forward run by `run` (e.g. through cohort::Trainer::run_forward, which gathers
+  /// a sharded model's units as they run: every rank then generates, with the same seed).
+  using ForwardRunner = std::function<torch::Tensor(const torch::Tensor&)>;
+  torch::Tensor generate(torch::Tensor idx, int64_t max_new_tokens, double temperature, int64_t top_k,
+                         const ForwardRunner& run) {
     torch::NoGradGuard no_grad;
     for (int64_t i = 0; i < max_new_tokens; ++i) {
       const int64_t t = idx.size(1);
       auto context = t <= config.block_size() ? idx : idx.narrow(1, t - config.block_size(), config.block_size());
-      auto logits = forward(context).select(1, context.size(1) - 1) / temperature;
+      auto logits = run(context).select(1, context.size(1) - 1) / temperature;
       if (top_k > 0 && top_k < logits.size(-1)) {
         auto kth = std::get<0>(torch::topk(logits, top_k)).narrow(-1, top_k - 1, 1);
         logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());

@@ -90,17 +90,14 @@ std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, cons
       optimizer->step();
     };
   }
-  int64_t prefetch = f.prefetch_bucket_size;
-  if (f.mode == "fsdp") {  // FSDP2 gathers the next block while one runs: a bucket of one block
-    prefetch = 0;
-    for (const auto& p : model->blocks.at(0)->parameters()) prefetch += p.numel();
-  }
   const int stage = f.mode == "fsdp" ? 3 : f.mode.back() - '0';
   auto zero = cohort::ZeroOptimizationConfig().stage(stage).overlap_comm(true)
-                  .stage3_prefetch_bucket_size(prefetch).reduce_bucket_size(f.reduce_bucket_size);
+                  .stage3_prefetch_bucket_size(f.prefetch_bucket_size).reduce_bucket_size(f.reduce_bucket_size);
   auto config = cohort::ZeroConfig().zero_optimization(zero).optimizer(
       cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(1e-4));
-  engine = std::make_unique<GPTEngine>(model.ptr(), config, cohort::EngineOptions());
+  // FSDP2 gathers the next block while one runs: one unit ahead, as the Trainer's fsdp does
+  const auto options = cohort::EngineOptions().prefetch_units(f.mode == "fsdp" ? 1 : 0);
+  engine = std::make_unique<GPTEngine>(model.ptr(), config, options);
   return [e = engine.get(), input, loss_of] {
     auto loss = loss_of(e->forward(input));
     phase("forward");

@@ -71,30 +71,27 @@ void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::strin
   std::fflush(stdout);
 }
 
-void print_sample_and_digest(cohort::Trainer& trainer, const cohort::models::GPTConfig& config, const Text& text,
+void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text,
                              const Flags& flags) {
   const bool main = trainer.world().is_main();
-  std::unique_ptr<cohort::models::GPT> copy;
-  std::map<std::string, torch::Tensor> copy_parameters;
-  if (main && flags.sample_tokens > 0) {
-    copy = std::make_unique<cohort::models::GPT>(cohort::models::GPTConfig(config).dropout(0.0));
-    for (const auto& item : (*copy)->named_parameters()) copy_parameters["gpt." + item.key()] = item.value();
+  if (flags.sample_tokens > 0) {
+    // Every rank samples the same tokens (same seed, same gathered weights): under zero3/fsdp each
+    // forward gathers the blocks one at a time, so no rank holds the whole model.
+    gpt->eval();
+    torch::manual_seed(static_cast<uint64_t>(flags.seed));
+    const int64_t newline = std::max<int64_t>(text.token_of[static_cast<unsigned char>('\n')], 0);
+    auto tokens = gpt->generate(torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8, 0,
+                                [&](const torch::Tensor& context) {
+                                  return trainer.run_forward([&] { return gpt->forward(context); });
+                                });
+    if (main) std::printf("sample:\n%s\n", decode(text, tokens.narrow(1, 1, flags.sample_tokens)).c_str());
   }
   fashion_mnist::ParamsSha256 digest;
   torch::NoGradGuard no_grad;
-  trainer.for_each_full_parameter([&](const std::string& name, const torch::Tensor& value) {
-    if (!main) return;
-    digest.add(value);
-    if (const auto found = copy_parameters.find(name); found != copy_parameters.end()) found->second.copy_(value);
+  trainer.for_each_full_parameter([&](const std::string&, const torch::Tensor& value) {
+    if (main) digest.add(value);
   });
   if (!main) return;
-  if (copy) {
-    (*copy)->eval();
-    torch::manual_seed(static_cast<uint64_t>(flags.seed));
-    const int64_t newline = std::max<int64_t>(text.token_of[static_cast<unsigned char>('\n')], 0);
-    auto tokens = (*copy)->generate(torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8);
-    std::printf("sample:\n%s\n", decode(text, tokens.narrow(1, 1, flags.sample_tokens)).c_str());
-  }
   std::printf("params-sha256: %s\n", digest.hex().c_str());
   std::fflush(stdout);
 }

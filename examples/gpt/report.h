@@ -27,9 +27,9 @@ void print_validation(cohort::Trainer& trainer, double val_loss);
 /// The memory line, "memory at <when>: ..." on rank 0 (a collective: every rank calls it).
 void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::string& when);
 
-/// The end of a run: `flags.sample_tokens` bytes of text from rank 0's copy of the weights (made only
-/// when asked for), then "params-sha256: ..." (every rank calls it; one unit is gathered at a time).
-void print_sample_and_digest(cohort::Trainer& trainer, const cohort::models::GPTConfig& config, const Text& text,
-                             const Flags& flags);
+/// The end of a run: `flags.sample_tokens` bytes of text sampled on every rank through the Trainer
+/// (Trainer::run_forward: one unit gathered at a time under zero3/fsdp), printed by rank 0, then
+/// "params-sha256: ..." (every rank calls it).
+void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text, const Flags& flags);
 
 }  // namespace gpt_example

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -81,11 +82,14 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 }
 
 // Bytes per rank that training `config` needs at least, on the CPU in fp32: the weights (4 bytes a
-// parameter; zero3 and fsdp build them sharded, a 1/ranks slice plus two blocks gathered); their gradients (4, divided over the ranks by
-// zero2, zero3 and fsdp) and AdamW's two moments (8, divided by every ZeRO strategy); and what autograd
-// keeps for backward: per token and block about 16 x n_embd floats (the LayerNorms, q/k/v, attention's
-// output, the MLP's 4 x n_embd twice) or, with activation checkpointing, each block's input and one
-// block's worth, plus the logits and their softmax. In double: a GPT at the flags' limits overflows int64.
+// parameter; zero3 and fsdp build them sharded, a 1/ranks slice), their gradients (4, divided over the
+// ranks by zero2, zero3 and fsdp) and AdamW's two moments (8, divided by every ZeRO strategy); under
+// zero3 and fsdp the engine's buffers, which it keeps for reuse: the running block, the blocks gathered
+// ahead (fsdp: one; zero3: DeepSpeed's prefetch bucket of 5e7 elements) and the staged gradients of
+// the two reductions in flight; and what autograd keeps for backward: per token and block about 16 x
+// n_embd floats (the LayerNorms, q/k/v, attention's output, the MLP's 4 x n_embd twice) or, with
+// activation checkpointing, each block's input and one block's worth, plus the logits and their
+// softmax. In double: a GPT at the flags' limits overflows int64.
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
   const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)), ranks = world_size;
   const double grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
@@ -95,7 +99,9 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
   const double tokens = static_cast<double>(flags.batch_size) * static_cast<double>(flags.block_size);
   const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
   const double block = 12 * e * e + 13 * e;
-  const double weights = sharded ? 4 * p / ranks + 2 * 4 * block : 4 * p;
+  const double ahead =
+      flags.strategy == "fsdp" ? 1 : std::min(layers, std::floor(cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size() / block));
+  const double weights = sharded ? 4 * p / ranks + 4 * block * (1 + ahead + 2) : 4 * p;
   const double total = weights + grads + moments + 4 * tokens * (kept + 2 * static_cast<double>(config.vocab_size()));
   return total >= 9e18 ? INT64_MAX : static_cast<int64_t>(total);
 }
@@ -173,7 +179,7 @@ void run_training(const Flags& flags) {
     print_validation(trainer, trainer.validate(module, val).at("val_loss"));
     print_memory(trainer, flags, "the end");
   }
-  print_sample_and_digest(trainer, config, text, flags);
+  print_sample_and_digest(trainer, module.gpt, text, flags);
 }
 
 }  // namespace gpt_example

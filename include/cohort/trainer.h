@@ -11,6 +11,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -102,6 +103,10 @@ class Trainer {
   /// The same one parameter at a time, in the module's order: under ZeRO stage 3 one unit is gathered
   /// at a time, so no rank holds the whole model (every rank calls it).
   void for_each_full_parameter(const ParameterVisitor& visit);
+  /// Runs `fn`, which calls the fitted module's layers, as one forward of the model outside fit, under no_grad (e.g.
+  /// sampling from a GPT): under zero3/fsdp the units gather their parameters as they run and free
+  /// them after, so every rank calls it as often, with inputs of the same shapes (a collective).
+  torch::Tensor run_forward(const std::function<torch::Tensor()>& fn);
   /// This rank's bytes of model states now, by the ZeRO paper's parts: under ZeRO the engine's shards,
   /// buffers and gathered units; otherwise the parameters this rank trains, their gradients and the
   /// optimizer's state.

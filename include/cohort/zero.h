@@ -53,6 +53,9 @@ struct EngineOptions {
   TORCH_ARG(UnitPolicy, unit_policy) = nullptr;
   /// The options of the units unit_policy makes.
   TORCH_ARG(UnitOptions, unit_options) = {};
+  /// Stage 3: at most this many units gathered ahead of the one running (FSDP2 gathers the next one:
+  /// 1). 0: only stage3_prefetch_bucket_size and stage3_max_live_parameters bound it (DeepSpeed).
+  TORCH_ARG(int64_t, prefetch_units) = 0;
 };
 
 namespace detail {

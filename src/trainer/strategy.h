@@ -6,6 +6,8 @@
 // stages across ranks (strategy_pipeline.cpp). ddp, dp and pipeline share ModuleOptimizerStrategy.
 #pragma once
 
+#include <functional>
+
 #include <torch/types.h>
 
 #include <memory>
@@ -39,6 +41,9 @@ class Strategy {
   virtual std::pair<int, int> data_split(const World& world) const { return {world.size(), world.rank()}; }
   /// The network's output for `input` (float32 when the strategy computes in another dtype).
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+  /// `fn` as one forward of the model outside fit (ZeRO stage 3: the units gather as they run; a
+  /// collective there). The module's own layers are called by `fn`.
+  virtual torch::Tensor run_forward(const std::function<torch::Tensor()>& fn) { return fn(); }
   /// Backward of one micro-batch's loss; `boundary`: the last one of its accumulation window, whose
   /// gradients are reduced over ranks now.
   virtual void backward(const torch::Tensor& loss, bool boundary) = 0;

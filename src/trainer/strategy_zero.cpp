@@ -53,6 +53,7 @@ class ZeroStrategy : public Strategy {
     torch::Tensor out = engine_.run_forward([&] { return network.forward(to_compute(input)); });
     return out.scalar_type() == torch::kFloat ? out : out.to(torch::kFloat);
   }
+  torch::Tensor run_forward(const std::function<torch::Tensor()>& fn) override { return engine_.run_forward(fn); }
   // A module with its own layers: its step is the forward (the network path's steps call forward()).
   torch::Tensor training_step(TrainingModule& module, Batch& batch, int64_t index) override {
     if (module.has_network()) return module.training_step(batch, index);
@@ -111,7 +112,8 @@ class ZeroStrategy : public Strategy {
       out.unit_policy(module.shard_units())
           .unit_options(UnitOptions()
                             .reshard_after_forward(options.raw.reshard_after_forward())
-                            .activation_checkpointing(options.raw.activation_checkpointing()));
+                            .activation_checkpointing(options.raw.activation_checkpointing()))
+          .prefetch_units(options.fsdp ? 1 : 0);  // fsdp gathers one unit ahead, as FSDP2 does
     if (config.optimizer().type() != OptimizerType::kNone) return out;
     TrainingModule* owner = &module;
     return out.optimizer_factory([owner](std::vector<torch::Tensor> shards) {

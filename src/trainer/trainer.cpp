@@ -230,6 +230,12 @@ void Trainer::for_each_full_parameter(const ParameterVisitor& visit) {
   impl_->strategy->for_each_full_parameter(visit);
 }
 
+torch::Tensor Trainer::run_forward(const std::function<torch::Tensor()>& fn) {
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::run_forward: no module was fitted yet");
+  torch::NoGradGuard no_grad;
+  return impl_->strategy->run_forward(fn);
+}
+
 MemoryReport Trainer::memory_report() const {
   COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::memory_report: no module was fitted yet");
   return impl_->strategy->memory_report();

@@ -52,6 +52,9 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
   COHORT_CHECK_KIND(kInvalidArgument, stage_ >= 0 && stage_ <= 3, "zero_optimization.stage: must be 0, 1, 2 or 3, got ",
                     stage_);
   gas_ = int(config_.gradient_accumulation_steps());
+  prefetch_units_ = options.prefetch_units();
+  COHORT_CHECK_KIND(kInvalidArgument, prefetch_units_ >= 0, "EngineOptions::prefetch_units: must be >= 0, got ",
+                    prefetch_units_);
   COHORT_CHECK_KIND(kInvalidArgument, gas_ >= 1, "gradient_accumulation_steps: must be >= 1, got ", gas_);
   compute_dtype_ = compute_dtype_of(config_);
   comm_dtype_ = comm_dtype_of(config_, compute_dtype_);

@@ -167,6 +167,7 @@ class ZeroEngineImpl : public UnitOwner {
   std::vector<int64_t> run_order_, this_order_;
   std::vector<char> ran_;
   std::vector<char> persistent_;  // per group: below stage3_param_persistence_threshold, kept whole
+  int64_t prefetch_units_ = 0;    // EngineOptions::prefetch_units (0: no limit but the bucket's)
   bool in_forward_ = false;
   BufferPool buffers_;  // gathered units and staged gradients (buffer_pool.h says why not malloc)
   std::vector<FlatGroup> groups_;

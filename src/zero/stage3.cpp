@@ -105,9 +105,13 @@ void ZeroEngineImpl::prefetch_after(int64_t unit, int direction) {
   const auto at = std::find(run_order_.begin(), run_order_.end(), unit);
   if (at == run_order_.end() || zero.stage3_prefetch_bucket_size() == 0) return;
   int64_t budget = zero.stage3_prefetch_bucket_size();
+  int64_t ahead = 0;  // units with parameters ahead of this one, gathered or being gathered
   for (auto i = (at - run_order_.begin()) + direction; i >= 0 && i < int64_t(run_order_.size()); i += direction) {
     const int64_t g = unit_group_[size_t(run_order_[size_t(i)])];
-    if (g < 0 || groups_[size_t(g)].launched) continue;
+    // In backward a unit whose reduction was launched is done; `launched` stays set until the next
+    // backward, so forward must not read it (it did: no forward prefetched after the first step).
+    if (g < 0 || persistent_[size_t(g)] || (in_backward_ && groups_[size_t(g)].launched)) continue;
+    if (prefetch_units_ > 0 && ahead++ >= prefetch_units_) return;
     if (groups_[size_t(g)].presence != FlatGroup::Presence::kFreed) continue;
     const int64_t size = groups_[size_t(g)].layout.padded;
     if (size > budget || live_elements() + size > zero.stage3_max_live_parameters()) return;

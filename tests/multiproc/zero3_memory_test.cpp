@@ -10,6 +10,7 @@
 
 #include <string>
 
+#include "cohort/error.h"
 #include "cohort/fsdp.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
@@ -105,6 +106,56 @@ TEST(Zero3Memory, BackwardStagesAtMostReduceBucketSizeOfGradients) {
     // Unit 0 gathered, plus the reductions in flight: the bucket's one unit and the one just added
     // (all five later units' gradients without the bound).
     EXPECT_LT(held_mib, 3.5 * kUnitMiB);
+  });
+}
+
+// Parameters gathered at the moment unit 0's forward has returned (unit 0 itself freed again), with a
+// prefetch bucket large enough for every unit and EngineOptions::prefetch_units = `ahead`.
+double gathered_after_first_unit_mib(int64_t ahead) {
+  Layers model{cohort::UnitOptions()};
+  auto config = config_of(kWidth * kWidth + kWidth);
+  config.zero_optimization().stage3_prefetch_bucket_size(int64_t(1) << 40);
+  auto engine = cohort::initialize(config, model, cohort::EngineOptions().prefetch_units(ahead));
+  int64_t held = -1;
+  auto run = [&](bool measure) {
+    auto loss = engine.run_forward([&] {
+      auto x = torch::tanh(model->units[0](torch::randn({2, kWidth})));
+      if (measure) held = engine.memory_report().buffer_bytes;
+      for (size_t i = 1; i < model->units.size(); ++i) x = torch::tanh(model->units[i](x));
+      return x.sum();
+    });
+    engine.backward(loss);
+    engine.step();
+  };
+  run(false);  // the first forward records the order the units run in (prefetch follows it)
+  run(true);
+  return double(held) / (1 << 20);
+}
+
+TEST(Zero3Memory, PrefetchUnitsBoundsTheUnitsGatheredAhead) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    const double one = gathered_after_first_unit_mib(1), unbounded = gathered_after_first_unit_mib(0);
+    report("after unit 0: " + std::to_string(one / kUnitMiB) + " units gathered with prefetch_units 1, " +
+           std::to_string(unbounded / kUnitMiB) + " without a limit");
+    EXPECT_GT(one, 0.9 * kUnitMiB);  // the next unit is on its way
+    EXPECT_LT(one, 1.5 * kUnitMiB);
+    EXPECT_GT(unbounded, (kUnits - 1.5) * kUnitMiB);  // the bucket lets every later unit come
+  });
+}
+
+TEST(Zero3Memory, NegativePrefetchUnitsIsRefused) {
+  run_ranks(1, [](int, int) {
+    cohort::init();
+    Layers model{cohort::UnitOptions()};
+    try {
+      cohort::initialize(config_of(1 << 20), model, cohort::EngineOptions().prefetch_units(-1));
+      ADD_FAILURE() << "prefetch_units -1 was accepted";
+    } catch (const cohort::Error& e) {
+      EXPECT_EQ(e.kind(), cohort::ErrorKind::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("EngineOptions::prefetch_units: must be >= 0, got -1"), std::string::npos)
+          << e.what();
+    }
   });
 }
 
