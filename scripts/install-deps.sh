@@ -8,6 +8,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread   # LibTorch 1.13 (CPU, Gloo) on a fast BLAS
   python3-torch                                   # PyTorch for parity tests and the benchmark anchor
   nlohmann-json3-dev libcli11-dev zlib1g-dev libssl-dev
+  liburing-dev fio                                # NVMe offload's io_uring; fio measures the disk
   libgtest-dev libgmock-dev libbenchmark-dev
   openmpi-bin libopenmpi-dev                      # mpirun launches tests on 2 ranks
   dataset-fashion-mnist                           # the demo's data

@@ -41,6 +41,13 @@ struct Job {
   }
 };
 
+// The text between "sample:\n" and the newline before "params-sha256: " (40 bytes here).
+std::string sample_of(const std::string& out) {
+  const size_t begin = out.find("sample:\n"), end = out.find("\nparams-sha256: ");
+  if (begin == std::string::npos || end == std::string::npos || end < begin + 8) return "";
+  return out.substr(begin + 8, end - begin - 8);
+}
+
 TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
   Job job;
   const ProcResult ddp = job.run({"--strategy", "ddp"});
@@ -53,6 +60,9 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
   const ProcResult fsdp = job.run({"--strategy", "fsdp"});
   ASSERT_EQ(fsdp.code, 0) << fsdp.describe();
   EXPECT_EQ(params_digest_of(fsdp.out), expected) << fsdp.describe();
+  // The sample runs through the sharded model (Trainer::run_forward), one block gathered at a time.
+  EXPECT_EQ(sample_of(fsdp.out), sample_of(ddp.out)) << fsdp.describe();
+  EXPECT_EQ(sample_of(ddp.out).size(), 40u) << ddp.describe();
   const ProcResult recompute = job.run({"--strategy", "fsdp", "--activation-checkpointing", "--keep-gathered"});
   ASSERT_EQ(recompute.code, 0) << recompute.describe();
   EXPECT_EQ(params_digest_of(recompute.out), expected) << recompute.describe();
@@ -109,6 +119,8 @@ TEST(GptExample, ARunKilledAtARandomStepResumesUnderCohortrunToTheSameDigest) {
                                               clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:" + std::to_string(step)}}));
     ASSERT_EQ(killed.code, 0) << strategy << ", killed at step " << step << ": " << killed.describe();
     EXPECT_THAT(killed.out, HasSubstr("[rank0]: resumed from " + ckpt + "/step-" + std::to_string(step - 1)))
+        << strategy << ", killed at step " << step << ": " << killed.describe();
+    EXPECT_EQ(params_digest_of(killed.out), expected)
         << strategy << ", killed at step " << step << ": " << killed.describe();
     EXPECT_EQ(params_digest_of(killed.out), expected) << strategy << ", killed at step " << step << ": " << killed.describe();
   }

@@ -64,15 +64,7 @@ int main(int argc, char** argv) {
          "Progress bar: auto (in place on a terminal, else a line every ~10%), bar, lines, off")
       ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
       ->capture_default_str();
-  add_directory(app, "--checkpoint-dir", config.checkpoint_dir,
-                "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
-  add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, config.checkpoint_every,
-              "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
-  app.add_option("--resume", config.resume,
-                 "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
-                 "never: start from scratch (a launcher's restart still continues from the newest one); or a "
-                 "checkpoint directory to load")
-      ->capture_default_str();
+  examples::add_checkpoint_flags(app, config.checkpoint);
   add_integer(app, {"--zero-stage", 0, 3}, config.zero_stage,
               "Train with the ZeRO engine at this stage instead of DDP (Adam at --lr)")
       ->default_str("");
@@ -102,7 +94,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-memory-check", config.no_memory_check,
                "Skip the check that the batch's estimated memory fits in the memory available");
   app.callback([&] {
-    examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir);
+    config.checkpoint.check();
     check_powersgd_flags(app, config.ddp_comm_hook);
   });
   return examples::parse_and_run(app, argc, argv, [&] { fashion_mnist::run_training(config); });

@@ -208,15 +208,17 @@ void Job::run() {
   report->set_test_samples(test_.images.size(0));
   trainer_.add_callback(report);
   trainer_.add_callback(std::make_shared<cohort::ProgressBarCallback>(world.is_main() ? config_.progress : "off"));
-  if (!config_.checkpoint_dir.empty())
+  if (!config_.checkpoint.dir.empty())
     trainer_.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
-        .dirpath(config_.checkpoint_dir).every_n_train_steps(config_.checkpoint_every).every_n_epochs(0).keep_last(3)));
+                                                                        .dirpath(config_.checkpoint.dir)
+                                                                        .every_n_train_steps(config_.checkpoint.every)
+                                                                        .every_n_epochs(0)
+                                                                        .keep_last(3)));
   cohort::DataLoader train(std::make_shared<cohort::TensorDataset>(train_.images, train_.labels),
                            cohort::LoaderOptions().batch_size(config_.batch_size * replicas_).shuffle(true));
   cohort::DataLoader test(std::make_shared<cohort::TensorDataset>(test_.images, test_.labels),
                           cohort::LoaderOptions().batch_size(config_.batch_size * replicas_));
-  const std::string resume = config_.resume == "auto" ? (config_.checkpoint_dir.empty() ? "" : "last")
-                             : config_.resume == "never" ? "" : config_.resume;
+  const std::string resume = config_.checkpoint.trainer_ckpt_path();
   trainer_.fit(module, train, cohort::FitOptions().val(&test).ckpt_path(resume));
   finish(module, *report, test);
 }
@@ -238,7 +240,7 @@ void Job::finish(FashionMnistModule& module, JobReport& report, cohort::DataLoad
 
 void run_training(const TrainConfig& config) {
   // Before any worker starts or any data is read, not at the first save an epoch later.
-  if (!config.checkpoint_dir.empty()) examples::check_writable_dir("--checkpoint-dir", config.checkpoint_dir);
+  if (!config.checkpoint.dir.empty()) examples::check_writable_dir("--checkpoint-dir", config.checkpoint.dir);
   Job(config).run();
 }
 

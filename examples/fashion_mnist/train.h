@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "../common/checkpoint_flags.h"
+
 namespace fashion_mnist {
 
 /// What the command line sets (see main.cpp for the flags and docs/fashion_mnist.md).
@@ -25,10 +27,8 @@ struct TrainConfig {
   /// lines or off. mpirun gives ranks a pseudo-terminal, so its logs want "lines".
   std::string progress = "auto";
   /// Where checkpoints go ("" = none), every how many steps, and what to resume from: "auto" (the
-  /// latest in checkpoint_dir, if any), "never", or a checkpoint path. See checkpointing.h.
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
-  std::string resume = "auto";
+  /// latest in checkpoint.dir, if any), "never", or a checkpoint path. See checkpointing.h.
+  examples::CheckpointFlags checkpoint;
   /// Train with the ZeRO engine at this stage (0-3) instead of DDP; -1: DDP. Overrides the stage of
   /// deepspeed_config when both are given.
   int zero_stage = -1;

@@ -49,17 +49,9 @@ int main(int argc, char** argv) {
   app.add_option("--data", flags.data,
                  "A text file, or a directory whose files without a '.' in their name are read in order")
       ->capture_default_str();
-  examples::add_directory(app, "--checkpoint-dir", flags.checkpoint_dir,
-                          "Save checkpoints here (step-<n>/ directories and a 'latest' pointer)");
-  add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, flags.checkpoint_every,
-              "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
-  app.add_option("--resume", flags.resume,
-                 "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
-                 "never: start from scratch (a launcher's restart still continues from the newest one); or a "
-                 "checkpoint directory to load")
-      ->capture_default_str();
+  examples::add_checkpoint_flags(app, flags.checkpoint);
   app.add_flag("--no-memory-check", flags.no_memory_check,
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
-  app.callback([&] { examples::check_every_needs_dir(flags.checkpoint_every, flags.checkpoint_dir); });
+  app.callback([&] { flags.checkpoint.check(); });
   return examples::parse_and_run(app, argc, argv, [&] { gpt_example::run_training(flags); });
 }

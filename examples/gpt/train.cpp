@@ -126,14 +126,13 @@ void check_memory(const GPTConfig& config, const Flags& flags, const cohort::Wor
 // continues from its newest checkpoint, and a launcher's restart (cohortrun --max-restarts) resumes by
 // itself (FitOptions::resume_on_restart).
 std::string add_checkpoints(cohort::Trainer& trainer, const Flags& flags) {
-  if (!flags.checkpoint_dir.empty())
+  if (!flags.checkpoint.dir.empty())
     trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
-                                                                       .dirpath(flags.checkpoint_dir)
-                                                                       .every_n_train_steps(flags.checkpoint_every)
+                                                                       .dirpath(flags.checkpoint.dir)
+                                                                       .every_n_train_steps(flags.checkpoint.every)
                                                                        .every_n_epochs(0)
                                                                        .keep_last(3)));
-  if (flags.resume == "auto") return flags.checkpoint_dir.empty() ? "" : "last";
-  return flags.resume == "never" ? "" : flags.resume;
+  return flags.checkpoint.trainer_ckpt_path();
 }
 
 void print_header(const cohort::World& world, const Flags& flags, const Text& text, const GPTConfig& config,
@@ -151,7 +150,7 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
 }  // namespace
 
 void run_training(const Flags& flags) {
-  if (!flags.checkpoint_dir.empty()) examples::check_writable_dir("--checkpoint-dir", flags.checkpoint_dir);
+  if (!flags.checkpoint.dir.empty()) examples::check_writable_dir("--checkpoint-dir", flags.checkpoint.dir);
   cohort::Trainer trainer(trainer_options(flags));  // starts or joins the workers before anything else
   const cohort::World& world = trainer.world();
   const int64_t threads = flags.threads > 0 ? flags.threads

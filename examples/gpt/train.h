@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../common/checkpoint_flags.h"
 #include "text.h"
 
 namespace gpt_example {
@@ -24,10 +25,8 @@ struct Flags {
   int64_t sample_tokens = 300;
   int64_t threads = 0;
   std::string data = kDefaultText;
-  bool no_memory_check = false;  ///< skip the check that the model and a step fit in the memory available
-  std::string checkpoint_dir;    ///< "": no checkpoints
-  int64_t checkpoint_every = 0;  ///< steps between checkpoints (0: only at the end)
-  std::string resume = "auto";   ///< auto, never, or a checkpoint directory
+  bool no_memory_check = false;          ///< skip the check that the model and a step fit in the memory available
+  examples::CheckpointFlags checkpoint;  ///< --checkpoint-dir, --checkpoint-every, --resume
 };
 
 /// Trains and prints "val loss X" and a memory line every eval_interval steps (and at the end), a

@@ -20,6 +20,7 @@
 #include <iostream>
 
 #include "../common/check.h"
+#include "../common/checkpoint_flags.h"
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "../common/cli_paths.h"
@@ -41,9 +42,7 @@ struct Config {
   double lr = 1e-3;
   int64_t threads = 1;
   int64_t zero_stage = 0;  // 1: ZeRO-1 over each stage's replicas instead of DDP
-  std::string checkpoint_dir;
-  int64_t checkpoint_every = 0;
-  std::string resume = "auto";
+  examples::CheckpointFlags checkpoint;
   std::string data_dir = cohort::data::kFashionMnistDir;
 };
 
@@ -80,9 +79,10 @@ double test_accuracy(cohort::pipeline::Pipeline& pipeline, const cohort::data::F
 struct Checkpointing {
   Checkpointing(const Config& config_, cohort::pipeline::Pipeline& pipeline, torch::optim::Optimizer* optimizer,
                 cohort::DistributedSampler& sampler, std::shared_ptr<cohort::Comm> comm_)
-      : config(config_), comm(std::move(comm_)),
-        from(config.resume == "auto" ? config.checkpoint_dir : config.resume == "never" ? "" : config.resume) {
-    if (config.checkpoint_dir.empty() && from.empty()) return;
+      : config(config_),
+        comm(std::move(comm_)),
+        from(config.checkpoint.resume == "auto" ? config.checkpoint.dir : config.checkpoint.trainer_ckpt_path()) {
+    if (config.checkpoint.dir.empty() && from.empty()) return;
     state.add("model", pipeline.model_state()).add("sampler", sampler, samples_in_epoch);
     if (optimizer != nullptr) state.add("optimizer", pipeline.optimizer_state(*optimizer));
   }
@@ -95,9 +95,9 @@ struct Checkpointing {
   }
   /// Every --checkpoint-every steps, and at the end (`last`) unless that step was just saved.
   void save(int64_t step, bool last) {
-    const bool every = config.checkpoint_every > 0 && step % config.checkpoint_every == 0;
-    if (config.checkpoint_dir.empty() || !(every || last) || step == saved_step) return;
-    cohort::save_checkpoint(config.checkpoint_dir, state.set_step(step), cohort::SaveOptions().comm(comm));
+    const bool every = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
+    if (config.checkpoint.dir.empty() || !(every || last) || step == saved_step) return;
+    cohort::save_checkpoint(config.checkpoint.dir, state.set_step(step), cohort::SaveOptions().comm(comm));
     saved_step = step;
   }
   const Config& config;
@@ -132,14 +132,15 @@ cohort::pipeline::PipelineOptions pipeline_options(const Config& config, const c
 void check_flags(const Config& config) {
   // Every batch would be a tail too small to split, so nothing would train.
   examples::require(config.chunks <= config.batch_size, "--chunks ", config.chunks, " is more than --batch-size ",
-               config.batch_size, ": a batch cannot be split into more microbatches than it has samples; lower "
-               "--chunks or raise --batch-size");
-  examples::check_every_needs_dir(config.checkpoint_every, config.checkpoint_dir);
+                    config.batch_size,
+                    ": a batch cannot be split into more microbatches than it has samples; lower "
+                    "--chunks or raise --batch-size");
+  config.checkpoint.check();
 }
 
 void train(const Config& config) {
   // Before the first step, not at the first save after --checkpoint-every steps.
-  if (!config.checkpoint_dir.empty()) examples::check_writable_dir("--checkpoint-dir", config.checkpoint_dir);
+  if (!config.checkpoint.dir.empty()) examples::check_writable_dir("--checkpoint-dir", config.checkpoint.dir);
   examples::set_threads(int(config.threads));
   auto world = cohort::init();
   const int64_t stages = config.stages > 0 ? config.stages : world.size() / config.data_parallel;
@@ -222,14 +223,7 @@ int main(int argc, char** argv) {
   add_integer(app, {"--threads", 1, 1024}, config.threads, "Torch threads per rank");
   add_integer(app, {"--zero-stage", 0, 1}, config.zero_stage,
               "1: ZeRO-1 over each stage's replicas (needs --data-parallel 2+) instead of DDP");
-  examples::add_directory(app, "--checkpoint-dir", config.checkpoint_dir,
-                          "Save checkpoints here (each stage's shard; step-<n>/ directories and a 'latest' pointer)");
-  add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, config.checkpoint_every,
-              "Save a checkpoint every K steps (and at the end); needs --checkpoint-dir");
-  app.add_option("--resume", config.resume,
-                 "auto: continue from the latest checkpoint in --checkpoint-dir if there is one; "
-                 "never: start from scratch; or a checkpoint directory to load")
-      ->capture_default_str();
+  examples::add_checkpoint_flags(app, config.checkpoint, {"each stage's shard; ", /*restart_resumes=*/false});
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
   app.callback([&] { check_flags(config); });
   return examples::parse_and_run(app, argc, argv, [&] { train(config); });

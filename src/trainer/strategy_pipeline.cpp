@@ -65,9 +65,10 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
 
   torch::Tensor forward(const torch::Tensor& input) override { return pipeline_->forward(input); }
   torch::Tensor run_forward(const std::function<torch::Tensor()>&) override {
-    COHORT_CHECK_KIND(kInvalidArgument, false, "Trainer::run_forward: strategy \"pipeline\" holds one stage of the model on "
-                                        "each rank, so the module's layers cannot run whole on one; evaluate "
-                                        "through Trainer::validate or Trainer::test");
+    COHORT_CHECK_KIND(kInvalidArgument, false,
+                      "Trainer::run_forward: strategy \"pipeline\" holds one stage of the model on "
+                      "each rank, so the module's layers cannot run whole on one; evaluate "
+                      "through Trainer::validate or Trainer::test");
     return {};
   }
 

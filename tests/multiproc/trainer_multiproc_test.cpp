@@ -171,13 +171,22 @@ TEST(TrainerMultiproc, LayersMadeInConfigureModelAreShardedAsMadeUnderFsdp) {
   run_ranks(2, [](int, int) {
     cohort::init();
     const auto expected = residual_one_process(2);
-    for (const std::string strategy : {"fsdp", "ddp"}) {
+    torch::manual_seed(11);
+    const auto input = torch::randn({5, 6});
+    torch::Tensor ddp_output;
+    for (const std::string strategy : {"ddp", "fsdp"}) {
       cohort::Trainer trainer(quiet(strategy));
       ResidualModule module(7, /*in_configure_model=*/true);
       EXPECT_TRUE(module.parameters().empty());
       cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
       trainer.fit(module, loader);
       EXPECT_EQ(module.block_elements_made, strategy == "fsdp" ? 0 : 8 * 8 * 2 + 8 * 2) << strategy;
+      // A forward outside fit (Trainer::run_forward): under fsdp the units gather for it and free after.
+      const auto output = trainer.run_forward([&] { return module.logits(input); });
+      EXPECT_FALSE(output.requires_grad()) << strategy;
+      if (strategy == "ddp") ddp_output = output;
+      else EXPECT_TRUE(torch::allclose(output, ddp_output, 1e-5, 1e-6)) << (output - ddp_output).abs().max();
+      if (strategy == "fsdp") EXPECT_EQ(trainer.memory_report().buffer_bytes, 0) << "a unit stayed gathered";
       const auto trained = trainer.full_parameters();
       ASSERT_EQ(trained.size(), expected.size()) << strategy;
       for (const auto& [name, value] : trained) {
@@ -327,7 +336,7 @@ TEST(TrainerPipeline, TwoPipelinesOfTwoStagesTrainAsOneProcessOnTheirUnion) {
   });
 }
 
-TEST(TrainerPipeline, AModuleWithoutLossAndStagesNotDividingTheWorldAreNamed) {
+TEST(TrainerPipeline, AModuleWithoutLossStagesNotDividingTheWorldAndAForwardOutsideFitAreNamed) {
   run_ranks(2, [](int, int) {
     cohort::init();
     struct WithoutLoss : cohort::TrainingModule {
@@ -347,6 +356,23 @@ TEST(TrainerPipeline, AModuleWithoutLossAndStagesNotDividingTheWorldAreNamed) {
                 }),
                 HasSubstr("TrainerOptions.pipeline_stages 3 does not divide the 2 ranks: the world is (ranks / "
                           "stages) pipelines of one rank per stage"));
+    // Before the failed fit below: its failure aborts the world's Comm for what follows.
+    {
+      cohort::Trainer trainer(quiet("pipeline"));
+      TinyModule module;
+      trainer.fit(module, loader);
+      bool ran = false;
+      EXPECT_THAT(error_of([&] {
+                    trainer.run_forward([&] {
+                      ran = true;
+                      return torch::Tensor();
+                    });
+                  }),
+                  HasSubstr("Trainer::run_forward: strategy \"pipeline\" holds one stage of the model on each rank, so "
+                            "the module's layers cannot run whole on one; evaluate through Trainer::validate or "
+                            "Trainer::test"));
+      EXPECT_FALSE(ran);
+    }
     const std::string missing = error_of([&] {
       cohort::Trainer trainer(quiet("pipeline"));
       WithoutLoss module;

@@ -1,0 +1,51 @@
+// The checkpoint flags every example shares: --checkpoint-dir (a directory, refused when empty),
+// --checkpoint-every (0 to 1e12 steps) and --resume (auto, never or a checkpoint directory), with the
+// same words in each example's --help.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "cli_numbers.h"
+#include "cli_paths.h"
+
+namespace examples {
+
+/// What an example saves and resumes from; its flags fill it.
+struct CheckpointFlags {
+  std::string dir;              ///< "": no checkpoints
+  int64_t every = 0;            ///< steps between checkpoints (0: only at the end)
+  std::string resume = "auto";  ///< auto, never, or a checkpoint directory
+
+  /// --checkpoint-every without --checkpoint-dir is refused (nothing would be saved).
+  void check() const { check_every_needs_dir(every, dir); }
+  /// The Trainer's FitOptions::ckpt_path: "last" (the newest in dir, if any) for auto, "" for never.
+  std::string trainer_ckpt_path() const {
+    if (resume == "auto") return dir.empty() ? "" : "last";
+    return resume == "never" ? "" : resume;
+  }
+};
+
+/// How an example's checkpoints differ in its --help: what a step directory holds, and whether a
+/// launcher's restart resumes by itself.
+struct CheckpointHelp {
+  std::string holds;            ///< e.g. "each stage's shard; " (before "step-<n>/ directories")
+  bool restart_resumes = true;  ///< a launcher's restart continues from the newest one
+};
+
+inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const CheckpointHelp& help = {}) {
+  add_directory(app, "--checkpoint-dir", flags.dir,
+                "Save checkpoints here (" + help.holds + "step-<n>/ directories and a 'latest' pointer)");
+  add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, flags.every,
+              "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
+  app.add_option("--resume", flags.resume,
+                 std::string("auto: continue from the latest checkpoint in --checkpoint-dir if there is one; never: "
+                             "start from scratch") +
+                     (help.restart_resumes ? " (a launcher's restart still continues from the newest one)" : "") +
+                     "; or a checkpoint directory to load")
+      ->capture_default_str();
+}
+
+}  // namespace examples

@@ -1,0 +1,39 @@
+// One rank's file of offloaded states under ZeRO-Infinity's nvme_path: created new (never an existing
+// file), readable by its owner only, its size reserved at creation (so a full disk shows at the start,
+// not in the middle of a step), opened for direct I/O where the filesystem allows it, and removed
+// when the object goes. A path that is not a writable directory is refused naming the config key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cohort::detail {
+
+class SwapFile {
+ public:
+  /// Creates `<directory>/cohort-<what>-rank<rank>-<pid>-<n>.swap` of `bytes` (rounded up to the
+  /// direct-I/O alignment). `key` names the config value in errors ("offload_optimizer.nvme_path").
+  SwapFile(const std::string& directory, const std::string& key, const std::string& what, int rank, int64_t bytes);
+  ~SwapFile();
+  SwapFile(const SwapFile&) = delete;
+  SwapFile& operator=(const SwapFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  int rank() const { return rank_; }
+  int64_t bytes() const { return bytes_; }
+  /// Whether reads and writes bypass the page cache (O_DIRECT); false on a filesystem without it
+  /// (tmpfs), where the bytes stay in memory and offload saves nothing (warned once).
+  bool direct() const { return direct_; }
+  /// Throws an Error of kind I/O when the file was removed or shortened under the job.
+  void check_intact() const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  int rank_ = 0;
+  int64_t bytes_ = 0;
+  bool direct_ = true;
+};
+
+}  // namespace cohort::detail
