@@ -123,8 +123,7 @@ void AsyncIo::run_synchronously(const Piece& piece) {
 void AsyncIo::submit_queued() {
 #if COHORT_WITH_LIBURING
   if (ring_ != nullptr) {
-    int prepared = 0;
-    while (!queued_.empty() && in_flight_ < options_.queue_depth) {
+    while (!queued_.empty() && in_flight() < options_.queue_depth) {
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
       if (sqe == nullptr) break;
       const Piece piece = queued_.front();
@@ -134,17 +133,9 @@ void AsyncIo::submit_queued() {
       const int64_t id = next_request_++;
       io_uring_sqe_set_data64(sqe, uint64_t(id));
       flying_.emplace(id, piece);
-      ++in_flight_;
-      ++prepared;
-      if (options_.single_submit) {
-        io_uring_submit(&ring_->ring);
-        prepared = 0;
-      }
+      if (options_.single_submit) submit_prepared();
     }
-    if (prepared > 0) {
-      const int submitted = io_uring_submit(&ring_->ring);
-      COHORT_CHECK_KIND(kIO, submitted >= 0, "submitting offload I/O failed: ", std::strerror(-submitted));
-    }
+    submit_prepared();
     return;
   }
 #endif
@@ -153,6 +144,14 @@ void AsyncIo::submit_queued() {
     queued_.pop_front();
     run_synchronously(piece);
   }
+}
+
+// Hands the prepared requests to the kernel (none prepared: nothing happens).
+void AsyncIo::submit_prepared() {
+#if COHORT_WITH_LIBURING
+  const int submitted = io_uring_submit(&ring_->ring);
+  COHORT_CHECK_KIND(kIO, submitted >= 0, "submitting offload I/O failed: ", std::strerror(-submitted));
+#endif
 }
 
 // Takes one completion off the ring (waiting for it) and frees its slot.
@@ -170,7 +169,6 @@ void AsyncIo::reap_one() {
   COHORT_CHECK_KIND(kInternal, found != flying_.end(), "offload I/O: a completion for unknown request ", id);
   const Piece piece = found->second;
   flying_.erase(found);
-  --in_flight_;
   if (result > 0 && result < piece.bytes) {  // a short transfer: the rest goes again
     queued_.push_front(Piece{piece.ticket, piece.file, piece.is_write, piece.offset + result, piece.buffer + result,
                              piece.bytes - result});
@@ -193,8 +191,8 @@ void AsyncIo::wait(Ticket ticket) {
   const auto found = tickets_.find(ticket);
   COHORT_CHECK_KIND(kInternal, found != tickets_.end(), "offload I/O: waiting for unknown ticket ", ticket);
   while (found->second.pending > 0) {
-    if (options_.overlap_events || in_flight_ == 0) submit_queued();
-    COHORT_CHECK_KIND(kInternal, in_flight_ > 0, "offload I/O: ticket ", ticket, " waits with nothing in flight");
+    if (options_.overlap_events || in_flight() == 0) submit_queued();
+    COHORT_CHECK_KIND(kInternal, in_flight() > 0, "offload I/O: ticket ", ticket, " waits with nothing in flight");
     reap_one();
   }
   const std::string error = found->second.error;

@@ -44,7 +44,7 @@ class AsyncIo {
   void wait_all();
   /// Whether requests overlap the caller (io_uring), or run as they are started.
   bool asynchronous() const { return ring_ != nullptr; }
-  int64_t in_flight() const { return in_flight_; }
+  int64_t in_flight() const { return int64_t(flying_.size()); }
 
  private:
   struct Piece {
@@ -61,6 +61,7 @@ class AsyncIo {
   };
   Ticket start(const SwapFile& file, bool is_write, int64_t offset, char* buffer, int64_t bytes);
   void submit_queued();
+  void submit_prepared();
   void reap_one();
   void finish(const Piece& piece, int64_t result);
   void run_synchronously(const Piece& piece);
@@ -72,7 +73,6 @@ class AsyncIo {
   std::unordered_map<Ticket, Progress> tickets_;
   int64_t next_ticket_ = 1;
   int64_t next_request_ = 1;
-  int64_t in_flight_ = 0;
 };
 
 }  // namespace cohort::detail
