@@ -3,7 +3,7 @@
 // broadcast from rank 0 (every rank then holds rank 0's initialisation, as the engine's own
 // broadcast would give), this rank copies its slice of their flat layout (partition.h, the layout
 // the stage 3 engine gives the unit's group) and the parameters are emptied. The engine adopts the
-// slice (engine.cpp) instead of flattening a whole model that never existed.
+// slice (UnitCoordinator::initial_shard) instead of flattening a whole model that never existed.
 #include <torch/torch.h>
 
 #include <unordered_set>

@@ -1,4 +1,5 @@
-// cohort::ZeroEngineCore: the public face of the engine; everything happens in ZeroEngineImpl.
+// cohort::ZeroEngineCore: the public face of the engine; ZeroEngineImpl (zero/engine_impl.h) owns
+// the parts that do the work, and each call here reaches the one it belongs to.
 #include "cohort/zero.h"
 
 #include "zero/engine_impl.h"
@@ -13,26 +14,28 @@ ZeroEngineCore& ZeroEngineCore::operator=(ZeroEngineCore&&) noexcept = default;
 
 void ZeroEngineCore::backward(const torch::Tensor& loss) { impl_->backward(loss); }
 void ZeroEngineCore::step() { impl_->step(); }
-bool ZeroEngineCore::is_gradient_accumulation_boundary() const { return impl_->at_boundary(); }
-int64_t ZeroEngineCore::global_steps() const { return impl_->global_steps(); }
-int64_t ZeroEngineCore::skipped_steps() const { return impl_->skipped_steps(); }
-bool ZeroEngineCore::last_step_skipped() const { return impl_->last_step_skipped(); }
-double ZeroEngineCore::loss_scale() const { return impl_->loss_scale(); }
-double ZeroEngineCore::lr() const { return impl_->next_lr(); }
-double ZeroEngineCore::last_gradient_norm() const { return impl_->last_gradient_norm(); }
+bool ZeroEngineCore::is_gradient_accumulation_boundary() const { return impl_->shard_optimizer().at_boundary(); }
+int64_t ZeroEngineCore::global_steps() const { return impl_->shard_optimizer().global_steps(); }
+int64_t ZeroEngineCore::skipped_steps() const { return impl_->shard_optimizer().skipped_steps(); }
+bool ZeroEngineCore::last_step_skipped() const { return impl_->shard_optimizer().last_step_skipped(); }
+double ZeroEngineCore::loss_scale() const { return impl_->shard_optimizer().loss_scale(); }
+double ZeroEngineCore::lr() const { return impl_->shard_optimizer().next_lr(); }
+double ZeroEngineCore::last_gradient_norm() const { return impl_->shard_optimizer().last_gradient_norm(); }
 torch::Dtype ZeroEngineCore::compute_dtype() const { return impl_->compute_dtype(); }
 int ZeroEngineCore::stage() const { return impl_->stage(); }
 const ZeroConfig& ZeroEngineCore::config() const { return impl_->config(); }
 MemoryReport ZeroEngineCore::memory_report() const { return impl_->memory_report(); }
-torch::optim::Optimizer& ZeroEngineCore::optimizer() { return impl_->optimizer(); }
+torch::optim::Optimizer& ZeroEngineCore::optimizer() { return impl_->shard_optimizer().optimizer(); }
 std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineCore::full_parameters() {
-  return impl_->full_parameters();
+  return impl_->checkpoint().full_parameters();
 }
-void ZeroEngineCore::for_each_full_parameter(const ParameterVisitor& visit) { impl_->for_each_full_parameter(visit); }
-void ZeroEngineCore::prepare_load() { impl_->prepare_load(); }
-std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->state_tensors(); }
-StateValues ZeroEngineCore::state_values() const { return impl_->state_values(); }
-void ZeroEngineCore::load_state_values(const StateValues& values) { impl_->load_state_values(values); }
+void ZeroEngineCore::for_each_full_parameter(const ParameterVisitor& visit) {
+  impl_->checkpoint().for_each_full_parameter(visit);
+}
+void ZeroEngineCore::prepare_load() { impl_->checkpoint().prepare_load(); }
+std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->checkpoint().state_tensors(); }
+StateValues ZeroEngineCore::state_values() const { return impl_->checkpoint().state_values(); }
+void ZeroEngineCore::load_state_values(const StateValues& values) { impl_->checkpoint().load_state_values(values); }
 ZeroEngineCore::ForwardScope::ForwardScope(ZeroEngineCore& engine) : impl_(*engine.impl_) { impl_.begin_forward(); }
 ZeroEngineCore::ForwardScope::~ForwardScope() { impl_.end_forward(); }
 torch::Tensor ZeroEngineCore::to_compute(const torch::Tensor& t) const { return impl_->to_compute(t); }

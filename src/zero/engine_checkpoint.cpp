@@ -1,0 +1,111 @@
+// The ZeRO engine's checkpoint state and full parameters (engine_checkpoint.h).
+#include "zero/engine_checkpoint.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+
+#include "cohort/error.h"
+#include "core/check.h"
+#include "zero/inner_optimizer.h"
+
+namespace cohort::detail {
+
+std::vector<std::pair<std::string, torch::Tensor>> EngineCheckpoint::full_parameters() {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for_each_full_parameter(
+      [&](const std::string& name, const torch::Tensor& value) { out.emplace_back(name, value.clone()); });
+  return out;
+}
+
+// In the module's order (named_parameters()), whatever order the groups have (stage 3 puts the root's
+// group first): a group is gathered at its first parameter and dropped after its last, the same
+// sequence of gathers on every rank.
+void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
+  const auto& params = parts_.params;
+  const StateStore& store = parts_.store;
+  std::vector<std::pair<size_t, size_t>> place(size_t(params.size()));  // parameter -> (group, index in it)
+  std::vector<size_t> last(size_t(store.size()), 0);
+  for (size_t g = 0; g < last.size(); ++g)
+    for (size_t k = 0; k < store.layout(int64_t(g)).params.size(); ++k) {
+      const auto index = size_t(store.layout(int64_t(g)).params[k]);
+      place[index] = {g, k};
+      last[g] = std::max(last[g], index);
+    }
+  std::map<size_t, torch::Tensor> gathered;
+  for (size_t index = 0; index < place.size(); ++index) {
+    const auto [g, k] = place[index];
+    auto found = gathered.find(g);
+    if (found == gathered.end()) {
+      const torch::Tensor& master = store.master(int64_t(g));
+      torch::Tensor whole = master;
+      if (settings_.stage != 0 && settings_.world > 1) {
+        whole = torch::empty({store.layout(int64_t(g)).padded}, master.options());
+        settings_.comm->allgather_async(whole, master.contiguous()).wait();
+      }
+      found = gathered.emplace(g, whole.to(torch::kCPU)).first;
+    }
+    const auto& shape = params.shape(int64_t(index));
+    visit(params.name(int64_t(index)),
+          found->second.narrow(0, store.layout(int64_t(g)).offsets[k], c10::multiply_integers(shape)).view(shape));
+    if (index == last[g]) gathered.erase(found);
+  }
+}
+
+void EngineCheckpoint::prepare_load() { parts_.optimizer.create_states(); }
+
+std::vector<StateTensor> EngineCheckpoint::state_tensors() {
+  std::vector<StateTensor> out;
+  for (int64_t g = 0; g < parts_.store.size(); ++g) {
+    const GroupLayout& layout = parts_.store.layout(g);
+    const std::string prefix = "group" + std::to_string(g) + ".";
+    // The real elements this rank owns (padding is not state: it changes with the world size).
+    auto add = [&](const std::string& name, const torch::Tensor& t) {
+      StateTensor entry;
+      entry.name = prefix + name;
+      if (settings_.stage == 0) {
+        entry.tensor = t.narrow(0, 0, layout.numel);
+        entry.kind = StateKind::kReplicated;
+      } else {
+        auto [begin, end] = layout.owned_real(settings_.rank);
+        entry.tensor = t.narrow(0, 0, end - begin);
+        entry.kind = StateKind::kSharded;
+        entry.flat_numel = layout.numel;
+        entry.offset = begin;
+      }
+      out.push_back(std::move(entry));
+    };
+    const torch::Tensor& master = parts_.store.master(g);
+    add("master", master);
+    for (const auto& [name, state] : state_tensors_of(parts_.optimizer.optimizer(), master)) add(name, state);
+  }
+  // Frozen parameters and buffers stay whole on every rank.
+  for (const auto& item : parts_.module.named_parameters())
+    if (!item.value().requires_grad()) out.push_back({"module." + item.key(), item.value(), StateKind::kReplicated});
+  for (const auto& item : parts_.module.named_buffers())
+    out.push_back({"module." + item.key(), item.value(), StateKind::kReplicated});
+  return out;
+}
+
+StateValues EngineCheckpoint::state_values() const {
+  StateValues values;
+  values["zero_stage"] = settings_.stage;
+  parts_.optimizer.save(values);
+  return values;
+}
+
+void EngineCheckpoint::load_state_values(const StateValues& values) {
+  const auto saved = values.find("zero_stage");
+  const int saved_stage = saved == values.end() ? settings_.stage : int(saved->second);
+  COHORT_CHECK_KIND(kInvalidArgument, saved_stage == settings_.stage, "ZeRO engine: the checkpoint was saved at stage ",
+                    saved_stage, " but this engine runs stage ", settings_.stage);
+  parts_.optimizer.load(values);
+  // The master weights were loaded: derive the compute-precision parameters from them.
+  torch::NoGradGuard no_grad;
+  parts_.store.zero_gradients();       // gradients of before the load mean nothing now
+  parts_.store.zero_master_padding();  // whatever the previous world size left there
+  parts_.optimizer.write_back_and_gather();
+}
+
+}  // namespace cohort::detail

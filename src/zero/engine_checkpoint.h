@@ -1,0 +1,49 @@
+// What the ZeRO engine saves and loads (cohort::Stateful): the master weight and optimizer state
+// shards, the model's buffers and frozen parameters, the counters and the loss scaler; and the full
+// parameters it gathers from the masters on demand (a digest, a consolidated file).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cohort/stateful.h"
+#include "cohort/zero.h"
+#include "zero/engine_settings.h"
+#include "zero/shard_optimizer.h"
+#include "zero/state_store.h"
+#include "zero/trainable_parameters.h"
+
+namespace cohort::detail {
+
+class EngineCheckpoint {
+ public:
+  /// The parts whose state it reads and writes (ZeroEngineImpl owns them; they outlive it).
+  struct Parts {
+    torch::nn::Module& module;
+    const TrainableParameters& params;
+    StateStore& store;
+    ShardOptimizer& optimizer;
+  };
+  EngineCheckpoint(const EngineSettings& settings, Parts parts) : settings_(settings), parts_(parts) {}
+
+  /// The full parameters by name, fp32, on every rank (a collective at stage 1-3).
+  std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
+  /// The same one at a time, in the module's order, a group gathered at its first parameter and
+  /// dropped after its last.
+  void for_each_full_parameter(const ParameterVisitor& visit);
+
+  void prepare_load();
+  std::vector<StateTensor> state_tensors();
+  StateValues state_values() const;
+  /// The counters, then the compute-precision parameters derived from the loaded masters.
+  void load_state_values(const StateValues& values);
+
+ private:
+  const EngineSettings& settings_;
+  Parts parts_;
+};
+
+}  // namespace cohort::detail

@@ -1,0 +1,118 @@
+// The ZeRO engine's state store (state_store.h): the flat groups built from the parameters, and the
+// clearing of gradients and padding the step and a checkpoint load need.
+#include "zero/state_store.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "core/grad_kit.h"
+
+namespace cohort::detail {
+namespace {
+
+// The part of a group's flat parameters that rank `rank` updates.
+torch::Tensor owned_slice(const torch::Tensor& flat, const GroupLayout& layout, int stage, int rank) {
+  if (stage == 0 || stage == 3) return flat;
+  auto [begin, end] = layout.owned(rank);
+  return flat.narrow(0, begin, end - begin);
+}
+
+}  // namespace
+
+StateStore::StateStore(const EngineSettings& settings, TrainableParameters& params)
+    : settings_(settings),
+      params_(params),
+      group_of_(size_t(params.size()), -1),
+      grad_aliases_(size_t(params.size())) {}
+
+torch::Device StateStore::device_of(Tier tier) const {
+  return tier == Tier::kHost ? torch::Device(torch::kCPU) : params_.at(0).device();
+}
+
+void StateStore::add_group(GroupLayout layout, const torch::Tensor& shard) {
+  const int stage = settings_.stage;
+  const auto options = params_.at(0).options().requires_grad(false);
+  torch::NoGradGuard no_grad;
+  Group group;
+  group.layout = std::move(layout);
+  const GroupLayout& l = group.layout;
+  for (int64_t index : l.params) group_of_[size_t(index)] = size();
+  if (stage == 3) {
+    group.flat = shard;
+    group.grads.shard_grad = torch::zeros({l.shard}, options);
+    params_.free(l);  // now, not after every group: the whole model never exists twice
+  } else {
+    group.flat = params_.flatten(l, options);
+    params_.alias_into(l, group.flat);
+    if (stage == 2) {
+      group.grads.shard_grad = torch::zeros({l.shard}, options);
+    } else {
+      group.grads.flat_grad = torch::zeros({l.padded}, options);
+      for (size_t k = 0; k < l.params.size(); ++k) {
+        auto& param = params_.at(l.params[k]);
+        grad_aliases_[size_t(l.params[k])] = flat_alias(group.grads.flat_grad, l.offsets[k], param.sizes());
+        param.mutable_grad() = grad_aliases_[size_t(l.params[k])];
+      }
+    }
+  }
+  const auto master_options = options.dtype(torch::kFloat).device(device_of(settings_.placement.masters));
+  torch::Tensor owned = owned_slice(group.flat, l, stage, settings_.rank);
+  group.master = settings_.separate_master || owned.device() != master_options.device()
+                     ? owned.to(master_options, /*non_blocking=*/false, /*copy=*/true)
+                     : owned;
+  groups_.push_back(std::move(group));
+}
+
+torch::Tensor StateStore::owned_parameters(int64_t g) const {
+  const Group& group = groups_[size_t(g)];
+  return owned_slice(group.flat, group.layout, settings_.stage, settings_.rank);
+}
+
+bool StateStore::master_is_copy(int64_t g) const {
+  const Group& group = groups_[size_t(g)];
+  return settings_.separate_master || group.master.device() != group.flat.device();
+}
+
+const torch::Tensor& StateStore::reduced_gradient(int64_t g) const {
+  const GroupGradients& grads = groups_[size_t(g)].grads;
+  // Stage 0 reduced the whole flat gradient; stage 1 on one rank has nothing to scatter.
+  if (settings_.stage == 0 || (settings_.stage == 1 && settings_.world == 1)) return grads.flat_grad;
+  return grads.shard_grad;
+}
+
+void StateStore::zero_gradients() {
+  for (auto& group : groups_) {
+    group.master.mutable_grad() = torch::Tensor();
+    if (group.grads.flat_grad.defined()) group.grads.flat_grad.zero_();
+    if (settings_.stage >= 2) {
+      group.grads.shard_grad.zero_();
+      group.grads.shard_grad_clean = true;
+    } else {
+      group.grads.shard_grad = torch::Tensor();  // stage 1: the reduced shard lives for one step only
+    }
+  }
+}
+
+void StateStore::zero_master_padding() {
+  torch::NoGradGuard no_grad;
+  const int stage = settings_.stage;
+  for (auto& group : groups_) {
+    const int64_t begin = stage == 0 ? 0 : group.layout.owned(settings_.rank).first;
+    const int64_t real_end = stage == 0 ? group.layout.numel : group.layout.owned_real(settings_.rank).second;
+    const int64_t real = std::max<int64_t>(0, real_end - begin);
+    group.master.narrow(0, real, group.master.numel() - real).zero_();
+  }
+}
+
+void StateStore::add_memory(MemoryReport& report) const {
+  for (int64_t g = 0; g < size(); ++g) {
+    const Group& group = groups_[size_t(g)];
+    report.parameter_bytes += tensor_bytes(group.flat);
+    report.gradient_bytes += tensor_bytes(group.grads.flat_grad) + tensor_bytes(group.grads.shard_grad);
+    if (master_is_copy(g)) report.optimizer_bytes += tensor_bytes(group.master);
+  }
+  report.cached_bytes = buffers_.idle_bytes();
+}
+
+}  // namespace cohort::detail
