@@ -199,13 +199,54 @@ TEST(CohortPlanTool, Checkpoints) {
   std::ofstream(dir + "/junk.pt") << "not a checkpoint\n";
   run = run_tool("--checkpoint " + dir + "/junk.pt --ranks 2");
   EXPECT_EQ(run.code, 2);
-  EXPECT_EQ(run.out.rfind("cohort-plan: error: --checkpoint " + dir +
-                                 "/junk.pt: neither a torch::save archive nor torch::pickle_save data",
-                             0),
-            0u)
-      << run.out;
-  EXPECT_EQ(std::count(run.out.begin(), run.out.end(), '\n'), 1) << run.out;
+  // Probe D12: 800 characters of miniz internals, twice; now one line in cohort's words.
+  EXPECT_EQ(run.out, "cohort-plan: error: --checkpoint " + dir +
+                         "/junk.pt: neither a torch::save archive nor torch::pickle_save data (it is not a zip archive) "
+                         "nor a safetensors file; for a cohort checkpoint directory, consolidate it first (cohort-ckpt "
+                         "consolidate DIR -o model.safetensors)\n");
   for (const char* name : {"module.pt", "dict.pt", "junk.pt"}) std::remove((dir + "/" + name).c_str());
+  rmdir(dir.c_str());
+}
+
+// A safetensors file (8-byte little-endian header length, the JSON header, the data), written by hand.
+void write_safetensors(const std::string& path, const std::string& header, size_t data_bytes) {
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  std::ofstream(path, std::ios::binary) << bytes << header << std::string(data_bytes, '\0');
+}
+
+// Probe D12: the file cohort-ckpt consolidate writes was refused with LibTorch's zip errors.
+TEST(CohortPlanTool, SafetensorsFilesAreCountedFromTheirHeader) {
+  const std::string dir = temp_dir();
+  write_safetensors(dir + "/weights.st",
+                    R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                    R"("b":{"dtype":"F32","shape":[4],"data_offsets":[24,40]}})",
+                    40);
+  ToolRun run = run_tool("--checkpoint " + dir + "/weights.st --ranks 2 --stage 0");
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_NE(run.out.find("parameters  10 (--checkpoint " + dir + "/weights.st: safetensors file, 2 tensors)"),
+            std::string::npos)
+      << run.out;
+  // A consolidated checkpoint: its model's tensors are the parameters, not the optimizer's moments.
+  const std::string metadata = R"({"__metadata__":{"format":"cohort-checkpoint consolidated"},)";
+  write_safetensors(dir + "/out.st",
+                    metadata + R"("model/w":{"dtype":"F32","shape":[3],"data_offsets":[0,12]},)"
+                               R"("optimizer/w.exp_avg":{"dtype":"F32","shape":[3],"data_offsets":[12,24]}})",
+                    24);
+  run = run_tool("--checkpoint " + dir + "/out.st --ranks 2 --stage 0");
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_NE(run.out.find("parameters  3 (--checkpoint " + dir +
+                         "/out.st: consolidated cohort checkpoint (its 'model/' tensors only), 1 tensors)"),
+            std::string::npos)
+      << run.out;
+  write_safetensors(dir + "/engine.st",
+                    metadata + R"("engine/group0.master":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})", 12);
+  run = run_tool("--checkpoint " + dir + "/engine.st --ranks 2");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_EQ(run.out, "cohort-plan: error: --checkpoint " + dir +
+                         "/engine.st is a consolidated cohort checkpoint without 'model/' tensors (a ZeRO engine's "
+                         "state mixes parameters and optimizer states): give the model size with --params N\n");
+  for (const char* name : {"weights.st", "out.st", "engine.st"}) std::remove((dir + "/" + name).c_str());
   rmdir(dir.c_str());
 }
 

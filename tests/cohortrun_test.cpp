@@ -94,6 +94,12 @@ TEST(CohortrunFlags, ParsesGuideCommand) {
   EXPECT_THROW(parse_command_line({"--rdzv-backend=etcd", COHORT_ENV_WORKER}, {}), UsageError);
   EXPECT_THROW(parse_command_line({"-m", COHORT_ENV_WORKER}, {}), UsageError);
   EXPECT_FALSE(parse_command_line({"--help"}, {}).help.empty());
+  try {  // CLI11 said "--nproc-per-node: At Most 1 required but received 2"; torchrun takes the last
+    parse_command_line({"--nproc-per-node", "2", "--standalone", "--nproc_per_node=3", COHORT_ENV_WORKER}, {});
+    ADD_FAILURE() << "a flag given twice must be refused";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--nproc-per-node was given 2 times (2, 3): give it once");
+  }
 }
 
 TEST(CohortrunFlagValues, ParsesAndRejects) {
@@ -128,8 +134,14 @@ TEST(CohortrunFlagValues, ParsesAndRejects) {
   EXPECT_EQ(map.for_rank(0), StdSpec::kOut);
   EXPECT_EQ(map.for_rank(1), StdSpec::kErr);
   EXPECT_EQ(map.for_rank(2), StdSpec::kNone);
-  for (const char* bad : {"4", "x", "0:4", "0:", ":1", "0:1,"}) {
+  for (const char* bad : {"4", "x", "0:4", "0:", ":1", "0:1,", "0:1,0:2"}) {
     EXPECT_THROW(parse_std_spec("-r", bad), UsageError) << bad;
+  }
+  try {  // a local rank given twice kept one of its two values silently
+    parse_std_spec("--redirects", "0:1,1:3,0:2");
+    ADD_FAILURE() << "a local rank given twice must be refused";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--redirects=0:1,1:3,0:2: local rank 0 is given twice: give each local rank once");
   }
   EXPECT_EQ(parse_key_values("join_timeout=5,a=b").at("join_timeout"), "5");
   EXPECT_THROW(parse_key_values("join_timeout"), UsageError);
@@ -395,6 +407,10 @@ TEST(CohortrunLaunch, StaticBackendWithNodeRanks) {
   const auto envs1 = envs_from_output(r1.out);
   EXPECT_TRUE(envs1.count(2) && envs1.count(3)) << r1.describe();
   EXPECT_EQ(envs1.at(2).at("GROUP_RANK"), "1");
+  // No --rdzv-id: the job's id is node 0's fresh one, and the line said "rendezvous 'none'".
+  EXPECT_NE(r0.err.find("[cohortrun] rendezvous (no --rdzv-id) at 127.0.0.1:" + port + " round 0: node 0 of 2"),
+            std::string::npos)
+      << r0.describe();
 }
 
 TEST(CohortrunFailure, FailingWorkerStopsGroupAndIsNamed) {

@@ -42,11 +42,20 @@ struct Job {
   }
 };
 
+// "0.6766" from rank 0's "epoch 1/2: train loss 0.6766, ..." line; "" when there is none.
+std::string train_loss_of(const std::string& out) {
+  const std::string key = "[rank0]: epoch 1/2: train loss ";
+  const size_t at = out.find(key);
+  if (at == std::string::npos) return "";
+  const size_t begin = at + key.size();
+  return out.substr(begin, out.find(',', begin) - begin);
+}
+
 }  // namespace
 
 // Rank 1 dies in the save of step 10 (first attempt only); cohortrun restarts the group, and although
 // --resume never says to start from scratch, the restart continues from step-5: the digest is that
-// of the run never interrupted, so no step entered the weights twice.
+// of the run never interrupted, so no step entered the weights twice, and so is the epoch's train loss.
 TEST(FashionMnistElastic, RestartResumesByItselfToTheSameParameters) {
   Job job;
   const ProcResult whole = run_process(job.argv(2, {"--max-steps", "16"}), clean_env(), 120s);
@@ -61,6 +70,11 @@ TEST(FashionMnistElastic, RestartResumesByItselfToTheSameParameters) {
                                     "the newest checkpoint in " + job.ckpt + "\n"));
   EXPECT_THAT(result.out, HasSubstr("[rank0]: resumed from " + job.ckpt + "/step-5 (step 5, saved by 2 rank(s))"));
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+  // The epoch's train loss counts steps 1-5 too (the checkpoint's logged sums): it was the mean of steps
+  // 6-16 alone, another number than the uninterrupted run's with the same parameters.
+  const std::string loss = train_loss_of(whole.out);
+  ASSERT_EQ(loss.size(), 6u) << whole.describe();
+  EXPECT_EQ(train_loss_of(result.out), loss) << result.describe();
 }
 
 // 4 ranks save step-4 (32 samples per step); 2 ranks resume from it accumulating 2 batches of 8 per

@@ -6,6 +6,7 @@
 // exists), their errors, and the synthetic CIFAR-shaped set.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -180,7 +181,21 @@ TEST_F(IdxFiles, MissingFileNamesThePathAndThePackage) {
   EXPECT_ERROR_HAS(data::load_fashion_mnist(dir_, data::Split::kTrain),
                    "install the Debian package dataset-fashion-mnist or pass --data DIR");
   EXPECT_ERROR_HAS(data::load_idx_labels(dir_ + "/nope.gz"),
-                   "cannot open IDX file " + dir_ + "/nope.gz");
+                   "IDX file " + dir_ + "/nope.gz: cannot open: No such file or directory");
+}
+
+// Probe D10: a fifo in the data directory blocked every rank in open() forever.
+TEST_F(IdxFiles, FifoOrDeviceIsRefusedWithoutBlocking) {
+  write_split("t10k", 1, 1);
+  const std::string labels = dir_ + "/t10k-labels-idx1-ubyte.gz";
+  std::filesystem::remove(labels);
+  ASSERT_EQ(mkfifo(labels.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { data::load_fashion_mnist(dir_, data::Split::kTest); }),
+            "IDX file " + labels + ": it is a fifo, not a regular file");
+  EXPECT_EQ(error_of([] { data::load_idx_images("/dev/zero"); }),
+            "IDX file /dev/zero: it is a character device, not a regular file");
+  EXPECT_EQ(error_of([&] { data::load_idx_images(dir_); }),
+            "IDX file " + dir_ + ": it is a directory, not a regular file");
 }
 
 TEST_F(IdxFiles, TruncatedFileSaysExpectedAndGotBytes) {
@@ -279,6 +294,13 @@ TEST_F(CifarFiles, MissingFileNamesItAndWhereToGetTheData) {
   write_plain("data_batch_1.bin", cifar_records(1));
   EXPECT_ERROR_HAS(data::load_cifar10(dir_, data::Split::kTrain, data::Cifar10Options().records_per_file(1)),
                    "CIFAR-10 file not found: " + dir_ + "/data_batch_2.bin");
+}
+
+TEST_F(CifarFiles, FifoIsRefusedWithoutBlocking) {
+  const std::string fifo = dir_ + "/test_batch.bin";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { data::load_cifar10(dir_, data::Split::kTest); }),
+            "CIFAR-10 file " + fifo + ": it is a fifo, not a regular file");
 }
 
 TEST_F(CifarFiles, TruncatedFileSaysItsSizeAndTheRecordSize) {

@@ -4,6 +4,7 @@
 // and WarmupLR/WarmupDecayLR against values worked by hand from DeepSpeed's formulas.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -369,11 +370,27 @@ TEST(ZeroConfig, LoadFile) {
   EXPECT_PRED_FORMAT2(::testing::IsSubstring,
                       "ds_config " + dir + "/missing.json: cannot open: No such file or directory",
                       error_of([&] { load_ds_config(dir + "/missing.json", 1); }));
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "ds_config " + dir + ": cannot read: Is a directory",
-                      error_of([&] { load_ds_config(dir, 1); }));
+  EXPECT_EQ(error_of([&] { load_ds_config(dir, 1); }), "ds_config " + dir + ": it is a directory, not a regular file");
   std::remove(good.c_str());
   std::remove(bad.c_str());
   std::remove(invalid.c_str());
+  rmdir(dir.c_str());
+}
+
+// Probe D11: /dev/zero was read without bound (5.7 GiB in 12 s) and a fifo blocked the open forever.
+TEST(ZeroConfig, LoadFileRefusesDevicesFifosAndHugeFilesWithoutReading) {
+  EXPECT_EQ(error_of([] { load_ds_config("/dev/zero", 1); }),
+            "ds_config /dev/zero: it is a character device, not a regular file");
+  const std::string dir = temp_dir();
+  const std::string fifo = dir + "/fifo.json", huge = dir + "/huge.json";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { load_ds_config(fifo, 1); }), "ds_config " + fifo + ": it is a fifo, not a regular file");
+  std::fclose(std::fopen(huge.c_str(), "w"));
+  ASSERT_EQ(truncate(huge.c_str(), int64_t(17) << 20), 0);  // sparse: nothing written
+  EXPECT_EQ(error_of([&] { load_ds_config(huge, 1); }),
+            "ds_config " + huge + ": it has 17825792 bytes, more than the 16777216 accepted");
+  std::remove(fifo.c_str());
+  std::remove(huge.c_str());
   rmdir(dir.c_str());
 }
 

@@ -1,6 +1,6 @@
 // The checkpoint flags every example shares: --checkpoint-dir (a directory, refused when empty),
-// --checkpoint-every (0 to 1e12 steps) and --resume (auto, never or a checkpoint directory), with the
-// same words in each example's --help.
+// --checkpoint-every (0 to 1e12 steps) and --resume (auto, never or a checkpoint directory; refused
+// when empty), with the same words in each example's --help.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,6 +10,7 @@
 
 #include "cli_numbers.h"
 #include "cli_paths.h"
+#include "cohort/error.h"
 
 namespace examples {
 
@@ -40,12 +41,20 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const Ch
                 "Save checkpoints here (" + help.holds + "step-<n>/ directories and a 'latest' pointer)");
   add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, flags.every,
               "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
-  app.add_option("--resume", flags.resume,
-                 std::string("auto: continue from the latest checkpoint in --checkpoint-dir if there is one; never: "
-                             "start from scratch") +
-                     (help.restart_resumes ? " (a launcher's restart still continues from the newest one)" : "") +
-                     "; or a checkpoint directory to load")
-      ->capture_default_str();
+  // An empty --resume (--resume "$CKPT" with CKPT unset) would read as auto: refused like --checkpoint-dir.
+  app.add_option_function<std::string>(
+         "--resume",
+         [&flags](const std::string& text) {
+           if (text.empty())
+             throw cohort::Error("--resume is empty: give auto, never or a checkpoint directory, or leave the flag out",
+                                 cohort::ErrorKind::kInvalidArgument);
+           flags.resume = text;
+         },
+         std::string("auto: continue from the latest checkpoint in --checkpoint-dir if there is one; never: "
+                     "start from scratch") +
+             (help.restart_resumes ? " (a launcher's restart still continues from the newest one)" : "") +
+             "; or a checkpoint directory to load")
+      ->default_str(flags.resume);
 }
 
 }  // namespace examples

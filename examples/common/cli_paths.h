@@ -1,7 +1,8 @@
 // Path flags of the examples. Directories (--checkpoint-dir): an empty value is refused in one line
 // naming the flag (it would otherwise read as "no directory" and save nothing), and check_writable_dir
 // makes the directory and proves it takes files at start, not at the first save an epoch later. Files
-// read whole (gpt --data): regular files only, up to a size, as cohort-plan reads --checkpoint.
+// read whole (gpt --data): regular files only, up to a size, as cohort-plan reads --checkpoint; a file
+// read later (--deepspeed-config) must exist and be a regular file when the command line is read.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -58,6 +59,27 @@ inline std::string file_kind(mode_t mode) {
   if (S_ISFIFO(mode)) return "a fifo";
   if (S_ISSOCK(mode)) return "a socket";
   return "a special file";
+}
+
+/// A flag naming a file read later (--deepspeed-config): it must exist and be a regular file, checked
+/// as the command line is read with stat, which neither opens nor blocks (a fifo or a device is
+/// refused here, not hung on or read without end later).
+inline CLI::Option* add_existing_file(CLI::App& app, const std::string& name, std::string& target,
+                                      const std::string& help) {
+  return app.add_option_function<std::string>(
+      name,
+      [&target, name](const std::string& path) {
+        const auto refusal = [&](const std::string& why) {
+          return cohort::Error(name + " " + (path.empty() ? std::string("\"\"") : path) + why,
+                               cohort::ErrorKind::kInvalidArgument);
+        };
+        struct stat info {};
+        if (::stat(path.c_str(), &info) != 0)
+          throw refusal(errno == ENOENT ? " does not exist" : std::string(": ") + std::strerror(errno));
+        if (!S_ISREG(info.st_mode)) throw refusal(" is " + file_kind(info.st_mode) + ", not a regular file");
+        target = path;
+      },
+      help);
 }
 
 /// The whole of `path`, a regular file of at most `max_bytes`; throws cohort::Error (invalid argument)

@@ -1,7 +1,7 @@
 // fashion_mnist: the main cohort job. Trains a small CNN on Fashion-MNIST with cohort::Trainer on
 // every rank the launcher gives it (cohortrun, torchrun, srun, mpirun), or on --devices N local
 // workers it starts itself. This file only reads the command line and turns any failure into one
-// `error: ...` line and exit status 1; train.cpp does the work.
+// `error: ...` line (exit status 2 for a bad command line, 1 for a failed run); train.cpp does the work.
 #include <c10/util/Exception.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +13,7 @@
 #include <cohort/error.h>
 #include <cohort/number.h>
 
+#include "../common/cli_choices.h"
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "../common/cli_paths.h"
@@ -20,6 +21,7 @@
 
 namespace {
 
+using examples::add_choice;
 using examples::add_directory;
 using examples::add_integer;
 using examples::add_real;
@@ -36,6 +38,26 @@ void check_powersgd_flags(const CLI::App& app, const std::string& hook) {
                             "): add the hook, or leave the flag out",
                         cohort::ErrorKind::kInvalidArgument);
   }
+}
+
+// --zero-stage and --deepspeed-config train with the ZeRO engine in place of DDP: with --strategy dp,
+// pipeline or another ZeRO stage they silently ran the engine instead of what --strategy asked for.
+void check_engine_flags(const fashion_mnist::TrainConfig& config) {
+  const std::string& strategy = config.strategy;
+  if (strategy == "ddp" || strategy == "single") return;
+  const auto refuse = [&](const std::string& flag, const std::string& value, const std::string& fix) {
+    throw cohort::Error("--strategy " + strategy + " and " + flag + " " + value +
+                            " ask for two different strategies: " + flag +
+                            " trains with the ZeRO engine in place of ddp (the default) or single only; " + fix,
+                        cohort::ErrorKind::kInvalidArgument);
+  };
+  const std::string stage = std::to_string(config.zero_stage);
+  if (config.zero_stage >= 0 && strategy != "zero" + stage) refuse("--zero-stage", stage, "leave one of them out");
+  if (!config.deepspeed_config.empty() && config.zero_stage < 0)
+    refuse("--deepspeed-config", config.deepspeed_config,
+           strategy.rfind("zero", 0) == 0
+               ? "leave --strategy out and give --zero-stage " + strategy.substr(4) + " to override the file's stage"
+               : "leave one of them out");
 }
 
 }  // namespace
@@ -59,34 +81,26 @@ int main(int argc, char** argv) {
               "Stop after this many steps in all (0: no limit)");
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")
       ->capture_default_str();
-  app.add_option(
-         "--progress", config.progress,
-         "Progress bar: auto (in place on a terminal, else a line every ~10%), bar, lines, off")
-      ->check(CLI::IsMember({"auto", "bar", "lines", "off"}))
-      ->capture_default_str();
+  add_choice(app, "--progress", config.progress, {"auto", "bar", "lines", "off"},
+             "Progress bar: auto (in place on a terminal, else a line every ~10%), bar, lines, off");
   examples::add_checkpoint_flags(app, config.checkpoint);
   add_integer(app, {"--zero-stage", 0, 3}, config.zero_stage,
               "Train with the ZeRO engine at this stage instead of DDP (Adam at --lr)")
       ->default_str("");
-  app.add_option("--deepspeed-config", config.deepspeed_config,
-                 "Train with the ZeRO engine as this DeepSpeed ds_config.json says (--zero-stage "
-                 "overrides its stage)")
-      ->check(CLI::ExistingFile);
-  app.add_option("--devices", config.devices,
-                 "Processes on this node: N (started by the program itself without a launcher) or auto; "
-                 "with --strategy dp, replicas in this process")
-      ->capture_default_str();
-  app.add_option("--strategy", config.strategy,
-                 "ddp, dp (--devices replicas on threads of this one process), zero1, zero2, zero3, pipeline "
-                 "(the network cut into one stage per rank, 1F1B over 4 microbatches) or single (--zero-stage wins)")
-      ->check(CLI::IsMember({"ddp", "dp", "zero1", "zero2", "zero3", "pipeline", "single"}))
-      ->capture_default_str();
-  app.add_option("--precision", config.precision, "32-true, bf16-mixed or 16-mixed (16-mixed: GPU and ZeRO only)")
-      ->check(CLI::IsMember({"32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16"}))
-      ->capture_default_str();
-  app.add_option("--ddp-comm-hook", config.ddp_comm_hook,
-                 "DDP gradient compression: fp16, bf16, powersgd or batched_powersgd (strategy ddp only)")
-      ->check(CLI::IsMember({"fp16", "bf16", "powersgd", "batched_powersgd"}));
+  examples::add_existing_file(app, "--deepspeed-config", config.deepspeed_config,
+                              "Train with the ZeRO engine as this DeepSpeed ds_config.json says (--zero-stage "
+                              "overrides its stage; with --strategy ddp or single only)");
+  examples::add_devices(app, config.devices,
+                        "Processes on this node: N (started by the program itself without a launcher) or auto; "
+                        "with --strategy dp, replicas in this process");
+  add_choice(app, "--strategy", config.strategy, {"ddp", "dp", "zero1", "zero2", "zero3", "pipeline", "single"},
+             "ddp, dp (--devices replicas on threads of this one process), zero1, zero2, zero3, pipeline "
+             "(the network cut into one stage per rank, 1F1B over 4 microbatches) or single; --zero-stage and "
+             "--deepspeed-config replace ddp or single only");
+  add_choice(app, "--precision", config.precision, {"32-true", "32", "bf16-mixed", "bf16", "16-mixed", "16"},
+             "32-true, bf16-mixed or 16-mixed (16-mixed: GPU and ZeRO only)");
+  add_choice(app, "--ddp-comm-hook", config.ddp_comm_hook, {"fp16", "bf16", "powersgd", "batched_powersgd"},
+             "DDP gradient compression: fp16, bf16, powersgd or batched_powersgd (strategy ddp only)");
   add_integer(app, {"--powersgd-rank", 1, 1024}, config.powersgd_rank,
               "PowerSGD's matrix_approximation_rank (with --ddp-comm-hook powersgd)");
   add_integer(app, {"--powersgd-start-iter", 0, int64_t(1e12)}, config.powersgd_start_iter,
@@ -96,6 +110,7 @@ int main(int argc, char** argv) {
   app.callback([&] {
     config.checkpoint.check();
     check_powersgd_flags(app, config.ddp_comm_hook);
+    check_engine_flags(config);
   });
   return examples::parse_and_run(app, argc, argv, [&] { fashion_mnist::run_training(config); });
 }

@@ -1,7 +1,6 @@
 // The Fashion-MNIST job's report callback (see report.h).
 #include "report.h"
 
-#include <cohort/ddp.h>  // reduce_metrics
 #include <cohort/number.h>
 
 #include <cmath>
@@ -49,21 +48,20 @@ void JobReport::on_train_epoch_end(cohort::Trainer& trainer, cohort::TrainingMod
   print_epoch(trainer.current_epoch(), metrics.at("train_loss"), metrics.at("test_accuracy"));
 }
 
-// The training loss of the batches this epoch ran, over all ranks (every rank ran as many samples).
+// The epoch's training loss so far over all ranks: the Trainer's mean of what the module logged, which
+// counts the batches before a resume too (the checkpoint carries their sums); a mean of this run's
+// batches alone printed another number than the run never interrupted.
 void JobReport::print_partial_epoch(cohort::Trainer& trainer, const std::map<std::string, double>& test) {
-  const auto shown = trainer.progress_bar_metrics();
-  const double samples = static_cast<double>(trainer.samples_in_epoch()) / trainer.world().size();
-  const double loss = shown.count("loss") ? shown.at("loss") : 0.0;
-  const auto sums = cohort::reduce_metrics({torch::tensor(loss * samples, torch::kFloat64)});
   if (!trainer.world().is_main()) return;
-  if (!module_.trained()) {  // resumed at --max-steps: no batch ran here, so no loss or time to show
+  const auto& metrics = trainer.callback_metrics();
+  const auto loss = metrics.find("train_loss");
+  if (!module_.trained() || loss == metrics.end()) {  // resumed at --max-steps: no batch ran here
     std::printf("epoch %lld/%d: %s (resumed at the last step: no training in this run)\n",
                 static_cast<long long>(trainer.current_epoch() + 1), epochs_, accuracy_text(test.at("test_accuracy")).c_str());
     std::fflush(stdout);
     return;
   }
-  print_epoch(trainer.current_epoch() + 1, sums[0].item<double>() / static_cast<double>(trainer.samples_in_epoch()),
-              test.at("test_accuracy"));
+  print_epoch(trainer.current_epoch() + 1, loss->second, test.at("test_accuracy"));
 }
 
 void JobReport::save_state(std::map<std::string, std::string>& values) const {

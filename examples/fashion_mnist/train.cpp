@@ -31,7 +31,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// --zero-stage wins over --strategy; --deepspeed-config alone means the ZeRO engine as it says.
+// --zero-stage replaces --strategy (ddp or single: main.cpp refuses another with it); --deepspeed-config
+// alone means the ZeRO engine as it says.
 std::string strategy_of(const TrainConfig& config) {
   examples::require(config.zero_stage != 0, "--zero-stage 0 is plain data parallelism: leave it out (DDP)");
   if (config.zero_stage > 0) return "zero" + std::to_string(config.zero_stage);

@@ -7,8 +7,11 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <cstdio>
 
+#include "../common/cli_main.h"
+#include "../common/cli_numbers.h"
 #include "../fashion_mnist/digest.h"
 #include "models/fashion_mnist_net.h"
 
@@ -78,17 +81,11 @@ void train(const Flags& flags) {
 int main(int argc, char** argv) {
   Flags flags;
   CLI::App app{"Trains the Fashion-MNIST CNN with a hand-written DDP loop; run it under a launcher for several ranks."};
-  app.add_option("--epochs", flags.epochs, "Passes over the training set")->check(CLI::Range(1, 100000));
-  app.add_option("--batch-size", flags.batch_size, "Samples per step on each rank")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--lr", flags.lr, "Learning rate of Adam")->check(CLI::PositiveNumber);
-  app.add_option("--seed", flags.seed, "Seed of the initial weights and of the shuffle");
-  app.add_option("--data", flags.data, "Directory of the four Fashion-MNIST IDX files");
-  CLI11_PARSE(app, argc, argv);
-  try {
-    train(flags);
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  // fashion_mnist's ranges and parser, so a value one example takes the other takes too.
+  examples::add_integer(app, {"--epochs", 1, 100000}, flags.epochs, "Passes over the training set");
+  examples::add_integer(app, {"--batch-size", 1, 1 << 20}, flags.batch_size, "Samples per step on each rank");
+  examples::add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate of Adam");
+  examples::add_integer(app, {"--seed", 0, INT64_MAX}, flags.seed, "Seed of the initial weights and of the shuffle");
+  app.add_option("--data", flags.data, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
+  return examples::parse_and_run(app, argc, argv, [&] { train(flags); });
 }

@@ -5,7 +5,9 @@
 // memory per rank at each validation, a sample of generated text and params-sha256 at the end, and
 // saves checkpoints a restart resumes from (--checkpoint-dir). See docs/gpt.md.
 #include <CLI/CLI.hpp>
+#include <string>
 
+#include "../common/cli_choices.h"
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "../common/cli_paths.h"
@@ -31,14 +33,11 @@ int main(int argc, char** argv) {
   add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate of AdamW");
   add_real(app, {"--weight-decay", 0, 1000}, flags.weight_decay, "Weight decay of AdamW");
   add_integer(app, {"--seed", 0, int64_t(1) << 40}, flags.seed, "Seed of the initial weights, the batches and the sample");
-  app.add_option("--devices", flags.devices,
-                 "Processes on this node: N (started by the program itself without a launcher) or auto")
-      ->capture_default_str();
-  app.add_option("--strategy", flags.strategy,
-                 "ddp, zero1, zero2, zero3 or fsdp (ZeRO stage 3 with each GPT block a sharding unit; zero3 is "
-                 "the same for this model)")
-      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp"}))
-      ->capture_default_str();
+  examples::add_devices(app, flags.devices,
+                        "Processes on this node: N (started by the program itself without a launcher) or auto");
+  examples::add_choice(app, "--strategy", flags.strategy, {"ddp", "zero1", "zero2", "zero3", "fsdp"},
+                       "ddp, zero1, zero2, zero3 or fsdp (ZeRO stage 3 with each GPT block a sharding unit; zero3 "
+                       "is the same for this model)");
   app.add_flag("--activation-checkpointing", flags.activation_checkpointing,
                "Keep no activation inside a block: backward recomputes it (cohort::checkpoint)");
   app.add_flag("--keep-gathered", flags.keep_gathered,
@@ -52,6 +51,13 @@ int main(int argc, char** argv) {
   examples::add_checkpoint_flags(app, flags.checkpoint);
   app.add_flag("--no-memory-check", flags.no_memory_check,
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
-  app.callback([&] { flags.checkpoint.check(); });
+  app.callback([&] {
+    flags.checkpoint.check();
+    // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
+    if (flags.n_embd % flags.n_head != 0)
+      throw cohort::Error(
+          "--n-head " + std::to_string(flags.n_head) + " must divide --n-embd " + std::to_string(flags.n_embd),
+          cohort::ErrorKind::kInvalidArgument);
+  });
   return examples::parse_and_run(app, argc, argv, [&] { gpt_example::run_training(flags); });
 }

@@ -21,6 +21,7 @@
 
 #include "../common/check.h"
 #include "../common/checkpoint_flags.h"
+#include "../common/cli_choices.h"
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "../common/cli_paths.h"
@@ -207,15 +208,12 @@ int main(int argc, char** argv) {
   Config config;
   CLI::App app{"Trains a deep MLP on Fashion-MNIST split into pipeline stages over the ranks cohortrun starts."};
   add_integer(app, {"--stages", 0, 1024}, config.stages, "Pipeline ranks (0: world size / --data-parallel)");
-  app.add_option("--schedule", config.schedule, "Pipeline schedule")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}))
-      ->capture_default_str();
+  examples::add_choice(app, "--schedule", config.schedule, {"gpipe", "1f1b", "interleaved"}, "Pipeline schedule");
   add_integer(app, {"--chunks", 1, 4096}, config.chunks, "Microbatches per step");
   add_integer(app, {"--stages-per-rank", 1, 64}, config.stages_per_rank, "Stages per rank with --schedule interleaved");
   add_integer(app, {"--data-parallel", 1, 1024}, config.data_parallel, "Replicas of the whole pipeline (DDP per stage)");
-  app.add_option("--partition", config.partition, "How the layers are cut into stages")
-      ->check(CLI::IsMember({"parameters", "uniform"}))
-      ->capture_default_str();
+  examples::add_choice(app, "--partition", config.partition, {"parameters", "uniform"},
+                       "How the layers are cut into stages");
   add_integer(app, {"--hidden-layers", 1, 256}, config.hidden_layers, "Hidden Linear+ReLU layers of 256");
   add_integer(app, {"--epochs", 1, 100000}, config.epochs, "Passes over the training set");
   add_integer(app, {"--max-steps", 0, int64_t(1e12)}, config.max_steps, "Stop after this many steps (0: no limit)");

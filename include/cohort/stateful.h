@@ -57,6 +57,12 @@ class Stateful {
   virtual std::vector<StateTensor> state_tensors() = 0;
   /// The numbers to save (same on every rank: rank 0's are written).
   virtual StateValues state_values() const { return {}; }
+  /// Called while loading, on every rank, before anything live changes, with the saved numbers and the
+  /// size of the world that saved them: throw cohort::Error naming the key and the value for a number
+  /// this Stateful cannot take (a negative position, a count past its data). The checkpoint is then
+  /// unusable, as a damaged one is: loading falls back to an older one, the message prefixed with the
+  /// manifest's path.
+  virtual void check_state_values(const StateValues& values, int saved_world_size) const {}
   /// Called after every tensor was loaded, with the saved numbers.
   virtual void load_state_values(const StateValues& values) {}
   /// Whether a checkpoint may lack some of the tensors listed (state made lazily, as optimizer

@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include "checkpoint/entry.h"
+#include "checkpoint/sampler_values.h"
 #include "cohort/error.h"
 #include "core/check.h"
 
@@ -46,7 +47,8 @@ class SchedulerState : public Stateful {
 
 class SamplerState : public Stateful {
  public:
-  SamplerState(DistributedSampler& sampler, int64_t& samples) : sampler_(sampler), samples_(samples) {}
+  SamplerState(std::string name, DistributedSampler& sampler, int64_t& samples)
+      : name_(std::move(name)), sampler_(sampler), samples_(samples) {}
   std::vector<StateTensor> state_tensors() override { return {}; }
   StateValues state_values() const override {
     return {{"epoch", sampler_.epoch()},
@@ -54,6 +56,11 @@ class SamplerState : public Stateful {
             {"dataset_size", sampler_.dataset_size()},
             {"seed", sampler_.options().seed()},
             {"shuffle", sampler_.options().shuffle()}};
+  }
+  // A position no sampler reaches (negative, past the data, not whole) makes the checkpoint unusable
+  // before commit: cast to int64 below, it crashed the resume or skipped the epoch unsaid.
+  void check_state_values(const StateValues& values, int saved_world_size) const override {
+    check_sampler_values(values, name_, saved_world_size);
   }
   void load_state_values(const StateValues& values) override {
     for (const char* key : {"epoch", "samples_in_epoch", "dataset_size", "seed", "shuffle"}) {
@@ -69,6 +76,7 @@ class SamplerState : public Stateful {
   }
 
  private:
+  std::string name_;  // the entry's, for messages ('values.<name>.epoch')
   DistributedSampler& sampler_;
   int64_t& samples_;
 };
@@ -114,8 +122,9 @@ std::shared_ptr<Stateful> module_state(torch::nn::Module& module) { return std::
 std::shared_ptr<Stateful> scheduler_state(torch::optim::LRScheduler& scheduler) {
   return std::make_shared<SchedulerState>(scheduler);
 }
-std::shared_ptr<Stateful> sampler_state(DistributedSampler& sampler, int64_t& samples_in_epoch) {
-  return std::make_shared<SamplerState>(sampler, samples_in_epoch);
+std::shared_ptr<Stateful> sampler_state(const std::string& name, DistributedSampler& sampler,
+                                        int64_t& samples_in_epoch) {
+  return std::make_shared<SamplerState>(name, sampler, samples_in_epoch);
 }
 std::shared_ptr<Stateful> rng_state() { return std::make_shared<RngState>(); }
 

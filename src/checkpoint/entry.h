@@ -23,7 +23,9 @@ namespace detail::ckpt {
 std::shared_ptr<Stateful> module_state(torch::nn::Module& module);
 std::shared_ptr<Stateful> optimizer_state(torch::optim::Optimizer& optimizer);
 std::shared_ptr<Stateful> scheduler_state(torch::optim::LRScheduler& scheduler);
-std::shared_ptr<Stateful> sampler_state(DistributedSampler& sampler, int64_t& samples_in_epoch);
+/// `name` is the entry's, for the messages of its check_state_values().
+std::shared_ptr<Stateful> sampler_state(const std::string& name, DistributedSampler& sampler,
+                                        int64_t& samples_in_epoch);
 /// This rank's generators: "cpu" and "cuda<i>" per CUDA device, all kPerRank.
 std::shared_ptr<Stateful> rng_state();
 

@@ -16,10 +16,12 @@
 #include "checkpoint/files.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/sampler_values.h"
 #include "checkpoint/shard_file.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/safe_file.h"
+#include "core/text.h"
 
 namespace fs = std::filesystem;
 
@@ -158,7 +160,7 @@ std::string describe_checkpoint(const std::string& dir, bool tensors) {
     const auto counts = per_entry[entry];
     out << "\n    " << entry << ": " << counts.first << " tensors, " << bytes_text(counts.second);
     for (const auto& [key, value] : numbers) {
-      if (key.find(".p") == std::string::npos) out << ", " << key << "=" << value;  // not per-parameter
+      if (key.find(".p") == std::string::npos) out << ", " << key << "=" << number_text(value);  // not per-parameter
     }
   }
   for (const auto& [key, value] : m.user) out << "\n  user " << key << " = " << value;
@@ -180,6 +182,13 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
     m = read_manifest(dir + "/manifest.json");
   } catch (const std::exception& e) {
     return {e.what()};
+  }
+  for (const auto& [entry, numbers] : m.values) {  // a position no sampler reaches: resume refuses it too
+    try {
+      if (is_sampler_values(numbers)) check_sampler_values(numbers, entry, m.world_size);
+    } catch (const Error& e) {
+      problems.push_back(dir + "/manifest.json: " + e.what());
+    }
   }
   Files files(dir, m);
   std::vector<char> buffer(kChunk);

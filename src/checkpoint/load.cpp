@@ -116,6 +116,21 @@ std::string agreed_problem(Group& group, const std::string& status, bool* mismat
   return "";
 }
 
+// Each Stateful's check of its saved numbers (Stateful::check_state_values), before commit: a number
+// it cannot take (a sampler position of -1000) makes this checkpoint unusable as damage does, so the
+// ranks fall back together instead of failing, or crashing, half way through commit.
+void check_values(const Staged& staged, const std::vector<CheckpointState::Entry>& entries, const std::string& path) {
+  for (const auto& entry : entries) {
+    const auto values = staged.manifest.values.find(entry.name);
+    if (values == staged.manifest.values.end()) continue;  // check_match named any that must be there
+    try {
+      entry.stateful->check_state_values(values->second, staged.manifest.world_size);
+    } catch (const std::exception& e) {
+      throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
+    }
+  }
+}
+
 // Writes the staged checkpoint into the live state: tensors, Statefuls' values, step, user values.
 CheckpointInfo commit(const Staged& staged, const LoadRequest& request,
                       const std::vector<CheckpointState::Entry>& entries, CheckpointState& state) {
@@ -158,6 +173,7 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
     std::string status;
     try {
       staged = stage_checkpoint(path, request, group.rank());
+      check_values(staged, entries, path);
     } catch (const MismatchError& e) {
       status = "M" + without_rank_prefix(e.what());
     } catch (const std::exception& e) {

@@ -4,12 +4,14 @@
 // (files.h), checked before any is opened.
 #include "checkpoint/manifest.h"
 
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <type_traits>
 
 #include "checkpoint/files.h"
+#include "checkpoint/layout.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/json_read.h"
@@ -115,6 +117,57 @@ std::string string_or(const json& object, const char* key, const std::string& fa
   return found != object.end() && found->is_string() ? found->get<std::string>() : fallback;
 }
 
+// object[key] when it is a list: null or an object would iterate as an empty or odd list, and a
+// manifest whose "tensors" is null would read as a model without tensors.
+json list_field(const json& object, const char* key, const std::string& where) {
+  json value = field<json>(object, key, where);
+  COHORT_CHECK_KIND(kIO, value.is_array(), where, ": '", key, "' is ", json_excerpt(value), ", not a list");
+  return value;
+}
+
+// 'values': per entry, named numbers; an error names the whole key and its value
+// ("'values.sampler.seed' is \"abc\", not a number"), not the enclosing object.
+std::map<std::string, StateValues> values_from_json(const json& j, const std::string& where) {
+  const json values = field<json>(j, "values", where);
+  COHORT_CHECK_KIND(kIO, values.is_object(), where, ": 'values' is ", json_excerpt(values), ", not an object");
+  std::map<std::string, StateValues> out;
+  for (const auto& [entry, numbers] : values.items()) {
+    const std::string key = "values." + excerpt(entry);
+    COHORT_CHECK_KIND(kIO, numbers.is_object(), where, ": '", key, "' is ", json_excerpt(numbers), ", not an object");
+    StateValues& mine = out[entry];
+    for (const auto& [name, number] : numbers.items()) {
+      COHORT_CHECK_KIND(kIO, number.is_number() || number.is_boolean(), where, ": '", key, ".", excerpt(name), "' is ",
+                        json_excerpt(number), ", not a number");
+      mine[name] = number.get<double>();
+    }
+  }
+  return out;
+}
+
+// 'user': the user's key/values, strings only.
+std::map<std::string, std::string> user_from_json(const json& j, const std::string& where) {
+  const json user = field<json>(j, "user", where);
+  COHORT_CHECK_KIND(kIO, user.is_object(), where, ": 'user' is ", json_excerpt(user), ", not an object");
+  std::map<std::string, std::string> out;
+  for (const auto& [key, value] : user.items()) {
+    COHORT_CHECK_KIND(kIO, value.is_string(), where, ": 'user.", excerpt(key), "' is ", json_excerpt(value),
+                      ", not a string");
+    out[key] = value.get<std::string>();
+  }
+  return out;
+}
+
+// 'step' is a step count, and the one its step-<n> directory names (a directory of another name, such
+// as a copy, is not compared): resuming from a hand-edited step would set the state to it.
+int64_t step_from_json(const json& j, const std::string& where) {
+  const int64_t step = field<int64_t>(j, "step", where);
+  COHORT_CHECK_KIND(kIO, step >= 0, where, ": 'step' is ", step, ", not a step count (0 or more)");
+  const auto named = parse_step_dir(std::filesystem::path(where).parent_path().filename().string());
+  COHORT_CHECK_KIND(kIO, !named || *named == step, where, ": 'step' is ", step, ", but its directory is ",
+                    step_dir_name(*named));
+  return step;
+}
+
 TensorRecord record_from_json(const json& j, const std::string& where) {
   TensorRecord r;
   r.name = field<std::string>(j, "name", where);
@@ -218,19 +271,19 @@ Manifest read_manifest(const std::string& path) {
                     m.format_version, "; this cohort reads up to ", kFormatVersion, " (written by cohort ",
                     excerpt(string_or(j, "library_version", "?")), ")");
   m.library_version = field<std::string>(j, "library_version", path);
-  m.step = field<int64_t>(j, "step", path);
+  m.step = step_from_json(j, path);
   m.world_size = field<int>(j, "world_size", path);
   COHORT_CHECK_KIND(kIO, m.world_size >= 1, path, ": 'world_size' is ", m.world_size);
   m.zero_stage = field<int>(j, "zero_stage", path);
   m.created = field<std::string>(j, "created", path);
-  for (const json& f : field<json>(j, "files", path)) {
+  for (const json& f : list_field(j, "files", path)) {
     m.files.push_back(
         {field<std::string>(f, "name", path), field<int>(f, "rank", path), field<int64_t>(f, "payload_bytes", path)});
     check_file_name(m.files.back().name, path);
   }
-  for (const json& t : field<json>(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
-  m.values = field<std::map<std::string, StateValues>>(j, "values", path);
-  m.user = field<std::map<std::string, std::string>>(j, "user", path);
+  for (const json& t : list_field(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
+  m.values = values_from_json(j, path);
+  m.user = user_from_json(j, path);
   check_records(m, path);
   return m;
 }

@@ -67,7 +67,9 @@ const char* kind_name(StateKind kind);
 
 std::string manifest_to_json(const Manifest& manifest);
 /// Reads and validates `path` (check_records included); errors name the path and the bad key
-/// ("... manifest.json: 'world_size' is missing"), quoting at most 200 characters of any value.
+/// ("... manifest.json: 'world_size' is missing", "'values.sampler.seed' is \"abc\", not a number"),
+/// quoting at most 200 characters of any value. 'step' must be 0 or more, and the n of a step-<n>
+/// directory holding the manifest; 'files' and 'tensors' must be lists.
 Manifest read_manifest(const std::string& path);
 /// Throws cohort::Error (starting with `where`) for records no saved checkpoint has and that would make
 /// a consolidated safetensors file unreadable: two tensors of one name, a negative dimension, a shape

@@ -7,8 +7,11 @@
 
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -17,8 +20,10 @@
 #include <sstream>
 #include <vector>
 
+#include "checkpoint/safetensors_index.h"
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/file_read.h"
 #include "core/json_read.h"
 #include "core/text.h"
 
@@ -108,7 +113,8 @@ void check_metadata(const std::string& path, const nlohmann::json& metadata) {
 }
 
 // The header's entries, checked against the data section's size and for overlaps.
-std::vector<Entry> read_header(std::ifstream& in, const std::string& path, int64_t file_bytes) {
+std::vector<Entry> read_header(std::ifstream& in, const std::string& path, int64_t file_bytes,
+                               std::map<std::string, std::string>* metadata_out = nullptr) {
   COHORT_CHECK_KIND(kInvalidArgument, file_bytes >= 8, path, ": not a safetensors file: ", file_bytes,
                     " bytes, shorter than the 8-byte header length");
   unsigned char length_bytes[8];
@@ -126,7 +132,11 @@ std::vector<Entry> read_header(std::ifstream& in, const std::string& path, int64
   const auto header = detail::parse_json(text, header_options(path, length));
   COHORT_CHECK_KIND(kInvalidArgument, header.is_object(), path, ": the ", length,
                     "-byte header is not a JSON object (not a safetensors file?)");
-  if (const auto metadata = header.find("__metadata__"); metadata != header.end()) check_metadata(path, *metadata);
+  if (const auto metadata = header.find("__metadata__"); metadata != header.end()) {
+    check_metadata(path, *metadata);
+    if (metadata_out != nullptr && metadata->is_object())
+      *metadata_out = metadata->get<std::map<std::string, std::string>>();
+  }
   const int64_t data_bytes = file_bytes - 8 - int64_t(length);
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
@@ -147,15 +157,45 @@ std::vector<Entry> read_header(std::ifstream& in, const std::string& path, int64
   return entries;
 }
 
-}  // namespace
-
-std::map<std::string, torch::Tensor> load_safetensors(const std::string& path) {
-  std::error_code error;
-  const auto size = std::filesystem::file_size(path, error);
-  COHORT_CHECK_KIND(kIO, !error, "cannot read safetensors file ", path, ": ", error.message());
+// The open file and its size: a regular file only (a fifo would block the open, a device be read
+// without end), looked at before it is opened.
+std::ifstream open_safetensors(const std::string& path, int64_t* bytes) {
+  struct stat info {};
+  COHORT_CHECK_KIND(kIO, ::stat(path.c_str(), &info) == 0, "cannot read safetensors file ", path, ": ",
+                    std::strerror(errno));
+  const char* type = detail::odd_file_type(info.st_mode);
+  COHORT_CHECK_KIND(kIO, type == nullptr, "safetensors file ", path, " is ", type, ", not a regular file");
   std::ifstream in(path, std::ios::binary);
   COHORT_CHECK_KIND(kIO, in, "cannot open safetensors file ", path);
-  const std::vector<Entry> entries = read_header(in, path, int64_t(size));
+  *bytes = int64_t(info.st_size);
+  return in;
+}
+
+}  // namespace
+
+namespace detail {
+
+bool looks_like_safetensors(const char* bytes, size_t size) {
+  if (size < 10) return false;
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i) length |= uint64_t(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  return length >= 2 && length <= size - 8 && bytes[8] == '{';
+}
+
+SafetensorsIndex read_safetensors_index(const std::string& path) {
+  int64_t size = 0;
+  std::ifstream in = open_safetensors(path, &size);
+  SafetensorsIndex index;
+  for (const Entry& e : read_header(in, path, size, &index.metadata)) index.tensors.push_back({e.name, e.shape});
+  return index;
+}
+
+}  // namespace detail
+
+std::map<std::string, torch::Tensor> load_safetensors(const std::string& path) {
+  int64_t size = 0;
+  std::ifstream in = open_safetensors(path, &size);
+  const std::vector<Entry> entries = read_header(in, path, size);
   const int64_t data_start = int64_t(in.tellg());
   std::map<std::string, torch::Tensor> tensors;
   for (const Entry& e : entries) {

@@ -38,7 +38,7 @@ CheckpointState& CheckpointState::add(const std::string& name, torch::optim::LRS
 }
 
 CheckpointState& CheckpointState::add(const std::string& name, DistributedSampler& sampler, int64_t& samples_in_epoch) {
-  return add(name, detail::ckpt::sampler_state(sampler, samples_in_epoch));
+  return add(name, detail::ckpt::sampler_state(name, sampler, samples_in_epoch));
 }
 
 CheckpointState& CheckpointState::add(const std::string& name, Stateful& stateful) {

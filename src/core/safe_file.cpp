@@ -14,23 +14,12 @@
 
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/file_read.h"
 
 namespace cohort::detail {
 namespace {
 
 std::string errno_text(int error) { return std::strerror(error); }
-
-// "a character device", ... for a file type that is not a regular file; nullptr for a regular file.
-const char* odd_type(mode_t mode) {
-  if (S_ISREG(mode)) return nullptr;
-  if (S_ISLNK(mode)) return "a symbolic link";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISFIFO(mode)) return "a fifo";
-  return "not a regular file";
-}
 
 std::string directory_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -68,7 +57,7 @@ void check_replaceable(const std::string& path) {
                     "itself)",
                 ErrorKind::kIO);
   }
-  const char* type = odd_type(info.st_mode);
+  const char* type = odd_file_type(info.st_mode);
   COHORT_CHECK_KIND(kIO, type == nullptr, path, " is ", type, ", not a regular file: cohort writes regular files only");
 }
 
@@ -158,7 +147,7 @@ int open_own_file(const std::string& path, const std::string& what) {
   }
   struct stat info {};
   const bool stated = ::fstat(fd, &info) == 0;
-  const char* type = stated ? odd_type(info.st_mode) : "unreadable";
+  const char* type = stated ? odd_file_type(info.st_mode) : "unreadable";
   if (type != nullptr) {
     ::close(fd);
     throw Error(what + " " + path + " is " + type + ", not a regular file", ErrorKind::kIO);

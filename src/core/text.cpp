@@ -2,6 +2,7 @@
 #include "core/text.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -34,6 +35,16 @@ bool all_digits(const std::string& s) {
     if (!std::isdigit(c)) return false;
   }
   return true;
+}
+
+std::string number_text(double value) {
+  char text[40];
+  if (std::floor(value) == value && std::fabs(value) < 9223372036854775808.0) {
+    std::snprintf(text, sizeof text, "%lld", static_cast<long long>(value));
+  } else {
+    std::snprintf(text, sizeof text, "%.17g", value);
+  }
+  return text;
 }
 
 }  // namespace cohort::detail

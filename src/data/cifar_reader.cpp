@@ -1,8 +1,10 @@
 // CIFAR-10's binary batches: fixed-size records (label byte, then the R, G and B 32x32 planes), no
-// header, so the file size alone says whether a file is whole. The file is read at once into the
-// buffer the returned tensors view. Also the synthetic CIFAR-shaped set the benchmarks use here, where
-// no CIFAR-10 package exists.
+// header, so the file size alone says whether a file is whole. The file (a regular one only) is read
+// at once into the buffer the returned tensors view. Also the synthetic CIFAR-shaped set the
+// benchmarks use here, where no CIFAR-10 package exists.
 #include <ATen/CPUGeneratorImpl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "cohort/cifar.h"
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/file_read.h"
 
 namespace cohort::data {
 namespace {
@@ -23,25 +26,48 @@ constexpr const char* kWhereToGetIt =
     "get the binary version (cifar-10-binary.tar.gz) from https://www.cs.toronto.edu/~kriz/cifar.html "
     "and pass its unpacked cifar-10-batches-bin folder";
 
-// A whole file as uint8 [bytes]; its size was checked before.
-torch::Tensor read_whole_file(const std::string& path, int64_t bytes) {
-  errno = 0;
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
-  COHORT_CHECK_KIND(kIO, file != nullptr, "cannot open CIFAR-10 file ", path, ": ", std::strerror(errno));
+// A descriptor that closes itself.
+struct OpenFile {
+  int fd;
+  ~OpenFile() { ::close(fd); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+};
+
+// The file opened as a regular one only (core/file_read.h: a fifo would block the open, a device be
+// read without end); a missing one names where to get the data.
+OpenFile open_cifar_file(const std::string& path) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) {
+    throw Error("CIFAR-10 file not found: " + path + " (" + (error ? error.message() : std::strerror(ENOENT)) + "); " +
+                    kWhereToGetIt,
+                ErrorKind::kIO);
+  }
+  return OpenFile{detail::open_regular_file(path, "CIFAR-10 file " + path)};
+}
+
+// The first `bytes` bytes of the file as uint8 [bytes]: no more than its size said when opened.
+torch::Tensor read_whole_file(int fd, const std::string& path, int64_t bytes) {
   auto data = torch::empty({bytes}, torch::kUInt8);
-  const size_t got = std::fread(data.data_ptr<uint8_t>(), 1, size_t(bytes), file.get());
-  COHORT_CHECK_KIND(kIO, int64_t(got) == bytes, "cannot read CIFAR-10 file ", path, ": got ", got, " of its ", bytes,
-                    " bytes", std::ferror(file.get()) ? std::string(": ") + std::strerror(errno) : std::string());
+  auto* out = data.data_ptr<uint8_t>();
+  int64_t got = 0;
+  while (got < bytes) {
+    const ssize_t n = ::read(fd, out + got, size_t(bytes - got));
+    if (n < 0 && errno == EINTR) continue;
+    COHORT_CHECK_KIND(kIO, n > 0, "cannot read CIFAR-10 file ", path, ": got ", got, " of its ", bytes, " bytes",
+                      n < 0 ? std::string(": ") + std::strerror(errno) : std::string());
+    got += n;
+  }
   return data;
 }
 
 }  // namespace
 
 Cifar10Batch load_cifar10_batch(const std::string& path, const Cifar10Options& options) {
-  std::error_code error;
-  const auto size = std::filesystem::file_size(path, error);
-  COHORT_CHECK_KIND(kIO, !error, "CIFAR-10 file not found: ", path, " (", error.message(), "); ", kWhereToGetIt);
-  const int64_t bytes = int64_t(size), records = bytes / kCifar10RecordBytes;
+  const OpenFile file = open_cifar_file(path);
+  struct stat info {};
+  COHORT_CHECK_KIND(kIO, ::fstat(file.fd, &info) == 0, "cannot read CIFAR-10 file ", path, ": ", std::strerror(errno));
+  const int64_t bytes = int64_t(info.st_size), records = bytes / kCifar10RecordBytes;
   COHORT_CHECK_KIND(kIO, bytes > 0, "CIFAR-10 file ", path, " is empty");
   COHORT_CHECK_KIND(kIO, bytes % kCifar10RecordBytes == 0, "CIFAR-10 file ", path, " is truncated: ", bytes,
                     " bytes is not a whole number of ", kCifar10RecordBytes, "-byte records (", records,
@@ -49,7 +75,7 @@ Cifar10Batch load_cifar10_batch(const std::string& path, const Cifar10Options& o
   COHORT_CHECK_KIND(kIO, options.records_per_file() == 0 || records == options.records_per_file(), "CIFAR-10 file ",
                     path, " holds ", records, " records (", bytes, " bytes), expected ", options.records_per_file(),
                     " (", options.records_per_file() * kCifar10RecordBytes, " bytes): truncated?");
-  const auto table = read_whole_file(path, bytes).view({records, kCifar10RecordBytes});
+  const auto table = read_whole_file(file.fd, path, bytes).view({records, kCifar10RecordBytes});
   Cifar10Batch batch;
   batch.labels = table.select(1, 0).to(torch::kLong);
   batch.images = table.narrow(1, 1, kCifar10RecordBytes - 1).reshape({records, 3, 32, 32});

@@ -1,7 +1,8 @@
 // IDX reader: magic number, big-endian dimensions, then unsigned bytes, read through zlib's gzread
-// (which also reads uncompressed files). Data is read in chunks into a buffer the returned tensor
-// owns, so a corrupt header declaring huge sizes fails on truncation instead of allocating it all
-// up front.
+// (which also reads uncompressed files) from a regular file only (core/file_read.h). Data is read in
+// chunks into a buffer the returned tensor owns, so a corrupt header declaring huge sizes fails on
+// truncation instead of allocating it all up front, and no more is read than the header declares.
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "cohort/data.h"
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/file_read.h"
 
 namespace cohort::data {
 namespace {
@@ -34,11 +36,13 @@ std::string hex(uint32_t value) {
 // A gzFile that closes itself; read() returns fewer bytes than asked only at the end of the data.
 class GzFile {
  public:
+  // A regular file only, opened without blocking: a fifo in the data directory blocked every rank
+  // forever, and a device would be read without end.
   explicit GzFile(const std::string& path) : path_(path) {
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    COHORT_CHECK_KIND(kIO, file_ != nullptr, "cannot open IDX file ", path, ": ",
-                      errno != 0 ? std::strerror(errno) : "out of memory");
+    const int fd = detail::open_regular_file(path, "IDX file " + path);
+    file_ = gzdopen(fd, "rb");
+    if (file_ == nullptr) ::close(fd);
+    COHORT_CHECK_KIND(kIO, file_ != nullptr, "cannot read IDX file ", path, ": out of memory");
   }
   ~GzFile() { gzclose(file_); }
   GzFile(const GzFile&) = delete;

@@ -59,6 +59,7 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
   module->on_fit_start();
   if (const std::string ckpt = checkpoint_to_resume(fit_options); !ckpt.empty()) resume(ckpt);
+  const int64_t first_step = step;
   sanity_check();
   module->model().train(true);
   fit_started = std::chrono::steady_clock::now();
@@ -66,6 +67,11 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   }
   module->on_fit_end();
   each_callback([&](Callback& c) { c.on_fit_end(owner, *module); });
+  // Stopped inside an epoch (max_steps, max_time, a stop request) after training in this fit: the
+  // epoch's means so far in callback_metrics, batches before a resume included, as Lightning's epoch
+  // end at max_steps gives them. The condition is the same on every rank (sync_dist means are a
+  // collective); a fit that trained nothing here may hold no sums on ranks > 0 (another world size).
+  if (samples_in_epoch > 0 && step > first_step) publish(metrics.epoch_means(Stage::kTrain, world.comm()), false);
   if (world.is_main())
     for (auto& logger : loggers) logger->flush();
 }

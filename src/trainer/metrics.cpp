@@ -55,11 +55,13 @@ std::map<std::string, double> MetricStore::take_step(Comm& comm) {
   return out;
 }
 
-std::map<std::string, double> MetricStore::take_epoch(Stage stage, Comm& comm) {
+std::map<std::string, double> MetricStore::epoch_means(Stage stage, Comm& comm) const {
   std::map<std::string, double> out;
+  const auto found = epoch_.find(stage);
+  if (found == epoch_.end()) return out;
   std::vector<std::string> synced;
   std::vector<double> weighted, samples;
-  for (const auto& [key, sum] : epoch_[stage]) {
+  for (const auto& [key, sum] : found->second) {
     out[key] = sum.samples > 0 ? sum.weighted / static_cast<double>(sum.samples) : 0.0;
     if (sum.sync) {
       synced.push_back(key);
@@ -67,7 +69,6 @@ std::map<std::string, double> MetricStore::take_epoch(Stage stage, Comm& comm) {
       samples.push_back(static_cast<double>(sum.samples));
     }
   }
-  epoch_.erase(stage);
   if (!synced.empty()) {
     const auto sums = reduce_metrics(
         {torch::tensor(weighted, torch::kFloat64), torch::tensor(samples, torch::kFloat64)}, &comm);
@@ -76,6 +77,12 @@ std::map<std::string, double> MetricStore::take_epoch(Stage stage, Comm& comm) {
       out[synced[i]] = sums[0][at].item<double>() / sums[1][at].item<double>();
     }
   }
+  return out;
+}
+
+std::map<std::string, double> MetricStore::take_epoch(Stage stage, Comm& comm) {
+  std::map<std::string, double> out = epoch_means(stage, comm);
+  epoch_.erase(stage);
   return out;
 }
 

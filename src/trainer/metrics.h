@@ -24,7 +24,9 @@ class MetricStore {
   /// The step values logged since the last call (sync_dist ones averaged over ranks), keyed as
   /// Lightning keys them ("loss", or "loss_step" when the epoch mean is recorded too).
   std::map<std::string, double> take_step(Comm& comm);
-  /// The epoch means of `stage` (sync_dist ones exact over ranks), then forgets them.
+  /// The epoch means of `stage` so far (sync_dist ones exact over ranks: a collective when any).
+  std::map<std::string, double> epoch_means(Stage stage, Comm& comm) const;
+  /// epoch_means, then forgets them.
   std::map<std::string, double> take_epoch(Stage stage, Comm& comm);
   /// Names logged with prog_bar(true) (as keyed in the results).
   const std::set<std::string>& prog_bar() const { return prog_bar_; }

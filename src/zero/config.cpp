@@ -8,6 +8,7 @@
 #include "cohort/error.h"
 #include "cohort/zero_config.h"
 #include "core/check.h"
+#include "core/file_read.h"
 #include "core/log.h"
 #include "zero/config_reader.h"
 
@@ -226,16 +227,9 @@ ZeroConfig parse_ds_config(const std::string& json_text, int world_size) {
 
 ZeroConfig load_ds_config(const std::string& path, int world_size) {
   const std::string source = "ds_config " + path;
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) throw Error(str(source, ": cannot open: ", std::strerror(errno)), ErrorKind::kIO);
-  std::string text;
-  char buffer[1 << 16];
-  size_t got = 0;
-  while ((got = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, got);
-  const int read_errno = std::ferror(file) ? errno : 0;
-  std::fclose(file);
-  if (read_errno != 0) throw Error(str(source, ": cannot read: ", std::strerror(read_errno)), ErrorKind::kIO);
-  return parse_with_source(text, world_size, source);
+  // A ds_config is a few KiB: a device (/dev/zero) or a fifo is refused without reading or blocking.
+  constexpr int64_t kMaxDsConfigBytes = int64_t(16) << 20;
+  return parse_with_source(detail::read_regular_file(path, source, kMaxDsConfigBytes), world_size, source);
 }
 
 double warmup_lr(const SchedulerConfig& scheduler, int64_t step) {

@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
   auto* model_option = app.add_option("--model", model,
                                       "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN)");
   auto* checkpoint_option = app.add_option("--checkpoint", checkpoint,
-                                           "A file from torch::save(module) or torch::pickle_save: count its tensors");
+                                           "A file from torch::save(module), torch::pickle_save or a safetensors file "
+                                           "(cohort-ckpt consolidate's): count its tensors");
   params_option->excludes(model_option)->excludes(checkpoint_option);
   model_option->excludes(checkpoint_option);
   const cohort::IntegerRange ranks_range{"--ranks", 1, 1 << 20};

@@ -1,6 +1,7 @@
 // Counting parameters for cohort-plan: the example's CNN from its own source (examples/fashion_mnist/
 // model.cpp is compiled into the tool, so the count follows the example), or a checkpoint file tried
-// first as a torch::save archive (a TorchScript module) and then as a torch::pickle_save IValue.
+// first as a torch::save archive (a TorchScript module) and then as a torch::pickle_save IValue, or a
+// safetensors file counted from its header.
 #include "model_size.h"
 
 #include <torch/script.h>
@@ -16,6 +17,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "checkpoint/safetensors_index.h"
 #include "cohort/error.h"
 #include "models/fashion_mnist_net.h"
 
@@ -98,8 +100,46 @@ ModelSize count_named_model(const std::string& name) {
   return size;
 }
 
+namespace {
+
+// A safetensors file (Hugging Face weights, or what cohort-ckpt consolidate writes), counted from its
+// header. A consolidated cohort checkpoint also holds optimizer states and RNG states: only its
+// "model/" tensors are parameters, and one without them (a ZeRO engine's flat groups) is refused.
+ModelSize count_safetensors(const std::string& path) {
+  const auto index = cohort::detail::read_safetensors_index(path);
+  const auto format = index.metadata.find("format");
+  const bool consolidated = format != index.metadata.end() && format->second == "cohort-checkpoint consolidated";
+  ModelSize size;
+  for (const auto& tensor : index.tensors) {
+    if (consolidated && tensor.name.rfind("model/", 0) != 0) continue;
+    int64_t numel = 1;
+    for (int64_t d : tensor.shape) numel *= d;  // bounded by the file's bytes (read_safetensors_index)
+    size.params += numel;
+    size.tensors += 1;
+  }
+  if (consolidated && size.tensors == 0) {
+    throw cohort::Error("--checkpoint " + path +
+                        " is a consolidated cohort checkpoint without 'model/' tensors (a ZeRO engine's state "
+                        "mixes parameters and optimizer states): give the model size with --params N");
+  }
+  size.format = consolidated ? "consolidated cohort checkpoint (its 'model/' tensors only)" : "safetensors file";
+  return size;
+}
+
+}  // namespace
+
 ModelSize count_checkpoint(const std::string& path) {
   const std::vector<char> bytes = read_file(path);  // a missing or unreadable file fails here
+  if (cohort::detail::looks_like_safetensors(bytes.data(), bytes.size())) return count_safetensors(path);
+  // torch::save and torch::pickle_save both write a zip archive: LibTorch's text for anything else is
+  // 400 characters of miniz internals, said once per format.
+  const bool zip = bytes.size() >= 4 && std::memcmp(bytes.data(), "PK\x03\x04", 4) == 0;
+  if (!zip) {
+    throw cohort::Error("--checkpoint " + path +
+                        ": neither a torch::save archive nor torch::pickle_save data (it is not a zip archive) nor a "
+                        "safetensors file; for a cohort checkpoint directory, consolidate it first "
+                        "(cohort-ckpt consolidate DIR -o model.safetensors)");
+  }
   std::string module_error;
   try {
     // torch::save(module) writes a TorchScript archive: parameters and buffers as attributes.

@@ -1,6 +1,6 @@
 // Parameter counts for cohort-plan's --model and --checkpoint: the fashion_mnist example's network
-// built with LibTorch, or the tensors of a file written by torch::save or torch::pickle_save. (Files
-// from Python's torch.save are not readable: LibTorch 1.13's unpickler rejects them.)
+// built with LibTorch, or the tensors of a file written by torch::save, torch::pickle_save or as
+// safetensors. (Files from Python's torch.save are not readable: LibTorch 1.13's unpickler rejects them.)
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,10 @@ struct ModelSize {
 /// The models cohort-plan knows by name: "fashion_mnist_cnn". Throws cohort::Error for others.
 ModelSize count_named_model(const std::string& name);
 
-/// A module saved with torch::save (parameters counted, buffers reported apart), or any IValue
-/// saved with torch::pickle_save (the elements of every distinct tensor in it). Throws
-/// cohort::Error naming the path when the file is missing, unreadable or of neither format.
+/// A module saved with torch::save (parameters counted, buffers reported apart), any IValue saved
+/// with torch::pickle_save (the elements of every distinct tensor in it), or a safetensors file (every
+/// tensor; of a file cohort-ckpt consolidate wrote, the "model/" ones). Throws cohort::Error naming the
+/// path, in one line, when the file is missing, unreadable or of none of these formats.
 ModelSize count_checkpoint(const std::string& path);
 
 }  // namespace cohort_plan

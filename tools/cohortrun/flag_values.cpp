@@ -163,7 +163,11 @@ StdSpec parse_std_spec(const std::string& flag, const std::string& text) {
     if (!is_digits(rank) || rank.size() > 6 || value.size() != 1 || value[0] < '0' || value[0] > '3') {
       throw bad();
     }
-    spec.per_rank[std::stoi(rank)] = value[0] - '0';
+    // "0:1,0:2" would keep one of the two silently.
+    if (!spec.per_rank.emplace(std::stoi(rank), value[0] - '0').second) {
+      throw UsageError(flag + "=" + text + ": local rank " + std::to_string(std::stoi(rank)) +
+                       " is given twice: give each local rank once");
+    }
   }
   if (spec.per_rank.empty()) throw bad();
   return spec;

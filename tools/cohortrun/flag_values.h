@@ -30,7 +30,7 @@ int parse_nproc(const std::string& text, const HostFacts& host);
 /// "HOST", "HOST:PORT", "[V6ADDR]" or "[V6ADDR]:PORT"; a missing port is `default_port`.
 Endpoint parse_endpoint(const std::string& text, int default_port);
 
-/// torchrun's Std: "0".."3", or a map "0:1,1:2" from local rank to value.
+/// torchrun's Std: "0".."3", or a map "0:1,1:2" from local rank to value, each local rank once.
 StdSpec parse_std_spec(const std::string& flag, const std::string& text);
 
 /// "key=value,key2=value2" (torchrun's --rdzv-conf).

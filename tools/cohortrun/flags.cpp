@@ -205,6 +205,23 @@ void refuse_empty_values(const std::vector<std::string>& flags, const std::vecto
   }
 }
 
+// A value flag given twice (`--nproc-per-node 2 ... --nproc 4`, prefixes and `-r` included, as the
+// names are normalized by now) is refused naming both values: CLI11 said "At Most 1 required but
+// received 2", and torchrun's silent last value hides a conflict in a wrapper script's flags.
+void refuse_repeated_values(const std::vector<std::string>& flags) {
+  std::map<std::string, std::vector<std::string>> given;
+  for (const std::string& arg : flags) {
+    const auto eq = arg.find('=');
+    if (eq != std::string::npos) given[arg.substr(0, eq)].push_back(arg.substr(eq + 1));
+  }
+  for (const auto& [name, values] : given) {
+    if (values.size() < 2) continue;
+    std::string list;
+    for (const auto& value : values) list += (list.empty() ? "" : ", ") + value;
+    throw UsageError(name + " was given " + std::to_string(values.size()) + " times (" + list + "): give it once");
+  }
+}
+
 std::string help_text(const CLI::App& app) {
   std::string help = app.help();
   const std::string usage = "Usage: cohortrun [OPTIONS]";
@@ -257,6 +274,7 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
   std::vector<ValueFlag> values;
   add_flags(app, text, on, values);
   refuse_empty_values(line.flags, values);
+  refuse_repeated_values(line.flags);
   std::vector<std::string> reversed(line.flags.rbegin(), line.flags.rend());
   try {
     app.parse(reversed);

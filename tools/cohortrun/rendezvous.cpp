@@ -134,7 +134,11 @@ class StoreRendezvous : public Rendezvous {
     }
   }
 
-  std::string where() const override { return "rendezvous '" + options_.rdzv_id + "' at " + options_.endpoint.str(); }
+  // Without --rdzv-id the job's id is node 0's fresh one, not "none" (flags.cpp, resolve_options).
+  std::string where() const override {
+    const std::string job = options_.rdzv_id != "none" ? "'" + options_.rdzv_id + "'" : "(no --rdzv-id)";
+    return "rendezvous " + job + " at " + options_.endpoint.str();
+  }
 
  private:
   std::string round_prefix(int round) const { return prefix_ + std::to_string(round) + "/"; }

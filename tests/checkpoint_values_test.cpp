@@ -1,0 +1,168 @@
+// Manifest values a resume cannot take (probe D5-D9): a sampler position that crashed the resume
+// (samples_in_epoch -1000 or 2^70) or silently changed the run (1e12, epoch -3), a step of -5 or of
+// another directory, "tensors": null. Each makes its checkpoint unusable: load_checkpoint falls back to
+// the older one naming the file, the key and the value, and cohort-ckpt verify says BAD. Type errors
+// name the whole key; info prints whole numbers exactly.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "cohort/checkpoint.h"
+#include "cohort/safetensors.h"
+#include "support/errors.h"
+#include "support/multiproc.h"
+#include "support/small_models.h"
+
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace checkpoint_values_test {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using cohort::testing::error_of;
+using cohort::testing::ToolRun;
+using Change = std::function<void(nlohmann::json&)>;
+
+namespace {
+
+constexpr int64_t kSamples = 2318941;  // the gpt example's dataset in the probe: %g printed 2.31894e+06
+
+ToolRun tool(const std::string& args) { return cohort::testing::run_tool("tools/cohort_ckpt/cohort-ckpt", args); }
+
+// A checkpoint directory with step-10 and step-20 of a model and a sampler (epoch 3, 48 samples into
+// it); edit() rewrites step-20's manifest.
+struct Fixture {
+  Fixture() {
+    char name[] = "/tmp/checkpoint_values_XXXXXX";
+    dir = ::mkdtemp(name);
+    step = dir + "/step-20";
+    manifest = step + "/manifest.json";
+    for (int64_t saved : {10, 20}) {
+      cohort::DistributedSampler sampler(kSamples, cohort::SamplerOptions().num_replicas(1).rank(0));
+      sampler.set_epoch(3);
+      int64_t samples = 48;
+      cohort::CheckpointState state;
+      state.add("model", *model).add("sampler", sampler, samples).set_step(saved);
+      cohort::save_checkpoint(dir, state);
+    }
+    std::ifstream in(manifest);
+    std::stringstream text;
+    text << in.rdbuf();
+    original = text.str();
+  }
+  ~Fixture() { fs::remove_all(dir); }
+
+  void edit(const Change& change) {
+    auto j = nlohmann::json::parse(original);
+    change(j);
+    std::ofstream(manifest, std::ios::trunc) << j.dump();
+  }
+  // A resume: the step it loaded and why it skipped step-20 ("" when it did not).
+  std::pair<int64_t, std::string> resume() {
+    cohort::DistributedSampler sampler(kSamples, cohort::SamplerOptions().num_replicas(1).rank(0));
+    int64_t samples = 0;
+    cohort::CheckpointState state;
+    state.add("model", *model).add("sampler", sampler, samples);
+    ::testing::internal::CaptureStderr();  // the fallback's warning
+    const auto info = cohort::load_checkpoint(dir, state);
+    ::testing::internal::GetCapturedStderr();
+    if (!info) return {-1, "nothing loaded"};
+    return {info->step, info->skipped.empty() ? "" : info->skipped[0]};
+  }
+  // Each change makes step-20 unusable with `why` (after "<manifest>: "): resume takes step-10, verify
+  // says BAD.
+  void expect_unusable(const std::vector<std::pair<Change, std::string>>& cases) {
+    for (const auto& [change, why] : cases) {
+      edit(change);
+      const std::string problem = manifest + ": " + why;
+      EXPECT_EQ(resume(), std::make_pair(int64_t(10), step + ": " + problem));
+      const ToolRun verify = tool("verify " + dir);
+      EXPECT_EQ(verify.code, 1) << why;
+      EXPECT_EQ(verify.out, "cohort-ckpt: " + problem + "\n" + step + ": BAD (1 problem(s))\n");
+    }
+  }
+
+  std::string dir, step, manifest, original;
+  cohort::testing::Mlp model;
+};
+
+Change sampler_value(const char* key, double value) {
+  return [=](nlohmann::json& j) { j["values"]["sampler"][key] = value; };
+}
+
+}  // namespace
+
+// Probe D6, D7: -1000 and 2^70 crashed the resume with SIGSEGV, 1e12 skipped the epoch and epoch -3
+// trained another order, all while verify said OK.
+TEST(CheckpointValues, ASamplerPositionNoSamplerReachesFallsBackAndVerifiesBad) {
+  Fixture f;
+  const std::string range = ", outside 0..4637883 (no epoch of 2318941 samples over 1 rank(s) reaches further)";
+  f.expect_unusable({
+      {sampler_value("samples_in_epoch", -1000), "'values.sampler.samples_in_epoch' is -1000" + range},
+      {sampler_value("samples_in_epoch", 1180591620717411303424.0),
+       "'values.sampler.samples_in_epoch' is 1.1805916207174113e+21" + range},
+      {sampler_value("samples_in_epoch", 1e12), "'values.sampler.samples_in_epoch' is 1000000000000" + range},
+      {sampler_value("samples_in_epoch", 4637884), "'values.sampler.samples_in_epoch' is 4637884" + range},
+      {sampler_value("epoch", -3), "'values.sampler.epoch' is -3, outside 0..9007199254740991 (2^53 - 1)"},
+      {sampler_value("epoch", 1.5), "'values.sampler.epoch' is 1.5, not a whole number"},
+  });
+  f.edit(sampler_value("samples_in_epoch", 4637883));  // the bound itself is a position a sampler may save
+  EXPECT_EQ(f.resume().first, 20);
+}
+
+// Probe D8: step -5 verified OK and then failed the resume in set_step without falling back; a null
+// tensor list read as a model without tensors.
+TEST(CheckpointValues, ABadStepOrTensorListFallsBackAndVerifiesBad) {
+  Fixture f;
+  f.expect_unusable({
+      {[](nlohmann::json& j) { j["step"] = -5; }, "'step' is -5, not a step count (0 or more)"},
+      {[](nlohmann::json& j) { j["step"] = 7; }, "'step' is 7, but its directory is step-20"},
+      {[](nlohmann::json& j) { j["tensors"] = nullptr; }, "'tensors' is null, not a list"},
+      {[](nlohmann::json& j) { j["files"] = {{"name", "x"}}; }, "'files' is {\"name\":\"x\"}, not a list"},
+  });
+}
+
+// Probe D9: "'values' has the wrong type ({"engine":{...200 characters of other values".
+TEST(CheckpointValues, TypeErrorsNameTheWholeKeyAndTheValue) {
+  Fixture f;
+  const auto error = [&](const Change& change) {
+    f.edit(change);
+    return error_of([&] { cohort::detail::ckpt::read_manifest(f.manifest); });
+  };
+  EXPECT_EQ(error([](nlohmann::json& j) { j["values"]["sampler"]["seed"] = "abc"; }),
+            f.manifest + ": 'values.sampler.seed' is \"abc\", not a number");
+  EXPECT_EQ(error([](nlohmann::json& j) { j["values"]["sampler"] = {1}; }),
+            f.manifest + ": 'values.sampler' is [1], not an object");
+  EXPECT_EQ(error([](nlohmann::json& j) { j["user"]["trainer.global_batch"] = 32; }),
+            f.manifest + ": 'user.trainer.global_batch' is 32, not a string");
+}
+
+// Probe D5: info printed dataset_size=2.31894e+06.
+TEST(CheckpointValues, InfoPrintsWholeNumbersExactlyAndOthersInFull) {
+  Fixture f;
+  f.edit([](nlohmann::json& j) { j["values"]["model"]["scale"] = 0.1; });
+  const ToolRun info = tool("info " + f.dir);
+  EXPECT_EQ(info.code, 0) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("dataset_size=2318941, epoch=3, samples_in_epoch=48, seed=0, shuffle=1"));
+  EXPECT_THAT(info.out, HasSubstr("scale=0.10000000000000001"));
+}
+
+// A fifo where a safetensors file should be blocked the reader's open (as one did the IDX reader's).
+TEST(CheckpointValues, SafetensorsReaderRefusesAFifoUnopened) {
+  Fixture f;
+  const std::string fifo = f.dir + "/model.safetensors";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { cohort::load_safetensors(fifo); }),
+            "safetensors file " + fifo + " is a fifo, not a regular file");
+}
+
+}  // namespace checkpoint_values_test
