@@ -66,6 +66,13 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
   const ProcResult recompute = job.run({"--strategy", "fsdp", "--activation-checkpointing", "--keep-gathered"});
   ASSERT_EQ(recompute.code, 0) << recompute.describe();
   EXPECT_EQ(params_digest_of(recompute.out), expected) << recompute.describe();
+  // AdamW's masters and moments in a swap file per rank, stepped a block at a time: the same bits.
+  const std::string nvme = job.root + "/nvme";
+  const ProcResult offloaded = job.run({"--strategy", "fsdp", "--offload-optimizer", "nvme", "--nvme-path", nvme});
+  ASSERT_EQ(offloaded.code, 0) << offloaded.describe();
+  EXPECT_EQ(params_digest_of(offloaded.out), expected) << offloaded.describe();
+  EXPECT_THAT(offloaded.out, HasSubstr("more in the swap file)"));
+  EXPECT_TRUE(std::filesystem::is_empty(nvme)) << "the swap files outlived the run";
 }
 
 // Issue 45: a memory line at each validation, for ddp (stage 0: the whole model's states on each rank)
@@ -145,6 +152,9 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
       {{"--devices", "0"}, "error: --devices expects auto or a number of devices from 1 to 4096, got 0\n"},
       {{"--devices", "auto2"}, "error: --devices expects auto or a number of devices from 1 to 4096, got auto2\n"},
       {{"--max-steps", "2", "--max-steps", "3"}, "error: --max-steps was given 2 times (2, 3): give it once\n"},
+      {{"--offload-optimizer", "nvme"}, "error: --offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)\n"},
+      {{"--offload-optimizer", "cpu", "--strategy", "ddp"},
+       "error: --offload-optimizer cpu needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp\n"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv = {build_path("/examples/gpt"), "--data", "/nonexistent"};

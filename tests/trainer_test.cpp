@@ -145,6 +145,23 @@ TEST(TrainerOptions, DdpCommHookOptionsAreCheckedAndBelongToStrategyDdp) {
             "no error");
 }
 
+// Lightning's DeepSpeedStrategy offload options: ZeRO strategies only, nvme with a path.
+TEST(TrainerOptions, OffloadOptionsBelongToTheZeroStrategies) {
+  using O = cohort::TrainerOptions;
+  EXPECT_EQ(option_error(O().strategy("ddp").offload_optimizer(true)),
+            "TrainerOptions.offload_optimizer is for the ZeRO strategies (zero1, zero2, zero3, fsdp, deepspeed), not "
+            "\"ddp\"");
+  EXPECT_EQ(option_error(O().strategy("zero2").offload_optimizer(true).offload_optimizer_device("nvme")),
+            "TrainerOptions.offload_optimizer_device \"nvme\" needs TrainerOptions.nvme_path: a directory on a local "
+            "disk for the swap files");
+  EXPECT_EQ(option_error(O().strategy("zero2").offload_optimizer_device("disk")),
+            "TrainerOptions.offload_optimizer_device \"disk\" is not accepted: expected cpu or nvme");
+  EXPECT_EQ(option_error(O().strategy("fsdp").optimizer_buffer_count(0)),
+            "TrainerOptions.optimizer_buffer_count \"0\" is not accepted: expected an integer >= 1");
+  EXPECT_EQ(option_error(O().strategy("fsdp").offload_optimizer(true).offload_optimizer_device("nvme").nvme_path("/x")),
+            "no error");
+}
+
 TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {
   EXPECT_EQ(error_of([] { cohort::ModelCheckpoint(cohort::ModelCheckpointOptions().mode("best")); }),
             "ModelCheckpointOptions.mode \"best\" is not accepted: expected min or max");

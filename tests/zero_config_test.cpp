@@ -77,7 +77,7 @@ TEST(ZeroConfig, DeepSpeedDefaults) {
   EXPECT_TRUE(zero.contiguous_gradients());
   EXPECT_EQ(zero.reduce_bucket_size(), 500000000);
   EXPECT_EQ(zero.allgather_bucket_size(), 500000000);
-  EXPECT_EQ(zero.offload_optimizer(), cohort::OffloadDevice::kNone);
+  EXPECT_EQ(zero.offload_optimizer().device(), cohort::OffloadDevice::kNone);
   EXPECT_FALSE(config.fp16().enabled());
   EXPECT_EQ(config.fp16().loss_scale(), 0.0);
   EXPECT_EQ(config.fp16().initial_scale_power(), 16);
@@ -125,7 +125,7 @@ TEST(ZeroConfig, FullConfig) {
   EXPECT_FALSE(zero.contiguous_gradients());
   EXPECT_EQ(zero.reduce_bucket_size(), 200000000);
   EXPECT_EQ(zero.allgather_bucket_size(), 300000000);
-  EXPECT_EQ(zero.offload_optimizer(), cohort::OffloadDevice::kCpu);
+  EXPECT_EQ(zero.offload_optimizer().device(), cohort::OffloadDevice::kCpu);
   EXPECT_TRUE(config.bf16().enabled());
   EXPECT_EQ(config.fp16().loss_scale(), 128.0);
   EXPECT_EQ(config.fp16().initial_scale_power(), 12);
@@ -224,6 +224,31 @@ TEST(ZeroConfig, BatchTripleErrors) {
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "ds_config: world_size=0 must be at least 1", parse_error("{}", 0));
 }
 
+// ZeRO-Infinity's keys, as DeepSpeed's docs give them.
+TEST(ZeroConfig, OffloadToNvmeAndAioKeys) {
+  const ZeroConfig config = parse_ds_config(R"({
+    "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme",
+                          "pin_memory": true, "buffer_count": 5, "fast_init": false, "ratio": 1}},
+    "aio": {"block_size": 262144, "queue_depth": 32, "thread_count": 2, "single_submit": true,
+            "overlap_events": false, "use_gds": false}
+  })", 2);
+  const auto& offload = config.zero_optimization().offload_optimizer();
+  EXPECT_EQ(offload.device(), cohort::OffloadDevice::kNvme);
+  EXPECT_EQ(offload.nvme_path(), "/local_nvme");
+  EXPECT_TRUE(offload.pin_memory());
+  EXPECT_EQ(offload.buffer_count(), 5);
+  EXPECT_EQ(config.aio().block_size(), 262144);
+  EXPECT_EQ(config.aio().queue_depth(), 32);
+  EXPECT_EQ(config.aio().thread_count(), 2);
+  EXPECT_TRUE(config.aio().single_submit());
+  EXPECT_FALSE(config.aio().overlap_events());
+  EXPECT_TRUE(config.unsupported_keys().empty());
+  const ZeroConfig plain = parse_ds_config("{}", 1);
+  EXPECT_EQ(plain.aio().block_size(), 1048576);  // DeepSpeed's defaults
+  EXPECT_EQ(plain.aio().queue_depth(), 8);
+  EXPECT_EQ(plain.zero_optimization().offload_optimizer().buffer_count(), 4);
+}
+
 TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage=4 is not one of 0, 1, 2, 3");
   EXPECT_ERROR(R"({"zero_optimization": {"stage": "1"}})",
@@ -235,8 +260,19 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
                "zero_optimization.reduce_bucket_size=-1 is not a positive integer");
   EXPECT_ERROR(R"({"zero_optimization": {"allgather_bucket_size": 1.5}})",
                "zero_optimization.allgather_bucket_size=1.5 is not a positive integer");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "disk"}}})",
+               "zero_optimization.offload_optimizer.device=\"disk\" is not one of none, cpu, nvme");
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme"}}})",
-               "zero_optimization.offload_optimizer.device=\"nvme\" is not one of none, cpu");
+               "zero_optimization.offload_optimizer.nvme_path is missing: device \"nvme\" needs a directory");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": 7}}})",
+               "zero_optimization.offload_optimizer.nvme_path=7 is not a string");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "buffer_count": 0}}})",
+               "zero_optimization.offload_optimizer.buffer_count=0 is not an integer in [1, 1024]");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
+               "zero_optimization.offload_optimizer.ratio=0.3 is not supported");
+  EXPECT_ERROR(R"({"aio": {"block_size": 5000}})", "aio.block_size=5000 must be a multiple of 4096");
+  EXPECT_ERROR(R"({"aio": {"queue_depth": 0}})", "aio.queue_depth=0 is not an integer in [1, 4096]");
+  EXPECT_ERROR(R"({"aio": {"use_gds": true}})", "aio.use_gds=true is not supported");
   EXPECT_ERROR(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})",
                "zero_optimization.offload_optimizer.device=\"cpu\" needs zero_optimization.stage 1, 2 or 3");
   EXPECT_ERROR(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})",
@@ -400,7 +436,7 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
     "train_batch_size": 8,
     "steps_per_print": 10,
     "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 1e9, "stage3_max_live_parameters": 2e8,
-                          "offload_optimizer": {"device": "cpu", "pin_memory": true}},
+                          "offload_optimizer": {"device": "cpu", "pin_memory": true, "fast_init": false}},
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": true, "momentum": 0.9}},
     "flops_profiler": {"enabled": true, "profile_step": 1},
     "scheduler": null,
@@ -411,7 +447,6 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
   const std::string log = testing::internal::GetCapturedStderr();
   const std::vector<std::string> want = {"steps_per_print",
                                          "zero_optimization.stage3_max_reuse_distance",
-                                         "zero_optimization.offload_optimizer.pin_memory",
                                          "optimizer.params.torch_adam",
                                          "optimizer.params.momentum",  // an SGD key under AdamW
                                          "flops_profiler",
@@ -420,8 +455,7 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
   EXPECT_EQ(config.zero_optimization().stage3_max_live_parameters(), 200000000);  // read, so not listed
   EXPECT_PRED_FORMAT2(::testing::IsSubstring,
                       "warning: ds_config: ignoring keys cohort does not support: steps_per_print, "
-                      "zero_optimization.stage3_max_reuse_distance, zero_optimization.offload_optimizer.pin_memory, "
-                      "optimizer.params.torch_adam, optimizer.params.momentum, flops_profiler, wall_clock_breakdown\n",
+                      "zero_optimization.stage3_max_reuse_distance, optimizer.params.torch_adam, optimizer.params.momentum, flops_profiler, wall_clock_breakdown\n",
                       log);
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
 

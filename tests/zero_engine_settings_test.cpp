@@ -53,7 +53,7 @@ TEST(ZeroEngineSettings, MixedPrecisionCommunicationDtypeAndOffload) {
                     .communication_data_type(cohort::CommDataType::kFp32)
                     .gradient_accumulation_steps(4)
                     .zero_optimization(cohort::ZeroOptimizationConfig().stage(2).offload_optimizer(
-                        cohort::OffloadDevice::kCpu));
+                        cohort::OffloadOptimizerConfig().device(cohort::OffloadDevice::kCpu)));
   const auto s = make_engine_settings(config, cohort::EngineOptions().prefetch_units(1));
   EXPECT_EQ(s.compute_dtype, torch::kBFloat16);
   EXPECT_EQ(s.comm_dtype, torch::kFloat);

@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
   app.add_flag("--keep-gathered", flags.keep_gathered,
                "zero3/fsdp: keep each block's gathered parameters from its forward to its backward "
                "(reshard_after_forward off)");
+  examples::add_choice(app, "--offload-optimizer", flags.offload_optimizer, {"none", "cpu", "nvme"},
+                       "zero1-3/fsdp: keep AdamW's fp32 masters and moments in host memory (cpu; on a GPU run) or in "
+                       "a swap file per rank under --nvme-path (nvme), stepped a block at a time");
+  app.add_option("--nvme-path", flags.nvme_path, "The directory of the swap files of --offload-optimizer nvme (a local disk)");
   add_integer(app, {"--sample-tokens", 0, 100000}, flags.sample_tokens, "Bytes of text to generate at the end");
   add_integer(app, {"--threads", 0, 1024}, flags.threads, "Torch threads per rank (0: cores / local ranks)");
   app.add_option("--data", flags.data,
@@ -53,6 +57,13 @@ int main(int argc, char** argv) {
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
   app.callback([&] {
     flags.checkpoint.check();
+    if (flags.offload_optimizer != "none" && flags.strategy == "ddp")
+      throw cohort::Error("--offload-optimizer " + flags.offload_optimizer +
+                              " needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp",
+                          cohort::ErrorKind::kInvalidArgument);
+    if (flags.offload_optimizer == "nvme" && flags.nvme_path.empty())
+      throw cohort::Error("--offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)",
+                          cohort::ErrorKind::kInvalidArgument);
     // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
     if (flags.n_embd % flags.n_head != 0)
       throw cohort::Error(

@@ -71,7 +71,10 @@ cohort::TrainerOptions trainer_options(const Flags& flags) {
       .seed(flags.seed)
       .enable_progress_bar(false)
       .enable_checkpointing(false)
-      .logger(false);
+      .logger(false)
+      .offload_optimizer(flags.offload_optimizer != "none")
+      .offload_optimizer_device(flags.offload_optimizer == "nvme" ? "nvme" : "cpu")
+      .nvme_path(flags.nvme_path);
 }
 
 GPTConfig model_config(const Flags& flags, const Text& text) {
@@ -89,16 +92,22 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 // the two reductions in flight; and what autograd keeps for backward: per token and block about 16 x
 // n_embd floats (the LayerNorms, q/k/v, attention's output, the MLP's 4 x n_embd twice) or, with
 // activation checkpointing, each block's input and one block's worth, plus the logits and their
-// softmax. In double: a GPT at the flags' limits overflows int64.
+// softmax. --offload-optimizer cpu keeps an fp32 master copy beside the weights (4 more; host memory is
+// the device on the CPU), nvme keeps masters and moments on disk but for the block stepped and those
+// read ahead (offload_optimizer.buffer_count, 4) and written behind. In double: a GPT at the flags'
+// limits overflows int64.
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
   const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)), ranks = world_size;
   const double grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
-  const double moments = flags.strategy == "ddp" ? 8 * p : 8 * p / ranks;
   const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
+  const double block = 12 * e * e + 13 * e;
+  double moments = flags.strategy == "ddp" ? 8 * p : 8 * p / ranks;
+  if (flags.offload_optimizer == "cpu") moments += 4 * p / ranks;
+  const bool per_block = flags.strategy == "zero3" || flags.strategy == "fsdp";  // a group per block
+  if (flags.offload_optimizer == "nvme") moments = per_block ? 12 * block / ranks * (1 + 4) : 12 * p / ranks;
   const double kept = flags.activation_checkpointing ? layers * e + 16 * e : layers * 16 * e;
   const double tokens = static_cast<double>(flags.batch_size) * static_cast<double>(flags.block_size);
   const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
-  const double block = 12 * e * e + 13 * e;
   const double ahead =
       flags.strategy == "fsdp" ? 1 : std::min(layers, std::floor(cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size() / block));
   const double weights = sharded ? 4 * p / ranks + 4 * block * (1 + ahead + 2) : 4 * p;
@@ -151,6 +160,7 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
 
 void run_training(const Flags& flags) {
   if (!flags.checkpoint.dir.empty()) examples::check_writable_dir("--checkpoint-dir", flags.checkpoint.dir);
+  if (flags.offload_optimizer == "nvme") examples::check_writable_dir("--nvme-path", flags.nvme_path);
   cohort::Trainer trainer(trainer_options(flags));  // starts or joins the workers before anything else
   const cohort::World& world = trainer.world();
   const int64_t threads = flags.threads > 0 ? flags.threads

@@ -79,6 +79,15 @@ struct TrainerOptions {
   /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
   /// file's).
   TORCH_ARG(std::string, deepspeed_config) = "";
+  /// Lightning's DeepSpeedStrategy offload options, for the ZeRO strategies (zero1-3, fsdp,
+  /// deepspeed; they override the ds_config's): keep the fp32 masters and optimizer state off the
+  /// device (ZeRO-Offload), in host memory ("cpu") or in a swap file per rank under nvme_path
+  /// ("nvme", ZeRO-Infinity), stepped there a group at a time (docs/zero.md, "Offload").
+  TORCH_ARG(bool, offload_optimizer) = false;
+  TORCH_ARG(std::string, offload_optimizer_device) = "cpu";
+  TORCH_ARG(std::string, nvme_path) = "";
+  /// Groups read ahead or written behind at once with offload_optimizer_device "nvme".
+  TORCH_ARG(int64_t, optimizer_buffer_count) = 4;
   /// "32-true", "bf16-mixed", "16-mixed", or the aliases "32", "16", "bf16".
   TORCH_ARG(std::string, precision) = "32-true";
   /// -1: no limit by epochs (then max_steps must be set); Lightning's default is 1000.

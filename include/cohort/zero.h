@@ -36,6 +36,8 @@ struct MemoryReport {
   /// Idle buffers the engine keeps for its next gathers and reductions (on the CPU; not in total(),
   /// as CUDA's reserved memory is not in its allocated memory).
   int64_t cached_bytes = 0;
+  /// State kept in swap files on disk (offload to nvme): not memory, not in total().
+  int64_t file_bytes = 0;
   int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
 };
 

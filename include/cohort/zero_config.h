@@ -16,7 +16,36 @@
 COHORT_EXPORT_BEGIN
 namespace cohort {
 
-enum class OffloadDevice { kNone, kCpu };
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+/// "offload_optimizer" (ZeRO-Offload; ZeRO-Infinity with device nvme): where the fp32 master weights
+/// and the optimizer state live between steps, and the step with them.
+struct OffloadOptimizerConfig {
+  /// kCpu: host memory; kNvme: a swap file per rank under nvme_path, read and written a group at a time.
+  TORCH_ARG(OffloadDevice, device) = OffloadDevice::kNone;
+  /// kNvme: the directory of the swap files (a local disk; created files are removed at the end).
+  TORCH_ARG(std::string, nvme_path) = "";
+  /// Page-locked host buffers (on CUDA: faster copies; no effect on a CPU run).
+  TORCH_ARG(bool, pin_memory) = false;
+  /// kNvme: groups read ahead or being written at once, beyond the one the step works on.
+  TORCH_ARG(int, buffer_count) = 4;
+  /// Accepted for DeepSpeed's configs: cohort's start already writes each group once.
+  TORCH_ARG(bool, fast_init) = false;
+};
+
+/// "aio": how swap files are read and written (ZeRO-Infinity). Sizes in bytes.
+struct AioConfig {
+  /// Bytes per request (a multiple of 4096).
+  TORCH_ARG(int64_t, block_size) = 1048576;
+  /// Requests in flight at once.
+  TORCH_ARG(int, queue_depth) = 8;
+  /// DeepSpeed's I/O threads; cohort submits from the engine's thread through io_uring (accepted, >= 1).
+  TORCH_ARG(int, thread_count) = 1;
+  /// Submit requests one at a time instead of in batches.
+  TORCH_ARG(bool, single_submit) = false;
+  /// Keep the queue full while waiting for completions.
+  TORCH_ARG(bool, overlap_events) = true;
+};
 
 /// "zero_optimization": {...}. Sizes are in elements, as in DeepSpeed.
 struct ZeroOptimizationConfig {
@@ -31,8 +60,8 @@ struct ZeroOptimizationConfig {
   TORCH_ARG(int64_t, reduce_bucket_size) = 500000000;
   /// Elements all-gathered at a time.
   TORCH_ARG(int64_t, allgather_bucket_size) = 500000000;
-  /// "offload_optimizer": {"device": "cpu"|"none"}: keep optimizer states (and the step) on the host.
-  TORCH_ARG(OffloadDevice, offload_optimizer) = OffloadDevice::kNone;
+  /// "offload_optimizer": {"device": "none"|"cpu"|"nvme", ...}: where optimizer states (and the step) live.
+  TORCH_ARG(OffloadOptimizerConfig, offload_optimizer) = {};
   /// Stage 3: elements of the upcoming units gathered ahead of their turn (0: no prefetch).
   TORCH_ARG(int64_t, stage3_prefetch_bucket_size) = 50000000;
   /// Stage 3: at most this many elements gathered at once, counting prefetches (a unit about to run
@@ -124,6 +153,7 @@ struct ZeroConfig {
   TORCH_ARG(double, gradient_clipping) = 0.0;
   TORCH_ARG(OptimizerConfig, optimizer) = {};
   TORCH_ARG(SchedulerConfig, scheduler) = {};
+  TORCH_ARG(AioConfig, aio) = {};
   /// "activation_checkpointing": {...} present: every sharding unit recomputes its forward in
   /// backward (cohort::checkpoint) instead of keeping its activations.
   TORCH_ARG(bool, activation_checkpointing) = false;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace cohort::detail {
@@ -41,8 +42,12 @@ std::string number_text(double value) {
   char text[40];
   if (std::floor(value) == value && std::fabs(value) < 9223372036854775808.0) {
     std::snprintf(text, sizeof text, "%lld", static_cast<long long>(value));
-  } else {
-    std::snprintf(text, sizeof text, "%.17g", value);
+    return text;
+  }
+  // The shortest form that reads back as the same double (0.3, not 0.29999999999999999).
+  for (int digits = 6; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, value);
+    if (std::strtod(text, nullptr) == value) break;
   }
   return text;
 }

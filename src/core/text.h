@@ -20,8 +20,8 @@ std::string excerpt(const std::string& value, size_t max_chars = 200);
 std::string shape_text(const std::vector<int64_t>& shape);
 
 /// A double as messages and listings write it without losing it: an integral value below 2^63 in
-/// magnitude as an integer ("2318941", not %g's "2.31894e+06"), any other with the 17 digits that
-/// read back to the same double ("0.10000000000000001", "1.1805916207174113e+21").
+/// magnitude as an integer ("2318941", not %g's "2.31894e+06"), any other in the fewest digits
+/// that read back to the same double ("0.1", "1e-05", "1.1805916207174113e+21").
 std::string number_text(double value);
 
 /// True when `s` is one or more decimal digits and nothing else.

@@ -40,6 +40,7 @@ class GzFile {
   // forever, and a device would be read without end.
   explicit GzFile(const std::string& path) : path_(path) {
     const int fd = detail::open_regular_file(path, "IDX file " + path);
+    fd_ = fd;
     file_ = gzdopen(fd, "rb");
     if (file_ == nullptr) ::close(fd);
     COHORT_CHECK_KIND(kIO, file_ != nullptr, "cannot read IDX file ", path, ": out of memory");
@@ -59,9 +60,10 @@ class GzFile {
         const char* message = gzerror(file_, &code);
         // Z_BUF_ERROR: the gzip stream ends early, i.e. the file is truncated; callers report it.
         if (code == Z_BUF_ERROR) break;
-        // zlib's message may already start with "<path>: ".
+        // zlib's message starts with the name it opened: "<fd:3>: " (gzdopen) or "<path>: ".
         std::string text = message != nullptr ? message : "read error";
-        if (text.rfind(path_ + ": ", 0) == 0) text.erase(0, path_.size() + 2);
+        for (const std::string& name : {"<fd:" + std::to_string(fd_) + ">", path_})
+          if (text.rfind(name + ": ", 0) == 0) text.erase(0, name.size() + 2);
         COHORT_CHECK_KIND(kIO, false, "cannot read IDX file ", path_, ": ", text);
       }
       if (got == 0) break;
@@ -71,6 +73,7 @@ class GzFile {
   }
 
  private:
+  int fd_ = -1;  // zlib names the file by it
   std::string path_;
   gzFile file_ = nullptr;
 };

@@ -15,12 +15,6 @@ void refuse(const std::string& option, const std::string& value, const std::stri
               ErrorKind::kInvalidArgument);
 }
 
-std::string number_text(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
-
 namespace {
 
 void check_at_least(const std::string& option, int64_t value, int64_t min, const std::string& accepted) {
@@ -79,6 +73,24 @@ void resolve_strategy(const TrainerOptions& options, ResolvedOptions& out) {
                     "TrainerOptions.deepspeed_config \"", printable(options.deepspeed_config()),
                     "\" is given, but TrainerOptions.strategy is \"", name,
                     "\": a ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
+}
+
+// Lightning's offload options: for the ZeRO strategies only, with a device and a path that go together.
+void check_offload_options(const TrainerOptions& options, const ResolvedOptions& out) {
+  const std::string& device = options.offload_optimizer_device();
+  if (device != "cpu" && device != "nvme") refuse("offload_optimizer_device", device, "cpu or nvme");
+  check_at_least("optimizer_buffer_count", options.optimizer_buffer_count(), 1, "an integer >= 1");
+  if (options.optimizer_buffer_count() > 1024) {
+    refuse("optimizer_buffer_count", std::to_string(options.optimizer_buffer_count()), "an integer from 1 to 1024");
+  }
+  if (!options.offload_optimizer()) return;
+  const bool zero = out.strategy == StrategyKind::kZero || out.strategy == StrategyKind::kDeepSpeed;
+  COHORT_CHECK_KIND(kInvalidArgument, zero,
+                    "TrainerOptions.offload_optimizer is for the ZeRO strategies (zero1, zero2, ",
+                    "zero3, fsdp, deepspeed), not \"", options.strategy(), "\"");
+  COHORT_CHECK_KIND(kInvalidArgument, device != "nvme" || !options.nvme_path().empty(),
+                    "TrainerOptions.offload_optimizer_device \"nvme\" needs TrainerOptions.nvme_path: a directory on "
+                    "a local disk for the swap files");
 }
 
 // The pipeline options are read by strategy "pipeline" only; given to another, they are a mistake.
@@ -176,6 +188,7 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   check_loop_limits(options);
   resolve_validation(options, out);
   check_pipeline_options(options, out);
+  check_offload_options(options, out);
   check_comm_hook_options(options, out);
   resolve_limits(options, out);
   COHORT_CHECK_KIND(kInvalidArgument, out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",

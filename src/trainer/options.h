@@ -51,8 +51,6 @@ int64_t limited_batches(const BatchLimit& limit, int64_t available, const std::s
 
 /// Throws the one-line refusal of an option: TrainerOptions.<option> "<value>" is not accepted: expected <accepted>.
 [[noreturn]] void refuse(const std::string& option, const std::string& value, const std::string& accepted);
-/// A number as options print it (2.5, 1e-05).
-std::string number_text(double value);
 
 /// "32-true", "bf16-mixed", "16-mixed"; "ddp", "zero2", "deepspeed", ...
 std::string precision_name(Precision precision);

@@ -35,6 +35,13 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
   const TrainerOptions& raw = options.raw;
   if (raw.accumulate_grad_batches() != 1) config.gradient_accumulation_steps(raw.accumulate_grad_batches());
   if (raw.gradient_clip_val() > 0) config.gradient_clipping(raw.gradient_clip_val());
+  if (raw.offload_optimizer()) {
+    const bool nvme = raw.offload_optimizer_device() == "nvme";
+    config.zero_optimization().offload_optimizer(OffloadOptimizerConfig()
+                                                     .device(nvme ? OffloadDevice::kNvme : OffloadDevice::kCpu)
+                                                     .nvme_path(raw.nvme_path())
+                                                     .buffer_count(int(raw.optimizer_buffer_count())));
+  }
   if (options.precision == Precision::kBf16Mixed) config.bf16().enabled(true);
   if (options.precision == Precision::k16Mixed) config.fp16().enabled(true);
   COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() || world.device().is_cuda(), "the ds_config ",

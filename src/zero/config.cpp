@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/file_read.h"
 #include "core/log.h"
+#include "zero/config_offload.h"
 #include "zero/config_reader.h"
 
 namespace cohort {
@@ -82,13 +83,7 @@ ZeroOptimizationConfig read_zero(Section zero) {
     zero.fail("stage3_gather_16bit_weights_on_model_save",
               "is not supported: cohort saves sharded fp32 checkpoints (save_checkpoint) and writes one "
               "consolidated file from them with `cohort-ckpt consolidate`; set it false");
-  Section offload = zero.child("offload_optimizer");
-  if (offload.choice("device", 0, {"none", "cpu"}) == 1) {
-    if (out.stage() == 0) {
-      offload.fail("device", "needs zero_optimization.stage 1, 2 or 3 (the stage is 0)");
-    }
-    out.offload_optimizer(OffloadDevice::kCpu);
-  }
+  out.offload_optimizer(read_offload_optimizer(zero.child("offload_optimizer"), out.stage()));
   return out;
 }
 
@@ -208,6 +203,7 @@ ZeroConfig parse_with_source(const std::string& text, int world_size, const std:
   config.gradient_clipping(top.number("gradient_clipping", 0.0, Section::Sign::kNonNegative));
   if (top.has("optimizer")) config.optimizer(read_optimizer(top.child("optimizer"), ctx));
   if (top.has("scheduler")) config.scheduler(read_scheduler(top.child("scheduler"), ctx));
+  config.aio(read_aio(top.child("aio")));
   if (top.has("activation_checkpointing"))
     config.activation_checkpointing(read_activation_checkpointing(top.child("activation_checkpointing")));
   collect_unread(root, "", ctx, &config.unsupported_keys());

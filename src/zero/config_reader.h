@@ -114,6 +114,11 @@ class Section {
   }
   std::string path(const std::string& key) const { return join_path(path_, key); }
 
+  // A key that must be there and is not: "<path> is missing: <reason>".
+  [[noreturn]] void fail_missing(const std::string& key, const std::string& reason) const {
+    ctx_->fail(path(key) + " is missing: " + reason);
+  }
+
   [[noreturn]] void fail(const std::string& key, const std::string& reason) const {
     const Json& value = (*object_)[key];
     ctx_->fail(path(key) + "=" + json_excerpt(value) + " " +
@@ -151,6 +156,13 @@ class Section {
       fail(key, str("is not an integer in [", min, ", ", max, "]"));
     }
     return result;
+  }
+
+  std::string text(const std::string& key, const std::string& fallback) {
+    const Json* value = take(key);
+    if (value == nullptr) return fallback;
+    if (!value->is_string()) fail(key, "is not a string");
+    return value->get<std::string>();
   }
 
   enum class Sign { kAny, kNonNegative, kPositive };

@@ -24,7 +24,7 @@ std::vector<std::pair<std::string, torch::Tensor>> EngineCheckpoint::full_parame
 // sequence of gathers on every rank.
 void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
   const auto& params = parts_.params;
-  const StateStore& store = parts_.store;
+  StateStore& store = parts_.store;
   std::vector<std::pair<size_t, size_t>> place(size_t(params.size()));  // parameter -> (group, index in it)
   std::vector<size_t> last(size_t(store.size()), 0);
   for (size_t g = 0; g < last.size(); ++g)
@@ -38,13 +38,18 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
     const auto [g, k] = place[index];
     auto found = gathered.find(g);
     if (found == gathered.end()) {
+      // Masters on file: lent for the gather, and copied (the lent memory goes back after).
+      const bool lend = store.masters_on_file() && !store.master_lent(int64_t(g));
+      if (lend) store.lend_master(int64_t(g));
       const torch::Tensor& master = store.master(int64_t(g));
       torch::Tensor whole = master;
       if (settings_.stage != 0 && settings_.world > 1) {
         whole = torch::empty({store.layout(int64_t(g)).padded}, master.options());
         settings_.comm->allgather_async(whole, master.contiguous()).wait();
       }
-      found = gathered.emplace(g, whole.to(torch::kCPU)).first;
+      whole = whole.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/store.masters_on_file() && whole.is_same(master));
+      if (lend) store.give_back_master(int64_t(g), /*changed=*/false);
+      found = gathered.emplace(g, whole).first;
     }
     const auto& shape = params.shape(int64_t(index));
     visit(params.name(int64_t(index)),
@@ -56,6 +61,9 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
 void EngineCheckpoint::prepare_load() { parts_.optimizer.create_states(); }
 
 std::vector<StateTensor> EngineCheckpoint::state_tensors() {
+  // Masters on file: in memory until the next forward or the end of a load (Stateful's tensors are
+  // live storage the checkpoint layer reads or fills).
+  parts_.store.hold_all_masters();
   std::vector<StateTensor> out;
   for (int64_t g = 0; g < parts_.store.size(); ++g) {
     const GroupLayout& layout = parts_.store.layout(g);
@@ -106,6 +114,7 @@ void EngineCheckpoint::load_state_values(const StateValues& values) {
   parts_.store.zero_gradients();       // gradients of before the load mean nothing now
   parts_.store.zero_master_padding();  // whatever the previous world size left there
   parts_.optimizer.write_back_and_gather();
+  parts_.store.release_held_masters(/*changed=*/true);
 }
 
 }  // namespace cohort::detail

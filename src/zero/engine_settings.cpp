@@ -45,7 +45,9 @@ EngineSettings make_engine_settings(ZeroConfig config, const EngineOptions& opti
   s.compute_dtype = compute_dtype_of(config);
   s.comm_dtype = comm_dtype_of(config, s.compute_dtype);
   s.separate_master = s.compute_dtype != torch::kFloat;
-  if (config.zero_optimization().offload_optimizer() == OffloadDevice::kCpu) s.placement.masters = Tier::kHost;
+  const OffloadDevice offload = config.zero_optimization().offload_optimizer().device();
+  if (offload == OffloadDevice::kCpu) s.placement.masters = Tier::kHost;
+  if (offload == OffloadDevice::kNvme) s.placement.masters = Tier::kFile;
   s.config = std::move(config);
   return s;
 }

@@ -15,14 +15,14 @@
 namespace cohort::detail {
 
 /// Where a kind of state lives between its uses. kDevice: with the parameters (a GPU, or the CPU of
-/// a CPU run); kHost: host memory. A file tier (NVMe, moved by a swapper) comes next: see
-/// docs/design/zero-engine.md, "Where offload plugs in".
-enum class Tier { kDevice, kHost };
+/// a CPU run); kHost: host memory; kFile: a swap file under nvme_path, lent a group at a time
+/// (docs/design/zero-engine.md, "Where offload plugs in").
+enum class Tier { kDevice, kHost, kFile };
 
 /// Where the state store (state_store.h) keeps each kind of state.
 struct StatePlacement {
   /// The fp32 masters, and with them the optimizer state (LibTorch makes it beside its parameter):
-  /// kHost with offload_optimizer.device cpu.
+  /// kHost with offload_optimizer.device cpu, kFile with nvme.
   Tier masters = Tier::kDevice;
   /// Stage 3's compute-dtype parameter shards between gathers (kDevice until offload_param exists).
   Tier parameter_shards = Tier::kDevice;

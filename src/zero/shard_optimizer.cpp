@@ -22,7 +22,7 @@ ShardOptimizer::ShardOptimizer(const EngineSettings& settings, StateStore& store
   const auto& factory = options.optimizer_factory();
   optimizer_ = factory ? factory(masters) : make_inner_optimizer(settings_.config.optimizer(), masters);
   COHORT_CHECK_KIND(kInvalidArgument, optimizer_ != nullptr, "EngineOptions::optimizer_factory returned no optimizer");
-  for (const auto& master : masters) create_state(*optimizer_, master);
+  create_states();
   schedule_learning_rate();
 }
 
@@ -44,26 +44,69 @@ void ShardOptimizer::step() {
   if (!boundary) return;
   torch::NoGradGuard no_grad;
   last_skipped_ = false;
-  unscale_into_masters();
+  unscale_gradients();
   if (settings_.config.fp16().enabled() && skipped_for_overflow()) return;
   clip_gradients();
   schedule_learning_rate();
-  optimizer_->step();
+  if (store_.masters_on_file()) {
+    step_group_by_group();
+  } else {
+    step_all_at_once();
+  }
+  unscaled_.clear();
   ++global_steps_;
   schedule_learning_rate();
-  write_back_and_gather();
+  gather_parameters();
   store_.zero_gradients();
 }
 
-void ShardOptimizer::unscale_into_masters() {
+void ShardOptimizer::step_all_at_once() {
+  for (int64_t g = 0; g < store_.size(); ++g) store_.master(g).mutable_grad() = unscaled_[size_t(g)];
+  optimizer_->step();
+  for (int64_t g = 0; g < store_.size(); ++g) write_back(g);
+}
+
+// Masters on file: one group at a time is in memory (and the next ones being read). The inner
+// optimizer steps only parameters that have a gradient, so each call updates the lent group alone,
+// with the same arithmetic as one call over all groups.
+void ShardOptimizer::step_group_by_group() {
+  for_each_master(/*changes=*/true, [&](int64_t g) {
+    const torch::Tensor& master = store_.master(g);
+    master.mutable_grad() = unscaled_[size_t(g)];
+    optimizer_->step();
+    master.mutable_grad() = torch::Tensor();
+    unscaled_[size_t(g)] = torch::Tensor();  // its memory goes now, not after the last group
+    create_state_of(g);                      // an SGD with dampening makes its buffer at its first step
+    write_back(g);
+  });
+  store_.mark_held_changed();
+}
+
+void ShardOptimizer::for_each_master(bool changes, const std::function<void(int64_t)>& fn) {
+  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
+  for (int64_t g = 0; g < store_.size(); ++g) {
+    for (int64_t next = g + 1; next <= g + ahead; ++next) store_.prefetch_master(next);
+    const bool held = store_.master_lent(g);
+    store_.lend_master(g);
+    fn(g);
+    if (!held) store_.give_back_master(g, changes);
+  }
+  store_.flush_masters();  // a failed write is this step's error, not a later one's
+}
+
+// Each group's reduced gradient as fp32, divided by the loss scale: fp32 training the gradient
+// itself, mixed precision an fp32 copy for this step.
+void ShardOptimizer::unscale_gradients() {
   const double inv_scale = 1.0 / loss_scale();
+  unscaled_.clear();
   for (int64_t g = 0; g < store_.size(); ++g) {
     const torch::Tensor& grad = store_.reduced_gradient(g);
-    const torch::Tensor& master = store_.master(g);
-    // fp32 training: the gradient itself; mixed precision or offload: an fp32 copy for this step.
-    torch::Tensor unscaled = grad.to(master.options(), /*non_blocking=*/false, /*copy=*/false);
+    torch::Tensor unscaled = grad.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/false);
+    const torch::Device master_device = store_.masters_on_file() ? torch::Device(torch::kCPU)
+                                                                 : store_.master(g).device();
+    if (unscaled.device() != master_device) unscaled = unscaled.to(master_device);
     if (inv_scale != 1.0) unscaled = unscaled.is_same(grad) ? unscaled.mul_(inv_scale) : unscaled.mul(inv_scale);
-    master.mutable_grad() = unscaled;
+    unscaled_.push_back(unscaled);
   }
 }
 
@@ -72,6 +115,7 @@ bool ShardOptimizer::skipped_for_overflow() {
   const bool overflow = any_overflow();
   scaler_.update(overflow);
   if (!overflow) return false;
+  unscaled_.clear();
   ++global_steps_;
   ++skipped_steps_;
   last_skipped_ = true;
@@ -82,10 +126,8 @@ bool ShardOptimizer::skipped_for_overflow() {
 
 bool ShardOptimizer::any_overflow() {
   torch::Tensor flag = torch::zeros({1}, torch::kFloat);
-  for (int64_t g = 0; g < store_.size(); ++g) {
-    const auto& grad = store_.master(g).grad();
+  for (const auto& grad : unscaled_)
     if (!torch::isfinite(grad).all().item<bool>()) flag.fill_(1);
-  }
   // Every rank must skip together: one rank's overflow skips the step everywhere.
   if (settings_.world > 1) settings_.comm->allreduce(flag, ReduceOp::kMax);
   return flag.item<float>() > 0;
@@ -98,39 +140,61 @@ void ShardOptimizer::clip_gradients() {
   // torch.nn.utils.clip_grad_norm_'s rule, over the whole model's gradient.
   const double coefficient = max_norm / (last_norm_ + 1e-6);
   if (coefficient < 1.0)
-    for (int64_t g = 0; g < store_.size(); ++g) store_.master(g).mutable_grad().mul_(coefficient);
+    for (auto& grad : unscaled_) grad.mul_(coefficient);
 }
 
 double ShardOptimizer::global_norm_squared() {
   torch::Tensor total = torch::zeros({1}, torch::kDouble);
-  for (int64_t g = 0; g < store_.size(); ++g) {
-    const auto& grad = store_.master(g).grad();
+  for (const auto& grad : unscaled_)
     if (grad.numel() > 0) total += grad.norm().to(torch::kDouble).pow(2).cpu();
-  }
   // Stage 0 holds the whole gradient on every rank; the others hold disjoint shards (padding is 0).
   if (settings_.stage > 0 && settings_.world > 1) settings_.comm->allreduce(total, ReduceOp::kSum);
   return total.item<double>();
 }
 
 void ShardOptimizer::write_back_and_gather() {
+  for_each_master(/*changes=*/false, [&](int64_t g) { write_back(g); });
+  gather_parameters();
+}
+
+void ShardOptimizer::write_back(int64_t g) {
+  const torch::Tensor& master = store_.master(g);
+  master.mutable_grad() = torch::Tensor();
+  torch::Tensor owned = store_.owned_parameters(g);
+  if (owned.data_ptr() != master.data_ptr()) owned.copy_(master);
+}
+
+// Stage 1/2: every rank's updated shard to every rank (stage 3's units gather when they run).
+void ShardOptimizer::gather_parameters() {
+  if (!((settings_.stage == 1 || settings_.stage == 2) && settings_.world > 1)) return;
   trace::ScopedSpan span("parameter allgather", "zero", "wait");  // the timeline: stage 1/2's step-end gather
-  const bool gather = (settings_.stage == 1 || settings_.stage == 2) && settings_.world > 1;
   std::vector<Work> works;
-  for (int64_t g = 0; g < store_.size(); ++g) {
-    const torch::Tensor& master = store_.master(g);
-    master.mutable_grad() = torch::Tensor();
-    torch::Tensor owned = store_.owned_parameters(g);
-    if (owned.data_ptr() != master.data_ptr()) owned.copy_(master);
-    if (gather) works.push_back(settings_.comm->allgather_async(store_.parameters(g), owned));
-  }
+  for (int64_t g = 0; g < store_.size(); ++g)
+    works.push_back(settings_.comm->allgather_async(store_.parameters(g), store_.owned_parameters(g)));
   for (auto& work : works) work.wait();
 }
 
 void ShardOptimizer::create_states() {
-  for (int64_t g = 0; g < store_.size(); ++g) create_state(*optimizer_, store_.master(g));
+  if (!store_.masters_on_file()) {
+    for (int64_t g = 0; g < store_.size(); ++g) create_state(*optimizer_, store_.master(g));
+    return;
+  }
+  for_each_master(/*changes=*/false, [&](int64_t g) {
+    create_state(*optimizer_, store_.master(g));
+    create_state_of(g);
+  });
+}
+
+// Masters on file: state the inner optimizer made for a lent master goes on file beside it.
+void ShardOptimizer::create_state_of(int64_t g) {
+  if (!store_.masters_on_file() || store_.has_master_state(g)) return;
+  std::vector<torch::Tensor> state;
+  for (const auto& [name, tensor] : state_tensors_of(*optimizer_, store_.master(g))) state.push_back(tensor);
+  store_.add_master_state(g, std::move(state));
 }
 
 void ShardOptimizer::add_memory(MemoryReport& report) const {
+  if (store_.masters_on_file()) return;  // the store counts what its swapper holds
   for (int64_t g = 0; g < store_.size(); ++g)
     for (const auto& [name, state] : state_tensors_of(*optimizer_, store_.master(g)))
       report.optimizer_bytes += tensor_bytes(state);

@@ -8,7 +8,9 @@
 #include <torch/optim/optimizer.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "cohort/stateful.h"
 #include "cohort/zero.h"
@@ -41,6 +43,10 @@ class ShardOptimizer {
 
   /// The masters into the compute-precision parameters, all-gathered at stage 1/2.
   void write_back_and_gather();
+  /// Runs `fn(g)` for each group with its master (and optimizer state) lent: with masters on file,
+  /// reads ahead up to offload_optimizer.buffer_count slots and gives each back after, written when
+  /// `changes`. A master held for a checkpoint stays held.
+  void for_each_master(bool changes, const std::function<void(int64_t)>& fn);
   /// Creates the optimizer state of every master (what a checkpoint load fills).
   void create_states();
   /// Adds the optimizer state's bytes.
@@ -50,7 +56,12 @@ class ShardOptimizer {
   void load(const StateValues& values);
 
  private:
-  void unscale_into_masters();
+  void unscale_gradients();
+  void step_all_at_once();
+  void step_group_by_group();
+  void write_back(int64_t g);
+  void gather_parameters();
+  void create_state_of(int64_t g);
   bool skipped_for_overflow();
   bool any_overflow();
   void clip_gradients();
@@ -60,6 +71,7 @@ class ShardOptimizer {
   const EngineSettings& settings_;
   StateStore& store_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::vector<torch::Tensor> unscaled_;  // each group's fp32 gradient for this step
   LossScaler scaler_;
   int64_t micro_steps_ = 0;  // step() calls so far
   int64_t global_steps_ = 0;

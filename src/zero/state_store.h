@@ -14,11 +14,13 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cohort/zero.h"
 #include "zero/buffer_pool.h"
 #include "zero/engine_settings.h"
+#include "zero/offload/state_swapper.h"
 #include "zero/partition.h"
 #include "zero/trainable_parameters.h"
 
@@ -59,6 +61,28 @@ class StateStore {
   /// Whether the master is a copy (mixed precision, offload) rather than the owned parameters.
   bool master_is_copy(int64_t g) const;
 
+  /// Masters on file (offload_optimizer nvme): between lends master(g) and the optimizer state put
+  /// on file with it are empty tensors; a lend points them at their values in host memory.
+  bool masters_on_file() const { return swapper_ != nullptr; }
+  /// Starts reading group g's master and state ahead of its lend (nothing when not on file).
+  void prefetch_master(int64_t g);
+  void lend_master(int64_t g);
+  /// Ends a lend; `changed` writes the values back.
+  void give_back_master(int64_t g, bool changed);
+  /// Puts group g's optimizer state (tensors made while its master is lent) on file beside it.
+  void add_master_state(int64_t g, std::vector<torch::Tensor> state);
+  bool has_master_state(int64_t g) const { return groups_[size_t(g)].state_slot >= 0; }
+  bool master_lent(int64_t g) const;
+  /// Waits for every write of a given-back master; a failure is an Error of kind I/O.
+  void flush_masters();
+  /// Lends every master and its state until release_held_masters (a checkpoint reads or fills them
+  /// in place: cohort::Stateful's tensors are live storage). Nothing when not on file.
+  void hold_all_masters();
+  /// Gives back what hold_all_masters lent, written when `changed` or when a step changed them.
+  void release_held_masters(bool changed);
+  /// A held master changed (a step ran while a checkpoint held them).
+  void mark_held_changed() { held_changed_ = held_; }
+
   GroupGradients& gradients(int64_t g) { return groups_[size_t(g)].grads; }
   /// Stage 0/1: the slice of flat_grad that is parameter `param`'s .grad.
   const torch::Tensor& gradient_alias(int64_t param) const { return grad_aliases_[size_t(param)]; }
@@ -79,8 +103,11 @@ class StateStore {
     torch::Tensor flat;    // compute dtype: [padded] (stage 0-2, parameters alias it), [shard] (stage 3)
     torch::Tensor master;  // fp32 optimizer parameter: [shard], or [padded] at stage 0
     GroupGradients grads;
+    StateSwapper::Slot master_slot = -1;  // masters on file: the master's slot, its state's
+    StateSwapper::Slot state_slot = -1;
   };
   torch::Device device_of(Tier tier) const;
+  SwapperOptions optimizer_swapper_options() const;
 
   const EngineSettings& settings_;
   TrainableParameters& params_;
@@ -88,6 +115,9 @@ class StateStore {
   std::vector<int64_t> group_of_;            // parameter -> group
   std::vector<torch::Tensor> grad_aliases_;  // stage 0/1: each parameter's slice of flat_grad
   BufferPool buffers_;                       // buffer_pool.h says why not malloc
+  std::unique_ptr<StateSwapper> swapper_;    // masters on file
+  bool held_ = false;                        // hold_all_masters lent them all
+  bool held_changed_ = false;
 };
 
 }  // namespace cohort::detail

@@ -50,7 +50,7 @@ int open_new(const std::string& path, bool& direct) {
 
 SwapFile::SwapFile(const std::string& directory, const std::string& key, const std::string& what, int rank,
                    int64_t bytes)
-    : rank_(rank), bytes_(round_up_to_alignment(bytes)) {
+    : rank_(rank), key_(key), bytes_(round_up_to_alignment(bytes)) {
   check_writable_directory(directory, key, rank);
   for (int attempt = 0; fd_ < 0; ++attempt) {
     path_ = directory + "/cohort-" + what + "-rank" + std::to_string(rank) + "-" + std::to_string(::getpid()) + "-" +
@@ -76,6 +76,19 @@ SwapFile::~SwapFile() {
   if (fd_ < 0) return;
   ::close(fd_);
   ::unlink(path_.c_str());
+}
+
+int64_t SwapFile::grow(int64_t more) {
+  const int64_t begin = bytes_;
+  const int64_t added = round_up_to_alignment(more);
+  const int failed = added > 0 ? ::posix_fallocate(fd_, begin, added) : 0;
+  if (failed != 0) {
+    (void)!::ftruncate(fd_, begin);  // give back what a partial reservation took
+    COHORT_CHECK_KIND(kIO, false, "could not reserve ", added, " more bytes for the swap file ", path_, " under ", key_,
+                      " (rank ", rank_, "; it holds ", begin, "): ", std::strerror(failed));
+  }
+  bytes_ += added;
+  return begin;
 }
 
 void SwapFile::check_intact() const {

@@ -27,11 +27,15 @@ class SwapFile {
   bool direct() const { return direct_; }
   /// Throws an Error of kind I/O when the file was removed or shortened under the job.
   void check_intact() const;
+  /// Reserves `more` bytes (rounded up to the alignment) at the end; returns where they begin. A disk
+  /// without room is an Error of kind I/O naming the path, and the file stays as it was.
+  int64_t grow(int64_t more);
 
  private:
   std::string path_;
   int fd_ = -1;
   int rank_ = 0;
+  std::string key_;
   int64_t bytes_ = 0;
   bool direct_ = true;
 };

@@ -1,0 +1,204 @@
+// The ZeRO engine with its optimizer offloaded (ZeRO-Offload, ZeRO-Infinity): masters and optimizer
+// state on the host or in swap files under nvme_path, stepped a group at a time. Each run ends with
+// the bits of the same run without offload (the host step is the same LibTorch arithmetic over the
+// same flat shards), a checkpoint taken with offload resumes with or without it, the swap files go
+// with the engine, and a swap file removed under the job is one I/O error naming it.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cohort/checkpoint.h"
+#include "cohort/error.h"
+#include "cohort/world.h"
+#include "cohort/zero.h"
+#include "support/multiproc.h"
+
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace zero_offload_test {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using cohort::testing::run_ranks;
+using cohort::testing::RanksOptions;
+
+namespace {
+
+constexpr int kSteps = 20;
+
+// 6 -> 7 -> 5 -> 3: 49, 40 and 18 elements, no size divisible by the world size.
+torch::nn::Sequential make_model() {
+  torch::manual_seed(3);
+  return torch::nn::Sequential(torch::nn::Linear(6, 7), torch::nn::ReLU(), torch::nn::Linear(7, 5),
+                               torch::nn::Tanh(), torch::nn::Linear(5, 3));
+}
+
+cohort::OptimizerConfig optimizer_of(cohort::OptimizerType type) {
+  return cohort::OptimizerConfig().type(type).lr(0.02).momentum(0.9).weight_decay(0.01);
+}
+
+// buffer_count 1: every group is read and written through one buffer, so each step swaps.
+cohort::ZeroConfig config_of(int stage, cohort::OptimizerType type, cohort::OffloadDevice device,
+                             const std::string& nvme_path) {
+  auto offload = cohort::OffloadOptimizerConfig().device(device).nvme_path(nvme_path).buffer_count(1);
+  return cohort::ZeroConfig()
+      .zero_optimization(cohort::ZeroOptimizationConfig().stage(stage).reduce_bucket_size(30).offload_optimizer(offload))
+      .aio(cohort::AioConfig().block_size(4096).queue_depth(4))
+      .optimizer(optimizer_of(type));
+}
+
+void train(cohort::ZeroEngine<torch::nn::SequentialImpl>& engine, int first, int last, int rank, int size) {
+  for (int step = first; step < last; ++step) {
+    torch::manual_seed(700 + step);
+    auto x = torch::randn({12, 6});
+    auto y = torch::randint(0, 3, {12}, torch::kLong);
+    const int64_t per_rank = 12 / size;
+    auto out = engine.forward(x.narrow(0, rank * per_rank, per_rank));
+    engine.backward(torch::nn::functional::cross_entropy(out, y.narrow(0, rank * per_rank, per_rank)));
+    engine.step();
+  }
+}
+
+std::vector<torch::Tensor> parameters_of(cohort::ZeroEngineCore& engine) {
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, value] : engine.full_parameters()) out.push_back(value);
+  return out;
+}
+
+void expect_equal_bits(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(got[i].equal(want[i])) << what << ", parameter " << i << ": max diff "
+                                       << (got[i] - want[i]).abs().max().item<double>();
+}
+
+std::string swap_dir(int rank) { return std::string(std::getenv("OFFLOAD_ROOT")) + "/nvme" + std::to_string(rank); }
+
+size_t files_in(const std::string& dir) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir)) ++n;
+  return n;
+}
+
+void equal_bits_body(int rank, int size) {
+  cohort::init();
+  const std::string nvme = swap_dir(rank);
+  fs::create_directories(nvme);
+  for (auto type : {cohort::OptimizerType::kAdamW, cohort::OptimizerType::kSgd}) {
+    for (int stage : {1, 2, 3}) {
+      auto plain = cohort::initialize(config_of(stage, type, cohort::OffloadDevice::kNone, ""), make_model());
+      train(plain, 0, kSteps, rank, size);
+      const auto want = parameters_of(plain);
+      for (auto device : {cohort::OffloadDevice::kCpu, cohort::OffloadDevice::kNvme}) {
+        const std::string what = "stage " + std::to_string(stage) + (type == cohort::OptimizerType::kSgd ? " SGD" : " AdamW") +
+                                 (device == cohort::OffloadDevice::kNvme ? " nvme" : " cpu");
+        {
+          auto offloaded = cohort::initialize(config_of(stage, type, device, nvme), make_model());
+          train(offloaded, 0, kSteps, rank, size);
+          expect_equal_bits(parameters_of(offloaded), want, what);
+          const auto memory = offloaded.memory_report();
+          if (device == cohort::OffloadDevice::kNvme) {
+            // Masters and two moments (AdamW) or one buffer (SGD) of this rank's shard are on file.
+            EXPECT_GE(memory.file_bytes, 4 * memory.num_parameters / size) << what;
+            EXPECT_EQ(files_in(nvme), 1u) << what;
+          }
+        }
+        EXPECT_EQ(files_in(nvme), 0u) << what << ": the swap file outlived its engine";
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ZeroOffload, OptimizerOnTheHostOrNvmeEndsAtTheBitsOfNoOffload) {
+  RanksOptions options;
+  options.deadline = std::chrono::seconds(240);
+  const std::string root = cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-");
+  for (int world : {1, 2}) run_ranks(world, equal_bits_body, options);
+}
+
+namespace {
+
+std::string checkpoint_dir() { return std::string(std::getenv("OFFLOAD_ROOT")) + "/ckpt"; }
+
+// 10 steps with the optimizer on NVMe, saved; a fresh engine (NVMe, or no offload) loads and trains
+// 10 more: the parameters of 20 steps without a break.
+void resume_body(int rank, int size) {
+  cohort::init();
+  const std::string nvme = swap_dir(rank);
+  fs::create_directories(nvme);
+  const auto adam = cohort::OptimizerType::kAdamW;
+  auto straight = cohort::initialize(config_of(3, adam, cohort::OffloadDevice::kNone, ""), make_model());
+  train(straight, 0, kSteps, rank, size);
+  const auto want = parameters_of(straight);
+  {
+    auto first = cohort::initialize(config_of(3, adam, cohort::OffloadDevice::kNvme, nvme), make_model());
+    train(first, 0, kSteps / 2, rank, size);
+    cohort::CheckpointState state;
+    state.add("engine", first);
+    cohort::save_checkpoint(checkpoint_dir(), state.set_step(first.global_steps()));
+    train(first, kSteps / 2, kSteps, rank, size);  // training on after a save writes the held masters back
+    expect_equal_bits(parameters_of(first), want, "trained on after the save");
+  }
+  for (auto device : {cohort::OffloadDevice::kNvme, cohort::OffloadDevice::kNone}) {
+    auto resumed = cohort::initialize(config_of(3, adam, device, nvme), make_model());
+    cohort::CheckpointState state;
+    state.add("engine", resumed);
+    ASSERT_TRUE(cohort::load_checkpoint(checkpoint_dir(), state, cohort::LoadOptions().must_exist(true)));
+    train(resumed, kSteps / 2, kSteps, rank, size);
+    expect_equal_bits(parameters_of(resumed), want,
+                      device == cohort::OffloadDevice::kNvme ? "resumed on nvme" : "resumed without offload");
+  }
+}
+
+}  // namespace
+
+TEST(ZeroOffload, ACheckpointTakenOnNvmeResumesWithOrWithoutOffload) {
+  RanksOptions options;
+  options.deadline = std::chrono::seconds(120);
+  cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-resume-");
+  run_ranks(2, resume_body, options);
+}
+
+TEST(ZeroOffload, ASwapFileRemovedUnderTheJobIsAnIoErrorNamingIt) {
+  RanksOptions options;
+  cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-gone-");
+  run_ranks(1, [](int, int) {
+    cohort::init();
+    const std::string dir = swap_dir(0);
+    fs::create_directories(dir);
+    auto engine =
+        cohort::initialize(config_of(2, cohort::OptimizerType::kAdamW, cohort::OffloadDevice::kNvme, dir), make_model());
+    const fs::path file = fs::directory_iterator(dir)->path();
+    fs::remove(file);
+    engine.backward(engine.forward(torch::randn({4, 6})).sum());
+    try {
+      engine.step();
+      ADD_FAILURE() << "no error";
+    } catch (const cohort::Error& e) {
+      EXPECT_EQ(e.kind(), cohort::ErrorKind::kIO) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(file.string() + " (rank 0) was removed while the job ran"));
+    }
+  }, options);
+}
+
+TEST(ZeroOffload, AnNvmePathThatIsNotADirectoryIsRefusedNamingTheKey) {
+  run_ranks(1, [](int, int) {
+    cohort::init();
+    try {
+      cohort::initialize(config_of(2, cohort::OptimizerType::kAdamW, cohort::OffloadDevice::kNvme, "/proc/version"),
+                         make_model());
+      ADD_FAILURE() << "no error";
+    } catch (const cohort::Error& e) {
+      EXPECT_EQ(e.kind(), cohort::ErrorKind::kInvalidArgument) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr("offload_optimizer.nvme_path \"/proc/version\" is not a directory (rank 0)"));
+    }
+  });
+}
+
+}  // namespace zero_offload_test
