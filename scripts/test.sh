@@ -11,7 +11,10 @@ default_type=RelWithDebInfo
 [ "${CI:-}" = true ] && default_type=Release
 build_type="${COHORT_TEST_BUILD_TYPE:-$default_type}"
 scripts/install-deps.sh
-scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type"
+# Under CI the examples, tools and benchmarks compile at -O1, as the tests do (COHORT_QUICK_PROGRAMS).
+quick_programs=OFF
+[ "${CI:-}" = true ] && quick_programs=ON
+scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_QUICK_PROGRAMS="$quick_programs"
 (cd build && ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" "$@")
 # The file readers under libFuzzer (docs/fuzzing.md), briefly and with a fixed seed; 0 skips.
 fuzz_seconds="${COHORT_CI_FUZZ_SECONDS:-15}"
@@ -19,11 +22,17 @@ if [ "$fuzz_seconds" != 0 ]; then
   COHORT_FUZZ_SECONDS="$fuzz_seconds" COHORT_FUZZ_SEED="${COHORT_FUZZ_SEED:-1}" scripts/fuzz.sh
 fi
 if [ "${COHORT_TORCH2:-1}" != 0 ]; then
-  # The benchmarks are measured by hand (docs/BENCHMARKS.md); the second build skips them to save CI time.
+  # The second LibTorch: the library and its tests again. The benchmarks are measured by hand
+  # (docs/BENCHMARKS.md), and the programs started as programs (label launch: cohortrun's logic, the
+  # examples' flags and fault scenarios) and the cluster scenarios (tests/cluster: Slurm and MPI across
+  # namespace hosts) do not change with LibTorch, so under CI they run in the first build only and the
+  # second skips the examples. COHORT_TORCH2_ALL=1 runs everything there too.
+  torch2_labels='cluster|launch' torch2_examples=OFF
+  if [ "${CI:-}" != true ] || [ "${COHORT_TORCH2_ALL:-0}" = 1 ]; then torch2_labels='cluster' torch2_examples=ON; fi
   COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build" \
-    -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF
-  # Launcher logic does not change with LibTorch: 4 pairs of jobs on one port here, 20 in the first build,
-  # and the cluster scenarios (tests/cluster: Slurm and MPI across namespace hosts) in the first only.
+    -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF -DCOHORT_BUILD_EXAMPLES="$torch2_examples" \
+    -DCOHORT_QUICK_PROGRAMS="$quick_programs"
+  # 4 pairs of jobs on one port here, 20 in the first build.
   (cd build-torch2 && COHORT_TEST_JOB_PAIRS=4 ctest --output-on-failure --timeout 600 -j "${COHORT_TEST_JOBS:-2}" \
-    -LE cluster "$@")
+    -LE "$torch2_labels" "$@")
 fi
