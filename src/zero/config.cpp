@@ -123,7 +123,7 @@ OptimizerConfig read_optimizer(Section optimizer, const Context& ctx) {
   out.type(type == 0 ? OptimizerType::kSgd : type == 1 ? OptimizerType::kAdam : OptimizerType::kAdamW);
   Section params = optimizer.child("params");
   if (out.type() == OptimizerType::kSgd && !params.has("lr")) {
-    ctx.fail(params.path("lr") + " is missing: SGD has no default learning rate");
+    params.fail_missing("lr", "SGD has no default learning rate");
   }
   out.lr(params.number("lr", out.lr(), Sign::kNonNegative));
   out.weight_decay(params.number("weight_decay", out.weight_decay(), Sign::kNonNegative));
@@ -163,7 +163,7 @@ SchedulerConfig read_scheduler(Section scheduler, const Context& ctx) {
   out.warmup_type(params.choice("warmup_type", 0, {"log", "linear"}) == 0 ? WarmupType::kLog : WarmupType::kLinear);
   if (out.type() == SchedulerType::kWarmupDecayLR) {
     if (!params.has("total_num_steps")) {
-      ctx.fail(params.path("total_num_steps") + " is missing: WarmupDecayLR needs it");
+      params.fail_missing("total_num_steps", "WarmupDecayLR needs it");
     }
     out.total_num_steps(*params.integer("total_num_steps", 1));
     if (out.total_num_steps() < out.warmup_num_steps()) {

@@ -69,10 +69,7 @@ void StateSwapper::prefetch(Slot s) {
   SlotState& slot = slots_[size_t(s)];
   if (slot.state != State::kOnFile) return;
   while (buffers_held() >= options_.buffer_count && !writing_.empty()) finish_oldest_write();
-  if (buffers_held() >= options_.buffer_count) return;
-  slot.buffer = AlignedBuffer(slot.bytes);
-  slot.ticket = io_.read(*file_, slot.offset, slot.buffer.data(), slot.bytes);
-  slot.state = State::kReading;
+  if (buffers_held() < options_.buffer_count) start_read(slot);
 }
 
 void StateSwapper::lend(Slot s) {
@@ -80,9 +77,7 @@ void StateSwapper::lend(Slot s) {
   if (slot.state == State::kLent) return;
   if (slot.state == State::kOnFile) {
     while (buffers_held() >= options_.buffer_count && !writing_.empty()) finish_oldest_write();
-    slot.buffer = AlignedBuffer(slot.bytes);
-    slot.ticket = io_.read(*file_, slot.offset, slot.buffer.data(), slot.bytes);
-    slot.state = State::kReading;
+    start_read(slot);  // a lend is never refused: buffer_count bounds what is ahead and behind
   }
   // A slot being written still holds its values: lend the buffer again once the write is done.
   finish(slot);
@@ -116,6 +111,12 @@ int64_t StateSwapper::host_bytes() const {
   int64_t total = 0;
   for (const auto& slot : slots_) total += slot.buffer.bytes();
   return total;
+}
+
+void StateSwapper::start_read(SlotState& slot) {
+  slot.buffer = AlignedBuffer(slot.bytes);
+  slot.ticket = io_.read(*file_, slot.offset, slot.buffer.data(), slot.bytes);
+  slot.state = State::kReading;
 }
 
 void StateSwapper::point_at_buffer(SlotState& slot) {

@@ -74,6 +74,7 @@ class StateSwapper {
     AlignedBuffer buffer;
     AsyncIo::Ticket ticket = 0;
   };
+  void start_read(SlotState& slot);
   void point_at_buffer(SlotState& slot);
   void finish_oldest_write();
   void finish(SlotState& slot);
