@@ -109,6 +109,40 @@ TEST(MemoryPlan, SgdAndFp32) {
 
 using cohort::testing::error_of;
 
+// Offload: each part on its tier, the fp32 master a copy (4 bytes per shard element), the gradient
+// shards on file with an nvme optimizer on a CPU run. psi = 1e6 on 4 ranks, fp32 AdamW: shard 250000.
+TEST(MemoryPlan, OffloadPutsEachPartOnItsTier) {
+  using cohort::detail::PlanTier;
+  MemoryPlanInput input;
+  input.num_params = 1000000;
+  input.ranks = 4;
+  input.stage = 3;
+  input.precision = PlanPrecision::kFp32;
+  input.optimizer = PlanOptimizer::kAdamW;
+  input.offload_optimizer = PlanTier::kNvme;
+  input.offload_params = PlanTier::kNvme;
+  input.cpu_run = true;
+  const MemoryPlan infinity = cohort::detail::plan_memory(input);
+  EXPECT_EQ(infinity.params, 1000000);
+  EXPECT_EQ(infinity.optimizer_states, 3000000) << "master copy 4 + moments 8, times the shard";
+  EXPECT_EQ(infinity.device, 0);
+  EXPECT_EQ(infinity.nvme, infinity.total());
+  input.cpu_run = false;  // a GPU's gradient shards stay on the device
+  EXPECT_EQ(cohort::detail::plan_memory(input).device, 1000000);
+  input.offload_optimizer = PlanTier::kHost;
+  input.offload_params = PlanTier::kDevice;
+  const MemoryPlan offload = cohort::detail::plan_memory(input);
+  EXPECT_EQ(offload.host, 3000000);
+  EXPECT_EQ(offload.device, 2000000);
+  EXPECT_EQ(offload.nvme, 0);
+  input.stage = 2;
+  input.offload_params = PlanTier::kHost;
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "offload_params needs stage 3, where parameters are sharded (the stage is 2)",
+                      error_of([&] { cohort::detail::plan_memory(input); }));
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "offload-params=ssd is not one of none, cpu, nvme",
+                      error_of([] { cohort::detail::parse_plan_tier("offload-params", "ssd"); }));
+}
+
 TEST(MemoryPlan, BadInput) {
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "num_params=0 must be at least 1", error_of([] { plan(0, 4, 1); }));
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "ranks=0 must be at least 1", error_of([] { plan(10, 0, 1); }));
@@ -146,6 +180,21 @@ TEST(CohortPlanTool, PaperExampleTable) {
   ASSERT_EQ(one.code, 0) << one.out;
   EXPECT_EQ(total_of(one.out, 2), "30.5 GB (30468750000)") << one.out;  // 4 psi + 4 psi / 64
   EXPECT_EQ(total_of(one.out, 0), "row 0 missing");
+}
+
+TEST(CohortPlanTool, OffloadTiers) {
+  const ToolRun run =
+      run_tool("--params 1e6 --ranks 4 --precision fp32 --optimizer adamw --offload-optimizer nvme --offload-params nvme --cpu");
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_EQ(total_of(run.out, 1), "row 1 missing") << "parameter offload is stage 3's";
+  EXPECT_NE(run.out.find("offload     optimizer nvme, params nvme; ranks on CPUs"), std::string::npos) << run.out;
+  // params 4 + grads 4 + master copy 4 + moments 8 bytes, times the 250000-element shard: all on file.
+  EXPECT_NE(run.out.find("with offload the fp32 master is a copy: K + 4"), std::string::npos) << run.out;
+  const std::regex tiers(R"(\n3 +0\.0 GB \(0\) +0\.0 GB \(0\) +0\.0 GB \(5000000\)\n)");
+  EXPECT_TRUE(std::regex_search(run.out, tiers)) << run.out;
+  const ToolRun bad = run_tool("--params 1e6 --ranks 4 --offload-params ssd");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.out, "cohort-plan: error: --offload-params=ssd is not one of none, cpu, nvme\n");
 }
 
 TEST(CohortPlanTool, ExampleModel) {

@@ -66,12 +66,17 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
   const ProcResult recompute = job.run({"--strategy", "fsdp", "--activation-checkpointing", "--keep-gathered"});
   ASSERT_EQ(recompute.code, 0) << recompute.describe();
   EXPECT_EQ(params_digest_of(recompute.out), expected) << recompute.describe();
-  // AdamW's masters and moments in a swap file per rank, stepped a block at a time: the same bits.
+  // AdamW's masters and moments in a swap file per rank, stepped a block at a time, and each block's
+  // parameter shard in another, read ahead of its gather: the same bits.
   const std::string nvme = job.root + "/nvme";
-  const ProcResult offloaded = job.run({"--strategy", "fsdp", "--offload-optimizer", "nvme", "--nvme-path", nvme});
+  const ProcResult offloaded = job.run(
+      {"--strategy", "fsdp", "--offload-optimizer", "nvme", "--offload-params", "nvme", "--nvme-path", nvme});
   ASSERT_EQ(offloaded.code, 0) << offloaded.describe();
   EXPECT_EQ(params_digest_of(offloaded.out), expected) << offloaded.describe();
-  EXPECT_THAT(offloaded.out, HasSubstr("more in the swap file)"));
+  EXPECT_THAT(offloaded.out, HasSubstr("more in the swap files)"));
+  // The planner, given the same offload, puts every model state on file.
+  EXPECT_THAT(offloaded.out, HasSubstr("--optimizer adamw --offload-optimizer nvme --offload-params nvme --cpu: "
+                                       "params 0.0 KiB, grads 0.0 KiB, optimizer 0.0 KiB, on file "));
   EXPECT_TRUE(std::filesystem::is_empty(nvme)) << "the swap files outlived the run";
 }
 
@@ -155,6 +160,10 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
       {{"--offload-optimizer", "nvme"}, "error: --offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)\n"},
       {{"--offload-optimizer", "cpu", "--strategy", "ddp"},
        "error: --offload-optimizer cpu needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp\n"},
+      {{"--offload-params", "cpu", "--strategy", "zero2"},
+       "error: --offload-params cpu needs a strategy that shards parameters (zero3, fsdp), not --strategy zero2\n"},
+      {{"--offload-params", "nvme", "--strategy", "zero3"},
+       "error: --offload-params nvme needs --nvme-path DIR (a directory on a local disk)\n"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv = {build_path("/examples/gpt"), "--data", "/nonexistent"};

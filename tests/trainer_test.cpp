@@ -160,6 +160,21 @@ TEST(TrainerOptions, OffloadOptionsBelongToTheZeroStrategies) {
             "TrainerOptions.optimizer_buffer_count \"0\" is not accepted: expected an integer >= 1");
   EXPECT_EQ(option_error(O().strategy("fsdp").offload_optimizer(true).offload_optimizer_device("nvme").nvme_path("/x")),
             "no error");
+  // Lightning's parameter offload: stage 3 only.
+  EXPECT_EQ(option_error(O().strategy("zero2").offload_parameters(true)),
+            "TrainerOptions.offload_parameters is for ZeRO stage 3, where parameters are sharded (zero3, fsdp, "
+            "deepspeed at stage 3), not \"zero2\"");
+  EXPECT_EQ(option_error(O().strategy("zero3").offload_parameters(true).offload_params_device("nvme")),
+            "TrainerOptions.offload_params_device \"nvme\" needs TrainerOptions.nvme_path: a directory on a local "
+            "disk for the swap files");
+  EXPECT_EQ(option_error(O().strategy("zero3").offload_params_device("ssd")),
+            "TrainerOptions.offload_params_device \"ssd\" is not accepted: expected cpu or nvme");
+  EXPECT_EQ(option_error(O().strategy("fsdp").params_buffer_size(0)),
+            "TrainerOptions.params_buffer_size \"0\" is not accepted: expected an integer >= 1 (elements)");
+  EXPECT_EQ(option_error(O().strategy("fsdp").max_in_cpu(-1)),
+            "TrainerOptions.max_in_cpu \"-1\" is not accepted: expected an integer >= 0 (elements)");
+  EXPECT_EQ(option_error(O().strategy("fsdp").offload_parameters(true).offload_params_device("nvme").nvme_path("/x")),
+            "no error");
 }
 
 TEST(TrainerOptions, CallbackAndLoaderOptionsAreNamedToo) {

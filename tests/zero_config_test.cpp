@@ -249,6 +249,40 @@ TEST(ZeroConfig, OffloadToNvmeAndAioKeys) {
   EXPECT_EQ(plain.zero_optimization().offload_optimizer().buffer_count(), 4);
 }
 
+// Stage 3's parameter offload, as DeepSpeed's docs give it.
+TEST(ZeroConfig, OffloadParamKeys) {
+  const ZeroConfig config = parse_ds_config(R"({
+    "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/local_nvme",
+                          "pin_memory": true, "buffer_count": 6, "buffer_size": 2e7, "max_in_cpu": 0}}
+  })", 2);
+  const auto& offload = config.zero_optimization().offload_param();
+  EXPECT_EQ(offload.device(), cohort::OffloadDevice::kNvme);
+  EXPECT_EQ(offload.nvme_path(), "/local_nvme");
+  EXPECT_TRUE(offload.pin_memory());
+  EXPECT_EQ(offload.buffer_count(), 6);
+  EXPECT_EQ(offload.buffer_size(), 20000000);
+  EXPECT_EQ(offload.max_in_cpu(), 0);
+  EXPECT_TRUE(config.unsupported_keys().empty());
+  const auto plain = parse_ds_config(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})", 1)
+                         .zero_optimization()
+                         .offload_param();
+  EXPECT_EQ(plain.device(), cohort::OffloadDevice::kCpu);
+  EXPECT_EQ(plain.buffer_count(), 5);  // DeepSpeed's defaults
+  EXPECT_EQ(plain.buffer_size(), 100000000);
+  EXPECT_EQ(plain.max_in_cpu(), 1000000000);
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})",
+               "zero_optimization.offload_param.device=\"cpu\" needs zero_optimization.stage 3, where parameters "
+               "are sharded (the stage is 2)");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})",
+               "zero_optimization.offload_param.nvme_path is missing: device \"nvme\" needs a directory");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "buffer_size": 0}}})",
+               "zero_optimization.offload_param.buffer_size=0 is not a positive integer");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "max_in_cpu": -1}}})",
+               "zero_optimization.offload_param.max_in_cpu=-1 is not a non-negative integer");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "ssd"}}})",
+               "zero_optimization.offload_param.device=\"ssd\" is not one of none, cpu, nvme");
+}
+
 TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage=4 is not one of 0, 1, 2, 3");
   EXPECT_ERROR(R"({"zero_optimization": {"stage": "1"}})",

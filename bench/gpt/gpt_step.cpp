@@ -41,7 +41,13 @@ struct Flags {
   int steps = 10, warmup = 2, threads = 1;
   int64_t prefetch_bucket_size = cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size();
   int64_t reduce_bucket_size = cohort::ZeroOptimizationConfig().reduce_bucket_size();
+  std::string offload_optimizer = "none", offload_params = "none", nvme_path;
 };
+
+cohort::OffloadDevice offload_device(const std::string& name) {
+  return name == "nvme" ? cohort::OffloadDevice::kNvme
+                        : name == "cpu" ? cohort::OffloadDevice::kCpu : cohort::OffloadDevice::kNone;
+}
 
 Flags parse(int argc, char** argv) {
   Flags f;
@@ -61,6 +67,11 @@ Flags parse(int argc, char** argv) {
   app.add_option("--threads", f.threads);
   app.add_option("--stage3-prefetch-bucket-size", f.prefetch_bucket_size, "elements (DeepSpeed's default 5e7)");
   app.add_option("--reduce-bucket-size", f.reduce_bucket_size, "elements (DeepSpeed's default 5e8)");
+  app.add_option("--offload-optimizer", f.offload_optimizer, "zero1-3/fsdp: none, cpu or nvme")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--offload-params", f.offload_params, "zero3/fsdp: none, cpu or nvme (every block on file)")
+      ->check(CLI::IsMember({"none", "cpu", "nvme"}));
+  app.add_option("--nvme-path", f.nvme_path, "the swap files' directory for nvme");
   try {
     app.parse(argc, argv);
     if (f.sharded_init && f.mode != "zero3" && f.mode != "fsdp")
@@ -92,7 +103,11 @@ std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, cons
   }
   const int stage = f.mode == "fsdp" ? 3 : f.mode.back() - '0';
   auto zero = cohort::ZeroOptimizationConfig().stage(stage).overlap_comm(true)
-                  .stage3_prefetch_bucket_size(f.prefetch_bucket_size).reduce_bucket_size(f.reduce_bucket_size);
+                  .stage3_prefetch_bucket_size(f.prefetch_bucket_size).reduce_bucket_size(f.reduce_bucket_size)
+                  .offload_optimizer(cohort::OffloadOptimizerConfig().device(offload_device(f.offload_optimizer))
+                                         .nvme_path(f.nvme_path))
+                  .offload_param(cohort::OffloadParamConfig().device(offload_device(f.offload_params))
+                                     .nvme_path(f.nvme_path).max_in_cpu(0));
   auto config = cohort::ZeroConfig().zero_optimization(zero).optimizer(
       cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(1e-4));
   // FSDP2 gathers the next block while one runs: one unit ahead, as the Trainer's fsdp does
@@ -135,28 +150,36 @@ int main(int argc, char** argv) {
   const double rss_wrapped = status_mib("VmRSS");
   for (int i = 0; i < f.warmup; ++i) step();
   world.comm().barrier();
+  const auto io_bytes = [&] { return engine ? double(engine->memory_report().file_io_bytes) : 0.0; };
+  const double io_before = io_bytes();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < f.steps; ++i) step();
   world.comm().barrier();
+  const double io_mib_per_step = (io_bytes() - io_before) / f.steps / (1 << 20);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The model state the engine says it holds (DDP: parameters, gradients, AdamW's two moments).
   const double state_mib = engine ? double(engine->memory_report().total()) / (1 << 20)
                                   : 16.0 * double(cohort::models::gpt_num_parameters(config)) / (1 << 20);
-  auto mine = torch::tensor({rss_start, rss_built, rss_wrapped, status_mib("VmRSS"), status_mib("VmHWM"), state_mib},
+  auto mine = torch::tensor({rss_start, rss_built, rss_wrapped, status_mib("VmRSS"), status_mib("VmHWM"), state_mib,
+                             io_mib_per_step},
                             torch::kDouble);
-  auto all = world.comm().allgather(mine).reshape({world.size(), 6});
+  auto all = world.comm().allgather(mine).reshape({world.size(), 7});
   if (world.rank() == 0) {
     auto peak = all.select(1, 4);
-    const std::string suffix = std::string(f.checkpointing ? "+ckpt" : "") + (f.sharded_init ? "+sharded-init" : "");
+    const std::string suffix = std::string(f.checkpointing ? "+ckpt" : "") + (f.sharded_init ? "+sharded-init" : "") +
+                               (f.offload_optimizer != "none" ? "+optimizer-" + f.offload_optimizer : "") +
+                               (f.offload_params != "none" ? "+params-" + f.offload_params : "");
     std::printf("RESULT impl=cohort mode=%s%s ranks=%d n_layer=%lld n_embd=%lld params=%lld samples_per_s=%.3f "
                 "step_s=%.3f rss_start_mib=%.0f rss_built_mib=%.0f rss_wrapped_mib=%.0f rss_end_mib=%.0f "
-                "peak_max_mib=%.0f peak_sum_mib=%.0f state_mib=%.0f\n",
+                "peak_max_mib=%.0f peak_sum_mib=%.0f state_mib=%.0f file_mib=%.0f io_mib_per_step_sum=%.1f\n",
                 f.mode.c_str(), suffix.c_str(), world.size(), static_cast<long long>(f.n_layer),
                 static_cast<long long>(f.n_embd), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
                 double(f.steps) * f.batch * world.size() / seconds, seconds / f.steps,
                 all.select(1, 0).max().item<double>(), all.select(1, 1).max().item<double>(),
                 all.select(1, 2).max().item<double>(), all.select(1, 3).max().item<double>(),
-                peak.max().item<double>(), peak.sum().item<double>(), all.select(1, 5).max().item<double>());
+                peak.max().item<double>(), peak.sum().item<double>(), all.select(1, 5).max().item<double>(),
+                engine ? double(engine->memory_report().file_bytes) / (1 << 20) : 0.0,
+                all.select(1, 6).sum().item<double>());
   }
   return 0;
 }

@@ -46,7 +46,11 @@ int main(int argc, char** argv) {
   examples::add_choice(app, "--offload-optimizer", flags.offload_optimizer, {"none", "cpu", "nvme"},
                        "zero1-3/fsdp: keep AdamW's fp32 masters and moments in host memory (cpu; on a GPU run) or in "
                        "a swap file per rank under --nvme-path (nvme), stepped a block at a time");
-  app.add_option("--nvme-path", flags.nvme_path, "The directory of the swap files of --offload-optimizer nvme (a local disk)");
+  examples::add_choice(app, "--offload-params", flags.offload_params, {"none", "cpu", "nvme"},
+                       "zero3/fsdp: keep each block's parameter shard in host memory (cpu; on a GPU run) or in a "
+                       "swap file per rank under --nvme-path (nvme; every block: max_in_cpu 0), read ahead of its gather");
+  app.add_option("--nvme-path", flags.nvme_path,
+                 "The directory of the swap files of --offload-optimizer/--offload-params nvme (a local disk)");
   add_integer(app, {"--sample-tokens", 0, 100000}, flags.sample_tokens, "Bytes of text to generate at the end");
   add_integer(app, {"--threads", 0, 1024}, flags.threads, "Torch threads per rank (0: cores / local ranks)");
   app.add_option("--data", flags.data,
@@ -63,6 +67,13 @@ int main(int argc, char** argv) {
                           cohort::ErrorKind::kInvalidArgument);
     if (flags.offload_optimizer == "nvme" && flags.nvme_path.empty())
       throw cohort::Error("--offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)",
+                          cohort::ErrorKind::kInvalidArgument);
+    if (flags.offload_params != "none" && flags.strategy != "zero3" && flags.strategy != "fsdp")
+      throw cohort::Error("--offload-params " + flags.offload_params +
+                              " needs a strategy that shards parameters (zero3, fsdp), not --strategy " + flags.strategy,
+                          cohort::ErrorKind::kInvalidArgument);
+    if (flags.offload_params == "nvme" && flags.nvme_path.empty())
+      throw cohort::Error("--offload-params nvme needs --nvme-path DIR (a directory on a local disk)",
                           cohort::ErrorKind::kInvalidArgument);
     // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
     if (flags.n_embd % flags.n_head != 0)

@@ -60,16 +60,21 @@ void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::strin
       trainer.world().comm().allreduce(torch::tensor(mine), cohort::ReduceOp::kMax).item<int64_t>();
   if (!trainer.world().is_main()) return;
   const cohort::MemoryReport now = trainer.memory_report(), plan = trainer.planned_memory();
-  // --offload-optimizer nvme: the masters and moments on disk, apart from what a step lends.
-  const std::string on_disk = now.file_bytes > 0 ? " (" + human(now.file_bytes) + " more in the swap file)" : "";
+  // --offload-optimizer/--offload-params nvme: states on disk, apart from what a step lends.
+  const std::string on_disk = now.file_bytes > 0 ? " (" + human(now.file_bytes) + " more in the swap files)" : "";
+  std::string offload;  // the planner's flags for the same run
+  if (flags.offload_optimizer != "none") offload += " --offload-optimizer " + flags.offload_optimizer;
+  if (flags.offload_params != "none") offload += " --offload-params " + flags.offload_params;
+  if (!offload.empty()) offload += " --cpu";
+  const std::string plan_disk = plan.file_bytes > 0 ? ", on file " + human(plan.file_bytes) : "";
   std::printf("memory at %s: peak RSS %s (rank 0), %s (largest of %d ranks); per rank now: params %s, grads %s, "
               "optimizer %s%s, gathered units and buffers %s; cohort-plan --params %lld --ranks %d --stage %d "
-              "--precision fp32 --optimizer adamw: params %s, grads %s, optimizer %s\n",
+              "--precision fp32 --optimizer adamw%s: params %s, grads %s, optimizer %s%s\n",
               when.c_str(), human(mine).c_str(), human(largest).c_str(), trainer.world().size(),
               human(now.parameter_bytes).c_str(), human(now.gradient_bytes).c_str(), human(now.optimizer_bytes).c_str(),
               on_disk.c_str(), human(now.buffer_bytes + now.cached_bytes).c_str(), static_cast<long long>(plan.num_parameters),
-              trainer.world().size(), zero_stage(flags.strategy), human(plan.parameter_bytes).c_str(),
-              human(plan.gradient_bytes).c_str(), human(plan.optimizer_bytes).c_str());
+              trainer.world().size(), zero_stage(flags.strategy), offload.c_str(), human(plan.parameter_bytes).c_str(),
+              human(plan.gradient_bytes).c_str(), human(plan.optimizer_bytes).c_str(), plan_disk.c_str());
   std::fflush(stdout);
 }
 

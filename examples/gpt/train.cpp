@@ -74,6 +74,9 @@ cohort::TrainerOptions trainer_options(const Flags& flags) {
       .logger(false)
       .offload_optimizer(flags.offload_optimizer != "none")
       .offload_optimizer_device(flags.offload_optimizer == "nvme" ? "nvme" : "cpu")
+      .offload_parameters(flags.offload_params != "none")
+      .offload_params_device(flags.offload_params == "nvme" ? "nvme" : "cpu")
+      .max_in_cpu(0)  // --offload-params nvme: every block's shard on file (read only with "nvme")
       .nvme_path(flags.nvme_path);
 }
 
@@ -94,7 +97,8 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 // activation checkpointing, each block's input and one block's worth, plus the logits and their
 // softmax. --offload-optimizer cpu keeps an fp32 master copy beside the weights (4 more; host memory is
 // the device on the CPU), nvme keeps masters and moments on disk but for the block stepped and those
-// read ahead (offload_optimizer.buffer_count, 4) and written behind. In double: a GPT at the flags'
+// read ahead (offload_optimizer.buffer_count, 4) and written behind; with --offload-params the master
+// is a copy (4 more per parameter, or on disk with nvme). In double: a GPT at the flags'
 // limits overflows int64.
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
   const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)), ranks = world_size;
@@ -102,7 +106,8 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
   const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
   const double block = 12 * e * e + 13 * e;
   double moments = flags.strategy == "ddp" ? 8 * p : 8 * p / ranks;
-  if (flags.offload_optimizer == "cpu") moments += 4 * p / ranks;
+  if (flags.offload_optimizer == "cpu" || (flags.offload_params != "none" && flags.offload_optimizer == "none"))
+    moments += 4 * p / ranks;
   const bool per_block = flags.strategy == "zero3" || flags.strategy == "fsdp";  // a group per block
   if (flags.offload_optimizer == "nvme") moments = per_block ? 12 * block / ranks * (1 + 4) : 12 * p / ranks;
   const double kept = flags.activation_checkpointing ? layers * e + 16 * e : layers * 16 * e;
@@ -110,7 +115,10 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
   const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
   const double ahead =
       flags.strategy == "fsdp" ? 1 : std::min(layers, std::floor(cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size() / block));
-  const double weights = sharded ? 4 * p / ranks + 4 * block * (1 + ahead + 2) : 4 * p;
+  // --offload-params nvme: of the shards only the one being gathered and those read ahead
+  // (offload_param.buffer_count, 5) are in memory.
+  const double shards = flags.offload_params == "nvme" ? 4 * block / ranks * 6 : 4 * p / ranks;
+  const double weights = sharded ? shards + 4 * block * (1 + ahead + 2) : 4 * p;
   const double total = weights + grads + moments + 4 * tokens * (kept + 2 * static_cast<double>(config.vocab_size()));
   return total >= 9e18 ? INT64_MAX : static_cast<int64_t>(total);
 }
@@ -160,7 +168,8 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
 
 void run_training(const Flags& flags) {
   if (!flags.checkpoint.dir.empty()) examples::check_writable_dir("--checkpoint-dir", flags.checkpoint.dir);
-  if (flags.offload_optimizer == "nvme") examples::check_writable_dir("--nvme-path", flags.nvme_path);
+  if (flags.offload_optimizer == "nvme" || flags.offload_params == "nvme")
+    examples::check_writable_dir("--nvme-path", flags.nvme_path);
   cohort::Trainer trainer(trainer_options(flags));  // starts or joins the workers before anything else
   const cohort::World& world = trainer.world();
   const int64_t threads = flags.threads > 0 ? flags.threads

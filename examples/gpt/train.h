@@ -26,6 +26,7 @@ struct Flags {
   int64_t threads = 0;
   std::string data = kDefaultText;
   std::string offload_optimizer = "none";  ///< none, cpu or nvme (ZeRO-Offload / ZeRO-Infinity)
+  std::string offload_params = "none";     ///< none, cpu or nvme (zero3/fsdp's parameter shards)
   std::string nvme_path;                   ///< the swap files' directory with --offload-optimizer nvme
   bool no_memory_check = false;          ///< skip the check that the model and a step fit in the memory available
   examples::CheckpointFlags checkpoint;  ///< --checkpoint-dir, --checkpoint-every, --resume

@@ -88,6 +88,18 @@ struct TrainerOptions {
   TORCH_ARG(std::string, nvme_path) = "";
   /// Groups read ahead or written behind at once with offload_optimizer_device "nvme".
   TORCH_ARG(int64_t, optimizer_buffer_count) = 4;
+  /// Stage 3 (zero3, fsdp, deepspeed at stage 3): keep each sharding unit's parameter shard off the
+  /// device between its gathers (ds_config offload_param), in host memory ("cpu") or in a swap file
+  /// per rank under nvme_path ("nvme"), read ahead of its gather.
+  TORCH_ARG(bool, offload_parameters) = false;
+  TORCH_ARG(std::string, offload_params_device) = "cpu";
+  /// Units read ahead at once with offload_params_device "nvme".
+  TORCH_ARG(int64_t, params_buffer_count) = 5;
+  /// Elements of the largest unit shard a read-ahead buffer holds.
+  TORCH_ARG(int64_t, params_buffer_size) = 100000000;
+  /// Parameter elements kept in host memory with offload_params_device "nvme" (the first units'; the
+  /// rest on file). Lightning's default, 1e9, keeps a model under a billion elements per rank in memory.
+  TORCH_ARG(int64_t, max_in_cpu) = 1000000000;
   /// "32-true", "bf16-mixed", "16-mixed", or the aliases "32", "16", "bf16".
   TORCH_ARG(std::string, precision) = "32-true";
   /// -1: no limit by epochs (then max_steps must be set); Lightning's default is 1000.

@@ -38,6 +38,9 @@ struct MemoryReport {
   int64_t cached_bytes = 0;
   /// State kept in swap files on disk (offload to nvme): not memory, not in total().
   int64_t file_bytes = 0;
+  /// Bytes read from and written to the swap files since the engine started (the I/O offload costs:
+  /// the difference over a step is that step's traffic).
+  int64_t file_io_bytes = 0;
   int64_t total() const { return parameter_bytes + gradient_bytes + optimizer_bytes + buffer_bytes; }
 };
 

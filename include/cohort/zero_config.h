@@ -33,6 +33,26 @@ struct OffloadOptimizerConfig {
   TORCH_ARG(bool, fast_init) = false;
 };
 
+/// "offload_param" (stage 3; ZeRO-Infinity with device nvme): where each sharding unit's parameter
+/// shard lives between the unit's gathers.
+struct OffloadParamConfig {
+  /// kCpu: host memory (a GPU run copies a unit's shard up for its gather); kNvme: a swap file per
+  /// rank under nvme_path, each unit's shard read ahead of its gather.
+  TORCH_ARG(OffloadDevice, device) = OffloadDevice::kNone;
+  /// kNvme: the directory of the swap files (a local disk; created files are removed at the end).
+  TORCH_ARG(std::string, nvme_path) = "";
+  /// Page-locked host buffers (on CUDA: faster copies; no effect on a CPU run).
+  TORCH_ARG(bool, pin_memory) = false;
+  /// kNvme: units read ahead of their gather, beyond the one being gathered.
+  TORCH_ARG(int, buffer_count) = 5;
+  /// kNvme: elements of the largest unit shard a buffer holds (a larger shard is refused).
+  TORCH_ARG(int64_t, buffer_size) = 100000000;
+  /// kNvme: parameter elements kept in host memory anyway (the first units', in order); the rest go
+  /// on file. DeepSpeed's default 1e9 keeps every model under a billion elements per rank in memory:
+  /// set 0 to put every unit on file.
+  TORCH_ARG(int64_t, max_in_cpu) = 1000000000;
+};
+
 /// "aio": how swap files are read and written (ZeRO-Infinity). Sizes in bytes.
 struct AioConfig {
   /// Bytes per request (a multiple of 4096).
@@ -62,6 +82,8 @@ struct ZeroOptimizationConfig {
   TORCH_ARG(int64_t, allgather_bucket_size) = 500000000;
   /// "offload_optimizer": {"device": "none"|"cpu"|"nvme", ...}: where optimizer states (and the step) live.
   TORCH_ARG(OffloadOptimizerConfig, offload_optimizer) = {};
+  /// "offload_param": {"device": "none"|"cpu"|"nvme", ...}: stage 3's parameter shards (stage 3 only).
+  TORCH_ARG(OffloadParamConfig, offload_param) = {};
   /// Stage 3: elements of the upcoming units gathered ahead of their turn (0: no prefetch).
   TORCH_ARG(int64_t, stage3_prefetch_bucket_size) = 50000000;
   /// Stage 3: at most this many elements gathered at once, counting prefetches (a unit about to run

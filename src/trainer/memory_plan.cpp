@@ -26,21 +26,34 @@ PlanOptimizer plan_optimizer(torch::optim::Optimizer& optimizer) {
   return PlanOptimizer::kSgd;
 }
 
+PlanTier plan_tier(OffloadDevice device) {
+  return device == OffloadDevice::kNvme  ? PlanTier::kNvme
+         : device == OffloadDevice::kCpu ? PlanTier::kHost
+                                         : PlanTier::kDevice;
+}
+
 }  // namespace
 
-MemoryReport planned_memory(Strategy& strategy, int world_size) {
+MemoryReport planned_memory(Strategy& strategy, const World& world) {
+  const int world_size = world.size();
   MemoryPlanInput input;
   input.num_params = std::max<int64_t>(strategy.memory_report().num_parameters, 1);
   input.ranks = strategy.zero_stage() == 0 ? 1 : world_size;
   input.stage = strategy.zero_stage();
   input.precision = plan_precision(strategy.compute_dtype());
   input.optimizer = plan_optimizer(strategy.optimizer());
+  input.offload_optimizer = plan_tier(strategy.offload_optimizer());
+  input.offload_params = plan_tier(strategy.offload_params());
+  input.cpu_run = !world.device().is_cuda();
   const MemoryPlan plan = plan_memory(input);
   MemoryReport report;
   report.num_parameters = input.num_params;
-  report.parameter_bytes = plan.params;
-  report.gradient_bytes = plan.grads;
-  report.optimizer_bytes = plan.optimizer_states;
+  // As a run's memory_report() counts them: what is in swap files is in file_bytes alone.
+  auto in_memory = [](PlanTier tier, int64_t bytes) { return tier == PlanTier::kNvme ? 0 : bytes; };
+  report.parameter_bytes = in_memory(plan.params_tier, plan.params);
+  report.gradient_bytes = in_memory(plan.grads_tier, plan.grads);
+  report.optimizer_bytes = in_memory(plan.optimizer_tier, plan.optimizer_states);
+  report.file_bytes = plan.nvme;
   return report;
 }
 

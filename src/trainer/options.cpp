@@ -83,14 +83,35 @@ void check_offload_options(const TrainerOptions& options, const ResolvedOptions&
   if (options.optimizer_buffer_count() > 1024) {
     refuse("optimizer_buffer_count", std::to_string(options.optimizer_buffer_count()), "an integer from 1 to 1024");
   }
-  if (!options.offload_optimizer()) return;
+  const std::string& params_device = options.offload_params_device();
+  if (params_device != "cpu" && params_device != "nvme") refuse("offload_params_device", params_device, "cpu or nvme");
+  check_at_least("params_buffer_count", options.params_buffer_count(), 1, "an integer >= 1");
+  if (options.params_buffer_count() > 1024) {
+    refuse("params_buffer_count", std::to_string(options.params_buffer_count()), "an integer from 1 to 1024");
+  }
+  check_at_least("params_buffer_size", options.params_buffer_size(), 1, "an integer >= 1 (elements)");
+  check_at_least("max_in_cpu", options.max_in_cpu(), 0, "an integer >= 0 (elements)");
   const bool zero = out.strategy == StrategyKind::kZero || out.strategy == StrategyKind::kDeepSpeed;
-  COHORT_CHECK_KIND(kInvalidArgument, zero,
-                    "TrainerOptions.offload_optimizer is for the ZeRO strategies (zero1, zero2, ",
-                    "zero3, fsdp, deepspeed), not \"", options.strategy(), "\"");
-  COHORT_CHECK_KIND(kInvalidArgument, device != "nvme" || !options.nvme_path().empty(),
-                    "TrainerOptions.offload_optimizer_device \"nvme\" needs TrainerOptions.nvme_path: a directory on "
-                    "a local disk for the swap files");
+  if (options.offload_optimizer()) {
+    COHORT_CHECK_KIND(kInvalidArgument, zero,
+                      "TrainerOptions.offload_optimizer is for the ZeRO strategies (zero1, zero2, ",
+                      "zero3, fsdp, deepspeed), not \"", options.strategy(), "\"");
+    COHORT_CHECK_KIND(kInvalidArgument, device != "nvme" || !options.nvme_path().empty(),
+                      "TrainerOptions.offload_optimizer_device \"nvme\" needs TrainerOptions.nvme_path: a directory "
+                      "on a local disk for the swap files");
+  }
+  if (options.offload_parameters()) {
+    // deepspeed's stage comes from its ds_config: checked when the config is read (strategy_zero.cpp).
+    const bool stage3 = (out.strategy == StrategyKind::kZero && out.zero_stage == 3) ||
+                        out.strategy == StrategyKind::kDeepSpeed;
+    COHORT_CHECK_KIND(kInvalidArgument, stage3,
+                      "TrainerOptions.offload_parameters is for ZeRO stage 3, where parameters are sharded (zero3, "
+                      "fsdp, deepspeed at stage 3), not \"",
+                      options.strategy(), "\"");
+    COHORT_CHECK_KIND(kInvalidArgument, params_device != "nvme" || !options.nvme_path().empty(),
+                      "TrainerOptions.offload_params_device \"nvme\" needs TrainerOptions.nvme_path: a directory "
+                      "on a local disk for the swap files");
+  }
 }
 
 // The pipeline options are read by strategy "pipeline" only; given to another, they are a mistake.

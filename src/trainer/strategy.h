@@ -20,6 +20,7 @@
 #include "cohort/training_module.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
+#include "cohort/zero_config.h"
 #include "trainer/metrics.h"
 #include "trainer/options.h"
 
@@ -71,6 +72,9 @@ class Strategy {
   /// model states) and the dtype of the parameters and gradients.
   virtual int zero_stage() const { return 0; }
   virtual c10::ScalarType compute_dtype() const { return torch::kFloat; }
+  /// Where ZeRO offloads the optimizer and the parameters (none without ZeRO).
+  virtual OffloadDevice offload_optimizer() const { return OffloadDevice::kNone; }
+  virtual OffloadDevice offload_params() const { return OffloadDevice::kNone; }
   /// Autocast for training_step / validation_step under bf16-mixed (null otherwise).
   virtual std::unique_ptr<AutocastGuard> autocast() const { return nullptr; }
   /// A value TrainingModule::log gave on one of the strategy's replica threads: kept, to be combined
@@ -121,8 +125,9 @@ void configure_model(const ResolvedOptions& options, TrainingModule& module, con
 
 /// "Adam", "SGD", ... (LearningRateMonitor's lr-<name>).
 std::string optimizer_name(const torch::optim::Optimizer& optimizer);
-/// Trainer::planned_memory: the ZeRO paper's model states per rank for `strategy` over `world_size` ranks.
-MemoryReport planned_memory(Strategy& strategy, int world_size);
+/// Trainer::planned_memory: the ZeRO paper's model states per rank for `strategy` over `world`'s ranks,
+/// with its offload (what is on file in file_bytes alone, as memory_report() counts it).
+MemoryReport planned_memory(Strategy& strategy, const World& world);
 
 /// The trainable parameters of `module`, in order.
 std::vector<torch::Tensor> trainable_parameters(torch::nn::Module& module);

@@ -42,6 +42,18 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
                                                      .nvme_path(raw.nvme_path())
                                                      .buffer_count(int(raw.optimizer_buffer_count())));
   }
+  if (raw.offload_parameters()) {
+    COHORT_CHECK_KIND(kInvalidArgument, config.zero_optimization().stage() == 3,
+                      "TrainerOptions.offload_parameters is for ZeRO stage 3, but the ds_config ",
+                      raw.deepspeed_config(), " sets zero_optimization.stage ", config.zero_optimization().stage());
+    const bool nvme = raw.offload_params_device() == "nvme";
+    config.zero_optimization().offload_param(OffloadParamConfig()
+                                                 .device(nvme ? OffloadDevice::kNvme : OffloadDevice::kCpu)
+                                                 .nvme_path(raw.nvme_path())
+                                                 .buffer_count(int(raw.params_buffer_count()))
+                                                 .buffer_size(raw.params_buffer_size())
+                                                 .max_in_cpu(raw.max_in_cpu()));
+  }
   if (options.precision == Precision::kBf16Mixed) config.bf16().enabled(true);
   if (options.precision == Precision::k16Mixed) config.fp16().enabled(true);
   COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() || world.device().is_cuda(), "the ds_config ",
@@ -95,6 +107,12 @@ class ZeroStrategy : public Strategy {
   void for_each_full_parameter(const ParameterVisitor& visit) override { engine_.for_each_full_parameter(visit); }
   MemoryReport memory_report() const override { return engine_.memory_report(); }
   int zero_stage() const override { return engine_.stage(); }
+  OffloadDevice offload_optimizer() const override {
+    return engine_.config().zero_optimization().offload_optimizer().device();
+  }
+  OffloadDevice offload_params() const override {
+    return engine_.config().zero_optimization().offload_param().device();
+  }
   c10::ScalarType compute_dtype() const override { return engine_.compute_dtype(); }
   std::string describe() const override {
     std::ostringstream out;

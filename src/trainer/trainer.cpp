@@ -243,7 +243,7 @@ MemoryReport Trainer::memory_report() const {
 
 MemoryReport Trainer::planned_memory() const {
   COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::planned_memory: no module was fitted yet");
-  return detail::planned_memory(*impl_->strategy, impl_->world.size());
+  return detail::planned_memory(*impl_->strategy, impl_->world);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::full_parameters() {

@@ -84,6 +84,7 @@ ZeroOptimizationConfig read_zero(Section zero) {
               "is not supported: cohort saves sharded fp32 checkpoints (save_checkpoint) and writes one "
               "consolidated file from them with `cohort-ckpt consolidate`; set it false");
   out.offload_optimizer(read_offload_optimizer(zero.child("offload_optimizer"), out.stage()));
+  out.offload_param(read_offload_param(zero.child("offload_param"), out.stage()));
   return out;
 }
 

@@ -23,6 +23,23 @@ OffloadOptimizerConfig read_offload_optimizer(Section offload, int stage) {
   return out;
 }
 
+OffloadParamConfig read_offload_param(Section offload, int stage) {
+  OffloadParamConfig out;
+  const size_t device = offload.choice("device", 0, {"none", "cpu", "nvme"});
+  out.device(device == 2 ? OffloadDevice::kNvme : device == 1 ? OffloadDevice::kCpu : OffloadDevice::kNone);
+  if (out.device() != OffloadDevice::kNone && stage != 3)
+    offload.fail("device", str("needs zero_optimization.stage 3, where parameters are sharded (the stage is ", stage,
+                               "); offload_optimizer offloads at stages 1 and 2"));
+  out.pin_memory(offload.boolean("pin_memory", out.pin_memory()));
+  out.buffer_count(int(offload.integer("buffer_count", 1, 1024).value_or(out.buffer_count())));
+  out.buffer_size(offload.integer("buffer_size", 1).value_or(out.buffer_size()));
+  out.max_in_cpu(offload.integer("max_in_cpu", 0).value_or(out.max_in_cpu()));
+  out.nvme_path(offload.text("nvme_path", out.nvme_path()));
+  if (out.device() == OffloadDevice::kNvme && out.nvme_path().empty())
+    offload.fail_missing("nvme_path", "device \"nvme\" needs a directory on a local disk for the swap files");
+  return out;
+}
+
 AioConfig read_aio(Section aio) {
   AioConfig out;
   const int64_t block = aio.integer("block_size", 4096, int64_t(1) << 30).value_or(out.block_size());

@@ -39,8 +39,9 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
     auto found = gathered.find(g);
     if (found == gathered.end()) {
       // Masters on file: lent for the gather, and copied (the lent memory goes back after).
-      const bool lend = store.masters_on_file() && !store.master_lent(int64_t(g));
-      if (lend) store.lend_master(int64_t(g));
+      OptimizerFile& file = store.optimizer_file();
+      const bool lend = file.active() && !file.lent(int64_t(g));
+      if (lend) file.lend(int64_t(g));
       const torch::Tensor& master = store.master(int64_t(g));
       torch::Tensor whole = master;
       if (settings_.stage != 0 && settings_.world > 1) {
@@ -48,7 +49,7 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
         settings_.comm->allgather_async(whole, master.contiguous()).wait();
       }
       whole = whole.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/store.masters_on_file() && whole.is_same(master));
-      if (lend) store.give_back_master(int64_t(g), /*changed=*/false);
+      if (lend) file.give_back(int64_t(g), /*changed=*/false);
       found = gathered.emplace(g, whole).first;
     }
     const auto& shape = params.shape(int64_t(index));
@@ -63,7 +64,7 @@ void EngineCheckpoint::prepare_load() { parts_.optimizer.create_states(); }
 std::vector<StateTensor> EngineCheckpoint::state_tensors() {
   // Masters on file: in memory until the next forward or the end of a load (Stateful's tensors are
   // live storage the checkpoint layer reads or fills).
-  parts_.store.hold_all_masters();
+  parts_.store.optimizer_file().hold_all();
   std::vector<StateTensor> out;
   for (int64_t g = 0; g < parts_.store.size(); ++g) {
     const GroupLayout& layout = parts_.store.layout(g);
@@ -114,7 +115,7 @@ void EngineCheckpoint::load_state_values(const StateValues& values) {
   parts_.store.zero_gradients();       // gradients of before the load mean nothing now
   parts_.store.zero_master_padding();  // whatever the previous world size left there
   parts_.optimizer.write_back_and_gather();
-  parts_.store.release_held_masters(/*changed=*/true);
+  parts_.store.optimizer_file().release_held(/*changed=*/true);
 }
 
 }  // namespace cohort::detail

@@ -48,6 +48,13 @@ EngineSettings make_engine_settings(ZeroConfig config, const EngineOptions& opti
   const OffloadDevice offload = config.zero_optimization().offload_optimizer().device();
   if (offload == OffloadDevice::kCpu) s.placement.masters = Tier::kHost;
   if (offload == OffloadDevice::kNvme) s.placement.masters = Tier::kFile;
+  const OffloadDevice params = config.zero_optimization().offload_param().device();
+  COHORT_CHECK_KIND(kInvalidArgument, params == OffloadDevice::kNone || s.stage == 3,
+                    "zero_optimization.offload_param.device: needs stage 3, where parameters are sharded (the "
+                    "stage is ",
+                    s.stage, "); offload_optimizer offloads at stages 1 and 2");
+  if (params == OffloadDevice::kCpu) s.placement.parameter_shards = Tier::kHost;
+  if (params == OffloadDevice::kNvme) s.placement.parameter_shards = Tier::kFile;
   s.config = std::move(config);
   return s;
 }

@@ -24,7 +24,8 @@ struct StatePlacement {
   /// The fp32 masters, and with them the optimizer state (LibTorch makes it beside its parameter):
   /// kHost with offload_optimizer.device cpu, kFile with nvme.
   Tier masters = Tier::kDevice;
-  /// Stage 3's compute-dtype parameter shards between gathers (kDevice until offload_param exists).
+  /// Stage 3's compute-dtype parameter shards between gathers: kHost with offload_param.device cpu,
+  /// kFile with nvme (the units past offload_param.max_in_cpu elements; the first stay in memory).
   Tier parameter_shards = Tier::kDevice;
 };
 

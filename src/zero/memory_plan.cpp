@@ -34,15 +34,39 @@ MemoryPlan plan_memory(const MemoryPlanInput& input) {
   COHORT_CHECK_KIND(kInvalidArgument, input.ranks >= 1, "memory plan: ranks=", input.ranks, " must be at least 1");
   COHORT_CHECK_KIND(kInvalidArgument, input.stage >= 0 && input.stage <= 3, "memory plan: stage=", input.stage,
                     " is not one of 0, 1, 2, 3");
+  COHORT_CHECK_KIND(kInvalidArgument, input.offload_optimizer == PlanTier::kDevice || input.stage >= 1,
+                    "memory plan: offload_optimizer needs stage 1, 2 or 3 (the stage is 0)");
+  COHORT_CHECK_KIND(kInvalidArgument, input.offload_params == PlanTier::kDevice || input.stage == 3,
+                    "memory plan: offload_params needs stage 3, where parameters are sharded (the stage is ",
+                    input.stage, ")");
   const BytesPerParam per = bytes_per_param(input.precision, input.optimizer);
   const int64_t whole = input.num_params;
   const int64_t shard = (input.num_params + input.ranks - 1) / input.ranks;  // ceil: padded partitions
+  const bool offloaded = input.offload_optimizer != PlanTier::kDevice || input.offload_params != PlanTier::kDevice;
+  const int64_t master_copy = input.precision == PlanPrecision::kFp32 && offloaded ? 4 : 0;
   MemoryPlan plan;
   plan.stage = input.stage;
   plan.params = per.params * (input.stage >= 3 ? shard : whole);
   plan.grads = per.grads * (input.stage >= 2 ? shard : whole);
-  plan.optimizer_states = per.optimizer_states * (input.stage >= 1 ? shard : whole);
+  plan.optimizer_states = (per.optimizer_states + master_copy) * (input.stage >= 1 ? shard : whole);
+  const bool grads_on_file = input.cpu_run && input.offload_optimizer == PlanTier::kNvme && input.stage >= 2;
+  auto place = [&plan](PlanTier tier, int64_t bytes) {
+    (tier == PlanTier::kNvme ? plan.nvme : tier == PlanTier::kHost ? plan.host : plan.device) += bytes;
+  };
+  plan.params_tier = input.offload_params;
+  plan.optimizer_tier = input.offload_optimizer;
+  plan.grads_tier = grads_on_file ? PlanTier::kNvme : PlanTier::kDevice;
+  place(plan.params_tier, plan.params);
+  place(plan.optimizer_tier, plan.optimizer_states);
+  place(plan.grads_tier, plan.grads);
   return plan;
+}
+
+PlanTier parse_plan_tier(const std::string& option, const std::string& text) {
+  if (text == "none") return PlanTier::kDevice;
+  if (text == "cpu") return PlanTier::kHost;
+  if (text == "nvme") return PlanTier::kNvme;
+  throw Error(option + "=" + text + " is not one of none, cpu, nvme", ErrorKind::kInvalidArgument);
 }
 
 PlanPrecision parse_precision(const std::string& text) {

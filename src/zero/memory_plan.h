@@ -33,12 +33,18 @@ struct BytesPerParam {
 };
 BytesPerParam bytes_per_param(PlanPrecision precision, PlanOptimizer optimizer);
 
+/// Where offload keeps a kind of state: the compute device, host memory (cpu), or a swap file (nvme).
+enum class PlanTier { kDevice, kHost, kNvme };
+
 struct MemoryPlanInput {
   int64_t num_params = 0;  // psi, > 0
   int64_t ranks = 1;       // N, > 0
   int stage = 0;           // 0 (plain data parallel), 1, 2 or 3
   PlanPrecision precision = PlanPrecision::kFp16;
   PlanOptimizer optimizer = PlanOptimizer::kAdam;
+  PlanTier offload_optimizer = PlanTier::kDevice;  // offload_optimizer.device (stage >= 1)
+  PlanTier offload_params = PlanTier::kDevice;     // offload_param.device (stage 3), max_in_cpu 0
+  bool cpu_run = false;  // the ranks compute on CPUs: with nvme, stage 2/3's gradient shards go on file too
 };
 
 /// Bytes one rank holds. A sharded part holds ceil(psi / N) elements per rank: DeepSpeed pads the
@@ -48,19 +54,32 @@ struct MemoryPlanInput {
 ///   stage 1: p psi + g psi + K S            (4 psi + K psi / N)
 ///   stage 2: p psi + g S   + K S            (2 psi + (2 + K) psi / N)
 ///   stage 3: p S   + g S   + K S            ((2 + 2 + K) psi / N)
+/// With offload the fp32 master is a copy apart from the parameters also in fp32 (4 bytes per
+/// parameter of the shard, counted in optimizer_states), and each part lives on its tier:
+///   params            offload_params' tier (stage 3), else the device
+///   optimizer_states  offload_optimizer's tier
+///   grads             the device; on a CPU run with offload_optimizer nvme at stage 2/3, the file
+/// device + host + nvme == total(); on a CPU run device and host are the same memory.
 struct MemoryPlan {
   int stage = 0;
   int64_t params = 0;
   int64_t grads = 0;
   int64_t optimizer_states = 0;
+  PlanTier params_tier = PlanTier::kDevice, grads_tier = PlanTier::kDevice, optimizer_tier = PlanTier::kDevice;
+  int64_t device = 0;
+  int64_t host = 0;
+  int64_t nvme = 0;
   int64_t total() const { return params + grads + optimizer_states; }
 };
 
-/// Throws cohort::Error for num_params < 1, ranks < 1 or a stage outside 0-3.
+/// Throws cohort::Error for num_params < 1, ranks < 1, a stage outside 0-3, or an offload the stage
+/// does not have (the optimizer at stage 0, the parameters below stage 3).
 MemoryPlan plan_memory(const MemoryPlanInput& input);
 
 /// "fp32" | "fp16" | "bf16"; throws cohort::Error listing the choices.
 PlanPrecision parse_precision(const std::string& text);
+/// "none" | "cpu" | "nvme"; throws cohort::Error naming `option` and listing the choices.
+PlanTier parse_plan_tier(const std::string& option, const std::string& text);
 /// "adam" | "adamw" | "sgd" | "sgd_momentum"; throws cohort::Error listing the choices.
 PlanOptimizer parse_plan_optimizer(const std::string& text);
 std::string to_string(PlanPrecision precision);

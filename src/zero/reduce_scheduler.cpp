@@ -95,6 +95,7 @@ void ReduceScheduler::retire(bool all) {
     }
     if (stage >= 2 && !reduction.reduce_output.is_same(grads.shard_grad))
       grads.shard_grad.add_(reduction.reduce_output);
+    if (stage >= 2) store_.optimizer_file().close_gradient(g);  // on file: written behind
     if (reduction.reduce_input.defined()) in_flight_elements_ -= store_.layout(g).padded;
     reduction.reduce_input = reduction.reduce_output = torch::Tensor();
     reduction.reduce_work = Work();
@@ -183,7 +184,9 @@ void ReduceScheduler::launch_staged(int64_t g) {
   reduction.reduce_input.narrow(0, layout.numel, layout.padded - layout.numel).zero_();
   if (cast) reduction.reduce_input.div_(world);  // DeepSpeed: cast, then divide in that dtype
   // The first reduction since the last step lands in the (zeroed) shard itself; later micro-steps
-  // of an accumulation add theirs (and every one does in another communication_data_type).
+  // of an accumulation add theirs (and every one does in another communication_data_type). A shard
+  // on file is lent until retire() has it (as zeros when clean: nothing is read).
+  store_.optimizer_file().open_gradient(g, grads.shard_grad_clean);
   reduction.reduce_output = grads.shard_grad_clean && !cast
                                 ? grads.shard_grad
                                 : torch::empty({layout.shard}, options.dtype(settings_.comm_dtype));

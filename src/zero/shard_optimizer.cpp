@@ -53,6 +53,7 @@ void ShardOptimizer::step() {
   } else {
     step_all_at_once();
   }
+  store_.shards().flush();  // stage 3's shards on file: a failed write is this step's error
   unscaled_.clear();
   ++global_steps_;
   schedule_learning_rate();
@@ -70,43 +71,73 @@ void ShardOptimizer::step_all_at_once() {
 // optimizer steps only parameters that have a gradient, so each call updates the lent group alone,
 // with the same arithmetic as one call over all groups.
 void ShardOptimizer::step_group_by_group() {
+  OptimizerFile& file = store_.optimizer_file();
   for_each_master(/*changes=*/true, [&](int64_t g) {
     const torch::Tensor& master = store_.master(g);
-    master.mutable_grad() = unscaled_[size_t(g)];
+    file.lend_gradient(g);  // gradients on file: lent with the master (read ahead with it)
+    master.mutable_grad() = file.holds_gradients() ? clipped(unscaled_of(g)) : unscaled_[size_t(g)];
     optimizer_->step();
     master.mutable_grad() = torch::Tensor();
-    unscaled_[size_t(g)] = torch::Tensor();  // its memory goes now, not after the last group
-    create_state_of(g);                      // an SGD with dampening makes its buffer at its first step
+    if (file.holds_gradients()) file.give_back_gradient(g);
+    else unscaled_[size_t(g)] = torch::Tensor();  // its memory goes now, not after the last group
+    create_state_of(g);                           // an SGD with dampening makes its buffer at its first step
     write_back(g);
   });
-  store_.mark_held_changed();
+  file.mark_held_changed();
 }
 
 void ShardOptimizer::for_each_master(bool changes, const std::function<void(int64_t)>& fn) {
+  OptimizerFile& file = store_.optimizer_file();
   const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
   for (int64_t g = 0; g < store_.size(); ++g) {
-    for (int64_t next = g + 1; next <= g + ahead; ++next) store_.prefetch_master(next);
-    const bool held = store_.master_lent(g);
-    store_.lend_master(g);
+    for (int64_t next = g + 1; next <= g + ahead; ++next) file.prefetch(next);
+    const bool held = file.lent(g);
+    file.lend(g);
     fn(g);
-    if (!held) store_.give_back_master(g, changes);
+    if (!held) file.give_back(g, changes);
   }
-  store_.flush_masters();  // a failed write is this step's error, not a later one's
+  file.flush();  // a failed write is this step's error, not a later one's
 }
 
 // Each group's reduced gradient as fp32, divided by the loss scale: fp32 training the gradient
-// itself, mixed precision an fp32 copy for this step.
+// itself, mixed precision an fp32 copy for this step. Gradients on file: one at a time, when lent.
 void ShardOptimizer::unscale_gradients() {
-  const double inv_scale = 1.0 / loss_scale();
   unscaled_.clear();
+  clip_coefficient_ = 1.0;
+  if (store_.optimizer_file().holds_gradients()) return;
+  for (int64_t g = 0; g < store_.size(); ++g) unscaled_.push_back(unscaled_of(g));
+}
+
+torch::Tensor ShardOptimizer::unscaled_of(int64_t g) const {
+  const double inv_scale = 1.0 / loss_scale();
+  const torch::Tensor& grad = store_.reduced_gradient(g);
+  torch::Tensor unscaled = grad.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/false);
+  const torch::Device master_device = store_.masters_on_file() ? torch::Device(torch::kCPU) : store_.master(g).device();
+  if (unscaled.device() != master_device) unscaled = unscaled.to(master_device);
+  if (inv_scale != 1.0) unscaled = unscaled.is_same(grad) ? unscaled.mul_(inv_scale) : unscaled.mul(inv_scale);
+  return unscaled;
+}
+
+// Gradients on file get clip_gradients()' factor when the step lends them (in memory it multiplied
+// them already): the same two roundings either way.
+torch::Tensor ShardOptimizer::clipped(torch::Tensor unscaled) const {
+  return clip_coefficient_ < 1.0 ? unscaled.mul_(clip_coefficient_) : unscaled;
+}
+
+// Runs fn(g, unscaled gradient) for each group: from unscaled_, or each lent from the file in turn
+// (read ahead offload_optimizer.buffer_count groups) and given back unchanged.
+void ShardOptimizer::for_each_gradient(const std::function<void(const torch::Tensor&)>& fn) {
+  OptimizerFile& file = store_.optimizer_file();
+  if (!file.holds_gradients()) {
+    for (const auto& grad : unscaled_) fn(grad);
+    return;
+  }
+  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
   for (int64_t g = 0; g < store_.size(); ++g) {
-    const torch::Tensor& grad = store_.reduced_gradient(g);
-    torch::Tensor unscaled = grad.to(torch::kFloat, /*non_blocking=*/false, /*copy=*/false);
-    const torch::Device master_device = store_.masters_on_file() ? torch::Device(torch::kCPU)
-                                                                 : store_.master(g).device();
-    if (unscaled.device() != master_device) unscaled = unscaled.to(master_device);
-    if (inv_scale != 1.0) unscaled = unscaled.is_same(grad) ? unscaled.mul_(inv_scale) : unscaled.mul(inv_scale);
-    unscaled_.push_back(unscaled);
+    for (int64_t next = g + 1; next <= g + ahead; ++next) file.prefetch_gradient(next);
+    file.lend_gradient(g);
+    fn(unscaled_of(g));
+    file.give_back_gradient(g);
   }
 }
 
@@ -126,8 +157,9 @@ bool ShardOptimizer::skipped_for_overflow() {
 
 bool ShardOptimizer::any_overflow() {
   torch::Tensor flag = torch::zeros({1}, torch::kFloat);
-  for (const auto& grad : unscaled_)
+  for_each_gradient([&](const torch::Tensor& grad) {
     if (!torch::isfinite(grad).all().item<bool>()) flag.fill_(1);
+  });
   // Every rank must skip together: one rank's overflow skips the step everywhere.
   if (settings_.world > 1) settings_.comm->allreduce(flag, ReduceOp::kMax);
   return flag.item<float>() > 0;
@@ -139,14 +171,16 @@ void ShardOptimizer::clip_gradients() {
   last_norm_ = std::sqrt(global_norm_squared());
   // torch.nn.utils.clip_grad_norm_'s rule, over the whole model's gradient.
   const double coefficient = max_norm / (last_norm_ + 1e-6);
-  if (coefficient < 1.0)
-    for (auto& grad : unscaled_) grad.mul_(coefficient);
+  if (coefficient >= 1.0) return;
+  clip_coefficient_ = coefficient;
+  for (auto& grad : unscaled_) grad.mul_(coefficient);  // on file: clipped() when the step lends them
 }
 
 double ShardOptimizer::global_norm_squared() {
   torch::Tensor total = torch::zeros({1}, torch::kDouble);
-  for (const auto& grad : unscaled_)
+  for_each_gradient([&](const torch::Tensor& grad) {
     if (grad.numel() > 0) total += grad.norm().to(torch::kDouble).pow(2).cpu();
+  });
   // Stage 0 holds the whole gradient on every rank; the others hold disjoint shards (padding is 0).
   if (settings_.stage > 0 && settings_.world > 1) settings_.comm->allreduce(total, ReduceOp::kSum);
   return total.item<double>();
@@ -160,8 +194,7 @@ void ShardOptimizer::write_back_and_gather() {
 void ShardOptimizer::write_back(int64_t g) {
   const torch::Tensor& master = store_.master(g);
   master.mutable_grad() = torch::Tensor();
-  torch::Tensor owned = store_.owned_parameters(g);
-  if (owned.data_ptr() != master.data_ptr()) owned.copy_(master);
+  store_.write_parameters(g, master);
 }
 
 // Stage 1/2: every rank's updated shard to every rank (stage 3's units gather when they run).
@@ -187,10 +220,11 @@ void ShardOptimizer::create_states() {
 
 // Masters on file: state the inner optimizer made for a lent master goes on file beside it.
 void ShardOptimizer::create_state_of(int64_t g) {
-  if (!store_.masters_on_file() || store_.has_master_state(g)) return;
+  OptimizerFile& file = store_.optimizer_file();
+  if (!file.active() || file.has_state(g)) return;
   std::vector<torch::Tensor> state;
   for (const auto& [name, tensor] : state_tensors_of(*optimizer_, store_.master(g))) state.push_back(tensor);
-  store_.add_master_state(g, std::move(state));
+  file.add_state(g, std::move(state));
 }
 
 void ShardOptimizer::add_memory(MemoryReport& report) const {

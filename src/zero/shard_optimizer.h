@@ -57,6 +57,9 @@ class ShardOptimizer {
 
  private:
   void unscale_gradients();
+  torch::Tensor unscaled_of(int64_t g) const;
+  torch::Tensor clipped(torch::Tensor unscaled) const;
+  void for_each_gradient(const std::function<void(const torch::Tensor&)>& fn);
   void step_all_at_once();
   void step_group_by_group();
   void write_back(int64_t g);
@@ -71,7 +74,8 @@ class ShardOptimizer {
   const EngineSettings& settings_;
   StateStore& store_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::vector<torch::Tensor> unscaled_;  // each group's fp32 gradient for this step
+  std::vector<torch::Tensor> unscaled_;  // each group's fp32 gradient for this step (not when on file)
+  double clip_coefficient_ = 1.0;        // this step's clipping factor (1: none)
   LossScaler scaler_;
   int64_t micro_steps_ = 0;  // step() calls so far
   int64_t global_steps_ = 0;

@@ -23,23 +23,12 @@ torch::Tensor owned_slice(const torch::Tensor& flat, const GroupLayout& layout, 
 }  // namespace
 
 StateStore::StateStore(const EngineSettings& settings, TrainableParameters& params)
-    : settings_(settings), params_(params), group_of_(size_t(params.size()), -1), grad_aliases_(size_t(params.size())) {
-  if (settings_.placement.masters == Tier::kFile)
-    swapper_ = std::make_unique<StateSwapper>(optimizer_swapper_options());
-}
-
-SwapperOptions StateStore::optimizer_swapper_options() const {
-  const auto& offload = settings_.config.zero_optimization().offload_optimizer();
-  const AioConfig& aio = settings_.config.aio();
-  SwapperOptions options;
-  options.directory = offload.nvme_path();
-  options.key = "offload_optimizer.nvme_path";
-  options.what = "optimizer";
-  options.rank = settings_.rank;
-  options.aio = AioOptions{aio.block_size(), aio.queue_depth(), aio.single_submit(), aio.overlap_events()};
-  options.buffer_count = offload.buffer_count();
-  return options;
-}
+    : settings_(settings),
+      params_(params),
+      group_of_(size_t(params.size()), -1),
+      grad_aliases_(size_t(params.size())),
+      shards_(settings),
+      optimizer_file_(settings) {}
 
 torch::Device StateStore::device_of(Tier tier) const {
   return tier == Tier::kDevice ? params_.at(0).device() : torch::Device(torch::kCPU);
@@ -54,7 +43,6 @@ void StateStore::add_group(GroupLayout layout, const torch::Tensor& shard) {
   const GroupLayout& l = group.layout;
   for (int64_t index : l.params) group_of_[size_t(index)] = size();
   if (stage == 3) {
-    group.flat = shard;
     group.grads.shard_grad = torch::zeros({l.shard}, options);
     params_.free(l);  // now, not after every group: the whole model never exists twice
   } else {
@@ -72,62 +60,23 @@ void StateStore::add_group(GroupLayout layout, const torch::Tensor& shard) {
     }
   }
   const auto master_options = options.dtype(torch::kFloat).device(device_of(settings_.placement.masters));
-  torch::Tensor owned = owned_slice(group.flat, l, stage, settings_.rank);
-  group.master = settings_.separate_master || swapper_ || owned.device() != master_options.device()
-                     ? owned.to(master_options, /*non_blocking=*/false, /*copy=*/true)
-                     : owned;
-  if (swapper_) group.master_slot = swapper_->add_slot({group.master});  // on file from here on
+  torch::Tensor owned = stage == 3 ? shard : owned_slice(group.flat, l, stage, settings_.rank);
+  // The master is the parameters themselves only where both stay together in fp32 (no offload).
+  group.master_copy = settings_.separate_master || masters_on_file() || owned.device() != master_options.device() ||
+                      (stage == 3 && settings_.placement.parameter_shards != Tier::kDevice);
+  group.master = group.master_copy ? owned.to(master_options, /*non_blocking=*/false, /*copy=*/true) : owned;
+  optimizer_file_.add_group(group.master, group.grads.shard_grad);  // nvme: on file from here on
+  if (stage == 3) shards_.add(shard);
   groups_.push_back(std::move(group));
 }
 
-void StateStore::prefetch_master(int64_t g) {
-  if (!swapper_ || g >= size()) return;
-  const Group& group = groups_[size_t(g)];
-  swapper_->prefetch(group.master_slot);
-  if (group.state_slot >= 0) swapper_->prefetch(group.state_slot);
-}
-
-void StateStore::lend_master(int64_t g) {
-  if (!swapper_) return;
-  const Group& group = groups_[size_t(g)];
-  swapper_->lend(group.master_slot);
-  if (group.state_slot >= 0) swapper_->lend(group.state_slot);
-}
-
-void StateStore::give_back_master(int64_t g, bool changed) {
-  if (!swapper_) return;
-  const Group& group = groups_[size_t(g)];
-  swapper_->give_back(group.master_slot, changed);
-  if (group.state_slot >= 0) swapper_->give_back(group.state_slot, changed);
-}
-
-void StateStore::add_master_state(int64_t g, std::vector<torch::Tensor> state) {
-  if (!swapper_ || state.empty()) return;
-  Group& group = groups_[size_t(g)];
-  COHORT_CHECK_KIND(kInternal, group.state_slot < 0, "offload: group ", g, "'s optimizer state is on file already");
-  group.state_slot = swapper_->add_slot(std::move(state));
-  // The master is lent: so is its state from here on, until both go back.
-  swapper_->lend(group.state_slot);
-}
-
-bool StateStore::master_lent(int64_t g) const { return swapper_ && swapper_->lent(groups_[size_t(g)].master_slot); }
-
-void StateStore::flush_masters() {
-  if (swapper_) swapper_->flush();
-}
-
-void StateStore::hold_all_masters() {
-  if (!swapper_ || held_) return;
-  for (int64_t g = 0; g < size(); ++g) lend_master(g);
-  held_ = true;
-  held_changed_ = false;
-}
-
-void StateStore::release_held_masters(bool changed) {
-  if (!held_) return;
-  for (int64_t g = 0; g < size(); ++g) give_back_master(g, changed || held_changed_);
-  held_ = false;
-  held_changed_ = false;
+void StateStore::write_parameters(int64_t g, const torch::Tensor& master) {
+  if (settings_.stage == 3) {
+    shards_.write(g, master);
+    return;
+  }
+  torch::Tensor owned = owned_parameters(g);
+  if (owned.data_ptr() != master.data_ptr()) owned.copy_(master);
 }
 
 torch::Tensor StateStore::owned_parameters(int64_t g) const {
@@ -135,10 +84,7 @@ torch::Tensor StateStore::owned_parameters(int64_t g) const {
   return owned_slice(group.flat, group.layout, settings_.stage, settings_.rank);
 }
 
-bool StateStore::master_is_copy(int64_t g) const {
-  const Group& group = groups_[size_t(g)];
-  return settings_.separate_master || swapper_ || group.master.device() != group.flat.device();
-}
+bool StateStore::master_is_copy(int64_t g) const { return groups_[size_t(g)].master_copy; }
 
 const torch::Tensor& StateStore::reduced_gradient(int64_t g) const {
   const GroupGradients& grads = groups_[size_t(g)].grads;
@@ -152,7 +98,8 @@ void StateStore::zero_gradients() {
     group.master.mutable_grad() = torch::Tensor();
     if (group.grads.flat_grad.defined()) group.grads.flat_grad.zero_();
     if (settings_.stage >= 2) {
-      group.grads.shard_grad.zero_();
+      // On file the shard is empty here; the next reduction lends it as zeros (clean).
+      if (!optimizer_file_.holds_gradients()) group.grads.shard_grad.zero_();
       group.grads.shard_grad_clean = true;
     } else {
       group.grads.shard_grad = torch::Tensor();  // stage 1: the reduced shard lives for one step only
@@ -168,10 +115,10 @@ void StateStore::zero_master_padding() {
     const int64_t real_end = stage == 0 ? group.layout.numel : group.layout.owned_real(settings_.rank).second;
     const int64_t real = std::max<int64_t>(0, real_end - begin);
     const int64_t g = &group - groups_.data();
-    const bool lend = swapper_ && !swapper_->lent(group.master_slot);
-    if (lend) lend_master(g);
+    const bool lend = masters_on_file() && !optimizer_file_.lent(g);
+    if (lend) optimizer_file_.lend(g);
     group.master.narrow(0, real, group.master.numel() - real).zero_();
-    if (lend) give_back_master(g, /*changed=*/true);
+    if (lend) optimizer_file_.give_back(g, /*changed=*/true);
   }
 }
 
@@ -180,12 +127,10 @@ void StateStore::add_memory(MemoryReport& report) const {
     const Group& group = groups_[size_t(g)];
     report.parameter_bytes += tensor_bytes(group.flat);
     report.gradient_bytes += tensor_bytes(group.grads.flat_grad) + tensor_bytes(group.grads.shard_grad);
-    if (master_is_copy(g) && !swapper_) report.optimizer_bytes += tensor_bytes(group.master);
+    if (master_is_copy(g) && !masters_on_file()) report.optimizer_bytes += tensor_bytes(group.master);
   }
-  if (swapper_) {  // lent masters and state, reads ahead, writes behind; the rest is on file
-    report.optimizer_bytes += swapper_->host_bytes();
-    report.file_bytes += swapper_->file_bytes();
-  }
+  optimizer_file_.add_memory(report);  // lent, read ahead, written behind; the rest is on file
+  shards_.add_memory(report);
   report.cached_bytes = buffers_.idle_bytes();
 }
 

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "cohort/activation_checkpoint.h"
 #include "cohort/error.h"
@@ -111,12 +112,24 @@ torch::Tensor UnitCoordinator::initial_shard(int64_t g, const GroupLayout& layou
 void UnitCoordinator::gather(int64_t g) {
   Gathered& unit = gathered_[size_t(g)];
   if (unit.presence != Gathered::Presence::kFreed) return;
-  const torch::Tensor& shard = parts_.store.parameters(g);
+  const torch::Tensor& shard = parts_.store.shards().lend(g);  // read from file when offloaded there
+  unit.shard_lent = true;
+  const auto options = parts_.params.at(parts_.store.layout(g).params[0]).options().requires_grad(false);
+  // offload_param cpu on a GPU: the shard goes up first (the gather runs on the device).
+  unit.staged = shard.device() == options.device() ? shard : shard.to(options.device(), /*non_blocking=*/true);
   if (unit.gathered.defined()) parts_.store.buffers().refill(unit.gathered);
-  else unit.gathered = parts_.store.buffers().empty(parts_.store.layout(g).padded, shard.options());
+  else unit.gathered = parts_.store.buffers().empty(parts_.store.layout(g).padded, options);
   if (trace::enabled()) trace::record_mark("gather launch", "zero", "launch", int64_t(unit.gathered.nbytes()));
-  unit.gather_work = settings_.comm->allgather_async(unit.gathered, shard);
+  unit.gather_work = settings_.comm->allgather_async(unit.gathered, unit.staged);
   unit.presence = Gathered::Presence::kGathering;
+}
+
+// The gather is done: the shard goes back to its place (on file: nothing to write, it only was read).
+void UnitCoordinator::finish_gather(Gathered& unit, int64_t g) {
+  unit.gather_work.wait();
+  unit.gather_work = Work();
+  unit.staged = torch::Tensor();
+  if (std::exchange(unit.shard_lent, false)) parts_.store.shards().give_back(g);
 }
 
 void UnitCoordinator::ensure_gathered(int64_t g) {
@@ -125,9 +138,8 @@ void UnitCoordinator::ensure_gathered(int64_t g) {
   if (unit.presence == Gathered::Presence::kGathered) return;
   {
     trace::ScopedSpan span("gather wait", "zero", "wait");  // the timeline: a gather forward waits on
-    unit.gather_work.wait();
+    finish_gather(unit, g);
   }
-  unit.gather_work = Work();
   parts_.params.show_gathered(parts_.store.layout(g), unit.gathered);
   unit.presence = Gathered::Presence::kGathered;
 }
@@ -135,8 +147,7 @@ void UnitCoordinator::ensure_gathered(int64_t g) {
 void UnitCoordinator::release(int64_t g) {
   Gathered& unit = gathered_[size_t(g)];
   if (unit.presence == Gathered::Presence::kFreed) return;
-  if (unit.presence == Gathered::Presence::kGathering) unit.gather_work.wait();
-  unit.gather_work = Work();
+  if (unit.presence == Gathered::Presence::kGathering) finish_gather(unit, g);
   parts_.params.free(parts_.store.layout(g));
   empty_storage(unit.gathered);
   unit.presence = Gathered::Presence::kFreed;
@@ -158,7 +169,9 @@ int64_t UnitCoordinator::live_elements() const {
 void UnitCoordinator::prefetch_after(int64_t unit, int direction) {
   const auto& zero = settings_.config.zero_optimization();
   const auto at = std::find(run_order_.begin(), run_order_.end(), unit);
-  if (at == run_order_.end() || zero.stage3_prefetch_bucket_size() == 0) return;
+  if (at == run_order_.end()) return;
+  read_ahead(at, direction);
+  if (zero.stage3_prefetch_bucket_size() == 0) return;
   int64_t budget = zero.stage3_prefetch_bucket_size();
   int64_t ahead = 0;  // units with parameters ahead of this one, gathered or being gathered
   for (auto i = (at - run_order_.begin()) + direction; i >= 0 && i < int64_t(run_order_.size()); i += direction) {
@@ -172,6 +185,21 @@ void UnitCoordinator::prefetch_after(int64_t unit, int direction) {
     if (size > budget || live_elements() + size > zero.stage3_max_live_parameters()) return;
     budget -= size;
     gather(g);
+  }
+}
+
+// offload_param nvme: starts reading the shards of the next units in run order (the swapper holds
+// at most offload_param.buffer_count reads ahead), so the disk works while this unit computes.
+void UnitCoordinator::read_ahead(std::vector<int64_t>::const_iterator from, int direction) {
+  int64_t budget = settings_.config.zero_optimization().offload_param().buffer_count();
+  for (auto i = (from - run_order_.begin()) + direction; budget > 0 && i >= 0 && i < int64_t(run_order_.size());
+       i += direction) {
+    const int64_t g = units_.group_of_unit[size_t(run_order_[size_t(i)])];
+    if (g < 0 || units_.persistent[size_t(g)] || gathered_[size_t(g)].presence != Gathered::Presence::kFreed) continue;
+    if (direction < 0 && parts_.reduction_launched(g)) continue;
+    if (!parts_.store.shards().on_file(g)) continue;
+    parts_.store.shards().prefetch(g);
+    --budget;
   }
 }
 

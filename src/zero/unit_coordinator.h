@@ -72,13 +72,17 @@ class UnitCoordinator : public UnitOwner {
     enum class Presence { kFreed, kGathering, kGathered } presence = Presence::kFreed;
     torch::Tensor gathered;
     Work gather_work;
+    torch::Tensor staged;     // the shard copied to the device for the gather (offload_param cpu on a GPU)
+    bool shard_lent = false;  // the store's shard is lent until the gather is done
   };
   void check_tied_parameters() const;
   void gather(int64_t g);
+  void finish_gather(Gathered& unit, int64_t g);
   void ensure_gathered(int64_t g);
   void release(int64_t g);
   int64_t live_elements() const;
   void prefetch_after(int64_t unit, int direction);
+  void read_ahead(std::vector<int64_t>::const_iterator from, int direction);
 
   const EngineSettings& settings_;
   UnitGroups units_;

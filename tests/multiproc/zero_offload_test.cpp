@@ -13,6 +13,7 @@
 
 #include "cohort/checkpoint.h"
 #include "cohort/error.h"
+#include "cohort/fsdp.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
 #include "support/multiproc.h"
@@ -158,6 +159,130 @@ void resume_body(int rank, int size) {
 
 }  // namespace
 
+namespace {
+
+// Stage 3 with each Linear its own unit; offload_param on `params` (buffer_count 1: one unit read
+// ahead; max_in_cpu 0: every unit on file) and offload_optimizer on `optimizer`.
+cohort::ZeroEngine<torch::nn::SequentialImpl> stage3_engine(cohort::OptimizerType type, cohort::OffloadDevice params,
+                                                            cohort::OffloadDevice optimizer, const std::string& nvme) {
+  auto config = config_of(3, type, optimizer, nvme);
+  config.zero_optimization().offload_param(
+      cohort::OffloadParamConfig().device(params).nvme_path(nvme).buffer_count(1).max_in_cpu(0));
+  return cohort::initialize(config, make_model(), cohort::EngineOptions().unit_policy(cohort::sequential_children()));
+}
+
+const char* name_of(cohort::OffloadDevice device) {
+  return device == cohort::OffloadDevice::kNvme ? "nvme" : device == cohort::OffloadDevice::kCpu ? "cpu" : "none";
+}
+
+void parameter_offload_body(int rank, int size) {
+  cohort::init();
+  const std::string nvme = swap_dir(rank);
+  fs::create_directories(nvme);
+  using cohort::OffloadDevice;
+  for (auto type : {cohort::OptimizerType::kAdamW, cohort::OptimizerType::kSgd}) {
+    auto plain = stage3_engine(type, OffloadDevice::kNone, OffloadDevice::kNone, "");
+    train(plain, 0, kSteps, rank, size);
+    const auto want = parameters_of(plain);
+    for (auto params : {OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+      for (auto optimizer : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+        const std::string what = std::string(type == cohort::OptimizerType::kSgd ? "SGD" : "AdamW") + ", params " +
+                                 name_of(params) + ", optimizer " + name_of(optimizer);
+        {
+          auto offloaded = stage3_engine(type, params, optimizer, nvme);
+          train(offloaded, 0, kSteps, rank, size);
+          expect_equal_bits(parameters_of(offloaded), want, what);
+          if (params == OffloadDevice::kNvme) {
+            // Between steps every shard is on file: none is counted in memory.
+            const auto memory = offloaded.memory_report();
+            EXPECT_EQ(memory.parameter_bytes, 0) << what;
+            EXPECT_GE(memory.file_bytes, 4 * memory.num_parameters / size) << what;
+            EXPECT_EQ(files_in(nvme), optimizer == OffloadDevice::kNvme ? 2u : 1u) << what;
+          }
+        }
+        EXPECT_EQ(files_in(nvme), 0u) << what << ": a swap file outlived its engine";
+      }
+    }
+  }
+}
+
+// Saved with parameters and optimizer on NVMe, loaded by an engine without offload and by one with
+// it: both train on to the parameters of the run without a break.
+void parameter_resume_body(int rank, int size) {
+  cohort::init();
+  const std::string nvme = swap_dir(rank);
+  fs::create_directories(nvme);
+  using cohort::OffloadDevice;
+  const auto adam = cohort::OptimizerType::kAdamW;
+  auto straight = stage3_engine(adam, OffloadDevice::kNone, OffloadDevice::kNone, "");
+  train(straight, 0, kSteps, rank, size);
+  const auto want = parameters_of(straight);
+  {
+    auto first = stage3_engine(adam, OffloadDevice::kNvme, OffloadDevice::kNvme, nvme);
+    train(first, 0, kSteps / 2, rank, size);
+    cohort::CheckpointState state;
+    state.add("engine", first);
+    cohort::save_checkpoint(checkpoint_dir(), state.set_step(first.global_steps()));
+  }
+  for (auto device : {OffloadDevice::kNvme, OffloadDevice::kNone}) {
+    auto resumed = stage3_engine(adam, device, device, nvme);
+    cohort::CheckpointState state;
+    state.add("engine", resumed);
+    ASSERT_TRUE(cohort::load_checkpoint(checkpoint_dir(), state, cohort::LoadOptions().must_exist(true)));
+    train(resumed, kSteps / 2, kSteps, rank, size);
+    expect_equal_bits(parameters_of(resumed), want, std::string("resumed with offload ") + name_of(device));
+  }
+}
+
+}  // namespace
+
+TEST(ZeroOffload, ParametersOnTheHostOrNvmeEndAtTheBitsOfNoOffload) {
+  RanksOptions options;
+  options.deadline = std::chrono::seconds(240);
+  cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-param-");
+  for (int world : {1, 2}) run_ranks(world, parameter_offload_body, options);
+}
+
+namespace {
+
+// Gradient shards on file (stage 2/3, an nvme optimizer on the CPU) over accumulation and clipping:
+// the second micro-step reads the shard back and adds, the norm pass reads every shard once more.
+void accumulated_body(int rank, int size) {
+  cohort::init();
+  const std::string nvme = swap_dir(rank);
+  fs::create_directories(nvme);
+  for (int stage : {2, 3}) {
+    auto config_with = [&](cohort::OffloadDevice device) {
+      auto config = config_of(stage, cohort::OptimizerType::kAdamW, device, nvme);
+      return config.gradient_accumulation_steps(2).gradient_clipping(0.05);
+    };
+    auto plain = cohort::initialize(config_with(cohort::OffloadDevice::kNone), make_model());
+    train(plain, 0, kSteps, rank, size);
+    auto offloaded = cohort::initialize(config_with(cohort::OffloadDevice::kNvme), make_model());
+    train(offloaded, 0, kSteps, rank, size);
+    const std::string what = "stage " + std::to_string(stage) + ", 2 micro-steps a step, clipped";
+    expect_equal_bits(parameters_of(offloaded), parameters_of(plain), what);
+    EXPECT_EQ(offloaded.memory_report().gradient_bytes, 0) << what << ": the gradient shards are on file";
+    EXPECT_NEAR(offloaded.last_gradient_norm(), plain.last_gradient_norm(), 1e-7) << what;
+  }
+}
+
+}  // namespace
+
+TEST(ZeroOffload, GradientsOnFileAccumulateAndClipAsInMemory) {
+  RanksOptions options;
+  options.deadline = std::chrono::seconds(120);
+  cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-accumulate-");
+  run_ranks(2, accumulated_body, options);
+}
+
+TEST(ZeroOffload, ACheckpointWithParametersOnNvmeResumesWithOrWithoutOffload) {
+  RanksOptions options;
+  options.deadline = std::chrono::seconds(120);
+  cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-param-resume-");
+  run_ranks(2, parameter_resume_body, options);
+}
+
 TEST(ZeroOffload, ACheckpointTakenOnNvmeResumesWithOrWithoutOffload) {
   RanksOptions options;
   options.deadline = std::chrono::seconds(120);
@@ -199,6 +324,29 @@ TEST(ZeroOffload, AnNvmePathThatIsNotADirectoryIsRefusedNamingTheKey) {
       EXPECT_THAT(e.what(), HasSubstr("offload_optimizer.nvme_path \"/proc/version\" is not a directory (rank 0)"));
     }
   });
+}
+
+TEST(ZeroOffload, AUnitShardLargerThanTheParamBufferIsRefusedNamingBufferSize) {
+  RanksOptions options;
+  cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-buffer-");
+  run_ranks(1, [](int, int) {
+    cohort::init();
+    const std::string dir = swap_dir(0);
+    fs::create_directories(dir);
+    auto config = config_of(3, cohort::OptimizerType::kAdamW, cohort::OffloadDevice::kNone, "");
+    config.zero_optimization().offload_param(
+        cohort::OffloadParamConfig().device(cohort::OffloadDevice::kNvme).nvme_path(dir).buffer_size(40).max_in_cpu(0));
+    try {
+      cohort::initialize(config, make_model(), cohort::EngineOptions().unit_policy(cohort::sequential_children()));
+      ADD_FAILURE() << "no error";
+    } catch (const cohort::Error& e) {
+      EXPECT_EQ(e.kind(), cohort::ErrorKind::kInvalidArgument) << e.what();
+      // The first Linear (6 -> 7: 49 elements) is the first unit past the root's (empty) group.
+      EXPECT_THAT(e.what(), HasSubstr("parameter shard has 49 elements on rank 0, more than a buffer holds (40); "
+                                      "raise buffer_size or mark smaller sharding units"));
+      EXPECT_THAT(e.what(), HasSubstr("zero_optimization.offload_param.buffer_size"));
+    }
+  }, options);
 }
 
 }  // namespace zero_offload_test

@@ -85,7 +85,7 @@ TEST(ZeroUnitCoordinator, GathersFreesAndPrefetchesInRunOrder) {
     Sharded sharded(chain);
     auto& c = *sharded.coordinator;
     EXPECT_EQ(chain->blocks[0]->weight.numel(), 0) << "only the shards are kept";
-    EXPECT_EQ(sharded.store.parameters(1).numel(), 10) << "half of a unit's 20 elements per rank";
+    EXPECT_EQ(sharded.store.shards().lend(1).numel(), 10) << "half of a unit's 20 elements per rank";
     torch::NoGradGuard no_grad;  // evaluation: end_forward frees everything
 
     c.begin_forward();

@@ -49,6 +49,27 @@ std::string cell(int64_t bytes) {
 
 const char* kStageMeaning[] = {"nothing (plain DP)", "optimizer states", "+ gradients", "+ parameters"};
 
+const char* tier_name(cohort::detail::PlanTier tier) {
+  return tier == cohort::detail::PlanTier::kNvme ? "nvme" : tier == cohort::detail::PlanTier::kHost ? "cpu" : "none";
+}
+
+// With offload: where each part lives, and the bytes per rank of each tier.
+void print_tiers(const MemoryPlanInput& base, const std::vector<int>& stages) {
+  std::printf("\n  offload     optimizer %s, params %s%s\n", tier_name(base.offload_optimizer),
+              tier_name(base.offload_params),
+              base.cpu_run ? "; ranks on CPUs: device and host are the same memory, gradients follow an nvme "
+                             "optimizer to the file at stage 2/3"
+                           : "");
+  std::printf("%-5s  %22s  %22s  %22s\n", "stage", "device", "host", "nvme");
+  for (int stage : stages) {
+    MemoryPlanInput input = base;
+    input.stage = stage;
+    const MemoryPlan plan = cohort::detail::plan_memory(input);
+    std::printf("%-5d  %22s  %22s  %22s\n", stage, cell(plan.device).c_str(), cell(plan.host).c_str(),
+                cell(plan.nvme).c_str());
+  }
+}
+
 void print_plan(const MemoryPlanInput& base, const std::vector<int>& stages, const std::string& source) {
   const auto per = cohort::detail::bytes_per_param(base.precision, base.optimizer);
   const bool mixed = base.precision != PlanPrecision::kFp32;
@@ -61,6 +82,9 @@ void print_plan(const MemoryPlanInput& base, const std::vector<int>& stages, con
   std::printf("  optimizer   %s: K = %" PRId64 " bytes per parameter (%s)\n",
               cohort::detail::to_string(base.optimizer).c_str(), per.optimizer_states,
               cohort::detail::describe_optimizer_states(base.precision, base.optimizer).c_str());
+  const bool offload = base.offload_optimizer != cohort::detail::PlanTier::kDevice ||
+                       base.offload_params != cohort::detail::PlanTier::kDevice;
+  if (offload && !mixed) std::printf("              with offload the fp32 master is a copy: K + 4\n");
   std::vector<std::vector<std::string>> rows = {{"params", "grads", "optimizer states", "total per rank"}};
   for (int stage : stages) {
     MemoryPlanInput input = base;
@@ -78,6 +102,85 @@ void print_plan(const MemoryPlanInput& base, const std::vector<int>& stages, con
     for (size_t i = 0; i < rows[r].size(); ++i) std::printf("  %*s", width[i], rows[r][i].c_str());
     std::printf("\n");
   }
+  if (offload || base.cpu_run) print_tiers(base, stages);
+}
+
+// The command line as given, read into a MemoryPlanInput by plan_input.
+struct Texts {
+  std::string params, model, checkpoint, stage = "all", precision = "fp16", optimizer = "adam", ranks;
+  std::string offload_optimizer = "none", offload_params = "none";
+  bool cpu_run = false;
+};
+
+const cohort::IntegerRange kRanksRange{"--ranks", 1, 1 << 20};
+
+void add_options(CLI::App& app, Texts& t) {
+  auto* params_option = app.add_option("--params", t.params, "Parameter count (7.5e9 is accepted)");
+  auto* model_option = app.add_option("--model", t.model,
+                                      "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN)");
+  auto* checkpoint_option = app.add_option("--checkpoint", t.checkpoint,
+                                           "A file from torch::save(module), torch::pickle_save or a safetensors file "
+                                           "(cohort-ckpt consolidate's): count its tensors");
+  params_option->excludes(model_option)->excludes(checkpoint_option);
+  model_option->excludes(checkpoint_option);
+  app.add_option("--ranks", t.ranks,
+                 "Data-parallel ranks (GPUs) sharing the model states (" + cohort::describe_range(kRanksRange) + ")")
+      ->required();
+  app.add_option("--stage", t.stage, "ZeRO stage: 0 (plain data parallel), 1, 2, 3 or all")->capture_default_str();
+  app.add_option("--precision", t.precision,
+                 "fp16 or bf16 (mixed precision: 2-byte params and grads, fp32 master), or fp32")
+      ->capture_default_str();
+  app.add_option("--optimizer", t.optimizer, "adam, adamw (2 states), sgd_momentum (1 state) or sgd (none)")
+      ->capture_default_str();
+  app.add_option("--offload-optimizer", t.offload_optimizer,
+                 "none, cpu or nvme: where the optimizer states (and a separate fp32 master) live (stages 1-3)")
+      ->capture_default_str();
+  app.add_option("--offload-params", t.offload_params,
+                 "none, cpu or nvme: where stage 3's parameter shards live between gathers (max_in_cpu 0)")
+      ->capture_default_str();
+  app.add_flag("--cpu", t.cpu_run, "The ranks compute on CPUs (device memory is host memory)");
+}
+
+// The parameter count, from --params, --model or --checkpoint; `source` says which.
+int64_t count_parameters(const Texts& t, std::string& source) {
+  if (!t.params.empty()) {
+    source = "--params " + t.params;
+    return parse_count(t.params);
+  }
+  if (t.model.empty() && t.checkpoint.empty())
+    throw cohort::Error("give the model size: --params N, --model NAME or --checkpoint FILE");
+  const auto size = t.model.empty() ? cohort_plan::count_checkpoint(t.checkpoint)
+                                    : cohort_plan::count_named_model(t.model);
+  if (size.params < 1) throw cohort::Error("--checkpoint " + t.checkpoint + " holds no tensor elements");
+  source = (t.model.empty() ? "--checkpoint " + t.checkpoint : "--model " + t.model) + ": " + size.format + ", " +
+           std::to_string(size.tensors) + " tensors";
+  if (size.buffer_elements > 0) source += "; " + std::to_string(size.buffer_elements) + " buffer elements not counted";
+  return size.params;
+}
+
+// --stage all: every stage the offload applies to (the optimizer's from 1, the parameters' at 3).
+std::vector<int> stages_of(const Texts& t, const MemoryPlanInput& input) {
+  if (t.stage.size() == 1 && t.stage[0] >= '0' && t.stage[0] <= '3') return {t.stage[0] - '0'};
+  if (t.stage != "all") throw cohort::Error("--stage=" + t.stage + " is not one of 0, 1, 2, 3, all");
+  if (input.offload_params != cohort::detail::PlanTier::kDevice) return {3};
+  if (input.offload_optimizer != cohort::detail::PlanTier::kDevice) return {1, 2, 3};
+  return {0, 1, 2, 3};
+}
+
+MemoryPlanInput plan_input(const Texts& t, std::string& source) {
+  MemoryPlanInput input;
+  input.num_params = count_parameters(t, source);
+  input.ranks = cohort::parse_integer(t.ranks, kRanksRange);
+  try {
+    input.precision = cohort::detail::parse_precision(t.precision);
+    input.optimizer = cohort::detail::parse_plan_optimizer(t.optimizer);
+    input.offload_optimizer = cohort::detail::parse_plan_tier("offload-optimizer", t.offload_optimizer);
+    input.offload_params = cohort::detail::parse_plan_tier("offload-params", t.offload_params);
+  } catch (const cohort::Error& e) {
+    throw cohort::Error(std::string("--") + e.what());  // "--precision=fp8 is not one of ..."
+  }
+  input.cpu_run = t.cpu_run;
+  return input;
 }
 
 }  // namespace
@@ -88,27 +191,8 @@ int main(int argc, char** argv) {
       "paper's model; activations and buffers not included). Example: cohort-plan --params 7.5e9 "
       "--ranks 64",
       "cohort-plan"};
-  std::string params_text, model, checkpoint, stage_text = "all", precision_text = "fp16";
-  std::string optimizer_text = "adam";
-  std::string ranks_text;
-  auto* params_option = app.add_option("--params", params_text, "Parameter count (7.5e9 is accepted)");
-  auto* model_option = app.add_option("--model", model,
-                                      "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN)");
-  auto* checkpoint_option = app.add_option("--checkpoint", checkpoint,
-                                           "A file from torch::save(module), torch::pickle_save or a safetensors file "
-                                           "(cohort-ckpt consolidate's): count its tensors");
-  params_option->excludes(model_option)->excludes(checkpoint_option);
-  model_option->excludes(checkpoint_option);
-  const cohort::IntegerRange ranks_range{"--ranks", 1, 1 << 20};
-  app.add_option("--ranks", ranks_text,
-                 "Data-parallel ranks (GPUs) sharing the model states (" + cohort::describe_range(ranks_range) + ")")
-      ->required();
-  app.add_option("--stage", stage_text, "ZeRO stage: 0 (plain data parallel), 1, 2, 3 or all")->capture_default_str();
-  app.add_option("--precision", precision_text,
-                 "fp16 or bf16 (mixed precision: 2-byte params and grads, fp32 master), or fp32")
-      ->capture_default_str();
-  app.add_option("--optimizer", optimizer_text, "adam, adamw (2 states), sgd_momentum (1 state) or sgd (none)")
-      ->capture_default_str();
+  Texts texts;
+  add_options(app, texts);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -117,42 +201,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cohort-plan: error: %s\n", e.what());
     return 2;
   }
-
   try {
-    MemoryPlanInput input;
     std::string source;
-    if (!params_text.empty()) {
-      input.num_params = parse_count(params_text);
-      source = "--params " + params_text;
-    } else if (!model.empty() || !checkpoint.empty()) {
-      const auto size = model.empty() ? cohort_plan::count_checkpoint(checkpoint)
-                                      : cohort_plan::count_named_model(model);
-      if (size.params < 1) throw cohort::Error("--checkpoint " + checkpoint + " holds no tensor elements");
-      input.num_params = size.params;
-      source = (model.empty() ? "--checkpoint " + checkpoint : "--model " + model) + ": " + size.format + ", " +
-               std::to_string(size.tensors) + " tensors";
-      if (size.buffer_elements > 0) {
-        source += "; " + std::to_string(size.buffer_elements) + " buffer elements not counted";
-      }
-    } else {
-      throw cohort::Error("give the model size: --params N, --model NAME or --checkpoint FILE");
-    }
-    input.ranks = cohort::parse_integer(ranks_text, ranks_range);
-    try {
-      input.precision = cohort::detail::parse_precision(precision_text);
-      input.optimizer = cohort::detail::parse_plan_optimizer(optimizer_text);
-    } catch (const cohort::Error& e) {
-      throw cohort::Error(std::string("--") + e.what());  // "--precision=fp8 is not one of ..."
-    }
-    std::vector<int> stages;
-    if (stage_text == "all") {
-      stages = {0, 1, 2, 3};
-    } else if (stage_text.size() == 1 && stage_text[0] >= '0' && stage_text[0] <= '3') {
-      stages = {stage_text[0] - '0'};
-    } else {
-      throw cohort::Error("--stage=" + stage_text + " is not one of 0, 1, 2, 3, all");
-    }
-    print_plan(input, stages, source);
+    const MemoryPlanInput input = plan_input(texts, source);
+    print_plan(input, stages_of(texts, input), source);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohort-plan: error: %s\n", e.what());

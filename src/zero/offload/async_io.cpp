@@ -91,6 +91,7 @@ AsyncIo::Ticket AsyncIo::start(const SwapFile& file, bool is_write, int64_t offs
                     "offload I/O outside the swap file ", file.path(), ": ", bytes, " bytes at ", offset, " of ",
                     file.bytes());
   const Ticket ticket = next_ticket_++;
+  bytes_started_ += bytes;
   Progress& progress = tickets_[ticket];
   for (int64_t done = 0; done < bytes; done += options_.block_size) {
     const int64_t piece = std::min(options_.block_size, bytes - done);

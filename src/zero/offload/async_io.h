@@ -45,6 +45,8 @@ class AsyncIo {
   /// Whether requests overlap the caller (io_uring), or run as they are started.
   bool asynchronous() const { return ring_ != nullptr; }
   int64_t in_flight() const { return int64_t(flying_.size()); }
+  /// Bytes of the reads and writes started so far (what offload moves: MemoryReport::file_io_bytes).
+  int64_t bytes_started() const { return bytes_started_; }
 
  private:
   struct Piece {
@@ -73,6 +75,7 @@ class AsyncIo {
   std::unordered_map<Ticket, Progress> tickets_;
   int64_t next_ticket_ = 1;
   int64_t next_request_ = 1;
+  int64_t bytes_started_ = 0;
 };
 
 }  // namespace cohort::detail

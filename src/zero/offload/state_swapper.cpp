@@ -85,6 +85,23 @@ void StateSwapper::lend(Slot s) {
   slot.state = State::kLent;
 }
 
+void StateSwapper::lend_to_overwrite(Slot s) {
+  SlotState& slot = slots_[size_t(s)];
+  if (slot.state == State::kOnFile) {
+    slot.buffer = AlignedBuffer(slot.bytes);
+    point_at_buffer(slot);
+    slot.state = State::kLent;
+    return;
+  }
+  lend(s);  // being read or written: its buffer is there already
+}
+
+void StateSwapper::zero(Slot s) {
+  SlotState& slot = slots_[size_t(s)];
+  COHORT_CHECK_KIND(kInternal, slot.state == State::kLent, "offload: slot ", s, " is zeroed while not lent");
+  std::memset(slot.buffer.data(), 0, size_t(slot.bytes));
+}
+
 void StateSwapper::give_back(Slot s, bool changed) {
   SlotState& slot = slots_[size_t(s)];
   if (slot.state != State::kLent) return;

@@ -46,6 +46,10 @@ class StateSwapper {
   void prefetch(Slot slot);
   /// Points the slot's tensors at its values in host memory (waits for a read started ahead).
   void lend(Slot slot);
+  /// Lends the slot without reading it: its values are about to be overwritten whole.
+  void lend_to_overwrite(Slot slot);
+  /// Sets a lent slot's bytes to zero.
+  void zero(Slot slot);
   /// Ends a lend: `changed` writes the values back (asynchronously); the tensors become empty.
   void give_back(Slot slot, bool changed);
   /// Waits for every read and write started; a failure is an Error of kind I/O.

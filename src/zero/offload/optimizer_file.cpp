@@ -1,0 +1,120 @@
+// The optimizer's swap file: masters, their state and gradient shards (optimizer_file.h).
+#include "zero/offload/optimizer_file.h"
+
+#include <torch/torch.h>
+
+#include "cohort/error.h"
+#include "core/check.h"
+
+namespace cohort::detail {
+
+OptimizerFile::OptimizerFile(const EngineSettings& settings) : settings_(settings) {
+  if (settings_.placement.masters == Tier::kFile) swapper_ = std::make_unique<StateSwapper>(swapper_options());
+}
+
+SwapperOptions OptimizerFile::swapper_options() const {
+  const auto& offload = settings_.config.zero_optimization().offload_optimizer();
+  const AioConfig& aio = settings_.config.aio();
+  SwapperOptions options;
+  options.directory = offload.nvme_path();
+  options.key = "offload_optimizer.nvme_path";
+  options.what = "optimizer";
+  options.rank = settings_.rank;
+  options.aio = AioOptions{aio.block_size(), aio.queue_depth(), aio.single_submit(), aio.overlap_events()};
+  options.buffer_count = offload.buffer_count();
+  return options;
+}
+
+void OptimizerFile::add_group(torch::Tensor& master, torch::Tensor& shard_grad) {
+  if (!active()) return;
+  // Decided at the first group: the gradient shards are on the CPU (a CPU run) or not.
+  if (groups_.empty()) gradients_ = settings_.stage >= 2 && shard_grad.defined() && shard_grad.device().is_cpu();
+  Slots slots;
+  slots.master = swapper_->add_slot({master});
+  if (gradients_) slots.gradient = swapper_->add_slot({shard_grad});
+  groups_.push_back(slots);
+}
+
+void OptimizerFile::add_state(int64_t g, std::vector<torch::Tensor> state) {
+  if (!active() || state.empty()) return;
+  Slots& slots = groups_[size_t(g)];
+  COHORT_CHECK_KIND(kInternal, slots.state < 0, "offload: group ", g, "'s optimizer state is on file already");
+  slots.state = swapper_->add_slot(std::move(state));
+  swapper_->lend(slots.state);  // the master is lent: so is its state from here on, until both go back
+}
+
+void OptimizerFile::prefetch(int64_t g) {
+  if (!active() || g >= int64_t(groups_.size())) return;
+  const Slots& slots = groups_[size_t(g)];
+  swapper_->prefetch(slots.master);
+  if (slots.state >= 0) swapper_->prefetch(slots.state);
+  if (slots.gradient >= 0) swapper_->prefetch(slots.gradient);
+}
+
+void OptimizerFile::lend(int64_t g) {
+  if (!active()) return;
+  const Slots& slots = groups_[size_t(g)];
+  swapper_->lend(slots.master);
+  if (slots.state >= 0) swapper_->lend(slots.state);
+}
+
+void OptimizerFile::give_back(int64_t g, bool changed) {
+  if (!active()) return;
+  const Slots& slots = groups_[size_t(g)];
+  swapper_->give_back(slots.master, changed);
+  if (slots.state >= 0) swapper_->give_back(slots.state, changed);
+}
+
+void OptimizerFile::open_gradient(int64_t g, bool clean) {
+  if (!gradients_) return;
+  const StateSwapper::Slot slot = groups_[size_t(g)].gradient;
+  if (!clean) {
+    swapper_->lend(slot);
+    return;
+  }
+  swapper_->lend_to_overwrite(slot);
+  swapper_->zero(slot);
+}
+
+void OptimizerFile::close_gradient(int64_t g) {
+  if (gradients_) swapper_->give_back(groups_[size_t(g)].gradient, /*changed=*/true);
+}
+
+void OptimizerFile::prefetch_gradient(int64_t g) {
+  if (gradients_ && g < int64_t(groups_.size())) swapper_->prefetch(groups_[size_t(g)].gradient);
+}
+
+void OptimizerFile::lend_gradient(int64_t g) {
+  if (gradients_) swapper_->lend(groups_[size_t(g)].gradient);
+}
+
+void OptimizerFile::give_back_gradient(int64_t g) {
+  if (gradients_) swapper_->give_back(groups_[size_t(g)].gradient, /*changed=*/false);
+}
+
+void OptimizerFile::flush() {
+  if (active()) swapper_->flush();
+}
+
+void OptimizerFile::hold_all() {
+  if (!active() || held_) return;
+  for (int64_t g = 0; g < int64_t(groups_.size()); ++g) lend(g);
+  held_ = true;
+  held_changed_ = false;
+}
+
+void OptimizerFile::release_held(bool changed) {
+  if (!held_) return;
+  for (int64_t g = 0; g < int64_t(groups_.size()); ++g) give_back(g, changed || held_changed_);
+  held_ = false;
+  held_changed_ = false;
+}
+
+void OptimizerFile::add_memory(MemoryReport& report) const {
+  if (!active()) return;
+  report.optimizer_bytes += swapper_->host_bytes();
+  report.file_bytes += swapper_->file_bytes();
+  report.file_io_bytes += swapper_->io().bytes_started();
+}
+
+}  // namespace cohort::detail
