@@ -131,7 +131,7 @@ void StateStore::add_memory(MemoryReport& report) const {
   }
   optimizer_file_.add_memory(report);  // lent, read ahead, written behind; the rest is on file
   shards_.add_memory(report);
-  report.cached_bytes = buffers_.idle_bytes();
+  report.cached_bytes += buffers_.idle_bytes();
 }
 
 }  // namespace cohort::detail

@@ -115,6 +115,7 @@ void OptimizerFile::add_memory(MemoryReport& report) const {
   report.optimizer_bytes += swapper_->host_bytes();
   report.file_bytes += swapper_->file_bytes();
   report.file_io_bytes += swapper_->io().bytes_started();
+  report.cached_bytes += swapper_->spare_bytes();
 }
 
 }  // namespace cohort::detail

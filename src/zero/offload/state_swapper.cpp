@@ -51,7 +51,7 @@ StateSwapper::Slot StateSwapper::add_slot(std::vector<torch::Tensor> tensors) {
   }
   slot.bytes = round_up_to_alignment(bytes);
   slot.offset = file_->grow(slot.bytes);
-  slot.buffer = AlignedBuffer(slot.bytes);
+  slot.buffer = take_buffer(slot.bytes);
   auto* base = static_cast<char*>(slot.buffer.data());
   for (auto& part : slot.parts) {
     std::memcpy(base + part.offset, part.tensor.data_ptr(), size_t(bytes_of(part.tensor)));
@@ -88,7 +88,7 @@ void StateSwapper::lend(Slot s) {
 void StateSwapper::lend_to_overwrite(Slot s) {
   SlotState& slot = slots_[size_t(s)];
   if (slot.state == State::kOnFile) {
-    slot.buffer = AlignedBuffer(slot.bytes);
+    slot.buffer = take_buffer(slot.bytes);
     point_at_buffer(slot);
     slot.state = State::kLent;
     return;
@@ -107,7 +107,7 @@ void StateSwapper::give_back(Slot s, bool changed) {
   if (slot.state != State::kLent) return;
   for (auto& part : slot.parts) point_at_nothing(part.tensor);
   if (!changed) {
-    slot.buffer = AlignedBuffer();
+    release_buffer(slot);
     slot.state = State::kOnFile;
     return;
   }
@@ -130,8 +130,31 @@ int64_t StateSwapper::host_bytes() const {
   return total;
 }
 
+int64_t StateSwapper::spare_bytes() const {
+  int64_t total = 0;
+  for (const auto& buffer : spare_) total += buffer.bytes();
+  return total;
+}
+
+AlignedBuffer StateSwapper::take_buffer(int64_t bytes) {
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->bytes() != bytes) continue;
+    AlignedBuffer buffer = std::move(*it);
+    spare_.erase(it);
+    return buffer;
+  }
+  return AlignedBuffer(bytes);
+}
+
+// Kept for reuse, at most buffer_count of them (beyond that the oldest goes back to malloc).
+void StateSwapper::release_buffer(SlotState& slot) {
+  spare_.push_back(std::move(slot.buffer));
+  slot.buffer = AlignedBuffer();
+  if (int64_t(spare_.size()) > options_.buffer_count) spare_.erase(spare_.begin());
+}
+
 void StateSwapper::start_read(SlotState& slot) {
-  slot.buffer = AlignedBuffer(slot.bytes);
+  slot.buffer = take_buffer(slot.bytes);
   slot.ticket = io_.read(*file_, slot.offset, slot.buffer.data(), slot.bytes);
   slot.state = State::kReading;
 }
@@ -151,7 +174,7 @@ void StateSwapper::finish_oldest_write() {
   SlotState& slot = slots_[size_t(s)];
   if (slot.state != State::kWriting) return;  // lent again: finish() waited already
   finish(slot);
-  slot.buffer = AlignedBuffer();
+  release_buffer(slot);
   slot.state = State::kOnFile;
 }
 
