@@ -191,6 +191,7 @@ void UnitCoordinator::prefetch_after(int64_t unit, int direction) {
 // offload_param nvme: starts reading the shards of the next units in run order (the swapper holds
 // at most offload_param.buffer_count reads ahead), so the disk works while this unit computes.
 void UnitCoordinator::read_ahead(std::vector<int64_t>::const_iterator from, int direction) {
+  if (settings_.placement.parameter_shards != Tier::kFile) return;  // nothing to read: no walk per unit
   int64_t budget = settings_.config.zero_optimization().offload_param().buffer_count();
   for (auto i = (from - run_order_.begin()) + direction; budget > 0 && i >= 0 && i < int64_t(run_order_.size());
        i += direction) {

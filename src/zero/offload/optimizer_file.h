@@ -66,7 +66,6 @@ class OptimizerFile {
   struct Slots {
     StateSwapper::Slot master = -1, state = -1, gradient = -1;
   };
-  SwapperOptions swapper_options() const;
 
   const EngineSettings& settings_;
   std::unique_ptr<StateSwapper> swapper_;

@@ -5,24 +5,14 @@
 
 #include "cohort/error.h"
 #include "core/check.h"
+#include "zero/offload/swapper_options.h"
 
 namespace cohort::detail {
 
 ParameterShards::ParameterShards(const EngineSettings& settings) : settings_(settings) {
-  if (settings_.placement.parameter_shards == Tier::kFile) swapper_ = std::make_unique<StateSwapper>(swapper_options());
-}
-
-SwapperOptions ParameterShards::swapper_options() const {
-  const auto& offload = settings_.config.zero_optimization().offload_param();
-  const AioConfig& aio = settings_.config.aio();
-  SwapperOptions options;
-  options.directory = offload.nvme_path();
-  options.key = "offload_param.nvme_path";
-  options.what = "param";
-  options.rank = settings_.rank;
-  options.aio = AioOptions{aio.block_size(), aio.queue_depth(), aio.single_submit(), aio.overlap_events()};
-  options.buffer_count = offload.buffer_count();
-  return options;
+  if (settings_.placement.parameter_shards == Tier::kFile)
+    swapper_ = std::make_unique<StateSwapper>(
+        swapper_options_of(settings_, settings_.config.zero_optimization().offload_param(), "offload_param", "param"));
 }
 
 void ParameterShards::add(const torch::Tensor& shard) {

@@ -42,8 +42,6 @@ class ParameterShards {
   void add_memory(MemoryReport& report) const;
 
  private:
-  SwapperOptions swapper_options() const;
-
   const EngineSettings& settings_;
   std::vector<torch::Tensor> shards_;      // empty between lends when on file
   std::vector<StateSwapper::Slot> slots_;  // -1: in memory
