@@ -7,7 +7,7 @@
 import argparse
 import datetime
 import os
-import socket
+import faulthandler
 import sys
 
 try:
@@ -58,11 +58,12 @@ def load(path):
     return torch.load(path, weights_only=False)
 
 
-def worker(rank, args, port):
+def worker(rank, args):
     """One Gloo rank: rank r trains on rows r*B..(r+1)*B of each global batch, as the C++ ranks do."""
     torch.set_num_threads(1)  # as the C++ ranks (OMP_NUM_THREADS=1)
+    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where, before the test's timeout
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(args.dir, "rendezvous"), rank=rank,
                             world_size=args.world_size, timeout=datetime.timedelta(seconds=60))
     model = MODELS[args.model]()
     model.load_state_dict(load(os.path.join(args.dir, "init.pt")))  # strict: the names must match
@@ -84,12 +85,6 @@ def worker(rank, args, port):
     if rank == 0:
         torch.save(model.state_dict(), os.path.join(args.dir, "python_final.pt"))
     dist.destroy_process_group()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def max_abs_diff(a, b, floating_only=False):
@@ -122,7 +117,7 @@ def main():
     print(f"torch {torch.__version__}")
     # fork, not spawn: the ranks inherit the imported torch instead of importing it again (seconds
     # each); safe because the parent has run no torch op (no thread pool) yet.
-    mp.start_processes(worker, args=(args, free_port()), nprocs=args.world_size, join=True,
+    mp.start_processes(worker, args=(args,), nprocs=args.world_size, join=True,
                        start_method="fork")
 
     initial = load(os.path.join(args.dir, "init.pt"))

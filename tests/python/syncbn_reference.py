@@ -15,7 +15,7 @@ import ast
 import datetime
 import inspect
 import os
-import socket
+import faulthandler
 import sys
 import textwrap
 
@@ -162,15 +162,16 @@ def run_steps(module, data, rank, args):
     return out
 
 
-def worker(rank, args, port):
+def worker(rank, args):
     torch.set_num_threads(1)
+    faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where, before the test's timeout
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     if not torch.cuda.is_available():  # 1.13 asks whether a CUDA graph is being captured: none can be
         torch.cuda.is_current_stream_capturing = lambda: False
     lib = torch.library.Library("aten", "IMPL")  # kept alive while the rank runs
     for kernel in KERNELS:
         lib.impl(kernel.__name__, kernel, "CPU")
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method="file://" + os.path.join(args.dir, "rendezvous"), rank=rank,
                             world_size=args.world_size, timeout=datetime.timedelta(seconds=60))
     data = load(os.path.join(args.dir, "data.pt"))
     module = make_module(cpu_sync_batchnorm_class(), data, args)
@@ -248,10 +249,7 @@ def main():
     args.affine, args.track = bool(args.affine), bool(args.track)
 
     print(f"torch {torch.__version__}")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(worker, args=(args, port), nprocs=args.world_size, join=True, start_method="fork")
+    mp.start_processes(worker, args=(args,), nprocs=args.world_size, join=True, start_method="fork")
 
     data = load(os.path.join(args.dir, "data.pt"))
     cpp, python = {}, {}
