@@ -1,6 +1,6 @@
-// How CommImpl names ranks, ops and failures in its messages (see comm_impl.h): an op's description,
-// a dead or aborting peer, a desync (every rank's report of what it called), a timeout (the ranks that
-// never arrived, and where the others wait), a transport's failure.
+// How a Comm names ranks, ops and failures in its messages (comm_explain.h).
+#include "comm/comm_explain.h"
+
 #include <sstream>
 
 #include "comm/comm_impl.h"
@@ -10,19 +10,27 @@
 
 namespace cohort::detail {
 
-std::string CommImpl::rank_label(int group_rank) const {
+CommExplainer::CommExplainer(const CommConfig& config, std::string prefix, const ControlPlane* control)
+    : config_(config), prefix_(std::move(prefix)), control_(control) {
+  if (control_ == nullptr) return;
+  for (int r = 0; r < config_.size; ++r) spans_hosts_ |= control_->host_of(r) != control_->host_of(config_.rank);
+}
+
+int CommExplainer::world_rank(int r) const { return config_.world_ranks.empty() ? r : config_.world_ranks.at(r); }
+
+std::string CommExplainer::rank_label(int group_rank) const {
   if (config_.world_ranks.empty()) return "rank " + std::to_string(group_rank);
   return "rank " + std::to_string(config_.world_ranks.at(group_rank)) + " (group rank " + std::to_string(group_rank) +
          " of '" + config_.group_name + "')";
 }
 
-std::vector<int> CommImpl::world_ranks_of(const std::vector<int>& group_ranks) const {
+std::vector<int> CommExplainer::world_ranks_of(const std::vector<int>& group_ranks) const {
   std::vector<int> out;
   for (int r : group_ranks) out.push_back(world_rank(r));
   return out;
 }
 
-std::string CommImpl::ranks_label(const std::vector<int>& group_ranks) const {
+std::string CommExplainer::ranks_label(const std::vector<int>& group_ranks) const {
   std::string out;
   if (config_.world_ranks.empty()) {
     out = group_ranks.size() > 1 ? "ranks " : "rank ";
@@ -33,7 +41,7 @@ std::string CommImpl::ranks_label(const std::vector<int>& group_ranks) const {
   return out;
 }
 
-std::string CommImpl::ranks_on_hosts(const std::vector<int>& group_ranks) const {
+std::string CommExplainer::ranks_on_hosts(const std::vector<int>& group_ranks) const {
   std::vector<RankOnHost> ranks;
   for (int r : group_ranks)
     ranks.push_back({config_.world_ranks.empty() ? std::to_string(r) : rank_label(r), control_->host_of(r)});
@@ -41,11 +49,12 @@ std::string CommImpl::ranks_on_hosts(const std::vector<int>& group_ranks) const 
   return prefix + join_on_hosts(ranks, spans_hosts_);
 }
 
-std::string CommImpl::where() const {
+std::string CommExplainer::where() const {
   return config_.world_ranks.empty() ? "" : " in group '" + config_.group_name + "'";
 }
 
-CommFailure CommImpl::start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const {
+CommFailure CommExplainer::start_failure(const PendingOp& op, const Transport& transport,
+                                         const std::exception& e) const {
   const std::string name = transport.name();
   if (name == "shm") return shm_failure(op, e);
   if (name == "hier")
@@ -53,7 +62,7 @@ CommFailure CommImpl::start_failure(const PendingOp& op, const Transport& transp
   return failure_from(describe(op) + " could not start: " + first_line(e.what()), e);
 }
 
-std::string CommImpl::describe(const PendingOp& op) const {
+std::string CommExplainer::describe(const PendingOp& op) const {
   if (op.peer >= 0) {
     const bool send = op.fingerprint.op == OpKind::kSend;
     return std::string(send ? "send #" : "recv #") + std::to_string(op.seq) + " (tag " + std::to_string(op.tag) + ") " +
@@ -62,11 +71,11 @@ std::string CommImpl::describe(const PendingOp& op) const {
   return "collective #" + std::to_string(op.seq) + " " + op.fingerprint.describe() + where();
 }
 
-CommFailure CommImpl::shm_failure(const PendingOp& op, const std::exception& e) const {
+CommFailure CommExplainer::shm_failure(const PendingOp& op, const std::exception& e) const {
   return failure_from(describe(op) + " failed in the shared-memory transport: " + first_line(e.what()), e);
 }
 
-CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
+CommFailure CommExplainer::explain(const PeerFailure& failure, const PendingOp& op) const {
   const std::string what = describe(op);
   const std::vector<int> peer_rank = failure.peer >= 0 ? std::vector<int>{world_rank(failure.peer)}
                                                        : std::vector<int>{};
@@ -88,7 +97,7 @@ CommFailure CommImpl::explain(const PeerFailure& failure, const PendingOp& op) {
   return what + " failed";
 }
 
-CommFailure CommImpl::explain_desync(const PendingOp& op) {
+CommFailure CommExplainer::explain_desync(const PendingOp& op) const {
   FailureReport report(*config_.store, prefix_ + "/desync", config_.rank, config_.size);
   auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(), std::chrono::seconds(10));
   std::ostringstream out;
@@ -110,7 +119,7 @@ CommFailure CommImpl::explain_desync(const PendingOp& op) {
   return {out.str(), ErrorKind::kDesync, differing};
 }
 
-CommFailure CommImpl::explain_timeout(const PendingOp& op) {
+CommFailure CommExplainer::explain_timeout(const PendingOp& op) const {
   if (op.peer >= 0) return explain_p2p_timeout(op);
   FailureReport report(*config_.store, prefix_ + "/stuck", config_.rank, config_.size);
   auto reports = report.exchange(std::to_string(op.seq) + " " + op.fingerprint.describe(), std::chrono::seconds(2));
@@ -138,6 +147,33 @@ CommFailure CommImpl::explain_timeout(const PendingOp& op) {
   }
   out << others.str() << " (timeout: InitOptions::timeout or COHORT_TIMEOUT seconds)";
   return {out.str(), ErrorKind::kTimeout, world_ranks_of(missing)};
+}
+
+CommFailure CommExplainer::explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const {
+  return {"point-to-point mismatch at " + describe(op) + ": this rank receives into " + op.fingerprint.tensor_text() +
+              " but " + rank_label(op.peer) + " sent #" + std::to_string(sent_seq) + " " + sent +
+              ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver does "
+              "not know)",
+          ErrorKind::kDesync,
+          {world_rank(op.peer)}};
+}
+
+CommFailure CommExplainer::explain_p2p_timeout(const PendingOp& op) const {
+  bool notice = false;
+  {
+    std::lock_guard<std::mutex> lock(op.mutex_);
+    notice = op.notice_;
+  }
+  std::string out = describe(op) + " timed out after " + std::to_string(config_.timeout.count()) +
+                    " ms: " + rank_label(op.peer);
+  if (op.fingerprint.op == OpKind::kSend)
+    out += " did not receive it (no matching recv on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
+  else if (!notice)
+    out += " never sent it (no matching send on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
+  else out += " sent it but the transfer did not finish";
+  return {out + " (timeout: InitOptions::timeout, GroupOptions::timeout or COHORT_TIMEOUT seconds)",
+          ErrorKind::kTimeout,
+          {world_rank(op.peer)}};
 }
 
 }  // namespace cohort::detail

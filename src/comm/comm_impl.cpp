@@ -22,18 +22,23 @@ constexpr auto kWatchInterval = std::chrono::milliseconds(50);
 // Marks a fingerprint whose data moves through the shared-memory segment (see agree_and_move).
 constexpr uint64_t kShmPathBit = uint64_t(1) << 63;
 
+// The control plane of a Comm of several ranks (none in a world of one: every op is local).
+std::unique_ptr<ControlPlane> make_control_plane(const CommConfig& config, const std::string& prefix) {
+  if (config.size == 1) return nullptr;
+  return std::make_unique<ControlPlane>(
+      *config.store, ControlPlaneConfig{prefix, config.rank, config.size, config.local_address, config.timeout,
+                                        config.run_id, config.secret});
+}
+
 }  // namespace
 
-CommImpl::CommImpl(CommConfig config) : config_(std::move(config)) {
-  // Fixed: a group's store already carries the group's own agreed prefix (see groups.cpp).
-  prefix_ = "cohort/comm";
+CommImpl::CommImpl(CommConfig config)
+    : config_(std::move(config)),
+      control_(make_control_plane(config_, prefix_)),
+      explainer_(config_, prefix_, control_.get()) {
   if (config_.size == 1) return;  // a world of one: no sockets, every op is local
   BackendConfig backend{config_.store, config_.rank, config_.size, config_.local_address,
                         config_.timeout + std::chrono::seconds(5)};
-  control_ = std::make_unique<ControlPlane>(
-      *config_.store, ControlPlaneConfig{prefix_, config_.rank, config_.size, config_.local_address, config_.timeout,
-                                         config_.run_id, config_.secret});
-  for (int r = 0; r < config_.size; ++r) spans_hosts_ |= control_->host_of(r) != control_->host_of(config_.rank);
   gloo_ = make_gloo(backend);
   if (config_.use_nccl) nccl_ = make_nccl(backend);
   make_transports();
@@ -197,11 +202,11 @@ CommFailure CommImpl::agree_and_move(PendingOp& op) {
   // Gloo would otherwise hang until the timeout instead of being named a desync.
   const uint64_t hash = op.fingerprint.hash(uint64_t(op.seq)) ^ (fused ? kShmPathBit : 0);
   auto watch = [&] {
-    if (auto failure = control_->check_peers()) throw TransportStopped{explain(*failure, op)};
+    if (auto failure = control_->check_peers()) throw TransportStopped{explainer_.explain(*failure, op)};
     // The caller's thread may have failed this op first (it watches too), or the Comm is closing:
     // then the peers will not arrive, and this thread must not wait for them until the deadline.
     if (auto stopped = stopped_reason()) throw TransportStopped{*stopped};
-    if (Clock::now() > deadline) throw TransportStopped{explain_timeout(op)};
+    if (Clock::now() > deadline) throw TransportStopped{explainer_.explain_timeout(op)};
   };
   if (!fused) {
     CommFailure failure = agree(op, hash, deadline, watch);
@@ -210,14 +215,14 @@ CommFailure CommImpl::agree_and_move(PendingOp& op) {
   try {
     Started started = transport->start(op.data, hash, watch);
     if (fused && op.queued_us_ >= 0) op.agreed_us_ = transport->agreed_us();
-    if (!started.agreed) return explain_desync(op);
+    if (!started.agreed) return explainer_.explain_desync(op);
     if (!started.work && op.queued_us_ >= 0) op.data_us_ = trace::now_us();
     op.work_ = started.work;
     op.then_ = std::move(started.then);
   } catch (const TransportStopped& stopped) {
     return stopped.message;
   } catch (const std::exception& e) {
-    return start_failure(op, *transport, e);
+    return explainer_.start_failure(op, *transport, e);
   }
   return {};
 }
@@ -228,18 +233,18 @@ CommFailure CommImpl::agree(PendingOp& op, uint64_t hash, Clock::time_point dead
     try {
       const bool agreed = shm_->agree(hash, watch);
       if (op.queued_us_ >= 0) op.agreed_us_ = shm_->agreed_us();
-      return agreed ? CommFailure{} : explain_desync(op);
+      return agreed ? CommFailure{} : explainer_.explain_desync(op);
     } catch (const TransportStopped& stopped) {
       return stopped.message;
     } catch (const std::exception& e) {
-      return shm_failure(op, e);
+      return explainer_.shm_failure(op, e);
     }
   }
   AgreeResult result;
   std::optional<PeerFailure> failure = control_->agree(uint64_t(op.seq), hash, deadline, result);
   if (op.queued_us_ >= 0) op.agreed_us_ = trace::now_us();
-  if (failure) return explain(*failure, op);
-  return result.agreed() ? CommFailure{} : explain_desync(op);
+  if (failure) return explainer_.explain(*failure, op);
+  return result.agreed() ? CommFailure{} : explainer_.explain_desync(op);
 }
 
 std::optional<CommFailure> CommImpl::stopped_reason() {
@@ -286,8 +291,8 @@ void CommImpl::await_data(PendingOp& op) {
   }
   while (!op.cv_.wait_for(lock, kWatchInterval, [&] { return op.data_done_; })) {
     lock.unlock();
-    if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
-    if (Clock::now() > deadline) fail(op, explain_timeout(op));
+    if (auto failure = control_->check_peers()) fail(op, explainer_.explain(*failure, op));
+    if (Clock::now() > deadline) fail(op, explainer_.explain_timeout(op));
     lock.lock();
   }
 }
@@ -302,8 +307,8 @@ void CommImpl::await_device(PendingOp& op, Clock::time_point deadline) {
     sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
     if (Clock::now() < next_watch) continue;
     next_watch = Clock::now() + kWatchInterval;
-    if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
-    if (Clock::now() > deadline) fail(op, explain_timeout(op));
+    if (auto failure = control_->check_peers()) fail(op, explainer_.explain(*failure, op));
+    if (Clock::now() > deadline) fail(op, explainer_.explain_timeout(op));
   }
   std::lock_guard<std::mutex> lock(op.mutex_);
   if (op.queued_us_ >= 0) op.data_us_ = trace::now_us();
@@ -333,17 +338,51 @@ void CommImpl::wait(PendingOp& op) {
   if (op.finish) op.finish();
   std::lock_guard<std::mutex> lock(op.mutex_);
   op.finished_ = true;
-  if (op.queued_us_ >= 0 && op.peer < 0) trace_phases(op);
+  if (op.queued_us_ >= 0 && op.peer < 0) trace_phases(op, config_.group_name);
 }
 
 void CommImpl::fail_transport(PendingOp& op, const std::string& what) {
   // The transport failed (usually a peer vanished mid-transfer): name the rank if we can.
   const auto until = Clock::now() + std::chrono::seconds(2);
   while (Clock::now() < until) {
-    if (auto failure = control_->check_peers()) fail(op, explain(*failure, op));
+    if (auto failure = control_->check_peers()) fail(op, explainer_.explain(*failure, op));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  fail(op, describe(op) + " failed in the transport: " + what);
+  fail(op, explainer_.describe(op) + " failed in the transport: " + what);
+}
+
+void CommImpl::number_p2p(PendingOp& op, bool send) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!poisoned_.empty()) throw poisoned_.error();
+  op.seq = (send ? send_seq_ : recv_seq_)[{op.peer, op.tag}]++;
+  op.started_ = Clock::now();
+}
+
+void CommImpl::spawn_waiter(std::function<void()> body, bool prompt) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Reap the finished ones, so a long pipeline does not pile up threads.
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = waiters_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  waiters_.push_back(Waiter{std::thread([body = std::move(body), done] {
+                              body();
+                              done->store(true);
+                            }),
+                            done, prompt});
+}
+
+void CommImpl::mark_launched(PendingOp& op, const CommFailure& error) {
+  std::lock_guard<std::mutex> lock(op.mutex_);
+  op.error_ = error;
+  op.launched_ = true;
+  if (!op.work_ || !error.empty()) op.data_done_ = true;
+  op.cv_.notify_all();
 }
 
 bool CommImpl::is_completed(PendingOp& op) {

@@ -19,10 +19,13 @@
 #include <optional>
 #include <thread>
 
+#include "comm/comm_explain.h"
 #include "comm/comm_failure.h"
 #include "comm/control_plane.h"
 #include "comm/fingerprint.h"
 #include "comm/hier_transport.h"
+#include "comm/p2p.h"
+#include "comm/p2p_shm.h"
 #include "comm/shm_mailbox.h"
 #include "comm/shm_transport.h"
 #include "comm/transport.h"
@@ -42,7 +45,7 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   /// A blocking send/recv: the caller waits anyway, so its own thread does the waiting (no thread hop).
   bool caller_waits = false;
   /// What moves, and the transport that moves it after agreement (CommImpl::transport_for); null when
-  /// nothing moves (a barrier, empty tensors). A message through the segment's rings (p2p_shm.cpp)
+  /// nothing moves (a barrier, empty tensors). A message through the segment's rings (p2p_shm.h)
   /// has none either: its data.buffer goes to the mailbox.
   OpData data;
   Transport* transport = nullptr;
@@ -54,7 +57,12 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   bool device_completion = false;
 
  private:
+  // The Comm's parts that run an op's life: launch and wait, point to point, messages, the timeline.
   friend class CommImpl;
+  friend class PointToPoint;
+  friend class ShmPointToPoint;
+  friend class CommExplainer;
+  friend void trace_phases(const PendingOp& op, const std::string& group);
   CommImpl* comm_ = nullptr;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
@@ -71,6 +79,9 @@ class PendingOp : public std::enable_shared_from_this<PendingOp> {
   int64_t queued_us_ = -1, agreed_us_ = -1, data_us_ = -1;
   const char* transport_ = "gloo";
 };
+
+/// The timeline: records a finished collective's phases (comm/comm_trace.cpp).
+void trace_phases(const PendingOp& op, const std::string& group);
 
 /// Thrown by a shared-memory wait's watch: the message is already the final explanation.
 struct TransportStopped {
@@ -106,19 +117,14 @@ class CommImpl {
   int64_t sequence_number() const;
   const CommConfig& config() const { return config_; }
   /// The world rank of this Comm's rank `r`.
-  int world_rank(int r) const { return config_.world_ranks.empty() ? r : config_.world_ranks.at(r); }
-  std::vector<int> world_ranks_of(const std::vector<int>& group_ranks) const;
+  int world_rank(int r) const { return explainer_.world_rank(r); }
   /// Numbers the groups made from this Comm (collective, so every rank counts alike).
   int64_t next_group_id();
-  /// "rank 3" in the world; "rank 3 (group rank 1 of 'data')" in a group.
-  std::string rank_label(int group_rank) const;
-  /// "rank 3" / "ranks 2, 3" in the world; each rank as rank_label in a group.
-  std::string ranks_label(const std::vector<int>& group_ranks) const;
-  /// ranks_label with the hosts the ranks run on, "ranks 2, 3 (host n2)", when this Comm's ranks are
-  /// on several hosts (on one host, the host tells nothing). For failures: where to look.
-  std::string ranks_on_hosts(const std::vector<int>& group_ranks) const;
-  /// "" in the world, " in group 'data'" in a group: appended to the collective in messages.
-  std::string where() const;
+  /// How this Comm names its ranks, ops and failures (rank_label, ranks_label, where, ...).
+  const CommExplainer& explainer() const { return explainer_; }
+  std::string rank_label(int group_rank) const { return explainer_.rank_label(group_rank); }
+  std::string ranks_label(const std::vector<int>& group_ranks) const { return explainer_.ranks_label(group_ranks); }
+  std::string where() const { return explainer_.where(); }
   c10d::Store* store() const { return config_.store.get(); }
   const c10::intrusive_ptr<c10d::Store>& store_ptr() const { return config_.store; }
 
@@ -141,21 +147,31 @@ class CommImpl {
   void wait(PendingOp& op);
   /// An op with no collective of its own (its finish() waits on others): completes when waited on.
   std::shared_ptr<PendingOp> wrap_local(std::shared_ptr<PendingOp> op);
-  /// Point to point (p2p.cpp), never queued behind collectives: a send posts its notice and its data at
-  /// once; a receive waits for the sender's notice on a thread of its own and checks it before posting.
-  std::shared_ptr<PendingOp> post_send(std::shared_ptr<PendingOp> op);
-  std::shared_ptr<PendingOp> post_recv(std::shared_ptr<PendingOp> op);
-  /// Point to point through the shared-memory rings (p2p_shm.cpp): a send is written at once when it
-  /// fits, a receive taken at once when its message is there; otherwise a waiter (or the caller, for
-  /// a blocking call) finishes it.
-  std::shared_ptr<PendingOp> post_shm_send(std::shared_ptr<PendingOp> op);
-  std::shared_ptr<PendingOp> post_shm_recv(std::shared_ptr<PendingOp> op);
+  /// Point to point, never queued behind collectives: through the control plane and c10d (p2p.h), or
+  /// through the shared-memory rings (p2p_shm.h) where mailbox() is not null.
+  PointToPoint& p2p() { return p2p_; }
+  ShmPointToPoint& shm_p2p() { return shm_p2p_; }
   bool is_completed(PendingOp& op);
   /// The ranks that died (closed their control-plane connection without a goodbye); none in a world
   /// of one. Non-blocking; for shutdown paths (ControlPlane::dead_peers).
   std::vector<int> dead_peers() { return control_ ? control_->dead_peers() : std::vector<int>{}; }
   /// Comm::abort: poisons this Comm with `reason` and tells the peers.
   void abort(const std::string& reason) { poison({reason, ErrorKind::kAborted, {world_rank(config_.rank)}}); }
+
+  // An op's life, for the point-to-point parts.
+  ControlPlane& control() { return *control_; }
+  /// Point to point: numbers the op on its (peer, tag) channel and sets its deadline clock; throws the
+  /// Comm's failure once it is poisoned.
+  void number_p2p(PendingOp& op, bool send);
+  /// Runs `body` on a thread of its own (p2p waits); joined at destruction. `prompt`: the body ends
+  /// within milliseconds once the Comm is poisoned or closing, so it is joined even then.
+  void spawn_waiter(std::function<void()> body, bool prompt = false);
+  void mark_launched(PendingOp& op, const CommFailure& error);
+  /// The first failure becomes the Comm's: records it (once), tells the peers, returns the final one.
+  CommFailure poison(const CommFailure& error);
+  /// Why a transfer in flight must stop now: the Comm was poisoned (another thread failed an op) or is
+  /// being destroyed; nullopt while healthy.
+  std::optional<CommFailure> stopped_reason();
 
  private:
   void launch(PendingOp& op);
@@ -164,51 +180,23 @@ class CommImpl {
   void make_transports();
   /// Agreement alone (the segment's barrier on one host, else the control plane); "" when agreed.
   CommFailure agree(PendingOp& op, uint64_t hash, Clock::time_point deadline, const ShmWatch& watch);
-  /// "<op> failed in the shared-memory transport: <what>" or, for c10d, "<op> could not start: <what>".
-  CommFailure start_failure(const PendingOp& op, const Transport& transport, const std::exception& e) const;
   /// Agrees on `op` with every rank (through the shared-memory segment on one host, else the control
   /// plane) and moves or starts its data; returns the failure, "" when all went well.
   CommFailure agree_and_move(PendingOp& op);
   void launcher_loop();
   /// Poisons the Comm with `message`, tells the peers, and throws it.
   [[noreturn]] void fail(PendingOp& op, const CommFailure& failure);
-  /// "collective #4 allreduce(sum) float32 [3]" (+ where()): how messages name an op.
-  std::string describe(const PendingOp& op) const;
-  CommFailure explain(const PeerFailure& failure, const PendingOp& op);
-  CommFailure explain_desync(const PendingOp& op);
-  CommFailure explain_timeout(const PendingOp& op);
   void await_data(PendingOp& op);
   void await_device(PendingOp& op, Clock::time_point deadline);
-  /// The first failure becomes the Comm's: records it (once), tells the peers, returns the final one.
-  CommFailure poison(const CommFailure& error);
-  /// Why a transfer in flight must stop now: the Comm was poisoned (another thread failed an op) or is
-  /// being destroyed; nullopt while healthy.
-  std::optional<CommFailure> stopped_reason();
   /// A transport error: waits briefly for the control plane to name a dead peer, then fails with it.
   [[noreturn]] void fail_transport(PendingOp& op, const std::string& what);
-  /// Point to point: numbers the op on its (peer, tag) channel and sets its deadline clock.
-  void number_p2p(PendingOp& op, std::map<std::pair<int, int>, int64_t>& counters);
-  /// Runs `body` on a thread of its own (p2p waits); joined at destruction. `prompt`: the body ends
-  /// within milliseconds once the Comm is poisoned or closing, so it is joined even then.
-  void spawn_waiter(std::function<void()> body, bool prompt = false);
-  /// What a point-to-point wait in the segment watches: a dead or aborting peer, the Comm poisoned or
-  /// closing, the op's deadline; throws TransportStopped naming it.
-  ShmWatch p2p_watch(const std::shared_ptr<PendingOp>& op);
-  void mark_launched(PendingOp& op, const CommFailure& error);
-  /// Blocks in c10d's wait of a point-to-point op (on a waiter thread) and records its outcome.
-  void wait_transport(PendingOp& op);
-  CommFailure explain_p2p_timeout(const PendingOp& op);
-  /// A receive whose sender's message #`sent_seq` was `sent` ("dtype [shape]"), not what it expects.
-  CommFailure explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const;
-  /// "<op> failed in the shared-memory transport: <what>".
-  CommFailure shm_failure(const PendingOp& op, const std::exception& e) const;
-  /// The timeline: records a finished collective's phases (comm/comm_trace.cpp).
-  void trace_phases(const PendingOp& op) const;
 
   CommConfig config_;
-  std::string prefix_;  // store key prefix of this Comm
+  std::string prefix_ = "cohort/comm";  // store key prefix (a group's store carries its own: groups.cpp)
   std::unique_ptr<ControlPlane> control_;
-  bool spans_hosts_ = false;  // the ranks' hosts (control_->host_of) are not all one
+  CommExplainer explainer_;
+  PointToPoint p2p_{*this};
+  ShmPointToPoint shm_p2p_{*this};
   c10::intrusive_ptr<ProcessGroupBase> gloo_, nccl_;
   std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<ShmMailbox> mailbox_;                 // point to point through shm_'s rings; null without shm_

@@ -23,7 +23,7 @@ int64_t input_bytes(const Fingerprint& fingerprint) {
 
 }  // namespace
 
-void CommImpl::trace_phases(const PendingOp& op) const {
+void trace_phases(const PendingOp& op, const std::string& group) {
   if (op.agreed_us_ < 0) return;  // never agreed on (a world of one, or it failed): nothing moved
   trace::Event event;
   event.name = op_kind_name(op.fingerprint.op);
@@ -31,7 +31,7 @@ void CommImpl::trace_phases(const PendingOp& op) const {
   event.seq = op.seq;
   event.bytes = input_bytes(op.fingerprint);
   event.transport = op.transport_;
-  event.group = trace::intern(config_.group_name);
+  event.group = trace::intern(group);
   event.op = trace::intern(op.fingerprint.describe());
   // Clock is the steady clock trace::now_us() reads too.
   const int64_t ready = std::chrono::duration_cast<std::chrono::microseconds>(op.started_.time_since_epoch()).count();

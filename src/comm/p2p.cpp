@@ -1,10 +1,7 @@
-// Point-to-point messages: isend/irecv (and send/recv, send_object/recv_object on top of them).
-// Protocol: the n-th send from A to B on tag t pairs with B's n-th receive from A on tag t. The sender
-// posts a notice (n, fingerprint hash, "dtype [shape]") on the control plane and its data on c10d at
-// once, never waiting for the receiver. The receiver waits for the notice on a thread of its own, checks
-// it and only then posts the receive, so a mismatch is named before any byte moves, and a receive
-// never holds up the collectives queued behind it. Each message has its own c10d tag (channel and
-// number mixed), so messages pair up whatever order the receives are posted in.
+// Point-to-point messages: isend/irecv (and send/recv, send_object/recv_object on top of them), and
+// their path through the control plane and c10d (p2p.h; the shared-memory one is p2p_shm.h).
+#include "comm/p2p.h"
+
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -13,6 +10,7 @@
 #include <thread>
 
 #include "cohort/comm.h"
+#include "comm/comm_impl.h"
 #include "comm/op_util.h"
 #include "core/check.h"
 
@@ -25,7 +23,7 @@ int gloo_tag(int tag, int64_t seq) { return int((uint64_t(uint32_t(tag)) * 26544
 
 }  // namespace
 
-void CommImpl::wait_transport(PendingOp& op) {
+void PointToPoint::wait_transport(PendingOp& op) {
   std::string error;
   try {
     op.work_->wait();
@@ -44,45 +42,11 @@ void CommImpl::wait_transport(PendingOp& op) {
   op.cv_.notify_all();
 }
 
-void CommImpl::number_p2p(PendingOp& op, std::map<std::pair<int, int>, int64_t>& counters) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!poisoned_.empty()) throw poisoned_.error();
-  op.seq = counters[{op.peer, op.tag}]++;
-  op.started_ = Clock::now();
-}
-
-void CommImpl::spawn_waiter(std::function<void()> body, bool prompt) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  // Reap the finished ones, so a long pipeline does not pile up threads.
-  for (auto it = waiters_.begin(); it != waiters_.end();) {
-    if (it->done->load()) {
-      it->thread.join();
-      it = waiters_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  waiters_.push_back(Waiter{std::thread([body = std::move(body), done] {
-                              body();
-                              done->store(true);
-                            }),
-                            done});
-}
-
-void CommImpl::mark_launched(PendingOp& op, const CommFailure& error) {
-  std::lock_guard<std::mutex> lock(op.mutex_);
-  op.error_ = error;
-  op.launched_ = true;
-  if (!op.work_ || !error.empty()) op.data_done_ = true;
-  op.cv_.notify_all();
-}
-
-std::shared_ptr<PendingOp> CommImpl::post_send(std::shared_ptr<PendingOp> op) {
-  op->comm_ = this;
-  number_p2p(*op, send_seq_);
-  control_->send_p2p(op->peer, uint64_t(op->tag),
-                     {uint64_t(op->seq), op->fingerprint.hash(uint64_t(op->seq)), op->fingerprint.tensor_text()});
+std::shared_ptr<PendingOp> PointToPoint::post_send(std::shared_ptr<PendingOp> op) {
+  op->comm_ = &comm_;
+  comm_.number_p2p(*op, /*send=*/true);
+  comm_.control().send_p2p(op->peer, uint64_t(op->tag),
+                           {uint64_t(op->seq), op->fingerprint.hash(uint64_t(op->seq)), op->fingerprint.tensor_text()});
   CommFailure error;
   try {
     if (op->transport) {
@@ -90,77 +54,51 @@ std::shared_ptr<PendingOp> CommImpl::post_send(std::shared_ptr<PendingOp> op) {
       op->work_ = op->transport->start(op->data, 0, nullptr).work;
     }
   } catch (const std::exception& e) {
-    error = poison(failure_from(describe(*op) + " could not start: " + first_line(e.what()), e));
+    error = comm_.poison(
+        failure_from(comm_.explainer().describe(*op) + " could not start: " + first_line(e.what()), e));
   }
-  mark_launched(*op, error);
+  comm_.mark_launched(*op, error);
   if (op->work_ && error.empty()) {
     auto body = [this, op] { wait_transport(*op); };
     if (op->inline_p2p) body();
-    else spawn_waiter(body);
+    else comm_.spawn_waiter(body);
   }
   return op;
 }
 
-std::shared_ptr<PendingOp> CommImpl::post_recv(std::shared_ptr<PendingOp> op) {
-  op->comm_ = this;
-  number_p2p(*op, recv_seq_);
+std::shared_ptr<PendingOp> PointToPoint::post_recv(std::shared_ptr<PendingOp> op) {
+  op->comm_ = &comm_;
+  comm_.number_p2p(*op, /*send=*/false);
   auto body = [this, op] {
     CommFailure error;
     try {
       ControlPlane::P2PNotice notice;
-      const auto deadline = op->started_ + config_.timeout;
+      const auto deadline = op->started_ + comm_.timeout();
       const ControlPlane::P2PKey key{op->peer, uint64_t(op->tag), uint64_t(op->seq)};
-      if (auto failure = control_->receive_p2p(key, deadline, notice)) {
-        error = explain(*failure, *op);
+      if (auto failure = comm_.control().receive_p2p(key, deadline, notice)) {
+        error = comm_.explainer().explain(*failure, *op);
       } else {
         {
           std::lock_guard<std::mutex> lock(op->mutex_);
           op->notice_ = true;
         }
         if (notice.hash != op->fingerprint.hash(uint64_t(op->seq)))
-          error = explain_p2p_mismatch(*op, notice.seq, notice.described);
+          error = comm_.explainer().explain_p2p_mismatch(*op, notice.seq, notice.described);
         else if (op->transport) {
           op->data.p2p_tag = gloo_tag(op->tag, op->seq);
           op->work_ = op->transport->start(op->data, 0, nullptr).work;
         }
       }
     } catch (const std::exception& e) {
-      error = failure_from(describe(*op) + " could not start: " + first_line(e.what()), e);
+      error = failure_from(comm_.explainer().describe(*op) + " could not start: " + first_line(e.what()), e);
     }
-    if (!error.empty()) error = poison(error);
-    mark_launched(*op, error);
+    if (!error.empty()) error = comm_.poison(error);
+    comm_.mark_launched(*op, error);
     if (op->work_ && error.empty()) wait_transport(*op);
   };
   if (op->inline_p2p) body();
-  else spawn_waiter(body);
+  else comm_.spawn_waiter(body);
   return op;
-}
-
-CommFailure CommImpl::explain_p2p_mismatch(const PendingOp& op, uint64_t sent_seq, const std::string& sent) const {
-  return {"point-to-point mismatch at " + describe(op) + ": this rank receives into " + op.fingerprint.tensor_text() +
-              " but " + rank_label(op.peer) + " sent #" + std::to_string(sent_seq) + " " + sent +
-              ". A receive's tensor must have the sender's dtype and shape (recv_object takes sizes the receiver does "
-              "not know)",
-          ErrorKind::kDesync,
-          {world_rank(op.peer)}};
-}
-
-CommFailure CommImpl::explain_p2p_timeout(const PendingOp& op) {
-  bool notice = false;
-  {
-    std::lock_guard<std::mutex> lock(op.mutex_);
-    notice = op.notice_;
-  }
-  std::string out = describe(op) + " timed out after " + std::to_string(config_.timeout.count()) +
-                    " ms: " + rank_label(op.peer);
-  if (op.fingerprint.op == OpKind::kSend)
-    out += " did not receive it (no matching recv on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
-  else if (!notice)
-    out += " never sent it (no matching send on tag " + std::to_string(op.tag) + ", or it is stuck elsewhere)";
-  else out += " sent it but the transfer did not finish";
-  return {out + " (timeout: InitOptions::timeout, GroupOptions::timeout or COHORT_TIMEOUT seconds)",
-          ErrorKind::kTimeout,
-          {world_rank(op.peer)}};
 }
 
 }  // namespace detail
@@ -191,9 +129,9 @@ Work post_send(detail::CommImpl* impl, const torch::Tensor& tensor, int dst, int
   torch::Tensor buf = detail::transport_view(tensor.contiguous());
   pending->data.buffer = buf;
   pending->data.peer = dst;
-  if (on_shm(*impl, buf)) return Work(impl->post_shm_send(pending));
+  if (on_shm(*impl, buf)) return Work(impl->shm_p2p().post_send(pending));
   if (buf.numel() > 0) pending->transport = impl->transport_for(pending->data);
-  return Work(impl->post_send(pending));
+  return Work(impl->p2p().post_send(pending));
 }
 
 Work post_recv(detail::CommImpl* impl, torch::Tensor tensor, int src, int tag, bool caller_waits) {
@@ -208,9 +146,9 @@ Work post_recv(detail::CommImpl* impl, torch::Tensor tensor, int src, int tag, b
   };
   pending->data.buffer = buf;
   pending->data.peer = src;
-  if (on_shm(*impl, buf)) return Work(impl->post_shm_recv(pending));
+  if (on_shm(*impl, buf)) return Work(impl->shm_p2p().post_recv(pending));
   if (buf.numel() > 0) pending->transport = impl->transport_for(pending->data);
-  return Work(impl->post_recv(pending));
+  return Work(impl->p2p().post_recv(pending));
 }
 
 }  // namespace

@@ -171,7 +171,7 @@ std::string describe_bounds(const std::vector<int64_t>& bounds) {
 // Note "layer ranges": every rank tells the pipeline group the whole-model layer range of each of its
 // stages, so every rank knows the whole cut (saved with checkpoints, shown when a load reshards), and
 // whether the stages keep the whole model's layer names, which checkpoints need.
-void PipelineImpl::gather_layer_ranges() {
+StageCut gather_stage_cut(Comm& comm, const Schedule& schedule, const std::vector<torch::nn::Sequential>& stages) {
   const int per_rank = int(stages.size());
   auto mine = torch::empty({per_rank, 2}, torch::kLong);
   for (int i = 0; i < per_rank; ++i) {
@@ -179,26 +179,15 @@ void PipelineImpl::gather_layer_ranges() {
     mine[i][0] = first;
     mine[i][1] = count;
   }
-  const auto all = comm_->size() > 1 ? comm_->allgather(mine) : mine.unsqueeze(0);  // [ranks, per_rank, 2]
-  layer_bounds = {0};
-  names_whole_model = true;
+  const auto all = comm.size() > 1 ? comm.allgather(mine) : mine.unsqueeze(0);  // [ranks, per_rank, 2]
+  StageCut cut{{0}, true};
   for (int s = 0; s < schedule.stages; ++s) {
     const auto range = all[schedule.rank_of(s)][s / schedule.ranks];
     const int64_t first = range[0].item<int64_t>(), count = range[1].item<int64_t>();
-    if (first != layer_bounds.back()) names_whole_model = false;
-    layer_bounds.push_back(layer_bounds.back() + count);
+    if (first != cut.bounds.back()) cut.names_whole_model = false;
+    cut.bounds.push_back(cut.bounds.back() + count);
   }
-}
-
-void PipelineImpl::check_checkpointable(const char* what) const {
-  COHORT_CHECK_KIND(kInvalidArgument, names_whole_model, "Pipeline::", what,
-                    ": the stages' layers are not named by their place in the "
-                    "whole model (stage s must hold layers \"b[s]\", \"b[s]+1\", ... as partition() and "
-                    "stages_of_rank() give them), so checkpoints could not name parameters as the whole model");
-  COHORT_CHECK_KIND(kInvalidArgument, !options_.zero(), "Pipeline::", what,
-                    ": checkpoints of a pipeline with ZeRO over the data group "
-                    "(PipelineOptions::zero) are not supported: its optimizer state lives in each stage's ZeRO engine; "
-                    "use PipelineOptions::data_comm with DDP to checkpoint");
+  return cut;
 }
 
 }  // namespace cohort::pipeline::detail

@@ -1,10 +1,12 @@
 // Pipeline: construction (stages checked against the schedule, DDP or ZeRO per stage over the data group:
-// data_parallel.cpp), one training step around the actions (actions.cpp), inference, and the public facade.
+// stage_replicas.cpp), one training step around its actions (step_actions.cpp), inference, and the
+// public facade.
 #include <torch/torch.h>
 
 #include "comm/op_util.h"
 #include "core/check.h"
 #include "pipeline/pipeline_impl.h"
+#include "pipeline/step_actions.h"
 
 namespace cohort::pipeline {
 namespace detail {
@@ -14,9 +16,9 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
     : stages(std::move(stages_in)),
       schedule(std::move(schedule_in)),
       comm_(std::move(comm)),
+      rank_(comm_ ? comm_->rank() : 0),
       options_(std::move(options)) {
   COHORT_CHECK_KIND(kInvalidArgument, comm_, "Pipeline: the Comm is null");
-  rank_ = comm_->rank();
   COHORT_CHECK_KIND(kInvalidArgument, options_.loss_fn(),
                     "Pipeline: PipelineOptions::loss_fn is not set (the last stage's loss, e.g. "
                     "torch::nn::functional::cross_entropy)");
@@ -31,17 +33,13 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
       break;
     }
   }
-  last_backward_.assign(stages.size(), -1);
+  std::vector<int> last_backward(stages.size(), -1);
   for (const auto& action : schedule.actions[rank_])
-    if (action.kind == ActionKind::kBackward) last_backward_[local_index(action.stage)] = action.microbatch;
-  gather_layer_ranges();
-  if (options_.zero()) {
-    make_zero_engines();
-  } else if (options_.data_comm()) {
-    auto ddp_options = options_.ddp();
-    ddp_options.comm(options_.data_comm());
-    for (const auto& stage : stages) ddp_.push_back(std::make_unique<DataParallelCore>(stage.ptr(), ddp_options));
-  }
+    if (action.kind == ActionKind::kBackward) last_backward[placement_.local_index(action.stage)] = action.microbatch;
+  auto cut = gather_stage_cut(*comm_, schedule, stages);
+  layer_bounds = std::move(cut.bounds);
+  names_whole_model = cut.names_whole_model;
+  replicas = std::make_unique<StageReplicas>(stages, options_, std::move(last_backward));
 }
 
 void PipelineImpl::check_stages() const {
@@ -56,50 +54,12 @@ void PipelineImpl::check_stages() const {
                       " is a null module");
 }
 
-int PipelineImpl::local_index(int stage) const {
-  COHORT_CHECK_KIND(kInternal, is_mine(stage), "Pipeline: schedule '", schedule.name, "' runs stage ", stage,
-                    " on rank ", rank_, ", which holds stages of rank ", schedule.rank_of(stage), " only");
-  return stage / schedule.ranks;
-}
-
-torch::nn::Sequential PipelineImpl::module_of(int stage) const { return stages[local_index(stage)]; }
-
-void PipelineImpl::split_batch(const torch::Tensor& inputs, const torch::Tensor& targets) {
-  const int chunks = schedule.microbatches;
-  const bool first = is_mine(0), last = is_mine(schedule.stages - 1);
-  COHORT_CHECK_KIND(kInvalidArgument, !first || inputs.defined(), "Pipeline::step: inputs are undefined on rank ",
-                    rank_, ", which runs stage 0");
-  COHORT_CHECK_KIND(kInvalidArgument, !last || targets.defined(), "Pipeline::step: targets are undefined on rank ",
-                    rank_, ", which runs the last stage (", schedule.stages - 1, ")");
-  input_chunks_.clear();
-  target_chunks_.clear();
-  weights_.clear();
-  if (first) input_chunks_ = torch::tensor_split(inputs, chunks, 0);
-  if (!last) return;
-  const int64_t rows = targets.size(0);
-  COHORT_CHECK_KIND(kInvalidArgument, !first || inputs.size(0) == rows, "Pipeline::step: inputs have ", inputs.size(0),
-                    " rows but targets ", rows);
-  COHORT_CHECK_KIND(kInvalidArgument, rows >= 1, "Pipeline::step: a batch of 0 rows: give at least one row");
-  // Uneven chunks differ by one row at most; with fewer rows than chunks (an epoch's short last
-  // batch) the last microbatches are empty: they run through every stage with weight 0 (loss_of).
-  target_chunks_ = torch::tensor_split(targets, chunks, 0);
-  for (const auto& chunk : target_chunks_) weights_.push_back(double(chunk.size(0)) / double(rows));
-}
-
 torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
   try {
-    split_batch(inputs, targets);
-    slots_.clear();
-    local_mail_.clear();
-    sends_.clear();
-    held_ = 0;
-    peak_activations = 0;
-    loss_sum_ = torch::zeros({1}, torch::kDouble);
-    run_actions();
-    for (auto& send : sends_) send.wait();
-    sends_.clear();
-    slots_.clear();
-    return broadcast_loss();
+    StepActions actions(*comm_, placement_, options_, *replicas, device_);
+    const auto loss_sum = actions.run(inputs, targets);
+    peak_activations = actions.peak_activations();
+    return broadcast_loss(loss_sum);
   } catch (const Error& e) {
     fail(e.what(), e.kind(), e.ranks());  // a peer's death stays a peer's death for the caller
   } catch (const std::exception& e) {
@@ -108,9 +68,9 @@ torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tenso
   }
 }
 
-torch::Tensor PipelineImpl::broadcast_loss() {
+torch::Tensor PipelineImpl::broadcast_loss(const torch::Tensor& loss_sum) {
   const int root = schedule.rank_of(schedule.stages - 1);
-  auto loss = rank_ == root ? loss_sum_ : torch::zeros({1}, torch::kDouble);
+  auto loss = rank_ == root ? loss_sum : torch::zeros({1}, torch::kDouble);
   comm_->broadcast(loss, root);
   return loss.squeeze(0);
 }
@@ -124,14 +84,14 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
       COHORT_CHECK_KIND(kInvalidArgument, inputs.defined(), "Pipeline::forward: inputs are undefined on rank ", rank_,
                         ", which runs stage 0");
       x = inputs;
-    } else if (!is_mine(s - 1)) {
+    } else if (!placement_.is_mine(s - 1)) {
       ActivationReceive receive;
-      receive.post(*comm_, schedule.rank_of(s - 1), tag(s, 0, Direction::kForward));
+      receive.post(*comm_, schedule.rank_of(s - 1), placement_.tag(s, 0, Direction::kForward));
       x = receive.take(*comm_, device_);
     }
-    x = module_of(s)->forward(x);
-    if (!is_last(s) && !is_mine(s + 1))
-      send_activation(*comm_, x, schedule.rank_of(s + 1), tag(s + 1, 0, Direction::kForward), sends);
+    x = placement_.module_of(s)->forward(x);
+    if (!placement_.is_last(s) && !placement_.is_mine(s + 1))
+      send_activation(*comm_, x, schedule.rank_of(s + 1), placement_.tag(s + 1, 0, Direction::kForward), sends);
   }
   for (auto& send : sends) send.wait();
   // The last stage's rank announces the output's dtype and shape, then broadcasts it.
@@ -140,6 +100,17 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
   comm_->broadcast(header, root);
   if (rank_ != root) x = empty_from_header(header, device_);
   return comm_->broadcast(x.contiguous(), root);
+}
+
+void PipelineImpl::check_checkpointable(const char* what) const {
+  COHORT_CHECK_KIND(kInvalidArgument, names_whole_model, "Pipeline::", what,
+                    ": the stages' layers are not named by their place in the "
+                    "whole model (stage s must hold layers \"b[s]\", \"b[s]+1\", ... as partition() and "
+                    "stages_of_rank() give them), so checkpoints could not name parameters as the whole model");
+  COHORT_CHECK_KIND(kInvalidArgument, !options_.zero(), "Pipeline::", what,
+                    ": checkpoints of a pipeline with ZeRO over the data group "
+                    "(PipelineOptions::zero) are not supported: its optimizer state lives in each stage's ZeRO engine; "
+                    "use PipelineOptions::data_comm with DDP to checkpoint");
 }
 
 void PipelineImpl::fail(const std::string& message, ErrorKind kind, const std::vector<int>& ranks) {

@@ -58,7 +58,7 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   add_default_callbacks();
   each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
   module->on_fit_start();
-  if (const std::string ckpt = checkpoint_to_resume(fit_options); !ckpt.empty()) resume(ckpt);
+  if (const std::string ckpt = checkpoints.checkpoint_to_resume(fit_options); !ckpt.empty()) checkpoints.resume(ckpt);
   const int64_t first_step = step;
   sanity_check();
   module->model().train(true);

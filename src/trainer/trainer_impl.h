@@ -1,6 +1,6 @@
 // The Trainer's state and loop (cohort/trainer.h is the public face). trainer.cpp sets up the world,
-// the strategy and the defaults; fit_loop.cpp runs epochs, batches and evaluation; trainer_state.cpp
-// saves and resumes.
+// the strategy and the defaults; fit_loop.cpp runs epochs, batches and evaluation; its checkpoints
+// (saves and resumes) are the CheckpointConnector's (checkpoint_connector.h).
 #pragma once
 
 #include <chrono>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cohort/trainer.h"
+#include "trainer/checkpoint_connector.h"
 #include "trainer/metrics.h"
 #include "trainer/options.h"
 #include "trainer/self_launch.h"
@@ -48,19 +49,6 @@ class TrainerImpl : public ModuleLink {
   bool finished() const;
   void publish(const std::map<std::string, double>& values, bool to_loggers);
   bool agree_stop();
-
-  // trainer_state.cpp
-  CheckpointState checkpoint_state();
-  std::string save(const std::string& dir, int keep_last);
-  void resume(const std::string& ckpt_path);
-  /// fit's checkpoint: ckpt_path, or "last" on a launcher's restart (FitOptions::resume_on_restart).
-  std::string checkpoint_to_resume(const FitOptions& fit_options);
-  /// After loading: keeps the checkpoint's samples per optimizer step in another world size by
-  /// accumulating micro-batches; refuses a global batch it cannot keep.
-  void keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size);
-  /// After loading: the training epoch's logged sums the checkpoint carries (this rank's share).
-  void restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size);
-  std::string resolve_ckpt_path(const std::string& ckpt_path);
 
   // trainer.cpp
   void attach(TrainingModule& module);
@@ -106,6 +94,7 @@ class TrainerImpl : public ModuleLink {
   bool stop_wish = false;  // this rank's request_stop
   bool stop = false;       // agreed by all ranks
   std::string stop_reason;
+  CheckpointConnector checkpoints{*this};
 };
 
 }  // namespace cohort::detail

@@ -1,4 +1,4 @@
-// What a Trainer checkpoint holds and how a fit resumes from one (see trainer_impl.h): the strategy's
+// What a Trainer checkpoint holds and how a fit resumes from one (checkpoint_connector.h): the strategy's
 // state (model and optimizer, or the ZeRO engine's shards), the LR scheduler, the training sampler's
 // epoch and position, the step, the global batch and every callback's numbers. A fit resumes by
 // itself when the launcher restarted the job, and in another world size keeps the checkpoint's
@@ -10,6 +10,7 @@
 #include "cohort/error.h"
 #include "cohort/number.h"
 #include "core/check.h"
+#include "trainer/checkpoint_connector.h"
 #include "trainer/trainer_impl.h"
 #include "world/launch_env.h"
 
@@ -25,34 +26,36 @@ std::string epoch_sums_key(int rank) { return "trainer.epoch_sums." + std::to_st
 
 }  // namespace
 
-CheckpointState TrainerImpl::checkpoint_state() {
+CheckpointState CheckpointConnector::checkpoint_state() {
   CheckpointState state;
-  strategy->add_to(state);
-  if (scheduler.scheduler) state.add("scheduler", *scheduler.scheduler);
-  state.add("sampler", train->sampler(), samples_in_epoch);
-  const int64_t micro = train->options().batch_size() * strategy->data_split(world).first;
-  state.set("trainer.global_batch", std::to_string(micro));                           // one micro-batch on every share
-  state.set("trainer.step_batch", std::to_string(micro * strategy->accumulation()));  // per optimizer step
+  trainer_.strategy->add_to(state);
+  if (trainer_.scheduler.scheduler) state.add("scheduler", *trainer_.scheduler.scheduler);
+  state.add("sampler", trainer_.train->sampler(), trainer_.samples_in_epoch);
+  const int64_t micro = trainer_.train->options().batch_size() * trainer_.strategy->data_split(trainer_.world).first;
+  state.set("trainer.global_batch", std::to_string(micro));  // one micro-batch on every share
+  state.set("trainer.step_batch", std::to_string(micro * trainer_.strategy->accumulation()));  // per optimizer step
   std::map<std::string, std::string> values;
-  for (const auto& callback : callbacks) callback->save_state(values);
+  for (const auto& callback : trainer_.callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
-  state.set_step(step);
+  state.set_step(trainer_.step);
   return state;
 }
 
-std::string TrainerImpl::save(const std::string& dir, int keep_last) {
-  COHORT_CHECK_KIND(kInvalidArgument, train != nullptr && strategy != nullptr, "Trainer::save_checkpoint(\"", dir,
+std::string CheckpointConnector::save(const std::string& dir, int keep_last) {
+  COHORT_CHECK_KIND(kInvalidArgument, trainer_.train != nullptr && trainer_.strategy != nullptr,
+                    "Trainer::save_checkpoint(\"", dir,
                     "\") outside fit: a checkpoint holds the training position, which exists only while fit runs");
   // The state of a save is that of an optimizer step: the gradients of a half-accumulated step are in
   // no checkpoint, so a resume from one would lose those batches.
-  COHORT_CHECK_KIND(kInvalidArgument, !mid_accumulation, "Trainer::save_checkpoint(\"", dir, "\") at batch ",
-                    last_batch_index + 1, " of epoch ", epoch, ", inside an accumulation of ", strategy->accumulation(),
+  COHORT_CHECK_KIND(kInvalidArgument, !trainer_.mid_accumulation, "Trainer::save_checkpoint(\"", dir, "\") at batch ",
+                    trainer_.last_batch_index + 1, " of epoch ", trainer_.epoch, ", inside an accumulation of ",
+                    trainer_.strategy->accumulation(),
                     " batches: a checkpoint holds the state after an optimizer step; save from a callback's "
                     "on_train_batch_end (called after each step) or at an epoch's end");
   CheckpointState state = checkpoint_state();
   // Every rank's sums of the epoch so far, so that a resume in it reports the means of all its batches
   // (and a resume at its very end, the end-of-epoch callbacks, the values they would have seen).
-  const auto sums = ckpt::Group(nullptr).allgather(metrics.epoch_sums_text(Stage::kTrain));
+  const auto sums = ckpt::Group(nullptr).allgather(trainer_.metrics.epoch_sums_text(Stage::kTrain));
   state.set(kEpochSumsRanks, std::to_string(sums.size()));
   for (size_t r = 0; r < sums.size(); ++r) state.set(epoch_sums_key(static_cast<int>(r)), sums[r]);
   return save_checkpoint(dir, state, SaveOptions().keep_last(keep_last));
@@ -60,32 +63,33 @@ std::string TrainerImpl::save(const std::string& dir, int keep_last) {
 
 // The saved ranks' epoch sums this rank takes over: its own at the same world size, else rank 0 takes
 // them all (a sum over ranks, as every sync_dist mean is, stays exact) and the others none.
-void TrainerImpl::restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size) {
+void CheckpointConnector::restore_epoch_sums(const CheckpointState& state, const std::string& path,
+                                             int saved_world_size) {
   const std::string count_text = state.get(kEpochSumsRanks);
   if (count_text.empty()) return;  // saved before checkpoints carried them: the epoch's means start anew
   const int64_t count = parse_integer(count_text, {path + "'s " + kEpochSumsRanks, 0, saved_world_size});
   std::vector<std::string> texts;
-  const bool same_world = count == world.size();
+  const bool same_world = count == trainer_.world.size();
   for (int64_t r = 0; r < count; ++r)
-    if (same_world ? r == world.rank() : world.rank() == 0)
+    if (same_world ? r == trainer_.world.rank() : trainer_.world.rank() == 0)
       texts.push_back(state.get(epoch_sums_key(static_cast<int>(r))));
-  metrics.restore_epoch_sums(Stage::kTrain, texts, path);
+  trainer_.metrics.restore_epoch_sums(Stage::kTrain, texts, path);
 }
 
-std::string TrainerImpl::resolve_ckpt_path(const std::string& ckpt_path) {
+std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path) {
   if (ckpt_path != "last") return ckpt_path;
-  for (const auto& callback : callbacks)
+  for (const auto& callback : trainer_.callbacks)
     if (auto* checkpoint = dynamic_cast<ModelCheckpoint*>(callback.get())) return checkpoint->last_dir();
-  return owner.root_dir() + "/checkpoints";
+  return trainer_.owner.root_dir() + "/checkpoints";
 }
 
-std::string TrainerImpl::checkpoint_to_resume(const FitOptions& fit_options) {
+std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_options) {
   if (!fit_options.ckpt_path().empty() || !fit_options.resume_on_restart()) return fit_options.ckpt_path();
   const int restart = launcher_restart_count();
   if (restart == 0) return "";
-  for (const auto& callback : callbacks) {
+  for (const auto& callback : trainer_.callbacks) {
     if (dynamic_cast<ModelCheckpoint*>(callback.get()) == nullptr) continue;
-    if (world.is_main()) {
+    if (trainer_.world.is_main()) {
       std::printf("restart %d of this job (TORCHELASTIC_RESTART_COUNT): continuing from the newest checkpoint in %s\n",
                   restart, resolve_ckpt_path("last").c_str());
       std::fflush(stdout);
@@ -95,10 +99,11 @@ std::string TrainerImpl::checkpoint_to_resume(const FitOptions& fit_options) {
   return "";  // nothing saves checkpoints: a restart starts from scratch
 }
 
-void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size) {
-  const int64_t micro = train->options().batch_size() * strategy->data_split(world).first;
+void CheckpointConnector::keep_global_batch(const CheckpointState& state, const std::string& path,
+                                            int saved_world_size) {
+  const int64_t micro = trainer_.train->options().batch_size() * trainer_.strategy->data_split(trainer_.world).first;
   const std::string saved_step = state.get("trainer.step_batch");
-  const bool elastic = saved_world_size != world.size() || launcher_restart_count() > 0;
+  const bool elastic = saved_world_size != trainer_.world.size() || launcher_restart_count() > 0;
   if (saved_step.empty() || !elastic) {  // as saved before elastic restarts, or a resume by hand
     const std::string saved_batch = state.get("trainer.global_batch");
     COHORT_CHECK_KIND(kInvalidArgument, saved_batch == std::to_string(micro), "the checkpoint ", path,
@@ -106,16 +111,16 @@ void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::str
                       " (batch_size x ranks): keep the global batch to resume");
     return;
   }
-  const int64_t step_batch = std::stoll(saved_step), batch = train->options().batch_size();
-  if (step_batch == micro * strategy->accumulation()) return;
+  const int64_t step_batch = std::stoll(saved_step), batch = trainer_.train->options().batch_size();
+  if (step_batch == micro * trainer_.strategy->accumulation()) return;
   const int64_t accumulate = step_batch / micro;
-  if (step_batch % micro == 0 && strategy->set_accumulation(accumulate)) {
-    options.raw.accumulate_grad_batches(accumulate);
-    if (world.is_main())
+  if (step_batch % micro == 0 && trainer_.strategy->set_accumulation(accumulate)) {
+    trainer_.options.raw.accumulate_grad_batches(accumulate);
+    if (trainer_.world.is_main())
       std::printf(
           "world size %d -> %d: each optimizer step accumulates %lld batches of %lld samples per rank, "
           "keeping the checkpoint's %lld samples per step\n",
-          saved_world_size, world.size(), static_cast<long long>(accumulate), static_cast<long long>(batch),
+          saved_world_size, trainer_.world.size(), static_cast<long long>(accumulate), static_cast<long long>(batch),
           static_cast<long long>(step_batch));
     std::fflush(stdout);
     return;
@@ -124,39 +129,39 @@ void TrainerImpl::keep_global_batch(const CheckpointState& state, const std::str
                                                   : "it does not divide them";
   COHORT_CHECK_KIND(kInvalidArgument, launcher_restart_count() > 0, "the checkpoint ", path, " was saved with ",
                     step_batch, " samples per optimizer step by ", saved_world_size, " rank(s); this run's ",
-                    world.size(), " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
+                    trainer_.world.size(), " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
                     ": choose a batch size that keeps the global batch");
   // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
   // batch follows the world. The epoch resumes at the first whole batch of the new size.
-  const int64_t skipped = (micro - samples_in_epoch % micro) % micro;
-  samples_in_epoch += skipped;  // the position of a whole batch of the new size, as the loop counts it
-  if (world.is_main())
+  const int64_t skipped = (micro - trainer_.samples_in_epoch % micro) % micro;
+  trainer_.samples_in_epoch += skipped;  // the position of a whole batch of the new size, as the loop counts it
+  if (trainer_.world.is_main())
     std::printf(
         "world size %d -> %d: the checkpoint's %lld samples per optimizer step cannot be kept (%lld per "
         "batch, batch_size x ranks; %s): steps take %lld samples from here%s\n",
-        saved_world_size, world.size(), static_cast<long long>(step_batch), static_cast<long long>(micro), why.c_str(),
-        static_cast<long long>(micro * strategy->accumulation()),
+        saved_world_size, trainer_.world.size(), static_cast<long long>(step_batch), static_cast<long long>(micro),
+        why.c_str(), static_cast<long long>(micro * trainer_.strategy->accumulation()),
         skipped == 0 ? "" : ("; " + std::to_string(skipped) + " samples of this epoch are skipped").c_str());
   std::fflush(stdout);
 }
 
-void TrainerImpl::resume(const std::string& ckpt_path) {
+void CheckpointConnector::resume(const std::string& ckpt_path) {
   const std::string dir = resolve_ckpt_path(ckpt_path);
   CheckpointState state = checkpoint_state();
   // "last" with nothing saved yet starts from scratch (a first run); a named path must exist.
   const auto info = load_checkpoint(dir, state, LoadOptions().must_exist(ckpt_path != "last"));
   if (!info) return;
   keep_global_batch(state, info->path, info->world_size);
-  step = state.step();
-  epoch = train->sampler().epoch();
+  trainer_.step = state.step();
+  trainer_.epoch = trainer_.train->sampler().epoch();
   restore_epoch_sums(state, info->path, info->world_size);
-  if (world.is_main()) {
+  if (trainer_.world.is_main()) {
     std::printf("resumed from %s (step %lld, saved by %d rank(s))%s\n", info->path.c_str(),
                 static_cast<long long>(info->step), info->world_size,
                 info->skipped.empty() ? "" : "; newer checkpoints were unusable, see the log");
     std::fflush(stdout);
   }
-  for (const auto& callback : callbacks) callback->load_state(state.user_values());
+  for (const auto& callback : trainer_.callbacks) callback->load_state(state.user_values());
 }
 
 }  // namespace cohort::detail

@@ -1,0 +1,87 @@
+// The data-parallel side of a pipeline's stages. With DDP, the backwards before a stage's last
+// microbatch run under no_sync. With ZeRO, gradients accumulate between microbatches in the engine's
+// flat gradient buffer (its hooks only keep the aliases); the backward of a stage's last microbatch
+// goes through the engine, which reduce-scatters as gradients become ready, and optimizer_step()
+// steps each engine on its shard.
+#include "pipeline/stage_replicas.h"
+
+#include <torch/torch.h>
+
+#include <optional>
+
+#include "core/check.h"
+#include "pipeline/pipeline_impl.h"
+
+namespace cohort::pipeline::detail {
+
+StageReplicas::StageReplicas(const std::vector<torch::nn::Sequential>& stages, const PipelineOptions& options,
+                             std::vector<int> last_backward)
+    : last_backward_(std::move(last_backward)) {
+  if (options.zero()) {
+    make_zero_engines(stages, options);
+  } else if (options.data_comm()) {
+    auto ddp_options = options.ddp();
+    ddp_options.comm(options.data_comm());
+    for (const auto& stage : stages) ddp_.push_back(std::make_unique<DataParallelCore>(stage.ptr(), ddp_options));
+  }
+}
+
+void StageReplicas::make_zero_engines(const std::vector<torch::nn::Sequential>& stages,
+                                      const PipelineOptions& options) {
+  const ZeroConfig& config = *options.zero();
+  COHORT_CHECK_KIND(kInvalidArgument, options.data_comm(),
+                    "Pipeline: PipelineOptions::zero needs PipelineOptions::data_comm (the "
+                    "replicas of a stage to shard over, e.g. Mesh::group_ptr(\"data\"))");
+  const int stage = config.zero_optimization().stage();
+  COHORT_CHECK_KIND(kInvalidArgument, stage == 1 || stage == 2,
+                    "Pipeline: PipelineOptions::zero has zero_optimization.stage ", stage,
+                    "; a pipeline runs ZeRO stage 1 or 2 over its data group (stage 3 would free a stage's parameters "
+                    "between the microbatches that use them; stage 0 is DDP: use PipelineOptions::ddp)");
+  COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() && !config.bf16().enabled(),
+                    "Pipeline: PipelineOptions::zero has ", config.fp16().enabled() ? "fp16" : "bf16",
+                    " enabled; a pipeline's ZeRO engines run in fp32 "
+                    "(activations cross stages in the stages' own dtype)");
+  COHORT_CHECK_KIND(kInvalidArgument, config.gradient_accumulation_steps() == 1,
+                    "Pipeline: PipelineOptions::zero has "
+                    "gradient_accumulation_steps ",
+                    config.gradient_accumulation_steps(),
+                    "; the pipeline's microbatches are its accumulation (PipelineOptions::chunks): use 1");
+  COHORT_CHECK_KIND(kInvalidArgument, config.gradient_clipping() == 0.0,
+                    "Pipeline: PipelineOptions::zero has gradient_clipping ", config.gradient_clipping(),
+                    "; each engine sees one stage's gradients only, not the whole "
+                    "model's norm: use 0");
+  auto engine_options = EngineOptions().comm(options.data_comm()).optimizer_factory(options.zero_optimizer());
+  for (const auto& module : stages)
+    zero_.push_back(std::make_unique<ZeroEngineCore>(module.ptr(), config, engine_options));
+}
+
+void StageReplicas::backward(int local, int microbatch, const torch::Tensor& root, const torch::Tensor& grad) {
+  const bool last = microbatch == last_backward_.at(local);
+  if (!zero_.empty() && last) {
+    // The engine runs backward from a scalar: sum(output * grad) gives the stage's graph the same
+    // gradient as backward(output, grad).
+    zero_[local]->backward(grad.defined() ? (root * grad).sum() : root);
+    return;
+  }
+  std::optional<DataParallelCore::NoSyncGuard> no_sync;
+  if (!ddp_.empty() && !last) no_sync.emplace(ddp_[local]->no_sync());
+  if (grad.defined()) torch::autograd::backward({root}, {grad});
+  else torch::autograd::backward({root});
+}
+
+void StageReplicas::step_zero() {
+  for (auto& engine : zero_) engine->step();
+}
+
+}  // namespace cohort::pipeline::detail
+
+namespace cohort::pipeline {
+
+void Pipeline::optimizer_step() {
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->replicas->has_zero(),
+                    "Pipeline::optimizer_step: this pipeline has no ZeRO engines "
+                    "(PipelineOptions::zero is not set): step an optimizer over Pipeline::parameters() instead");
+  impl_->replicas->step_zero();
+}
+
+}  // namespace cohort::pipeline

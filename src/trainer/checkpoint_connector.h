@@ -1,0 +1,39 @@
+// The Trainer's checkpoints: what one holds (the strategy's state, the LR scheduler, the training
+// sampler's epoch and position, the step, the global batch, the training epoch's logged sums and every
+// callback's numbers) and how a fit resumes from one. Like Lightning's checkpoint connector, it reads
+// and sets the progress of the trainer it serves.
+#pragma once
+
+#include <string>
+
+#include "cohort/checkpoint.h"
+#include "cohort/trainer.h"
+
+namespace cohort::detail {
+
+class TrainerImpl;
+
+class CheckpointConnector {
+ public:
+  explicit CheckpointConnector(TrainerImpl& trainer) : trainer_(trainer) {}
+
+  /// Trainer::save_checkpoint: refused outside fit and inside an accumulation.
+  std::string save(const std::string& dir, int keep_last);
+  /// fit's checkpoint: ckpt_path, or "last" on a launcher's restart (FitOptions::resume_on_restart).
+  std::string checkpoint_to_resume(const FitOptions& fit_options);
+  /// Loads `ckpt_path` ("last": the newest, or nothing when none was saved yet) into the trainer.
+  void resume(const std::string& ckpt_path);
+
+ private:
+  CheckpointState checkpoint_state();
+  /// After loading: keeps the checkpoint's samples per optimizer step in another world size by
+  /// accumulating micro-batches; refuses a global batch it cannot keep.
+  void keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size);
+  /// After loading: the training epoch's logged sums the checkpoint carries (this rank's share).
+  void restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size);
+  std::string resolve_ckpt_path(const std::string& ckpt_path);
+
+  TrainerImpl& trainer_;
+};
+
+}  // namespace cohort::detail
