@@ -291,6 +291,8 @@ void CommImpl::await_data(PendingOp& op) {
   }
   while (!op.cv_.wait_for(lock, kWatchInterval, [&] { return op.data_done_; })) {
     lock.unlock();
+    // Comm::abort from another thread (a launcher that saw a rank's process end) ends the wait too.
+    if (auto stopped = stopped_reason()) fail(op, *stopped);
     if (auto failure = control_->check_peers()) fail(op, explainer_.explain(*failure, op));
     if (Clock::now() > deadline) fail(op, explainer_.explain_timeout(op));
     lock.lock();
@@ -307,6 +309,7 @@ void CommImpl::await_device(PendingOp& op, Clock::time_point deadline) {
     sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
     if (Clock::now() < next_watch) continue;
     next_watch = Clock::now() + kWatchInterval;
+    if (auto stopped = stopped_reason()) fail(op, *stopped);
     if (auto failure = control_->check_peers()) fail(op, explainer_.explain(*failure, op));
     if (Clock::now() > deadline) fail(op, explainer_.explain_timeout(op));
   }

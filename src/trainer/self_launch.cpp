@@ -200,13 +200,29 @@ bool SelfLauncher::forward(Worker& worker, int fd, launch::LineSplitter& splitte
 
 void SelfLauncher::on_exit(Worker& worker) {
   const launch::ExitStatus& status = worker.process->status();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (status.success() || !failure_.empty() || stopping_) return;
-  const auto tail = worker.tail.lines();
-  failure_ = "rank " + std::to_string(worker.rank) + " " + status.describe() + (tail.empty() ? "" : ": " + tail.back());
-  for (auto& other : workers_)
-    if (other->process->running()) send_stop(*other->process);
-  changed_.notify_all();
+  std::function<void(const std::string&)> hook;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (status.success() || !failure_.empty() || stopping_) return;
+    const auto tail = worker.tail.lines();
+    failure_ = "rank " + std::to_string(worker.rank) + " " + status.describe() +
+               (tail.empty() ? "" : ": " + tail.back());
+    for (auto& other : workers_)
+      if (other->process->running()) send_stop(*other->process);
+    hook = failure_hook_;
+    changed_.notify_all();
+  }
+  if (hook) hook(failure_);  // failure_ is set once: read outside the lock without a race
+}
+
+void SelfLauncher::on_failure(std::function<void(const std::string&)> hook) {
+  std::string failed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    failure_hook_ = hook;
+    failed = failure_;
+  }
+  if (hook && !failed.empty()) hook(failed);
 }
 
 // Forwards every worker's output and notices each exit as it happens, until all have ended.

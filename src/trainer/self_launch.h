@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -52,6 +53,10 @@ class SelfLauncher {
   /// The first failed worker's message ("rank 1 exited with code 1: error: ..."), waiting up to
   /// `wait` for one to fail; "" when none did.
   std::string failure(std::chrono::milliseconds wait);
+  /// Calls `hook` with the first failed worker's message when one fails (at once if one already has),
+  /// on the thread that watches the workers: rank 0's Comm is aborted with it, so that this process
+  /// stops waiting for a rank whose process has ended.
+  void on_failure(std::function<void(const std::string&)> hook);
   /// Sends the workers SIGTERM and SIGCONT (a stopped one then dies too); the destructor, on an
   /// error, SIGKILLs those still running after kStopGrace and reaps them.
   void stop_workers();
@@ -79,6 +84,7 @@ class SelfLauncher {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::string failure_;
+  std::function<void(const std::string&)> failure_hook_;
   bool stopping_ = false;
   std::thread pump_;
 };

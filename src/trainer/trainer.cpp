@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "cohort/error.h"
 #include "cohort/progress.h"
 #include "cohort/sync_batchnorm.h"
+#include "comm/op_util.h"
 #include "core/check.h"
 #include "trainer/trainer_impl.h"
+#include "world/arrival_check.h"
 
 namespace cohort {
 namespace detail {
@@ -30,13 +33,23 @@ const ResolvedOptions& checked(const ResolvedOptions& options) {
   return options;
 }
 
-World join_world(const ResolvedOptions& options) {
+World join_world(const ResolvedOptions& options, SelfLauncher& launcher) {
   COHORT_CHECK_KIND(kInvalidArgument,
                     !cohort::is_initialized() || cohort::current_world().size() > 1 || options.processes <= 1,
                     "TrainerOptions.devices is ", options.processes,
                     " but cohort::init() already made a world of one: "
                     "make the Trainer before calling cohort::init(), or start the program under a launcher");
-  return cohort::init(InitOptions().backend(options.cuda ? Backend::kNccl : Backend::kGloo));
+  // A worker this process started that ends before it arrives never will: init stops waiting then.
+  std::optional<ScopedArrivalCheck> check;
+  if (launcher.active()) check.emplace([&launcher] { return launcher.failure(std::chrono::milliseconds(0)); });
+  World world = cohort::init(InitOptions().backend(options.cuda ? Backend::kNccl : Backend::kGloo));
+  // And once it has arrived, its end aborts this rank's Comm, which would wait for it until the timeout
+  // when its process left with a clean goodbye (an error it printed itself, exit() in its own code).
+  if (launcher.active())
+    launcher.on_failure([comm = std::weak_ptr<Comm>(world.comm_ptr())](const std::string& failure) {
+      if (auto alive = comm.lock()) alive->abort(failure);
+    });
+  return world;
 }
 
 }  // namespace
@@ -45,7 +58,7 @@ TrainerImpl::TrainerImpl(Trainer& trainer, const TrainerOptions& raw)
     : owner(trainer),
       options(resolve_options(raw, torch::cuda::is_available())),
       launcher(detect_launch_env(current_env()), checked(options).processes),
-      world(join_world(options)) {
+      world(join_world(options, launcher)) {
   if (options.raw.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
   if (options.raw.seed() >= 0) torch::manual_seed(static_cast<uint64_t>(options.raw.seed()));
 }
@@ -136,7 +149,10 @@ Trainer& Trainer::add_logger(std::shared_ptr<Logger> logger) {
 void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& options) {
   try {
     impl_->fit(module, train, options);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    // This rank's failure ends the job: the other ranks learn it now, not at their timeout (a Comm
+    // already failed keeps its first error). Its process may still leave with a clean goodbye.
+    if (impl_->world.size() > 1) impl_->world.comm().abort(detail::first_line(e.what()));
     // A worker this process started failed first: its message is the job's error.
     if (impl_->launcher.active()) {
       const std::string failure = impl_->launcher.failure(detail::SelfLauncher::kFailureWait);

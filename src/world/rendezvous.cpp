@@ -14,6 +14,7 @@
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "core/socket.h"
+#include "world/arrival_check.h"
 #include "world/job_identity.h"
 #include "world/store_client.h"
 #include "world/store_server.h"
@@ -156,6 +157,28 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config) {
   }
 }
 
+namespace {
+
+std::vector<int> missing_ranks(const std::vector<bool>& arrived) {
+  std::vector<int> missing;
+  for (int r = 0; r < int(arrived.size()); ++r)
+    if (!arrived[r]) missing.push_back(r);
+  return missing;
+}
+
+// "1 of 2 ranks arrived (ranks 0); missing: ranks 1".
+std::string arrival_text(const std::vector<bool>& arrived, int count) {
+  std::string arrived_list, missing_list;
+  for (int r = 0; r < int(arrived.size()); ++r) {
+    std::string& list = arrived[r] ? arrived_list : missing_list;
+    list += (list.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return std::to_string(count) + " of " + std::to_string(arrived.size()) + " ranks arrived (ranks " + arrived_list +
+         "); missing: ranks " + missing_list;
+}
+
+}  // namespace
+
 void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config) {
   store.set("cohort/arrived/" + std::to_string(config.rank), std::vector<uint8_t>{1});
   const auto deadline = std::chrono::steady_clock::now() + config.timeout;
@@ -170,21 +193,18 @@ void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config) {
       }
     }
     if (count == config.size) return;
+    // A launcher in this process may know that a missing rank's process has ended.
+    if (const std::string gone = arrival_failure(); !gone.empty()) {
+      throw Error("rendezvous at " + config.master_addr + ":" + std::to_string(config.master_port) + ": " + gone +
+                      " (" + arrival_text(arrived, count) + ")",
+                  ErrorKind::kPeerDied, missing_ranks(arrived));
+    }
     if (std::chrono::steady_clock::now() > deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(count + 1 == config.size ? 5 : 50));
   }
-  std::string arrived_list, missing_list;
-  std::vector<int> missing;
-  for (int r = 0; r < config.size; ++r) {
-    std::string& list = arrived[r] ? arrived_list : missing_list;
-    list += (list.empty() ? "" : ", ") + std::to_string(r);
-    if (!arrived[r]) missing.push_back(r);
-  }
   throw Error("rendezvous at " + config.master_addr + ":" + std::to_string(config.master_port) + " timed out after " +
-                  std::to_string(config.timeout.count()) + " ms: " + std::to_string(count) + " of " +
-                  std::to_string(config.size) + " ranks arrived (ranks " + arrived_list + "); missing: ranks " +
-                  missing_list,
-              ErrorKind::kTimeout, missing);
+                  std::to_string(config.timeout.count()) + " ms: " + arrival_text(arrived, count),
+              ErrorKind::kTimeout, missing_ranks(arrived));
 }
 
 std::string store_bind_address(const std::string& master_addr, int master_port) {

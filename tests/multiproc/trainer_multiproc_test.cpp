@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <stdexcept>
 
 #include "cohort/ddp.h"
 #include "cohort/trainer.h"
@@ -31,6 +32,7 @@
 namespace trainer_multiproc_test {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using namespace cohort::testing;
 
 namespace {
@@ -38,8 +40,13 @@ namespace {
 constexpr int64_t kBatch = 4, kEpochs = 2;  // 64 samples over 2 ranks: 8 steps per epoch
 
 cohort::TrainerOptions quiet(const std::string& strategy) {
-  return cohort::TrainerOptions().strategy(strategy).accelerator("cpu").max_epochs(kEpochs)
-      .enable_progress_bar(false).enable_checkpointing(false).logger(false);
+  return cohort::TrainerOptions()
+      .strategy(strategy)
+      .accelerator("cpu")
+      .max_epochs(kEpochs)
+      .enable_progress_bar(false)
+      .enable_checkpointing(false)
+      .logger(false);
 }
 
 // The loop a user writes by hand: sampler, DDP or the ZeRO engine, Adam.
@@ -96,7 +103,8 @@ std::vector<torch::Tensor> with_trainer(cohort::TrainerOptions options, const st
 void expect_same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t i = 0; i < a.size(); ++i)
-    EXPECT_TRUE(torch::equal(a[i].to(torch::kFloat), b[i].to(torch::kFloat))) << what << ": parameter " << i << " differs";
+    EXPECT_TRUE(torch::equal(a[i].to(torch::kFloat), b[i].to(torch::kFloat)))
+        << what << ": parameter " << i << " differs";
 }
 
 TEST(TrainerMultiproc, SameParametersAsTheHandWrittenLoop) {
@@ -147,8 +155,8 @@ TEST(TrainerMultiproc, AModuleWithItsOwnLayersTrainsAsOneProcessUnderDdpAndFsdp)
   run_ranks(2, [](int, int) {
     cohort::init();
     const auto expected = residual_one_process(2);
-    for (const auto& options : {quiet("ddp"), quiet("fsdp"),
-                                quiet("zero3").reshard_after_forward(false).activation_checkpointing(true)}) {
+    for (const auto& options :
+         {quiet("ddp"), quiet("fsdp"), quiet("zero3").reshard_after_forward(false).activation_checkpointing(true)}) {
       cohort::Trainer trainer(options);
       ResidualModule module;
       cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
@@ -156,10 +164,12 @@ TEST(TrainerMultiproc, AModuleWithItsOwnLayersTrainsAsOneProcessUnderDdpAndFsdp)
       const auto trained = trainer.full_parameters();  // ZeRO stage 3 lists them unit by unit
       ASSERT_EQ(trained.size(), expected.size());
       for (const auto& [name, value] : trained) {
-        const auto same = std::find_if(expected.begin(), expected.end(), [&](const auto& e) { return e.first == name; });
+        const auto same = std::find_if(expected.begin(), expected.end(),
+                                       [&](const auto& e) { return e.first == name; });
         ASSERT_NE(same, expected.end()) << trainer.describe() << ": " << name;
         EXPECT_TRUE(torch::allclose(value, same->second, 1e-5, 1e-5))
-            << trainer.describe() << ": " << name << " differs by " << (value - same->second).abs().max().item<double>();
+            << trainer.describe() << ": " << name << " differs by "
+            << (value - same->second).abs().max().item<double>();
       }
     }
   });
@@ -190,7 +200,8 @@ TEST(TrainerMultiproc, LayersMadeInConfigureModelAreShardedAsMadeUnderFsdp) {
       const auto trained = trainer.full_parameters();
       ASSERT_EQ(trained.size(), expected.size()) << strategy;
       for (const auto& [name, value] : trained) {
-        const auto same = std::find_if(expected.begin(), expected.end(), [&](const auto& e) { return e.first == name; });
+        const auto same = std::find_if(expected.begin(), expected.end(),
+                                       [&](const auto& e) { return e.first == name; });
         ASSERT_NE(same, expected.end()) << strategy << ": " << name;
         EXPECT_TRUE(torch::allclose(value, same->second, 1e-5, 1e-5)) << strategy << ": " << name;
       }
@@ -216,57 +227,63 @@ struct EpochLosses : cohort::Callback {
 TEST(TrainerMultiproc, ResumeFromEveryPointASaveLandsOnEqualsAnUninterruptedFit) {
   RanksOptions options;
   const std::string dir = cohort::testing::shared_temp_dir(options, "TRAINER_TEST_DIR", "trainer_resume_");
-  run_ranks(2, [](int, int) {
-    cohort::init();
-    struct Case {
-      std::string strategy;
-      int64_t accumulate, stop;
-    };
-    // ddp and fsdp: 64 samples over 2 ranks in batches of 4, 8 batches per epoch; pipeline: every rank
-    // reads all 64, 16 per epoch. Two epochs.
-    const std::vector<Case> cases = {{"ddp", 1, 11}, {"ddp", 1, 8},  {"ddp", 1, 16},       {"ddp", 2, 4},
-                                     {"ddp", 2, 6},  {"fsdp", 1, 8}, {"fsdp", 1, 11},      {"fsdp", 1, 16},
-                                     {"pipeline", 1, 21}, {"pipeline", 1, 16}, {"pipeline", 1, 32}};
-    std::map<std::pair<std::string, int64_t>, std::pair<std::vector<torch::Tensor>, std::map<int64_t, double>>> straight;
-    for (const Case& c : cases) {
-      const std::string what = c.strategy + " x" + std::to_string(c.accumulate) + " stopped at step " + std::to_string(c.stop);
-      const auto base = quiet(c.strategy).accumulate_grad_batches(c.accumulate);
-      auto& reference = straight[{c.strategy, c.accumulate}];
-      if (reference.first.empty()) {
-        auto losses = std::make_shared<EpochLosses>();
-        reference.first = with_trainer(base, "", losses);
-        reference.second = losses->losses;
-      }
-      const std::string root = std::string(std::getenv("TRAINER_TEST_DIR")) + "/" + c.strategy + "_" +
-                               std::to_string(c.accumulate) + "_" + std::to_string(c.stop);
-      auto checkpoint = [&] {
-        return std::make_shared<cohort::ModelCheckpoint>(
-            cohort::ModelCheckpointOptions().dirpath(root).every_n_train_steps(1));
-      };
-      with_trainer(cohort::TrainerOptions(base).max_steps(c.stop), "", checkpoint());
-      ASSERT_TRUE(std::filesystem::exists(root + "/step-" + std::to_string(c.stop) + "/manifest.json")) << what;
-      auto losses = std::make_shared<EpochLosses>();
-      cohort::Trainer trainer(base);
-      trainer.add_callback(checkpoint());
-      trainer.add_callback(losses);
-      TinyModule module(/*seed=*/99);
-      cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true).num_workers(2));
-      trainer.fit(module, loader, cohort::FitOptions().ckpt_path("last"));
-      std::vector<torch::Tensor> resumed;
-      for (const auto& [name, value] : trainer.full_parameters()) resumed.push_back(value);
-      expect_same(reference.first, resumed, what);
-      EXPECT_EQ(trainer.current_epoch(), kEpochs) << what;
-      if (c.strategy == "pipeline") continue;
-      // The resumed fit ends the epoch the checkpoint is in (saved at its last step: before its end ran)
-      // and every later one, each with the uninterrupted fit's mean over all of the epoch's batches.
-      const int64_t per_epoch = 8 / c.accumulate, first_ended = (c.stop - 1) / per_epoch + 1;
-      for (int64_t epoch = first_ended; epoch <= kEpochs; ++epoch) {
-        const auto found = losses->losses.find(epoch);
-        ASSERT_NE(found, losses->losses.end()) << what << ": epoch " << epoch << " ended without its loss";
-        EXPECT_DOUBLE_EQ(found->second, reference.second.at(epoch)) << what << ", epoch " << epoch;
-      }
-    }
-  }, options);
+  run_ranks(
+      2,
+      [](int, int) {
+        cohort::init();
+        struct Case {
+          std::string strategy;
+          int64_t accumulate, stop;
+        };
+        // ddp and fsdp: 64 samples over 2 ranks in batches of 4, 8 batches per epoch; pipeline: every rank
+        // reads all 64, 16 per epoch. Two epochs.
+        const std::vector<Case> cases = {{"ddp", 1, 11},      {"ddp", 1, 8},       {"ddp", 1, 16},     {"ddp", 2, 4},
+                                         {"ddp", 2, 6},       {"fsdp", 1, 8},      {"fsdp", 1, 11},    {"fsdp", 1, 16},
+                                         {"pipeline", 1, 21}, {"pipeline", 1, 16}, {"pipeline", 1, 32}};
+        std::map<std::pair<std::string, int64_t>, std::pair<std::vector<torch::Tensor>, std::map<int64_t, double>>>
+            straight;
+        for (const Case& c : cases) {
+          const std::string what = c.strategy + " x" + std::to_string(c.accumulate) + " stopped at step " +
+                                   std::to_string(c.stop);
+          const auto base = quiet(c.strategy).accumulate_grad_batches(c.accumulate);
+          auto& reference = straight[{c.strategy, c.accumulate}];
+          if (reference.first.empty()) {
+            auto losses = std::make_shared<EpochLosses>();
+            reference.first = with_trainer(base, "", losses);
+            reference.second = losses->losses;
+          }
+          const std::string root = std::string(std::getenv("TRAINER_TEST_DIR")) + "/" + c.strategy + "_" +
+                                   std::to_string(c.accumulate) + "_" + std::to_string(c.stop);
+          auto checkpoint = [&] {
+            return std::make_shared<cohort::ModelCheckpoint>(
+                cohort::ModelCheckpointOptions().dirpath(root).every_n_train_steps(1));
+          };
+          with_trainer(cohort::TrainerOptions(base).max_steps(c.stop), "", checkpoint());
+          ASSERT_TRUE(std::filesystem::exists(root + "/step-" + std::to_string(c.stop) + "/manifest.json")) << what;
+          auto losses = std::make_shared<EpochLosses>();
+          cohort::Trainer trainer(base);
+          trainer.add_callback(checkpoint());
+          trainer.add_callback(losses);
+          TinyModule module(/*seed=*/99);
+          cohort::DataLoader loader(tiny_data(),
+                                    cohort::LoaderOptions().batch_size(kBatch).shuffle(true).num_workers(2));
+          trainer.fit(module, loader, cohort::FitOptions().ckpt_path("last"));
+          std::vector<torch::Tensor> resumed;
+          for (const auto& [name, value] : trainer.full_parameters()) resumed.push_back(value);
+          expect_same(reference.first, resumed, what);
+          EXPECT_EQ(trainer.current_epoch(), kEpochs) << what;
+          if (c.strategy == "pipeline") continue;
+          // The resumed fit ends the epoch the checkpoint is in (saved at its last step: before its end ran)
+          // and every later one, each with the uninterrupted fit's mean over all of the epoch's batches.
+          const int64_t per_epoch = 8 / c.accumulate, first_ended = (c.stop - 1) / per_epoch + 1;
+          for (int64_t epoch = first_ended; epoch <= kEpochs; ++epoch) {
+            const auto found = losses->losses.find(epoch);
+            ASSERT_NE(found, losses->losses.end()) << what << ": epoch " << epoch << " ended without its loss";
+            EXPECT_DOUBLE_EQ(found->second, reference.second.at(epoch)) << what << ", epoch " << epoch;
+          }
+        }
+      },
+      options);
   remove_tree(dir);
 }
 
@@ -313,8 +330,8 @@ TEST(TrainerPipeline, TwoStagesTrainAsOneProcess) {
   run_ranks(2, [](int, int) {
     cohort::init();
     expect_pipeline_trains_as_one_process(quiet("pipeline"), 1);
-    expect_pipeline_trains_as_one_process(quiet("pipeline").pipeline_schedule("gpipe").pipeline_chunks(3)
-                                              .gradient_clip_val(0.05), 1);
+    expect_pipeline_trains_as_one_process(
+        quiet("pipeline").pipeline_schedule("gpipe").pipeline_chunks(3).gradient_clip_val(0.05), 1);
   });
 }
 
@@ -400,6 +417,11 @@ void stop_self() {
 // devices 2 and so becomes rank 0 of a job whose rank 1 it starts itself, with these same arguments.
 TEST(TrainerSelfLaunch, DISABLED_Program) {
   const std::string dir = std::getenv("TRAINER_TEST_DIR");
+  const char* rank_variable = std::getenv("RANK");  // set for the worker this program starts
+  if (std::getenv("TRAINER_DIE_BEFORE_INIT") && rank_variable && std::string(rank_variable) == "1") {
+    std::fprintf(stderr, "error: rank 1 ended before joining\n");
+    std::_Exit(5);
+  }
   cohort::Trainer trainer(quiet("ddp").devices(2).max_epochs(1));
   const int rank = trainer.world().rank();
   std::ofstream(dir + "/" + std::to_string(rank) + ".pid") << ::getpid();
@@ -410,6 +432,9 @@ TEST(TrainerSelfLaunch, DISABLED_Program) {
         std::_Exit(3);
       }
       if (std::getenv("TRAINER_STOP") && current_epoch() == 0 && index == 3 && rank_ == 1) stop_self();
+      // An error of its own that unwinds this rank (its Comm then leaves with a clean goodbye).
+      if (std::getenv("TRAINER_THROW") && current_epoch() == 0 && index == 3 && rank_ == 1)
+        throw std::runtime_error("rank 1 broke on purpose");
       return TinyModule::training_step(batch, index);
     }
     int rank_ = 0;
@@ -417,6 +442,15 @@ TEST(TrainerSelfLaunch, DISABLED_Program) {
   module.rank_ = rank;
   cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch).shuffle(true));
   trainer.fit(module, loader);
+  // Rank 1 fails in its own code after fit, unwinding its Trainer (its Comm's goodbye is clean), while
+  // rank 0 goes on to a collective of its own.
+  if (std::getenv("TRAINER_FAIL_AFTER_FIT")) {
+    if (rank == 1) {
+      std::fprintf(stderr, "error: rank 1 fails after fit\n");
+      throw std::runtime_error("rank 1 fails after fit");
+    }
+    trainer.world().comm().barrier();
+  }
   std::printf("rank %d of %d (%s) trained %lld steps\n", rank, trainer.world().size(),
               trainer.world().launcher().c_str(), static_cast<long long>(trainer.global_step()));
   const char* secret = std::getenv("COHORT_JOB_SECRET");  // the launcher's per-job secret (docs/security.md)
@@ -428,7 +462,8 @@ ProcResult run_program(const std::string& dir, Env extra = {}) {
   const ssize_t size = ::readlink("/proc/self/exe", self, sizeof self - 1);
   extra["TRAINER_TEST_DIR"] = dir;
   return run_process({std::string(self, size_t(size)), "--gtest_filter=TrainerSelfLaunch.DISABLED_Program",
-                      "--gtest_also_run_disabled_tests"}, clean_env(extra), std::chrono::seconds(120));
+                      "--gtest_also_run_disabled_tests"},
+                     clean_env(extra), std::chrono::seconds(120));
 }
 
 TEST(TrainerSelfLaunch, StartsTheOtherWorkerWithPrefixedOutput) {
@@ -454,6 +489,38 @@ TEST(TrainerSelfLaunch, AWorkerDyingFailsTheJobNamingIt) {
   EXPECT_TRUE(alive_after(recorded_pids(dir), std::chrono::seconds(10)).empty());
   remove_tree(dir);
 }
+
+// A worker that ends without dying (an error it unwinds in fit or in its own code after, an end before
+// it joined) is named at once, not at COHORT_TIMEOUT (60 s here): its Comm's goodbye is clean, so rank 0
+// learns it from the worker's abort or from the launcher in its own process. Before, rank 0 waited
+// in its collective or in the rendezvous until the timeout.
+struct EndCase {
+  const char* variable;
+  const char* message;
+};
+
+class TrainerSelfLaunchEnds : public ::testing::TestWithParam<EndCase> {};
+
+TEST_P(TrainerSelfLaunchEnds, AWorkerEndingCleanlyIsNamedBeforeTheTimeout) {
+  const std::string dir = make_temp_dir("trainer_self_end_");
+  const auto start = std::chrono::steady_clock::now();
+  const ProcResult result = run_program(dir, {{GetParam().variable, "1"}, {"COHORT_TIMEOUT", "60"}});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out + result.err, HasSubstr(GetParam().message)) << result.describe();
+  EXPECT_THAT(result.out + result.err, Not(HasSubstr("timed out"))) << result.describe();
+  EXPECT_LT(seconds, 40.0) << result.describe();
+  EXPECT_TRUE(alive_after(recorded_pids(dir), std::chrono::seconds(10)).empty());
+  remove_tree(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, TrainerSelfLaunchEnds,
+    ::testing::Values(EndCase{"TRAINER_THROW", "rank 1 broke on purpose"},
+                      EndCase{"TRAINER_FAIL_AFTER_FIT", "rank 1 exited with code 1: error: rank 1 fails after fit"},
+                      EndCase{"TRAINER_DIE_BEFORE_INIT",
+                              "rank 1 exited with code 5: error: rank 1 ended before joining"}),
+    [](const ::testing::TestParamInfo<EndCase>& info) { return std::string(info.param.variable).substr(8); });
 
 // A stopped worker: rank 0's collective times out naming rank 1, and the job ends at once: the
 // stopped worker gets SIGTERM with SIGCONT (it runs its handler instead of waiting for SIGKILL), and
