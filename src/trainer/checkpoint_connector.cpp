@@ -111,7 +111,10 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
                       " (batch_size x ranks): keep the global batch to resume");
     return;
   }
-  const int64_t step_batch = std::stoll(saved_step), batch = trainer_.train->options().batch_size();
+  // A user value of the manifest (no checksum covers it): refused in one line when it is no count.
+  const int64_t step_batch = parse_integer(saved_step,
+                                           {path + "'s trainer.step_batch", 1, INT64_MAX, "a sample count"});
+  const int64_t batch = trainer_.train->options().batch_size();
   if (step_batch == micro * trainer_.strategy->accumulation()) return;
   const int64_t accumulate = step_batch / micro;
   if (step_batch % micro == 0 && trainer_.strategy->set_accumulation(accumulate)) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "cohort/error.h"
+#include "cohort/number.h"
 #include "cohort/trainer.h"
 #include "core/check.h"
 #include "trainer/rank0_value.h"
@@ -70,8 +71,11 @@ void EarlyStopping::save_state(std::map<std::string, std::string>& values) const
 void EarlyStopping::load_state(const std::map<std::string, std::string>& values) {
   const auto best = values.find("EarlyStopping.best");
   const auto wait = values.find("EarlyStopping.wait");
-  if (best != values.end()) best_ = std::stod(best->second);
-  if (wait != values.end()) wait_ = std::stoll(wait->second);
+  // The checkpoint's user values (no checksum covers them): each refused in one line when malformed.
+  const double inf = std::numeric_limits<double>::infinity();
+  if (best != values.end())
+    best_ = parse_real(best->second, {"the checkpoint's EarlyStopping.best", -inf, inf, "a number", true});
+  if (wait != values.end()) wait_ = parse_integer(wait->second, {"the checkpoint's EarlyStopping.wait", 0});
 }
 
 LearningRateMonitor::LearningRateMonitor(std::string logging_interval) : interval_(std::move(logging_interval)) {

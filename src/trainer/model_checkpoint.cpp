@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "checkpoint/dir_lock.h"
@@ -146,7 +147,10 @@ void ModelCheckpoint::load_state(const std::map<std::string, std::string>& value
   while (std::getline(in, line)) {
     const auto space = line.find(' ');
     if (space == std::string::npos) continue;
-    best_.emplace_back(std::stod(line.substr(0, space)), line.substr(space + 1));
+    const double inf = std::numeric_limits<double>::infinity();
+    best_.emplace_back(
+        parse_real(line.substr(0, space), {"the checkpoint's ModelCheckpoint.best score", -inf, inf, "a number", true}),
+        line.substr(space + 1));
   }
 }
 

@@ -1,0 +1,115 @@
+// The Trainer's own values in a checkpoint's manifest ("user" values: the global batch, the callbacks'
+// numbers) are covered by no checksum: a hand-edited or damaged one must be refused in one line naming
+// it, never crash the resume (trainer.step_batch "0" was a SIGFPE), run with a nonsense value ("-128"
+// accumulated -2 batches) or leave a library's text ("stoll", "stod"). Hostile pass 3, D3.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "cohort/trainer.h"
+#include "support/errors.h"
+#include "support/tiny_trainer_module.h"
+
+namespace trainer_resume_values_test {
+
+using ::testing::HasSubstr;
+using namespace cohort::testing;
+
+namespace {
+
+struct TempDir {
+  std::string path = std::filesystem::temp_directory_path() / ("trainer_resume_values_" + std::to_string(::getpid()));
+  TempDir() { std::filesystem::remove_all(path); }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+cohort::TrainerOptions quiet(const std::string& root) {
+  return cohort::TrainerOptions().accelerator("cpu").default_root_dir(root).enable_progress_bar(false).logger(false);
+}
+
+// Trains 4 steps with an EarlyStopping and a monitoring ModelCheckpoint, so the checkpoint at step 4
+// carries their values; returns its directory.
+std::string save_one(const std::string& root) {
+  cohort::Trainer trainer(quiet(root).max_epochs(2));
+  trainer.add_callback(std::make_shared<cohort::EarlyStopping>(cohort::EarlyStoppingOptions().monitor("score")));
+  trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+      cohort::ModelCheckpointOptions().monitor("score").mode("max").save_top_k(1)));
+  ScriptedModule module({0.5, 0.6});
+  cohort::DataLoader train(tiny_data(16), cohort::LoaderOptions().batch_size(8));
+  cohort::DataLoader val(tiny_data(8), cohort::LoaderOptions().batch_size(8));
+  trainer.fit(module, train, cohort::FitOptions().val(&val));
+  return root + "/checkpoints/step-4";
+}
+
+// Sets the manifest's user value `key` to `value` (the JSON text as the manifest writes it).
+void edit_user_value(const std::string& checkpoint, const std::string& key, const std::string& value) {
+  const std::string path = checkpoint + "/manifest.json";
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string before = text.str();
+  const std::regex entry("\"" + std::regex_replace(key, std::regex("\\."), "\\.") + "\"\\s*:\\s*\"[^\"]*\"");
+  const std::string after = std::regex_replace(before, entry, "\"" + key + "\":\"" + value + "\"");
+  ASSERT_NE(before, after) << "no user value " << key << " in " << path;
+  std::ofstream(path, std::ios::trunc) << after;
+}
+
+std::string resume_error(const std::string& root, const std::string& checkpoint) {
+  return error_of([&] {
+    cohort::Trainer trainer(quiet(root + "-resume").max_epochs(3));
+    trainer.add_callback(std::make_shared<cohort::EarlyStopping>(cohort::EarlyStoppingOptions().monitor("score")));
+    trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+        cohort::ModelCheckpointOptions().monitor("score").mode("max").save_top_k(1)));
+    ScriptedModule module({0.5, 0.6, 0.7});
+    cohort::DataLoader train(tiny_data(16), cohort::LoaderOptions().batch_size(8));
+    cohort::DataLoader val(tiny_data(8), cohort::LoaderOptions().batch_size(8));
+    trainer.fit(module, train, cohort::FitOptions().val(&val).ckpt_path(checkpoint));
+  });
+}
+
+struct EditCase {
+  const char* key;
+  const char* value;
+  const char* named;  // what the one line must say
+};
+
+class TrainerResumeValues : public ::testing::TestWithParam<EditCase> {};
+
+TEST_P(TrainerResumeValues, AMalformedValueIsRefusedNamingIt) {
+  TempDir dir;
+  const std::string checkpoint = save_one(dir.path);
+  edit_user_value(checkpoint, GetParam().key, GetParam().value);
+  // trainer.step_batch is read when the world changed or a launcher restarted the job: here torchrun's
+  // first restart of a world of one.
+  const char* restart[][2] = {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"TORCHELASTIC_RESTART_COUNT", "1"}};
+  for (const auto& [name, value] : restart) ::setenv(name, value, 1);
+  const std::string error = resume_error(dir.path, checkpoint);
+  for (const auto& [name, value] : restart) ::unsetenv(name);
+  EXPECT_THAT(error, HasSubstr(GetParam().named));
+  const std::string value = GetParam().value;
+  EXPECT_THAT(error, HasSubstr("got " + value.substr(0, value.find(' '))));  // ModelCheckpoint.best: "score path"
+  EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  std::filesystem::remove_all(dir.path + "-resume");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Values, TrainerResumeValues,
+    ::testing::Values(EditCase{"trainer.step_batch", "0", "step-4's trainer.step_batch is out of range"},
+                      EditCase{"trainer.step_batch", "-128", "step-4's trainer.step_batch is out of range"},
+                      EditCase{"trainer.step_batch", "abc", "step-4's trainer.step_batch"},
+                      EditCase{"trainer.step_batch", "64x", "step-4's trainer.step_batch"},
+                      EditCase{"EarlyStopping.best", "abc", "the checkpoint's EarlyStopping.best"},
+                      EditCase{"EarlyStopping.wait", "-1", "the checkpoint's EarlyStopping.wait"},
+                      EditCase{"ModelCheckpoint.best", "abc def", "the checkpoint's ModelCheckpoint.best score"}),
+    [](const ::testing::TestParamInfo<EditCase>& info) { return "case" + std::to_string(info.index); });
+
+}  // namespace
+
+}  // namespace trainer_resume_values_test
