@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include "support/open_files.h"
 #include "zero/engine_settings.h"
 #include "zero/offload/optimizer_file.h"
 #include "zero/offload/parameter_shards.h"
@@ -28,7 +29,7 @@ struct Dir {
     path = ::mkdtemp(pattern.data());
   }
   ~Dir() { fs::remove_all(path); }
-  size_t files() const { return size_t(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
+  size_t files() const { return cohort::testing::open_files_under(path); }  // the swap files are unlinked
   std::string path;
 };
 
@@ -66,7 +67,7 @@ TEST(ZeroParameterShards, OnFileBeyondMaxInCpuReadBackAndWritten) {
   Dir dir;
   const auto settings = settings_of(3, detail::Tier::kFile, detail::Tier::kDevice, dir.path, /*max_in_cpu=*/4);
   detail::ParameterShards shards(settings);
-  shards.add(torch::arange(3, torch::kFloat));      // 3 <= 4: stays in memory
+  shards.add(torch::arange(3, torch::kFloat));       // 3 <= 4: stays in memory
   shards.add(torch::arange(10, 16, torch::kFloat));  // 3 + 6 > 4: on file
   EXPECT_FALSE(shards.on_file(0));
   EXPECT_TRUE(shards.on_file(1));

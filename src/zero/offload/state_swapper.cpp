@@ -118,7 +118,7 @@ void StateSwapper::give_back(Slot s, bool changed) {
 }
 
 void StateSwapper::flush() {
-  file_->check_intact();  // a removed or cut file fails here, once a step, not at the next read
+  file_->check_intact();  // a cut file fails here, once a step, not at the next read
   while (!writing_.empty()) finish_oldest_write();
   for (auto& slot : slots_)
     if (slot.state == State::kReading) finish(slot);

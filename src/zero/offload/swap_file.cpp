@@ -1,6 +1,6 @@
 // SwapFile (see swap_file.h). The name carries the rank and the pid, and O_EXCL makes a name that
 // exists already (another job's, a link planted in the directory) a retry under the next number,
-// never a file opened twice.
+// never a file opened twice. The name is unlinked at once: the file lives as long as its descriptor.
 #include "zero/offload/swap_file.h"
 
 #include <fcntl.h>
@@ -59,10 +59,12 @@ SwapFile::SwapFile(const std::string& directory, const std::string& key, const s
     COHORT_CHECK_KIND(kIO, fd_ >= 0 || (errno == EEXIST && attempt < 100), "could not create the swap file ", path_,
                       " under ", key, " (rank ", rank, "): ", std::strerror(errno));
   }
+  // Nothing is left behind however the process ends (SIGKILL, a crash, a launcher's restart): the
+  // kernel frees the space when the last descriptor closes.
+  ::unlink(path_.c_str());
   const int failed = bytes_ > 0 ? ::posix_fallocate(fd_, 0, bytes_) : 0;
   if (failed != 0) {
     ::close(fd_);
-    ::unlink(path_.c_str());
     COHORT_CHECK_KIND(kIO, false, "could not reserve ", bytes_, " bytes for the swap file ", path_, " under ", key,
                       " (rank ", rank, "): ", std::strerror(failed));
   }
@@ -73,9 +75,7 @@ SwapFile::SwapFile(const std::string& directory, const std::string& key, const s
 }
 
 SwapFile::~SwapFile() {
-  if (fd_ < 0) return;
-  ::close(fd_);
-  ::unlink(path_.c_str());
+  if (fd_ >= 0) ::close(fd_);
 }
 
 int64_t SwapFile::grow(int64_t more) {
@@ -95,8 +95,6 @@ void SwapFile::check_intact() const {
   struct stat info {};
   COHORT_CHECK_KIND(kIO, ::fstat(fd_, &info) == 0, "the swap file ", path_, " (rank ", rank_,
                     ") cannot be read: ", std::strerror(errno));
-  COHORT_CHECK_KIND(kIO, info.st_nlink > 0, "the swap file ", path_, " (rank ", rank_,
-                    ") was removed while the job ran: the offloaded states in it are gone with the job");
   COHORT_CHECK_KIND(kIO, info.st_size >= bytes_, "the swap file ", path_, " (rank ", rank_, ") was cut to ",
                     info.st_size, " bytes while the job ran (it had ", bytes_, ")");
 }
