@@ -44,24 +44,33 @@ Intervals minus(const Intervals& from, const Intervals& cut) {
   return out;
 }
 
-// Time of the (merged) intervals inside [window.first, window.second).
-double length_in(const Intervals& set, Interval window) {
-  double total = 0;
-  for (const auto& [begin, end] : set)
-    total += std::max(0.0, std::min(end, window.second) - std::max(begin, window.first));
-  return total;
+// The intervals of merged `set` that meet `window`, cut to it: a binary search, then only those.
+Intervals clip(const Intervals& set, Interval window) {
+  Intervals out;
+  auto it = std::upper_bound(set.begin(), set.end(), window.first,
+                             [](double time, const Interval& interval) { return time < interval.second; });
+  for (; it != set.end() && it->first < window.second; ++it) {
+    const Interval cut{std::max(it->first, window.first), std::min(it->second, window.second)};
+    if (cut.first < cut.second) out.push_back(cut);
+  }
+  return out;
 }
 
-// Time covered by both merged sets inside the window.
-double overlap_in(const Intervals& a, const Intervals& b, Interval window) {
-  double total = 0;
-  for (const auto& x : a)
-    for (const auto& y : b) {
-      const double begin = std::max({x.first, y.first, window.first});
-      const double end = std::min({x.second, y.second, window.second});
-      total += std::max(0.0, end - begin);
-    }
-  return total;
+double total(const Intervals& set) {
+  double sum = 0;
+  for (const auto& [begin, end] : set) sum += end - begin;
+  return sum;
+}
+
+// Time covered by both merged sets: one pass over the two, as they are sorted.
+double overlap(const Intervals& a, const Intervals& b) {
+  double sum = 0;
+  for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+    sum += std::max(0.0, std::min(a[i].second, b[j].second) - std::max(a[i].first, b[j].first));
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return sum;
 }
 
 struct Agreement {
@@ -73,6 +82,31 @@ struct RankEvents {
   Intervals compute, waits, transfer, steps;  // waits: DDP/ZeRO waiting on communication
   std::vector<Agreement> agreements;
 };
+
+// One rank's time, merged once for all its steps (each step then looks at its window only: a
+// summary of a long run is a sort, not a pass over the whole run per step).
+struct RankTime {
+  Intervals compute;                  // compute not spent waiting on communication
+  Intervals transfer;                 // the collectives' own time
+  Intervals busy;                     // either
+  std::vector<Agreement> agreements;  // sorted by begin
+  double longest_agreement = 0;
+};
+
+RankTime time_of(const RankEvents& events) {
+  RankTime out;
+  out.compute = minus(merged(events.compute), merged(events.waits));
+  out.transfer = merged(events.transfer);
+  out.busy = out.compute;
+  out.busy.insert(out.busy.end(), out.transfer.begin(), out.transfer.end());
+  out.busy = merged(out.busy);
+  out.agreements = events.agreements;
+  std::sort(out.agreements.begin(), out.agreements.end(),
+            [](const Agreement& a, const Agreement& b) { return a.span < b.span; });
+  for (const auto& agreement : out.agreements)
+    out.longest_agreement = std::max(out.longest_agreement, agreement.span.second - agreement.span.first);
+  return out;
+}
 
 std::string op_key(const nlohmann::json& args) {
   return args.value("group", std::string()) + "#" + std::to_string(args.value("seq", int64_t(-1)));
@@ -105,37 +139,38 @@ void collect(const nlohmann::json& event, std::map<int, RankEvents>& ranks, Last
   }
 }
 
-StepSummary summarize_window(int rank, int step, Interval window, const RankEvents& events,
-                             const LastReady& last_ready) {
+StepSummary summarize_window(int rank, int step, Interval window, const RankTime& time, const LastReady& last_ready) {
   StepSummary out;
   out.rank = rank;
   out.step = step;
   out.wall_ms = (window.second - window.first) / 1000;
-  const Intervals compute = minus(merged(events.compute), merged(events.waits));
-  const Intervals transfer = merged(events.transfer);
-  out.compute_ms = length_in(compute, window) / 1000;
-  out.comm_ms = length_in(transfer, window) / 1000;
-  out.hidden_ms = overlap_in(transfer, compute, window) / 1000;
+  const Intervals compute = clip(time.compute, window);
+  const Intervals transfer = clip(time.transfer, window);
+  out.compute_ms = total(compute) / 1000;
+  out.comm_ms = total(transfer) / 1000;
+  out.hidden_ms = overlap(transfer, compute) / 1000;
   out.exposed_ms = out.comm_ms - out.hidden_ms;
   // Idle: agreement time with nothing else going on (an async op agreed on while backward computes,
   // or while an earlier op transfers, costs nothing), so compute + exposed + idle <= wall.
-  Intervals busy = compute;
-  busy.insert(busy.end(), transfer.begin(), transfer.end());
-  busy = merged(busy);
   std::map<int, double> waited_for;
   Intervals idle;
-  for (const auto& agreement : events.agreements) {
-    const Intervals alone = minus({agreement.span}, busy);
-    const double inside = length_in(alone, window);
+  auto agreement = std::lower_bound(
+      time.agreements.begin(), time.agreements.end(), window.first - time.longest_agreement,
+      [](const Agreement& a, double begin) { return a.span.first < begin; });  // none earlier reaches the window
+  for (; agreement != time.agreements.end() && agreement->span.first < window.second; ++agreement) {
+    const Interval span{std::max(agreement->span.first, window.first), std::min(agreement->span.second, window.second)};
+    if (span.first >= span.second) continue;
+    const Intervals alone = minus({span}, clip(time.busy, span));
+    const double inside = total(alone);
     if (inside <= 0) continue;
     idle.insert(idle.end(), alone.begin(), alone.end());
-    auto last = last_ready.find(agreement.op_key);
+    auto last = last_ready.find(agreement->op_key);
     if (last != last_ready.end() && last->second.second != rank) waited_for[last->second.second] += inside;
   }
-  out.idle_ms = length_in(merged(idle), window) / 1000;
+  out.idle_ms = total(merged(idle)) / 1000;
   double most = 0;
-  for (const auto& [other, time] : waited_for)
-    if (time > most) most = time, out.slowest_rank = other;
+  for (const auto& [other, time_waited] : waited_for)
+    if (time_waited > most) most = time_waited, out.slowest_rank = other;
   return out;
 }
 
@@ -167,11 +202,12 @@ std::vector<StepSummary> summarize(const nlohmann::json& trace) {
         for (const auto& interval : *set) begin = std::min(begin, interval.first), end = std::max(end, interval.second);
       for (const auto& agreement : events.agreements)
         begin = std::min(begin, agreement.span.first), end = std::max(end, agreement.span.second);
-      if (begin <= end) out.push_back(summarize_window(rank, -1, {begin, end}, events, last_ready));
+      if (begin <= end) out.push_back(summarize_window(rank, -1, {begin, end}, time_of(events), last_ready));
       continue;
     }
+    const RankTime time = time_of(events);
     for (size_t s = 0; s < events.steps.size(); ++s)
-      out.push_back(summarize_window(rank, int(s), events.steps[s], events, last_ready));
+      out.push_back(summarize_window(rank, int(s), events.steps[s], time, last_ready));
   }
   return out;
 }

@@ -6,12 +6,12 @@
 // write, invalid UTF-8 in a span's name replaced), a dead rank not waited for, and a job stopped by
 // SIGTERM still leaving its timeline; hostile files (deep, huge, not JSON) refused by the summary.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -33,10 +33,10 @@
 namespace timeline_test {
 
 namespace fs = std::filesystem;
-using cohort::testing::report;
-using cohort::testing::run_ranks;
 using cohort::detail::trace::StepSummary;
 using cohort::detail::trace::summarize;
+using cohort::testing::report;
+using cohort::testing::run_ranks;
 
 namespace {
 
@@ -58,7 +58,8 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 nlohmann::json span(int pid, const std::string& cat, const std::string& name, double ts, double dur,
                     nlohmann::json args = nlohmann::json::object()) {
-  return {{"ph", "X"}, {"pid", pid}, {"tid", 0}, {"cat", cat}, {"name", name}, {"ts", ts}, {"dur", dur}, {"args", args}};
+  return {{"ph", "X"},    {"pid", pid}, {"tid", 0},   {"cat", cat},
+          {"name", name}, {"ts", ts},   {"dur", dur}, {"args", args}};
 }
 
 // Every complete event has a duration >= 0; every B has its E on the same row; each collective's
@@ -120,8 +121,10 @@ void expect_tool_prints_the_summary(const fs::path& trace, int lines) {
   std::ofstream(not_a_trace) << "{\"a\": 1}";
   const auto bad = cohort::testing::run_tool(tool, "summary " + not_a_trace.string());
   EXPECT_EQ(bad.code, 1);
-  EXPECT_NE(bad.out.find("cohort-trace: error: " + not_a_trace.string() + ": not a cohort timeline (no traceEvents array)"),
-            std::string::npos) << bad.out;
+  EXPECT_NE(
+      bad.out.find("cohort-trace: error: " + not_a_trace.string() + ": not a cohort timeline (no traceEvents array)"),
+      std::string::npos)
+      << bad.out;
   EXPECT_EQ(cohort::testing::run_tool(tool, "summary").code, 2);
 }
 
@@ -155,6 +158,38 @@ TEST(TimelineSummary, IntervalArithmeticOnAHandMadeTrace) {
   EXPECT_THROW(summarize(nlohmann::json::object()), cohort::Error);
 }
 
+// A long run: each step is summarized from its own window, so the summary grows with the run, not
+// with its cube (hostile pass 3, D11: 900 steps of a GPT ran past 300 s; this 2000-step run took
+// longer than ctest's timeout before, a second now). Every step the same: every row the same numbers.
+TEST(TimelineSummary, ALongRunIsSummarizedStepByStep) {
+  constexpr int kSteps = 2000;
+  nlohmann::json trace = {{"traceEvents", nlohmann::json::array()}};
+  auto& events = trace["traceEvents"];
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int s = 0; s < kSteps; ++s) {
+      const double t = s * 1000.0;
+      events.push_back(span(rank, "user", "step", t, 900));
+      for (int k = 0; k < 4; ++k) {
+        const double begin = t + k * 200;
+        events.push_back(span(rank, "user", "forward", begin, 150));
+        events.push_back(
+            span(rank, "comm", "allreduce", begin + 100, 20, {{"phase", "agreement"}, {"seq", s * 4 + k}}));
+        events.push_back(span(rank, "comm", "allreduce", begin + 120, 60, {{"phase", "transfer"}, {"seq", s * 4 + k}}));
+      }
+    }
+  }
+  const auto steps = summarize(trace);
+  ASSERT_EQ(steps.size(), 2u * kSteps);
+  for (const StepSummary& step : {steps.front(), steps.back()}) {
+    EXPECT_DOUBLE_EQ(step.wall_ms, 0.9);
+    EXPECT_DOUBLE_EQ(step.compute_ms, 0.6);  // 4 x 150 us
+    EXPECT_DOUBLE_EQ(step.comm_ms, 0.24);    // 4 x 60 us
+    EXPECT_DOUBLE_EQ(step.hidden_ms, 0.12);  // 4 x 30 us under the forward
+    EXPECT_DOUBLE_EQ(step.idle_ms, 0.0);     // every agreement under compute
+  }
+  EXPECT_EQ(steps.back().step, kSteps - 1);
+}
+
 // DDP's bucket wait inside a user's backward span is waiting on communication, not compute; an
 // agreement while computing is not idle time.
 TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
@@ -172,10 +207,10 @@ TEST(TimelineSummary, WaitsInsideUserSpansAreNotCompute) {
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0].step, 0);
   EXPECT_DOUBLE_EQ(steps[0].wall_ms, 0.2);
-  EXPECT_DOUBLE_EQ(steps[0].compute_ms, 0.07);   // 0-60 and 80-90
-  EXPECT_DOUBLE_EQ(steps[0].hidden_ms, 0.02);    // 50-60 and 80-90
-  EXPECT_DOUBLE_EQ(steps[0].exposed_ms, 0.02);   // 60-80
-  EXPECT_DOUBLE_EQ(steps[0].idle_ms, 0.03);      // 95-125
+  EXPECT_DOUBLE_EQ(steps[0].compute_ms, 0.07);  // 0-60 and 80-90
+  EXPECT_DOUBLE_EQ(steps[0].hidden_ms, 0.02);   // 50-60 and 80-90
+  EXPECT_DOUBLE_EQ(steps[0].exposed_ms, 0.02);  // 60-80
+  EXPECT_DOUBLE_EQ(steps[0].idle_ms, 0.03);     // 95-125
 }
 
 // Issue 39: an event nested 100,000 deep was dumped whole (recursively) to quote it, and a huge one
@@ -227,23 +262,26 @@ TEST(Timeline, ScriptedWorkloadSummaryMatchesMeasuredTimes) {
   const fs::path dir = fresh_dir(options, "scripted");
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
   constexpr int kSteps = 3;
-  auto results = run_ranks(2, [](int rank, int) {
-    auto& comm = cohort::init().comm();
-    auto data = torch::ones({1 << 24});
-    for (int step = 0; step < kSteps; ++step) {
-      cohort::trace::Span step_span("step");
-      const auto compute_start = std::chrono::steady_clock::now();
-      {
-        cohort::trace::Span compute("compute");
-        std::this_thread::sleep_for(std::chrono::milliseconds(rank == 1 ? 160 : 60));
-      }
-      const double compute_ms = ms_since(compute_start);
-      const auto comm_start = std::chrono::steady_clock::now();
-      comm.allreduce(data);
-      report(std::to_string(compute_ms) + " " + std::to_string(ms_since(comm_start)));
-    }
-    cohort::shutdown();
-  }, options);
+  auto results = run_ranks(
+      2,
+      [](int rank, int) {
+        auto& comm = cohort::init().comm();
+        auto data = torch::ones({1 << 24});
+        for (int step = 0; step < kSteps; ++step) {
+          cohort::trace::Span step_span("step");
+          const auto compute_start = std::chrono::steady_clock::now();
+          {
+            cohort::trace::Span compute("compute");
+            std::this_thread::sleep_for(std::chrono::milliseconds(rank == 1 ? 160 : 60));
+          }
+          const double compute_ms = ms_since(compute_start);
+          const auto comm_start = std::chrono::steady_clock::now();
+          comm.allreduce(data);
+          report(std::to_string(compute_ms) + " " + std::to_string(ms_since(comm_start)));
+        }
+        cohort::shutdown();
+      },
+      options);
   const auto trace = read_json(dir / "trace.json");
   expect_well_formed(trace["traceEvents"], 2);
   const auto steps = summarize(trace);
@@ -276,11 +314,14 @@ TEST(Timeline, HorovodTimelineVariableWritesTheFile) {
   cohort::testing::RanksOptions options;
   const fs::path dir = fresh_dir(options, "hvd");
   options.env["HOROVOD_TIMELINE"] = (dir / "hvd.json").string();
-  run_ranks(2, [](int, int) {
-    cohort::hvd::init();
-    cohort::hvd::allreduce(torch::ones({4}), "x");
-    cohort::hvd::shutdown();
-  }, options);
+  run_ranks(
+      2,
+      [](int, int) {
+        cohort::hvd::init();
+        cohort::hvd::allreduce(torch::ones({4}), "x");
+        cohort::hvd::shutdown();
+      },
+      options);
   const auto trace = read_json(dir / "hvd.json");
   expect_well_formed(trace["traceEvents"], 2);
   fs::remove_all(dir);
@@ -289,14 +330,20 @@ TEST(Timeline, HorovodTimelineVariableWritesTheFile) {
 TEST(Timeline, OffByDefaultRecordsNothingAndWritesNoFile) {
   cohort::testing::RanksOptions options;
   const fs::path dir = fresh_dir(options, "off");
-  run_ranks(2, [](int, int) {
-    ::unsetenv("COHORT_TIMELINE");
-    fs::current_path(std::getenv("TIMELINE_TEST_DIR"));
-    auto& comm = cohort::init().comm();
-    { cohort::trace::Span span("step"); comm.allreduce(torch::ones({4})); }
-    EXPECT_FALSE(cohort::trace::enabled());
-    cohort::shutdown();
-  }, options);
+  run_ranks(
+      2,
+      [](int, int) {
+        ::unsetenv("COHORT_TIMELINE");
+        fs::current_path(std::getenv("TIMELINE_TEST_DIR"));
+        auto& comm = cohort::init().comm();
+        {
+          cohort::trace::Span span("step");
+          comm.allreduce(torch::ones({4}));
+        }
+        EXPECT_FALSE(cohort::trace::enabled());
+        cohort::shutdown();
+      },
+      options);
   EXPECT_TRUE(fs::is_empty(dir));
   fs::remove_all(dir);
 }
@@ -309,14 +356,18 @@ TEST(TimelineFile, ADeviceIsRefusedAndAPlantedLinkIsNotFollowed) {
   options.env["COHORT_TIMELINE"] = "/dev/null";
   const auto body = [](int, int) {
     auto& comm = cohort::init().comm();
-    { cohort::trace::Span span("step"); comm.barrier(); }
+    {
+      cohort::trace::Span span("step");
+      comm.barrier();
+    }
     cohort::shutdown();
   };
   auto results = run_ranks(1, body, options);
   const std::string why = "/dev/null is a character device, not a regular file: cohort writes regular files only";
   EXPECT_NE(results[0].output.find("timeline: " + why + "; the timeline will not be written there"), std::string::npos)
       << results[0].output;
-  EXPECT_NE(results[0].output.find("timeline: not written to /dev/null: " + why), std::string::npos) << results[0].output;
+  EXPECT_NE(results[0].output.find("timeline: not written to /dev/null: " + why), std::string::npos)
+      << results[0].output;
   struct stat info {};
   ASSERT_EQ(::stat("/dev/null", &info), 0);
   EXPECT_TRUE(S_ISCHR(info.st_mode)) << "/dev/null is no longer a character device";
@@ -337,11 +388,17 @@ TEST(TimelineFile, ASpanNamedInInvalidUtf8IsWrittenNotLost) {
   cohort::testing::RanksOptions options;
   const fs::path dir = fresh_dir(options, "utf8");
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
-  auto results = run_ranks(2, [](int, int) {
-    auto& comm = cohort::init().comm();
-    { cohort::trace::Span span("caf\xe9"); comm.barrier(); }
-    cohort::shutdown();
-  }, options);
+  auto results = run_ranks(
+      2,
+      [](int, int) {
+        auto& comm = cohort::init().comm();
+        {
+          cohort::trace::Span span("caf\xe9");
+          comm.barrier();
+        }
+        cohort::shutdown();
+      },
+      options);
   for (const auto& result : results) {
     EXPECT_EQ(result.output.find("json.exception"), std::string::npos) << result.output;
   }
@@ -359,22 +416,26 @@ TEST(TimelineFile, AFailedWriteLeavesNoTemporary) {
   cohort::testing::RanksOptions options;
   const fs::path dir = fresh_dir(options, "full");
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
-  auto results = run_ranks(1, [](int, int) {
-    cohort::init();
-    for (int i = 0; i < 20000; ++i) cohort::trace::Span span("step");
-    ::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of a signal
-    struct rlimit limit {};
-    ::getrlimit(RLIMIT_FSIZE, &limit);
-    const rlim_t saved = limit.rlim_cur;
-    limit.rlim_cur = 512 << 10;
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-    cohort::shutdown();
-    limit.rlim_cur = saved;
-    ::setrlimit(RLIMIT_FSIZE, &limit);
-  }, options);
+  auto results = run_ranks(
+      1,
+      [](int, int) {
+        cohort::init();
+        for (int i = 0; i < 20000; ++i) cohort::trace::Span span("step");
+        ::signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead of a signal
+        struct rlimit limit {};
+        ::getrlimit(RLIMIT_FSIZE, &limit);
+        const rlim_t saved = limit.rlim_cur;
+        limit.rlim_cur = 512 << 10;
+        ::setrlimit(RLIMIT_FSIZE, &limit);
+        cohort::shutdown();
+        limit.rlim_cur = saved;
+        ::setrlimit(RLIMIT_FSIZE, &limit);
+      },
+      options);
   const std::string path = (dir / "trace.json").string();
   EXPECT_NE(results[0].output.find("timeline: not written to " + path + ": cannot write " + path + ": File too large"),
-            std::string::npos) << results[0].output;
+            std::string::npos)
+      << results[0].output;
   EXPECT_TRUE(fs::is_empty(dir)) << "a temporary was left behind";
   fs::remove_all(dir);
 }
@@ -387,21 +448,28 @@ TEST(Timeline, ADeadRanksMissingEventsEndTheWaitAtOnce) {
   const fs::path dir = fresh_dir(options, "dead");
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
   options.expect_all_pass = false;
-  auto results = run_ranks(2, [](int rank, int) {
-    auto& comm = cohort::init().comm();
-    { cohort::trace::Span span("step"); comm.allreduce(torch::ones({4})); }
-    if (rank == 1) ::raise(SIGKILL);
-    EXPECT_THROW(comm.allreduce(torch::ones({4})), cohort::Error);
-    const auto start = std::chrono::steady_clock::now();
-    cohort::shutdown();
-    report(std::to_string(ms_since(start) / 1000));
-  }, options);
+  auto results = run_ranks(
+      2,
+      [](int rank, int) {
+        auto& comm = cohort::init().comm();
+        {
+          cohort::trace::Span span("step");
+          comm.allreduce(torch::ones({4}));
+        }
+        if (rank == 1) ::raise(SIGKILL);
+        EXPECT_THROW(comm.allreduce(torch::ones({4})), cohort::Error);
+        const auto start = std::chrono::steady_clock::now();
+        cohort::shutdown();
+        report(std::to_string(ms_since(start) / 1000));
+      },
+      options);
   ASSERT_TRUE(results[0].passed) << cohort::testing::describe(results);
   EXPECT_EQ(results[1].signal, SIGKILL);
   ASSERT_EQ(results[0].reports.size(), 1u);
   EXPECT_LT(std::stod(results[0].reports[0]), 30.0) << "rank 0 waited for the dead rank's events";
   EXPECT_NE(results[0].output.find("timeline: rank 1 died before sending its events; the file leaves it out"),
-            std::string::npos) << results[0].output;
+            std::string::npos)
+      << results[0].output;
   EXPECT_EQ(rows_of(read_json(dir / "trace.json")["traceEvents"]), std::set<int>{0});
   fs::remove_all(dir);
 }
@@ -413,13 +481,19 @@ TEST(Timeline, AJobStoppedBySigtermStillWritesItsTimeline) {
   const fs::path dir = fresh_dir(options, "sigterm");
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
   options.expect_all_pass = false;
-  auto results = run_ranks(2, [](int, int) {
-    auto& comm = cohort::init().comm();
-    { cohort::trace::Span span("step"); comm.allreduce(torch::ones({4})); }
-    comm.barrier();
-    ::kill(::getpid(), SIGTERM);
-    for (;;) ::pause();
-  }, options);
+  auto results = run_ranks(
+      2,
+      [](int, int) {
+        auto& comm = cohort::init().comm();
+        {
+          cohort::trace::Span span("step");
+          comm.allreduce(torch::ones({4}));
+        }
+        comm.barrier();
+        ::kill(::getpid(), SIGTERM);
+        for (;;) ::pause();
+      },
+      options);
   for (const auto& result : results) EXPECT_EQ(result.signal, SIGTERM) << cohort::testing::describe(results);
   expect_well_formed(read_json(dir / "trace.json")["traceEvents"], 2);
   fs::remove_all(dir);
