@@ -43,8 +43,7 @@ std::string parse_error(const std::string& text, int world_size = 1) {
   return error_of([&] { parse_ds_config(text, world_size); });
 }
 
-#define EXPECT_ERROR(text, fragment) \
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, fragment, parse_error(text))
+#define EXPECT_ERROR(text, fragment) EXPECT_PRED_FORMAT2(::testing::IsSubstring, fragment, parse_error(text))
 
 TEST(ZeroConfig, SeedExampleVerbatimWithTrailingComma) {
   // /work/shared/seeds' ds_config.json, as written there: hjson-style trailing comma and all.
@@ -166,10 +165,9 @@ TEST(ZeroConfig, OptimizerKinds) {
   // The older spelling "bfloat16" is read when "bf16" is absent.
   EXPECT_TRUE(parse_ds_config(R"({"bfloat16": {"enabled": true}})", 1).bf16().enabled());
   // null means the default.
-  EXPECT_EQ(parse_ds_config(R"({"zero_optimization": {"stage": null}, "scheduler": null})", 1)
-                .zero_optimization()
-                .stage(),
-            0);
+  EXPECT_EQ(
+      parse_ds_config(R"({"zero_optimization": {"stage": null}, "scheduler": null})", 1).zero_optimization().stage(),
+      0);
 }
 
 struct Batch {
@@ -177,8 +175,7 @@ struct Batch {
 };
 Batch batch_of(const std::string& text, int world_size) {
   const ZeroConfig config = parse_ds_config(text, world_size);
-  return {config.train_batch_size(), config.train_micro_batch_size_per_gpu(),
-          config.gradient_accumulation_steps()};
+  return {config.train_batch_size(), config.train_micro_batch_size_per_gpu(), config.gradient_accumulation_steps()};
 }
 void expect_batch(const std::string& text, int world_size, Batch want) {
   const Batch got = batch_of(text, world_size);
@@ -188,8 +185,8 @@ void expect_batch(const std::string& text, int world_size, Batch want) {
 }
 
 TEST(ZeroConfig, BatchTriple) {
-  expect_batch(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})",
-               2, {32, 4, 4});
+  expect_batch(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4})", 2,
+               {32, 4, 4});
   expect_batch(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4})", 2, {64, 4, 8});
   expect_batch(R"({"train_batch_size": 64, "gradient_accumulation_steps": 4})", 2, {64, 8, 4});
   expect_batch(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 3, {24, 4, 2});
@@ -205,7 +202,8 @@ TEST(ZeroConfig, BatchTripleErrors) {
                       "ds_config: batch sizes do not fit: train_batch_size=64 must equal "
                       "train_micro_batch_size_per_gpu=4 * gradient_accumulation_steps=4 * world_size=2 = 32",
                       parse_error(R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 4,
-                                      "gradient_accumulation_steps": 4})", 2));
+                                      "gradient_accumulation_steps": 4})",
+                                  2));
   EXPECT_PRED_FORMAT2(::testing::IsSubstring,
                       "train_batch_size=10 must equal train_micro_batch_size_per_gpu=3 * "
                       "gradient_accumulation_steps=3 (derived) * world_size=1 = 9",
@@ -217,8 +215,7 @@ TEST(ZeroConfig, BatchTripleErrors) {
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "train_micro_batch_size_per_gpu=0 (derived)",
                       parse_error(R"({"train_batch_size": 4, "gradient_accumulation_steps": 2})", 4));
   EXPECT_ERROR(R"({"train_batch_size": 0})", "ds_config: train_batch_size=0 is not a positive integer");
-  EXPECT_ERROR(R"({"gradient_accumulation_steps": 2.5})",
-               "gradient_accumulation_steps=2.5 is not a positive integer");
+  EXPECT_ERROR(R"({"gradient_accumulation_steps": 2.5})", "gradient_accumulation_steps=2.5 is not a positive integer");
   EXPECT_ERROR(R"({"train_micro_batch_size_per_gpu": "auto"})",
                "train_micro_batch_size_per_gpu=\"auto\" is a placeholder that Hugging Face's Trainer fills in");
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "ds_config: world_size=0 must be at least 1", parse_error("{}", 0));
@@ -231,7 +228,8 @@ TEST(ZeroConfig, OffloadToNvmeAndAioKeys) {
                           "pin_memory": true, "buffer_count": 5, "fast_init": false, "ratio": 1}},
     "aio": {"block_size": 262144, "queue_depth": 32, "thread_count": 2, "single_submit": true,
             "overlap_events": false, "use_gds": false}
-  })", 2);
+  })",
+                                            2);
   const auto& offload = config.zero_optimization().offload_optimizer();
   EXPECT_EQ(offload.device(), cohort::OffloadDevice::kNvme);
   EXPECT_EQ(offload.nvme_path(), "/local_nvme");
@@ -254,7 +252,8 @@ TEST(ZeroConfig, OffloadParamKeys) {
   const ZeroConfig config = parse_ds_config(R"({
     "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/local_nvme",
                           "pin_memory": true, "buffer_count": 6, "buffer_size": 2e7, "max_in_cpu": 0}}
-  })", 2);
+  })",
+                                            2);
   const auto& offload = config.zero_optimization().offload_param();
   EXPECT_EQ(offload.device(), cohort::OffloadDevice::kNvme);
   EXPECT_EQ(offload.nvme_path(), "/local_nvme");
@@ -285,8 +284,7 @@ TEST(ZeroConfig, OffloadParamKeys) {
 
 TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 4}})", "zero_optimization.stage=4 is not one of 0, 1, 2, 3");
-  EXPECT_ERROR(R"({"zero_optimization": {"stage": "1"}})",
-               "zero_optimization.stage=\"1\" is not one of 0, 1, 2, 3");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": "1"}})", "zero_optimization.stage=\"1\" is not one of 0, 1, 2, 3");
   EXPECT_ERROR(R"({"zero_optimization": true})", "zero_optimization=true is not an object");
   EXPECT_ERROR(R"({"zero_optimization": {"overlap_comm": 1}})",
                "zero_optimization.overlap_comm=1 is not a boolean (true or false)");
@@ -300,6 +298,9 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
                "zero_optimization.offload_optimizer.nvme_path is missing: device \"nvme\" needs a directory");
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": 7}}})",
                "zero_optimization.offload_optimizer.nvme_path=7 is not a string");
+  EXPECT_ERROR(
+      R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp\u0000x"}}})",
+      "zero_optimization.offload_optimizer.nvme_path=\"/tmp\\u0000x\" holds a NUL character (\\u0000)");
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "buffer_count": 0}}})",
                "zero_optimization.offload_optimizer.buffer_count=0 is not an integer in [1, 1024]");
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.3}}})",
@@ -323,8 +324,7 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
   EXPECT_ERROR(R"({"gradient_clipping": "1.0"})", "gradient_clipping=\"1.0\" is not a number");
   EXPECT_ERROR(R"({"optimizer": {"type": "Lamb"}})", "optimizer.type=\"Lamb\" is not one of SGD, Adam, AdamW");
   EXPECT_ERROR(R"({"optimizer": {"params": {"lr": 0.1}}})", "optimizer.type is missing (SGD, Adam or AdamW)");
-  EXPECT_ERROR(R"({"optimizer": {"type": "SGD"}})",
-               "optimizer.params.lr is missing: SGD has no default learning rate");
+  EXPECT_ERROR(R"({"optimizer": {"type": "SGD"}})", "optimizer.params.lr is missing: SGD has no default learning rate");
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"lr": -0.1}}})", "optimizer.params.lr=-0.1 must be >= 0");
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})",
                "optimizer.params.betas=[0.9] is not a list of two numbers in [0, 1)");
@@ -346,11 +346,16 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
 TEST(ZeroConfig, CommunicationDataTypeAsDeepSpeedReadsIt) {
   using cohort::CommDataType;
   EXPECT_EQ(parse_ds_config("{}", 1).communication_data_type(), CommDataType::kDefault);
-  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": null})", 1).communication_data_type(), CommDataType::kDefault);
-  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "fp16"})", 1).communication_data_type(), CommDataType::kFp16);
-  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "BF16"})", 1).communication_data_type(), CommDataType::kBf16);
-  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "bfp16"})", 1).communication_data_type(), CommDataType::kBf16);
-  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "fp32"})", 1).communication_data_type(), CommDataType::kFp32);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": null})", 1).communication_data_type(),
+            CommDataType::kDefault);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "fp16"})", 1).communication_data_type(),
+            CommDataType::kFp16);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "BF16"})", 1).communication_data_type(),
+            CommDataType::kBf16);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "bfp16"})", 1).communication_data_type(),
+            CommDataType::kBf16);
+  EXPECT_EQ(parse_ds_config(R"({"communication_data_type": "fp32"})", 1).communication_data_type(),
+            CommDataType::kFp32);
   EXPECT_TRUE(parse_ds_config(R"({"communication_data_type": "fp16"})", 1).unsupported_keys().empty());
   EXPECT_ERROR(R"({"communication_data_type": "int8"})",
                "communication_data_type=\"int8\" is not one of fp32, fp16, bf16, bfp16");
@@ -363,8 +368,7 @@ TEST(ZeroConfig, JsonErrors) {
   EXPECT_ERROR(R"({"zero_optimization": {"stage": 1, "stage": 2}})",
                "ds_config: duplicate key zero_optimization.stage (DeepSpeed refuses them too)");
   // Found by fuzz/ds_config_fuzz: a number past double's range escaped as nlohmann's out_of_range.
-  EXPECT_ERROR(R"({"reduce_bucket_size": 6e2222})",
-               "ds_config: not valid JSON: number overflow parsing '6e2222'");
+  EXPECT_ERROR(R"({"reduce_bucket_size": 6e2222})", "ds_config: not valid JSON: number overflow parsing '6e2222'");
 }
 
 // Issue 39: the probe's 120 KB file, zero_optimization.x nesting 20,000 objects, took minutes before
@@ -487,10 +491,11 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
                                          "wall_clock_breakdown"};
   EXPECT_EQ(config.unsupported_keys(), want);
   EXPECT_EQ(config.zero_optimization().stage3_max_live_parameters(), 200000000);  // read, so not listed
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring,
-                      "warning: ds_config: ignoring keys cohort does not support: steps_per_print, "
-                      "zero_optimization.stage3_max_reuse_distance, optimizer.params.torch_adam, optimizer.params.momentum, flops_profiler, wall_clock_breakdown\n",
-                      log);
+  EXPECT_PRED_FORMAT2(
+      ::testing::IsSubstring,
+      "warning: ds_config: ignoring keys cohort does not support: steps_per_print, "
+      "zero_optimization.stage3_max_reuse_distance, optimizer.params.torch_adam, optimizer.params.momentum, flops_profiler, wall_clock_breakdown\n",
+      log);
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << log;
 
   testing::internal::CaptureStderr();

@@ -5,11 +5,11 @@
 // read later (--deepspeed-config) must exist and be a regular file when the command line is read.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <cstdint>
@@ -21,7 +21,8 @@
 
 namespace examples {
 
-inline CLI::Option* add_directory(CLI::App& app, const std::string& name, std::string& target, const std::string& help) {
+inline CLI::Option* add_directory(CLI::App& app, const std::string& name, std::string& target,
+                                  const std::string& help) {
   return app.add_option_function<std::string>(
       name,
       [&target, name](const std::string& text) {
@@ -42,11 +43,22 @@ inline void check_every_needs_dir(int64_t every, const std::string& dir) {
 /// `flag`, the directory and the reason when either fails.
 inline void check_writable_dir(const std::string& flag, const std::string& dir) {
   std::error_code error;
+  // A dangling link or a file in the way: said as such (create_directories would say "File exists").
+  const auto status = std::filesystem::symlink_status(dir, error);
+  if (std::filesystem::is_symlink(status) && !std::filesystem::exists(dir, error))
+    throw cohort::Error(flag + " " + dir + " is a link to " + std::filesystem::read_symlink(dir, error).string() +
+                            ", which does not exist",
+                        cohort::ErrorKind::kInvalidArgument);
+  if (std::filesystem::exists(dir, error) && !std::filesystem::is_directory(dir, error))
+    throw cohort::Error(flag + " " + dir + " is not a directory", cohort::ErrorKind::kInvalidArgument);
   std::filesystem::create_directories(dir, error);
-  if (error) throw cohort::Error(flag + " " + dir + ": cannot create the directory: " + error.message());
+  if (error)
+    throw cohort::Error(flag + " " + dir + ": cannot create the directory: " + error.message(), cohort::ErrorKind::kIO);
   std::string probe = dir + "/.write-test-XXXXXX";
   const int fd = ::mkstemp(probe.data());
-  if (fd < 0) throw cohort::Error(flag + " " + dir + ": cannot create files in it: " + std::strerror(errno));
+  if (fd < 0)
+    throw cohort::Error(flag + " " + dir + ": cannot create files in it: " + std::strerror(errno),
+                        cohort::ErrorKind::kIO);
   ::close(fd);
   ::unlink(probe.c_str());
 }

@@ -17,8 +17,9 @@ int main(int argc, char** argv) {
   using examples::add_integer;
   using examples::add_real;
   gpt_example::Flags flags;
-  CLI::App app{"Trains a byte-level GPT on a text with cohort's strategies; --devices N starts N local workers, "
-               "or run it under cohortrun, torchrun, srun or mpirun."};
+  CLI::App app{
+      "Trains a byte-level GPT on a text with cohort's strategies; --devices N starts N local workers, "
+      "or run it under cohortrun, torchrun, srun or mpirun."};
   add_integer(app, {"--n-layer", 1, 1000}, flags.n_layer, "Transformer blocks");
   add_integer(app, {"--n-head", 1, 1000}, flags.n_head, "Attention heads per block (must divide --n-embd)");
   add_integer(app, {"--n-embd", 1, 1 << 16}, flags.n_embd, "Width of the residual stream");
@@ -32,7 +33,8 @@ int main(int argc, char** argv) {
   add_integer(app, {"--eval-iters", 1, 100000}, flags.eval_iters, "Validation batches per rank");
   add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate of AdamW");
   add_real(app, {"--weight-decay", 0, 1000}, flags.weight_decay, "Weight decay of AdamW");
-  add_integer(app, {"--seed", 0, int64_t(1) << 40}, flags.seed, "Seed of the initial weights, the batches and the sample");
+  add_integer(app, {"--seed", 0, int64_t(1) << 40}, flags.seed,
+              "Seed of the initial weights, the batches and the sample");
   examples::add_devices(app, flags.devices,
                         "Processes on this node: N (started by the program itself without a launcher) or auto");
   examples::add_choice(app, "--strategy", flags.strategy, {"ddp", "zero1", "zero2", "zero3", "fsdp"},
@@ -46,9 +48,10 @@ int main(int argc, char** argv) {
   examples::add_choice(app, "--offload-optimizer", flags.offload_optimizer, {"none", "cpu", "nvme"},
                        "zero1-3/fsdp: keep AdamW's fp32 masters and moments in host memory (cpu; on a GPU run) or in "
                        "a swap file per rank under --nvme-path (nvme), stepped a block at a time");
-  examples::add_choice(app, "--offload-params", flags.offload_params, {"none", "cpu", "nvme"},
-                       "zero3/fsdp: keep each block's parameter shard in host memory (cpu; on a GPU run) or in a "
-                       "swap file per rank under --nvme-path (nvme; every block: max_in_cpu 0), read ahead of its gather");
+  examples::add_choice(
+      app, "--offload-params", flags.offload_params, {"none", "cpu", "nvme"},
+      "zero3/fsdp: keep each block's parameter shard in host memory (cpu; on a GPU run) or in a "
+      "swap file per rank under --nvme-path (nvme; every block: max_in_cpu 0), read ahead of its gather");
   app.add_option("--nvme-path", flags.nvme_path,
                  "The directory of the swap files of --offload-optimizer/--offload-params nvme (a local disk)");
   add_integer(app, {"--sample-tokens", 0, 100000}, flags.sample_tokens, "Bytes of text to generate at the end");
@@ -70,10 +73,15 @@ int main(int argc, char** argv) {
                           cohort::ErrorKind::kInvalidArgument);
     if (flags.offload_params != "none" && flags.strategy != "zero3" && flags.strategy != "fsdp")
       throw cohort::Error("--offload-params " + flags.offload_params +
-                              " needs a strategy that shards parameters (zero3, fsdp), not --strategy " + flags.strategy,
+                              " needs a strategy that shards parameters (zero3, fsdp), not --strategy " +
+                              flags.strategy,
                           cohort::ErrorKind::kInvalidArgument);
     if (flags.offload_params == "nvme" && flags.nvme_path.empty())
       throw cohort::Error("--offload-params nvme needs --nvme-path DIR (a directory on a local disk)",
+                          cohort::ErrorKind::kInvalidArgument);
+    if (!flags.nvme_path.empty() && flags.offload_optimizer != "nvme" && flags.offload_params != "nvme")
+      throw cohort::Error("--nvme-path " + flags.nvme_path +
+                              " is given but nothing goes there: add --offload-optimizer nvme or --offload-params nvme",
                           cohort::ErrorKind::kInvalidArgument);
     // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
     if (flags.n_embd % flags.n_head != 0)

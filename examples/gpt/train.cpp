@@ -19,9 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/cli_paths.h"
 #include "../common/memory.h"
 #include "../common/threads.h"
-#include "../common/cli_paths.h"
 #include "models/gpt.h"
 #include "report.h"
 
@@ -53,7 +53,8 @@ struct GptModule : cohort::TrainingModule {
   }
   std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
     return std::make_unique<torch::optim::AdamW>(
-        std::move(parameters), torch::optim::AdamWOptions(flags_.lr).betas({0.9, 0.99}).weight_decay(flags_.weight_decay));
+        std::move(parameters),
+        torch::optim::AdamWOptions(flags_.lr).betas({0.9, 0.99}).weight_decay(flags_.weight_decay));
   }
   GPT gpt{nullptr};
   GPTConfig config_;
@@ -81,9 +82,16 @@ cohort::TrainerOptions trainer_options(const Flags& flags) {
 }
 
 GPTConfig model_config(const Flags& flags, const Text& text) {
-  return GPTConfig().n_layer(flags.n_layer).n_head(flags.n_head).n_embd(flags.n_embd).block_size(flags.block_size)
-      .vocab_size(static_cast<int64_t>(text.vocabulary.size())).dropout(flags.dropout).bias(flags.bias)
-      .unit(cohort::UnitOptions().reshard_after_forward(!flags.keep_gathered)
+  return GPTConfig()
+      .n_layer(flags.n_layer)
+      .n_head(flags.n_head)
+      .n_embd(flags.n_embd)
+      .block_size(flags.block_size)
+      .vocab_size(static_cast<int64_t>(text.vocabulary.size()))
+      .dropout(flags.dropout)
+      .bias(flags.bias)
+      .unit(cohort::UnitOptions()
+                .reshard_after_forward(!flags.keep_gathered)
                 .activation_checkpointing(flags.activation_checkpointing));
 }
 
@@ -97,12 +105,13 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 // activation checkpointing, each block's input and one block's worth, plus the logits and their
 // softmax. --offload-optimizer cpu keeps an fp32 master copy beside the weights (4 more; host memory is
 // the device on the CPU), nvme keeps masters and moments on disk but for the block stepped and those
-// read ahead (offload_optimizer.buffer_count, 4) and written behind; with --offload-params the master
+// read ahead (offload_optimizer.buffer_count, 4) and written behind, the gradient shards too at zero3 and
+// fsdp (a group per block; zero2's one group is the whole shard); with --offload-params the master
 // is a copy (4 more per parameter, or on disk with nvme). In double: a GPT at the flags'
 // limits overflows int64.
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
   const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)), ranks = world_size;
-  const double grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
+  const double all_grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
   const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
   const double block = 12 * e * e + 13 * e;
   double moments = flags.strategy == "ddp" ? 8 * p : 8 * p / ranks;
@@ -110,11 +119,16 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
     moments += 4 * p / ranks;
   const bool per_block = flags.strategy == "zero3" || flags.strategy == "fsdp";  // a group per block
   if (flags.offload_optimizer == "nvme") moments = per_block ? 12 * block / ranks * (1 + 4) : 12 * p / ranks;
+  // Past stage 1 the reduced gradient shards go to the swap file too: lent one block at a time.
+  const double grads = flags.offload_optimizer == "nvme" && per_block ? 4 * block / ranks * (1 + 4) : all_grads;
   const double kept = flags.activation_checkpointing ? layers * e + 16 * e : layers * 16 * e;
   const double tokens = static_cast<double>(flags.batch_size) * static_cast<double>(flags.block_size);
   const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
-  const double ahead =
-      flags.strategy == "fsdp" ? 1 : std::min(layers, std::floor(cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size() / block));
+  const double ahead = flags.strategy == "fsdp"
+                           ? 1
+                           : std::min(
+                                 layers,
+                                 std::floor(cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size() / block));
   // --offload-params nvme: of the shards only the one being gathered and those read ahead
   // (offload_param.buffer_count, 5) are in memory.
   const double shards = flags.offload_params == "nvme" ? 4 * block / ranks * 6 : 4 * p / ranks;
@@ -156,11 +170,13 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
                   int64_t threads) {
   if (!world.is_main()) return;
   const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
-  std::printf("text: %s, %d file(s), %lld bytes, vocabulary %zu; GPT %lld parameters%s; %s on %d rank(s), %lld "
-              "thread(s) each\n", flags.data.c_str(), text.files, static_cast<long long>(text.bytes.size()),
-              text.vocabulary.size(), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
-              sharded ? " (each block sharded as it is made)" : "", flags.strategy.c_str(), world.size(),
-              static_cast<long long>(threads));
+  std::printf(
+      "text: %s, %d file(s), %lld bytes, vocabulary %zu; GPT %lld parameters%s; %s on %d rank(s), %lld "
+      "thread(s) each\n",
+      flags.data.c_str(), text.files, static_cast<long long>(text.bytes.size()), text.vocabulary.size(),
+      static_cast<long long>(cohort::models::gpt_num_parameters(config)),
+      sharded ? " (each block sharded as it is made)" : "", flags.strategy.c_str(), world.size(),
+      static_cast<long long>(threads));
   std::fflush(stdout);
 }
 
@@ -172,8 +188,10 @@ void run_training(const Flags& flags) {
     examples::check_writable_dir("--nvme-path", flags.nvme_path);
   cohort::Trainer trainer(trainer_options(flags));  // starts or joins the workers before anything else
   const cohort::World& world = trainer.world();
-  const int64_t threads = flags.threads > 0 ? flags.threads
-      : std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / world.local_size());
+  const int64_t threads = flags.threads > 0
+                              ? flags.threads
+                              : std::max<int64_t>(
+                                    1, static_cast<int64_t>(std::thread::hardware_concurrency()) / world.local_size());
   examples::set_threads(static_cast<int>(threads));
   const Text text = load_text(flags.data, flags.block_size + 2);
   const GPTConfig config = model_config(flags, text);
@@ -187,7 +205,8 @@ void run_training(const Flags& flags) {
                            cohort::LoaderOptions().batch_size(flags.batch_size).shuffle(true).drop_last(true));
   const int64_t val_count = flags.eval_iters * flags.batch_size * world.size();
   auto val_starts = torch::linspace(0, static_cast<double>(text.val.numel() - flags.block_size - 1), val_count,
-                                    torch::kFloat64).to(torch::kLong);
+                                    torch::kFloat64)
+                        .to(torch::kLong);
   cohort::DataLoader val(std::make_shared<WindowDataset>(text.val, val_starts, flags.block_size),
                          cohort::LoaderOptions().batch_size(flags.batch_size));
   trainer.add_callback(std::make_shared<ValidationReport>(flags));

@@ -162,6 +162,8 @@ class Section {
     const Json* value = take(key);
     if (value == nullptr) return fallback;
     if (!value->is_string()) fail(key, "is not a string");
+    // A path or a name cut at the NUL would be another one, and every message about it cut short.
+    if (value->get<std::string>().find('\0') != std::string::npos) fail(key, "holds a NUL character (\\u0000)");
     return value->get<std::string>();
   }
 
