@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "support/errors.h"
 #include "support/multiproc.h"
 #include "zero/memory_plan.h"
-#include "support/errors.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace cohort_plan_test {
@@ -137,7 +137,8 @@ TEST(MemoryPlan, OffloadPutsEachPartOnItsTier) {
   EXPECT_EQ(offload.nvme, 0);
   input.stage = 2;
   input.offload_params = PlanTier::kHost;
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "offload_params needs stage 3, where parameters are sharded (the stage is 2)",
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring,
+                      "offload_params needs stage 3, where parameters are sharded (the stage is 2)",
                       error_of([&] { cohort::detail::plan_memory(input); }));
   EXPECT_PRED_FORMAT2(::testing::IsSubstring, "offload-params=ssd is not one of none, cpu, nvme",
                       error_of([] { cohort::detail::parse_plan_tier("offload-params", "ssd"); }));
@@ -155,9 +156,7 @@ TEST(MemoryPlan, BadInput) {
 
 using cohort::testing::ToolRun;
 
-ToolRun run_tool(const std::string& args) {
-  return cohort::testing::run_tool("tools/cohort_plan/cohort-plan", args);
-}
+ToolRun run_tool(const std::string& args) { return cohort::testing::run_tool("tools/cohort_plan/cohort-plan", args); }
 
 // The "total per rank" cell of the table row of `stage`, e.g. "120.0 GB (120000000000)".
 std::string total_of(const std::string& output, int stage) {
@@ -173,8 +172,7 @@ TEST(CohortPlanTool, PaperExampleTable) {
   EXPECT_EQ(total_of(run.out, 1), "31.4 GB (31406250000)") << run.out;
   EXPECT_EQ(total_of(run.out, 2), "16.6 GB (16640625000)") << run.out;
   EXPECT_EQ(total_of(run.out, 3), "1.9 GB (1875000000)") << run.out;
-  EXPECT_NE(run.out.find("K = 12 bytes per parameter (fp32 master 4 + momentum 4 + variance 4)"),
-            std::string::npos)
+  EXPECT_NE(run.out.find("K = 12 bytes per parameter (fp32 master 4 + momentum 4 + variance 4)"), std::string::npos)
       << run.out;
   const ToolRun one = run_tool("--params 7.5e9 --ranks 64 --stage 2 --precision fp32 --optimizer sgd");
   ASSERT_EQ(one.code, 0) << one.out;
@@ -183,8 +181,8 @@ TEST(CohortPlanTool, PaperExampleTable) {
 }
 
 TEST(CohortPlanTool, OffloadTiers) {
-  const ToolRun run =
-      run_tool("--params 1e6 --ranks 4 --precision fp32 --optimizer adamw --offload-optimizer nvme --offload-params nvme --cpu");
+  const ToolRun run = run_tool(
+      "--params 1e6 --ranks 4 --precision fp32 --optimizer adamw --offload-optimizer nvme --offload-params nvme --cpu");
   ASSERT_EQ(run.code, 0) << run.out;
   EXPECT_EQ(total_of(run.out, 1), "row 1 missing") << "parameter offload is stage 3's";
   EXPECT_NE(run.out.find("offload     optimizer nvme, params nvme; ranks on CPUs"), std::string::npos) << run.out;
@@ -222,8 +220,9 @@ TEST(CohortPlanTool, Checkpoints) {
   torch::save(net, dir + "/module.pt");
   ToolRun run = run_tool("--checkpoint " + dir + "/module.pt --ranks 2 --stage 0");
   ASSERT_EQ(run.code, 0) << run.out;
-  EXPECT_NE(run.out.find("parameters  65 (--checkpoint " + dir + "/module.pt: torch::save archive, 4 tensors;"
-                            " 11 buffer elements not counted)"),
+  EXPECT_NE(run.out.find("parameters  65 (--checkpoint " + dir +
+                         "/module.pt: torch::save archive, 4 tensors;"
+                         " 11 buffer elements not counted)"),
             std::string::npos)
       << run.out;
   EXPECT_EQ(total_of(run.out, 0), "0.0 GB (1040)") << run.out;
@@ -244,15 +243,17 @@ TEST(CohortPlanTool, Checkpoints) {
   // A missing file and a file of neither format: one line each, exit status 2.
   run = run_tool("--checkpoint " + dir + "/missing.pt --ranks 2");
   EXPECT_EQ(run.code, 2);
-  EXPECT_EQ(run.out, "cohort-plan: error: --checkpoint " + dir + "/missing.pt: cannot open: No such file or directory\n");
+  EXPECT_EQ(run.out,
+            "cohort-plan: error: --checkpoint " + dir + "/missing.pt: cannot open: No such file or directory\n");
   std::ofstream(dir + "/junk.pt") << "not a checkpoint\n";
   run = run_tool("--checkpoint " + dir + "/junk.pt --ranks 2");
   EXPECT_EQ(run.code, 2);
   // Probe D12: 800 characters of miniz internals, twice; now one line in cohort's words.
-  EXPECT_EQ(run.out, "cohort-plan: error: --checkpoint " + dir +
-                         "/junk.pt: neither a torch::save archive nor torch::pickle_save data (it is not a zip archive) "
-                         "nor a safetensors file; for a cohort checkpoint directory, consolidate it first (cohort-ckpt "
-                         "consolidate DIR -o model.safetensors)\n");
+  EXPECT_EQ(run.out,
+            "cohort-plan: error: --checkpoint " + dir +
+                "/junk.pt: neither a torch::save archive nor torch::pickle_save data (it is not a zip archive) "
+                "nor a safetensors file; for a cohort checkpoint directory, consolidate it first (cohort-ckpt "
+                "consolidate DIR -o model.safetensors)\n");
   for (const char* name : {"module.pt", "dict.pt", "junk.pt"}) std::remove((dir + "/" + name).c_str());
   rmdir(dir.c_str());
 }
@@ -317,12 +318,18 @@ TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
        "cohort-plan: error: --params expects a parameter count from 1 to 9007199254740992, got lots\n"},
       {"--params inf --ranks 2",
        "cohort-plan: error: --params expects a parameter count from 1 to 9007199254740992, got inf\n"},
-      {"--params 1e9 --ranks 2 --precision fp8", "cohort-plan: error: --precision=fp8 is not one of fp32, fp16, bf16\n"},
+      {"--params 1e9 --ranks 2 --precision fp8",
+       "cohort-plan: error: --precision=fp8 is not one of fp32, fp16, bf16\n"},
       {"--params 1e9 --ranks 2 --optimizer lamb",
        "cohort-plan: error: --optimizer=lamb is not one of adam, adamw, sgd, sgd_momentum\n"},
       {"--params 1e9 --ranks 2 --stage 4", "cohort-plan: error: --stage=4 is not one of 0, 1, 2, 3, all\n"},
       {"--ranks 2", "cohort-plan: error: give the model size: --params N, --model NAME or --checkpoint FILE\n"},
-      {"--params 1e9", "cohort-plan: error: --ranks is required\n"},
+      {"--params 1e9", "cohort-plan: error: --ranks is required (see --help)\n"},
+      // hostile pass 3, D4: CLI11's words ("--ranks: At Most 1 required but received 2")
+      {"--params 1e6 --ranks 2 --ranks 3",
+       "cohort-plan: error: --ranks was given 2 times: give it once (see --help)\n"},
+      {"--params 1e6 --ranks 2 --offload-optimizer",
+       "cohort-plan: error: --offload-optimizer needs a value (see --help)\n"},
       {"--model resnet50 --ranks 2",
        "cohort-plan: error: --model resnet50 is not a model cohort-plan knows (fashion_mnist_cnn)\n"},
       // issue 28: past 2^53 a double rounds the count back into range (2^53 + 1 was accepted as 2^53),

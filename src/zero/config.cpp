@@ -3,6 +3,8 @@
 // value it uses (errors name the key path and the value), and collects the keys it does not use into
 // one warning. Also the WarmupLR / WarmupDecayLR formulas of deepspeed/runtime/lr_schedules.py.
 #include <limits>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "cohort/error.h"
@@ -211,7 +213,13 @@ ZeroConfig parse_with_source(const std::string& text, int world_size, const std:
   if (!config.unsupported_keys().empty()) {
     std::string list;
     for (const auto& key : config.unsupported_keys()) list += (list.empty() ? "" : ", ") + key;
-    COHORT_WARN(source, ": ignoring keys cohort does not support: ", list);
+    // Once per file and keys: the Trainer and the engine both read the config, and a warning said
+    // twice is one people learn to skip (it is the only sign of a typo'd key).
+    static std::mutex mutex;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (warned.insert(source + "\n" + list).second)
+      COHORT_WARN(source, ": ignoring keys cohort does not support: ", list);
   }
   return config;
 }

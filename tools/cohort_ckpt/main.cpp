@@ -8,6 +8,7 @@
 #include <exception>
 #include <string>
 
+#include "../common/cli_errors.h"
 #include "checkpoint/files.h"
 #include "checkpoint/inspect.h"
 
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return cohort_tools::parse_error_exit(app, e, "cohort-ckpt");
   }
   std::string dir;
   try {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/cli_errors.h"
 #include "cohort/error.h"
 #include "cohort/number.h"
 #include "model_size.h"
@@ -195,11 +196,8 @@ int main(int argc, char** argv) {
   add_options(app, texts);
   try {
     app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "cohort-plan: error: %s\n", e.what());
-    return 2;
+    return cohort_tools::parse_error_exit(app, e, "cohort-plan");
   }
   try {
     std::string source;

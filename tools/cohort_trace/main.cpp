@@ -12,6 +12,7 @@
 #include <iterator>
 #include <string>
 
+#include "../common/cli_errors.h"
 #include "core/json_read.h"
 #include "core/trace_summary.h"
 
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return cohort_tools::parse_error_exit(app, e, "cohort-trace");
   }
   try {
     const auto trace = read_trace(path);
