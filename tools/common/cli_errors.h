@@ -18,8 +18,8 @@ inline std::string parse_error_text(const CLI::ParseError& error) {
     return match[1].str() + " was given " + match[2].str() + " times: give it once";
   if (std::regex_match(what, match, std::regex("(.+): [0-9]+ required [A-Z]+ missing")))
     return match[1].str() + " needs a value";
+  if (what.rfind("A subcommand", 0) == 0) return "a subcommand is required";
   if (std::regex_match(what, match, std::regex("(.+) is required"))) return match[1].str() + " is required";
-  if (what == "A subcommand is required") return "a subcommand is required";
   if (std::regex_match(what, match, std::regex("The following arguments? (was|were) not expected: (.+)")))
     return "unexpected argument(s): " + match[2].str();
   return what;
