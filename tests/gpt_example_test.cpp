@@ -33,31 +33,10 @@ struct Job {
   }
   ~Job() { remove_tree(root); }
   ProcResult run(const std::vector<std::string>& extra) const {
-    std::vector<std::string> args = {build_path("/examples/gpt"),
-                                     "--data",
-                                     root + "/text.txt",
-                                     "--devices",
-                                     "2",
-                                     "--n-layer",
-                                     "2",
-                                     "--n-head",
-                                     "2",
-                                     "--n-embd",
-                                     "16",
-                                     "--block-size",
-                                     "16",
-                                     "--batch-size",
-                                     "4",
-                                     "--max-steps",
-                                     "6",
-                                     "--eval-interval",
-                                     "3",
-                                     "--eval-iters",
-                                     "2",
-                                     "--sample-tokens",
-                                     "40",
-                                     "--threads",
-                                     "1"};
+    std::vector<std::string> args = {build_path("/examples/gpt"), "--data", root + "/text.txt", "--devices", "2",
+                                     "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
+                                     "--batch-size", "4", "--max-steps", "6", "--eval-interval", "3",
+                                     "--eval-iters", "2", "--sample-tokens", "40", "--threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
     return run_process(args, clean_env(), 180s);
   }
@@ -111,15 +90,12 @@ TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {
     ASSERT_EQ(result.code, 0) << result.describe();
     EXPECT_EQ(count_of(result.out, "memory at step "), 2u) << result.describe();
     const std::string stage = strategy == "ddp" ? "0" : "3";
-    EXPECT_THAT(result.out,
-                ::testing::ContainsRegex(
-                    "memory at step 6: peak RSS [0-9.]+ [KMG]iB \\(rank 0\\), [0-9.]+ [KMG]iB \\(largest of 2 "
-                    "ranks\\); per rank now: params [0-9.]+ [KMG]iB, grads [0-9.]+ [KMG]iB, optimizer [0-9.]+ "
-                    "[KMG]iB, gathered units and buffers [0-9.]+ [KMG]iB; cohort-plan --params 7488 --ranks 2 "
-                    "--stage " +
-                    stage +
-                    " --precision fp32 --optimizer adamw: params [0-9.]+ [KMG]iB, "
-                    "grads [0-9.]+ [KMG]iB, optimizer [0-9.]+ [KMG]iB\n"))
+    EXPECT_THAT(result.out, ::testing::ContainsRegex(
+                                "memory at step 6: peak RSS [0-9.]+ [KMG]iB \\(rank 0\\), [0-9.]+ [KMG]iB \\(largest of 2 "
+                                "ranks\\); per rank now: params [0-9.]+ [KMG]iB, grads [0-9.]+ [KMG]iB, optimizer [0-9.]+ "
+                                "[KMG]iB, gathered units and buffers [0-9.]+ [KMG]iB; cohort-plan --params 7488 --ranks 2 "
+                                "--stage " + stage + " --precision fp32 --optimizer adamw: params [0-9.]+ [KMG]iB, "
+                                "grads [0-9.]+ [KMG]iB, optimizer [0-9.]+ [KMG]iB\n"))
         << result.describe();
   }
   const ProcResult fsdp = job.run({"--strategy", "fsdp"});
@@ -137,39 +113,12 @@ TEST(GptExample, ARunKilledAtARandomStepResumesUnderCohortrunToTheSameDigest) {
   std::random_device random;
   for (const std::string strategy : {"ddp", "fsdp"}) {
     const auto under_cohortrun = [&](const std::vector<std::string>& extra, const Env& env) {
-      std::vector<std::string> args = {build_path("/tools/cohortrun"),
-                                       "--standalone",
-                                       "--nproc-per-node",
-                                       "2",
-                                       "--max-restarts",
-                                       "2",
-                                       "--stop-timeout",
-                                       "5",
-                                       build_path("/examples/gpt"),
-                                       "--data",
-                                       job.root + "/text.txt",
-                                       "--strategy",
-                                       strategy,
-                                       "--n-layer",
-                                       "2",
-                                       "--n-head",
-                                       "2",
-                                       "--n-embd",
-                                       "16",
-                                       "--block-size",
-                                       "16",
-                                       "--batch-size",
-                                       "4",
-                                       "--max-steps",
-                                       "6",
-                                       "--eval-interval",
-                                       "3",
-                                       "--eval-iters",
-                                       "2",
-                                       "--sample-tokens",
-                                       "0",
-                                       "--threads",
-                                       "1"};
+      std::vector<std::string> args = {build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node", "2",
+                                       "--max-restarts", "2", "--stop-timeout", "5", build_path("/examples/gpt"),
+                                       "--data", job.root + "/text.txt", "--strategy", strategy, "--n-layer", "2",
+                                       "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size", "4",
+                                       "--max-steps", "6", "--eval-interval", "3", "--eval-iters", "2",
+                                       "--sample-tokens", "0", "--threads", "1"};
       args.insert(args.end(), extra.begin(), extra.end());
       return run_process(args, env, 180s);
     };
@@ -186,8 +135,7 @@ TEST(GptExample, ARunKilledAtARandomStepResumesUnderCohortrunToTheSameDigest) {
         << strategy << ", killed at step " << step << ": " << killed.describe();
     EXPECT_EQ(params_digest_of(killed.out), expected)
         << strategy << ", killed at step " << step << ": " << killed.describe();
-    EXPECT_EQ(params_digest_of(killed.out), expected)
-        << strategy << ", killed at step " << step << ": " << killed.describe();
+    EXPECT_EQ(params_digest_of(killed.out), expected) << strategy << ", killed at step " << step << ": " << killed.describe();
   }
 }
 
@@ -195,8 +143,7 @@ TEST(GptExample, RefusesABadStrategyAndAMissingText) {
   const ProcResult bad = run_process({build_path("/examples/gpt"), "--strategy", "zero4"}, clean_env(), 30s);
   EXPECT_EQ(bad.code, 2) << bad.describe();
   EXPECT_EQ(bad.err, "error: --strategy zero4 is not accepted: expected one of ddp, zero1, zero2, zero3, fsdp\n");
-  const ProcResult missing = run_process({build_path("/examples/gpt"), "--data", "/nonexistent/text"}, clean_env(),
-                                         60s);
+  const ProcResult missing = run_process({build_path("/examples/gpt"), "--data", "/nonexistent/text"}, clean_env(), 60s);
   EXPECT_EQ(missing.code, 1) << missing.describe();
   EXPECT_EQ(missing.err, "error: --data: /nonexistent/text does not exist\n");
 }
@@ -207,13 +154,11 @@ TEST(GptExample, RefusesABadStrategyAndAMissingText) {
 TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--n-embd", "16", "--n-head", "3"}, "error: --n-head 3 must divide --n-embd 16\n"},
-      {{"--resume", ""},
-       "error: --resume is empty: give auto, never or a checkpoint directory, or leave the flag out\n"},
+      {{"--resume", ""}, "error: --resume is empty: give auto, never or a checkpoint directory, or leave the flag out\n"},
       {{"--devices", "0"}, "error: --devices expects auto or a number of devices from 1 to 4096, got 0\n"},
       {{"--devices", "auto2"}, "error: --devices expects auto or a number of devices from 1 to 4096, got auto2\n"},
       {{"--max-steps", "2", "--max-steps", "3"}, "error: --max-steps was given 2 times (2, 3): give it once\n"},
-      {{"--offload-optimizer", "nvme"},
-       "error: --offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)\n"},
+      {{"--offload-optimizer", "nvme"}, "error: --offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)\n"},
       {{"--offload-optimizer", "cpu", "--strategy", "ddp"},
        "error: --offload-optimizer cpu needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp\n"},
       {{"--offload-params", "cpu", "--strategy", "zero2"},
@@ -268,16 +213,13 @@ TEST(GptExample, DataMustBeRegularFilesOfABoundedSize) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"/dev/zero", "error: --data /dev/zero is a character device, not a regular file\n"},
       {fifo, "error: --data " + fifo + " is a fifo, not a regular file\n"},
-      {big, "error: --data " + big +
-                " holds 268435457 bytes, more than the 268435456 this program reads whole "
-                "into memory\n"},
-      {dir, "error: --data " + dir +
-                ": its 2 text files hold 419430400 bytes, more than the 268435456 this program "
-                "reads whole into memory\n"},
+      {big, "error: --data " + big + " holds 268435457 bytes, more than the 268435456 this program reads whole "
+            "into memory\n"},
+      {dir, "error: --data " + dir + ": its 2 text files hold 419430400 bytes, more than the 268435456 this program "
+            "reads whole into memory\n"},
   };
   for (const auto& [data, message] : cases) {
-    const ProcResult result = run_process({build_path("/examples/gpt"), "--data", data, "--devices", "1"}, clean_env(),
-                                          60s);
+    const ProcResult result = run_process({build_path("/examples/gpt"), "--data", data, "--devices", "1"}, clean_env(), 60s);
     EXPECT_EQ(result.code, 1) << result.describe();
     EXPECT_EQ(result.err, message) << result.describe();
   }
@@ -287,10 +229,10 @@ TEST(GptExample, DataMustBeRegularFilesOfABoundedSize) {
 // as fashion_mnist refuses a batch (examples/common/memory.h).
 TEST(GptExample, AModelTooBigForTheMemoryIsRefusedBeforeItIsBuilt) {
   Job job;
-  const ProcResult result = run_process(
-      {build_path("/examples/gpt"), "--data", job.root + "/text.txt", "--devices", "1", "--n-layer", "1000", "--n-head",
-       "1", "--n-embd", "65536", "--threads", "1"},
-      clean_env(), 60s);
+  const ProcResult result =
+      run_process({build_path("/examples/gpt"), "--data", job.root + "/text.txt", "--devices", "1", "--n-layer", "1000",
+                   "--n-head", "1", "--n-embd", "65536", "--threads", "1"},
+                  clean_env(), 60s);
   EXPECT_EQ(result.code, 1) << result.describe();
   EXPECT_THAT(result.err,
               ::testing::MatchesRegex("error: --n-layer 1000 --n-embd 65536 \\(a GPT of [0-9]+ parameters\\) needs an "
