@@ -184,6 +184,17 @@ TEST_F(IdxFiles, MissingFileNamesThePathAndThePackage) {
                    "IDX file " + dir_ + "/nope.gz: cannot open: No such file or directory");
 }
 
+// Hostile pass 3, D8: a link loop at a data file was "not found" under the .gz name; it is named, with
+// the reason.
+TEST_F(IdxFiles, ALinkLoopIsNamedWithWhy) {
+  write_split("t10k", 1, 1);
+  const std::string images = dir_ + "/t10k-images-idx3-ubyte.gz";
+  std::filesystem::remove(images);
+  ASSERT_EQ(::symlink(images.c_str(), images.c_str()), 0);
+  EXPECT_ERROR_HAS(data::load_fashion_mnist(dir_, data::Split::kTest),
+                   "IDX file " + images + ": cannot open: Too many levels of symbolic links");
+}
+
 // Probe D10: a fifo in the data directory blocked every rank in open() forever.
 TEST_F(IdxFiles, FifoOrDeviceIsRefusedWithoutBlocking) {
   write_split("t10k", 1, 1);

@@ -19,6 +19,7 @@
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/file_read.h"
+#include "core/log.h"
 
 namespace cohort::data {
 namespace {
@@ -134,13 +135,16 @@ torch::Tensor load_idx(const std::string& path, uint32_t expected_magic, const c
       owned->data(), sizes, [owned](void*) { delete owned; }, torch::dtype(torch::kUInt8));
 }
 
-// The .gz file if present, else the unpacked one; "" when neither exists.
+// The .gz file if its name is there, else the unpacked one; "" when neither is. A name that is there
+// but leads nowhere (a link loop, a dangling link) is chosen all the same, so that reading it says why
+// (it was "not found"); with both there, the choice is said.
 std::string existing_variant(const std::string& gz_path) {
-  std::error_code error;
-  if (std::filesystem::exists(gz_path, error)) return gz_path;
   const std::string plain = gz_path.substr(0, gz_path.size() - 3);
-  if (std::filesystem::exists(plain, error)) return plain;
-  return "";
+  std::error_code error;
+  const bool gz = std::filesystem::exists(std::filesystem::symlink_status(gz_path, error));
+  const bool raw = std::filesystem::exists(std::filesystem::symlink_status(plain, error));
+  if (gz && raw) COHORT_WARN("both ", gz_path, " and ", plain, " are there: reading ", gz_path);
+  return gz ? gz_path : raw ? plain : "";
 }
 
 }  // namespace
