@@ -150,9 +150,12 @@ void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& o
   try {
     impl_->fit(module, train, options);
   } catch (const std::exception& e) {
-    // This rank's failure ends the job: the other ranks learn it now, not at their timeout (a Comm
-    // already failed keeps its first error). Its process may still leave with a clean goodbye.
-    if (impl_->world.size() > 1) impl_->world.comm().abort(detail::first_line(e.what()));
+    // This rank's failure ends the job: the other ranks learn it now, not at their timeout (its
+    // process may leave with a clean goodbye). Not for bad options or input (kInvalidArgument), which
+    // every rank meets alike before training and a program may correct and fit again.
+    const auto* error = dynamic_cast<const Error*>(&e);
+    if (impl_->world.size() > 1 && (error == nullptr || error->kind() != ErrorKind::kInvalidArgument))
+      impl_->world.comm().abort(detail::first_line(e.what()));
     // A worker this process started failed first: its message is the job's error.
     if (impl_->launcher.active()) {
       const std::string failure = impl_->launcher.failure(detail::SelfLauncher::kFailureWait);
