@@ -96,7 +96,7 @@ TEST(HorovodMnist, ElasticDirThatIsAFileIsOneLineNamingTheFlag) {
                                        clean_env(), 60s);
   remove_tree(data);
   EXPECT_EQ(result.code, 1) << result.describe();
-  EXPECT_EQ(result.err, "error: --elastic-dir " + file + ": cannot create the directory: Not a directory\n");
+  EXPECT_EQ(result.err, "error: --elastic-dir " + file + " is not a directory\n");
   EXPECT_EQ(empty.code, 2) << empty.describe();
   EXPECT_EQ(empty.err, "error: --elastic-dir is empty: give a directory, or leave the flag out\n");
 }
