@@ -490,6 +490,38 @@ TEST(TrainerSelfLaunch, AWorkerDyingFailsTheJobNamingIt) {
   remove_tree(dir);
 }
 
+// Under any launcher: a fit that fails on one rank with an error of its own aborts that rank's Comm,
+// so the rank waiting for it in a collective stops at once with its first line (it waited for
+// COHORT_TIMEOUT, 60 s here, while the failing process left with a clean goodbye).
+TEST(TrainerMultiproc, AFitFailingOnOneRankStopsTheOthersWithItsLine) {
+  RanksOptions options;
+  options.env["COHORT_TIMEOUT"] = "60";
+  options.deadline = std::chrono::seconds(120);
+  run_ranks(2, [](int rank, int) {
+    cohort::init();
+    cohort::Trainer trainer(quiet("ddp").max_epochs(1));
+    struct Failing : TinyModule {
+      torch::Tensor training_step(cohort::Batch& batch, int64_t index) override {
+        if (index == 3 && rank_ == 1) throw std::runtime_error("rank 1 broke on purpose");
+        return TinyModule::training_step(batch, index);
+      }
+      int rank_ = 0;
+    } module;
+    module.rank_ = rank;
+    cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch));
+    const auto start = std::chrono::steady_clock::now();
+    std::string error = "no error";
+    try {
+      trainer.fit(module, loader);
+    } catch (const std::exception& e) {  // rank 1's own error is no cohort::Error
+      error = e.what();
+    }
+    if (rank != 0) return;
+    EXPECT_THAT(error, HasSubstr("rank 1 broke on purpose"));
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0) << error;
+  }, options);
+}
+
 // A worker that ends without dying (an error it unwinds in fit or in its own code after, an end before
 // it joined) is named at once, not at COHORT_TIMEOUT (60 s here): its Comm's goodbye is clean, so rank 0
 // learns it from the worker's abort or from the launcher in its own process. Before, rank 0 waited
@@ -516,7 +548,7 @@ TEST_P(TrainerSelfLaunchEnds, AWorkerEndingCleanlyIsNamedBeforeTheTimeout) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, TrainerSelfLaunchEnds,
-    ::testing::Values(EndCase{"TRAINER_THROW", "rank 1 broke on purpose"},
+    ::testing::Values(EndCase{"TRAINER_THROW", "[rank 0/2] rank 1 exited with code 1"},
                       EndCase{"TRAINER_FAIL_AFTER_FIT", "rank 1 exited with code 1: error: rank 1 fails after fit"},
                       EndCase{"TRAINER_DIE_BEFORE_INIT",
                               "rank 1 exited with code 5: error: rank 1 ended before joining"}),
