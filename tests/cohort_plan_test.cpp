@@ -132,9 +132,17 @@ TEST(MemoryPlan, OffloadPutsEachPartOnItsTier) {
   input.offload_optimizer = PlanTier::kHost;
   input.offload_params = PlanTier::kDevice;
   const MemoryPlan offload = cohort::detail::plan_memory(input);
-  EXPECT_EQ(offload.host, 3000000);
-  EXPECT_EQ(offload.device, 2000000);
+  EXPECT_EQ(offload.host, 3000000 + 1000000) << "on a GPU the gradient shards go to the host in fp32";
+  EXPECT_EQ(offload.device, 1000000);
   EXPECT_EQ(offload.nvme, 0);
+  input.cpu_run = true;  // a CPU run: the gradient shards stay with the parameters
+  EXPECT_EQ(cohort::detail::plan_memory(input).device, 2000000);
+  input.cpu_run = false;
+  input.stage = 1;  // stage 1: the whole gradient on the device, its reduced shard on the host
+  const MemoryPlan stage1 = cohort::detail::plan_memory(input);
+  EXPECT_EQ(stage1.device, 4000000 + 4000000);
+  EXPECT_EQ(stage1.host, 3000000 + 1000000);
+  EXPECT_EQ(stage1.device + stage1.host, stage1.total());
   input.stage = 2;
   input.offload_params = PlanTier::kHost;
   EXPECT_PRED_FORMAT2(::testing::IsSubstring,

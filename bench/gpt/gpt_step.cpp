@@ -2,7 +2,9 @@
 // vocabulary, fp32 AdamW, random tokens) under cohort's DDP or the ZeRO engine at stage 1-3, its
 // blocks being sharding units, with or without activation checkpointing; rank 0 prints samples/s and
 // every rank's resident memory: before the model exists, after it is built, after it is wrapped, and
-// the peak (VmHWM). Run it under cohortrun.
+// the peak (VmHWM). Run it under cohortrun. --device cuda (a build with CUDA) trains on the rank's GPU,
+// optionally with --precision bf16 and the GPU's memory held to --device-memory-gib (the caching
+// allocator's fraction, as a cgroup holds host memory): bench/gpu/offload.sh.
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +15,11 @@
 
 #include "cohort/cohort.h"
 #include "models/gpt.h"
+#if COHORT_BENCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/cuda.h>
+#endif
 
 namespace {
 
@@ -25,12 +32,20 @@ double status_mib(const std::string& field) {
   return 0;
 }
 
-// With COHORT_BENCH_PHASES=1, each phase's own peak (VmHWM reset before it through clear_refs).
+void synchronize_device();
+
+// With COHORT_BENCH_PHASES=1, each phase's own peak (VmHWM reset before it through clear_refs) and
+// its time (the GPU synchronized at its end, so the phases' overlap is lost).
 void phase(const char* name) {
   static const bool on = std::getenv("COHORT_BENCH_PHASES") != nullptr;
+  static auto last = std::chrono::steady_clock::now();
   if (!on) return;
-  std::fprintf(stderr, "phase %s peak %.0f MiB, now %.0f MiB\n", name, status_mib("VmHWM"), status_mib("VmRSS"));
+  synchronize_device();
+  const auto now = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "phase %s peak %.0f MiB, now %.0f MiB, %.3f s\n", name, status_mib("VmHWM"),
+               status_mib("VmRSS"), std::chrono::duration<double>(now - last).count());
   std::ofstream("/proc/self/clear_refs") << "5";
+  last = std::chrono::steady_clock::now();
 }
 
 struct Flags {
@@ -42,7 +57,41 @@ struct Flags {
   int64_t prefetch_bucket_size = cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size();
   int64_t reduce_bucket_size = cohort::ZeroOptimizationConfig().reduce_bucket_size();
   std::string offload_optimizer = "none", offload_params = "none", nvme_path;
+  std::string device = "cpu", precision = "fp32";
+  double device_memory_gib = 0;  // 0: the whole GPU
 };
+
+void synchronize_device() {
+#if COHORT_BENCH_CUDA
+  if (torch::cuda::is_available()) torch::cuda::synchronize();
+#endif
+}
+
+// The GPU's allocator: held to `gib` when > 0; its peak of allocated bytes so far in MiB (0 on the CPU).
+void limit_device_memory(const torch::Device& device, double gib) {
+#if COHORT_BENCH_CUDA
+  if (!device.is_cuda() || gib <= 0) return;
+  torch::empty({1}, torch::TensorOptions().device(device));  // the allocator exists from the first allocation
+  size_t free_bytes = 0, total_bytes = 0;
+  C10_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(std::min(1.0, gib * double(1 << 30) / double(total_bytes)),
+                                                     device.index());
+#else
+  (void)device, (void)gib;
+#endif
+}
+
+double device_peak_mib(const torch::Device& device) {
+#if COHORT_BENCH_CUDA
+  if (!device.is_cuda()) return 0;
+  torch::cuda::synchronize();
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return double(stats.allocated_bytes[0].peak) / (1 << 20);  // [0]: every pool together
+#else
+  (void)device;
+  return 0;
+#endif
+}
 
 cohort::OffloadDevice offload_device(const std::string& name) {
   return name == "nvme" ? cohort::OffloadDevice::kNvme
@@ -72,10 +121,20 @@ Flags parse(int argc, char** argv) {
   app.add_option("--offload-params", f.offload_params, "zero3/fsdp: none, cpu or nvme (every block on file)")
       ->check(CLI::IsMember({"none", "cpu", "nvme"}));
   app.add_option("--nvme-path", f.nvme_path, "the swap files' directory for nvme");
+  app.add_option("--device", f.device, "cpu, or cuda (this rank's GPU; a build with CUDA)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--precision", f.precision, "fp32, or bf16 (ZeRO modes: bf16 parameters, fp32 masters)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--device-memory-gib", f.device_memory_gib, "cuda: hold the GPU's allocator to this many GiB")
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
     if (f.sharded_init && f.mode != "zero3" && f.mode != "fsdp")
       throw CLI::ValidationError("--sharded-init", "needs --mode zero3 or fsdp, got --mode " + f.mode);
+    if (f.sharded_init && f.device != "cpu") throw CLI::ValidationError("--sharded-init", "needs --device cpu");
+    if (f.precision != "fp32" && f.mode == "ddp") throw CLI::ValidationError("--precision", "bf16 needs a ZeRO mode");
+    if (f.device == "cuda" && !COHORT_BENCH_CUDA)
+      throw CLI::ValidationError("--device", "cuda needs a build against a LibTorch with CUDA");
   } catch (const CLI::ParseError& e) {
     std::exit(app.exit(e));
   }
@@ -85,7 +144,7 @@ Flags parse(int argc, char** argv) {
 using GPTEngine = cohort::ZeroEngine<cohort::models::GPTImpl>;
 
 // One training step's body for the chosen mode: forward, loss, backward, optimizer step.
-std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, const torch::Tensor& tokens,
+std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, const torch::Tensor& tokens,
                                 std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>>& ddp,
                                 std::unique_ptr<torch::optim::AdamW>& adamw, std::unique_ptr<GPTEngine>& engine) {
   auto input = tokens.narrow(1, 0, f.block_size), target = tokens.narrow(1, 1, f.block_size);
@@ -97,8 +156,10 @@ std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, cons
     adamw = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
     return [wrapped = ddp.get(), optimizer = adamw.get(), input, loss_of] {
       optimizer->zero_grad();
-      loss_of((*wrapped)->forward(input)).backward();
+      auto loss = loss_of((*wrapped)->forward(input));
+      loss.backward();
       optimizer->step();
+      return loss.item<double>();
     };
   }
   const int stage = f.mode == "fsdp" ? 3 : f.mode.back() - '0';
@@ -110,6 +171,7 @@ std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, cons
                                      .nvme_path(f.nvme_path).max_in_cpu(0));
   auto config = cohort::ZeroConfig().zero_optimization(zero).optimizer(
       cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(1e-4));
+  if (f.precision == "bf16") config.bf16(cohort::Bf16Config().enabled(true));
   // FSDP2 gathers the next block while one runs: one unit ahead, as the Trainer's fsdp does
   const auto options = cohort::EngineOptions().prefetch_units(f.mode == "fsdp" ? 1 : 0);
   engine = std::make_unique<GPTEngine>(model.ptr(), config, options);
@@ -120,6 +182,7 @@ std::function<void()> make_step(const Flags& f, cohort::models::GPT& model, cons
     phase("backward");
     e->step();
     phase("step");
+    return loss.item<double>();
   };
 }
 
@@ -129,6 +192,8 @@ int main(int argc, char** argv) {
   const Flags f = parse(argc, argv);
   torch::set_num_threads(f.threads);
   auto world = cohort::init();
+  const torch::Device device = f.device == "cuda" ? torch::Device(torch::kCUDA, world.local_rank()) : torch::kCPU;
+  limit_device_memory(device, f.device_memory_gib);
   const double rss_start = status_mib("VmRSS");
   torch::manual_seed(0);
   auto config = cohort::models::GPTConfig().n_layer(f.n_layer).n_head(f.n_head).n_embd(f.n_embd)
@@ -141,19 +206,26 @@ int main(int argc, char** argv) {
   } else {
     model = cohort::models::GPT(config);
   }
+  // On a GPU each parameter goes over in the compute dtype, so the whole model is there once, at 2 bytes
+  // a parameter with bf16.
+  if (device.is_cuda()) model->to(device, f.precision == "bf16" ? torch::kBFloat16 : torch::kFloat);
   const double rss_built = status_mib("VmRSS");
-  auto tokens = torch::randint(0, f.vocab_size, {f.batch, f.block_size + 1}, torch::kLong);
+  auto tokens = torch::randint(0, f.vocab_size, {f.batch, f.block_size + 1}, torch::kLong).to(device);
   std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>> ddp;
   std::unique_ptr<torch::optim::AdamW> adamw;
   std::unique_ptr<GPTEngine> engine;
   auto step = make_step(f, model, tokens, ddp, adamw, engine);
   const double rss_wrapped = status_mib("VmRSS");
-  for (int i = 0; i < f.warmup; ++i) step();
+  double first_loss = 0, last_loss = 0;
+  for (int i = 0; i < f.warmup; ++i) (i == 0 ? first_loss : last_loss) = step();
   world.comm().barrier();
   const auto io_bytes = [&] { return engine ? double(engine->memory_report().file_io_bytes) : 0.0; };
   const double io_before = io_bytes();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < f.steps; ++i) step();
+  for (int i = 0; i < f.steps; ++i) {
+    last_loss = step();  // .item(): a GPU step ends before the next begins
+    if (f.warmup == 0 && i == 0) first_loss = last_loss;
+  }
   world.comm().barrier();
   const double io_mib_per_step = (io_bytes() - io_before) / f.steps / (1 << 20);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -171,7 +243,8 @@ int main(int argc, char** argv) {
                                (f.offload_params != "none" ? "+params-" + f.offload_params : "");
     std::printf("RESULT impl=cohort mode=%s%s ranks=%d n_layer=%lld n_embd=%lld params=%lld samples_per_s=%.3f "
                 "step_s=%.3f rss_start_mib=%.0f rss_built_mib=%.0f rss_wrapped_mib=%.0f rss_end_mib=%.0f "
-                "peak_max_mib=%.0f peak_sum_mib=%.0f state_mib=%.0f file_mib=%.0f io_mib_per_step_sum=%.1f\n",
+                "peak_max_mib=%.0f peak_sum_mib=%.0f state_mib=%.0f file_mib=%.0f io_mib_per_step_sum=%.1f "
+                "device=%s precision=%s device_peak_mib=%.0f first_loss=%.4f last_loss=%.4f\n",
                 f.mode.c_str(), suffix.c_str(), world.size(), static_cast<long long>(f.n_layer),
                 static_cast<long long>(f.n_embd), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
                 double(f.steps) * f.batch * world.size() / seconds, seconds / f.steps,
@@ -179,7 +252,8 @@ int main(int argc, char** argv) {
                 all.select(1, 2).max().item<double>(), all.select(1, 3).max().item<double>(),
                 peak.max().item<double>(), peak.sum().item<double>(), all.select(1, 5).max().item<double>(),
                 engine ? double(engine->memory_report().file_bytes) / (1 << 20) : 0.0,
-                all.select(1, 6).sum().item<double>());
+                all.select(1, 6).sum().item<double>(), f.device.c_str(), f.precision.c_str(),
+                device_peak_mib(device), first_loss, last_loss);
   }
   return 0;
 }

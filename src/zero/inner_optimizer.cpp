@@ -8,11 +8,12 @@
 #include "cohort/error.h"
 #include "compat/optimizer_state.h"
 #include "core/check.h"
+#include "zero/host_adam.h"
 
 namespace cohort::detail {
 
 std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerConfig& config,
-                                                              std::vector<torch::Tensor> shards) {
+                                                              std::vector<torch::Tensor> shards, bool fused_on_host) {
   const auto betas = std::make_tuple(config.betas()[0], config.betas()[1]);
   switch (config.type()) {
     case OptimizerType::kSgd:
@@ -23,17 +24,23 @@ std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerCon
                                                              .weight_decay(config.weight_decay()));
     case OptimizerType::kAdam:
     case OptimizerType::kAdamW:
-      if (config.decoupled_weight_decay())
-        return std::make_unique<torch::optim::AdamW>(shards, torch::optim::AdamWOptions(config.lr())
-                                                                 .betas(betas)
-                                                                 .eps(config.eps())
-                                                                 .weight_decay(config.weight_decay())
-                                                                 .amsgrad(config.amsgrad()));
-      return std::make_unique<torch::optim::Adam>(shards, torch::optim::AdamOptions(config.lr())
-                                                              .betas(betas)
-                                                              .eps(config.eps())
-                                                              .weight_decay(config.weight_decay())
-                                                              .amsgrad(config.amsgrad()));
+      if (config.decoupled_weight_decay()) {
+        auto options = torch::optim::AdamWOptions(config.lr())
+                           .betas(betas)
+                           .eps(config.eps())
+                           .weight_decay(config.weight_decay())
+                           .amsgrad(config.amsgrad());
+        if (fused_on_host) return std::make_unique<HostAdamW>(shards, options);
+        return std::make_unique<torch::optim::AdamW>(shards, options);
+      } else {
+        auto options = torch::optim::AdamOptions(config.lr())
+                           .betas(betas)
+                           .eps(config.eps())
+                           .weight_decay(config.weight_decay())
+                           .amsgrad(config.amsgrad());
+        if (fused_on_host) return std::make_unique<HostAdam>(shards, options);
+        return std::make_unique<torch::optim::Adam>(shards, options);
+      }
     case OptimizerType::kNone: break;
   }
   throw Error(

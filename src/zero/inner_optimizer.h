@@ -15,9 +15,11 @@
 namespace cohort::detail {
 
 /// SGD, Adam or AdamW with the config's hyper-parameters. DeepSpeed's "Adam" with decoupled weight
-/// decay (its default adam_w_mode) is AdamW.
+/// decay (its default adam_w_mode) is AdamW. `fused_on_host`: Adam and AdamW step each fp32 master
+/// in one pass on the host's cores (host_adam.h; DeepSpeed's CPU Adam).
 std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerConfig& config,
-                                                              std::vector<torch::Tensor> shards);
+                                                              std::vector<torch::Tensor> shards,
+                                                              bool fused_on_host = false);
 
 /// The learning rate of every parameter group.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);

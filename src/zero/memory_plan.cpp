@@ -58,7 +58,17 @@ MemoryPlan plan_memory(const MemoryPlanInput& input) {
   plan.grads_tier = grads_on_file ? PlanTier::kNvme : PlanTier::kDevice;
   place(plan.params_tier, plan.params);
   place(plan.optimizer_tier, plan.optimizer_states);
-  place(plan.grads_tier, plan.grads);
+  // A GPU with the optimizer on the host: each reduced shard goes down to an fp32 host gradient (stage
+  // 2/3 keep nothing else; stage 1 also its whole gradient on the device until the boundary).
+  const bool host_gradients = !input.cpu_run && input.offload_optimizer == PlanTier::kHost && input.stage >= 1;
+  if (host_gradients && input.stage >= 2) {
+    plan.grads = 4 * shard;
+    plan.grads_tier = PlanTier::kHost;
+  } else if (host_gradients) {
+    place(PlanTier::kHost, 4 * shard);
+    plan.grads += 4 * shard;
+  }
+  place(plan.grads_tier, plan.grads - (host_gradients && input.stage == 1 ? 4 * shard : 0));
   return plan;
 }
 

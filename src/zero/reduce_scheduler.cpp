@@ -68,6 +68,7 @@ void ReduceScheduler::finish() {
   launch_ready();
   trace::ScopedSpan span("gradient reduce wait", "zero", "wait");  // the timeline: exposed reduction
   retire(/*all=*/true);
+  store_.gradients_received();
 }
 
 // Finishes launched reductions in launch order: those already complete, the oldest even when it
@@ -88,18 +89,34 @@ void ReduceScheduler::retire(bool all) {
                              (stage >= 2 && next_launch_ - next_retire_ > kMaxReductionsInFlight);
     if (!all && !over_budget && !reduction.reduce_work.is_completed()) return;
     reduction.reduce_work.wait();
-    if (reduction.comm_input.defined()) {  // stage 0/1 in communication_data_type: back to the compute dtype
+    if (store_.gradients_on_host()) {
+      land_on_host(g);
+    } else if (reduction.comm_input.defined()) {  // stage 0/1 in communication_data_type: back to the compute dtype
       if (stage == 0) grads.flat_grad.copy_(reduction.comm_input);
       else grads.shard_grad = reduction.comm_shard.to(grads.flat_grad.scalar_type());
-      reduction.comm_input = reduction.comm_shard = torch::Tensor();
     }
-    if (stage >= 2 && !reduction.reduce_output.is_same(grads.shard_grad))
+    reduction.comm_input = reduction.comm_shard = torch::Tensor();
+    if (stage >= 2 && !store_.gradients_on_host() && !reduction.reduce_output.is_same(grads.shard_grad))
       grads.shard_grad.add_(reduction.reduce_output);
     if (stage >= 2) store_.optimizer_file().close_gradient(g);  // on file: written behind
     if (reduction.reduce_input.defined()) in_flight_elements_ -= store_.layout(g).padded;
     reduction.reduce_input = reduction.reduce_output = torch::Tensor();
     reduction.reduce_work = Work();
     ++next_retire_;
+  }
+}
+
+// Gradients on the host (offload_optimizer cpu on a GPU): the reduced shard goes down now, while
+// backward goes on; finish() waits for it to land.
+void ReduceScheduler::land_on_host(int64_t g) {
+  const Reduction& reduction = reductions_[size_t(g)];
+  const GroupGradients& grads = store_.gradients(g);
+  if (settings_.stage >= 2) {
+    store_.receive_gradient(g, reduction.reduce_output, reduction.accumulate);
+  } else if (reduction.comm_shard.defined()) {  // stage 1 in communication_data_type
+    store_.receive_gradient(g, reduction.comm_shard, /*accumulate=*/false);
+  } else {  // stage 1: the reduced shard, or on one rank the flat gradient itself
+    store_.receive_gradient(g, settings_.world == 1 ? grads.flat_grad : reduction.reduce_output, false);
   }
 }
 
@@ -123,7 +140,7 @@ void ReduceScheduler::launch_flat(int64_t g) {
   Reduction& reduction = reductions_[size_t(g)];
   const int world = settings_.world;
   if (world == 1) {
-    if (settings_.stage == 1) grads.shard_grad = grads.flat_grad;
+    if (settings_.stage == 1 && !store_.gradients_on_host()) grads.shard_grad = grads.flat_grad;
     return;
   }
   if (settings_.comm_dtype != grads.flat_grad.scalar_type()) {
@@ -134,8 +151,14 @@ void ReduceScheduler::launch_flat(int64_t g) {
   if (settings_.stage == 0) {
     reduction.reduce_work = settings_.comm->allreduce_async(grads.flat_grad, ReduceOp::kSum);
   } else {
-    grads.shard_grad = torch::empty({store_.layout(g).shard}, grads.flat_grad.options());
-    reduction.reduce_work = settings_.comm->reduce_scatter_async(grads.shard_grad, grads.flat_grad, ReduceOp::kSum);
+    // the reduced shard, or with gradients on the host a device buffer that land_on_host copies down
+    torch::Tensor shard = torch::empty({store_.layout(g).shard}, grads.flat_grad.options());
+    if (store_.gradients_on_host()) {
+      reduction.reduce_output = shard;
+    } else {
+      grads.shard_grad = shard;
+    }
+    reduction.reduce_work = settings_.comm->reduce_scatter_async(shard, grads.flat_grad, ReduceOp::kSum);
   }
   if (!settings_.config.zero_optimization().overlap_comm()) reduction.reduce_work.wait();
 }
@@ -164,7 +187,7 @@ void ReduceScheduler::launch_staged(int64_t g) {
   GroupGradients& grads = store_.gradients(g);
   Reduction& reduction = reductions_[size_t(g)];
   const int world = settings_.world;
-  const auto options = grads.shard_grad.options();
+  const auto options = store_.parameter_options();  // the device's, also when shard_grad is on the host
   const bool cast = settings_.comm_dtype != options.dtype() && world > 1;  // communication_data_type
   reduction.reduce_input = store_.buffers().empty(layout.padded, cast ? options.dtype(settings_.comm_dtype) : options);
   const torch::Tensor scale = torch::scalar_tensor(1.0 / world, options);
@@ -187,9 +210,10 @@ void ReduceScheduler::launch_staged(int64_t g) {
   // of an accumulation add theirs (and every one does in another communication_data_type). A shard
   // on file is lent until retire() has it (as zeros when clean: nothing is read).
   store_.optimizer_file().open_gradient(g, grads.shard_grad_clean);
-  reduction.reduce_output = grads.shard_grad_clean && !cast
-                                ? grads.shard_grad
-                                : torch::empty({layout.shard}, options.dtype(settings_.comm_dtype));
+  const bool into_shard = grads.shard_grad_clean && !cast && !store_.gradients_on_host();
+  reduction.reduce_output = into_shard ? grads.shard_grad
+                                       : torch::empty({layout.shard}, options.dtype(settings_.comm_dtype));
+  reduction.accumulate = !grads.shard_grad_clean;  // gradients on the host: add to what landed there
   grads.shard_grad_clean = false;
   reduction.reduce_work = settings_.comm->reduce_scatter_async(reduction.reduce_output, reduction.reduce_input,
                                                                ReduceOp::kSum);

@@ -50,12 +50,14 @@ class ReduceScheduler {
     // stage 0/1 with a communication_data_type other than the compute dtype: the cast gradients in
     // flight and (stage 1) the reduced shard in that dtype, cast back when the reduction retires
     torch::Tensor comm_input, comm_shard;
+    bool accumulate = false;  // stage 2/3: an earlier micro-step's reduction is in the shard already
   };
   void launch(int64_t g);
   void launch_flat(int64_t g);    // stage 0/1: the gradients are flat already
   void launch_cast(int64_t g);    // stage 0/1 in communication_data_type
   void launch_staged(int64_t g);  // stage 2/3: the gradients staged into a pooled buffer first
   void retire(bool all);
+  void land_on_host(int64_t g);
 
   const EngineSettings& settings_;
   TrainableParameters& params_;

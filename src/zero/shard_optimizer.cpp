@@ -20,7 +20,9 @@ ShardOptimizer::ShardOptimizer(const EngineSettings& settings, StateStore& store
   std::vector<torch::Tensor> masters;
   for (int64_t g = 0; g < store_.size(); ++g) masters.push_back(store_.master(g));
   const auto& factory = options.optimizer_factory();
-  optimizer_ = factory ? factory(masters) : make_inner_optimizer(settings_.config.optimizer(), masters);
+  // Masters on the host while the model computes on a GPU: the fused host step (host_adam.h).
+  optimizer_ = factory ? factory(masters)
+                       : make_inner_optimizer(settings_.config.optimizer(), masters, store_.gradients_on_host());
   COHORT_CHECK_KIND(kInvalidArgument, optimizer_ != nullptr, "EngineOptions::optimizer_factory returned no optimizer");
   create_states();
   schedule_learning_rate();
@@ -53,7 +55,8 @@ void ShardOptimizer::step() {
   } else {
     step_all_at_once();
   }
-  store_.shards().flush();  // stage 3's shards on file: a failed write is this step's error
+  store_.parameters_written();  // gradients on the host: the next forward waits for them on the GPU
+  store_.shards().flush();      // stage 3's shards on file: a failed write is this step's error
   unscaled_.clear();
   ++global_steps_;
   schedule_learning_rate();
@@ -62,6 +65,16 @@ void ShardOptimizer::step() {
 }
 
 void ShardOptimizer::step_all_at_once() {
+  if (store_.gradients_on_host()) {
+    // A group at a time (the same arithmetic, as step_group_by_group says): group g's parameters go
+    // up to the GPU while the host steps group g + 1.
+    for (int64_t g = 0; g < store_.size(); ++g) {
+      store_.master(g).mutable_grad() = unscaled_[size_t(g)];
+      optimizer_->step();
+      write_back(g);
+    }
+    return;
+  }
   for (int64_t g = 0; g < store_.size(); ++g) store_.master(g).mutable_grad() = unscaled_[size_t(g)];
   optimizer_->step();
   for (int64_t g = 0; g < store_.size(); ++g) write_back(g);
@@ -188,6 +201,7 @@ double ShardOptimizer::global_norm_squared() {
 
 void ShardOptimizer::write_back_and_gather() {
   for_each_master(/*changes=*/false, [&](int64_t g) { write_back(g); });
+  store_.parameters_written();
   gather_parameters();
 }
 

@@ -13,6 +13,9 @@
 namespace cohort::detail {
 namespace {
 
+// The page-locked staging of offload_optimizer cpu on a GPU: buffer_count buffers of at most this.
+constexpr int64_t kStagingSlotBytes = int64_t(64) << 20;
+
 // The part of a group's flat parameters that rank `rank` updates.
 torch::Tensor owned_slice(const torch::Tensor& flat, const GroupLayout& layout, int stage, int rank) {
   if (stage == 0 || stage == 3) return flat;
@@ -28,7 +31,13 @@ StateStore::StateStore(const EngineSettings& settings, TrainableParameters& para
       group_of_(size_t(params.size()), -1),
       grad_aliases_(size_t(params.size())),
       shards_(settings),
-      optimizer_file_(settings) {}
+      optimizer_file_(settings) {
+  const bool host_masters = settings_.placement.masters == Tier::kHost;
+  if (host_masters && settings_.stage >= 1 && params.size() > 0 && params.at(0).is_cuda())
+    staging_ = std::make_unique<HostStaging>(params.at(0).device(),
+                                             settings_.config.zero_optimization().offload_optimizer().buffer_count(),
+                                             kStagingSlotBytes);
+}
 
 torch::Device StateStore::device_of(Tier tier) const {
   return tier == Tier::kDevice ? params_.at(0).device() : torch::Device(torch::kCPU);
@@ -42,14 +51,17 @@ void StateStore::add_group(GroupLayout layout, const torch::Tensor& shard) {
   group.layout = std::move(layout);
   const GroupLayout& l = group.layout;
   for (int64_t index : l.params) group_of_[size_t(index)] = size();
+  // Gradients on the host: the reduced shard in fp32 there, written by receive_gradient.
+  const auto shard_grad_options = staging_ ? options.dtype(torch::kFloat).device(torch::kCPU) : options;
+  if (staging_ && stage == 1) group.grads.shard_grad = torch::zeros({l.shard}, shard_grad_options);
   if (stage == 3) {
-    group.grads.shard_grad = torch::zeros({l.shard}, options);
+    group.grads.shard_grad = torch::zeros({l.shard}, shard_grad_options);
     params_.free(l);  // now, not after every group: the whole model never exists twice
   } else {
     group.flat = params_.flatten(l, options);
     params_.alias_into(l, group.flat);
     if (stage == 2) {
-      group.grads.shard_grad = torch::zeros({l.shard}, options);
+      group.grads.shard_grad = torch::zeros({l.shard}, shard_grad_options);
     } else {
       group.grads.flat_grad = torch::zeros({l.padded}, options);
       for (size_t k = 0; k < l.params.size(); ++k) {
@@ -71,6 +83,15 @@ void StateStore::add_group(GroupLayout layout, const torch::Tensor& shard) {
 }
 
 void StateStore::write_parameters(int64_t g, const torch::Tensor& master) {
+  if (staging_ && master.is_cpu()) {
+    const bool shard = settings_.stage == 3;
+    if (!shard || settings_.placement.parameter_shards == Tier::kDevice) {
+      // on the device: up through the staging (stage 3's shard there is never lent at a step)
+      staging_->upload(master, shard ? shards_.lend(g) : owned_parameters(g));
+      if (shard) shards_.give_back(g);
+      return;
+    }
+  }
   if (settings_.stage == 3) {
     shards_.write(g, master);
     return;
@@ -86,8 +107,21 @@ torch::Tensor StateStore::owned_parameters(int64_t g) const {
 
 bool StateStore::master_is_copy(int64_t g) const { return groups_[size_t(g)].master_copy; }
 
+void StateStore::receive_gradient(int64_t g, const torch::Tensor& reduced, bool accumulate) {
+  staging_->download(reduced, groups_[size_t(g)].grads.shard_grad, accumulate);
+}
+
+void StateStore::gradients_received() {
+  if (staging_) staging_->drain();
+}
+
+void StateStore::parameters_written() {
+  if (staging_) staging_->uploads_done();
+}
+
 const torch::Tensor& StateStore::reduced_gradient(int64_t g) const {
   const GroupGradients& grads = groups_[size_t(g)].grads;
+  if (staging_) return grads.shard_grad;
   // Stage 0 reduced the whole flat gradient; stage 1 on one rank has nothing to scatter.
   if (settings_.stage == 0 || (settings_.stage == 1 && settings_.world == 1)) return grads.flat_grad;
   return grads.shard_grad;
@@ -98,10 +132,11 @@ void StateStore::zero_gradients() {
     group.master.mutable_grad() = torch::Tensor();
     if (group.grads.flat_grad.defined()) group.grads.flat_grad.zero_();
     if (settings_.stage >= 2) {
-      // On file the shard is empty here; the next reduction lends it as zeros (clean).
-      if (!optimizer_file_.holds_gradients()) group.grads.shard_grad.zero_();
+      // On file the shard is empty here; the next reduction lends it as zeros (clean). On the host
+      // the next reduction copies rather than adds.
+      if (!optimizer_file_.holds_gradients() && !staging_) group.grads.shard_grad.zero_();
       group.grads.shard_grad_clean = true;
-    } else {
+    } else if (!staging_) {
       group.grads.shard_grad = torch::Tensor();  // stage 1: the reduced shard lives for one step only
     }
   }
@@ -132,6 +167,7 @@ void StateStore::add_memory(MemoryReport& report) const {
   optimizer_file_.add_memory(report);  // lent, read ahead, written behind; the rest is on file
   shards_.add_memory(report);
   report.cached_bytes += buffers_.idle_bytes();
+  if (staging_) report.buffer_bytes += staging_->pinned_bytes();
 }
 
 }  // namespace cohort::detail

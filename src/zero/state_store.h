@@ -21,6 +21,7 @@
 #include "cohort/zero.h"
 #include "zero/buffer_pool.h"
 #include "zero/engine_settings.h"
+#include "zero/offload/host_staging.h"
 #include "zero/offload/optimizer_file.h"
 #include "zero/offload/parameter_shards.h"
 #include "zero/partition.h"
@@ -52,6 +53,8 @@ class StateStore {
   const GroupLayout& layout(int64_t g) const { return groups_[size_t(g)].layout; }
   int64_t group_of(int64_t param) const { return group_of_[size_t(param)]; }
   const StatePlacement& placement() const { return settings_.placement; }
+  /// The parameters' dtype and device (what gradients and reduction buffers use).
+  torch::TensorOptions parameter_options() const { return params_.at(0).options().requires_grad(false); }
 
   /// Stage 0-2: the compute-precision parameters [padded] (stage 3: shards()).
   const torch::Tensor& parameters(int64_t g) const { return groups_[size_t(g)].flat; }
@@ -72,6 +75,18 @@ class StateStore {
   /// its calls do nothing.
   OptimizerFile& optimizer_file() { return optimizer_file_; }
   bool masters_on_file() const { return optimizer_file_.active(); }
+
+  /// offload_optimizer cpu on a CUDA device (stage 1-3): each reduced gradient shard goes down to an
+  /// fp32 host tensor (shard_grad) as its reduction finishes, and the updated masters go up after
+  /// the host step, both through HostStaging's bounded page-locked buffers on a side stream.
+  bool gradients_on_host() const { return staging_ != nullptr; }
+  /// Queues group g's reduced shard `reduced` (on the device) into its host gradient, added to what
+  /// is there when `accumulate`.
+  void receive_gradient(int64_t g, const torch::Tensor& reduced, bool accumulate);
+  /// The end of backward: every received gradient has landed in host memory.
+  void gradients_received();
+  /// The end of a step's write-back: the compute stream waits for the parameters going up.
+  void parameters_written();
 
   GroupGradients& gradients(int64_t g) { return groups_[size_t(g)].grads; }
   /// Stage 0/1: the slice of flat_grad that is parameter `param`'s .grad.
@@ -105,6 +120,7 @@ class StateStore {
   ParameterShards shards_;                   // stage 3
   BufferPool buffers_;                       // buffer_pool.h says why not malloc
   OptimizerFile optimizer_file_;             // offload_optimizer nvme
+  std::unique_ptr<HostStaging> staging_;     // offload_optimizer cpu on CUDA
 };
 
 }  // namespace cohort::detail

@@ -110,6 +110,55 @@ TEST(GpuTraining, ZeroStagesOnCudaEqualCpu) {
   });
 }
 
+// ZeRO-Offload on a GPU: masters, optimizer state and the step on the host, each reduced gradient
+// shard down through the bounded page-locked staging as its reduction ends, the updated parameters up
+// (zero/offload/host_staging.h); stage 3 also with its parameter shards on the host. Two ranks over
+// Gloo, 2 micro-steps per step (the host adds the second), AdamW and SGD with momentum: the same
+// parameters as without offload, within the difference of the host's and the GPU's step kernels.
+TEST(GpuTraining, OptimizerOffloadOnCudaEndsAtTheParametersOfNoOffload) {
+  COHORT_REQUIRE_GPU();
+  run_ranks(2, [](int rank, int size) {
+    cohort::init(cohort::InitOptions().backend(cohort::Backend::kGloo));
+    const torch::Device cuda(torch::kCUDA, 0);
+    auto train = [&](int stage, bool sgd, cohort::OffloadDevice optimizer, cohort::OffloadDevice params) {
+      auto model = make_model();
+      model->to(cuda);
+      auto zero = cohort::ZeroOptimizationConfig().stage(stage).reduce_bucket_size(40).overlap_comm(true)
+                      .offload_optimizer(cohort::OffloadOptimizerConfig().device(optimizer).buffer_count(2))
+                      .offload_param(cohort::OffloadParamConfig().device(params));
+      auto config = cohort::ZeroConfig().world_size(size).gradient_accumulation_steps(2).zero_optimization(zero);
+      config.optimizer(sgd ? cohort::OptimizerConfig().type(cohort::OptimizerType::kSgd).lr(0.05).momentum(0.9)
+                           : cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(0.01)
+                                 .weight_decay(0.01));
+      auto engine = cohort::initialize(config, model);
+      for (int micro = 0; micro < 2 * kSteps; ++micro) {
+        auto [x, y] = batch(micro, rank, size);
+        engine.backward(torch::nn::functional::cross_entropy(engine.forward(x.to(cuda)), y.to(cuda)));
+        engine.step();
+      }
+      if (optimizer != cohort::OffloadDevice::kNone)
+        EXPECT_GT(engine.memory_report().buffer_bytes, 0) << "the staging buffers exist";
+      std::vector<torch::Tensor> out;
+      for (auto& [name, value] : engine.full_parameters()) out.push_back(value.detach().cpu());
+      return out;
+    };
+    using cohort::OffloadDevice;
+    for (bool sgd : {false, true}) {
+      for (int stage : {1, 2, 3}) {
+        const auto none = train(stage, sgd, OffloadDevice::kNone, OffloadDevice::kNone);
+        const double diff = max_difference(none, train(stage, sgd, OffloadDevice::kCpu, OffloadDevice::kNone));
+        report(std::string(sgd ? "sgd" : "adamw") + " zero" + std::to_string(stage) + " offload cpu vs none " +
+               std::to_string(diff));
+        EXPECT_LT(diff, 1e-5) << "stage " << stage << (sgd ? " sgd" : " adamw");
+        if (stage != 3) continue;
+        const double both = max_difference(none, train(stage, sgd, OffloadDevice::kCpu, OffloadDevice::kCpu));
+        report(std::string(sgd ? "sgd" : "adamw") + " zero3 offload cpu+params cpu vs none " + std::to_string(both));
+        EXPECT_LT(both, 1e-5) << "stage 3 with parameters on the host" << (sgd ? " sgd" : " adamw");
+      }
+    }
+  });
+}
+
 TEST(GpuTraining, WorldOfOneOnCudaWithBf16AndAutocast) {
   COHORT_REQUIRE_GPU();
   auto world = cohort::init();
