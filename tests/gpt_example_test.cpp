@@ -163,6 +163,8 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
        "error: --offload-optimizer cpu needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp\n"},
       {{"--offload-params", "cpu", "--strategy", "zero2"},
        "error: --offload-params cpu needs a strategy that shards parameters (zero3, fsdp), not --strategy zero2\n"},
+      {{"--keep-gathered", "--strategy", "ddp"},  // hostile pass 4, D6: it trained without a word
+       "error: --keep-gathered needs a strategy that gathers parameters (zero3, fsdp), not --strategy ddp\n"},
       {{"--offload-params", "nvme", "--strategy", "zero3"},
        "error: --offload-params nvme needs --nvme-path DIR (a directory on a local disk)\n"},
       {{"--nvme-path", "/tmp", "--offload-optimizer", "cpu", "--strategy", "zero2"},

@@ -392,6 +392,36 @@ TEST(ZeroConfig, DeepNestingIsRefusedInOneLine) {
             "ds_config: duplicate key a.b.c (DeepSpeed refuses them too)");
 }
 
+// Hostile pass 4, D1: every JSON read (ds_config, manifests, traces, the timeline's gather) went
+// through nlohmann's callback parser, which walks the whole enclosing array each time an object ends:
+// 100,000 objects in an array took 19 s, a million would take hours (this test's ctest timeout). One
+// checking pass and the plain parser read them in about a second; objects side by side in an array may
+// repeat each other's keys.
+TEST(ZeroConfig, AnArrayOfAMillionObjectsIsReadInOnePass) {
+  std::string objects;
+  objects.reserve(14 * 1000000);
+  for (int i = 0; i < 1000000; ++i) objects += i == 0 ? R"({"b": 1})" : R"(,{"b": 1})";
+  const ZeroConfig config = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 4, "x": [)" + objects + "]}", 1);
+  EXPECT_EQ(config.unsupported_keys(), std::vector<std::string>{"x"});
+  EXPECT_EQ(parse_error(R"({"x": [{"b": 1}, {"b": 2, "b": 3}]})"), "ds_config: duplicate key x.b (DeepSpeed refuses them too)");
+}
+
+// Hostile pass 4, D3: accumulation counts past an int wrapped ("must be >= 1, got -727379968", and 2^32 + 1
+// passed as 1) and lost the file's name.
+TEST(ZeroConfig, AnAccumulationCountPastAnIntIsRefusedNamingIt) {
+  EXPECT_EQ(parse_error(R"({"train_micro_batch_size_per_gpu": 32, "gradient_accumulation_steps": 1000000000000})"),
+            "ds_config: gradient_accumulation_steps=1000000000000 is out of range: at most 2147483647 micro-steps "
+            "per step");
+  EXPECT_EQ(parse_error(R"({"gradient_accumulation_steps": 4294967297})"),
+            "ds_config: gradient_accumulation_steps=4294967297 is out of range: at most 2147483647 micro-steps per "
+            "step");
+  EXPECT_EQ(parse_error(R"({"train_batch_size": 4611686018427387904, "train_micro_batch_size_per_gpu": 32})"),
+            "ds_config: gradient_accumulation_steps=144115188075855872 (derived) is out of range: at most "
+            "2147483647 micro-steps per step");
+  EXPECT_EQ(parse_ds_config(R"({"gradient_accumulation_steps": 2147483647})", 1).gradient_accumulation_steps(),
+            2147483647);
+}
+
 // Issue 39: a batch product past int64 was shown as "train_batch_size=-1 (derived)".
 TEST(ZeroConfig, AnOverflowingBatchProductIsRefusedNamingItsFactors) {
   EXPECT_EQ(parse_error(R"({"train_micro_batch_size_per_gpu": 4611686018427387904, "gradient_accumulation_steps": 2})"),

@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
                               " needs a strategy that shards parameters (zero3, fsdp), not --strategy " +
                               flags.strategy,
                           cohort::ErrorKind::kInvalidArgument);
+    if (flags.keep_gathered && flags.strategy != "zero3" && flags.strategy != "fsdp")
+      throw cohort::Error("--keep-gathered needs a strategy that gathers parameters (zero3, fsdp), not --strategy " +
+                              flags.strategy,
+                          cohort::ErrorKind::kInvalidArgument);
     if (flags.offload_params == "nvme" && flags.nvme_path.empty())
       throw cohort::Error("--offload-params nvme needs --nvme-path DIR (a directory on a local disk)",
                           cohort::ErrorKind::kInvalidArgument);

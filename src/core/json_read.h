@@ -93,40 +93,94 @@ std::string json_excerpt(const Json& value, size_t max_chars = 200) {
   return printable(out.substr(0, max_chars)) + "...";
 }
 
-/// `text` parsed as Json (nlohmann::json, or ordered_json to keep the file's key order). Throws
-/// cohort::Error of options.kind, starting with options.source, when the text is not JSON, nests
-/// deeper than options.max_depth (refused while parsing: nothing deeper is ever built), or repeats a
-/// key in one object under options.unique_keys ("duplicate key zero_optimization.stage").
-template <typename Json = nlohmann::json>
-Json parse_json(const std::string& text, const JsonReadOptions& options) {
-  using Event = typename Json::parse_event_t;
-  // The objects being read, outermost first: their keys so far and the last, whose value holds the
-  // next. A repeated key's path is joined only once one is found, so reading stays linear in the text.
+namespace json_read {
+
+// The first of parse_json's two passes: nlohmann's SAX parser with a handler that builds nothing and
+// checks what the DOM parser cannot check cheaply. Nesting deeper than max_depth is refused at the
+// first level too deep (nothing has been allocated for it), a repeated key with its path. The
+// checks are linear in the text: nlohmann's callback parser would check the same but walks the
+// whole enclosing array each time an object ends, which made an array of n objects cost n^2.
+template <typename Json>
+class Checker {
+ public:
+  using number_integer_t = typename Json::number_integer_t;
+  using number_unsigned_t = typename Json::number_unsigned_t;
+  using number_float_t = typename Json::number_float_t;
+  using string_t = typename Json::string_t;
+  using binary_t = typename Json::binary_t;
+
+  explicit Checker(const JsonReadOptions& options) : options_(options) {}
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(number_integer_t) { return true; }
+  bool number_unsigned(number_unsigned_t) { return true; }
+  bool number_float(number_float_t, const string_t&) { return true; }
+  bool string(string_t&) { return true; }
+  bool binary(binary_t&) { return true; }
+  bool start_object(std::size_t) {
+    enter();
+    if (options_.unique_keys) objects_.emplace_back();
+    return true;
+  }
+  bool key(string_t& key) {
+    if (!options_.unique_keys) return true;
+    objects_.back().last = key;
+    if (!objects_.back().keys.insert(key).second) {
+      // The path is joined only once a key repeats, so reading stays linear.
+      std::string path;
+      for (const Object& object : objects_) path += (path.empty() ? "" : ".") + object.last;
+      refuse(options_, "duplicate key " + excerpt(path) + options_.duplicate_note);
+    }
+    return true;
+  }
+  bool end_object() {
+    --depth_;
+    if (options_.unique_keys) objects_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) {
+    enter();
+    return true;
+  }
+  bool end_array() {
+    --depth_;
+    return true;
+  }
+  template <typename Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception& error) {
+    refuse(options_, "not valid JSON: " + json_error_text(error));
+  }
+
+ private:
+  // The objects being read, outermost first: their keys so far and the last, whose value holds the next.
   struct Object {
     std::set<std::string> keys;
     std::string last;
   };
-  std::vector<Object> objects;
-  auto on_event = [&](int depth, Event event, Json& parsed) {
-    if (event == Event::object_start || event == Event::array_start) {
-      // `depth` counts the objects and arrays around this one.
-      if (depth >= options.max_depth) json_read::refuse(options, json_read::too_deep(options));
-      if (event == Event::object_start && options.unique_keys) objects.emplace_back();
-    } else if (event == Event::object_end && options.unique_keys) {
-      objects.pop_back();
-    } else if (event == Event::key && options.unique_keys) {
-      objects.back().last = parsed.template get<std::string>();
-      if (!objects.back().keys.insert(objects.back().last).second) {
-        std::string path;
-        for (const Object& object : objects) path += (path.empty() ? "" : ".") + object.last;
-        json_read::refuse(options, "duplicate key " + excerpt(path) + options.duplicate_note);
-      }
-    }
-    return true;
-  };
+  void enter() {
+    if (depth_ >= options_.max_depth) refuse(options_, too_deep(options_));
+    ++depth_;
+  }
+  const JsonReadOptions& options_;
+  int depth_ = 0;  // objects and arrays open around the next value
+  std::vector<Object> objects_;
+};
+
+}  // namespace json_read
+
+/// `text` parsed as Json (nlohmann::json, or ordered_json to keep the file's key order). Throws
+/// cohort::Error of options.kind, starting with options.source, when the text is not JSON, nests
+/// deeper than options.max_depth (refused while parsing: nothing deeper is ever built), or repeats a
+/// key in one object under options.unique_keys ("duplicate key zero_optimization.stage"). Linear in
+/// the text: a checking pass (json_read::Checker), then nlohmann's plain parser.
+template <typename Json = nlohmann::json>
+Json parse_json(const std::string& text, const JsonReadOptions& options) {
   try {
-    return Json::parse(text, on_event, /*allow_exceptions=*/true, /*ignore_comments=*/options.comments);
-  } catch (const typename Json::exception& error) {  // parse_error, and out_of_range for a number past double
+    json_read::Checker<Json> checker(options);
+    Json::sax_parse(text, &checker, Json::input_format_t::json, /*strict=*/true,
+                    /*ignore_comments=*/options.comments);
+    return Json::parse(text, nullptr, /*allow_exceptions=*/true, /*ignore_comments=*/options.comments);
+  } catch (const typename Json::exception& error) {  // out_of_range for a number past double, and the like
     json_read::refuse(options, "not valid JSON: " + json_error_text(error));
   }
 }

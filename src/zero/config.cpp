@@ -30,7 +30,15 @@ void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
   std::optional<int64_t> accum = top.integer("gradient_accumulation_steps", 1);
   const bool given_train = train.has_value(), given_micro = micro.has_value();
   const bool given_accum = accum.has_value();
+  // The engine counts micro-steps in an int: a count past it (given, or derived from a huge
+  // train_batch_size) is refused here, naming it, not wrapped to a negative number later.
+  const auto check_accum = [&](int64_t steps, bool given) {
+    if (steps > std::numeric_limits<int32_t>::max())
+      ctx.fail(str("gradient_accumulation_steps=", steps, given ? "" : " (derived)", " is out of range: at most ",
+                   std::numeric_limits<int32_t>::max(), " micro-steps per step"));
+  };
   if (!train && !micro) {
+    check_accum(accum.value_or(1), given_accum);
     config->gradient_accumulation_steps(accum.value_or(1));
     return;
   }
@@ -52,6 +60,7 @@ void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
                  " * world_size=", world, " overflows a 64-bit integer (more than ",
                  std::numeric_limits<int64_t>::max(), " samples per step); give smaller batch sizes"));
   }
+  check_accum(*accum, given_accum);
   if (!train) train = product;
   if (product != *train || *micro < 1 || *accum < 1) {
     auto mark = [](bool given) { return given ? "" : " (derived)"; };
