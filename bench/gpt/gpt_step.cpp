@@ -209,12 +209,14 @@ int main(int argc, char** argv) {
   // On a GPU each parameter goes over in the compute dtype, so the whole model is there once, at 2 bytes
   // a parameter with bf16.
   if (device.is_cuda()) model->to(device, f.precision == "bf16" ? torch::kBFloat16 : torch::kFloat);
+  phase("built");
   const double rss_built = status_mib("VmRSS");
   auto tokens = torch::randint(0, f.vocab_size, {f.batch, f.block_size + 1}, torch::kLong).to(device);
   std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>> ddp;
   std::unique_ptr<torch::optim::AdamW> adamw;
   std::unique_ptr<GPTEngine> engine;
   auto step = make_step(f, model, tokens, ddp, adamw, engine);
+  phase("wrapped");
   const double rss_wrapped = status_mib("VmRSS");
   double first_loss = 0, last_loss = 0;
   for (int i = 0; i < f.warmup; ++i) (i == 0 ? first_loss : last_loss) = step();
