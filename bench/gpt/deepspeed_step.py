@@ -22,13 +22,8 @@ from pytorch_models import GPT  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ddp"))
 from ddp_step import spawn_ranks  # noqa: E402
 
-
-def status_mib(field):
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_step import status_mib  # noqa: E402
 
 
 def ds_config(args):

@@ -3,7 +3,7 @@
 // moments once, write them once), where LibTorch's optimizer makes about ten passes of one operation
 // each. The state is LibTorch's own (AdamParamState, AdamWParamState), so checkpoints and the engine
 // read it as before. The result equals LibTorch's within float rounding (its add-with-alpha may be a
-// fused multiply-add, the loop here is not): about 1e-7 relative per step.
+// fused multiply-add, the loop here is not): under 1e-6 relative after 20 steps (tested).
 #pragma once
 
 #include <torch/optim/adam.h>

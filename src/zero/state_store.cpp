@@ -45,7 +45,7 @@ torch::Device StateStore::device_of(Tier tier) const {
 
 void StateStore::add_group(GroupLayout layout, const torch::Tensor& shard) {
   const int stage = settings_.stage;
-  const auto options = params_.at(0).options().requires_grad(false);
+  const auto options = parameter_options();
   torch::NoGradGuard no_grad;
   Group group;
   group.layout = std::move(layout);

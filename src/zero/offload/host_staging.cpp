@@ -28,31 +28,23 @@ HostStaging::~HostStaging() {
 
 int64_t HostStaging::pinned_bytes() const { return int64_t(slots_.size()) * slot_bytes_; }
 
-// Elements of `t` that fit one slot.
-int64_t HostStaging::chunk_elements(const torch::Tensor& t) const {
-  return std::max<int64_t>(1, max_slot_bytes_ / int64_t(t.element_size()));
-}
-
 torch::Tensor HostStaging::staged(int slot, torch::Dtype dtype, int64_t numel) const {
   return slots_[size_t(slot)].narrow(0, 0, numel * int64_t(c10::elementSize(dtype))).view(dtype);
 }
 
 // A free slot of at least `bytes_needed`, completing the oldest copies while none is free. The slots
-// are made at the first call, as large as that call needs up to the bound.
+// are made at the first call as large as it needs, up to the bound, and grown (once idle) for a larger one.
 int HostStaging::acquire(int64_t bytes_needed) {
-  if (slots_.empty()) {
+  if (slots_.empty() || bytes_needed > slot_bytes_) {
+    drain();
     slot_bytes_ = std::min(max_slot_bytes_, std::max<int64_t>(bytes_needed, 64));
-    auto options = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(stream_ != nullptr);
+    const auto options = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(stream_ != nullptr);
+    slots_.assign(size_t(slot_count_), torch::Tensor());
+    free_.clear();
     for (int i = 0; i < slot_count_; ++i) {
-      slots_.push_back(torch::empty({slot_bytes_}, options));
+      slots_[size_t(i)] = torch::empty({slot_bytes_}, options);
       free_.push_back(i);
     }
-  }
-  if (bytes_needed > slot_bytes_) {  // the first tensor was small: grow every slot, once they are idle
-    while (!pending_.empty()) complete_oldest();
-    slot_bytes_ = std::min(max_slot_bytes_, bytes_needed);
-    auto options = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(stream_ != nullptr);
-    for (auto& slot : slots_) slot = torch::empty({slot_bytes_}, options);
   }
   while (free_.empty()) complete_oldest();
   const int slot = free_.back();
@@ -75,50 +67,56 @@ void HostStaging::complete_oldest() {
   pending_.pop_front();
 }
 
+// Cuts [0, numel) into chunks of at most a slot of `dtype`; for each, `fill(pending, begin, n)` sets
+// the chunk's tensors, `copy(pending)` queues its copy (on the side stream) or does it (on the CPU).
+// Returns the bytes copied.
+template <typename Fill, typename Copy>
+int64_t HostStaging::queue_chunks(int64_t numel, torch::Dtype dtype, const Fill& fill, const Copy& copy) {
+  const int64_t element = int64_t(c10::elementSize(dtype));
+  const int64_t chunk = std::max<int64_t>(1, max_slot_bytes_ / element);
+  for (int64_t begin = 0; begin < numel; begin += chunk) {
+    const int64_t n = std::min(chunk, numel - begin);
+    Pending pending;
+    pending.slot = acquire(n * element);
+    pending.staged = staged(pending.slot, dtype, n);
+    fill(pending, begin, n);
+    copy(pending);
+    if (stream_) pending.done = stream_->record();
+    pending_.push_back(std::move(pending));
+  }
+  return numel * element;
+}
+
 void HostStaging::download(const torch::Tensor& src, const torch::Tensor& dst, bool accumulate) {
   COHORT_CHECK_KIND(kInternal, src.dim() == 1 && dst.dim() == 1 && src.numel() == dst.numel() && dst.is_cpu(),
                     "offload: a gradient of ", src.numel(), " elements staged into a host tensor of ", dst.numel());
-  const int64_t chunk = chunk_elements(src);
-  for (int64_t begin = 0; begin < src.numel(); begin += chunk) {
-    const int64_t n = std::min(chunk, src.numel() - begin);
-    Pending pending;
-    pending.slot = acquire(n * int64_t(src.element_size()));
-    pending.staged = staged(pending.slot, src.scalar_type(), n);
-    pending.keep = src.narrow(0, begin, n);
-    pending.host = dst.narrow(0, begin, n);
-    pending.accumulate = accumulate;
-    if (stream_) {
-      stream_->copy(pending.staged, pending.keep);
-      pending.done = stream_->record();
-    } else {
-      pending.staged.copy_(pending.keep);
-    }
-    pending_.push_back(std::move(pending));
-    bytes_down_ += n * int64_t(src.element_size());
-  }
+  bytes_down_ += queue_chunks(
+      src.numel(), src.scalar_type(),
+      [&](Pending& pending, int64_t begin, int64_t n) {
+        pending.keep = src.narrow(0, begin, n);
+        pending.host = dst.narrow(0, begin, n);
+        pending.accumulate = accumulate;
+      },
+      [&](Pending& pending) {
+        if (stream_) stream_->copy(pending.staged, pending.keep);
+        else pending.staged.copy_(pending.keep);
+      });
 }
 
 void HostStaging::upload(const torch::Tensor& src, const torch::Tensor& dst) {
   COHORT_CHECK_KIND(kInternal, src.dim() == 1 && dst.dim() == 1 && src.numel() == dst.numel() && src.is_cpu(),
                     "offload: a host tensor of ", src.numel(), " elements staged into a parameter of ", dst.numel());
   torch::NoGradGuard no_grad;
-  const int64_t chunk = chunk_elements(dst);
-  for (int64_t begin = 0; begin < src.numel(); begin += chunk) {
-    const int64_t n = std::min(chunk, src.numel() - begin);
-    Pending pending;
-    pending.slot = acquire(n * int64_t(dst.element_size()));
-    pending.staged = staged(pending.slot, dst.scalar_type(), n);
-    pending.staged.copy_(src.narrow(0, begin, n));  // the cast on the host's cores
-    pending.keep = dst.narrow(0, begin, n);
-    if (stream_) {
-      stream_->copy(pending.keep, pending.staged);
-      pending.done = stream_->record();
-    } else {
-      pending.keep.copy_(pending.staged);
-    }
-    pending_.push_back(std::move(pending));
-    bytes_up_ += n * int64_t(dst.element_size());
-  }
+  bytes_up_ += queue_chunks(
+      dst.numel(), dst.scalar_type(),
+      [&](Pending& pending, int64_t begin, int64_t n) {
+        pending.staged.copy_(src.narrow(0, begin, n));  // the cast on the host's cores
+        pending.keep = dst.narrow(0, begin, n);
+      },
+      [&](Pending& pending) {
+        if (stream_) stream_->copy(pending.keep, pending.staged);
+        else pending.keep.copy_(pending.staged);
+      });
 }
 
 void HostStaging::drain() {

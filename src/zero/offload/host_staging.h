@@ -53,7 +53,8 @@ class HostStaging {
   int acquire(int64_t bytes_needed);
   void complete_oldest();
   torch::Tensor staged(int slot, torch::Dtype dtype, int64_t numel) const;
-  int64_t chunk_elements(const torch::Tensor& t) const;
+  template <typename Fill, typename Copy>
+  int64_t queue_chunks(int64_t numel, torch::Dtype dtype, const Fill& fill, const Copy& copy);
 
   torch::Device device_;
   int slot_count_;
