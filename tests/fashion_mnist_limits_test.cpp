@@ -235,6 +235,20 @@ TEST(FashionMnistLimits, NonFiniteLossStopsTrainingNamingTheStep) {
   EXPECT_THAT(result.out, Not(HasSubstr("params-sha256")));
 }
 
+// Hostile pass 4, D8: an Adam eps of 0 makes 0/0 where a gradient is 0; the hint blamed the rate.
+TEST(FashionMnistLimits, ANonFiniteLossFromAZeroEpsNamesTheEps) {
+  Data data;
+  const std::string config = write_file(data.root + "/ds_config.json", R"({
+    "train_batch_size": 16, "zero_optimization": {"stage": 1},
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "eps": 0}}})");
+  const ProcResult result = example(data.root, {"--deepspeed-config", config, "--threads", "1"});
+  EXPECT_EQ(result.code, 1) << result.describe();
+  EXPECT_THAT(result.err, ::testing::MatchesRegex("error: step [0-9]+: the training loss is nan; training stopped \\(the "
+                                                  "weights are no longer finite; the optimizer's eps is 0, which "
+                                                  "divides 0 by 0 where a gradient is 0: give it a positive value, "
+                                                  "e.g. 1e-8\\)\n"));
+}
+
 TEST(FashionMnistLimits, Fp16OnTheCpuIsRefusedAtStart) {
   Data data;
   const std::string config = write_file(data.root + "/ds_config.json", R"({

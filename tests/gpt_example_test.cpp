@@ -246,6 +246,22 @@ TEST(GptExample, AModelTooBigForTheMemoryIsRefusedBeforeItIsBuilt) {
   EXPECT_THAT(result.out, Not(HasSubstr("GPT ")));
 }
 
+// Hostile pass 4, D5: with --no-memory-check such a model printed LibTorch's enforce text. Under an
+// address-space limit (so no machine can have the memory) its failed allocation is one line of cohort's.
+TEST(GptExample, AModelThatDoesNotFitUnderNoMemoryCheckRunsOutInOneLine) {
+  Job job;
+  const ProcResult result =
+      run_process({"/usr/bin/prlimit", "--as=8589934592", build_path("/examples/gpt"), "--data", job.root + "/text.txt",
+                   "--devices", "1", "--n-layer", "1", "--n-head", "1", "--n-embd", "65536", "--threads", "1",
+                   "--no-memory-check"},
+                  clean_env(), 60s);
+  EXPECT_EQ(result.code, 1) << result.describe();
+  // LibTorch's allocator says the size; a container of the model's (std::bad_alloc) does not.
+  EXPECT_THAT(result.err,
+              ::testing::MatchesRegex("error: the GPT ran out of host memory(: an allocation of [0-9.]+ [GT]B failed)? "
+                                      "\\(--no-memory-check skipped the estimate that refuses it first\\)\n"));
+}
+
 }  // namespace
 
 }  // namespace gpt_example_test

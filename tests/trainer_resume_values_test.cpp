@@ -1,7 +1,9 @@
 // The Trainer's own values in a checkpoint's manifest ("user" values: the global batch, the callbacks'
-// numbers) are covered by no checksum: a hand-edited or damaged one must be refused in one line naming
-// it, never crash the resume (trainer.step_batch "0" was a SIGFPE), run with a nonsense value ("-128"
-// accumulated -2 batches) or leave a library's text ("stoll", "stod"). Hostile pass 3, D3.
+// numbers): a hand edit is refused by their checksum (hostile pass 4, D4: an edited loss sum or batch
+// was taken without a word); a malformed value under a matching checksum (an older manifest, a bug)
+// must be refused in one line naming it, never crash the resume (trainer.step_batch "0" was a SIGFPE),
+// run with a nonsense value ("-128" accumulated -2 batches) or leave a library's text ("stoll",
+// "stod"). Hostile pass 3, D3.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -9,10 +11,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/manifest.h"
 #include "cohort/trainer.h"
 #include "support/errors.h"
 #include "support/tiny_trainer_module.h"
@@ -48,8 +54,10 @@ std::string save_one(const std::string& root) {
   return root + "/checkpoints/step-4";
 }
 
-// Sets the manifest's user value `key` to `value` (the JSON text as the manifest writes it).
-void edit_user_value(const std::string& checkpoint, const std::string& key, const std::string& value) {
+// Sets the manifest's user value `key` to `value` (the JSON text as the manifest writes it), and with
+// `reseal` their checksum to match, as a manifest written with that value would carry.
+void edit_user_value(const std::string& checkpoint, const std::string& key, const std::string& value,
+                     bool reseal = true) {
   const std::string path = checkpoint + "/manifest.json";
   std::ifstream in(path);
   std::stringstream text;
@@ -58,7 +66,11 @@ void edit_user_value(const std::string& checkpoint, const std::string& key, cons
   const std::regex entry("\"" + std::regex_replace(key, std::regex("\\."), "\\.") + "\"\\s*:\\s*\"[^\"]*\"");
   const std::string after = std::regex_replace(before, entry, "\"" + key + "\":\"" + value + "\"");
   ASSERT_NE(before, after) << "no user value " << key << " in " << path;
-  std::ofstream(path, std::ios::trunc) << after;
+  nlohmann::json manifest = nlohmann::json::parse(after);
+  if (reseal)
+    manifest["user_crc32"] =
+        cohort::detail::ckpt::user_values_crc32(manifest["user"].get<std::map<std::string, std::string>>());
+  std::ofstream(path, std::ios::trunc) << manifest.dump(1);
 }
 
 std::string resume_error(const std::string& root, const std::string& checkpoint) {
@@ -96,6 +108,18 @@ TEST_P(TrainerResumeValues, AMalformedValueIsRefusedNamingIt) {
   const std::string value = GetParam().value;
   EXPECT_THAT(error, HasSubstr("got " + value.substr(0, value.find(' '))));  // ModelCheckpoint.best: "score path"
   EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+  std::filesystem::remove_all(dir.path + "-resume");
+}
+
+// Hostile pass 4, D4: a loss sum edited by hand changed the epoch's reported loss, an edited
+// trainer.step_batch the samples per step, without a word; every such edit is now refused.
+TEST(TrainerResumeValuesChecksum, AnEditedUserValueIsRefusedByItsChecksum) {
+  TempDir dir;
+  const std::string checkpoint = save_one(dir.path);
+  edit_user_value(checkpoint, "trainer.step_batch", "4", false);
+  const std::string error = resume_error(dir.path, checkpoint);
+  EXPECT_THAT(error, HasSubstr("step-4/manifest.json: the user values do not match their crc32 ("));
+  EXPECT_THAT(error, HasSubstr(" now): edited or damaged after the save"));
   std::filesystem::remove_all(dir.path + "-resume");
 }
 

@@ -533,6 +533,36 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
+// Hostile pass 4, D8: 50,000 unknown keys took 5 s to read (an ordered object finds each key by a
+// linear search) and made a warning of 50,000 keys; one launched rank warns for all (under --devices 2
+// each rank said it); text after a NUL byte was read as if never written.
+TEST(ZeroConfig, UnknownKeysAreBoundedWarnedByTheFirstRankAndANulIsRefused) {
+  ASSERT_TRUE(kWarnLevel);
+  const auto with_unknown_keys = [](int count) {
+    std::string text = R"({"train_batch_size": 8)";
+    for (int i = 0; i < count; ++i) text += ", \"unknown_" + std::to_string(i) + "\": 1";
+    return text + "}";
+  };
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(parse_ds_config(with_unknown_keys(200), 1).unsupported_keys().size(), 200u);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, ::testing::MatchesRegex("\\[cohort\\] warning: ds_config: ignoring keys cohort does not support: "
+                                           "unknown_0, unknown_1, .*, unknown_[0-9]+ and 18[0-9] more\n"));
+  EXPECT_LT(log.size(), 400u) << log;
+  EXPECT_EQ(parse_error(with_unknown_keys(50000)),
+            "ds_config: an object with more than 256 keys: no DeepSpeed config has so many");
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  testing::internal::CaptureStderr();
+  parse_ds_config(R"({"train_batch_size": 8, "steps_per_print": 7})", 1);
+  const std::string second_rank = testing::internal::GetCapturedStderr();
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  EXPECT_EQ(second_rank, "");
+  EXPECT_EQ(parse_error(std::string(R"({"train_micro_batch_size_per_gpu": 32})") + '\0' + "garbage"),
+            "ds_config: not valid JSON: a NUL byte at offset 38");
+}
+
 cohort::SchedulerConfig warmup(double min_lr, double max_lr, int64_t steps, cohort::WarmupType type) {
   return cohort::SchedulerConfig()
       .type(cohort::SchedulerType::kWarmupLR)

@@ -7,11 +7,13 @@
 #include <cohort/ddp.h>  // reduce_metrics
 #include <cohort/error.h>
 #include <cohort/number.h>
+#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <new>
 #include <sstream>
 #include <string>
 
@@ -107,6 +109,43 @@ inline void refuse_together(const std::string& refusal, const std::string& what)
     throw cohort::Error("another rank refused " + what + ": it needs more memory than that rank's node has available",
                         cohort::ErrorKind::kOutOfMemory);
   throw cohort::Error(refusal, cohort::ErrorKind::kOutOfMemory);
+}
+
+/// The bytes of a failed allocation in LibTorch's text ("... you tried to allocate 51539607552 bytes ..."), or "".
+inline std::string allocation_size(const std::string& text) {
+  const size_t at = text.find("allocate ");
+  if (at == std::string::npos) return "";
+  try {
+    const std::string digits = text.substr(at + 9, text.find(' ', at + 9) - at - 9);
+    return format_bytes(cohort::parse_integer(digits, {"an allocation's size", 0}));
+  } catch (const cohort::Error&) {
+    return "";
+  }
+}
+
+/// Runs `run`; an allocation that failed under it (LibTorch's CPU allocator, CUDA's OutOfMemoryError,
+/// std::bad_alloc) becomes one cohort::Error of kind kOutOfMemory that says `what` ran out and how much
+/// it asked for, with `hint` after it, instead of LibTorch's enforce text. Other errors pass unchanged.
+template <class Run>
+void run_reporting_memory(const std::string& what, const std::string& hint, Run&& run) {
+  const auto ran_out = [&](const char* memory, const std::string& size) {
+    return cohort::Error(what + " ran out of " + memory + " memory" +
+                             (size.empty() ? std::string() : ": an allocation of " + size + " failed") + hint,
+                         cohort::ErrorKind::kOutOfMemory);
+  };
+  try {
+    run();
+  } catch (const c10::OutOfMemoryError& e) {  // CUDA's text says the sizes itself ("Tried to allocate 2.00 GiB ...")
+    const std::string text = e.what_without_backtrace();
+    throw cohort::Error(what + " ran out of device memory: " + text.substr(0, text.find('\n')) + hint,
+                        cohort::ErrorKind::kOutOfMemory);
+  } catch (const c10::Error& e) {
+    const std::string text = e.what_without_backtrace();
+    if (text.find("DefaultCPUAllocator") == std::string::npos) throw;
+    throw ran_out("host", allocation_size(text));
+  } catch (const std::bad_alloc&) {
+    throw ran_out("host", "");
+  }
 }
 
 }  // namespace examples

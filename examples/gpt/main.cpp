@@ -11,6 +11,7 @@
 #include "../common/cli_main.h"
 #include "../common/cli_numbers.h"
 #include "../common/cli_paths.h"
+#include "../common/memory.h"
 #include "train.h"
 
 int main(int argc, char** argv) {
@@ -93,5 +94,9 @@ int main(int argc, char** argv) {
           "--n-head " + std::to_string(flags.n_head) + " must divide --n-embd " + std::to_string(flags.n_embd),
           cohort::ErrorKind::kInvalidArgument);
   });
-  return examples::parse_and_run(app, argc, argv, [&] { gpt_example::run_training(flags); });
+  return examples::parse_and_run(app, argc, argv, [&] {
+    // With --no-memory-check a model too large is built anyway: its failed allocation in cohort's words.
+    const std::string hint = flags.no_memory_check ? " (--no-memory-check skipped the estimate that refuses it first)" : "";
+    examples::run_reporting_memory("the GPT", hint, [&] { gpt_example::run_training(flags); });
+  });
 }

@@ -12,6 +12,7 @@
 
 #include "checkpoint/files.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/shard_file.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/json_read.h"
@@ -157,6 +158,16 @@ std::map<std::string, std::string> user_from_json(const json& j, const std::stri
   return out;
 }
 
+// 'user_crc32' (absent from older manifests, which still load): the user values carry no range a check could
+// hold them to (a loss sum, a batch the others agree with), so a hand edit or damage is caught whole.
+void check_user_crc(const json& j, const std::map<std::string, std::string>& user, const std::string& where) {
+  if (!j.contains("user_crc32")) return;
+  const auto written = field<uint32_t>(j, "user_crc32", where);
+  const uint32_t now = user_values_crc32(user);
+  COHORT_CHECK_KIND(kIO, written == now, where, ": the user values do not match their crc32 (", written, " written, ",
+                    now, " now): edited or damaged after the save");
+}
+
 // 'step' is a step count, and the one its step-<n> directory names (a directory of another name, such
 // as a copy, is not compared): resuming from a hand-edited step would set the state to it.
 int64_t step_from_json(const json& j, const std::string& where) {
@@ -202,6 +213,15 @@ TensorRecord record_from_json(const json& j, const std::string& where) {
 }
 
 }  // namespace
+
+uint32_t user_values_crc32(const std::map<std::string, std::string>& user) {
+  uint32_t crc = 0;
+  for (const auto& [key, value] : user) {  // each with its NUL: "ab"+"c" is not "a"+"bc"
+    crc = crc32_update(crc, key.c_str(), static_cast<int64_t>(key.size()) + 1);
+    crc = crc32_update(crc, value.c_str(), static_cast<int64_t>(value.size()) + 1);
+  }
+  return crc;
+}
 
 const TensorRecord* Manifest::find(const std::string& name) const {
   for (const TensorRecord& r : tensors) {
@@ -251,7 +271,8 @@ std::string manifest_to_json(const Manifest& m) {
                   {"files", files},
                   {"tensors", tensors},
                   {"values", values},
-                  {"user", m.user}};
+                  {"user", m.user},
+                  {"user_crc32", user_values_crc32(m.user)}};
   return j.dump(1) + "\n";
 }
 
@@ -284,6 +305,7 @@ Manifest read_manifest(const std::string& path) {
   for (const json& t : list_field(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
   m.values = values_from_json(j, path);
   m.user = user_from_json(j, path);
+  check_user_crc(j, m.user, path);
   check_records(m, path);
   return m;
 }

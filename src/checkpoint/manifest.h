@@ -65,6 +65,8 @@ std::string dtype_name(c10::ScalarType type);
 c10::ScalarType dtype_from_name(const std::string& name);
 const char* kind_name(StateKind kind);
 
+/// The checksum of the user values the manifest carries as 'user_crc32' (read_manifest checks it).
+uint32_t user_values_crc32(const std::map<std::string, std::string>& user);
 std::string manifest_to_json(const Manifest& manifest);
 /// Reads and validates `path` (check_records included); errors name the path and the bad key
 /// ("... manifest.json: 'world_size' is missing", "'values.sampler.seed' is \"abc\", not a number"),

@@ -115,11 +115,35 @@ std::string op_key(const nlohmann::json& args) {
 // The rank whose "ready" mark for each op came last, and so was waited for.
 using LastReady = std::map<std::string, std::pair<double, int>>;
 
+// An event's rank ("pid" as the timeline writes it): 2^62 was read as rank 0 and -5 as a rank.
+int rank_of(const nlohmann::json& event) {
+  constexpr int64_t kMaxRank = 1 << 24;
+  const auto found = event.find("pid");
+  if (found == event.end()) return 0;
+  const auto value = found->get<int64_t>();  // not a number: nlohmann's type error, a malformed event
+  COHORT_CHECK_KIND(kInvalidArgument, found->is_number_integer() && value >= 0 && value <= kMaxRank, "'pid' is ",
+                    json_excerpt(*found), ", not a rank (0 to ", kMaxRank, ")");
+  return static_cast<int>(value);
+}
+
+// An event's "ts" or "dur" in microseconds: finite and within a century either way (1e308 summed to inf);
+// a duration is not negative (it made a negative wall time).
+double microseconds_of(const nlohmann::json& event, const char* key, bool may_be_negative) {
+  constexpr double kCentury = 3.2e15;
+  const auto found = event.find(key);
+  if (found == event.end()) return 0;
+  const auto value = found->get<double>();  // not a number: nlohmann's type error, a malformed event
+  COHORT_CHECK_KIND(kInvalidArgument, value <= kCentury && value >= (may_be_negative ? -kCentury : 0), "'", key,
+                    "' is ", json_excerpt(*found), ", not a time in microseconds",
+                    may_be_negative ? "" : " (0 or more)");
+  return value;
+}
+
 void collect(const nlohmann::json& event, std::map<int, RankEvents>& ranks, LastReady& last_ready) {
   const std::string ph = event.value("ph", "");
   if (ph != "X" && ph != "i") return;
-  const int rank = event.value("pid", 0);
-  const double ts = event.value("ts", 0.0), end = ts + event.value("dur", 0.0);
+  const int rank = rank_of(event);
+  const double ts = microseconds_of(event, "ts", true), end = ts + microseconds_of(event, "dur", false);
   const std::string category = event.value("cat", ""), name = event.value("name", "");
   // A reference, not value()'s copy: copying recurses once per level of whatever "args" holds.
   static const nlohmann::json kNoArgs = nlohmann::json::object();
@@ -190,6 +214,9 @@ std::vector<StepSummary> summarize(const nlohmann::json& trace) {
       throw Error("not a cohort timeline: traceEvents[" + std::to_string(index) + "] is not a well-formed event (" +
                       json_excerpt(event) + ")",
                   ErrorKind::kInvalidArgument);  // quoted without dumping it: it can be any size or depth
+    } catch (const Error& e) {                   // a value out of range, named by rank_of or microseconds_of
+      throw Error("not a cohort timeline: traceEvents[" + std::to_string(index) + "]: " + e.what(),
+                  ErrorKind::kInvalidArgument);
     }
     ++index;
   }

@@ -14,12 +14,28 @@
 #include "cohort/error.h"
 #include "cohort/trace.h"
 #include "core/check.h"
+#include "core/text.h"
 #include "trainer/trainer_impl.h"
 
 namespace cohort::detail {
 namespace {
 
 Batch on_device(Batch batch, const torch::Device& device) { return {batch.data.to(device), batch.target.to(device)}; }
+
+// What to change when the loss stops being finite. Most often the learning rate; but an Adam eps of 0
+// divides 0 by 0 wherever a gradient and its moments are 0, whatever the rate (hostile pass 4, D8).
+std::string divergence_hint(Strategy& strategy) {
+  double eps = -1;
+  try {
+    auto& options = strategy.optimizer().param_groups().at(0).options();
+    if (auto* adam = dynamic_cast<torch::optim::AdamOptions*>(&options)) eps = adam->eps();
+    if (auto* adamw = dynamic_cast<torch::optim::AdamWOptions*>(&options)) eps = adamw->eps();
+  } catch (const std::exception&) {  // a strategy without one optimizer: the rate is the hint
+  }
+  if (eps == 0)
+    return "the optimizer's eps is 0, which divides 0 by 0 where a gradient is 0: give it a positive value, e.g. 1e-8";
+  return "lower the learning rate, now " + number_text(strategy.lr());
+}
 
 }  // namespace
 
@@ -144,8 +160,7 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
                     std::isnan(value) ? "nan"
                     : value > 0       ? "inf"
                                       : "-inf",
-                    "; training stopped (the weights are no longer finite; lower the learning rate, now ",
-                    strategy->lr(), ")");
+                    "; training stopped (the weights are no longer finite; ", divergence_hint(*strategy), ")");
   {
     cohort::trace::Span compute("backward");
     // A replayed batch adds zero to every gradient, but its backward runs every collective of a step.

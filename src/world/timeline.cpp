@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -29,6 +30,9 @@ constexpr int kClockRounds = 8;
 constexpr auto kGatherWait = std::chrono::seconds(60);    // a live rank still finishing its work
 constexpr auto kStoppingWait = std::chrono::seconds(10);  // after SIGTERM: inside cohortrun's 30 s grace
 int64_t g_offset_us = 0;                                  // add to this rank's clock to read rank 0's
+// Set while a timeline is being recorded. Not trace::enabled(): handing the events over stops the
+// recording, and the exit that follows a SIGTERM must still wait for that hand-over to end.
+std::atomic<bool> g_started{false};
 
 std::string key(const char* what, int rank, int round = -1) {
   std::string out = std::string("cohort/trace/") + what + "/" + std::to_string(rank);
@@ -221,10 +225,14 @@ void timeline_start(Comm& world) {
   }
   if (world.size() > 1) g_offset_us = measure_offset(*detail::comm_impl(world).store(), world.rank(), world.size());
   watch_sigterm(world);
+  g_started = true;
 }
 
+// At shutdown, also the exit of a program whose main thread failed (a peer gone) while a SIGTERM's
+// hand-over runs on the watcher: finish() then waits for that hand-over instead of ending the process
+// under it.
 void timeline_finish(Comm& world) {
-  if (!trace::enabled()) return;
+  if (!g_started.exchange(false)) return;
   finish(world, kGatherWait);
   stop_watching();
 }

@@ -12,11 +12,31 @@
 #include "core/check.h"
 #include "core/file_read.h"
 #include "core/log.h"
+#include "world/launch_env.h"
 #include "zero/config_offload.h"
 #include "zero/config_reader.h"
 
 namespace cohort {
 namespace {
+
+// Once per file and keys, and on the first rank only: the Trainer and the engine both read the config,
+// every rank reads it, and a warning said twice is one people learn to skip (it is the only sign of a
+// typo'd key). At most 200 characters of keys, then how many more (50,000 made one line of 50,000).
+void warn_unsupported(const std::string& source, const std::vector<std::string>& keys) {
+  try {
+    if (detail::detect_launch_env(detail::current_env()).rank != 0) return;
+  } catch (const Error&) {  // a launcher's variables init() will refuse: warn here as a world of one
+  }
+  std::string list;
+  size_t listed = 0;
+  for (; listed < keys.size() && list.size() < 200; ++listed) list += (list.empty() ? "" : ", ") + keys[listed];
+  if (listed < keys.size()) list += " and " + std::to_string(keys.size() - listed) + " more";
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (warned.insert(source + "\n" + list).second)
+    COHORT_WARN(source, ": ignoring keys cohort does not support: ", list);
+}
 
 using namespace detail::ds_config;
 using detail::str;
@@ -219,17 +239,7 @@ ZeroConfig parse_with_source(const std::string& text, int world_size, const std:
   if (top.has("activation_checkpointing"))
     config.activation_checkpointing(read_activation_checkpointing(top.child("activation_checkpointing")));
   collect_unread(root, "", ctx, &config.unsupported_keys());
-  if (!config.unsupported_keys().empty()) {
-    std::string list;
-    for (const auto& key : config.unsupported_keys()) list += (list.empty() ? "" : ", ") + key;
-    // Once per file and keys: the Trainer and the engine both read the config, and a warning said
-    // twice is one people learn to skip (it is the only sign of a typo'd key).
-    static std::mutex mutex;
-    static std::set<std::string> warned;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (warned.insert(source + "\n" + list).second)
-      COHORT_WARN(source, ": ignoring keys cohort does not support: ", list);
-  }
+  if (!config.unsupported_keys().empty()) warn_unsupported(source, config.unsupported_keys());
   return config;
 }
 

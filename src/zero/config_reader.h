@@ -83,6 +83,7 @@ inline Json read_config_json(const std::string& text, const Context& ctx) {
   options.comments = true;
   options.unique_keys = true;
   options.duplicate_note = " (DeepSpeed refuses them too)";
+  options.max_object_keys = 256;  // DeepSpeed's largest section has under 50
   return parse_json<Json>(blank_trailing_commas(text), options);
 }
 

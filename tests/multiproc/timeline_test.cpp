@@ -255,6 +255,29 @@ TEST(TimelineSummary, TheToolRefusesADeeplyNestedFileInOneLine) {
   fs::remove_all(dir);
 }
 
+// Hostile pass 4, D7: a pid of 2^62 was summarised as rank 0, -5 as rank -5, a negative duration gave
+// a negative wall time and 1e308 an infinite one; each is now refused naming the event and the value.
+// An unknown subcommand is named, as cohort-ckpt names one.
+TEST(TimelineSummary, OutOfRangeRanksAndTimesAreRefusedNamingThem) {
+  const auto error = [](nlohmann::json event) {
+    nlohmann::json trace = {{"traceEvents", nlohmann::json::array({span(0, "user", "step", 0, 10), event})}};
+    return cohort::testing::error_of([&] { summarize(trace); });
+  };
+  nlohmann::json far = span(0, "user", "x", 0, 1);
+  far["pid"] = int64_t(1) << 62;
+  EXPECT_EQ(error(far),
+            "not a cohort timeline: traceEvents[1]: 'pid' is 4611686018427387904, not a rank (0 to 16777216)");
+  EXPECT_EQ(error(span(-5, "user", "x", 0, 1)),
+            "not a cohort timeline: traceEvents[1]: 'pid' is -5, not a rank (0 to 16777216)");
+  EXPECT_EQ(error(span(0, "user", "x", 0, -50)),
+            "not a cohort timeline: traceEvents[1]: 'dur' is -50.0, not a time in microseconds (0 or more)");
+  EXPECT_EQ(error(span(0, "user", "x", 1e308, 1)),
+            "not a cohort timeline: traceEvents[1]: 'ts' is 1e+308, not a time in microseconds");
+  const auto unknown = cohort::testing::run_tool("tools/cohort_trace/cohort-trace", "bogus x.json");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_EQ(unknown.out, "cohort-trace: error: unknown subcommand 'bogus': expected summary\n");
+}
+
 // Each step: a compute span (rank 1 sleeps 100 ms longer), then an allreduce of 64 MiB (tens of ms: the
 // call's fixed costs outside the recorded phases, a ms or two under load, stay within the 10%).
 TEST(Timeline, ScriptedWorkloadSummaryMatchesMeasuredTimes) {
@@ -491,6 +514,37 @@ TEST(Timeline, AJobStoppedBySigtermStillWritesItsTimeline) {
         }
         comm.barrier();
         ::kill(::getpid(), SIGTERM);
+        for (;;) ::pause();
+      },
+      options);
+  for (const auto& result : results) EXPECT_EQ(result.signal, SIGTERM) << cohort::testing::describe(results);
+  expect_well_formed(read_json(dir / "trace.json")["traceEvents"], 2);
+  fs::remove_all(dir);
+}
+
+// Hostile pass 4, D2: under cohortrun both ranks take the SIGTERM; rank 1 hands its events over and
+// ends, so rank 0's main thread fails (a peer gone) and exits while its SIGTERM hand-over still runs.
+// That exit stopped the hand-over: no file, no warning. It now waits for it.
+TEST(Timeline, AnExitDuringTheSigtermHandOverWaitsForTheFile) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "sigterm_exit");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  options.expect_all_pass = false;
+  auto results = run_ranks(
+      2,
+      [](int rank, int) {
+        auto& comm = cohort::init().comm();
+        {
+          cohort::trace::Span span("step");
+          comm.allreduce(torch::ones({4}));
+        }
+        comm.barrier();
+        if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(1));  // rank 0 is gathering by then
+        ::kill(::getpid(), SIGTERM);
+        if (rank == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the hand-over has begun
+          std::exit(1);                                                 // as a failed main thread does
+        }
         for (;;) ::pause();
       },
       options);

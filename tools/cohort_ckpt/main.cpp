@@ -27,13 +27,7 @@ int main(int argc, char** argv) {
   CLI::App* consolidate = app.add_subcommand("consolidate", "Write the whole state as one safetensors file");
   consolidate->add_option("path", path, "Checkpoint directory or step directory")->required();
   consolidate->add_option("-o,--output", out, "The file to write (e.g. model.safetensors)")->required();
-  // CLI11 says "A subcommand is required" for an unknown one: name it and the known ones instead.
-  const std::string first = argc > 1 ? argv[1] : "";
-  if (!first.empty() && first[0] != '-' && first != "info" && first != "verify" && first != "consolidate") {
-    std::fprintf(stderr, "cohort-ckpt: error: unknown subcommand '%s': expected info, verify or consolidate\n",
-                 argv[1]);
-    return 2;
-  }
+  if (const int code = cohort_tools::unknown_subcommand_exit(app, argc, argv, "cohort-ckpt"); code >= 0) return code;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

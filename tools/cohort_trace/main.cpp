@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
   CLI::App* summary = app.add_subcommand("summary", "Compute, communication, overlap and idle time per rank and step");
   summary->add_option("file", path, "The trace JSON rank 0 wrote")->required();
   summary->add_flag("--csv", csv, "Comma-separated values with a header line, for plotting");
+  if (const int code = cohort_tools::unknown_subcommand_exit(app, argc, argv, "cohort-trace"); code >= 0) return code;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <regex>
 #include <string>
+#include <vector>
 
 namespace cohort_tools {
 
@@ -30,6 +31,24 @@ inline std::string parse_error_text(const CLI::ParseError& error) {
 inline int parse_error_exit(CLI::App& app, const CLI::ParseError& error, const char* tool) {
   if (error.get_exit_code() == 0) return app.exit(error);
   std::fprintf(stderr, "%s: error: %s (see --help)\n", tool, parse_error_text(error).c_str());
+  return 2;
+}
+
+/// A first argument that is neither a flag nor one of `app`'s subcommands: one line naming it and the
+/// known ones ("cohort-trace: error: unknown subcommand 'bogus': expected summary") and 2; CLI11
+/// would say only "A subcommand is required". -1 when the first argument is fine.
+inline int unknown_subcommand_exit(CLI::App& app, int argc, char** argv, const char* tool) {
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (first.empty() || first[0] == '-') return -1;
+  std::vector<std::string> names;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    if (sub->get_name() == first) return -1;
+    names.push_back(sub->get_name());
+  }
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i)
+    expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  std::fprintf(stderr, "%s: error: unknown subcommand '%s': expected %s\n", tool, first.c_str(), expected.c_str());
   return 2;
 }
 
