@@ -4,6 +4,8 @@
 // DDP's params-sha256 (fp32, no dropout: AdamW is elementwise, so updating shards changes no bit).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <signal.h>
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
+#include <thread>
 
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
@@ -260,6 +264,31 @@ TEST(GptExample, AModelThatDoesNotFitUnderNoMemoryCheckRunsOutInOneLine) {
   EXPECT_THAT(result.err,
               ::testing::MatchesRegex("error: the GPT ran out of host memory(: an allocation of [0-9.]+ [GT]B failed)? "
                                       "\\(--no-memory-check skipped the estimate that refuses it first\\)\n"));
+}
+
+// Hostile pass 4, D2: a SIGTERM to a self-launched job (to the process the user started, rank 0) left
+// rank 1 out of the timeline after waiting 10 s for it; rank 0 now passes the signal on, as cohortrun does.
+TEST(GptExample, ASigtermToASelfLaunchedJobLeavesEveryRanksTimeline) {
+  Job job;
+  const std::string trace = job.root + "/trace.json", ckpt = job.root + "/ckpt";
+  Proc proc = start_process({build_path("/examples/gpt"), "--data", job.root + "/text.txt", "--devices", "2",
+                             "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "16", "--batch-size",
+                             "4", "--max-steps", "1000000", "--eval-interval", "1000000", "--sample-tokens", "0",
+                             "--threads", "1", "--checkpoint-dir", ckpt, "--checkpoint-every", "1"},
+                            clean_env({{"COHORT_TIMELINE", trace}}));
+  // A checkpoint is written once both ranks train, and so record their timeline.
+  for (int i = 0; i < 1200 && !std::filesystem::exists(ckpt + "/latest"); ++i) std::this_thread::sleep_for(50ms);
+  ::kill(proc.pid, SIGTERM);
+  const ProcResult result = finish_process(proc, 60s);
+  EXPECT_EQ(result.signal, SIGTERM) << result.describe();
+  EXPECT_THAT(result.err, Not(HasSubstr("sent no events"))) << result.describe();
+  std::ifstream in(trace);
+  ASSERT_TRUE(in.good()) << "no timeline at " << trace << "\n" << result.describe();
+  std::set<int> ranks;
+  const nlohmann::json document = nlohmann::json::parse(in);
+  for (const auto& event : document["traceEvents"])
+    if (event.value("ph", "") == "X") ranks.insert(event["pid"].get<int>());
+  EXPECT_EQ(ranks, (std::set<int>{0, 1})) << result.describe();
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/socket.h"
+#include "world/timeline.h"
 #include "world/worker_env.h"
 
 namespace cohort::detail {
@@ -178,6 +179,9 @@ void SelfLauncher::start(int devices) {
     if (found == base.end() || found->second != value) ::setenv(key.c_str(), value.c_str(), 1);
   }
   pump_ = std::thread([this] { pump(); });
+  // A SIGTERM to this process while it records a timeline stops the workers too, as cohortrun forwards
+  // one: they hand their events over at once rather than being waited for.
+  timeline_on_sigterm([this] { stop_workers(); });
 }
 
 bool SelfLauncher::forward(Worker& worker, int fd, launch::LineSplitter& splitter, bool is_err) {
@@ -271,6 +275,7 @@ void SelfLauncher::stop_workers() {
 
 SelfLauncher::~SelfLauncher() {
   if (workers_.empty()) return;
+  timeline_on_sigterm({});
   // On success the workers finish the same job; on an error in this process they are stopped.
   if (std::uncaught_exceptions() > 0) {
     stop_workers();

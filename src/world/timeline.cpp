@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -168,7 +169,9 @@ void finish(Comm& world, std::chrono::seconds wait) {
 // handler only wakes a thread through a pipe; the thread hands the events over as at shutdown, then
 // ends the process by SIGTERM as before. A program with its own SIGTERM handler keeps it.
 int g_wake[2] = {-1, -1};
-std::thread* g_watcher = nullptr;  // never destroyed: a joinable std::thread at exit would terminate
+std::mutex g_on_sigterm_mutex;
+std::function<void()> g_on_sigterm;  // timeline_on_sigterm's
+std::thread* g_watcher = nullptr;    // never destroyed: a joinable std::thread at exit would terminate
 
 void on_sigterm(int) {
   const char wake = 1;
@@ -184,6 +187,10 @@ void watch_sigterm(Comm& world) {
     while (::read(g_wake[0], &why, 1) < 0 && errno == EINTR) {
     }
     if (why != 1) return;  // shutdown: nothing to do
+    {
+      std::lock_guard<std::mutex> lock(g_on_sigterm_mutex);
+      if (g_on_sigterm) g_on_sigterm();
+    }
     finish(world, kStoppingWait);
     ::signal(SIGTERM, SIG_DFL);
     ::raise(SIGTERM);
@@ -231,6 +238,11 @@ void timeline_start(Comm& world) {
 // At shutdown, also the exit of a program whose main thread failed (a peer gone) while a SIGTERM's
 // hand-over runs on the watcher: finish() then waits for that hand-over instead of ending the process
 // under it.
+void timeline_on_sigterm(std::function<void()> stop) {
+  std::lock_guard<std::mutex> lock(g_on_sigterm_mutex);
+  g_on_sigterm = std::move(stop);
+}
+
 void timeline_finish(Comm& world) {
   if (!g_started.exchange(false)) return;
   finish(world, kGatherWait);

@@ -4,6 +4,8 @@
 // JSON file with one process row per rank (docs/timeline.md); a job stopped by SIGTERM writes it too.
 #pragma once
 
+#include <functional>
+
 #include "cohort/comm.h"
 
 namespace cohort::detail {
@@ -17,5 +19,9 @@ void timeline_start(Comm& world);
 /// While recording, SIGTERM does the same first (waiting at most 10 s for the others), then ends the
 /// process by SIGTERM: a job stopped from outside still leaves its timeline.
 void timeline_finish(Comm& world);
+/// A launcher inside this process (the Trainer's self-launch) passes that SIGTERM on to its workers, so
+/// they hand their events over too instead of being waited for: `stop` runs on the thread that took
+/// the signal, before rank 0 gathers. An empty function removes it (before the launcher is destroyed).
+void timeline_on_sigterm(std::function<void()> stop);
 
 }  // namespace cohort::detail
