@@ -107,4 +107,29 @@ TEST(FashionMnistElastic, FewerRanksKeepTheSamplesPerStepByAccumulating) {
   EXPECT_THAT(three.out, HasSubstr("[rank0]: stopped after 12 steps (--max-steps)"));
 }
 
+// Hostile pass 5, M1: every stage of a pipeline logs its loss, so the saved epoch sums count each
+// sample once per stage; resumed at another world size rank 0 took them all, and the epoch's train
+// loss counted the steps before the save twice (2 -> 1) or the steps after it twice (1 -> 2).
+TEST(FashionMnistElastic, APipelineResumedAtAnotherWorldSizePrintsTheUninterruptedLoss) {
+  Job job;
+  const auto run = [&](int ranks, const std::string& steps, const std::string& ckpt) {
+    std::vector<std::string> extra = {"--strategy", "pipeline", "--epochs", "2", "--max-steps", steps};
+    if (!ckpt.empty()) extra.insert(extra.end(), {"--checkpoint-dir", ckpt, "--checkpoint-every", "3"});
+    return run_process(job.argv(ranks, extra, 0), clean_env(), 120s);
+  };
+  const ProcResult whole = run(2, "64", "");  // 64 batches of 8: the first epoch, whole
+  ASSERT_EQ(whole.code, 0) << whole.describe();
+  const std::string loss = train_loss_of(whole.out);
+  ASSERT_EQ(loss.size(), 6u) << whole.describe();
+  for (const auto& [saved, resumed] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    const std::string ckpt = job.ckpt + "-" + std::to_string(saved);
+    const ProcResult first = run(saved, "3", ckpt);
+    ASSERT_EQ(first.code, 0) << first.describe();
+    const ProcResult second = run(resumed, "64", ckpt);
+    ASSERT_EQ(second.code, 0) << second.describe();
+    EXPECT_THAT(second.out, HasSubstr("[rank0]: resumed from " + ckpt + "/step-3"));
+    EXPECT_EQ(train_loss_of(second.out), loss) << saved << " -> " << resumed << "\n" << second.describe();
+  }
+}
+
 }  // namespace fashion_mnist_elastic_test

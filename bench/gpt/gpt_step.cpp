@@ -175,13 +175,25 @@ std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, co
   // FSDP2 gathers the next block while one runs: one unit ahead, as the Trainer's fsdp does
   const auto options = cohort::EngineOptions().prefetch_units(f.mode == "fsdp" ? 1 : 0);
   engine = std::make_unique<GPTEngine>(model.ptr(), config, options);
-  return [e = engine.get(), input, loss_of] {
+  // With COHORT_BENCH_PHASES, the engine's own account after each phase too: what of the resident
+  // memory it holds (a gap to VmRSS is the allocator's or another part's).
+  const auto account = [e = engine.get()] {
+    if (std::getenv("COHORT_BENCH_PHASES") == nullptr) return;
+    const auto r = e->memory_report();
+    std::fprintf(stderr, "  engine: params %.0f, grads %.0f, optimizer %.0f, buffers %.0f, cached %.0f MiB\n",
+                 r.parameter_bytes / 1048576.0, r.gradient_bytes / 1048576.0, r.optimizer_bytes / 1048576.0,
+                 r.buffer_bytes / 1048576.0, r.cached_bytes / 1048576.0);
+  };
+  return [e = engine.get(), input, loss_of, account] {
     auto loss = loss_of(e->forward(input));
     phase("forward");
+    account();
     e->backward(loss);
     phase("backward");
+    account();
     e->step();
     phase("step");
+    account();
     return loss.item<double>();
   };
 }

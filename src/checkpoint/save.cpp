@@ -168,10 +168,22 @@ std::map<std::string, int> agree_owned_writers(Group& group, const std::vector<C
   return assign_owned_writers(per_rank);
 }
 
+// Housekeeping around a save (a replaced step, an old step past keep_last, a crashed save's
+// temporary): a path that cannot be removed (a file held open on NFS, a directory without write
+// permission) is named in a warning, never the save's failure: the save is committed, or about to be.
+bool remove_or_warn(const fs::path& path, const char* what) {
+  std::error_code error;
+  fs::remove_all(path, error);
+  if (error)
+    COHORT_WARN("checkpoint: could not remove ", path.string(), " (", what, "): ", error.message(),
+                "; the save goes on: remove it by hand");
+  return !error;
+}
+
 // Phase 3 on rank 0: rename the finished directory into place, then point `latest` at it.
 void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int keep_last) {
   const fs::path old = root / ("." + final_dir.filename().string() + ".old");
-  fs::remove_all(old);
+  remove_or_warn(old, "a step replaced by an earlier save");
   if (fs::exists(final_dir)) {  // saving a step again replaces it, and says so
     COHORT_WARN("checkpoint ", final_dir.string(), " already existed: replaced by this save");
     fs::rename(final_dir, old);
@@ -179,7 +191,7 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir
   fs::rename(tmp, final_dir);
   sync_directory(root.string());
   write_file_safely((root / "latest").string(), final_dir.filename().string() + "\n");  // fsyncs root too
-  fs::remove_all(old);
+  remove_or_warn(old, "the step this save replaced");
   apply_retention(root, *parse_step_dir(final_dir.filename().string()), keep_last);
 }
 
@@ -201,9 +213,9 @@ void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
                 step_dir_name(saved), ". Remove them by hand if they are no longer wanted");
   }
   for (int64_t step : plan.remove) {
-    COHORT_INFO("removed checkpoint ", paths[step].string(), " (keep_last ", keep_last, ": older than the ", keep_last,
-                " newest up to ", step_dir_name(saved), ")");
-    fs::remove_all(paths[step]);
+    if (remove_or_warn(paths[step], "older than keep_last allows"))
+      COHORT_INFO("removed checkpoint ", paths[step].string(), " (keep_last ", keep_last, ": older than the ",
+                  keep_last, " newest up to ", step_dir_name(saved), ")");
   }
 }
 
@@ -214,7 +226,8 @@ void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
   hold_directory_lock(root.string());
   for (const auto& item : fs::directory_iterator(root)) {
     const std::string name = item.path().filename().string();
-    if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp") fs::remove_all(item);
+    if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
+      remove_or_warn(item.path(), "left by a save that did not finish");
   }
   // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.
   COHORT_CHECK_KIND(kIO, fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");

@@ -22,6 +22,9 @@ int launcher_restart_count() { return detect_launch_env(current_env()).restart_c
 
 // The user values that carry each saved rank's running training-epoch sums (MetricStore).
 constexpr const char* kEpochSumsRanks = "trainer.epoch_sums.ranks";
+// How many ranks log each sample's values (the pipeline's stages all log its loss; a data-parallel
+// strategy, 1): the saved sums count each sample that many times.
+constexpr const char* kEpochSumsReplicas = "trainer.epoch_sums.replicas";
 std::string epoch_sums_key(int rank) { return "trainer.epoch_sums." + std::to_string(rank); }
 
 }  // namespace
@@ -57,23 +60,37 @@ std::string CheckpointConnector::save(const std::string& dir, int keep_last) {
   // (and a resume at its very end, the end-of-epoch callbacks, the values they would have seen).
   const auto sums = ckpt::Group(nullptr).allgather(trainer_.metrics.epoch_sums_text(Stage::kTrain));
   state.set(kEpochSumsRanks, std::to_string(sums.size()));
+  state.set(kEpochSumsReplicas, std::to_string(logging_replicas()));
   for (size_t r = 0; r < sums.size(); ++r) state.set(epoch_sums_key(static_cast<int>(r)), sums[r]);
   return save_checkpoint(dir, state, SaveOptions().keep_last(keep_last));
 }
 
-// The saved ranks' epoch sums this rank takes over: its own at the same world size, else rank 0 takes
-// them all (a sum over ranks, as every sync_dist mean is, stays exact) and the others none.
+int64_t CheckpointConnector::logging_replicas() const {
+  return trainer_.world.size() / trainer_.strategy->data_split(trainer_.world).first;
+}
+
+// The saved ranks' epoch sums this rank takes over: its own at the same world size and layout, else
+// rank 0 takes them all (a sum over ranks, as every sync_dist mean is, stays exact) and the others
+// none, scaled from the saved run's logging replicas to this run's: a pipeline of 2 stages saved each
+// sample's loss twice, and resumed on 1 rank it counted the steps before the save twice (hostile
+// pass 5, M1).
 void CheckpointConnector::restore_epoch_sums(const CheckpointState& state, const std::string& path,
                                              int saved_world_size) {
   const std::string count_text = state.get(kEpochSumsRanks);
   if (count_text.empty()) return;  // saved before checkpoints carried them: the epoch's means start anew
   const int64_t count = parse_integer(count_text, {path + "'s " + kEpochSumsRanks, 0, saved_world_size});
+  const std::string replicas_text = state.get(kEpochSumsReplicas);  // absent before: data parallel, 1
+  const int64_t saved_replicas = replicas_text.empty()
+                                     ? 1
+                                     : parse_integer(replicas_text, {path + "'s " + kEpochSumsReplicas, 1, count});
+  const int64_t replicas = logging_replicas();
   std::vector<std::string> texts;
-  const bool same_world = count == trainer_.world.size();
+  const bool same_layout = count == trainer_.world.size() && saved_replicas == replicas;
   for (int64_t r = 0; r < count; ++r)
-    if (same_world ? r == trainer_.world.rank() : trainer_.world.rank() == 0)
+    if (same_layout ? r == trainer_.world.rank() : trainer_.world.rank() == 0)
       texts.push_back(state.get(epoch_sums_key(static_cast<int>(r))));
-  trainer_.metrics.restore_epoch_sums(Stage::kTrain, texts, path);
+  trainer_.metrics.restore_epoch_sums(Stage::kTrain, texts, path, same_layout ? 1 : replicas,
+                                      same_layout ? 1 : saved_replicas);
 }
 
 std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path) {

@@ -31,6 +31,7 @@ class CheckpointConnector {
   void keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size);
   /// After loading: the training epoch's logged sums the checkpoint carries (this rank's share).
   void restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size);
+  int64_t logging_replicas() const;
   std::string resolve_ckpt_path(const std::string& ckpt_path);
 
   TrainerImpl& trainer_;

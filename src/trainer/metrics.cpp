@@ -101,7 +101,8 @@ std::string MetricStore::epoch_sums_text(Stage stage) const {
   return text;
 }
 
-void MetricStore::restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source) {
+void MetricStore::restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source,
+                                     int64_t times, int64_t per) {
   std::map<std::string, Sum> sums;
   for (const auto& text : texts) {
     std::istringstream lines(text);
@@ -120,6 +121,12 @@ void MetricStore::restore_epoch_sums(Stage stage, const std::vector<std::string>
       sum.weighted += part.weighted;
       sum.samples += part.samples;
       sum.sync = sync == 1;
+    }
+  }
+  if (times != per) {
+    for (auto& [key, sum] : sums) {
+      sum.weighted = sum.weighted * static_cast<double>(times) / static_cast<double>(per);
+      sum.samples = sum.samples * times / per;  // `per` identical copies: a multiple of it
     }
   }
   epoch_[stage] = std::move(sums);

@@ -37,7 +37,10 @@ class MetricStore {
   std::string epoch_sums_text(Stage stage) const;
   /// Replaces the epoch sums of `stage` with `texts` added together (the saved ranks' epoch_sums_text
   /// this rank takes over). A damaged text is an I/O error naming `source`.
-  void restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source);
+  /// Sets the epoch's sums to those of `texts` added, times `times` / `per` (each sample counted `per`
+  /// times in them, `times` in this run's).
+  void restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source,
+                          int64_t times = 1, int64_t per = 1);
 
  private:
   struct Sum {

@@ -165,7 +165,8 @@ int64_t UnitCoordinator::live_elements() const {
 }
 
 // Gathers ahead the units that follow `unit` in the last forward's order (direction +1) or precede
-// it (-1, for backward), as many as the prefetch bucket and the live limit allow.
+// it (-1, for backward), as many as the prefetch bucket (all the elements gathered ahead, as
+// DeepSpeed's stage3_prefetch_bucket_size) and the live limit allow.
 void UnitCoordinator::prefetch_after(int64_t unit, int direction) {
   const auto& zero = settings_.config.zero_optimization();
   const auto at = std::find(run_order_.begin(), run_order_.end(), unit);
@@ -180,8 +181,13 @@ void UnitCoordinator::prefetch_after(int64_t unit, int direction) {
     // its backward (a forward once read a stale flag and prefetched nothing after the first step).
     if (g < 0 || units_.persistent[size_t(g)] || parts_.reduction_launched(g)) continue;
     if (settings_.prefetch_units > 0 && ahead++ >= settings_.prefetch_units) return;
-    if (gathered_[size_t(g)].presence != Gathered::Presence::kFreed) continue;
     const int64_t size = parts_.store.layout(g).padded;
+    // A unit gathered ahead already counts against the bucket: skipped for free, every unit's call
+    // would gather a bucket more, and backward held 10 of 12 blocks at once (hostile to a memory cap).
+    if (gathered_[size_t(g)].presence != Gathered::Presence::kFreed) {
+      budget -= size;
+      continue;
+    }
     if (size > budget || live_elements() + size > zero.stage3_max_live_parameters()) return;
     budget -= size;
     gather(g);
