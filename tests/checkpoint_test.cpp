@@ -238,6 +238,16 @@ TEST(Checkpoint, AnOldStepThatCannotBeRemovedIsAWarningNotAFailedSave) {
   EXPECT_TRUE(fs::exists(dir.path + "/step-40/manifest.json"));
 }
 
+// Hostile pass 5, m5: a checkpoint folder replaced by a file was refused in libstdc++'s words
+// ("filesystem error: cannot create directories: Not a directory [...]"); now in cohort's order.
+TEST(Checkpoint, AFilesystemFailureIsSaidPathFirstInCohortsWords) {
+  TempDir dir;
+  std::ofstream(dir.path + "/file") << "not a folder";
+  const std::string error = cohort::testing::error_of([&] { save_trained(dir.path + "/file/ck", 10); });
+  EXPECT_THAT(error, HasSubstr(dir.path + "/file/ck: cannot create directories: Not a directory"));
+  EXPECT_THAT(error, ::testing::Not(HasSubstr("filesystem error")));
+}
+
 TEST(Checkpoint, SavingAnExistingStepAgainSaysItReplacesIt) {
   TempDir dir;
   save_trained(dir.path, 10);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
@@ -155,6 +156,22 @@ TEST(CheckpointValues, InfoPrintsWholeNumbersExactlyAndOthersInFull) {
   EXPECT_THAT(info.out, HasSubstr("dataset_size=2318941, epoch=3, samples_in_epoch=48, seed=0, shuffle=1"));
   EXPECT_THAT(info.out, HasSubstr("scale=0.1"));
   EXPECT_THAT(info.out, ::testing::Not(HasSubstr("scale=0.10")));
+}
+
+// Hostile pass 5, m2: info printed a user value raw: its terminal escapes reached the terminal and
+// 100 KB printed whole. A checkpoint may come from anyone: escaped and cut as messages quote them.
+TEST(CheckpointValues, InfoEscapesAndCutsTheUserValues) {
+  Fixture f;
+  f.edit([](nlohmann::json& j) {
+    j["user"]["evil"] = "\x1b[31mRED\r" + std::string(100000, 'A');
+    j["user_crc32"] = cohort::detail::ckpt::user_values_crc32(j["user"].get<std::map<std::string, std::string>>());
+  });
+  const ToolRun info = tool("info " + f.dir);
+  EXPECT_EQ(info.code, 0) << info.out;
+  EXPECT_EQ(info.out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(info.out.find('\r'), std::string::npos);
+  EXPECT_THAT(info.out, HasSubstr("... (100009 bytes)"));
+  EXPECT_LT(info.out.size(), 5000u);
 }
 
 // A fifo where a safetensors file should be blocked the reader's open (as one did the IDX reader's).

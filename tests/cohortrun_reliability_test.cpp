@@ -216,6 +216,9 @@ TEST(CohortrunReliability, BadFlagValuesAreRefusedInOneLine) {
        "cohortrun: error: --monitor-interval=0 is not a number of seconds > 0\n"},
       {{"--nproc-per-node=2", "--monitor-interval", "inf", COHORT_ENV_WORKER},
        "cohortrun: error: --monitor-interval=inf is not a number of seconds > 0\n"},
+      // Hostile pass 5, m3: past 9.2e9 s the stop deadline overflowed and the workers were killed at once.
+      {{"--nproc-per-node=2", "--stop-timeout", "1e10", COHORT_ENV_WORKER},
+       "cohortrun: error: --stop-timeout=1e10 is out of range: at most 31536000 seconds (a year)\n"},
   };
   for (const auto& [args, message] : cases) {
     const auto result = run_process(cohortrun(args), clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));

@@ -158,16 +158,19 @@ std::string describe_checkpoint(const std::string& dir, bool tensors) {
   }
   for (const auto& [entry, numbers] : m.values) {
     const auto counts = per_entry[entry];
-    out << "\n    " << entry << ": " << counts.first << " tensors, " << bytes_text(counts.second);
+    out << "\n    " << excerpt(entry) << ": " << counts.first << " tensors, " << bytes_text(counts.second);
     for (const auto& [key, value] : numbers) {
-      if (key.find(".p") == std::string::npos) out << ", " << key << "=" << number_text(value);  // not per-parameter
+      if (key.find(".p") == std::string::npos)
+        out << ", " << excerpt(key) << "=" << number_text(value);  // not per-parameter
     }
   }
-  for (const auto& [key, value] : m.user) out << "\n  user " << key << " = " << value;
+  // A checkpoint may come from anyone: its texts escaped and cut as messages quote them (hostile pass 5,
+  // m2: a value's terminal escapes reached the terminal, a 100 KB value printed whole).
+  for (const auto& [key, value] : m.user) out << "\n  user " << excerpt(key) << " = " << excerpt(value);
   if (tensors) {
     out << "\n  tensors:";
     for (const TensorRecord& r : m.tensors) {
-      out << "\n    " << r.name << "  " << kind_name(r.kind) << " " << dtype_name(r.dtype) << " [";
+      out << "\n    " << excerpt(r.name) << "  " << kind_name(r.kind) << " " << dtype_name(r.dtype) << " [";
       for (size_t i = 0; i < r.shape.size(); ++i) out << (i ? ", " : "") << r.shape[i];
       out << "]  " << r.pieces.size() << " piece(s)";
     }

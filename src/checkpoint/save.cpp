@@ -37,6 +37,18 @@ struct Collected {
   StateTensor tensor;
 };
 
+// libstdc++'s "filesystem error: cannot rename: Operation not permitted [a] [b]" in cohort's order, as
+// its other checkpoint errors say it: the path first, then what failed and why (hostile pass 5, m5).
+std::string filesystem_text(const fs::filesystem_error& e) {
+  std::string what = e.what();
+  const std::string tag = "filesystem error: ";
+  if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
+  if (const size_t paths = what.find(" ["); paths != std::string::npos) what.erase(paths);
+  std::string paths = e.path1().string();
+  if (!e.path2().empty()) paths += " -> " + e.path2().string();
+  return paths + ": " + what;
+}
+
 // A phase's status on one rank: "" when it went well, else the error's kind as one digit and its text,
 // so that the error every rank raises keeps the kind of the first failure.
 template <typename F>
@@ -46,6 +58,8 @@ std::string status_of(F&& body) {
     return "";
   } catch (const Error& e) {
     return std::to_string(static_cast<int>(e.kind())) + without_rank_prefix(e.what());
+  } catch (const fs::filesystem_error& e) {
+    return std::to_string(static_cast<int>(ErrorKind::kIO)) + filesystem_text(e);
   } catch (const std::exception& e) {
     return std::to_string(static_cast<int>(ErrorKind::kIO)) + e.what();  // the filesystem library's
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace cohort::detail::trace {
 namespace {
@@ -33,16 +34,20 @@ nlohmann::json metadata(const char* what, int rank, int tid, const std::string& 
 
 }  // namespace
 
-nlohmann::json to_chrome(const std::vector<Event>& events, int rank, int64_t offset_us) {
+std::string to_chrome_text(const std::vector<Event>& events, int rank, int64_t offset_us, size_t* count) {
   std::vector<const Event*> order;
   for (const auto& event : events) order.push_back(&event);
   std::stable_sort(order.begin(), order.end(), [](const Event* a, const Event* b) {
     return a->begin_us != b->begin_us ? a->begin_us < b->begin_us : a->end_us > b->end_us;
   });
-  nlohmann::json out = nlohmann::json::array();
-  out.push_back(metadata("process_name", rank, 0, "rank " + std::to_string(rank)));
-  out.push_back(
-      {{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}});
+  std::string out = "[";
+  size_t written = 0;
+  const auto add = [&](const nlohmann::json& event) {
+    out += written++ == 0 ? "" : ",";
+    out += event.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);  // a name is the program's text
+  };
+  add(metadata("process_name", rank, 0, "rank " + std::to_string(rank)));
+  add({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"tid", 0}, {"args", {{"sort_index", rank}}}});
   // Per category: the end of the last event on each row; an event takes the first row that is free.
   std::map<std::string, std::vector<int64_t>> rows;
   for (const Event* event : order) {
@@ -57,7 +62,7 @@ nlohmann::json to_chrome(const std::vector<Event>& events, int rank, int64_t off
       chrome["ph"] = "i";
       chrome["s"] = "t";
       chrome["tid"] = base;
-      out.push_back(std::move(chrome));
+      add(chrome);
       continue;
     }
     auto& ends = rows[category];
@@ -65,15 +70,16 @@ nlohmann::json to_chrome(const std::vector<Event>& events, int rank, int64_t off
     while (row < ends.size() && ends[row] > event->begin_us) ++row;
     if (row == ends.size()) {
       ends.push_back(0);
-      out.push_back(metadata("thread_name", rank, base + int(row), category + " " + std::to_string(row)));
+      add(metadata("thread_name", rank, base + int(row), category + " " + std::to_string(row)));
     }
     ends[row] = event->end_us;
     chrome["ph"] = "X";
     chrome["dur"] = event->end_us - event->begin_us;
     chrome["tid"] = base + int(row);
-    out.push_back(std::move(chrome));
+    add(chrome);
   }
-  return out;
+  if (count != nullptr) *count = written;
+  return out + "]";
 }
 
 }  // namespace cohort::detail::trace

@@ -15,7 +15,10 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "comm/comm_access.h"
 #include "core/json_read.h"
@@ -72,23 +75,71 @@ int64_t measure_offset(c10d::Store& store, int rank, int size) {
   return best_offset;
 }
 
-// Rank 0: every rank's events (its own first). A rank whose events are not there yet is waited for
-// until `wait` passes, except one the control plane saw die: its events will never come.
-nlohmann::json gather_events(Comm& world, nlohmann::json own, std::chrono::seconds wait) {
+// The text between a JSON array's brackets ("" for "[]").
+std::string inside(const std::string& array) {
+  const size_t open = array.find('['), close = array.rfind(']');
+  return open == std::string::npos || close == std::string::npos || close <= open
+             ? ""
+             : array.substr(open + 1, close - open - 1);
+}
+
+// A SAX pass over the events another rank sent: an array, nested at most kMaxJsonDepth deep, whose
+// elements it counts; it builds nothing (a document of them is what made the hand-over slow).
+class EventCounter {
+ public:
+  using number_integer_t = nlohmann::json::number_integer_t;
+  using number_unsigned_t = nlohmann::json::number_unsigned_t;
+  using number_float_t = nlohmann::json::number_float_t;
+  using string_t = nlohmann::json::string_t;
+  using binary_t = nlohmann::json::binary_t;
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(number_integer_t) { return value(); }
+  bool number_unsigned(number_unsigned_t) { return value(); }
+  bool number_float(number_float_t, const string_t&) { return value(); }
+  bool string(string_t&) { return value(); }
+  bool binary(binary_t&) { return value(); }
+  bool key(string_t&) { return true; }
+  bool start_object(std::size_t) { return value() && enter(); }
+  bool start_array(std::size_t) { return (depth_ == 0 ? (array_ = true) : value()) && enter(); }
+  bool end_object() { return --depth_ >= 0; }
+  bool end_array() { return --depth_ >= 0; }
+  template <typename Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception&) {
+    return false;
+  }
+  size_t count = 0;  // the array's elements
+  bool array_ = false;
+
+ private:
+  bool value() {
+    if (depth_ == 1) ++count;
+    return depth_ > 0;  // a bare value at the top is not an array of events
+  }
+  bool enter() { return ++depth_ <= kMaxJsonDepth; }
+  int depth_ = 0;
+};
+
+// Rank 0: every rank's events (its own first) as the text inside one array, and how many. A rank
+// whose events are not there yet is waited for until `wait` passes, except one the control plane saw
+// die: its events will never come.
+std::pair<std::string, size_t> gather_events(Comm& world, std::string all, size_t total, std::chrono::seconds wait) {
   auto& store = *detail::comm_impl(world).store();
   const int size = world.size();
-  nlohmann::json all = std::move(own);
   const auto until = std::chrono::steady_clock::now() + wait;
   std::vector<bool> done(size, false);
   done[0] = true;
   std::vector<std::string> died, left_out;
   const auto take = [&](int r) {
     const auto raw = store.get(key("events", r));
-    try {
-      JsonReadOptions options;  // depth bounded: the file's dump() recurses once per level
-      options.source = "rank " + std::to_string(r) + "'s events";
-      for (auto& event : parse_json(std::string(raw.begin(), raw.end()), options)) all.push_back(std::move(event));
-    } catch (const std::exception&) {  // not what a rank sends: leave it out, keep the others
+    const std::string text(raw.begin(), raw.end());
+    EventCounter counter;
+    // (a NUL would end the parse early and leave what follows it to the splice)
+    if (text.find('\0') == std::string::npos && nlohmann::json::sax_parse(text, &counter) && counter.array_) {
+      const std::string events = inside(text);
+      if (!events.empty()) all += (all.empty() ? "" : ",") + events;
+      total += counter.count;
+    } else {  // not what a rank sends: leave it out, keep the others
       left_out.push_back(std::to_string(r));
     }
     done[r] = true;
@@ -125,17 +176,14 @@ nlohmann::json gather_events(Comm& world, nlohmann::json own, std::chrono::secon
                 " out");
   if (!left_out.empty())
     COHORT_WARN("timeline: the events of ranks ", join(left_out), " are not JSON; the file leaves them out");
-  return all;
+  return {std::move(all), total};
 }
 
-void write_file(const std::string& path, const nlohmann::json& events, int size) {
-  const nlohmann::json document = {{"traceEvents", events},
-                                   {"displayTimeUnit", "ms"},
-                                   {"otherData", {{"producer", "cohort"}, {"world_size", size}}}};
-  // A span's name is the program's text: invalid UTF-8 in it is replaced, not a failed write.
-  const std::string text = document.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  write_file_safely(path, text + "\n");  // a device, a directory or a link there is refused
-  COHORT_INFO("timeline: wrote ", events.size(), " events of ", size, " ranks to ", path);
+// The file: the events' text spliced into the document as it is, never parsed into one.
+void write_file(const std::string& path, const std::string& events, size_t count, int size) {
+  write_file_safely(path, "{\"traceEvents\":[" + events + "],\"displayTimeUnit\":\"ms\",\"otherData\":{" +
+                              "\"producer\":\"cohort\",\"world_size\":" + std::to_string(size) + "}}\n");
+  COHORT_INFO("timeline: wrote ", count, " events of ", size, " ranks to ", path);
 }
 
 // Hands this rank's events over (rank r > 0: to the store; rank 0: gathers and writes), once per
@@ -148,17 +196,18 @@ void finish(Comm& world, std::chrono::seconds wait) {
   if (g_finished) return;
   g_finished = true;
   const std::string path = trace::path();
-  auto events = trace::to_chrome(trace::take_events(), world.rank(), g_offset_us);
   try {
-    if (world.size() == 1) return write_file(path, events, 1);
+    size_t count = 0;
+    const std::string events = trace::to_chrome_text(trace::take_events(), world.rank(), g_offset_us, &count);
+    if (world.size() == 1) return write_file(path, inside(events), count, 1);
     auto& store = *detail::comm_impl(world).store();
     if (world.rank() != 0) {
-      store.set(key("events", world.rank()),
-                bytes_of(events.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+      store.set(key("events", world.rank()), bytes_of(events));
       store.check({key("events", world.rank())});  // a round trip: the store has it before this rank goes
       return;
     }
-    write_file(path, gather_events(world, std::move(events), wait), world.size());
+    const auto [all, total] = gather_events(world, inside(events), count, wait);
+    write_file(path, all, total, world.size());
   } catch (const std::exception& e) {
     // At exit nothing may throw: the timeline is lost, the run's outcome is not.
     COHORT_WARN("timeline: not written to ", path, ": ", json_error_text(e));  // never nlohmann's own tag

@@ -64,16 +64,25 @@ int parse_int(const std::string& what, const std::string& text, int min, int max
   }
 }
 
+// A year: past it a deadline (now + seconds) overflows the clock's nanoseconds near 9.2e9 s, and
+// --stop-timeout 1e10 killed the workers at once instead of waiting (hostile pass 5, m3).
+static constexpr double kMaxSeconds = 31536000;
+
+static double within_a_year(const std::string& what, const std::string& text, double value) {
+  if (value > kMaxSeconds) throw UsageError(what + "=" + text + " is out of range: at most 31536000 seconds (a year)");
+  return value;
+}
+
 double parse_seconds(const std::string& what, const std::string& text) {
   const std::optional<double> value = read_seconds(text);
   if (!value || *value < 0) throw UsageError(what + "=" + text + " is not a number of seconds >= 0");
-  return *value;
+  return within_a_year(what, text, *value);
 }
 
 double parse_positive_seconds(const std::string& what, const std::string& text) {
   const std::optional<double> value = read_seconds(text);
   if (!value || *value <= 0) throw UsageError(what + "=" + text + " is not a number of seconds > 0");
-  return *value;
+  return within_a_year(what, text, *value);
 }
 
 NodeRange parse_nnodes(const std::string& text) {
