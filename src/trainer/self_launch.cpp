@@ -164,7 +164,8 @@ void SelfLauncher::start(int devices) {
     auto worker = std::make_unique<Worker>();
     worker->rank = rank;
     worker->prefix = launch::expand_prefix("", rank, rank, layout.role);
-    const launch::SpawnRequest request{path, args, launch::to_envp(launch::build_worker_env(base, layout, rank, ""))};
+    const launch::SpawnRequest request{
+        path, args, launch::to_envp(launch::build_worker_env(base, layout, rank, "")), {}};  // the CPUs it inherits
     try {
       worker->process = launch::WorkerProcess::spawn(request);
     } catch (const std::runtime_error& e) {
