@@ -96,6 +96,13 @@ int64_t available_memory() {
   return available;
 }
 
+// cohortrun's worker variables, and COHORT_SELF_LAUNCH=1 so the ranks say who started them.
+launch::EnvVars self_launch_env(const launch::EnvVars& base, const launch::GroupLayout& layout, int rank) {
+  launch::EnvVars env = launch::build_worker_env(base, layout, rank, "");
+  env["COHORT_SELF_LAUNCH"] = "1";
+  return env;
+}
+
 // SIGTERM to the worker's group, then SIGCONT: a stopped worker (SIGSTOP, Ctrl-Z, a debugger's halt)
 // acts on the SIGTERM only once it runs again; without SIGCONT it would sit out the grace period
 // until SIGKILL, as cohortrun's supervisor also avoids.
@@ -165,7 +172,7 @@ void SelfLauncher::start(int devices) {
     worker->rank = rank;
     worker->prefix = launch::expand_prefix("", rank, rank, layout.role);
     const launch::SpawnRequest request{
-        path, args, launch::to_envp(launch::build_worker_env(base, layout, rank, "")), {}};  // the CPUs it inherits
+        path, args, launch::to_envp(self_launch_env(base, layout, rank)), {}};  // the CPUs it inherits
     try {
       worker->process = launch::WorkerProcess::spawn(request);
     } catch (const std::runtime_error& e) {
@@ -175,7 +182,7 @@ void SelfLauncher::start(int devices) {
     workers_.push_back(std::move(worker));
   }
   // This process is rank 0: the same variables, set before cohort::init() reads them.
-  for (const auto& [key, value] : launch::build_worker_env(base, layout, 0, "")) {
+  for (const auto& [key, value] : self_launch_env(base, layout, 0)) {
     const auto found = base.find(key);
     if (found == base.end() || found->second != value) ::setenv(key.c_str(), value.c_str(), 1);
   }

@@ -193,7 +193,10 @@ std::optional<LaunchEnv> detect_torchrun(const EnvMap& env) {
   if (!rank_size) return std::nullopt;
   const Layout in{rank_size->first, rank_size->second, read_num(env, {"LOCAL_RANK"}),
                   read_num(env, {"LOCAL_WORLD_SIZE"}), read_num(env, {"GROUP_RANK"})};
-  LaunchEnv out = finish("cohortrun/torchrun", in);
+  // The Trainer's self-launch (TrainerOptions.devices without a launcher) exports the same variables and
+  // says so: its ranks name it, not a launcher the user never started (hostile pass 5, m4).
+  const std::string* self_launch = lookup(env, "COHORT_SELF_LAUNCH");
+  LaunchEnv out = finish(self_launch != nullptr && *self_launch == "1" ? "self-launch" : "cohortrun/torchrun", in);
   apply_master_overrides(env, out);  // these launchers always export both; no default here
   if (const auto restart = read_num(env, {"TORCHELASTIC_RESTART_COUNT"})) out.restart_count = restart->value;
   const std::string* agent_store = lookup(env, "TORCHELASTIC_USE_AGENT_STORE");

@@ -16,7 +16,7 @@ using EnvMap = std::map<std::string, std::string>;
 
 /// What the launcher told this process. master_addr/master_port are empty/0 when it did not say.
 struct LaunchEnv {
-  std::string launcher = "none";  // "cohortrun/torchrun", "slurm", "openmpi", "pmi", "mvapich", "none"
+  std::string launcher = "none";  // "cohortrun/torchrun", "self-launch", "slurm", "openmpi", "pmi", "mvapich", "none"
   int rank = 0;
   int size = 1;
   int local_rank = 0;

@@ -470,8 +470,9 @@ TEST(TrainerSelfLaunch, StartsTheOtherWorkerWithPrefixedOutput) {
   const std::string dir = make_temp_dir("trainer_self_launch_");
   const ProcResult result = run_program(dir);
   EXPECT_EQ(result.code, 0) << result.describe();
-  EXPECT_THAT(result.out, HasSubstr("rank 0 of 2 (cohortrun/torchrun) trained 8 steps\n"));
-  EXPECT_THAT(result.out, HasSubstr("[rank1]: rank 1 of 2 (cohortrun/torchrun) trained 8 steps\n"));
+  // Hostile pass 5, m4: they said "cohortrun/torchrun", a launcher the user never started.
+  EXPECT_THAT(result.out, HasSubstr("rank 0 of 2 (self-launch) trained 8 steps\n"));
+  EXPECT_THAT(result.out, HasSubstr("[rank1]: rank 1 of 2 (self-launch) trained 8 steps\n"));
   // Both ranks got the same fresh secret from the self-launch, as cohortrun's workers do.
   EXPECT_THAT(result.out, HasSubstr("\njob secret: 64 characters\n"));
   EXPECT_THAT(result.out, HasSubstr("[rank1]: job secret: 64 characters\n"));
