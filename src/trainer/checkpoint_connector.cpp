@@ -89,8 +89,7 @@ void CheckpointConnector::restore_epoch_sums(const CheckpointState& state, const
   for (int64_t r = 0; r < count; ++r)
     if (same_layout ? r == trainer_.world.rank() : trainer_.world.rank() == 0)
       texts.push_back(state.get(epoch_sums_key(static_cast<int>(r))));
-  trainer_.metrics.restore_epoch_sums(Stage::kTrain, texts, path, same_layout ? 1 : replicas,
-                                      same_layout ? 1 : saved_replicas);
+  trainer_.metrics.restore_epoch_sums(Stage::kTrain, texts, path, replicas, saved_replicas);  // equal: unscaled
 }
 
 std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path) {
