@@ -11,6 +11,13 @@ default_type=RelWithDebInfo
 [ "${CI:-}" = true ] && default_type=Release
 build_type="${COHORT_TEST_BUILD_TYPE:-$default_type}"
 scripts/install-deps.sh
+# The second LibTorch's wheel (several GB on a fresh machine) downloads while the first build compiles.
+torch_pid="" torch_log="$(mktemp)"
+trap '[ -n "$torch_pid" ] && kill "$torch_pid" 2>/dev/null; rm -f "$torch_log"' EXIT  # a failed first build stops it
+if [ "${COHORT_TORCH2:-1}" != 0 ]; then
+  scripts/install-torch.sh >"$torch_log" 2>&1 &
+  torch_pid=$!
+fi
 # Under CI the examples and tools compile at -O1, as the tests do (COHORT_QUICK_PROGRAMS), and the
 # benchmarks, measured by hand (docs/BENCHMARKS.md builds them), not at all: CI's time is bounded.
 # COHORT_CI_BENCH=1 builds them there too.
@@ -37,10 +44,19 @@ if [ "${COHORT_TORCH2:-1}" != 0 ]; then
   # namespace hosts) do not change with LibTorch, so under CI they run in the first build only and the
   # second skips the examples (and so the launch tests, which start them). COHORT_TORCH2_ALL=1 runs
   # everything there too.
-  torch2_labels='cluster|launch' torch2_examples=OFF
-  if [ "${CI:-}" != true ] || [ "${COHORT_TORCH2_ALL:-0}" = 1 ]; then torch2_labels='cluster' torch2_examples=ON; fi
+  # Likewise the transports' own tests (cohort_comm_tests: cohort's sockets and shared memory; every
+  # other multi-process test goes through them too), the checks of the sources (label style) and the GPU
+  # tests (no GPU in CI) are built and run with the first LibTorch only.
+  torch2_labels='cluster|launch|style' torch2_all=OFF
+  if [ "${CI:-}" != true ] || [ "${COHORT_TORCH2_ALL:-0}" = 1 ]; then torch2_labels='cluster' torch2_all=ON; fi
+  if ! wait "$torch_pid"; then
+    cat "$torch_log" >&2
+    exit 1
+  fi
+  torch_pid=""
   COHORT_LIBTORCH=pip scripts/build.sh -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build" \
-    -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF -DCOHORT_BUILD_EXAMPLES="$torch2_examples" \
+    -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF -DCOHORT_BUILD_EXAMPLES="$torch2_all" \
+    -DCOHORT_BUILD_COMM_TESTS="$torch2_all" -DCOHORT_BUILD_GPU_TESTS="$torch2_all" \
     -DCOHORT_QUICK_PROGRAMS="$quick_programs"
   # 4 pairs of jobs on one port here, 20 in the first build.
   (cd build-torch2 && COHORT_TEST_JOB_PAIRS=4 ctest --output-on-failure --timeout 600 -j "$test_jobs" \

@@ -149,6 +149,12 @@ TEST(JobIdentity, PortInUseNamesTheJobHoldingIt) {
               HasSubstr("MASTER_PORT=" + std::to_string(port) + " is already in use on rank 0 (127.0.0.1) by "
                         "job 'job-a' (this is job 'job-b'): choose another port, or launch with cohortrun "
                         "--standalone which picks a free one"));
+  // Two jobs without run ids: "by a job without a run id (this is a job without a run id)" did not read.
+  const int other = cohort::testing::free_port();
+  auto anonymous = connect_store(rank_config(other, 0, ""));
+  EXPECT_THAT(error_of([&] { connect_store(rank_config(other, 0, "")); }),
+              HasSubstr("MASTER_PORT=" + std::to_string(other) + " is already in use on rank 0 (127.0.0.1) by another "
+                        "job without a run id: choose another port"));
 }
 
 // LibTorch 1.13's TCPStore client aborted the whole process ("terminate called after throwing an

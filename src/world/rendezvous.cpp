@@ -42,7 +42,11 @@ bool master_accepts(const RendezvousConfig& config) {
 
 [[noreturn]] void throw_port_in_use(const RendezvousConfig& config) {
   const auto holder = job_listening_at(config.master_addr, config.master_port, kProbeTimeout);
-  const std::string by = holder ? " by " + job_label(*holder) + " (this is " + job_label(config.run_id) + ")" : "";
+  // Two jobs without run ids: "by a job without a run id (this is a job without a run id)" did not read.
+  const std::string by = !holder ? ""
+                         : *holder == config.run_id
+                             ? " by another " + job_label(*holder).substr(2)
+                             : " by " + job_label(*holder) + " (this is " + job_label(config.run_id) + ")";
   const std::string message = "MASTER_PORT=" + std::to_string(config.master_port) + " is already in use on rank 0 (" +
                               config.master_addr + ")" + by +
                               ": choose another port, or launch with cohortrun --standalone which picks a free one";

@@ -11,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -77,17 +79,42 @@ std::string shared_temp_dir(RanksOptions& options, const std::string& variable, 
   return dir;
 }
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// The first port the kernel hands to outgoing connections (ip_local_port_range): a port bound to 0
+// comes from that range, so between the test choosing it and a rank binding it, any connection of the
+// tests running beside it could take it as its local port (CI saw "MASTER_PORT=54725 is already in use").
+int ephemeral_low() {
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768;
+  return range >> low ? low : 32768;
+}
+
+bool bindable(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok;
+}
+
+}  // namespace
+
+// A random port below the ephemeral range that binds now: only another test choosing the same one
+// could take it (1 in ~20,000 per pair).
+int free_port() {
+  static std::mt19937 random(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+  const int high = std::max(ephemeral_low() - 1, 12001);
+  std::uniform_int_distribution<int> pick(10000, high);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int port = pick(random);
+    if (bindable(port)) return port;
+  }
+  ADD_FAILURE() << "no free port between 10000 and " << high;
+  return 0;
 }
 
 void report(const std::string& line) {

@@ -45,7 +45,7 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
 /// From a rank process: hands a line to the test process (RankResult::reports).
 void report(const std::string& line);
 
-/// A TCP port that was free a moment ago on 127.0.0.1.
+/// A TCP port that was free a moment ago on 127.0.0.1, outside the range outgoing connections take theirs from.
 int free_port();
 
 /// Output of all ranks, for failure messages.
