@@ -21,6 +21,7 @@
 #include "cohort/checkpoint.h"
 #include "cohort/safetensors.h"
 #include "support/errors.h"
+#include "support/manifest_seal.h"
 #include "support/multiproc.h"
 #include "support/small_models.h"
 
@@ -62,9 +63,11 @@ struct Fixture {
   }
   ~Fixture() { fs::remove_all(dir); }
 
-  void edit(const Change& change) {
+  // Resealed (unless `reseal` is false): the checks behind the checksums are what these tests reach.
+  void edit(const Change& change, bool reseal = true) {
     auto j = nlohmann::json::parse(original);
     change(j);
+    if (reseal) cohort::testing::reseal_manifest(j);
     std::ofstream(manifest, std::ios::trunc) << j.dump();
   }
   // A resume: the step it loaded and why it skipped step-20 ("" when it did not).
@@ -132,6 +135,32 @@ TEST(CheckpointValues, ABadStepOrTensorListFallsBackAndVerifiesBad) {
   });
 }
 
+// Hostile pass 5, m1: a loss sum or position edited within its range went unnoticed (the numbers had
+// no checksum), and deleting 'user_crc32' turned its check off. From format version 2 both checksums
+// are required; a version-1 manifest without them (as cohort wrote before) still loads.
+TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable) {
+  Fixture f;
+  const auto edited = [&](const Change& change) {
+    f.edit(change, false);
+    return f.resume();
+  };
+  const std::string unusable = f.step + ": " + f.manifest + ": ";
+  auto [step, why] = edited(sampler_value("samples_in_epoch", 40));
+  EXPECT_EQ(step, 10);
+  EXPECT_THAT(why, HasSubstr(unusable + "'values_crc32' is "));
+  EXPECT_THAT(why, HasSubstr(": edited or damaged after the save"));
+  for (const char* key : {"values_crc32", "user_crc32"}) {
+    EXPECT_EQ(edited([&](nlohmann::json& j) { j.erase(key); }),
+              std::make_pair(int64_t(10), unusable + "'" + key + "' is missing"));
+  }
+  EXPECT_EQ(edited([](nlohmann::json& j) {
+              j["format_version"] = 1;
+              j.erase("values_crc32");
+              j.erase("user_crc32");
+            }).first,
+            20);
+}
+
 // Probe D9: "'values' has the wrong type ({"engine":{...200 characters of other values".
 TEST(CheckpointValues, TypeErrorsNameTheWholeKeyAndTheValue) {
   Fixture f;
@@ -164,7 +193,6 @@ TEST(CheckpointValues, InfoEscapesAndCutsTheUserValues) {
   Fixture f;
   f.edit([](nlohmann::json& j) {
     j["user"]["evil"] = "\x1b[31mRED\r" + std::string(100000, 'A');
-    j["user_crc32"] = cohort::detail::ckpt::user_values_crc32(j["user"].get<std::map<std::string, std::string>>());
   });
   const ToolRun info = tool("info " + f.dir);
   EXPECT_EQ(info.code, 0) << info.out;

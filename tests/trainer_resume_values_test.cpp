@@ -18,9 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/manifest.h"
 #include "cohort/trainer.h"
 #include "support/errors.h"
+#include "support/manifest_seal.h"
 #include "support/tiny_trainer_module.h"
 
 namespace trainer_resume_values_test {
@@ -67,9 +67,7 @@ void edit_user_value(const std::string& checkpoint, const std::string& key, cons
   const std::string after = std::regex_replace(before, entry, "\"" + key + "\":\"" + value + "\"");
   ASSERT_NE(before, after) << "no user value " << key << " in " << path;
   nlohmann::json manifest = nlohmann::json::parse(after);
-  if (reseal)
-    manifest["user_crc32"] =
-        cohort::detail::ckpt::user_values_crc32(manifest["user"].get<std::map<std::string, std::string>>());
+  if (reseal) cohort::testing::reseal_manifest(manifest);
   std::ofstream(path, std::ios::trunc) << manifest.dump(1);
 }
 
@@ -118,8 +116,9 @@ TEST(TrainerResumeValuesChecksum, AnEditedUserValueIsRefusedByItsChecksum) {
   const std::string checkpoint = save_one(dir.path);
   edit_user_value(checkpoint, "trainer.step_batch", "4", false);
   const std::string error = resume_error(dir.path, checkpoint);
-  EXPECT_THAT(error, HasSubstr("step-4/manifest.json: the user values do not match their crc32 ("));
-  EXPECT_THAT(error, HasSubstr(" now): edited or damaged after the save"));
+  EXPECT_THAT(error, HasSubstr("step-4/manifest.json: 'user_crc32' is "));
+  EXPECT_THAT(error, HasSubstr(" but the values it covers give "));
+  EXPECT_THAT(error, HasSubstr(": edited or damaged after the save"));
   std::filesystem::remove_all(dir.path + "-resume");
 }
 

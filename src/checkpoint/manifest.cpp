@@ -158,14 +158,14 @@ std::map<std::string, std::string> user_from_json(const json& j, const std::stri
   return out;
 }
 
-// 'user_crc32' (absent from older manifests, which still load): the user values carry no range a check could
-// hold them to (a loss sum, a batch the others agree with), so a hand edit or damage is caught whole.
-void check_user_crc(const json& j, const std::map<std::string, std::string>& user, const std::string& where) {
-  if (!j.contains("user_crc32")) return;
-  const auto written = field<uint32_t>(j, "user_crc32", where);
-  const uint32_t now = user_values_crc32(user);
-  COHORT_CHECK_KIND(kIO, written == now, where, ": the user values do not match their crc32 (", written, " written, ",
-                    now, " now): edited or damaged after the save");
+// The checksums of the values a check cannot hold to a range (a loss sum, a user's string), so that a
+// hand edit or damage is caught whole. Required from format version 2; version 1 had 'user_crc32' at
+// most (and older manifests of it none), which still load.
+void check_crc(const json& j, const char* key, uint32_t now, int format_version, const std::string& where) {
+  if (format_version < 2 && !j.contains(key)) return;
+  const auto written = field<uint32_t>(j, key, where);
+  COHORT_CHECK_KIND(kIO, written == now, where, ": '", key, "' is ", written, " but the values it covers give ", now,
+                    ": edited or damaged after the save");
 }
 
 // 'step' is a step count, and the one its step-<n> directory names (a directory of another name, such
@@ -223,6 +223,18 @@ uint32_t user_values_crc32(const std::map<std::string, std::string>& user) {
   return crc;
 }
 
+uint32_t state_values_crc32(const std::map<std::string, StateValues>& values) {
+  uint32_t crc = 0;
+  for (const auto& [entry, numbers] : values) {
+    crc = crc32_update(crc, entry.c_str(), static_cast<int64_t>(entry.size()) + 1);
+    for (const auto& [name, number] : numbers) {
+      crc = crc32_update(crc, name.c_str(), static_cast<int64_t>(name.size()) + 1);
+      crc = crc32_update(crc, &number, sizeof number);
+    }
+  }
+  return crc;
+}
+
 const TensorRecord* Manifest::find(const std::string& name) const {
   for (const TensorRecord& r : tensors) {
     if (r.name == name) return &r;
@@ -272,7 +284,8 @@ std::string manifest_to_json(const Manifest& m) {
                   {"tensors", tensors},
                   {"values", values},
                   {"user", m.user},
-                  {"user_crc32", user_values_crc32(m.user)}};
+                  {"user_crc32", user_values_crc32(m.user)},
+                  {"values_crc32", state_values_crc32(m.values)}};
   return j.dump(1) + "\n";
 }
 
@@ -305,7 +318,8 @@ Manifest read_manifest(const std::string& path) {
   for (const json& t : list_field(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
   m.values = values_from_json(j, path);
   m.user = user_from_json(j, path);
-  check_user_crc(j, m.user, path);
+  check_crc(j, "user_crc32", user_values_crc32(m.user), m.format_version, path);
+  check_crc(j, "values_crc32", state_values_crc32(m.values), m.format_version, path);
   check_records(m, path);
   return m;
 }

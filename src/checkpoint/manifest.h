@@ -16,7 +16,9 @@
 namespace cohort::detail::ckpt {
 
 inline constexpr const char* kFormat = "cohort-checkpoint";
-inline constexpr int kFormatVersion = 1;
+// 2: 'values_crc32' beside 'user_crc32', both required (in 1 the user's was optional and the values had
+// none: deleting the field or editing a number went unnoticed).
+inline constexpr int kFormatVersion = 2;
 
 /// Where one piece of a tensor's bytes lies.
 struct Piece {
@@ -67,6 +69,8 @@ const char* kind_name(StateKind kind);
 
 /// The checksum of the user values the manifest carries as 'user_crc32' (read_manifest checks it).
 uint32_t user_values_crc32(const std::map<std::string, std::string>& user);
+/// The checksum of the Statefuls' numbers, 'values_crc32' (read_manifest checks it from version 2).
+uint32_t state_values_crc32(const std::map<std::string, StateValues>& values);
 std::string manifest_to_json(const Manifest& manifest);
 /// Reads and validates `path` (check_records included); errors name the path and the bad key
 /// ("... manifest.json: 'world_size' is missing", "'values.sampler.seed' is \"abc\", not a number"),
