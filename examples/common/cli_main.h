@@ -75,13 +75,18 @@ inline int parse_and_run(CLI::App& app, int argc, char** argv, const std::functi
     std::fprintf(stderr, "error: %s\n", e.what());  // a number out of range: cohort/number.h's line
     return 2;
   }
+  // Asked to stop (cohort took a SIGTERM to hand the timeline over): what failed meanwhile (a peer that
+  // stopped first) is no fault to report; the process ends by the signal, as it would without a timeline.
+  const auto report = [](const char* what) {
+    if (cohort::stop_signal() == 0) std::fprintf(stderr, "error: %s\n", what);
+  };
   try {
     run();
     return 0;
   } catch (const c10::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());  // no C++ stack trace
+    report(e.what_without_backtrace());  // no C++ stack trace
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
+    report(e.what());
   }
   return 1;
 }

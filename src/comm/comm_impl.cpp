@@ -11,6 +11,7 @@
 #include "comm/transports.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "core/stop_signal.h"
 #include "core/trace_recorder.h"
 
 namespace cohort::detail {
@@ -258,7 +259,12 @@ CommFailure CommImpl::poison(const CommFailure& error) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (poisoned_.empty()) {
     poisoned_ = error;
-    poisoned_.message = Error(error.message, error.kind, error.ranks).what();  // the final text, rank-prefixed
+    // After a stop signal the peers stop too: what fails then is the stop's consequence, said as such.
+    if (const int signal = stop_signal_taken(); signal != 0) {
+      poisoned_.message = "stopped by " + stop_signal_name(signal) + " (this job was asked to stop): " + error.message;
+      poisoned_.kind = ErrorKind::kAborted;
+    }
+    poisoned_.message = Error(poisoned_.message, poisoned_.kind, error.ranks).what();  // final, rank-prefixed
     if (control_) control_->broadcast_abort(poisoned_.message);
   }
   return poisoned_;

@@ -113,14 +113,15 @@ class Checker {
   using binary_t = typename Json::binary_t;
 
   explicit Checker(const JsonReadOptions& options) : options_(options) {}
-  bool null() { return true; }
-  bool boolean(bool) { return true; }
-  bool number_integer(number_integer_t) { return true; }
-  bool number_unsigned(number_unsigned_t) { return true; }
-  bool number_float(number_float_t, const string_t&) { return true; }
-  bool string(string_t&) { return true; }
-  bool binary(binary_t&) { return true; }
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(number_integer_t) { return value(); }
+  bool number_unsigned(number_unsigned_t) { return value(); }
+  bool number_float(number_float_t, const string_t&) { return value(); }
+  bool string(string_t&) { return value(); }
+  bool binary(binary_t&) { return value(); }
   bool start_object(std::size_t) {
+    value();
     enter();
     if (tracks_objects()) objects_.emplace_back();
     return true;
@@ -146,6 +147,8 @@ class Checker {
     return true;
   }
   bool start_array(std::size_t) {
+    if (depth_ == 0) top_is_array_ = true;
+    value();
     enter();
     return true;
   }
@@ -157,6 +160,8 @@ class Checker {
   bool parse_error(std::size_t, const std::string&, const Exception& error) {
     refuse(options_, "not valid JSON: " + json_error_text(error));
   }
+  bool top_is_array() const { return top_is_array_; }
+  int64_t top_elements() const { return top_elements_; }  ///< of the top-level array or object
 
  private:
   // The objects being read, outermost first: their keys so far and the last, whose value holds the next.
@@ -165,6 +170,10 @@ class Checker {
     std::string last;
     int64_t count = 0;
   };
+  bool value() {
+    if (depth_ == 1) ++top_elements_;
+    return true;
+  }
   bool tracks_objects() const { return options_.unique_keys || options_.max_object_keys > 0; }
   void enter() {
     if (depth_ >= options_.max_depth) refuse(options_, too_deep(options_));
@@ -173,6 +182,8 @@ class Checker {
   const JsonReadOptions& options_;
   int depth_ = 0;  // objects and arrays open around the next value
   std::vector<Object> objects_;
+  bool top_is_array_ = false;
+  int64_t top_elements_ = 0;
 };
 
 }  // namespace json_read
@@ -195,6 +206,23 @@ Json parse_json(const std::string& text, const JsonReadOptions& options) {
   } catch (const typename Json::exception& error) {  // out_of_range for a number past double, and the like
     json_read::refuse(options, "not valid JSON: " + json_error_text(error));
   }
+}
+
+/// Checks `text` as parse_json does, without building it, and counts the elements of its top-level array:
+/// for a text that is only passed on (the timeline splices each rank's array of events into one). Throws
+/// as parse_json does, and when the top-level value is not an array.
+inline int64_t check_json_array(const std::string& text, const JsonReadOptions& options) {
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    json_read::refuse(options, "not valid JSON: a NUL byte at offset " + std::to_string(nul));
+  json_read::Checker<nlohmann::json> checker(options);
+  try {
+    nlohmann::json::sax_parse(text, &checker, nlohmann::json::input_format_t::json, /*strict=*/true,
+                              /*ignore_comments=*/options.comments);
+  } catch (const nlohmann::json::exception& error) {
+    json_read::refuse(options, "not valid JSON: " + json_error_text(error));
+  }
+  if (!checker.top_is_array()) json_read::refuse(options, "not a JSON array");
+  return checker.top_elements();
 }
 
 }  // namespace cohort::detail

@@ -24,6 +24,7 @@
 #include "core/json_read.h"
 #include "core/log.h"
 #include "core/safe_file.h"
+#include "core/stop_signal.h"
 #include "core/trace_chrome.h"
 #include "core/trace_recorder.h"
 
@@ -83,43 +84,6 @@ std::string inside(const std::string& array) {
              : array.substr(open + 1, close - open - 1);
 }
 
-// A SAX pass over the events another rank sent: an array, nested at most kMaxJsonDepth deep, whose
-// elements it counts; it builds nothing (a document of them is what made the hand-over slow).
-class EventCounter {
- public:
-  using number_integer_t = nlohmann::json::number_integer_t;
-  using number_unsigned_t = nlohmann::json::number_unsigned_t;
-  using number_float_t = nlohmann::json::number_float_t;
-  using string_t = nlohmann::json::string_t;
-  using binary_t = nlohmann::json::binary_t;
-  bool null() { return value(); }
-  bool boolean(bool) { return value(); }
-  bool number_integer(number_integer_t) { return value(); }
-  bool number_unsigned(number_unsigned_t) { return value(); }
-  bool number_float(number_float_t, const string_t&) { return value(); }
-  bool string(string_t&) { return value(); }
-  bool binary(binary_t&) { return value(); }
-  bool key(string_t&) { return true; }
-  bool start_object(std::size_t) { return value() && enter(); }
-  bool start_array(std::size_t) { return (depth_ == 0 ? (array_ = true) : value()) && enter(); }
-  bool end_object() { return --depth_ >= 0; }
-  bool end_array() { return --depth_ >= 0; }
-  template <typename Exception>
-  bool parse_error(std::size_t, const std::string&, const Exception&) {
-    return false;
-  }
-  size_t count = 0;  // the array's elements
-  bool array_ = false;
-
- private:
-  bool value() {
-    if (depth_ == 1) ++count;
-    return depth_ > 0;  // a bare value at the top is not an array of events
-  }
-  bool enter() { return ++depth_ <= kMaxJsonDepth; }
-  int depth_ = 0;
-};
-
 // Rank 0: every rank's events (its own first) as the text inside one array, and how many. A rank
 // whose events are not there yet is waited for until `wait` passes, except one the control plane saw
 // die: its events will never come.
@@ -133,13 +97,13 @@ std::pair<std::string, size_t> gather_events(Comm& world, std::string all, size_
   const auto take = [&](int r) {
     const auto raw = store.get(key("events", r));
     const std::string text(raw.begin(), raw.end());
-    EventCounter counter;
-    // (a NUL would end the parse early and leave what follows it to the splice)
-    if (text.find('\0') == std::string::npos && nlohmann::json::sax_parse(text, &counter) && counter.array_) {
+    JsonReadOptions checked;  // nested at most kMaxJsonDepth, counted without building a document
+    checked.source = "rank " + std::to_string(r) + "'s events";
+    try {
+      total += static_cast<size_t>(check_json_array(text, checked));
       const std::string events = inside(text);
       if (!events.empty()) all += (all.empty() ? "" : ",") + events;
-      total += counter.count;
-    } else {  // not what a rank sends: leave it out, keep the others
+    } catch (const Error&) {  // not what a rank sends: leave it out, keep the others
       left_out.push_back(std::to_string(r));
     }
     done[r] = true;
@@ -236,6 +200,7 @@ void watch_sigterm(Comm& world) {
     while (::read(g_wake[0], &why, 1) < 0 && errno == EINTR) {
     }
     if (why != 1) return;  // shutdown: nothing to do
+    note_stop_signal(SIGTERM);
     {
       std::lock_guard<std::mutex> lock(g_on_sigterm_mutex);
       if (g_on_sigterm) g_on_sigterm();

@@ -17,6 +17,7 @@
 #include "cohort/comm.h"
 #include "cohort/world.h"
 #include "comm/failure_report.h"
+#include "core/stop_signal.h"
 #include "support/errors.h"
 #include "support/multiproc.h"
 
@@ -202,6 +203,30 @@ TEST(DeadRank, OthersFailPromptlyNamingIt) {
   }
   EXPECT_TRUE(kind_of(results[0]) == "kind=peer died ranks=3" || kind_of(results[1]) == "kind=peer died ranks=3" ||
               kind_of(results[2]) == "kind=peer died ranks=3");
+}
+
+// Hostile pass 5, m4: after a user's SIGTERM (taken by cohort to hand the timeline over) the peers
+// stop too, and rank 0's error blamed rank 1 as if it had failed. It now reads as the stop asked for.
+TEST(DeadRank, AFailureAfterAStopSignalReadsAsTheStop) {
+  auto results = run_ranks(2, [](int rank, int) {
+    auto& comm = cohort::init().comm();
+    comm.barrier();
+    if (rank == 1) ::kill(::getpid(), SIGKILL);
+    cohort::detail::note_stop_signal(SIGTERM);  // as the timeline's watcher does when it takes one
+    EXPECT_EQ(cohort::stop_signal(), SIGTERM);
+    expect_error([&] {
+      for (int i = 0; i < 1000; ++i) comm.allreduce(torch::ones({4}));
+    });
+  }, [] {
+    auto options = short_timeout(120);
+    options.expect_all_pass = false;
+    return options;
+  }());
+  const auto& r = results[0];
+  EXPECT_TRUE(r.passed) << r.output;
+  ASSERT_FALSE(r.reports.empty()) << r.output;
+  EXPECT_THAT(r.reports[0], HasSubstr("stopped by SIGTERM (this job was asked to stop): collective #"));
+  EXPECT_EQ(kind_of(r), "kind=aborted ranks=1");
 }
 
 TEST(DeadRank, DeathDuringLargeTransfers) {
