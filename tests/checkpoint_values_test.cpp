@@ -153,6 +153,15 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
     EXPECT_EQ(edited([&](nlohmann::json& j) { j.erase(key); }),
               std::make_pair(int64_t(10), unusable + "'" + key + "' is missing"));
   }
+  // Hostile pass 6, M3: a version below 1 (never written) was taken, and with it no checksum checked.
+  for (int version : {0, -7}) {
+    EXPECT_EQ(edited([&](nlohmann::json& j) {
+                j["format_version"] = version;
+                j.erase("values_crc32");
+              }),
+              std::make_pair(int64_t(10), unusable + "'format_version' is " + std::to_string(version) +
+                                              ", not a version cohort wrote (1 to 2)"));
+  }
   EXPECT_EQ(edited([](nlohmann::json& j) {
               j["format_version"] = 1;
               j.erase("values_crc32");

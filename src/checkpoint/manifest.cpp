@@ -301,6 +301,9 @@ Manifest read_manifest(const std::string& path) {
                     " is not a cohort checkpoint manifest ('format' is not \"", kFormat, "\")");
   Manifest m;
   m.format_version = field<int>(j, "format_version", path);
+  // A version below 1 was never written: taken, it would also have turned the checksums' check off.
+  COHORT_CHECK_KIND(kIO, m.format_version >= 1, path, ": 'format_version' is ", m.format_version,
+                    ", not a version cohort wrote (1 to ", kFormatVersion, ")");
   COHORT_CHECK_KIND(kInvalidArgument, m.format_version <= kFormatVersion, path, " has format version ",
                     m.format_version, "; this cohort reads up to ", kFormatVersion, " (written by cohort ",
                     excerpt(string_or(j, "library_version", "?")), ")");
