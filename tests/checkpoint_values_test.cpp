@@ -17,6 +17,7 @@
 #include <sstream>
 #include <vector>
 
+#include "checkpoint/counter_values.h"
 #include "checkpoint/manifest.h"
 #include "cohort/checkpoint.h"
 #include "cohort/safetensors.h"
@@ -168,6 +169,63 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
               j.erase("user_crc32");
             }).first,
             20);
+}
+
+// Hostile pass 6, S1: an Adam step count of -5 (resealed) verified OK and resumed to a model at 10%
+// accuracy, a learning rate of -1 would climb the loss; counters are held to their ranges as the
+// sampler's position is: the checkpoint is unusable, resume takes the older one, verify says BAD.
+TEST(CheckpointValues, AnOptimizerCounterNoRunHasFallsBackAndVerifiesBad) {
+  Fixture f;
+  cohort::testing::Mlp model;
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(1e-3));
+  model->forward(torch::ones({2, 20})).sum().backward();
+  adam.step();
+  const std::string root = f.dir + "/adam";
+  for (int64_t saved : {10, 20}) {
+    cohort::CheckpointState state;
+    state.add("model", *model).add("optimizer", adam).set_step(saved);
+    cohort::save_checkpoint(root, state);
+  }
+  std::ifstream in(root + "/step-20/manifest.json");
+  const auto original = nlohmann::json::parse(in);
+  const std::string manifest = root + "/step-20/manifest.json";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"g0.p0.step", "-5, outside 0..9007199254740991 (2^53 - 1)"},
+      {"g0.p1.step", "2.5, not a whole number"},
+      {"g0.lr", "-1, not a learning rate (finite, 0 or more)"},
+  };
+  for (const auto& [key, why] : cases) {
+    auto j = original;
+    j["values"]["optimizer"][key] = std::stod(why.substr(0, why.find(',')));
+    cohort::testing::reseal_manifest(j);
+    std::ofstream(manifest, std::ios::trunc) << j.dump();
+    const std::string problem = manifest + ": 'values.optimizer." + key + "' is " + why;
+    cohort::CheckpointState state;
+    state.add("model", *model).add("optimizer", adam);
+    ::testing::internal::CaptureStderr();  // the fallback's warning
+    const auto info = cohort::load_checkpoint(root, state);
+    ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(info.has_value()) << key;
+    EXPECT_EQ(info->step, 10) << key;
+    ASSERT_FALSE(info->skipped.empty()) << key;
+    EXPECT_EQ(info->skipped[0], root + "/step-20: " + problem);
+    const ToolRun verify = tool("verify " + root);
+    EXPECT_EQ(verify.code, 1) << key;
+    EXPECT_EQ(verify.out, "cohort-ckpt: " + problem + "\n" + root + "/step-20: BAD (1 problem(s))\n");
+  }
+}
+
+// The ZeRO engine's counters by the same rule (its entry is checked as the optimizer's is above).
+TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
+  using cohort::detail::ckpt::check_counter_values;
+  const auto error = [](const char* key, double value) {
+    return error_of([&] { check_counter_values({{key, value}}, "engine"); });
+  };
+  EXPECT_EQ(error("zero.group3.step", -5), "'values.engine.zero.group3.step' is -5, outside 0..9007199254740991 (2^53 - 1)");
+  EXPECT_EQ(error("zero.loss_scaler.scale", 0), "'values.engine.zero.loss_scaler.scale' is 0, not a loss scale (finite, more than 0)");
+  EXPECT_EQ(error("zero.loss_scaler.scale", 1e300 * 1e300),
+            "'values.engine.zero.loss_scaler.scale' is inf, not a loss scale (finite, more than 0)");
+  EXPECT_NO_THROW(check_counter_values({{"zero.loss_scaler.scale", 65536}, {"zero.group3.step", 7}}, "engine"));
 }
 
 // Probe D9: "'values' has the wrong type ({"engine":{...200 characters of other values".

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/counter_values.h"
 #include "checkpoint/files.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
@@ -186,8 +187,10 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
   } catch (const std::exception& e) {
     return {e.what()};
   }
-  for (const auto& [entry, numbers] : m.values) {  // a position no sampler reaches: resume refuses it too
+  // A position no sampler reaches, a step count or loss scale no run has: resume refuses them too.
+  for (const auto& [entry, numbers] : m.values) {
     try {
+      check_counter_values(numbers, entry);
       if (is_sampler_values(numbers)) check_sampler_values(numbers, entry, m.world_size);
     } catch (const Error& e) {
       problems.push_back(dir + "/manifest.json: " + e.what());

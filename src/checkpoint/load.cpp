@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/counter_values.h"
 #include "checkpoint/entry.h"
 #include "checkpoint/files.h"
 #include "checkpoint/group.h"
@@ -124,6 +125,7 @@ void check_values(const Staged& staged, const std::vector<CheckpointState::Entry
     const auto values = staged.manifest.values.find(entry.name);
     if (values == staged.manifest.values.end()) continue;  // check_match named any that must be there
     try {
+      check_counter_values(values->second, entry.name);
       entry.stateful->check_state_values(values->second, staged.manifest.world_size);
     } catch (const std::exception& e) {
       throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);

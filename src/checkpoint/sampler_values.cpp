@@ -2,8 +2,7 @@
 // range before anything casts it to an integer (a cast of 2^70 is undefined).
 #include "checkpoint/sampler_values.h"
 
-#include <cmath>
-
+#include "checkpoint/counter_values.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/text.h"
@@ -14,17 +13,6 @@ namespace {
 constexpr double kTwoTo53 = 9007199254740992.0;  // doubles count every integer below it
 constexpr double kTwoTo63 = 9223372036854775808.0;
 
-// `key` when the entry has it: a whole number in [low, high], else an error naming it.
-void check_whole(const StateValues& values, const std::string& entry, const char* key, double low, double high,
-                 const std::string& range) {
-  const auto it = values.find(key);
-  if (it == values.end()) return;  // a missing key is load_state_values's to name
-  const double value = it->second;
-  const std::string name = "'values." + entry + "." + key + "' is " + number_text(value);
-  COHORT_CHECK_KIND(kIO, std::isfinite(value) && std::floor(value) == value, name, ", not a whole number");
-  COHORT_CHECK_KIND(kIO, value >= low && value <= high, name, ", outside ", range);
-}
-
 }  // namespace
 
 bool is_sampler_values(const StateValues& values) {
@@ -32,16 +20,16 @@ bool is_sampler_values(const StateValues& values) {
 }
 
 void check_sampler_values(const StateValues& values, const std::string& entry, int world_size) {
-  check_whole(values, entry, "epoch", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
-  check_whole(values, entry, "dataset_size", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
-  check_whole(values, entry, "seed", -kTwoTo63, kTwoTo63, "the range of a 64-bit seed");
-  check_whole(values, entry, "shuffle", 0, 1, "0..1 (false or true)");
+  check_whole_value(values, entry, "epoch", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
+  check_whole_value(values, entry, "dataset_size", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
+  check_whole_value(values, entry, "seed", -kTwoTo63, kTwoTo63, "the range of a 64-bit seed");
+  check_whole_value(values, entry, "shuffle", 0, 1, "0..1 (false or true)");
   const auto size = values.find("dataset_size");
   if (size == values.end()) return;
   const double high = 2 * size->second + world_size;
-  check_whole(values, entry, "samples_in_epoch", 0, high,
-              str("0..", number_text(high), " (no epoch of ", number_text(size->second), " samples over ", world_size,
-                  " rank(s) reaches further)"));
+  check_whole_value(values, entry, "samples_in_epoch", 0, high,
+                    str("0..", number_text(high), " (no epoch of ", number_text(size->second), " samples over ",
+                        world_size, " rank(s) reaches further)"));
 }
 
 }  // namespace cohort::detail::ckpt

@@ -1,0 +1,49 @@
+// check_counter_values and check_whole_value (see counter_values.h). Values are JSON doubles: each is
+// checked before anything casts it to an integer (a cast of 2^70 is undefined).
+#include "checkpoint/counter_values.h"
+
+#include <cmath>
+#include <regex>
+
+#include "cohort/error.h"
+#include "core/check.h"
+#include "core/text.h"
+
+namespace cohort::detail::ckpt {
+namespace {
+
+constexpr double kTwoTo53 = 9007199254740992.0;  // doubles count every integer below it
+
+std::string named(const std::string& entry, const std::string& key, double value) {
+  return "'values." + entry + "." + key + "' is " + number_text(value);
+}
+
+}  // namespace
+
+void check_whole_value(const StateValues& values, const std::string& entry, const std::string& key, double low,
+                       double high, const std::string& range) {
+  const auto it = values.find(key);
+  if (it == values.end()) return;  // a missing key is load_state_values's to name
+  const double value = it->second;
+  COHORT_CHECK_KIND(kIO, std::isfinite(value) && std::floor(value) == value, named(entry, key, value),
+                    ", not a whole number");
+  COHORT_CHECK_KIND(kIO, value >= low && value <= high, named(entry, key, value), ", outside ", range);
+}
+
+void check_counter_values(const StateValues& values, const std::string& entry) {
+  static const std::regex step(R"((g\d+\.p\d+|zero\.group\d+)\.step)");
+  static const std::regex lr(R"(g\d+\.lr)");
+  for (const auto& [key, value] : values) {
+    if (std::regex_match(key, step)) {
+      check_whole_value(values, entry, key, 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
+    } else if (std::regex_match(key, lr)) {
+      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0, named(entry, key, value),
+                        ", not a learning rate (finite, 0 or more)");
+    } else if (key == "zero.loss_scaler.scale") {
+      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value > 0, named(entry, key, value),
+                        ", not a loss scale (finite, more than 0)");
+    }
+  }
+}
+
+}  // namespace cohort::detail::ckpt

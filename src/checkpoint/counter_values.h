@@ -1,0 +1,25 @@
+// What the counters among a checkpoint's saved numbers may be, by their keys as cohort's own
+// adapters write them: an optimizer's per-parameter step count ('g0.p3.step') and learning rate
+// ('g0.lr'), the ZeRO engine's group step counts ('zero.group2.step') and loss scale
+// ('zero.loss_scaler.scale'). Checked where a checkpoint is staged for a resume and by cohort-ckpt
+// verify alike, as the sampler's position is (sampler_values.h): an Adam step of -5 resumed to a
+// model at 10% accuracy, a loss scale of 0 to NaN, while verify said OK.
+#pragma once
+
+#include <string>
+
+#include "cohort/stateful.h"
+
+namespace cohort::detail::ckpt {
+
+/// Throws cohort::Error (ErrorKind::kIO) naming 'values.<entry>.<key>' and its value when a step count
+/// is not a whole number in [0, 2^53), a learning rate is not finite and >= 0, or a loss scale is not
+/// finite and > 0. Keys of other names are not this function's.
+void check_counter_values(const StateValues& values, const std::string& entry);
+
+/// `key` of `values` when there: a whole number in [low, high] (`range` words the bound in the
+/// message), else cohort::Error (kIO) naming 'values.<entry>.<key>' and the value.
+void check_whole_value(const StateValues& values, const std::string& entry, const std::string& key, double low,
+                       double high, const std::string& range);
+
+}  // namespace cohort::detail::ckpt
