@@ -261,7 +261,7 @@ CommFailure CommImpl::poison(const CommFailure& error) {
     poisoned_ = error;
     // After a stop signal the peers stop too: what fails then is the stop's consequence, said as such.
     if (const int signal = stop_signal_taken(); signal != 0) {
-      poisoned_.message = "stopped by " + stop_signal_name(signal) + " (this job was asked to stop): " + error.message;
+      poisoned_.message = "stopped by " + signal_name(signal) + " (this job was asked to stop): " + error.message;
       poisoned_.kind = ErrorKind::kAborted;
     }
     poisoned_.message = Error(poisoned_.message, poisoned_.kind, error.ranks).what();  // final, rank-prefixed

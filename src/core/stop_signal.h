@@ -1,6 +1,7 @@
 // The signal that asked this process to stop, once cohort took it: the timeline's SIGTERM watcher
 // hands the events over and then ends the process by that signal. A failure in between (a peer that
-// stopped first) is the stop's consequence, not a fault: the Comm words its error so.
+// stopped first) is the stop's consequence, not a fault: the Comm words its error so. Also how
+// messages name a signal (a stop, a worker's death).
 #pragma once
 
 #include <string>
@@ -11,7 +12,7 @@ namespace cohort::detail {
 void note_stop_signal(int signal);
 /// The signal noted, else 0.
 int stop_signal_taken();
-/// "SIGTERM", "signal 10": how messages name it.
-std::string stop_signal_name(int signal);
+/// "SIGTERM" for 15, "signal 70" for unknown numbers: how messages name a signal.
+std::string signal_name(int sig);
 
 }  // namespace cohort::detail

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/stop_signal.h"  // signal_name, for ExitStatus's callers
+
 namespace cohort::detail::launch {
 
 /// How a process ended.
@@ -23,9 +25,6 @@ struct ExitStatus {
   /// The shell's convention: code, or 128 + signal.
   int shell_code() const { return exited ? code : 128 + signal; }
 };
-
-/// "SIGTERM" for 15, "signal 70" for unknown numbers.
-std::string signal_name(int sig);
 
 struct SpawnRequest {
   std::string path;               // file to execute
