@@ -581,6 +581,7 @@ TEST(CohortrunBadInput, ExitsTwoWithOneLineAndStartsNothing) {
       {{"--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=a:b:c", COHORT_ENV_WORKER}, "HOST[:PORT]"},
       {{"--nnodes=2:1", COHORT_ENV_WORKER}, "MIN is larger than MAX"},
       {{"--tee=7", COHORT_ENV_WORKER}, "--tee=7"},
+      {{"--nproc-per-node=5000", COHORT_ENV_WORKER}, "--nproc-per-node=5000 would start 5000 processes on the "},
   };
   for (const auto& [args, message] : cases) {
     const auto result = run_process(cohortrun(args), clean_env({{"COHORT_TEST_PID_DIR", pids.path}}));
@@ -591,6 +592,13 @@ TEST(CohortrunBadInput, ExitsTwoWithOneLineAndStartsNothing) {
     EXPECT_EQ(count_of(result.err, "\n"), 2u) << result.describe();
     EXPECT_TRUE(result.out.empty()) << result.describe();
   }
+  // A value from a PET_* variable is named by that variable: the user never typed the flag.
+  const auto pet = run_process(cohortrun({COHORT_ENV_WORKER}),
+                               clean_env({{"COHORT_TEST_PID_DIR", pids.path}, {"PET_NPROC_PER_NODE", "x"}}));
+  EXPECT_EQ(pet.code, 2) << pet.describe();
+  EXPECT_NE(pet.err.find("cohortrun: error: PET_NPROC_PER_NODE=x is not a number, cpu, gpu or auto"),
+            std::string::npos)
+      << pet.describe();
   EXPECT_TRUE(recorded_pids(pids.path).empty());
 }
 
@@ -766,6 +774,31 @@ TEST(CohortrunBindCores, CpuListsParseAndFormat) {
   EXPECT_EQ(format_cpu_list({11, 0, 1, 2, 3, 8, 10}), "0-3,8,10-11");
   EXPECT_EQ(format_cpu_list({4}), "4");
   EXPECT_EQ(format_cpu_list({}), "");
+}
+
+// Hostile pass 6, M2: --nproc-per-node 5000 on 2 cores started workers until memory ran out. More
+// than 4 per usable core, or more than the node's memory at a LibTorch program's least, is refused.
+TEST(CohortrunFlagValues, MoreWorkersThanTheNodeHoldsAreRefused) {
+  const auto refusal = [](int nproc, const HostFacts& host) -> std::string {
+    try {
+      check_local_workers(nproc, "--nproc-per-node", std::to_string(nproc), host);
+      return "";
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+  };
+  EXPECT_EQ(refusal(5000, HostFacts{2, 0}),
+            "--nproc-per-node=5000 would start 5000 processes on the 2 core(s) this process may use (at most 4 per "
+            "core): use --nproc-per-node 8 or fewer, or more nodes (--nnodes)");
+  EXPECT_EQ(refusal(8, HostFacts{2, 0}), "");
+  EXPECT_NE(refusal(9, HostFacts{64, 0, plain_cpus({0, 1})}), "") << "the CPUs cohortrun may use, not the machine's";
+  HostFacts small{64, 0};
+  small.available_memory = 3'000'000'000;
+  EXPECT_EQ(refusal(32, small),
+            "--nproc-per-node=32 would start 32 processes of at least 150 MB each (what a LibTorch program takes "
+            "when it starts), 4800 MB in all, more than the 3000 MB available on this node: use --nproc-per-node 20 "
+            "or fewer, or more nodes (--nnodes)");
+  EXPECT_EQ(refusal(20, small), "");
 }
 
 TEST(CohortrunBindCores, SplitsEvenlyAndKeepsHardwareThreadsTogether) {

@@ -29,6 +29,7 @@
 #include "trainer/options.h"
 #include "trainer/replica_workers.h"
 #include "trainer/self_launch.h"
+#include "world/node_room.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace trainer_test {
@@ -220,15 +221,28 @@ TEST(TrainerLaunch, TheLaunchersWorldMustMatchDevicesTimesNodes) {
 
 // Checked before the first fork: devices 1000 used to fork 120+ workers, devices 64 to reach 10.8 GB.
 TEST(TrainerLaunch, DevicesBeyondTheCoresOrTheMemoryAreRefusedBeforeAnyWorkerStarts) {
-  using cohort::detail::refuse_workers;
-  EXPECT_EQ(refuse_workers({1000, 2, 200000000, 16000000000}),
+  const auto refuse = [](int devices, int cores, int64_t resident, int64_t available) {
+    cohort::detail::WorkerRoom room;
+    room.workers = devices;
+    room.started = devices - 1;
+    room.cores = cores;
+    room.each = resident;
+    room.available = available;
+    room.asked = "TrainerOptions.devices " + std::to_string(devices);
+    room.setting = "devices";
+    room.elsewhere = "a launcher over several nodes";
+    room.each_is = "this process's resident memory";
+    return cohort::detail::refuse_workers(room);
+  };
+  EXPECT_EQ(refuse(1000, 2, 200000000, 16000000000),
             "TrainerOptions.devices 1000 would start 1000 processes on the 2 core(s) this process may use (at most 4 "
             "per core): use devices 8 or fewer, or a launcher over several nodes");
-  EXPECT_EQ(refuse_workers({64, 32, 170000000, 8000000000}),
+  EXPECT_EQ(refuse(64, 32, 170000000, 8000000000),
             "TrainerOptions.devices 64 would start 63 more processes of at least 170 MB each (this process's resident "
-            "memory), 10710 MB in all, more than the 8000 MB available on this node: use fewer devices");
-  EXPECT_EQ(refuse_workers({8, 2, 170000000, 8000000000}), "");
-  EXPECT_EQ(refuse_workers({8, 2, -1, -1}), "");  // memory unknown: only the cores are checked
+            "memory), 10710 MB in all, more than the 8000 MB available on this node: use devices 48 or fewer, or a "
+            "launcher over several nodes");
+  EXPECT_EQ(refuse(8, 2, 170000000, 8000000000), "");
+  EXPECT_EQ(refuse(8, 2, -1, -1), "");  // memory unknown: only the cores are checked
   // The Trainer refuses before it forks (or re-executes) anything: this process is still the test.
   const std::string error = error_of([] { cohort::Trainer trainer(cohort::TrainerOptions().devices("4096")); });
   EXPECT_THAT(error, HasSubstr("TrainerOptions.devices 4096 would start 4096 processes on the "));

@@ -3,7 +3,6 @@
 
 #include "core/job_secret.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +19,7 @@
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/socket.h"
+#include "world/node_room.h"
 #include "world/timeline.h"
 #include "world/worker_env.h"
 
@@ -65,37 +65,6 @@ void restart_with_worker_threads(const launch::EnvVars& base, const std::vector<
               ErrorKind::kIO);
 }
 
-std::string megabytes(int64_t bytes) { return std::to_string((bytes + 999999) / 1000000) + " MB"; }
-
-int usable_cores() {
-  cpu_set_t set;
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return std::max(1, int(::sysconf(_SC_NPROCESSORS_ONLN)));
-}
-
-int64_t resident_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t size = 0, resident = 0;
-  if (!(statm >> size >> resident)) return -1;
-  return resident * ::sysconf(_SC_PAGESIZE);
-}
-
-// MemAvailable, or the room left under this cgroup's memory.max when that is less.
-int64_t available_memory() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key, unit;
-  int64_t kib = 0, available = -1;
-  while (meminfo >> key >> kib >> unit)
-    if (key == "MemAvailable:") available = kib * 1024;
-  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
-  int64_t limit = 0, used = 0;
-  if (max_file >> limit && current_file >> used) {  // "max" (no limit) fails the read
-    const int64_t room = std::max<int64_t>(0, limit - used);
-    available = available < 0 ? room : std::min(available, room);
-  }
-  return available;
-}
-
 // cohortrun's worker variables, and COHORT_SELF_LAUNCH=1 so the ranks say who started them.
 launch::EnvVars self_launch_env(const launch::EnvVars& base, const launch::GroupLayout& layout, int rank) {
   launch::EnvVars env = launch::build_worker_env(base, layout, rank, "");
@@ -112,22 +81,6 @@ void send_stop(const launch::WorkerProcess& process) {
 }
 
 }  // namespace
-
-std::string refuse_workers(const WorkerRoom& room) {
-  std::ostringstream out;
-  if (room.devices > kProcessesPerCore * room.cores) {
-    out << "TrainerOptions.devices " << room.devices << " would start " << room.devices << " processes on the "
-        << room.cores << " core(s) this process may use (at most " << kProcessesPerCore << " per core): use devices "
-        << kProcessesPerCore * room.cores << " or fewer, or a launcher over several nodes";
-    return out.str();
-  }
-  const int64_t needed = room.resident * (room.devices - 1);
-  if (room.resident <= 0 || room.available < 0 || needed <= room.available) return "";
-  out << "TrainerOptions.devices " << room.devices << " would start " << room.devices - 1 << " more processes of at "
-      << "least " << megabytes(room.resident) << " each (this process's resident memory), " << megabytes(needed)
-      << " in all, more than the " << megabytes(room.available) << " available on this node: use fewer devices";
-  return out.str();
-}
 
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {
   if (env.launcher == "none") {
@@ -152,7 +105,17 @@ SelfLauncher::SelfLauncher(const LaunchEnv& env, int devices) {
 
 void SelfLauncher::start(int devices) {
   // Before the first fork, not after hundreds of them or gigabytes of workers.
-  const std::string refusal = refuse_workers({devices, usable_cores(), resident_bytes(), available_memory()});
+  WorkerRoom room;
+  room.workers = devices;
+  room.started = devices - 1;
+  room.cores = usable_cores();
+  room.each = resident_bytes();
+  room.available = available_memory();
+  room.asked = "TrainerOptions.devices " + std::to_string(devices);
+  room.setting = "devices";
+  room.elsewhere = "a launcher over several nodes";
+  room.each_is = "this process's resident memory";
+  const std::string refusal = refuse_workers(room);
   COHORT_CHECK_KIND(kInvalidArgument, refusal.empty(), refusal);
   launch::GroupLayout layout;
   layout.local_world_size = devices;

@@ -28,19 +28,6 @@ namespace cohort::detail {
 /// naming both; num_nodes > 1 without a launcher is refused too.
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes);
 
-/// What starting `devices` processes on this node would ask of it: each a whole copy of this program
-/// (at least this process's resident memory) with threads of its own.
-struct WorkerRoom {
-  int devices = 0;
-  int cores = 0;           // this process's usable cores (its affinity mask)
-  int64_t resident = -1;   // this process's resident bytes; -1: unknown
-  int64_t available = -1;  // memory this node can still give (MemAvailable, a cgroup limit); -1: unknown
-};
-/// More than kProcessesPerCore per usable core, or more memory than is available for the
-/// devices - 1 new processes: the refusal, naming devices and what it exceeds; "" when it fits.
-std::string refuse_workers(const WorkerRoom& room);
-constexpr int kProcessesPerCore = 4;
-
 class SelfLauncher {
  public:
   /// Starts workers 1..devices-1 when `env` has no launcher and devices > 1; else nothing.

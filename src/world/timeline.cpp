@@ -150,6 +150,18 @@ void write_file(const std::string& path, const std::string& events, size_t count
   COHORT_INFO("timeline: wrote ", count, " events of ", size, " ranks to ", path);
 }
 
+// Rank r > 0: its events to the store for rank 0. Said as what failed (the store gone with rank 0,
+// say), not as a file this rank never writes.
+void send_events(c10d::Store& store, int rank, const std::string& events) {
+  try {
+    store.set(key("events", rank), bytes_of(events));
+    store.check({key("events", rank)});  // a round trip: the store has it before this rank goes
+  } catch (const std::exception& e) {
+    COHORT_WARN("timeline: this rank's events could not be sent to rank 0 (", json_error_text(e),
+                "); the file leaves them out");
+  }
+}
+
 // Hands this rank's events over (rank r > 0: to the store; rank 0: gathers and writes), once per
 // recording: at shutdown, or on SIGTERM (then waiting for the others at most kStoppingWait).
 std::mutex g_finish_mutex;
@@ -165,11 +177,7 @@ void finish(Comm& world, std::chrono::seconds wait) {
     const std::string events = trace::to_chrome_text(trace::take_events(), world.rank(), g_offset_us, &count);
     if (world.size() == 1) return write_file(path, inside(events), count, 1);
     auto& store = *detail::comm_impl(world).store();
-    if (world.rank() != 0) {
-      store.set(key("events", world.rank()), bytes_of(events));
-      store.check({key("events", world.rank())});  // a round trip: the store has it before this rank goes
-      return;
-    }
+    if (world.rank() != 0) return send_events(store, world.rank(), events);
     const auto [all, total] = gather_events(world, inside(events), count, wait);
     write_file(path, all, total, world.size());
   } catch (const std::exception& e) {
@@ -205,6 +213,9 @@ void watch_sigterm(Comm& world) {
       std::lock_guard<std::mutex> lock(g_on_sigterm_mutex);
       if (g_on_sigterm) g_on_sigterm();
     }
+    // This rank stops training now, and its peers are told: a SIGTERM to this process alone (a kill of
+    // one rank) would otherwise leave them training while this rank waits for their events.
+    world.abort("this rank hands its timeline over and ends");
     finish(world, kStoppingWait);
     ::signal(SIGTERM, SIG_DFL);
     ::raise(SIGTERM);

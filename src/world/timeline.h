@@ -16,8 +16,9 @@ void timeline_start(Comm& world);
 /// At shutdown, before the world's Comm goes: gathers every rank's events to rank 0, which writes the
 /// file (core/safe_file.h: a device, directory or link at the path is refused). A rank the control
 /// plane saw die is named in a warning and left out at once; one that is merely silent, after 60 s.
-/// While recording, SIGTERM does the same first (waiting at most 10 s for the others), then ends the
-/// process by SIGTERM: a job stopped from outside still leaves its timeline.
+/// While recording, SIGTERM aborts this rank's Comm (its training stops, the peers are told), does the
+/// same (waiting at most 10 s for the others), then ends the process by SIGTERM: a job stopped from
+/// outside, or one rank of it, still leaves its timeline.
 void timeline_finish(Comm& world);
 /// A launcher inside this process (the Trainer's self-launch) passes that SIGTERM on to its workers, so
 /// they hand their events over too instead of being waited for: `stop` runs on the thread that took

@@ -578,4 +578,76 @@ TEST(Timeline, AnExitDuringTheSigtermHandOverWaitsForTheFile) {
   });
 }
 
+// Hostile pass 6: with rank 0 (and the store it hosts) gone, rank 1 warned "timeline: not written to
+// <path>: ... setting key failed", a file it never writes. It now says its events could not be sent.
+TEST(Timeline, ARankThatCannotSendItsEventsSaysSo) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "nosend");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  options.expect_all_pass = false;
+  auto results = run_ranks(
+      2,
+      [](int rank, int) {
+        auto& comm = cohort::init().comm();
+        {
+          cohort::trace::Span span("step");
+          comm.allreduce(torch::ones({4}));
+        }
+        if (rank == 0) ::raise(SIGKILL);
+        EXPECT_THROW(comm.allreduce(torch::ones({4})), cohort::Error);
+        cohort::shutdown();
+      },
+      options);
+  EXPECT_EQ(results[0].signal, SIGKILL);
+  ASSERT_TRUE(results[1].passed) << cohort::testing::describe(results);
+  EXPECT_NE(results[1].output.find("timeline: this rank's events could not be sent to rank 0 ("), std::string::npos)
+      << results[1].output;
+  EXPECT_EQ(results[1].output.find("not written to"), std::string::npos) << results[1].output;
+  fs::remove_all(dir);
+}
+
+// Hostile pass 6, M1: a SIGTERM to rank 0 alone (a kill of one process) left it training for 10 s while
+// it waited for events the others, never stopped, did not send; a job ending meanwhile was reported
+// failed. The signal now stops the rank's training (its Comm aborts and tells the peers), so every rank
+// stops within moments and hands its events over, and the file holds both.
+TEST(Timeline, ASigtermToOneRankStopsEveryRanksTrainingAtOnce) {
+  cohort::testing::RanksOptions options;
+  const fs::path dir = fresh_dir(options, "sigterm_one");
+  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
+  options.expect_all_pass = false;
+  auto results = run_ranks(
+      2,
+      [](int rank, int) {
+        auto& comm = cohort::init().comm();
+        comm.barrier();
+        const auto start = std::chrono::steady_clock::now();
+        if (rank == 0) ::kill(::getpid(), SIGTERM);
+        try {
+          for (;;) {
+            cohort::trace::Span span("step");
+            comm.allreduce(torch::ones({4}));
+          }
+        } catch (const cohort::Error& e) {
+          report(std::to_string(ms_since(start) / 1000));
+          report(e.what());
+        }
+        cohort::shutdown();  // rank 0 then ends by the SIGTERM, once the file is written
+      },
+      options);
+  EXPECT_EQ(results[0].signal, SIGTERM) << cohort::testing::describe(results);
+  EXPECT_TRUE(results[1].passed) << cohort::testing::describe(results);
+  for (const auto& result : results) {
+    ASSERT_EQ(result.reports.size(), 2u) << cohort::testing::describe(results);
+    EXPECT_LT(std::stod(result.reports[0]), 5.0) << "rank " << result.rank << " trained on after the SIGTERM";
+    EXPECT_NE(result.reports[1].find("stopped by SIGTERM (this job was asked to stop): this rank hands its "
+                                     "timeline over and ends"),
+              std::string::npos)
+        << result.reports[1];
+  }
+  EXPECT_NE(results[1].reports[1].find("because rank 0 failed"), std::string::npos) << results[1].reports[1];
+  EXPECT_EQ(results[0].output.find("sent no events"), std::string::npos) << results[0].output;
+  expect_well_formed(read_json(dir / "trace.json")["traceEvents"], 2);
+  fs::remove_all(dir);
+}
+
 }  // namespace timeline_test

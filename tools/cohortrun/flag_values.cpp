@@ -11,6 +11,7 @@
 
 #include "cohort/error.h"
 #include "cohort/number.h"
+#include "world/node_room.h"
 
 namespace cohort::detail::launch {
 namespace {
@@ -85,28 +86,28 @@ double parse_positive_seconds(const std::string& what, const std::string& text) 
   return within_a_year(what, text, *value);
 }
 
-NodeRange parse_nnodes(const std::string& text) {
+NodeRange parse_nnodes(const std::string& text, const std::string& what) {
   const auto parts = split(text, ':');
   NodeRange range;
   if (parts.size() == 1) {
-    range.min = range.max = parse_int("--nnodes", text, 1, 1 << 20);
+    range.min = range.max = parse_int(what, text, 1, 1 << 20);
   } else if (parts.size() == 2) {
-    range.min = parse_int("--nnodes", parts[0], 1, 1 << 20);
-    range.max = parse_int("--nnodes", parts[1], 1, 1 << 20);
+    range.min = parse_int(what, parts[0], 1, 1 << 20);
+    range.max = parse_int(what, parts[1], 1, 1 << 20);
   } else {
-    throw UsageError("--nnodes=" + text + " is not N or MIN:MAX");
+    throw UsageError(what + "=" + text + " is not N or MIN:MAX");
   }
   if (range.min > range.max) {
-    throw UsageError("--nnodes=" + text + ": MIN is larger than MAX");
+    throw UsageError(what + "=" + text + ": MIN is larger than MAX");
   }
   return range;
 }
 
-int parse_nproc(const std::string& text, const HostFacts& host) {
+int parse_nproc(const std::string& text, const HostFacts& host, const std::string& what) {
   if (text == "cpu") return host.cpu_count;
   if (text == "gpu") {
     if (host.gpu_count <= 0) {
-      throw UsageError("--nproc-per-node=gpu: no CUDA device is visible (use a number, cpu or auto)");
+      throw UsageError(what + "=gpu: no CUDA device is visible (use a number, cpu or auto)");
     }
     return host.gpu_count;
   }
@@ -114,9 +115,23 @@ int parse_nproc(const std::string& text, const HostFacts& host) {
   std::string digits = text;
   if (!digits.empty() && digits[0] == '-') digits = digits.substr(1);
   if (!is_digits(digits)) {
-    throw UsageError("--nproc-per-node=" + text + " is not a number, cpu, gpu or auto");
+    throw UsageError(what + "=" + text + " is not a number, cpu, gpu or auto");
   }
-  return parse_int("--nproc-per-node", text, 1, 1 << 16);
+  return parse_int(what, text, 1, 1 << 16);
+}
+
+void check_local_workers(int nproc, const std::string& what, const std::string& text, const HostFacts& host) {
+  WorkerRoom room;
+  room.workers = room.started = nproc;
+  room.cores = host.allowed_cpus.empty() ? host.cpu_count : static_cast<int>(host.allowed_cpus.size());
+  room.each = kLeastWorkerMemory;
+  room.available = host.available_memory;
+  room.asked = what + "=" + text;
+  room.setting = what;
+  room.elsewhere = "more nodes (--nnodes)";
+  room.each_is = "what a LibTorch program takes when it starts";
+  const std::string refusal = refuse_workers(room);
+  if (!refusal.empty()) throw UsageError(refusal);
 }
 
 Endpoint parse_endpoint(const std::string& text, int default_port) {

@@ -3,6 +3,7 @@
 // expected. Kept apart from the command-line plumbing so tests call them directly.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -18,14 +19,23 @@ struct HostFacts {
   int cpu_count = 1;
   int gpu_count = 0;
   std::vector<HostCpu> allowed_cpus;  // for --bind-cores: the CPUs cohortrun may use
+  int64_t available_memory = -1;      // bytes this node can still give; -1: unknown
 };
 
-/// "N" or "MIN:MAX" with 0 < MIN <= MAX.
-NodeRange parse_nnodes(const std::string& text);
+/// "N" or "MIN:MAX" with 0 < MIN <= MAX. `what` names the value in errors: the flag, or the PET_*
+/// variable it came from.
+NodeRange parse_nnodes(const std::string& text, const std::string& what = "--nnodes");
 
 /// "N" (N >= 1), "cpu" (cores), "gpu" (visible CUDA devices, an error when none), "auto" (GPUs if
 /// any, else cores).
-int parse_nproc(const std::string& text, const HostFacts& host);
+int parse_nproc(const std::string& text, const HostFacts& host, const std::string& what = "--nproc-per-node");
+
+/// The least resident memory of a worker: a LibTorch program just started (fashion_mnist --help:
+/// 165 MB with Debian's LibTorch 1.13), for the memory side of check_local_workers.
+constexpr int64_t kLeastWorkerMemory = 150'000'000;
+/// Refuses `nproc` local workers that the host cannot hold (more than 4 per usable core, or more than
+/// its memory at kLeastWorkerMemory each), naming `what`=`text` and how many would fit.
+void check_local_workers(int nproc, const std::string& what, const std::string& text, const HostFacts& host);
 
 /// "HOST", "HOST:PORT", "[V6ADDR]" or "[V6ADDR]:PORT"; a missing port is `default_port`.
 Endpoint parse_endpoint(const std::string& text, int default_port);

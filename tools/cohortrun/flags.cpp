@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "cohortrun/program.h"
@@ -150,12 +152,17 @@ struct ValueFlag {
   std::string type;
 };
 
+// torchrun's default for a flag: "nproc-per-node" -> PET_NPROC_PER_NODE.
+std::string pet_variable(const std::string& key) {
+  std::string env = "PET_" + key;
+  for (auto& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return env;
+}
+
 void add_flags(CLI::App& app, std::map<std::string, std::string>& text, Switches& on, std::vector<ValueFlag>& values) {
   const auto value_flag = [&](const std::string& name, const std::string& type, const std::string& description) {
     const std::string key = name.substr(0, name.find(','));  // "tee,-t": key tee, alias -t
-    std::string env = "PET_" + key;
-    for (auto& c : env) c = c == '-' ? '_' : static_cast<char>(std::toupper(c));
-    app.add_option("--" + name, text[key], description)->envname(env)->type_name(type);
+    app.add_option("--" + name, text[key], description)->envname(pet_variable(key))->type_name(type);
     values.push_back({key, type});
   };
   value_flag("nnodes", "N|MIN:MAX", "number of nodes (default 1); MIN:MAX: elastic");
@@ -233,33 +240,39 @@ std::string help_text(const CLI::App& app) {
          "128+N cohortrun got signal N (forwarded to the workers). See docs/cohortrun.md.\n";
 }
 
-// The flags' texts (as typed or from PET_*) into options, each checked by its parser.
-void read_values(std::map<std::string, std::string>& text, const HostFacts& host, LaunchOptions& o) {
+// The flags' texts (as typed or from PET_*) into options, each checked by its parser. An error names
+// where the value came from: the flag, or its PET_* variable when the flag was not given.
+void read_values(std::map<std::string, std::string>& text, const std::set<std::string>& given, const HostFacts& host,
+                 LaunchOptions& o) {
   const auto has = [&](const std::string& name) { return !text[name].empty(); };
-  if (has("nnodes")) o.nnodes = parse_nnodes(text["nnodes"]);
+  const auto named = [&](const std::string& key) {
+    return given.count(key) != 0 || std::getenv(pet_variable(key).c_str()) == nullptr ? "--" + key : pet_variable(key);
+  };
+  if (has("nnodes")) o.nnodes = parse_nnodes(text["nnodes"], named("nnodes"));
   if (has("nproc-per-node")) o.nproc_per_node = text["nproc-per-node"];
-  o.nproc = parse_nproc(o.nproc_per_node, host);
-  if (has("node-rank")) o.node_rank = parse_int("--node-rank", text["node-rank"], 0, 1 << 20);
+  o.nproc = parse_nproc(o.nproc_per_node, host, named("nproc-per-node"));
+  check_local_workers(o.nproc, named("nproc-per-node"), o.nproc_per_node, host);
+  if (has("node-rank")) o.node_rank = parse_int(named("node-rank"), text["node-rank"], 0, 1 << 20);
   if (has("master-addr")) o.master_addr = text["master-addr"];
-  if (has("master-port")) o.master_port = parse_int("--master-port", text["master-port"], 1, 65535);
+  if (has("master-port")) o.master_port = parse_int(named("master-port"), text["master-port"], 1, 65535);
   if (has("rdzv-backend")) o.rdzv_backend = text["rdzv-backend"];
   o.rdzv_endpoint = text["rdzv-endpoint"];
   if (has("rdzv-id")) o.rdzv_id = text["rdzv-id"];
   o.rdzv_conf = parse_key_values(text["rdzv-conf"]);
-  if (has("max-restarts")) o.max_restarts = parse_int("--max-restarts", text["max-restarts"], 0, 1 << 20);
+  if (has("max-restarts")) o.max_restarts = parse_int(named("max-restarts"), text["max-restarts"], 0, 1 << 20);
   if (has("monitor-interval")) {
-    o.monitor_interval = parse_positive_seconds("--monitor-interval", text["monitor-interval"]);
+    o.monitor_interval = parse_positive_seconds(named("monitor-interval"), text["monitor-interval"]);
   }
   const std::string& method = text["start-method"];
   if (has("start-method") && method != "spawn" && method != "fork" && method != "forkserver") {
-    throw UsageError("--start-method=" + method + " is not spawn, fork or forkserver");
+    throw UsageError(named("start-method") + "=" + method + " is not spawn, fork or forkserver");
   }
   if (has("role")) o.role = text["role"];
   o.log_dir = text["log-dir"];
-  if (has("redirects")) o.redirects = parse_std_spec("--redirects", text["redirects"]);
-  if (has("tee")) o.tee = parse_std_spec("--tee", text["tee"]);
+  if (has("redirects")) o.redirects = parse_std_spec(named("redirects"), text["redirects"]);
+  if (has("tee")) o.tee = parse_std_spec(named("tee"), text["tee"]);
   if (has("local-ranks-filter")) o.local_ranks_filter = parse_rank_list(text["local-ranks-filter"]);
-  if (has("stop-timeout")) o.stop_timeout = parse_seconds("--stop-timeout", text["stop-timeout"]);
+  if (has("stop-timeout")) o.stop_timeout = parse_seconds(named("stop-timeout"), text["stop-timeout"]);
   o.core_list = text["core-list"];
 }
 
@@ -292,7 +305,9 @@ ParsedCommandLine parse_command_line(const std::vector<std::string>& args, const
                      " runs Python; cohortrun runs a program: drop the flag and name the program");
   }
   LaunchOptions& o = parsed.options;
-  read_values(text, host, o);
+  std::set<std::string> given;  // the value flags on the command line ("--tee=3"), by key
+  for (const std::string& flag : line.flags) given.insert(flag.substr(2, flag.find('=') - 2));
+  read_values(text, given, host, o);
   o.standalone = on.standalone;
   o.bind_cores = on.bind_cores || !o.core_list.empty();
   if (line.program.empty()) throw UsageError("no program to run was given");

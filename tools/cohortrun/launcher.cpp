@@ -24,6 +24,7 @@
 #include "cohortrun/summary.h"
 #include "cohortrun/supervisor.h"
 #include "core/job_secret.h"
+#include "world/node_room.h"
 
 namespace cohort::detail::launch {
 namespace {
@@ -304,6 +305,7 @@ int cohortrun_main(int argc, char** argv) {
     HostFacts host;
     host.cpu_count = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
     host.allowed_cpus = allowed_host_cpus();
+    host.available_memory = available_memory();
     bool wants_gpus = false;  // ask CUDA only when the answer matters
     for (const auto& arg : args) {
       wants_gpus |= arg.find("gpu") != std::string::npos || arg.find("auto") != std::string::npos;

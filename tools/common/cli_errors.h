@@ -5,24 +5,52 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cstdio>
-#include <regex>
 #include <string>
 #include <vector>
 
 namespace cohort_tools {
 
+// CLI11's messages matched by hand (std::regex cost each tool 14 s of compile time per build).
+inline bool all_of_class(const std::string& text, int (*is_class)(int)) {
+  if (text.empty()) return false;
+  for (const char c : text)
+    if (!is_class(static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+// "<name>: <rest>" split at the last ": " before `marker`; false when `marker` is not there.
+inline bool split_before(const std::string& what, const std::string& marker, std::string& name, std::string& rest) {
+  const size_t at = what.find(marker);
+  if (at == std::string::npos || at == 0) return false;
+  name = what.substr(0, at);
+  rest = what.substr(at + marker.size());
+  return true;
+}
+
 inline std::string parse_error_text(const CLI::ParseError& error) {
   const std::string what = error.what();
-  std::smatch match;
-  if (std::regex_match(what, match, std::regex("(.+): At Most 1 required but received ([0-9]+)")))
-    return match[1].str() + " was given " + match[2].str() + " times: give it once";
-  if (std::regex_match(what, match, std::regex("(.+): [0-9]+ required [A-Z]+ missing")))
-    return match[1].str() + " needs a value";
+  std::string name, rest;
+  // "<name>: At Most 1 required but received <n>"
+  if (split_before(what, ": At Most 1 required but received ", name, rest) && all_of_class(rest, ::isdigit))
+    return name + " was given " + rest + " times: give it once";
+  // "<name>: <n> required <TYPE> missing"
+  const size_t required = what.find(" required ");
+  const size_t colon = required == std::string::npos ? std::string::npos : what.rfind(": ", required);
+  if (colon != std::string::npos && colon > 0 && what.size() > 8 && what.compare(what.size() - 8, 8, " missing") == 0 &&
+      all_of_class(what.substr(colon + 2, required - colon - 2), ::isdigit) &&
+      all_of_class(what.substr(required + 10, what.size() - 8 - required - 10), ::isupper))
+    return what.substr(0, colon) + " needs a value";
   if (what.rfind("A subcommand", 0) == 0) return "a subcommand is required";
-  if (std::regex_match(what, match, std::regex("(.+) is required"))) return match[1].str() + " is required";
-  if (std::regex_match(what, match, std::regex("The following arguments? (was|were) not expected: (.+)")))
-    return "unexpected argument(s): " + match[2].str();
+  const std::string is_required = " is required";
+  if (what.size() > is_required.size() &&
+      what.compare(what.size() - is_required.size(), is_required.size(), is_required) == 0)
+    return what.substr(0, what.size() - is_required.size()) + " is required";
+  for (const char* lead : {"The following argument was not expected: ", "The following arguments were not expected: ",
+                           "The following argument were not expected: ", "The following arguments was not expected: "})
+    if (what.rfind(lead, 0) == 0 && what.size() > std::string(lead).size())
+      return "unexpected argument(s): " + what.substr(std::string(lead).size());
   return what;
 }
 
