@@ -19,6 +19,8 @@
 #include <sstream>
 #include <thread>
 
+#include "support/fork_server.h"
+
 extern char** environ;
 
 namespace cohort::testing {
@@ -40,9 +42,9 @@ std::vector<std::string> child_environment(int rank, int n, int port, const std:
     if (eq != std::string::npos) vars[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
   // A clean launcher environment: nothing from an outer launcher leaks into the ranks.
-  for (const char* name : {"SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                           "PMI_RANK", "PMI_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
-                           "GROUP_RANK", "TORCHELASTIC_RUN_ID"})
+  for (const char* name :
+       {"SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+        "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID"})
     vars.erase(name);
   vars["RANK"] = std::to_string(rank);
   vars["WORLD_SIZE"] = std::to_string(n);
@@ -127,8 +129,7 @@ void report(const std::string& line) {
 std::string describe(const std::vector<RankResult>& results) {
   std::ostringstream out;
   for (const auto& r : results) {
-    out << "---- rank " << r.rank << ": exit " << r.exit_code << " signal " << r.signal << "\n"
-        << r.output << "\n";
+    out << "---- rank " << r.rank << ": exit " << r.exit_code << " signal " << r.signal << "\n" << r.output << "\n";
   }
   return out.str();
 }
@@ -143,12 +144,15 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
     std::exit(::testing::Test::HasFailure() ? 1 : 0);
   }
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  const std::string filter = std::string("--gtest_filter=") + info->test_suite_name() + "." + info->name();
+  const std::string test_name = std::string(info->test_suite_name()) + "." + info->name();
+  const std::string filter = "--gtest_filter=" + test_name;
+  const bool use_server = forkable(options.env);
   const int port = free_port();
   char dir_template[] = "/tmp/cohort-test-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
 
   std::vector<pid_t> pids(n);
+  std::vector<bool> forked(n, false);
   std::vector<RankResult> results(n);
   for (int rank = 0; rank < n; ++rank) {
     const std::string out_path = dir + "/rank" + std::to_string(rank) + ".out";
@@ -157,6 +161,11 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
     std::vector<char*> envp;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
+    results[rank].rank = rank;
+    if (use_server && (pids[rank] = fork_rank(env_strings, test_name, out_path)) > 0) {
+      forked[rank] = true;
+      continue;
+    }
     std::string exe = "/proc/self/exe";
     std::string quiet = "--gtest_brief=1";
     std::vector<char*> argv{exe.data(), const_cast<char*>(filter.c_str()), quiet.data(), nullptr};
@@ -167,8 +176,12 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
     const int rc = posix_spawn(&pids[rank], exe.c_str(), &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0) ADD_FAILURE() << "posix_spawn failed for rank " << rank;
-    results[rank].rank = rank;
   }
+  // A rank's end: its wait status from waitpid, or from the fork server for a forked one.
+  const auto ended = [&](int rank, int& status) {
+    return forked[rank] ? forked_rank_status(pids[rank], status)
+                        : ::waitpid(pids[rank], &status, WNOHANG) == pids[rank];
+  };
 
   const auto deadline = std::chrono::steady_clock::now() + options.deadline;
   int remaining = n;
@@ -177,7 +190,7 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
     for (int rank = 0; rank < n; ++rank) {
       if (done[rank]) continue;
       int status = 0;
-      if (::waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+      if (ended(rank, status)) {
         done[rank] = true;
         --remaining;
         if (WIFEXITED(status)) results[rank].exit_code = WEXITSTATUS(status);
@@ -192,7 +205,9 @@ std::vector<RankResult> run_ranks(int n, const std::function<void(int rank, int 
       for (int rank = 0; rank < n; ++rank) {
         if (done[rank]) continue;
         int status = 0;
-        ::waitpid(pids[rank], &status, 0);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!ended(rank, status) && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
         results[rank].signal = SIGKILL;
       }
       break;

@@ -1,7 +1,8 @@
 // Runs a test body on N local ranks: the test executable re-runs itself once per rank (filtered to the
 // calling test) with RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT set and a fresh port, then collects each
-// rank's exit status, output and report lines. Re-exec instead of fork(): torch's thread pools do
-// not survive fork.
+// rank's exit status, output and report lines. A rank is a fork of a fork server (fork_server.h: the
+// executable started once, stopped before main), not of the test process: torch's thread pools do not
+// survive fork, and a server that never ran a test has none.
 #pragma once
 
 #include <chrono>
@@ -14,17 +15,17 @@ namespace cohort::testing {
 
 struct RankResult {
   int rank = 0;
-  int exit_code = -1;   // exit status, or -1 when killed by a signal
-  int signal = 0;       // the signal that ended it, or 0
-  bool passed = false;  // exit code 0
-  std::string output;   // stdout and stderr together
+  int exit_code = -1;                // exit status, or -1 when killed by a signal
+  int signal = 0;                    // the signal that ended it, or 0
+  bool passed = false;               // exit code 0
+  std::string output;                // stdout and stderr together
   std::vector<std::string> reports;  // lines the rank passed to report()
 };
 
 struct RanksOptions {
-  std::chrono::seconds deadline{60};        // every rank is SIGKILLed after this
-  std::map<std::string, std::string> env;   // extra variables for every rank
-  bool expect_all_pass = true;              // add a test failure for each rank that did not pass
+  std::chrono::seconds deadline{60};       // every rank is SIGKILLed after this
+  std::map<std::string, std::string> env;  // extra variables for every rank
+  bool expect_all_pass = true;             // add a test failure for each rank that did not pass
 };
 
 /// True in a rank process started by run_ranks.
