@@ -392,6 +392,21 @@ TEST(ShardReader, RefusedHeaderClosesItsFile) {
   EXPECT_EQ(open_descriptors(), before);
 }
 
+// Hostile pass 6: the header's format version was never read, so a shard of another format would be
+// read as this one.
+TEST(ShardReader, AnotherFormatVersionIsRefused) {
+  TempDir dir;
+  const std::string path = write_16_byte_shard(dir.path);
+  {
+    std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t version = 7;
+    file.seekp(8);  // after the 8-byte magic number
+    file.write(reinterpret_cast<const char*>(&version), sizeof version);
+  }
+  EXPECT_EQ(error_of([&] { cohort::detail::ckpt::ShardReader reader(path, 0, 1, 16); }),
+            "shard file " + path + " is of shard format version 7; this cohort reads version 1 (a newer cohort wrote it?)");
+}
+
 TEST(ShardReader, OffsetNearInt64MaxIsOutside) {
   TempDir dir;
   const std::string path = write_16_byte_shard(dir.path);

@@ -124,6 +124,13 @@ TEST(CheckpointValues, ASamplerPositionNoSamplerReachesFallsBackAndVerifiesBad) 
   EXPECT_EQ(f.resume().first, 20);
 }
 
+// Hostile pass 6: a number no sampler saves ("epochs", a typo of a hand edit) was taken silently.
+TEST(CheckpointValues, ANumberNoSamplerSavesMakesTheCheckpointUnusable) {
+  Fixture f;
+  f.expect_unusable({{sampler_value("epochs", 3), "'values.sampler.epochs' is not a number a sampler saves (epoch, "
+                                                  "samples_in_epoch, dataset_size, seed, shuffle)"}});
+}
+
 // Probe D8: step -5 verified OK and then failed the resume in set_step without falling back; a null
 // tensor list read as a model without tensors.
 TEST(CheckpointValues, ABadStepOrTensorListFallsBackAndVerifiesBad) {
@@ -226,6 +233,16 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
   EXPECT_EQ(error("zero.loss_scaler.scale", 1e300 * 1e300),
             "'values.engine.zero.loss_scaler.scale' is inf, not a loss scale (finite, more than 0)");
   EXPECT_NO_THROW(check_counter_values({{"zero.loss_scaler.scale", 65536}, {"zero.group3.step", 7}}, "engine"));
+}
+
+// Hostile pass 6: the header's zero_stage (what inspect shows) was never compared with the engine's
+// own (what a resume compares with its run): an edited header showed one mode and resumed another.
+TEST(CheckpointValues, AHeaderModeTheValuesDoNotShareMakesTheCheckpointUnusable) {
+  Fixture f;
+  f.expect_unusable({{[](nlohmann::json& j) { j["zero_stage"] = 3; },
+                      "'zero_stage' is 3 but the values say DDP (no ZeRO engine)"},
+                     {[](nlohmann::json& j) { j["values"]["model"]["zero_stage"] = 1e300; },
+                      "'values.model.zero_stage' is 1e+300, not a ZeRO stage (0 to 3)"}});
 }
 
 // Probe D9: "'values' has the wrong type ({"engine":{...200 characters of other values".

@@ -202,6 +202,23 @@ TEST(Safetensors, RefusesMalformedFilesNamingTheFileAndTensor) {
              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
              12);
   EXPECT_EQ(error_of([&] { cohort::load_safetensors(p); }), p + ": tensors 'a' and 'b' overlap (bytes 4 < 8)");
+  // Hostile pass 6: offsets backwards were called a truncated file, an empty header was JSON's error,
+  // and a hole or bytes past the last tensor were read past unsaid (Python's safetensors refuses both).
+  write_file(dir.path, tensor(R"({"dtype":"F32","shape":[0],"data_offsets":[8,4]})"), 8);
+  EXPECT_EQ(error_of([&] { cohort::load_safetensors(p); }), p + ": tensor 'w' has data_offsets [8, 4]: it begins after it ends");
+  write_file(dir.path, "", 0);
+  EXPECT_EQ(error_of([&] { cohort::load_safetensors(p); }),
+            p + ": header length 0 leaves no room for the header's JSON object (not a safetensors file?)");
+  write_file(dir.path,
+             R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+             12);
+  EXPECT_EQ(error_of([&] { cohort::load_safetensors(p); }),
+            p + ": tensor 'b' begins at byte 8 of the data, but the tensors before it end at 4: the format indexes every "
+                "byte (a damaged file?)");
+  write_file(dir.path, tensor(R"({"dtype":"F32","shape":[1],"data_offsets":[0,4]})"), 10);
+  EXPECT_EQ(error_of([&] { cohort::load_safetensors(p); }),
+            p + ": 6 bytes of data follow the last tensor's end at byte 4: the format indexes every byte (a damaged "
+                "file?)");
   EXPECT_EQ(error_of([&] { cohort::load_safetensors(dir.path + "/none.safetensors"); }),
             "cannot read safetensors file " + dir.path + "/none.safetensors: No such file or directory");
 }

@@ -48,7 +48,7 @@ class Error : public std::runtime_error {
   std::vector<int> ranks_;
 };
 
-/// The signal (SIGTERM) that asked this process to stop, once cohort took it to hand a timeline over
+/// The signal (SIGTERM, SIGINT) that asked this process to stop, once cohort took it to hand a timeline over
 /// before ending by it; else 0. A failure after it (a peer that stopped first) is the stop's
 /// consequence: its Error says "stopped by SIGTERM", and a program's main need not report it as a fault.
 int stop_signal();

@@ -324,6 +324,7 @@ Manifest read_manifest(const std::string& path) {
   check_crc(j, "user_crc32", user_values_crc32(m.user), m.format_version, path);
   check_crc(j, "values_crc32", state_values_crc32(m.values), m.format_version, path);
   check_records(m, path);
+  check_mode(m, path);
   return m;
 }
 

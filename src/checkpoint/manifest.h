@@ -82,6 +82,8 @@ Manifest read_manifest(const std::string& path);
 /// whose size overflows or does not match its bytes, per-rank pieces of one rank twice
 /// (manifest_check.cpp).
 void check_records(const Manifest& manifest, const std::string& where);
+/// The header's zero_stage agrees with the ZeRO engine's values (0 when there is no engine).
+void check_mode(const Manifest& manifest, const std::string& where);
 
 /// The records one rank sends to rank 0 while saving (each with its own pieces only).
 std::string records_to_json(const std::vector<TensorRecord>& records);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "checkpoint/manifest.h"
+#include "checkpoint/stage.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/text.h"
@@ -71,6 +72,21 @@ void check_records(const Manifest& m, const std::string& where) {
                         "' in a consolidated file");
     }
   }
+}
+
+void check_mode(const Manifest& m, const std::string& where) {
+  // One fact said twice: the header's (what `cohort-ckpt inspect` shows) and the engine's own (what a
+  // resume compares with its run). An edited header would show one mode and resume another.
+  for (const auto& [entry, numbers] : m.values) {  // checked before anything casts it to an int
+    const auto stage = numbers.find("zero_stage");
+    if (stage == numbers.end()) continue;
+    const double value = stage->second;
+    COHORT_CHECK_KIND(kIO, value == 0 || value == 1 || value == 2 || value == 3, where, ": 'values.", excerpt(entry),
+                      ".zero_stage' is ", number_text(value), ", not a ZeRO stage (0 to 3)");
+  }
+  const std::optional<int> engine_stage = zero_stage_of(m.values);
+  COHORT_CHECK_KIND(kIO, m.zero_stage == engine_stage.value_or(0), where, ": 'zero_stage' is ", m.zero_stage,
+                    " but the values say ", mode_name(engine_stage));
 }
 
 }  // namespace cohort::detail::ckpt

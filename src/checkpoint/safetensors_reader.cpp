@@ -79,7 +79,9 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
       offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() && offsets[1].is_number_unsigned(),
       where, " has data_offsets ", json_excerpt(offsets), ": expected [begin, end]");
   const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-  COHORT_CHECK_KIND(kIO, begin <= end && end <= uint64_t(data_bytes), where, " has data_offsets [", begin, ", ", end,
+  COHORT_CHECK_KIND(kInvalidArgument, begin <= end, where, " has data_offsets [", begin, ", ", end,
+                    "]: it begins after it ends");
+  COHORT_CHECK_KIND(kIO, end <= uint64_t(data_bytes), where, " has data_offsets [", begin, ", ", end,
                     "] outside the file's ", data_bytes, " bytes of data (a truncated file?)");
   e.begin = int64_t(begin);
   e.end = int64_t(end);
@@ -112,6 +114,22 @@ void check_metadata(const std::string& path, const nlohmann::json& metadata) {
   }
 }
 
+// The format indexes every byte of the data section (Python's safetensors refuses a hole or bytes after
+// the last tensor): such bytes were read past, unsaid. `by_offset` is sorted and free of overlaps.
+void check_coverage(const std::string& path, const std::vector<const Entry*>& by_offset, int64_t data_bytes) {
+  int64_t covered = 0;
+  for (const Entry* e : by_offset) {
+    if (e->begin == e->end) continue;
+    COHORT_CHECK_KIND(kInvalidArgument, e->begin == covered, path, ": tensor '", excerpt(e->name), "' begins at byte ",
+                      e->begin, " of the data, but the tensors before it end at ", covered,
+                      ": the format indexes every byte (a damaged file?)");
+    covered = e->end;
+  }
+  COHORT_CHECK_KIND(kInvalidArgument, covered == data_bytes, path, ": ", data_bytes - covered,
+                    " bytes of data follow the last tensor's end at byte ", covered,
+                    ": the format indexes every byte (a damaged file?)");
+}
+
 // The header's entries, checked against the data section's size and for overlaps.
 std::vector<Entry> read_header(std::ifstream& in, const std::string& path, int64_t file_bytes,
                                std::map<std::string, std::string>* metadata_out = nullptr) {
@@ -126,6 +144,8 @@ std::vector<Entry> read_header(std::ifstream& in, const std::string& path, int64
                     " is above the format's limit of ", kSafetensorsMaxHeaderBytes, " bytes (not a safetensors file?)");
   COHORT_CHECK_KIND(kIO, length <= uint64_t(file_bytes - 8), path, ": header length ", length, " is beyond the file's ",
                     file_bytes, " bytes (a truncated file?)");
+  COHORT_CHECK_KIND(kInvalidArgument, length >= 2, path, ": header length ", length,
+                    " leaves no room for the header's JSON object (not a safetensors file?)");
   std::string text(length, '\0');
   in.read(text.data(), std::streamsize(length));
   COHORT_CHECK_KIND(kIO, in, path, ": cannot read the ", length, "-byte header");
@@ -154,6 +174,7 @@ std::vector<Entry> read_header(std::ifstream& in, const std::string& path, int64
                       furthest->end, ")");
     furthest = e;
   }
+  check_coverage(path, by_offset, data_bytes);
   return entries;
 }
 

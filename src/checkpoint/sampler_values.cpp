@@ -20,6 +20,12 @@ bool is_sampler_values(const StateValues& values) {
 }
 
 void check_sampler_values(const StateValues& values, const std::string& entry, int world_size) {
+  for (const auto& [key, value] : values) {  // a number no sampler saves is an edit, or another format
+    COHORT_CHECK_KIND(
+        kIO, key == "epoch" || key == "samples_in_epoch" || key == "dataset_size" || key == "seed" || key == "shuffle",
+        "'values.", excerpt(entry), ".", excerpt(key),
+        "' is not a number a sampler saves (epoch, samples_in_epoch, dataset_size, seed, shuffle)");
+  }
   check_whole_value(values, entry, "epoch", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
   check_whole_value(values, entry, "dataset_size", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
   check_whole_value(values, entry, "seed", -kTwoTo63, kTwoTo63, "the range of a 64-bit seed");

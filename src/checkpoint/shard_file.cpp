@@ -102,6 +102,8 @@ void ShardReader::check_header(int rank, int world_size) {
   COHORT_CHECK_KIND(kIO, ::pread(fd_, &header, sizeof header, 0) == sizeof header, "cannot read ", path_);
   COHORT_CHECK_KIND(kIO, std::memcmp(header.magic, kMagic, sizeof kMagic) == 0, "shard file ", path_,
                     " is not a cohort shard (bad magic number)");
+  COHORT_CHECK_KIND(kIO, header.version == kShardVersion, "shard file ", path_, " is of shard format version ",
+                    header.version, "; this cohort reads version ", kShardVersion, " (a newer cohort wrote it?)");
   COHORT_CHECK_KIND(kIO,
                     header.rank == static_cast<uint32_t>(rank) &&
                         header.world_size == static_cast<uint32_t>(world_size) && header.payload_bytes == payload_bytes,

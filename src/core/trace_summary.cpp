@@ -139,9 +139,20 @@ double microseconds_of(const nlohmann::json& event, const char* key, bool may_be
   return value;
 }
 
+// A collective's "args.seq", where there is one: a whole number 0 or more (a string "5" went unread).
+void check_sequence_number(const nlohmann::json& args) {
+  const auto found = args.find("seq");
+  if (found == args.end()) return;
+  COHORT_CHECK_KIND(kInvalidArgument, found->is_number_integer() && found->get<int64_t>() >= 0, "'args.seq' is ",
+                    json_excerpt(*found), ", not a collective's sequence number (0 or more)");
+}
+
 void collect(const nlohmann::json& event, std::map<int, RankEvents>& ranks, LastReady& last_ready) {
   const std::string ph = event.value("ph", "");
   if (ph != "X" && ph != "i") return;
+  // A complete event is a span: without its length it read as a span of 0 (a step of no time).
+  COHORT_CHECK_KIND(kInvalidArgument, ph != "X" || event.contains("dur"),
+                    "a complete event (\"ph\": \"X\") without 'dur'");
   const int rank = rank_of(event);
   const double ts = microseconds_of(event, "ts", true), end = ts + microseconds_of(event, "dur", false);
   const std::string category = event.value("cat", ""), name = event.value("name", "");
@@ -154,6 +165,7 @@ void collect(const nlohmann::json& event, std::map<int, RankEvents>& ranks, Last
   if (category == "user" && ph == "X") (name == "step" ? mine.steps : mine.compute).push_back({ts, end});
   if (phase == "wait" && ph == "X") mine.waits.push_back({ts, end});
   if (category != "comm") return;
+  check_sequence_number(args);
   // Queued (behind earlier ops, or handed to the launcher) and transfer: the collective's own time.
   if (phase == "transfer" || phase == "queued") mine.transfer.push_back({ts, end});
   if (phase == "agreement") mine.agreements.push_back({{ts, end}, op_key(args)});
@@ -232,6 +244,13 @@ std::vector<StepSummary> summarize(const nlohmann::json& trace) {
       if (begin <= end) out.push_back(summarize_window(rank, -1, {begin, end}, time_of(events), last_ready));
       continue;
     }
+    // Steps follow one another: overlapping ones (a file's events twice, steps nested) would count
+    // the same time twice in the summary.
+    for (size_t s = 1; s < events.steps.size(); ++s)
+      COHORT_CHECK_KIND(
+          kInvalidArgument, events.steps[s].first >= events.steps[s - 1].second, "not a cohort timeline: rank ", rank,
+          "'s 'step' spans overlap (one ", events.steps[s - 1].first, "..", events.steps[s - 1].second, " us, another ",
+          events.steps[s].first, "..", events.steps[s].second, " us): each step must end before the next begins");
     const RankTime time = time_of(events);
     for (size_t s = 0; s < events.steps.size(); ++s)
       out.push_back(summarize_window(rank, int(s), events.steps[s], time, last_ready));

@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "comm/comm_access.h"
 #include "core/json_read.h"
@@ -186,53 +187,61 @@ void finish(Comm& world, std::chrono::seconds wait) {
   }
 }
 
-// SIGTERM while recording (cohortrun stopping the job after a rank failed, scancel, a time limit): the
-// handler only wakes a thread through a pipe; the thread hands the events over as at shutdown, then
-// ends the process by SIGTERM as before. A program with its own SIGTERM handler keeps it.
+// SIGTERM or SIGINT while recording (cohortrun stopping the job after a rank failed, scancel, a time
+// limit, Ctrl-C): the handler only wakes a thread through a pipe with the signal's number; the thread
+// hands the events over as at shutdown, then ends the process by that signal as before. A program
+// with its own handler for a signal keeps it.
+constexpr int kStopSignals[] = {SIGTERM, SIGINT};
 int g_wake[2] = {-1, -1};
 std::mutex g_on_sigterm_mutex;
 std::function<void()> g_on_sigterm;  // timeline_on_sigterm's
 std::thread* g_watcher = nullptr;    // never destroyed: a joinable std::thread at exit would terminate
 
-void on_sigterm(int) {
-  const char wake = 1;
+void on_stop_signal(int signal) {
+  const char wake = static_cast<char>(signal);
   (void)!::write(g_wake[1], &wake, 1);
 }
 
-void watch_sigterm(Comm& world) {
-  struct sigaction current {};
-  if (::sigaction(SIGTERM, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
-  if (::pipe2(g_wake, O_CLOEXEC) != 0) return;
+void watch_stop_signals(Comm& world) {
+  std::vector<int> watched;
+  for (int signal : kStopSignals) {
+    struct sigaction current {};
+    if (::sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) watched.push_back(signal);
+  }
+  if (watched.empty() || ::pipe2(g_wake, O_CLOEXEC) != 0) return;
   g_watcher = new std::thread([&world] {
     char why = 0;
     while (::read(g_wake[0], &why, 1) < 0 && errno == EINTR) {
     }
-    if (why != 1) return;  // shutdown: nothing to do
-    note_stop_signal(SIGTERM);
+    if (why == 0) return;  // shutdown: nothing to do
+    note_stop_signal(why);
     {
       std::lock_guard<std::mutex> lock(g_on_sigterm_mutex);
       if (g_on_sigterm) g_on_sigterm();
     }
-    // This rank stops training now, and its peers are told: a SIGTERM to this process alone (a kill of
+    // This rank stops training now, and its peers are told: a signal to this process alone (a kill of
     // one rank) would otherwise leave them training while this rank waits for their events.
     world.abort("this rank hands its timeline over and ends");
     finish(world, kStoppingWait);
-    ::signal(SIGTERM, SIG_DFL);
-    ::raise(SIGTERM);
+    ::signal(why, SIG_DFL);
+    ::raise(why);
   });
   struct sigaction action {};
-  action.sa_handler = on_sigterm;
+  action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  ::sigaction(SIGTERM, &action, nullptr);
+  for (int signal : watched) ::sigaction(signal, &action, nullptr);
 }
 
 void stop_watching() {
   if (g_watcher == nullptr) return;
-  ::signal(SIGTERM, SIG_DFL);
+  for (int signal : kStopSignals) {
+    struct sigaction current {};
+    if (::sigaction(signal, nullptr, &current) == 0 && current.sa_handler == on_stop_signal) ::signal(signal, SIG_DFL);
+  }
   const char stop = 0;
   (void)!::write(g_wake[1], &stop, 1);
-  g_watcher->join();  // a SIGTERM already taken is finished first (and ends the process)
+  g_watcher->join();  // a signal already taken is finished first (and ends the process)
   delete g_watcher;
   g_watcher = nullptr;
   ::close(g_wake[0]);
@@ -245,8 +254,8 @@ void timeline_start(Comm& world) {
   if (const char* path = std::getenv("COHORT_TIMELINE")) trace::configure(path);
   if (!trace::enabled()) return;
   if (world.rank() == 0) {
-    try {  // said at the start, not after the whole run
-      check_replaceable(trace::path());
+    try {  // said at the start, not after the whole run: a temporary made and removed where the file goes
+      SafeFile probe(trace::path());
     } catch (const Error& e) {
       COHORT_WARN("timeline: ", e.what(), "; the timeline will not be written there");
     }
@@ -256,7 +265,7 @@ void timeline_start(Comm& world) {
     g_finished = false;
   }
   if (world.size() > 1) g_offset_us = measure_offset(*detail::comm_impl(world).store(), world.rank(), world.size());
-  watch_sigterm(world);
+  watch_stop_signals(world);
   g_started = true;
 }
 

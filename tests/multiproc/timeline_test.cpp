@@ -274,6 +274,20 @@ TEST(TimelineSummary, OutOfRangeRanksAndTimesAreRefusedNamingThem) {
             "not a cohort timeline: traceEvents[1]: 'dur' is -50.0, not a time in microseconds (0 or more)");
   EXPECT_EQ(error(span(0, "user", "x", 1e308, 1)),
             "not a cohort timeline: traceEvents[1]: 'ts' is 1e+308, not a time in microseconds");
+  // Hostile pass 6: a step without 'dur' read as a step of no time, a string sequence number went
+  // unread, and a step listed twice counted its time twice.
+  nlohmann::json no_dur = span(0, "user", "step", 20, 5);
+  no_dur.erase("dur");
+  EXPECT_EQ(error(no_dur), "not a cohort timeline: traceEvents[1]: a complete event (\"ph\": \"X\") without 'dur'");
+  nlohmann::json string_seq = span(0, "comm", "allreduce", 20, 5);
+  string_seq["args"] = {{"phase", "transfer"}, {"seq", "5"}};
+  EXPECT_EQ(error(string_seq),
+            "not a cohort timeline: traceEvents[1]: 'args.seq' is \"5\", not a collective's sequence number (0 or more)");
+  EXPECT_EQ(error(span(0, "user", "step", 0, 10)),
+            "not a cohort timeline: rank 0's 'step' spans overlap (one 0..10 us, another 0..10 us): each step must end "
+            "before the next begins");
+  nlohmann::json steps_in_turn = {{"traceEvents", {span(0, "user", "step", 0, 10), span(0, "user", "step", 10, 10)}}};
+  EXPECT_EQ(summarize(steps_in_turn).size(), 2u);
   const auto unknown = cohort::testing::run_tool("tools/cohort_trace/cohort-trace", "bogus x.json");
   EXPECT_EQ(unknown.code, 2);
   EXPECT_EQ(unknown.out, "cohort-trace: error: unknown subcommand 'bogus': expected summary\n");
@@ -403,6 +417,16 @@ TEST(TimelineFile, ADeviceIsRefusedAndAPlantedLinkIsNotFollowed) {
   EXPECT_EQ(rows_of(read_json(dir / "trace.json")["traceEvents"]), std::set<int>{0});
   std::ifstream victim(dir / "victim");
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(victim), {}), "precious");
+
+  // Hostile pass 6: a directory the file cannot be made in was said only after the whole run.
+  const fs::path missing = dir / "missing" / "trace.json";
+  options.env["COHORT_TIMELINE"] = missing.string();
+  results = run_ranks(1, body, options);
+  EXPECT_NE(results[0].output.find("timeline: cannot create a temporary file in " + (dir / "missing").string() +
+                                   " to write " + missing.string() +
+                                   ": No such file or directory; the timeline will not be written there"),
+            std::string::npos)
+      << results[0].output;
   fs::remove_all(dir);
 }
 
@@ -533,16 +557,18 @@ TEST(Timeline, EventsThatAreNotJsonAreLeftOutAndTheFileWritten) {
   fs::remove_all(dir);
 }
 
-// Two ranks recording a timeline take a SIGTERM after one step, each doing `then` (rank) after the
-// kill; every rank must end by SIGTERM and the file hold both ranks' events.
-void expect_stopped_job_writes_its_timeline(const std::string& name, void (*then)(int rank)) {
+// Two ranks recording a timeline take a stop signal after one step, each doing `then` (rank) after the
+// kill; every rank must end by `signal` and the file hold both ranks' events.
+void expect_stopped_job_writes_its_timeline(const std::string& name, void (*then)(int rank), int signal = SIGTERM) {
   cohort::testing::RanksOptions options;
   const fs::path dir = fresh_dir(options, name);
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
   options.expect_all_pass = false;
   auto results = run_ranks(
       2,
-      [then](int rank, int) {
+      [then, signal](int rank, int) {
+        // As from a terminal: a shell running the tests in the background has them ignore SIGINT.
+        ::signal(signal, SIG_DFL);
         auto& comm = cohort::init().comm();
         {
           cohort::trace::Span span("step");
@@ -553,7 +579,7 @@ void expect_stopped_job_writes_its_timeline(const std::string& name, void (*then
         for (;;) ::pause();
       },
       options);
-  for (const auto& result : results) EXPECT_EQ(result.signal, SIGTERM) << cohort::testing::describe(results);
+  for (const auto& result : results) EXPECT_EQ(result.signal, signal) << cohort::testing::describe(results);
   expect_well_formed(read_json(dir / "trace.json")["traceEvents"], 2);
   fs::remove_all(dir);
 }
@@ -562,6 +588,12 @@ void expect_stopped_job_writes_its_timeline(const std::string& name, void (*then
 // rank hands its events over and still ends by SIGTERM.
 TEST(Timeline, AJobStoppedBySigtermStillWritesItsTimeline) {
   expect_stopped_job_writes_its_timeline("sigterm", [](int) { ::kill(::getpid(), SIGTERM); });
+}
+
+// Hostile pass 6: Ctrl-C (SIGINT, which cohortrun forwards to the workers) wrote no timeline and said
+// nothing; it is handled as SIGTERM is, and the process still ends by SIGINT.
+TEST(Timeline, AJobStoppedBySigintStillWritesItsTimeline) {
+  expect_stopped_job_writes_its_timeline("sigint", [](int) { ::kill(::getpid(), SIGINT); }, SIGINT);
 }
 
 // Hostile pass 4, D2: under cohortrun both ranks take the SIGTERM; rank 1 hands its events over and
