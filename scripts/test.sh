@@ -33,7 +33,10 @@ trap '[ -n "$torch2_pid" ] && kill -- -"$torch2_pid" 2>/dev/null; rm -f "$torch2
 if [ "${COHORT_TORCH2:-1}" != 0 ]; then
   torch2_labels='cluster|launch|style' torch2_all=OFF
   if [ "${CI:-}" != true ] || [ "${COHORT_TORCH2_ALL:-0}" = 1 ]; then torch2_labels='cluster' torch2_all=ON; fi
-  setsid bash -c 'scripts/install-torch.sh >/dev/null && COHORT_LIBTORCH=pip exec nice -n 19 scripts/build.sh "$@"' \
+  # (With the kernel's autogroups a session shares the CPU with the others whatever its processes' nice:
+  # the session's own weight is set too.)
+  setsid bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true
+    scripts/install-torch.sh >/dev/null && COHORT_LIBTORCH=pip exec nice -n 19 scripts/build.sh "$@"' \
     torch2 -DCMAKE_BUILD_TYPE="$build_type" -DCOHORT_PEER_BUILD="$PWD/build" \
     -DCOHORT_BUILD_BENCH="${COHORT_TORCH2_BENCH:-OFF}" -DCOHORT_MEMCHECK=OFF -DCOHORT_BUILD_EXAMPLES="$torch2_all" \
     -DCOHORT_BUILD_COMM_TESTS="$torch2_all" -DCOHORT_BUILD_GPU_TESTS="$torch2_all" \

@@ -227,7 +227,7 @@ TEST(TimelineSummary, ADeepOrHugeEventIsQuotedBoundedly) {
   trace["traceEvents"].push_back(std::move(deep));
   EXPECT_EQ(cohort::testing::error_of([&] { summarize(trace); }),
             "not a cohort timeline: traceEvents[0] is not a well-formed event (" + std::string(200, '[') + "...)");
-  nlohmann::json huge = {{"ph", "X"}, {"pid", "zero"}, {"args", std::string(10'000'000, 'a')}};
+  nlohmann::json huge = {{"ph", "X"}, {"dur", 1}, {"pid", "zero"}, {"args", std::string(10'000'000, 'a')}};
   trace["traceEvents"] = nlohmann::json::array({span(0, "user", "step", 0, 1)});
   trace["traceEvents"].push_back(std::move(huge));
   EXPECT_EQ(cohort::testing::error_of([&] { summarize(trace); }),
