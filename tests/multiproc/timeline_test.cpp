@@ -491,26 +491,33 @@ TEST(TimelineFile, AFailedWriteLeavesNoTemporary) {
 // Issue 28: with the timeline on, a dead rank held rank 0 at exit for 60 s (0.2 s without it). The
 // control plane knows the rank died: its events will never come. (The bound is generous for a loaded
 // machine; the old wait was 60 s, past the ranks' deadline.)
-TEST(Timeline, ADeadRanksMissingEventsEndTheWaitAtOnce) {
+// Two ranks recording a timeline into `dir` (made here) take a step; then rank `killed` dies by SIGKILL
+// and the other, its next allreduce failed, shuts down and reports how long that took in seconds.
+std::vector<cohort::testing::RankResult> run_with_a_rank_killed(const std::string& name, int killed, fs::path& dir) {
   cohort::testing::RanksOptions options;
-  const fs::path dir = fresh_dir(options, "dead");
+  dir = fresh_dir(options, name);
   options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
   options.expect_all_pass = false;
-  auto results = run_ranks(
+  return run_ranks(
       2,
-      [](int rank, int) {
+      [killed](int rank, int) {
         auto& comm = cohort::init().comm();
         {
           cohort::trace::Span span("step");
           comm.allreduce(torch::ones({4}));
         }
-        if (rank == 1) ::raise(SIGKILL);
+        if (rank == killed) ::raise(SIGKILL);
         EXPECT_THROW(comm.allreduce(torch::ones({4})), cohort::Error);
         const auto start = std::chrono::steady_clock::now();
         cohort::shutdown();
         report(std::to_string(ms_since(start) / 1000));
       },
       options);
+}
+
+TEST(Timeline, ADeadRanksMissingEventsEndTheWaitAtOnce) {
+  fs::path dir;
+  const auto results = run_with_a_rank_killed("dead", 1, dir);
   ASSERT_TRUE(results[0].passed) << cohort::testing::describe(results);
   EXPECT_EQ(results[1].signal, SIGKILL);
   ASSERT_EQ(results[0].reports.size(), 1u);
@@ -613,23 +620,8 @@ TEST(Timeline, AnExitDuringTheSigtermHandOverWaitsForTheFile) {
 // Hostile pass 6: with rank 0 (and the store it hosts) gone, rank 1 warned "timeline: not written to
 // <path>: ... setting key failed", a file it never writes. It now says its events could not be sent.
 TEST(Timeline, ARankThatCannotSendItsEventsSaysSo) {
-  cohort::testing::RanksOptions options;
-  const fs::path dir = fresh_dir(options, "nosend");
-  options.env["COHORT_TIMELINE"] = (dir / "trace.json").string();
-  options.expect_all_pass = false;
-  auto results = run_ranks(
-      2,
-      [](int rank, int) {
-        auto& comm = cohort::init().comm();
-        {
-          cohort::trace::Span span("step");
-          comm.allreduce(torch::ones({4}));
-        }
-        if (rank == 0) ::raise(SIGKILL);
-        EXPECT_THROW(comm.allreduce(torch::ones({4})), cohort::Error);
-        cohort::shutdown();
-      },
-      options);
+  fs::path dir;
+  const auto results = run_with_a_rank_killed("nosend", 0, dir);
   EXPECT_EQ(results[0].signal, SIGKILL);
   ASSERT_TRUE(results[1].passed) << cohort::testing::describe(results);
   EXPECT_NE(results[1].output.find("timeline: this rank's events could not be sent to rank 0 ("), std::string::npos)
