@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,10 @@ Manifest read_manifest(const std::string& path);
 void check_records(const Manifest& manifest, const std::string& where);
 /// The header's zero_stage agrees with the ZeRO engine's values (0 when there is no engine).
 void check_mode(const Manifest& manifest, const std::string& where);
+/// "ZeRO stage 2", or "DDP (no ZeRO engine)" when there is no stage.
+std::string mode_name(const std::optional<int>& zero_stage);
+/// The stage a Stateful's values name ("zero_stage"), over all entries of a checkpoint or a state.
+std::optional<int> zero_stage_of(const std::map<std::string, StateValues>& values);
 
 /// The records one rank sends to rank 0 while saving (each with its own pieces only).
 std::string records_to_json(const std::vector<TensorRecord>& records);

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "checkpoint/manifest.h"
-#include "checkpoint/stage.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/text.h"
@@ -72,6 +71,18 @@ void check_records(const Manifest& m, const std::string& where) {
                         "' in a consolidated file");
     }
   }
+}
+
+std::string mode_name(const std::optional<int>& zero_stage) {
+  return zero_stage ? "ZeRO stage " + std::to_string(*zero_stage) : "DDP (no ZeRO engine)";
+}
+
+std::optional<int> zero_stage_of(const std::map<std::string, StateValues>& values) {
+  for (const auto& [entry, numbers] : values) {
+    const auto stage = numbers.find("zero_stage");
+    if (stage != numbers.end()) return static_cast<int>(stage->second);
+  }
+  return std::nullopt;
 }
 
 void check_mode(const Manifest& m, const std::string& where) {

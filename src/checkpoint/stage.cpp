@@ -106,18 +106,6 @@ class Reader {
 
 }  // namespace
 
-std::string mode_name(const std::optional<int>& zero_stage) {
-  return zero_stage ? "ZeRO stage " + std::to_string(*zero_stage) : "DDP (no ZeRO engine)";
-}
-
-std::optional<int> zero_stage_of(const std::map<std::string, StateValues>& values) {
-  for (const auto& [entry, numbers] : values) {
-    const auto stage = numbers.find("zero_stage");
-    if (stage != numbers.end()) return static_cast<int>(stage->second);
-  }
-  return std::nullopt;
-}
-
 Staged stage_checkpoint(const std::string& path, const LoadRequest& request, int rank) {
   Staged staged;
   staged.manifest = read_manifest(path + "/manifest.json");

@@ -46,11 +46,6 @@ struct LoadRequest {
   std::set<std::string> owned_anywhere;
 };
 
-/// "ZeRO stage 2", or "DDP (no ZeRO engine)" when there is no stage.
-std::string mode_name(const std::optional<int>& zero_stage);
-/// The stage a Stateful's values name ("zero_stage"), over all entries of a checkpoint or a state.
-std::optional<int> zero_stage_of(const std::map<std::string, StateValues>& values);
-
 /// Stages request.wanted from the step directory `path` for `rank`. Throws MismatchError or Error.
 Staged stage_checkpoint(const std::string& path, const LoadRequest& request, int rank);
 
