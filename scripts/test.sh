@@ -20,7 +20,8 @@ if [ "${CI:-}" = true ]; then quick_programs=ON bench="$([ "${COHORT_CI_BENCH:-0
 # The second LibTorch: its wheel (several GB on a fresh machine) downloads, and its build compiles at
 # the lowest CPU priority (nice 19), while the first build and its tests run: the tests wait on peers,
 # timeouts and the cluster's daemons part of the time, and that idle CPU compiles the second build
-# (the first's own work is slowed by about 1%). In a session of its own, so an early exit stops it.
+# (measured here: the first build's tests took 652 s beside it, 641 s alone). In a session of its own,
+# so an early exit stops it.
 # The benchmarks are measured by hand (docs/BENCHMARKS.md), and the programs started as programs
 # (label launch: cohortrun's logic, the examples' flags and fault scenarios) and the cluster scenarios
 # (tests/cluster: Slurm and MPI across namespace hosts) do not change with LibTorch, so under CI they

@@ -26,6 +26,8 @@ namespace {
 constexpr const char* kServerFdVariable = "COHORT_TEST_FORK_SERVER_FD";
 constexpr int kServerFd = 200;  // where the server finds its end of the socket
 
+// Plain loops, not core/socket.h's net::write_all and read_exact: the server runs them during static
+// initialization, before the other translation units' statics exist.
 bool write_all(int fd, const void* data, size_t size) {
   const char* at = static_cast<const char*>(data);
   while (size > 0) {
@@ -168,7 +170,7 @@ bool start_server(const std::vector<std::string>& env) {
 
 // A variable the server's libraries already read when they loaded (a fork keeps those values).
 bool read_at_load(const std::string& name) {
-  for (const char* prefix : {"LD_", "OMP_", "GOMP_", "KMP_", "OPENBLAS_", "GOTO", "MKL_", "MALLOC_", "GLIBC_", "CUDA_",
+  for (const char* prefix : {"LD_", "OMP_", "GOMP_", "KMP_", "OPENBLAS_", "GOTO_", "MKL_", "MALLOC_", "GLIBC_", "CUDA_",
                              "TORCH_", "PYTORCH_"})
     if (name.rfind(prefix, 0) == 0) return true;
   return false;

@@ -47,8 +47,7 @@ inline std::string parse_error_text(const CLI::ParseError& error) {
   if (what.size() > is_required.size() &&
       what.compare(what.size() - is_required.size(), is_required.size(), is_required) == 0)
     return what.substr(0, what.size() - is_required.size()) + " is required";
-  for (const char* lead : {"The following argument was not expected: ", "The following arguments were not expected: ",
-                           "The following argument were not expected: ", "The following arguments was not expected: "})
+  for (const char* lead : {"The following argument was not expected: ", "The following arguments were not expected: "})
     if (what.rfind(lead, 0) == 0 && what.size() > std::string(lead).size())
       return "unexpected argument(s): " + what.substr(std::string(lead).size());
   return what;
