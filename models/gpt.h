@@ -64,6 +64,20 @@ inline int64_t gpt_num_parameters(const GPTConfig& c) {
   return c.vocab_size() * e + c.block_size() * e + c.n_layer() * per_block + (c.bias() ? 2 * e : e);
 }
 
+/// Bytes autograd keeps for backward after the forward of `sequences` sequences of `tokens` tokens in
+/// fp32, an estimate: per token and block about 16 x n_embd floats (the LayerNorms' inputs, q, k, v,
+/// attention's output, the MLP's 4 x n_embd twice) and per sequence and block 2 x n_head x tokens^2
+/// (the attention weights before and after the softmax); with activation checkpointing each block's
+/// input and one block's worth; plus the logits and their softmax (2 x vocab_size per token). In
+/// double: a GPT at int64's limits overflows it (the result is then INT64_MAX).
+inline int64_t gpt_activation_bytes(const GPTConfig& c, int64_t sequences, int64_t tokens, bool checkpointing) {
+  const double e = double(c.n_embd()), t = double(tokens), layers = double(c.n_layer());
+  const double per_block = double(sequences) * (t * 16 * e + 2 * double(c.n_head()) * t * t);
+  const double blocks = checkpointing ? per_block + layers * double(sequences) * t * e : layers * per_block;
+  const double bytes = 4 * (blocks + 2 * double(sequences) * t * double(c.vocab_size()));
+  return bytes >= 9e18 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(bytes);
+}
+
 /// Causal attention of q, k, v [B, heads, T, head size]: softmax(q k^T / sqrt(head size) + causal
 /// mask) v, with dropout on the weights. LibTorch 2.x's scaled_dot_product_attention (fused kernels
 /// where the device has them); on 1.13 the same maths written out.

@@ -203,6 +203,33 @@ TEST(CohortPlanTool, OffloadTiers) {
   EXPECT_EQ(bad.out, "cohort-plan: error: --offload-params=ssd is not one of none, cpu, nvme\n");
 }
 
+TEST(CohortPlanTool, GptStepMemory) {
+  // 4 blocks of width 512 (12 * 512^2 + 13 * 512 = 3152384 each) and a root of 148480 (token and
+  // position embeddings, the last LayerNorm): 12758016 parameters, 2 ranks, fp32 AdamW at stage 3.
+  const ToolRun run = run_tool(
+      "--model gpt --n-layer 4 --n-embd 512 --n-head 4 --block-size 32 --vocab-size 256 --batch-size 2 --ranks 2 "
+      "--stage 3 --precision fp32 --optimizer adamw --cpu --sharded-init --process-mib 100");
+  ASSERT_EQ(run.code, 0) << run.out;
+  EXPECT_NE(run.out.find("parameters  12758016 (--model gpt: 4 blocks of width 512"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("activations 8 MiB, process 100 MiB"), std::string::npos) << run.out;
+  // gathered: the running block and 4 ahead (5e7 holds them all), 60.1 MiB; reducing: 4 whole
+  // blocks and 3 shards of 1576192, 66.1 MiB; construction: 100 MiB, the shards (6379008 x 4) and a
+  // block; peak: 16 x 6379008 of states, the step's 60.1 + 66.1, activations 8.4 and the process.
+  const std::regex row(R"(\n3 +60 MiB +66 MiB +0 MiB +136 MiB +332 MiB\n)");
+  EXPECT_TRUE(std::regex_search(run.out, row)) << run.out;
+  const ToolRun bad = run_tool("--params 1e6 --ranks 2 --n-layer 4");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_EQ(bad.out, "cohort-plan: error: --n-layer describes --model gpt, not a --params or --checkpoint model\n");
+  const ToolRun shapeless = run_tool("--model gpt --ranks 2");
+  EXPECT_EQ(shapeless.code, 2);
+  EXPECT_EQ(shapeless.out,
+            "cohort-plan: error: --model gpt needs its shape: --n-layer and --n-embd (and --block-size, --vocab-size, "
+            "--batch-size when not the defaults)\n");
+  const ToolRun big_unit = run_tool("--params 1e6 --ranks 2 --unit-params 2e6");
+  EXPECT_EQ(big_unit.code, 2);
+  EXPECT_EQ(big_unit.out, "cohort-plan: error: --unit-params 2e6 is more than the model's 1000000 parameters\n");
+}
+
 TEST(CohortPlanTool, ExampleModel) {
   // conv1 1->32 3x3 + conv2 32->64 3x3 + fc1 9216->128 + fc2 128->10, weights and biases.
   const int64_t expected = (1 * 32 * 9 + 32) + (32 * 64 * 9 + 64) + (9216 * 128 + 128) + (128 * 10 + 10);
@@ -339,7 +366,7 @@ TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
       {"--params 1e6 --ranks 2 --offload-optimizer",
        "cohort-plan: error: --offload-optimizer needs a value (see --help)\n"},
       {"--model resnet50 --ranks 2",
-       "cohort-plan: error: --model resnet50 is not a model cohort-plan knows (fashion_mnist_cnn)\n"},
+       "cohort-plan: error: --model resnet50 is not a model cohort-plan knows (fashion_mnist_cnn, gpt)\n"},
       // issue 28: past 2^53 a double rounds the count back into range (2^53 + 1 was accepted as 2^53),
       // and a fraction rounds to a whole number
       {"--params 9007199254740993 --ranks 2",

@@ -174,6 +174,8 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
       {{"--nvme-path", "/tmp", "--offload-optimizer", "cpu", "--strategy", "zero2"},
        "error: --nvme-path /tmp is given but nothing goes there: add --offload-optimizer nvme or --offload-params "
        "nvme\n"},
+      {{"--momentum", "0.5"}, "error: --momentum is for --optimizer sgd, not --optimizer adamw\n"},
+      {{"--optimizer", "lamb"}, "error: --optimizer lamb is not accepted: expected one of adamw, sgd\n"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv = {build_path("/examples/gpt"), "--data", "/nonexistent"};

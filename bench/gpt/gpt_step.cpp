@@ -59,6 +59,7 @@ struct Flags {
   std::string offload_optimizer = "none", offload_params = "none", nvme_path;
   std::string device = "cpu", precision = "fp32";
   double device_memory_gib = 0;  // 0: the whole GPU
+  double lr = 1e-4;               // AdamW's
 };
 
 void synchronize_device() {
@@ -114,6 +115,7 @@ Flags parse(int argc, char** argv) {
   app.add_option("--steps", f.steps, "timed steps");
   app.add_option("--warmup", f.warmup, "untimed steps first");
   app.add_option("--threads", f.threads);
+  app.add_option("--lr", f.lr, "AdamW's learning rate (1e-4)");
   app.add_option("--stage3-prefetch-bucket-size", f.prefetch_bucket_size, "elements (DeepSpeed's default 5e7)");
   app.add_option("--reduce-bucket-size", f.reduce_bucket_size, "elements (DeepSpeed's default 5e8)");
   app.add_option("--offload-optimizer", f.offload_optimizer, "zero1-3/fsdp: none, cpu or nvme")
@@ -153,7 +155,7 @@ std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, co
   };
   if (f.mode == "ddp") {
     ddp = std::make_unique<cohort::DistributedDataParallel<cohort::models::GPTImpl>>(model.ptr());
-    adamw = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(1e-4));
+    adamw = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(f.lr));
     return [wrapped = ddp.get(), optimizer = adamw.get(), input, loss_of] {
       optimizer->zero_grad();
       auto loss = loss_of((*wrapped)->forward(input));
@@ -170,7 +172,7 @@ std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, co
                   .offload_param(cohort::OffloadParamConfig().device(offload_device(f.offload_params))
                                      .nvme_path(f.nvme_path).max_in_cpu(0));
   auto config = cohort::ZeroConfig().zero_optimization(zero).optimizer(
-      cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(1e-4));
+      cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(f.lr));
   if (f.precision == "bf16") config.bf16(cohort::Bf16Config().enabled(true));
   // FSDP2 gathers the next block while one runs: one unit ahead, as the Trainer's fsdp does
   const auto options = cohort::EngineOptions().prefetch_units(f.mode == "fsdp" ? 1 : 0);
@@ -231,13 +233,19 @@ int main(int argc, char** argv) {
   phase("wrapped");
   const double rss_wrapped = status_mib("VmRSS");
   double first_loss = 0, last_loss = 0;
-  for (int i = 0; i < f.warmup; ++i) (i == 0 ? first_loss : last_loss) = step();
+  const bool phases = std::getenv("COHORT_BENCH_PHASES") != nullptr;  // each step's loss too
+  for (int i = 0; i < f.warmup; ++i) {
+    double& loss = i == 0 ? first_loss : last_loss;
+    loss = step();
+    if (phases) std::fprintf(stderr, "loss %.4f\n", loss);
+  }
   world.comm().barrier();
   const auto io_bytes = [&] { return engine ? double(engine->memory_report().file_io_bytes) : 0.0; };
   const double io_before = io_bytes();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < f.steps; ++i) {
     last_loss = step();  // .item(): a GPU step ends before the next begins
+    if (phases) std::fprintf(stderr, "loss %.4f\n", last_loss);
     if (f.warmup == 0 && i == 0) first_loss = last_loss;
   }
   world.comm().barrier();

@@ -32,8 +32,11 @@ int main(int argc, char** argv) {
   add_integer(app, {"--eval-interval", 2, int64_t(1e12)}, flags.eval_interval,
               "Validate every this many steps (and after the last)");
   add_integer(app, {"--eval-iters", 1, 100000}, flags.eval_iters, "Validation batches per rank");
-  add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate of AdamW");
-  add_real(app, {"--weight-decay", 0, 1000}, flags.weight_decay, "Weight decay of AdamW");
+  examples::add_choice(app, "--optimizer", flags.optimizer, {"adamw", "sgd"},
+                       "adamw (betas 0.9, 0.99), or sgd with --momentum");
+  add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate");
+  add_real(app, {"--weight-decay", 0, 1000}, flags.weight_decay, "Weight decay");
+  auto* momentum = add_real(app, {"--momentum", 0, 0.999}, flags.momentum, "Momentum of --optimizer sgd (0: none)");
   add_integer(app, {"--seed", 0, int64_t(1) << 40}, flags.seed,
               "Seed of the initial weights, the batches and the sample");
   examples::add_devices(app, flags.devices,
@@ -65,6 +68,9 @@ int main(int argc, char** argv) {
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
   app.callback([&] {
     flags.checkpoint.check();
+    if (momentum->count() > 0 && flags.optimizer != "sgd")
+      throw cohort::Error("--momentum is for --optimizer sgd, not --optimizer " + flags.optimizer,
+                          cohort::ErrorKind::kInvalidArgument);
     if (flags.offload_optimizer != "none" && flags.strategy == "ddp")
       throw cohort::Error("--offload-optimizer " + flags.offload_optimizer +
                               " needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp",

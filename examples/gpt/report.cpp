@@ -66,14 +66,16 @@ void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::strin
   if (flags.offload_optimizer != "none") offload += " --offload-optimizer " + flags.offload_optimizer;
   if (flags.offload_params != "none") offload += " --offload-params " + flags.offload_params;
   if (!offload.empty()) offload += " --cpu";
+  const std::string plan_optimizer =
+      flags.optimizer == "adamw" ? "adamw" : flags.momentum != 0 ? "sgd_momentum" : "sgd";  // cohort-plan's names
   const std::string plan_disk = plan.file_bytes > 0 ? ", on file " + human(plan.file_bytes) : "";
   std::printf("memory at %s: peak RSS %s (rank 0), %s (largest of %d ranks); per rank now: params %s, grads %s, "
               "optimizer %s%s, gathered units and buffers %s; cohort-plan --params %lld --ranks %d --stage %d "
-              "--precision fp32 --optimizer adamw%s: params %s, grads %s, optimizer %s%s\n",
+              "--precision fp32 --optimizer %s%s: params %s, grads %s, optimizer %s%s\n",
               when.c_str(), human(mine).c_str(), human(largest).c_str(), trainer.world().size(),
               human(now.parameter_bytes).c_str(), human(now.gradient_bytes).c_str(), human(now.optimizer_bytes).c_str(),
               on_disk.c_str(), human(now.buffer_bytes + now.cached_bytes).c_str(), static_cast<long long>(plan.num_parameters),
-              trainer.world().size(), zero_stage(flags.strategy), offload.c_str(), human(plan.parameter_bytes).c_str(),
+              trainer.world().size(), zero_stage(flags.strategy), plan_optimizer.c_str(), offload.c_str(), human(plan.parameter_bytes).c_str(),
               human(plan.gradient_bytes).c_str(), human(plan.optimizer_bytes).c_str(), plan_disk.c_str());
   std::fflush(stdout);
 }

@@ -52,6 +52,10 @@ struct GptModule : cohort::TrainingModule {
     log("val_loss", loss_of(gpt->forward(batch.data), batch.target), cohort::LogOptions().sync_dist(true));
   }
   std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
+    if (flags_.optimizer == "sgd")
+      return std::make_unique<torch::optim::SGD>(
+          std::move(parameters),
+          torch::optim::SGDOptions(flags_.lr).momentum(flags_.momentum).weight_decay(flags_.weight_decay));
     return std::make_unique<torch::optim::AdamW>(
         std::move(parameters),
         torch::optim::AdamWOptions(flags_.lr).betas({0.9, 0.99}).weight_decay(flags_.weight_decay));
@@ -97,32 +101,32 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 
 // Bytes per rank that training `config` needs at least, on the CPU in fp32: the weights (4 bytes a
 // parameter; zero3 and fsdp build them sharded, a 1/ranks slice), their gradients (4, divided over the
-// ranks by zero2, zero3 and fsdp) and AdamW's two moments (8, divided by every ZeRO strategy); under
-// zero3 and fsdp the engine's buffers, which it keeps for reuse: the running block, the blocks gathered
-// ahead (fsdp: one; zero3: DeepSpeed's prefetch bucket of 5e7 elements) and the staged gradients of
-// the two reductions in flight; and what autograd keeps for backward: per token and block about 16 x
-// n_embd floats (the LayerNorms, q/k/v, attention's output, the MLP's 4 x n_embd twice) or, with
-// activation checkpointing, each block's input and one block's worth, plus the logits and their
-// softmax. --offload-optimizer cpu keeps an fp32 master copy beside the weights (4 more; host memory is
-// the device on the CPU), nvme keeps masters and moments on disk but for the block stepped and those
-// read ahead (offload_optimizer.buffer_count, 4) and written behind, the gradient shards too at zero3 and
-// fsdp (a group per block; zero2's one group is the whole shard); with --offload-params the master
-// is a copy (4 more per parameter, or on disk with nvme). In double: a GPT at the flags'
-// limits overflows int64.
+// ranks by zero2, zero3 and fsdp) and the optimizer's state (AdamW's two moments 8, SGD's momentum 4;
+// divided by every ZeRO strategy); under zero3 and fsdp the engine's buffers, which it keeps for
+// reuse: the running block, the blocks gathered ahead (fsdp: one; zero3: DeepSpeed's prefetch bucket
+// of 5e7 elements) and the staged gradients of the two reductions in flight; and what autograd keeps
+// for backward (gpt_activation_bytes). --offload-optimizer cpu keeps an fp32 master copy beside the
+// weights (4 more; host memory is the device on the CPU), nvme keeps masters and moments on disk but
+// for the block stepped and those read ahead (offload_optimizer.buffer_count, 4) and written behind,
+// the gradient shards too at zero3 and fsdp (a group per block; zero2's one group is the whole shard);
+// with --offload-params the master is a copy (4 more per parameter, or on disk with nvme). In double:
+// a GPT at the flags' limits overflows int64. cohort-plan (src/zero/step_memory_plan.h) follows the
+// engine's limits more closely; this is the example's quick check before anything is built.
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
   const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)), ranks = world_size;
   const double all_grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
   const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
   const double block = 12 * e * e + 13 * e;
-  double moments = flags.strategy == "ddp" ? 8 * p : 8 * p / ranks;
+  // AdamW keeps two fp32 moments, SGD one momentum buffer (none without momentum).
+  const double state = flags.optimizer == "sgd" ? (flags.momentum != 0 ? 4 : 0) : 8;
+  double moments = flags.strategy == "ddp" ? state * p : state * p / ranks;
   if (flags.offload_optimizer == "cpu" || (flags.offload_params != "none" && flags.offload_optimizer == "none"))
     moments += 4 * p / ranks;
   const bool per_block = flags.strategy == "zero3" || flags.strategy == "fsdp";  // a group per block
-  if (flags.offload_optimizer == "nvme") moments = per_block ? 12 * block / ranks * (1 + 4) : 12 * p / ranks;
+  if (flags.offload_optimizer == "nvme")
+    moments = per_block ? (4 + state) * block / ranks * (1 + 4) : (4 + state) * p / ranks;
   // Past stage 1 the reduced gradient shards go to the swap file too: lent one block at a time.
   const double grads = flags.offload_optimizer == "nvme" && per_block ? 4 * block / ranks * (1 + 4) : all_grads;
-  const double kept = flags.activation_checkpointing ? layers * e + 16 * e : layers * 16 * e;
-  const double tokens = static_cast<double>(flags.batch_size) * static_cast<double>(flags.block_size);
   const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
   const double ahead = flags.strategy == "fsdp"
                            ? 1
@@ -133,7 +137,9 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
   // (offload_param.buffer_count, 5) are in memory.
   const double shards = flags.offload_params == "nvme" ? 4 * block / ranks * 6 : 4 * p / ranks;
   const double weights = sharded ? shards + 4 * block * (1 + ahead + 2) : 4 * p;
-  const double total = weights + grads + moments + 4 * tokens * (kept + 2 * static_cast<double>(config.vocab_size()));
+  const double activations = static_cast<double>(cohort::models::gpt_activation_bytes(
+      config, flags.batch_size, flags.block_size, flags.activation_checkpointing));
+  const double total = weights + grads + moments + activations;
   return total >= 9e18 ? INT64_MAX : static_cast<int64_t>(total);
 }
 
@@ -144,7 +150,7 @@ void check_memory(const GPTConfig& config, const Flags& flags, const cohort::Wor
   std::ostringstream asked, what;
   asked << "--n-layer " << flags.n_layer << " --n-embd " << flags.n_embd << " (a GPT of "
         << cohort::models::gpt_num_parameters(config) << " parameters)";
-  what << "for its weights, gradients and AdamW state (--strategy " << flags.strategy << " on " << world.size()
+  what << "for its weights, gradients and optimizer state (--strategy " << flags.strategy << " on " << world.size()
        << " rank(s)) and the activations of --batch-size " << flags.batch_size << " x --block-size "
        << flags.block_size;
   const examples::MemoryNeed need{asked.str(), estimated_bytes(config, flags, world.size()), what.str(),

@@ -17,6 +17,8 @@ struct Flags {
   int64_t max_steps = 200;
   int64_t eval_interval = 50, eval_iters = 8;
   double lr = 2e-3, weight_decay = 0.1;
+  std::string optimizer = "adamw";  ///< adamw, or sgd (with --momentum)
+  double momentum = 0.9;            ///< sgd's momentum (0: plain SGD)
   int64_t seed = 1337;
   std::string devices = "auto";
   std::string strategy = "fsdp";

@@ -10,15 +10,13 @@
 #include "core/check.h"
 #include "core/grad_kit.h"
 #include "core/trace_recorder.h"
+#include "zero/step_memory_plan.h"
 
 namespace cohort::detail {
-namespace {
 
-// Reductions a rank may have launched and not finished (FSDP2 keeps one in flight while the next
-// unit's backward runs).
-constexpr int64_t kMaxReductionsInFlight = 2;
-
-}  // namespace
+// kMaxReductionsInFlight (step_memory_plan.h, so the planner counts with the same limit): reductions
+// a rank may have launched and not finished (FSDP2 keeps one in flight while the next unit's backward
+// runs).
 
 ReduceScheduler::ReduceScheduler(const EngineSettings& settings, TrainableParameters& params, StateStore& store)
     : settings_(settings),

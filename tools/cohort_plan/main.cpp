@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "cohort/error.h"
 #include "cohort/number.h"
 #include "model_size.h"
+#include "step_report.h"
 #include "zero/memory_plan.h"
 
 namespace {
@@ -111,6 +113,7 @@ struct Texts {
   std::string params, model, checkpoint, stage = "all", precision = "fp16", optimizer = "adam", ranks;
   std::string offload_optimizer = "none", offload_params = "none";
   bool cpu_run = false;
+  cohort_plan::StepTexts step;  // the step's memory: the model's shape and the engine's settings
 };
 
 const cohort::IntegerRange kRanksRange{"--ranks", 1, 1 << 20};
@@ -118,7 +121,8 @@ const cohort::IntegerRange kRanksRange{"--ranks", 1, 1 << 20};
 void add_options(CLI::App& app, Texts& t) {
   auto* params_option = app.add_option("--params", t.params, "Parameter count (7.5e9 is accepted)");
   auto* model_option = app.add_option("--model", t.model,
-                                      "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN)");
+                                      "A model cohort-plan can build: fashion_mnist_cnn (the example's CNN), or gpt "
+                                      "(examples/gpt's, shaped by --n-layer, --n-embd, ...: adds the step's memory)");
   auto* checkpoint_option = app.add_option("--checkpoint", t.checkpoint,
                                            "A file from torch::save(module), torch::pickle_save or a safetensors file "
                                            "(cohort-ckpt consolidate's): count its tensors");
@@ -140,6 +144,7 @@ void add_options(CLI::App& app, Texts& t) {
                  "none, cpu or nvme: where stage 3's parameter shards live between gathers (max_in_cpu 0)")
       ->capture_default_str();
   app.add_flag("--cpu", t.cpu_run, "The ranks compute on CPUs (device memory is host memory)");
+  cohort_plan::add_step_options(app, t.step);
 }
 
 // The parameter count, from --params, --model or --checkpoint; `source` says which.
@@ -150,6 +155,7 @@ int64_t count_parameters(const Texts& t, std::string& source) {
   }
   if (t.model.empty() && t.checkpoint.empty())
     throw cohort::Error("give the model size: --params N, --model NAME or --checkpoint FILE");
+  if (t.model == "gpt") return cohort_plan::count_gpt(t.step, source);
   const auto size = t.model.empty() ? cohort_plan::count_checkpoint(t.checkpoint)
                                     : cohort_plan::count_named_model(t.model);
   if (size.params < 1) throw cohort::Error("--checkpoint " + t.checkpoint + " holds no tensor elements");
@@ -202,7 +208,12 @@ int main(int argc, char** argv) {
   try {
     std::string source;
     const MemoryPlanInput input = plan_input(texts, source);
-    print_plan(input, stages_of(texts, input), source);
+    const std::vector<int> stages = stages_of(texts, input);
+    std::optional<cohort::detail::StepMemoryInput> step;  // read whole before anything is printed
+    if (cohort_plan::wants_step_memory(texts.step, texts.model))
+      step = cohort_plan::step_input(texts.step, texts.model, input);
+    print_plan(input, stages, source);
+    if (step) cohort_plan::print_step_memory(*step, stages);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohort-plan: error: %s\n", e.what());

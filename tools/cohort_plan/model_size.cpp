@@ -87,7 +87,7 @@ std::vector<char> read_file(const std::string& path) {
 
 ModelSize count_named_model(const std::string& name) {
   if (name != "fashion_mnist_cnn") {
-    throw cohort::Error("--model " + name + " is not a model cohort-plan knows (fashion_mnist_cnn)");
+    throw cohort::Error("--model " + name + " is not a model cohort-plan knows (fashion_mnist_cnn, gpt)");
   }
   fashion_mnist::Net net;
   ModelSize size;
