@@ -131,6 +131,19 @@ TEST(CheckpointValues, ANumberNoSamplerSavesMakesTheCheckpointUnusable) {
                                                   "samples_in_epoch, dataset_size, seed, shuffle)"}});
 }
 
+// Hostile pass 7, S2: a sampler's number deleted verified OK, and the resume failed on every rank
+// without naming the file or falling back.
+TEST(CheckpointValues, ASamplerNumberDeletedMakesTheCheckpointUnusable) {
+  Fixture f;
+  const auto without = [](const char* key) { return [=](nlohmann::json& j) { j["values"]["sampler"].erase(key); }; };
+  f.expect_unusable({
+      {without("seed"), "'values.sampler' has no 'seed': a sampler saves epoch, samples_in_epoch, dataset_size, seed "
+                        "and shuffle"},
+      {without("dataset_size"), "'values.sampler' has no 'dataset_size': a sampler saves epoch, samples_in_epoch, "
+                                "dataset_size, seed and shuffle"},
+  });
+}
+
 // Probe D8: step -5 verified OK and then failed the resume in set_step without falling back; a null
 // tensor list read as a model without tensors.
 TEST(CheckpointValues, ABadStepOrTensorListFallsBackAndVerifiesBad) {
@@ -176,6 +189,12 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
               j.erase("user_crc32");
             }).first,
             20);
+  // Hostile pass 7, M3: such a manifest verified "OK (every file and checksum matches)"; it says
+  // what it cannot see.
+  const ToolRun verify = tool("verify " + f.dir);
+  EXPECT_EQ(verify.code, 0) << verify.out;
+  EXPECT_EQ(verify.out, f.step + ": OK (every file matches the manifest; format version 1 carries no checksum of "
+                                 "its numbers, so an edit of them cannot be seen)\n");
 }
 
 // Hostile pass 6, S1: an Adam step count of -5 (resealed) verified OK and resumed to a model at 10%
@@ -232,6 +251,11 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
   EXPECT_EQ(error("zero.loss_scaler.scale", 0), "'values.engine.zero.loss_scaler.scale' is 0, not a loss scale (finite, more than 0)");
   EXPECT_EQ(error("zero.loss_scaler.scale", 1e300 * 1e300),
             "'values.engine.zero.loss_scaler.scale' is inf, not a loss scale (finite, more than 0)");
+  // Hostile pass 7, S1: the engine's own counters were cast to integers unchecked.
+  EXPECT_EQ(error("zero.micro_steps", 1e300),
+            "'values.engine.zero.micro_steps' is 1e+300, outside 0..9007199254740991 (2^53 - 1)");
+  EXPECT_EQ(error("zero.global_steps", -3), "'values.engine.zero.global_steps' is -3, outside 0..9007199254740991 (2^53 - 1)");
+  EXPECT_EQ(error("zero.skipped_steps", 0.5), "'values.engine.zero.skipped_steps' is 0.5, not a whole number");
   EXPECT_NO_THROW(check_counter_values({{"zero.loss_scaler.scale", 65536}, {"zero.group3.step", 7}}, "engine"));
 }
 

@@ -329,6 +329,22 @@ TEST(Store, BindsToTheMasterAddressUnlessAskedForEveryInterface) {
   ::unsetenv("COHORT_STORE_BIND");
 }
 
+// Hostile pass 7: a rendezvous timeout at WORLD_SIZE=100000 listed every missing rank, 689 KB on a line.
+TEST(Rendezvous, RanksAreListedAsRunsAndBounded) {
+  using cohort::detail::rank_runs;
+  std::vector<bool> arrived(100000, false);
+  arrived[0] = true;
+  EXPECT_EQ(rank_runs(arrived, true), "0");
+  EXPECT_EQ(rank_runs(arrived, false), "1-99999");
+  std::vector<bool> mixed = {true, false, false, true, false, true, true};
+  EXPECT_EQ(rank_runs(mixed, false), "1-2, 4");
+  EXPECT_EQ(rank_runs(mixed, true), "0, 3, 5-6");
+  std::vector<bool> alternating(100);
+  for (size_t r = 0; r < alternating.size(); ++r) alternating[r] = r % 2 == 0;
+  EXPECT_EQ(rank_runs(alternating, false),
+            "1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39 and 30 more");
+}
+
 TEST(JobSecret, LauncherSecretFirstThenDerivedOnes) {
   EXPECT_EQ(job_secret({{"COHORT_JOB_SECRET", "0123456789abcdef"}, {"SLURM_JOB_ID", "7"}}, "r", 1).source,
             "COHORT_JOB_SECRET");

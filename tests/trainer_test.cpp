@@ -219,6 +219,30 @@ TEST(TrainerLaunch, TheLaunchersWorldMustMatchDevicesTimesNodes) {
             "node with srun, mpirun or cohortrun --nnodes 2");
 }
 
+// Hostile pass 7, M1: only the root's memory.max was read, so a v1 limit or one on this process's
+// own v2 cgroup (or an ancestor's) let --devices 4 start under 250 MB and the kernel killed a rank.
+TEST(TrainerLaunch, TheMemoryRoomIsTheLeastOfEveryCgroupLimitAlongThePath) {
+  char pattern[] = "/tmp/cohort-cgroup-XXXXXX";
+  const std::string root = ::mkdtemp(pattern);
+  const auto write = [&](const std::string& path, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(root + path).parent_path());
+    std::ofstream(root + path) << text << "\n";
+  };
+  write("/memory/job/step/memory.limit_in_bytes", "9223372036854771712");  // v1's "no limit"
+  write("/memory/job/step/memory.usage_in_bytes", "100");
+  write("/memory/job/memory.limit_in_bytes", "262144000");  // 250 MB on the parent
+  write("/memory/job/memory.usage_in_bytes", "62144000");
+  EXPECT_EQ(cohort::detail::cgroup_memory_room("4:cpu,cpuacct:/x\n9:memory:/job/step\n", root), 200000000);
+  write("/user.slice/app/memory.max", "max");
+  write("/user.slice/app/memory.current", "5");
+  write("/user.slice/memory.max", "1000");
+  write("/user.slice/memory.current", "400");
+  EXPECT_EQ(cohort::detail::cgroup_memory_room("0::/user.slice/app\n", root), 600);
+  EXPECT_EQ(cohort::detail::cgroup_memory_room("0::/user.slice/app\n9:memory:/job/step\n", root), 600);
+  EXPECT_EQ(cohort::detail::cgroup_memory_room("0::/elsewhere\n", root), -1) << "no limit anywhere";
+  std::filesystem::remove_all(root);
+}
+
 // Checked before the first fork: devices 1000 used to fork 120+ workers, devices 64 to reach 10.8 GB.
 TEST(TrainerLaunch, DevicesBeyondTheCoresOrTheMemoryAreRefusedBeforeAnyWorkerStarts) {
   const auto refuse = [](int devices, int cores, int64_t resident, int64_t available) {

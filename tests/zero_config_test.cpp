@@ -314,6 +314,8 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
                "ds_config: fp16.enabled and bf16.enabled are both true");
   EXPECT_ERROR(R"({"fp16": {"enabled": "yes"}})", "fp16.enabled=\"yes\" is not a boolean");
   EXPECT_ERROR(R"({"fp16": {"loss_scale": -1}})", "fp16.loss_scale=-1 must be >= 0");
+  EXPECT_ERROR(R"({"zero_optimization": {"stage": 3, "sub_group_size": 0}})",
+               "zero_optimization.sub_group_size=0 is not a positive integer");
   EXPECT_ERROR(R"({"fp16": {"initial_scale_power": 200}})",
                "fp16.initial_scale_power=200 is not an integer in [0, 127]");
   EXPECT_ERROR(R"({"fp16": {"loss_scale_window": 0}})", "fp16.loss_scale_window=0 is not a positive integer");
@@ -504,6 +506,7 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
     "train_batch_size": 8,
     "steps_per_print": 10,
     "zero_optimization": {"stage": 3, "stage3_max_reuse_distance": 1e9, "stage3_max_live_parameters": 2e8,
+                          "sub_group_size": 1e8,
                           "offload_optimizer": {"device": "cpu", "pin_memory": true, "fast_init": false}},
     "optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "torch_adam": true, "momentum": 0.9}},
     "flops_profiler": {"enabled": true, "profile_step": 1},
@@ -521,6 +524,7 @@ TEST(ZeroConfig, UnsupportedKeysAreListedInFileOrderAndWarnedOnce) {
                                          "wall_clock_breakdown"};
   EXPECT_EQ(config.unsupported_keys(), want);
   EXPECT_EQ(config.zero_optimization().stage3_max_live_parameters(), 200000000);  // read, so not listed
+  EXPECT_EQ(config.zero_optimization().sub_group_size(), 100000000);
   EXPECT_PRED_FORMAT2(
       ::testing::IsSubstring,
       "warning: ds_config: ignoring keys cohort does not support: steps_per_print, "

@@ -92,6 +92,9 @@ struct ZeroOptimizationConfig {
   /// Stage 3: a unit with at most this many elements stays gathered for the whole step (per unit;
   /// DeepSpeed applies it per parameter, default 1e5; cohort's default 0 shards every unit).
   TORCH_ARG(int64_t, stage3_param_persistence_threshold) = 0;
+  /// Stage 3 with offload_optimizer nvme: the most elements a rank steps and swaps at a time (one
+  /// optimizer sub-group). cohort's sub-group is a sharding unit's shard; a larger one is refused.
+  TORCH_ARG(int64_t, sub_group_size) = 1000000000;
 };
 
 /// "fp16": {...}: fp16 training with a loss scaler.

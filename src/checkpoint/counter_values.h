@@ -1,6 +1,7 @@
 // What the counters among a checkpoint's saved numbers may be, by their keys as cohort's own
 // adapters write them: an optimizer's per-parameter step count ('g0.p3.step') and learning rate
-// ('g0.lr'), the ZeRO engine's group step counts ('zero.group2.step') and loss scale
+// ('g0.lr'), the ZeRO engine's step counts ('zero.group2.step', 'zero.global_steps',
+// 'zero.skipped_steps', 'zero.micro_steps') and loss scale
 // ('zero.loss_scaler.scale'). Checked where a checkpoint is staged for a resume and by cohort-ckpt
 // verify alike, as the sampler's position is (sampler_values.h): an Adam step of -5 resumed to a
 // model at 10% accuracy, a loss scale of 0 to NaN, while verify said OK.

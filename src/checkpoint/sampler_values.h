@@ -10,11 +10,11 @@
 
 namespace cohort::detail::ckpt {
 
-/// Whether a manifest's values entry is a sampler's (it holds samples_in_epoch and dataset_size).
+/// Whether a manifest's values entry is a sampler's (it holds three or more of its five keys).
 bool is_sampler_values(const StateValues& values);
 
 /// Throws cohort::Error (ErrorKind::kIO) naming the key as 'values.<entry>.<key>' and its value when a
-/// number is not whole, or out of its range: epoch and dataset_size in [0, 2^53), seed an int64,
+/// key is missing or not a sampler's, a number is not whole, or out of its range: epoch and dataset_size in [0, 2^53), seed an int64,
 /// shuffle 0 or 1, samples_in_epoch in [0, 2 x dataset_size + world_size]. A genuine position is at
 /// most one epoch padded to a whole number of samples per rank (dataset_size + world_size - 1), or,
 /// where whole batches are counted past the data (the Trainer's uneven_inputs, the pipeline example),

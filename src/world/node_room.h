@@ -16,8 +16,12 @@ constexpr int kProcessesPerCore = 4;
 int usable_cores();
 /// This process's resident bytes; -1 when unknown.
 int64_t resident_bytes();
-/// MemAvailable, or the room left under this cgroup's memory.max when that is less; -1 when unknown.
+/// MemAvailable, or the room left under this process's memory cgroups (v2's memory.max, v1's
+/// memory.limit_in_bytes, on its own cgroup and each ancestor) when that is less; -1 when unknown.
 int64_t available_memory();
+/// The least room (limit less usage) of the memory cgroups `proc_cgroup` (/proc/self/cgroup's text)
+/// names under `cgroup_root` (/sys/fs/cgroup), each with its ancestors; -1 when none has a limit.
+int64_t cgroup_memory_room(const std::string& proc_cgroup, const std::string& cgroup_root);
 /// "1,234 MB"-style: bytes in whole megabytes, rounded up.
 std::string megabytes(int64_t bytes);
 

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 namespace cohort::detail {
 
@@ -40,6 +41,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const RendezvousConfig& config);
 /// Proves this rank belongs to the store's job (refusing a stranger naming both jobs), announces it and
 /// waits for all; on timeout lists the ranks that did and did not arrive.
 void wait_for_all_ranks(c10d::Store& store, const RendezvousConfig& config);
+
+/// The ranks r with arrived[r] == which as runs ("0, 2-5, 9"); past 20 runs, "... and N more".
+std::string rank_runs(const std::vector<bool>& arrived, bool which);
 
 /// The address of this host's interface that routes to `master_addr` (what peers dial).
 std::string local_address_towards(const std::string& master_addr, int master_port);

@@ -110,6 +110,7 @@ ZeroOptimizationConfig read_zero(Section zero) {
       zero.integer("stage3_max_live_parameters", 0).value_or(out.stage3_max_live_parameters()));
   out.stage3_param_persistence_threshold(
       zero.integer("stage3_param_persistence_threshold", 0).value_or(out.stage3_param_persistence_threshold()));
+  out.sub_group_size(zero.integer("sub_group_size", 1).value_or(out.sub_group_size()));
   if (zero.boolean("stage3_gather_16bit_weights_on_model_save", false))
     zero.fail("stage3_gather_16bit_weights_on_model_save",
               "is not supported: cohort saves sharded fp32 checkpoints (save_checkpoint) and writes one "

@@ -285,7 +285,7 @@ TEST(Rendezvous, MissingRanksAreListed) {
   }, short_timeout(2));
   ASSERT_FALSE(results[0].reports.empty()) << results[0].output;
   EXPECT_THAT(results[0].reports[0], HasSubstr("timed out after 2000 ms: 1 of 3 ranks arrived (ranks 0); "
-                                               "missing: ranks 1, 2"));
+                                               "missing: ranks 1-2"));
   EXPECT_EQ(kind_of(results[0]), "kind=timeout ranks=1,2");
 }
 

@@ -248,6 +248,16 @@ TEST(TimelineSummary, TheToolRefusesADeeplyNestedFileInOneLine) {
   EXPECT_EQ(deep.code, 1) << deep.out;
   EXPECT_EQ(deep.out, "cohort-trace: error: " + (dir / "trd.json").string() +
                           ": not a cohort timeline: objects and arrays nested more than 64 levels deep\n");
+  // Hostile pass 7, M2: events of no cohort category, or none, printed a bare header with exit 0.
+  std::ofstream(dir / "other.json") << R"({"traceEvents":[{"ph":"X","name":"step","pid":0,"tid":0,"ts":1,"dur":5}]})";
+  std::ofstream(dir / "empty.json") << R"({"traceEvents":[]})";
+  for (const char* name : {"other.json", "empty.json"}) {
+    const auto none = cohort::testing::run_tool(tool, "summary " + (dir / name).string());
+    EXPECT_EQ(none.code, 1) << none.out;
+    EXPECT_EQ(none.out, "cohort-trace: error: " + (dir / name).string() +
+                            ": it holds no step of a cohort timeline (no 'step' span of a cohort category): is it a "
+                            "file COHORT_TIMELINE wrote?\n");
+  }
   const auto cut = cohort::testing::run_tool(tool, "summary " + (dir / "cut.json").string());
   EXPECT_EQ(cut.code, 1) << cut.out;
   EXPECT_EQ(cut.out, "cohort-trace: error: " + (dir / "cut.json").string() +

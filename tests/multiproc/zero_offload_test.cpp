@@ -336,4 +336,35 @@ TEST(ZeroOffload, AUnitShardLargerThanTheParamBufferIsRefusedNamingBufferSize) {
       options);
 }
 
+// DeepSpeed's sub_group_size bounds what the optimizer steps and swaps at a time; cohort's sub-group
+// is a unit's shard, so a larger unit is refused (stage 3, optimizer on nvme).
+TEST(ZeroOffload, AUnitShardLargerThanASubGroupIsRefusedNamingSubGroupSize) {
+  RanksOptions options;
+  cohort::testing::shared_temp_dir(options, "OFFLOAD_ROOT", "cohort-offload-subgroup-");
+  run_ranks(
+      1,
+      [](int, int) {
+        cohort::init();
+        const std::string dir = swap_dir(0);
+        fs::create_directories(dir);
+        auto config = config_of(3, cohort::OptimizerType::kAdamW, cohort::OffloadDevice::kNvme, dir);
+        config.zero_optimization().sub_group_size(45);
+        try {
+          cohort::initialize(config, make_model(), cohort::EngineOptions().unit_policy(cohort::sequential_children()));
+          ADD_FAILURE() << "no error";
+        } catch (const cohort::Error& e) {
+          EXPECT_EQ(e.kind(), cohort::ErrorKind::kInvalidArgument) << e.what();
+          EXPECT_THAT(e.what(), HasSubstr("zero_optimization.sub_group_size: group 1's shard has 49 elements on rank 0, "
+                                          "more than a sub-group (45): cohort steps and swaps one sharding unit's "
+                                          "shard at a time; raise sub_group_size or mark smaller sharding units"));
+        }
+        // Units within the bound (49 elements the largest) train as before.
+        config.zero_optimization().sub_group_size(49);
+        auto engine =
+            cohort::initialize(config, make_model(), cohort::EngineOptions().unit_policy(cohort::sequential_children()));
+        train(engine, 0, 2, 0, 1);
+      },
+      options);
+}
+
 }  // namespace zero_offload_test

@@ -52,7 +52,14 @@ int main(int argc, char** argv) {
   }
   try {
     const auto trace = read_trace(path);
-    std::fputs(cohort::detail::trace::format_summary(cohort::detail::trace::summarize(trace), csv).c_str(), stdout);
+    const auto steps = cohort::detail::trace::summarize(trace);
+    // Hostile pass 7, M2: a trace of other events printed a bare header and exit 0.
+    if (steps.empty())
+      throw cohort::Error(
+          "it holds no step of a cohort timeline (no 'step' span of a cohort category): is it a file "
+          "COHORT_TIMELINE wrote?",
+          cohort::ErrorKind::kInvalidArgument);
+    std::fputs(cohort::detail::trace::format_summary(steps, csv).c_str(), stdout);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohort-trace: error: %s: %s\n", path.c_str(), e.what());
     return 1;

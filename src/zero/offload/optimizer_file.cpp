@@ -19,6 +19,14 @@ void OptimizerFile::add_group(torch::Tensor& master, torch::Tensor& shard_grad) 
   if (!active()) return;
   // Decided at the first group: the gradient shards are on the CPU (a CPU run) or not.
   if (groups_.empty()) gradients_ = settings_.stage >= 2 && shard_grad.defined() && shard_grad.device().is_cpu();
+  // DeepSpeed steps and swaps stage 3's optimizer in sub-groups of at most sub_group_size elements;
+  // here a group is a sharding unit's shard, so the bound is kept by refusing a larger unit.
+  const int64_t bound = settings_.config.zero_optimization().sub_group_size();
+  COHORT_CHECK_KIND(kInvalidArgument, settings_.stage != 3 || master.numel() <= bound,
+                    "zero_optimization.sub_group_size: group ", groups_.size(), "'s shard has ", master.numel(),
+                    " elements on rank ", settings_.rank, ", more than a sub-group (", bound,
+                    "): cohort steps and swaps one sharding unit's shard at a time; raise sub_group_size or mark "
+                    "smaller sharding units");
   Slots slots;
   slots.master = swapper_->add_slot({master});
   if (gradients_) slots.gradient = swapper_->add_slot({shard_grad});
