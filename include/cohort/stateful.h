@@ -2,7 +2,9 @@
 // a loss scaler, anything a user writes) and the checkpoint layer (cohort/checkpoint.h). A Stateful
 // lists its tensors as this rank holds them (whole and identical on every rank, a slice of a flat
 // tensor split across ranks, or this rank's own) plus a few named numbers; the checkpoint layer
-// saves them and, at load time, fills the same list again, at the same or another world size.
+// saves them and, at load time, fills the same list again, at the same or another world size. State
+// kept out of memory (a ZeRO engine's optimizer state on NVMe) is listed in parts, each lent to the
+// checkpoint layer while it is read or filled, so a save or a load never holds all of it at once.
 #pragma once
 
 #include <torch/types.h>
@@ -42,6 +44,10 @@ struct StateTensor {
   StateKind kind = StateKind::kReplicated;
   int64_t flat_numel = 0;  ///< kSharded only: elements of the whole logical flat tensor
   int64_t offset = 0;      ///< kSharded only: where this rank's slice begins in it
+  /// -1: `tensor` is live storage. From 0: the tensor belongs to that part of its Stateful's state,
+  /// which is out of memory between uses: `tensor` is then on the meta device (its dtype and shape
+  /// only), and Stateful::lend_part gives the live one.
+  int64_t part = -1;
 };
 
 /// Named numbers (step counters, loss scale, positions): exact for integers below 2^53.
@@ -55,6 +61,12 @@ class Stateful {
   virtual void prepare_load() {}
   /// The tensors to save, or to load into.
   virtual std::vector<StateTensor> state_tensors() = 0;
+  /// Brings `part` into memory and returns its tensors: those state_tensors() listed with this part,
+  /// by the same names, as live storage until give_back_part(part). The checkpoint layer lends one
+  /// part at a time, in the order state_tensors() lists them, and gives it back before the next.
+  virtual std::vector<StateTensor> lend_part(int64_t part) { return {}; }
+  /// Ends lend_part(part); `changed`: a load copied into its tensors, keep what they hold now.
+  virtual void give_back_part(int64_t part, bool changed) {}
   /// The numbers to save (same on every rank: rank 0's are written).
   virtual StateValues state_values() const { return {}; }
   /// Called while loading, on every rank, before anything live changes, with the saved numbers and the

@@ -12,7 +12,9 @@
 #include "checkpoint/entry.h"
 #include "checkpoint/files.h"
 #include "checkpoint/group.h"
+#include "checkpoint/part_lender.h"
 #include "checkpoint/stage.h"
+#include "checkpoint/tensor_reader.h"
 #include "core/check.h"
 #include "core/log.h"
 
@@ -87,7 +89,7 @@ LoadRequest request_of(const std::vector<CheckpointState::Entry>& entries) {
     values[entry.name] = entry.stateful->state_values();
     for (StateTensor& t : entry.stateful->state_tensors()) {
       request.wanted.push_back(
-          {entry.name + "/" + t.name, t, entry.tensors_optional || entry.stateful->tensors_optional()});
+          {entry.name + "/" + t.name, t, entry.tensors_optional || entry.stateful->tensors_optional(), entry.stateful});
     }
   }
   request.zero_stage = zero_stage_of(values);
@@ -133,14 +135,37 @@ void check_values(const Staged& staged, const std::vector<CheckpointState::Entry
   }
 }
 
+// The staged tensors into the live ones; a part's tensors (deferred) read again while their part is
+// lent, a part at a time. The second read fails only when the files changed or broke since staging:
+// the live state is then partly loaded, and the message says so.
+void copy_tensors(const Staged& staged, const LoadRequest& request) {
+  torch::NoGradGuard no_grad;
+  PartLender lender(/*changes=*/true);
+  TensorReader reader(staged.path, staged.manifest, staged.rank);
+  try {
+    for (const Wanted& w : request.wanted) {
+      const auto it = staged.tensors.find(w.name);
+      if (it != staged.tensors.end()) {
+        lender.live(*w.owner, w.tensor, w.name).copy_(it->second);
+      } else if (staged.deferred.count(w.name)) {
+        const torch::Tensor value = reader.read(w.name, w.tensor, *staged.manifest.find(w.name));
+        lender.live(*w.owner, w.tensor, w.name).copy_(value);
+      }
+    }
+    lender.finish();
+  } catch (const std::exception& e) {
+    throw Error("checkpoint " + staged.path + " failed while its tensors were copied in, after every rank had " +
+                    "checked it (changed or damaged since?): " + without_rank_prefix(e.what()) +
+                    "; this rank's state is partly loaded: load again",
+                ErrorKind::kIO);
+  }
+}
+
 // Writes the staged checkpoint into the live state: tensors, Statefuls' values, step, user values.
 CheckpointInfo commit(const Staged& staged, const LoadRequest& request,
                       const std::vector<CheckpointState::Entry>& entries, CheckpointState& state) {
+  copy_tensors(staged, request);
   torch::NoGradGuard no_grad;
-  for (const Wanted& w : request.wanted) {
-    const auto it = staged.tensors.find(w.name);
-    if (it != staged.tensors.end()) w.tensor.tensor.copy_(it->second);
-  }
   for (const auto& entry : entries) {
     const auto values = staged.manifest.values.find(entry.name);
     entry.stateful->load_state_values(values == staged.manifest.values.end() ? StateValues{} : values->second);

@@ -17,6 +17,7 @@
 #include "checkpoint/group.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/part_lender.h"
 #include "checkpoint/shard_file.h"
 #include "cohort/error.h"
 #include "cohort_config.h"
@@ -35,6 +36,7 @@ namespace {
 struct Collected {
   std::string name;  // "<entry>/<tensor>"
   StateTensor tensor;
+  Stateful* owner = nullptr;  // lend_part for a part's tensor
 };
 
 // libstdc++'s "filesystem error: cannot rename: Operation not permitted [a] [b]" in cohort's order, as
@@ -128,6 +130,7 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
   // write are shared out and the shards are written in parallel instead of all by rank 0.
   const std::vector<int> writers = assign_writers(replicated_bytes, world_size);
   ShardWriter writer(path, rank, world_size);
+  PartLender lender(/*changes=*/false);  // a part in memory while its tensors are written
   std::vector<TensorRecord> records;
   size_t replicated_index = 0;
   for (const Collected& c : tensors) {
@@ -149,13 +152,14 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
       record.flat_numel = t.flat_numel;
       record.shape = {t.flat_numel};
     }
-    Piece piece = writer.append(t.tensor);
+    Piece piece = writer.append(lender.live(*c.owner, t, c.name));
     piece.file = fs::path(path).filename().string();
     piece.offset = t.kind == StateKind::kSharded ? t.offset : 0;
     if (t.kind == StateKind::kPerRank) piece.shape = record.shape;
     record.pieces.push_back(std::move(piece));
     records.push_back(std::move(record));
   }
+  lender.finish();
   *payload = writer.finish();
   return records;
 }
@@ -301,7 +305,8 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
   const std::string shard = shard_file_name(group.rank(), group.size());
   std::string status = status_of([&] {
     for (const auto& entry : entries_with_rng(state)) {
-      for (StateTensor& t : entry.stateful->state_tensors()) tensors.push_back({entry.name + "/" + t.name, t});
+      for (StateTensor& t : entry.stateful->state_tensors())
+        tensors.push_back({entry.name + "/" + t.name, t, entry.stateful});
       values[entry.name] = entry.stateful->state_values();
     }
     std::set<std::string> names;

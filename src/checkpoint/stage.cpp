@@ -2,12 +2,10 @@
 #include "checkpoint/stage.h"
 
 #include <algorithm>
-#include <cstring>
-#include <memory>
 #include <set>
+#include <utility>
 
-#include "checkpoint/layout.h"
-#include "checkpoint/shard_file.h"
+#include "checkpoint/tensor_reader.h"
 #include "core/check.h"
 #include "core/text.h"
 
@@ -75,68 +73,25 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
   }
 }
 
-class Reader {
- public:
-  Reader(std::string dir, const Manifest& m) : dir_(std::move(dir)), m_(m) {}
-  ShardReader& file(const std::string& name) {
-    auto it = open_.find(name);
-    if (it != open_.end()) return *it->second;
-    const auto record = std::find_if(m_.files.begin(), m_.files.end(),
-                                     [&](const FileRecord& f) { return f.name == name; });
-    COHORT_CHECK_KIND(kIO, record != m_.files.end(), dir_, "/manifest.json names file ", name,
-                      " but does not list it in 'files'");
-    auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, record->rank, m_.world_size, record->payload_bytes);
-    return *open_.emplace(name, std::move(reader)).first->second;
-  }
-  // The whole piece, checksum checked.
-  torch::Tensor piece(const Piece& p, c10::ScalarType dtype, const std::string& name) {
-    const int64_t element = c10::elementSize(dtype);
-    COHORT_CHECK_KIND(kIO, p.nbytes == p.numel * element, dir_, "/manifest.json: tensor '", name, "' has ", p.numel,
-                      " elements in ", p.nbytes, " bytes");
-    torch::Tensor out = torch::empty({p.numel}, torch::TensorOptions().dtype(dtype));
-    file(p.file).read_piece(p, out.data_ptr(), "tensor '" + name + "'");
-    return out;
-  }
-
- private:
-  std::string dir_;
-  const Manifest& m_;
-  std::map<std::string, std::unique_ptr<ShardReader>> open_;
-};
-
 }  // namespace
 
 Staged stage_checkpoint(const std::string& path, const LoadRequest& request, int rank) {
   Staged staged;
+  staged.path = path;
+  staged.rank = rank;
   staged.manifest = read_manifest(path + "/manifest.json");
   const Manifest& m = staged.manifest;
   check_match(path, m, request, rank);
-  Reader reader(path, m);
+  TensorReader reader(path, m, rank);
   for (const Wanted& w : request.wanted) {
     const TensorRecord* r = m.find(w.name);
     if (r == nullptr) continue;  // optional and absent
-    const torch::Tensor& live = w.tensor.tensor;
-    if (r->kind == StateKind::kSharded) {
-      std::vector<Slice> slices;
-      for (const Piece& p : r->pieces) slices.push_back({p.offset, p.numel});
-      const int64_t begin = w.tensor.offset, end = begin + live.numel();
-      torch::Tensor out = torch::empty({live.numel()}, torch::TensorOptions().dtype(r->dtype));
-      const int64_t element = c10::elementSize(r->dtype);
-      for (const SliceCopy& c : plan_slice_copies(slices, begin, end, path + ": tensor '" + w.name + "'")) {
-        const torch::Tensor piece = reader.piece(r->pieces[c.slice], r->dtype, w.name);
-        std::memcpy(static_cast<char*>(out.data_ptr()) + c.to * element,
-                    static_cast<const char*>(piece.data_ptr()) + c.from * element, c.count * element);
-      }
-      staged.tensors[w.name] = out.view(live.sizes());
-      continue;
+    torch::Tensor value = reader.read(w.name, w.tensor, *r);
+    if (w.tensor.part < 0) {
+      staged.tensors[w.name] = std::move(value);
+    } else {
+      staged.deferred.insert(w.name);  // checked; its memory goes now, commit reads it again
     }
-    const Piece* piece = &r->pieces.at(0);
-    if (r->kind == StateKind::kPerRank) {
-      for (const Piece& p : r->pieces) {
-        if (p.rank == rank) piece = &p;  // a rank that did not exist when saving takes rank 0's
-      }
-    }
-    staged.tensors[w.name] = reader.piece(*piece, r->dtype, w.name).view(live.sizes());
   }
   return staged;
 }

@@ -1,6 +1,8 @@
 // Reading a checkpoint for this rank without touching the live state: every tensor this rank asks
 // for is read (whole, or its range of a sharded flat tensor, cut from the saved slices), its CRC32
-// checked, and kept in a staging tensor. Only when every rank staged everything does load commit.
+// checked, and kept in a staging tensor; a part's tensor (StateTensor::part: state kept out of
+// memory) is read and checked but not kept, commit reads it again when its part is lent. Only when
+// every rank staged everything does load commit.
 #pragma once
 
 #include <map>
@@ -27,11 +29,16 @@ struct Wanted {
   std::string name;  ///< "<entry>/<tensor>"
   StateTensor tensor;
   bool optional = false;
+  Stateful* owner = nullptr;  ///< whose tensor it is (lend_part for a part's)
 };
 
 struct Staged {
+  std::string path;  ///< the step directory
+  int rank = 0;
   Manifest manifest;
   std::map<std::string, torch::Tensor> tensors;  ///< by Wanted::name
+  /// Parts' tensors in the checkpoint: read and checked, read again by commit (tensor_reader.h).
+  std::set<std::string> deferred;
 };
 
 /// What the loading state holds: its tensors, the names of its entries (anything else in the
