@@ -121,6 +121,10 @@ class ZeroEngineCore : public Stateful {
   // Stateful (cohort/checkpoint.h): shards of master weights and optimizer state, buffers, counters.
   void prepare_load() override;
   std::vector<StateTensor> state_tensors() override;
+  /// Optimizer state on NVMe: part g is flat group g's master and optimizer state, read from the swap
+  /// file when lent (the next groups read ahead) and written back when a load changed it.
+  std::vector<StateTensor> lend_part(int64_t part) override;
+  void give_back_part(int64_t part, bool changed) override;
   StateValues state_values() const override;
   void load_state_values(const StateValues& values) override;
 

@@ -112,7 +112,6 @@ void ZeroEngineImpl::backward(const torch::Tensor& loss) {
 }
 
 void ZeroEngineImpl::begin_forward() {
-  store_->optimizer_file().release_held(/*changed=*/false);  // a checkpoint saved since the last step is written
   if (coordinator_ != nullptr) coordinator_->begin_forward();
 }
 

@@ -61,40 +61,62 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
 
 void EngineCheckpoint::prepare_load() { parts_.optimizer.create_states(); }
 
+// Group g's master and optimizer state. On file they are out of memory between lends: listed as meta
+// tensors of part g (dtype and shape only), lent to the checkpoint layer one group at a time.
+void EngineCheckpoint::add_group(int64_t g, bool meta, std::vector<StateTensor>& out) {
+  const GroupLayout& layout = parts_.store.layout(g);
+  const std::string prefix = "group" + std::to_string(g) + ".";
+  // The real elements this rank owns (padding is not state: it changes with the world size).
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    StateTensor entry;
+    entry.name = prefix + name;
+    int64_t real = layout.numel;
+    entry.kind = StateKind::kReplicated;
+    if (settings_.stage != 0) {
+      auto [begin, end] = layout.owned_real(settings_.rank);
+      real = end - begin;
+      entry.kind = StateKind::kSharded;
+      entry.flat_numel = layout.numel;
+      entry.offset = begin;
+    }
+    entry.tensor = meta ? torch::empty({real}, t.options().device(torch::kMeta)) : t.narrow(0, 0, real);
+    entry.part = meta ? g : -1;
+    out.push_back(std::move(entry));
+  };
+  const torch::Tensor& master = parts_.store.master(g);
+  add("master", master);
+  for (const auto& [name, state] : state_tensors_of(parts_.optimizer.optimizer(), master)) add(name, state);
+}
+
 std::vector<StateTensor> EngineCheckpoint::state_tensors() {
-  // Masters on file: in memory until the next forward or the end of a load (Stateful's tensors are
-  // live storage the checkpoint layer reads or fills).
-  parts_.store.optimizer_file().hold_all();
+  const bool on_file = parts_.store.optimizer_file().active();
   std::vector<StateTensor> out;
-  for (int64_t g = 0; g < parts_.store.size(); ++g) {
-    const GroupLayout& layout = parts_.store.layout(g);
-    const std::string prefix = "group" + std::to_string(g) + ".";
-    // The real elements this rank owns (padding is not state: it changes with the world size).
-    auto add = [&](const std::string& name, const torch::Tensor& t) {
-      StateTensor entry;
-      entry.name = prefix + name;
-      if (settings_.stage == 0) {
-        entry.tensor = t.narrow(0, 0, layout.numel);
-        entry.kind = StateKind::kReplicated;
-      } else {
-        auto [begin, end] = layout.owned_real(settings_.rank);
-        entry.tensor = t.narrow(0, 0, end - begin);
-        entry.kind = StateKind::kSharded;
-        entry.flat_numel = layout.numel;
-        entry.offset = begin;
-      }
-      out.push_back(std::move(entry));
-    };
-    const torch::Tensor& master = parts_.store.master(g);
-    add("master", master);
-    for (const auto& [name, state] : state_tensors_of(parts_.optimizer.optimizer(), master)) add(name, state);
-  }
+  for (int64_t g = 0; g < parts_.store.size(); ++g) add_group(g, on_file, out);
   // Frozen parameters and buffers stay whole on every rank.
   for (const auto& item : parts_.module.named_parameters())
     if (!item.value().requires_grad()) out.push_back({"module." + item.key(), item.value(), StateKind::kReplicated});
   for (const auto& item : parts_.module.named_buffers())
     out.push_back({"module." + item.key(), item.value(), StateKind::kReplicated});
   return out;
+}
+
+std::vector<StateTensor> EngineCheckpoint::lend_part(int64_t g) {
+  OptimizerFile& file = parts_.store.optimizer_file();
+  COHORT_CHECK_KIND(kInvalidArgument, file.active() && g >= 0 && g < parts_.store.size(), "ZeRO engine: no part ", g,
+                    " to lend (",
+                    file.active() ? std::to_string(parts_.store.size()) + " groups on file" : "nothing on file", ")");
+  // The checkpoint layer asks for the groups in order: read the next ones while this one is used.
+  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
+  for (int64_t next = g + 1; next <= g + ahead; ++next) file.prefetch(next);
+  file.lend(g);
+  std::vector<StateTensor> out;
+  add_group(g, /*meta=*/false, out);
+  return out;
+}
+
+void EngineCheckpoint::give_back_part(int64_t g, bool changed) {
+  OptimizerFile& file = parts_.store.optimizer_file();
+  if (file.active() && g >= 0 && g < parts_.store.size()) file.give_back(g, changed);
 }
 
 StateValues EngineCheckpoint::state_values() const {
@@ -112,10 +134,9 @@ void EngineCheckpoint::load_state_values(const StateValues& values) {
   parts_.optimizer.load(values);
   // The master weights were loaded: derive the compute-precision parameters from them.
   torch::NoGradGuard no_grad;
-  parts_.store.zero_gradients();       // gradients of before the load mean nothing now
-  parts_.store.zero_master_padding();  // whatever the previous world size left there
-  parts_.optimizer.write_back_and_gather();
-  parts_.store.optimizer_file().release_held(/*changed=*/true);
+  parts_.store.zero_gradients();             // gradients of before the load mean nothing now
+  parts_.store.zero_master_padding();        // whatever the previous world size left there
+  parts_.optimizer.write_back_and_gather();  // masters on file: a group at a time
 }
 
 }  // namespace cohort::detail

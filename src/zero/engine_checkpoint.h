@@ -36,12 +36,20 @@ class EngineCheckpoint {
   void for_each_full_parameter(const ParameterVisitor& visit);
 
   void prepare_load();
+  /// Masters on file: each group's tensors are part g, listed as meta tensors (StateTensor::part).
   std::vector<StateTensor> state_tensors();
+  /// Masters on file: group g read (the next buffer_count groups read ahead) and its tensors live
+  /// until give_back_part, which writes them back when `changed`.
+  std::vector<StateTensor> lend_part(int64_t g);
+  void give_back_part(int64_t g, bool changed);
   StateValues state_values() const;
   /// The counters, then the compute-precision parameters derived from the loaded masters.
   void load_state_values(const StateValues& values);
 
  private:
+  /// Group g's master and optimizer state, this rank's real elements; as meta tensors when `meta`.
+  void add_group(int64_t g, bool meta, std::vector<StateTensor>& out);
+
   const EngineSettings& settings_;
   Parts parts_;
 };

@@ -96,7 +96,6 @@ void ShardOptimizer::step_group_by_group() {
     create_state_of(g);                           // an SGD with dampening makes its buffer at its first step
     write_back(g);
   });
-  file.mark_held_changed();
 }
 
 void ShardOptimizer::for_each_master(bool changes, const std::function<void(int64_t)>& fn) {
@@ -104,10 +103,10 @@ void ShardOptimizer::for_each_master(bool changes, const std::function<void(int6
   const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
   for (int64_t g = 0; g < store_.size(); ++g) {
     for (int64_t next = g + 1; next <= g + ahead; ++next) file.prefetch(next);
-    const bool held = file.lent(g);
+    const bool lent = file.lent(g);  // lent already (a checkpoint's part): it stays so
     file.lend(g);
     fn(g);
-    if (!held) file.give_back(g, changes);
+    if (!lent) file.give_back(g, changes);
   }
   file.flush();  // a failed write is this step's error, not a later one's
 }

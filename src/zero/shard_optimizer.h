@@ -45,7 +45,7 @@ class ShardOptimizer {
   void write_back_and_gather();
   /// Runs `fn(g)` for each group with its master (and optimizer state) lent: with masters on file,
   /// reads ahead up to offload_optimizer.buffer_count slots and gives each back after, written when
-  /// `changes`. A master held for a checkpoint stays held.
+  /// `changes`. A master lent already (a checkpoint's part) stays lent.
   void for_each_master(bool changes, const std::function<void(int64_t)>& fn);
   /// Creates the optimizer state of every master (what a checkpoint load fills).
   void create_states();

@@ -34,6 +34,8 @@ void ZeroEngineCore::for_each_full_parameter(const ParameterVisitor& visit) {
 }
 void ZeroEngineCore::prepare_load() { impl_->checkpoint().prepare_load(); }
 std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->checkpoint().state_tensors(); }
+std::vector<StateTensor> ZeroEngineCore::lend_part(int64_t part) { return impl_->checkpoint().lend_part(part); }
+void ZeroEngineCore::give_back_part(int64_t part, bool changed) { impl_->checkpoint().give_back_part(part, changed); }
 StateValues ZeroEngineCore::state_values() const { return impl_->checkpoint().state_values(); }
 void ZeroEngineCore::load_state_values(const StateValues& values) { impl_->checkpoint().load_state_values(values); }
 ZeroEngineCore::ForwardScope::ForwardScope(ZeroEngineCore& engine) : impl_(*engine.impl_) { impl_.begin_forward(); }

@@ -146,7 +146,7 @@ void resume_body(int rank, int size) {
     cohort::CheckpointState state;
     state.add("engine", first);
     cohort::save_checkpoint(checkpoint_dir(), state.set_step(first.global_steps()));
-    train(first, kSteps / 2, kSteps, rank, size);  // training on after a save writes the held masters back
+    train(first, kSteps / 2, kSteps, rank, size);  // a save leaves the state on file as it was
     expect_equal_bits(parameters_of(first), want, "trained on after the save");
   }
   for (auto device : {cohort::OffloadDevice::kNvme, cohort::OffloadDevice::kNone}) {

@@ -94,20 +94,6 @@ void OptimizerFile::flush() {
   if (active()) swapper_->flush();
 }
 
-void OptimizerFile::hold_all() {
-  if (!active() || held_) return;
-  for (int64_t g = 0; g < int64_t(groups_.size()); ++g) lend(g);
-  held_ = true;
-  held_changed_ = false;
-}
-
-void OptimizerFile::release_held(bool changed) {
-  if (!held_) return;
-  for (int64_t g = 0; g < int64_t(groups_.size()); ++g) give_back(g, changed || held_changed_);
-  held_ = false;
-  held_changed_ = false;
-}
-
 void OptimizerFile::add_memory(MemoryReport& report) const {
   if (!active()) return;
   report.optimizer_bytes += swapper_->host_bytes();

@@ -52,12 +52,6 @@ class OptimizerFile {
 
   /// Waits for every read and write started; a failure is an Error of kind I/O.
   void flush();
-  /// Lends every master and its state until release_held (a checkpoint reads or fills them in place).
-  void hold_all();
-  /// Gives back what hold_all lent, written when `changed` or when a step changed them meanwhile.
-  void release_held(bool changed);
-  /// A held master changed (a step ran while a checkpoint held them).
-  void mark_held_changed() { held_changed_ = held_; }
 
   /// Adds what is lent, read ahead or written behind (optimizer bytes) and the file's bytes.
   void add_memory(MemoryReport& report) const;
@@ -71,8 +65,6 @@ class OptimizerFile {
   std::unique_ptr<StateSwapper> swapper_;
   std::vector<Slots> groups_;
   bool gradients_ = false;  // holds_gradients
-  bool held_ = false;
-  bool held_changed_ = false;
 };
 
 }  // namespace cohort::detail
