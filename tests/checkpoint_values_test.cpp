@@ -248,9 +248,19 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
     return error_of([&] { check_counter_values({{key, value}}, "engine"); });
   };
   EXPECT_EQ(error("zero.group3.step", -5), "'values.engine.zero.group3.step' is -5, outside 0..9007199254740991 (2^53 - 1)");
-  EXPECT_EQ(error("zero.loss_scaler.scale", 0), "'values.engine.zero.loss_scaler.scale' is 0, not a loss scale (finite, more than 0)");
-  EXPECT_EQ(error("zero.loss_scaler.scale", 1e300 * 1e300),
-            "'values.engine.zero.loss_scaler.scale' is inf, not a loss scale (finite, more than 0)");
+  const std::string not_a_scale = ", not a loss scale (more than 0, at most 3.4028234663852886e+38: a float's largest)";
+  EXPECT_EQ(error("zero.loss_scaler.scale", 0), "'values.engine.zero.loss_scaler.scale' is 0" + not_a_scale);
+  EXPECT_EQ(error("zero.loss_scaler.scale", 1e300 * 1e300), "'values.engine.zero.loss_scaler.scale' is inf" + not_a_scale);
+  // Hostile pass 8, S2: 4e38 fits a double, not the float the loss is scaled in: every resume ended in NaN.
+  EXPECT_EQ(error("zero.loss_scaler.scale", 4e38), "'values.engine.zero.loss_scaler.scale' is 4e+38" + not_a_scale);
+  // Hostile pass 8, S1: the scaler's counters were cast unchecked.
+  EXPECT_EQ(error("zero.loss_scaler.iter", 1e300),
+            "'values.engine.zero.loss_scaler.iter' is 1e+300, outside 0..9007199254740991 (2^53 - 1)");
+  EXPECT_EQ(error("zero.loss_scaler.last_overflow_iter", -2),
+            "'values.engine.zero.loss_scaler.last_overflow_iter' is -2, outside -1..9007199254740991 (-1: none yet)");
+  EXPECT_EQ(error("zero.loss_scaler.hysteresis_left", 1e10),
+            "'values.engine.zero.loss_scaler.hysteresis_left' is 10000000000, outside 0..2147483647");
+  EXPECT_NO_THROW(check_counter_values({{"zero.loss_scaler.last_overflow_iter", -1}}, "engine"));
   // Hostile pass 7, S1: the engine's own counters were cast to integers unchecked.
   EXPECT_EQ(error("zero.micro_steps", 1e300),
             "'values.engine.zero.micro_steps' is 1e+300, outside 0..9007199254740991 (2^53 - 1)");

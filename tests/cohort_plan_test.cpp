@@ -225,6 +225,18 @@ TEST(CohortPlanTool, GptStepMemory) {
   EXPECT_EQ(shapeless.out,
             "cohort-plan: error: --model gpt needs its shape: --n-layer and --n-embd (and --block-size, --vocab-size, "
             "--batch-size when not the defaults)\n");
+  // Hostile pass 8: a GPT that cannot exist was planned, and products past an int64 printed a
+  // negative peak.
+  const ToolRun heads = run_tool("--model gpt --n-layer 4 --n-embd 64 --n-head 12 --ranks 2");
+  EXPECT_EQ(heads.code, 2);
+  EXPECT_EQ(heads.out, "cohort-plan: error: --n-head 12 must divide --n-embd 64\n");
+  const ToolRun huge = run_tool(
+      "--params 1e15 --ranks 1 --stage 3 --unit-params 1e15 --offload-optimizer nvme --cpu "
+      "--optimizer-buffer-count 1000000 --process-mib 1");
+  EXPECT_EQ(huge.code, 2);
+  EXPECT_EQ(huge.out,
+            "cohort-plan: error: step memory plan: the swap files' buffers come to more than 2^60 bytes (an "
+            "exbibyte) per rank: no machine holds that; check the model's shape and the counts given\n");
   const ToolRun big_unit = run_tool("--params 1e6 --ranks 2 --unit-params 2e6");
   EXPECT_EQ(big_unit.code, 2);
   EXPECT_EQ(big_unit.out, "cohort-plan: error: --unit-params 2e6 is more than the model's 1000000 parameters\n");

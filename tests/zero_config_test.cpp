@@ -2,6 +2,7 @@
 // config, DeepSpeed's defaults, the batch-size triple at several world sizes, every error message by
 // exact substring, deep nesting and overflowing batch products refused, the unsupported-keys warning,
 // and WarmupLR/WarmupDecayLR against values worked by hand from DeepSpeed's formulas.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>

@@ -76,6 +76,19 @@ TEST(LossScaler, StaticScaleNeverMoves) {
   EXPECT_EQ(scaler.scale(), 128.0);
 }
 
+// Hostile pass 8, S2: an fp32 run took a saved scale of 3 and scaled its loss by it.
+TEST(LossScaler, OnlyADynamicScalerTakesASavedScale) {
+  const cohort::StateValues saved = {{"zero.loss_scaler.scale", 3}, {"zero.loss_scaler.iter", 9}};
+  LossScaler disabled(Fp16Config{}), fixed(Fp16Config().enabled(true).loss_scale(128));
+  disabled.load(saved, "zero.loss_scaler.");
+  fixed.load(saved, "zero.loss_scaler.");
+  EXPECT_EQ(disabled.scale(), 1.0);
+  EXPECT_EQ(fixed.scale(), 128.0);
+  LossScaler dynamic(Fp16Config().enabled(true));
+  dynamic.load(saved, "zero.loss_scaler.");
+  EXPECT_EQ(dynamic.scale(), 3.0);
+}
+
 TEST(LossScaler, DeepSpeedHysteresisAndWindow) {
   LossScaler scaler(Fp16Config().enabled(true).initial_scale_power(4).loss_scale_window(3).hysteresis(2));
   EXPECT_EQ(scaler.scale(), 16.0);

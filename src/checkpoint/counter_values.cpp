@@ -13,6 +13,7 @@ namespace cohort::detail::ckpt {
 namespace {
 
 constexpr double kTwoTo53 = 9007199254740992.0;  // doubles count every integer below it
+constexpr double kFloatMax = 3.4028234663852886e38;
 
 std::string named(const std::string& entry, const std::string& key, double value) {
   return "'values." + entry + "." + key + "' is " + number_text(value);
@@ -57,9 +58,15 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
     } else if (matches(key, "g#.lr")) {
       COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0, named(entry, key, value),
                         ", not a learning rate (finite, 0 or more)");
-    } else if (key == "zero.loss_scaler.scale") {
-      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value > 0, named(entry, key, value),
-                        ", not a loss scale (finite, more than 0)");
+    } else if (key == "zero.loss_scaler.scale") {  // fp16's loss is scaled in float: 4e38 is inf there
+      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value > 0 && value <= kFloatMax, named(entry, key, value),
+                        ", not a loss scale (more than 0, at most 3.4028234663852886e+38: a float's largest)");
+    } else if (key == "zero.loss_scaler.iter") {  // hostile pass 8, S1: cast unchecked as the steps were
+      check_whole_value(values, entry, key, 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
+    } else if (key == "zero.loss_scaler.last_overflow_iter") {
+      check_whole_value(values, entry, key, -1, kTwoTo53 - 1, "-1..9007199254740991 (-1: none yet)");
+    } else if (key == "zero.loss_scaler.hysteresis_left") {
+      check_whole_value(values, entry, key, 0, 2147483647, "0..2147483647");
     }
   }
 }

@@ -50,6 +50,9 @@ void LossScaler::save(StateValues& values, const std::string& prefix) const {
 }
 
 void LossScaler::load(const StateValues& values, const std::string& prefix) {
+  // Without fp16 the scale is 1 and a fixed loss_scale is the config's: a saved one (edited, or from
+  // a run of another precision) must not scale this run's loss (hostile pass 8, S2).
+  if (!dynamic_) return;
   auto get = [&](const std::string& key, double fallback) {
     auto it = values.find(prefix + key);
     return it == values.end() ? fallback : it->second;

@@ -17,12 +17,15 @@
 #include "cohort/fsdp.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
+#include "support/engine_bits.h"
 #include "support/multiproc.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace zero_offload_checkpoint_test {
 
 namespace fs = std::filesystem;
+using cohort::testing::expect_equal_bits;
+using cohort::testing::parameters_of;
 using cohort::testing::RanksOptions;
 using cohort::testing::run_ranks;
 
@@ -66,17 +69,6 @@ void train(Engine& engine, int first, int last, int rank, int size) {
   }
 }
 
-std::vector<torch::Tensor> parameters_of(cohort::ZeroEngineCore& engine) {
-  std::vector<torch::Tensor> out;
-  for (const auto& [name, value] : engine.full_parameters()) out.push_back(value);
-  return out;
-}
-
-void expect_equal_bits(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
-                       const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].equal(want[i])) << what << ", parameter " << i;
-}
 
 // The engine as a Stateful, every call passed on, that records the optimizer bytes the engine holds
 // whenever the checkpoint layer may be holding its state: after listing it, after each part lent.

@@ -16,6 +16,7 @@
 #include "cohort/fsdp.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
+#include "support/engine_bits.h"
 #include "support/multiproc.h"
 #include "support/open_files.h"
 
@@ -23,6 +24,8 @@
 namespace zero_offload_test {
 
 namespace fs = std::filesystem;
+using cohort::testing::expect_equal_bits;
+using cohort::testing::parameters_of;
 using cohort::testing::RanksOptions;
 using cohort::testing::run_ranks;
 using ::testing::HasSubstr;
@@ -65,19 +68,6 @@ void train(cohort::ZeroEngine<torch::nn::SequentialImpl>& engine, int first, int
   }
 }
 
-std::vector<torch::Tensor> parameters_of(cohort::ZeroEngineCore& engine) {
-  std::vector<torch::Tensor> out;
-  for (const auto& [name, value] : engine.full_parameters()) out.push_back(value);
-  return out;
-}
-
-void expect_equal_bits(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
-                       const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(got[i].equal(want[i])) << what << ", parameter " << i << ": max diff "
-                                       << (got[i] - want[i]).abs().max().item<double>();
-}
 
 std::string swap_dir(int rank) { return std::string(std::getenv("OFFLOAD_ROOT")) + "/nvme" + std::to_string(rank); }
 
@@ -354,7 +344,7 @@ TEST(ZeroOffload, AUnitShardLargerThanASubGroupIsRefusedNamingSubGroupSize) {
           ADD_FAILURE() << "no error";
         } catch (const cohort::Error& e) {
           EXPECT_EQ(e.kind(), cohort::ErrorKind::kInvalidArgument) << e.what();
-          EXPECT_THAT(e.what(), HasSubstr("zero_optimization.sub_group_size: group 1's shard has 49 elements on rank 0, "
+          EXPECT_THAT(e.what(), HasSubstr("zero_optimization.sub_group_size: group 0's shard has 49 elements on rank 0, "
                                           "more than a sub-group (45): cohort steps and swaps one sharding unit's "
                                           "shard at a time; raise sub_group_size or mark smaller sharding units"));
         }

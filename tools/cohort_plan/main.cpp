@@ -212,6 +212,12 @@ int main(int argc, char** argv) {
     std::optional<cohort::detail::StepMemoryInput> step;  // read whole before anything is printed
     if (cohort_plan::wants_step_memory(texts.step, texts.model))
       step = cohort_plan::step_input(texts.step, texts.model, input);
+    for (int stage : stages) {  // a plan past an int64 is refused before anything is printed
+      if (!step) break;
+      auto each = *step;
+      each.states.stage = stage;
+      cohort::detail::planned_peak_bytes(each);
+    }
     print_plan(input, stages, source);
     if (step) cohort_plan::print_step_memory(*step, stages);
     return 0;

@@ -44,7 +44,12 @@ cohort::models::GPTConfig gpt_of(const StepTexts& t) {
                     .n_embd(whole("--n-embd", t.n_embd, 1, 1 << 20))
                     .block_size(whole("--block-size", t.block_size, 1, 1 << 24))
                     .vocab_size(whole("--vocab-size", t.vocab_size, 1, 1 << 24));
-  return config.n_head(whole("--n-head", t.n_head, 1, 1e4));
+  config.n_head(whole("--n-head", t.n_head, 1, 1e4));
+  // As examples/gpt refuses them (hostile pass 8, M2): no such GPT exists.
+  if (config.n_embd() % config.n_head() != 0)
+    throw cohort::Error("--n-head " + t.n_head + " must divide --n-embd " + t.n_embd,
+                        cohort::ErrorKind::kInvalidArgument);
+  return config;
 }
 
 // A process that has run a small step: LibTorch's code, its heap and the BLAS buffers a rank touches
@@ -112,6 +117,14 @@ int64_t count_gpt(const StepTexts& t, std::string& source) {
   source = "--model gpt: " + std::to_string(config.n_layer()) + " blocks of width " + std::to_string(config.n_embd()) +
            ", block size " + std::to_string(config.block_size()) + ", vocabulary " +
            std::to_string(config.vocab_size());
+  // The count in double first: 1e5 blocks of width 2^20 are past what an int64 (and the planner) holds.
+  const double e = double(config.n_embd());
+  const double count = double(config.n_layer()) * (12 * e * e + 13 * e) +
+                       double(config.vocab_size() + config.block_size()) * e;
+  if (count > 9007199254740992.0)
+    throw cohort::Error("--model gpt: " + std::to_string(config.n_layer()) + " blocks of width " + t.n_embd +
+                            " come to more than 2^53 parameters, past what cohort-plan counts",
+                        cohort::ErrorKind::kInvalidArgument);
   return cohort::models::gpt_num_parameters(config);
 }
 

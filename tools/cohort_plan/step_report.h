@@ -15,7 +15,8 @@ namespace cohort_plan {
 
 /// The command line's texts for the step's memory, read by step_input.
 struct StepTexts {
-  std::string n_layer, n_embd, n_head = "12", block_size = "1024", vocab_size = "50304", batch_size = "1";
+  std::string n_layer, n_embd, n_head = "4", block_size = "64", vocab_size = "256",
+                               batch_size = "16";  // examples/gpt's
   bool activation_checkpointing = false, sharded_init = false;
   std::string unit_params, units, prefetch_bucket_size, prefetch_units = "0", reduce_bucket_size;
   std::string optimizer_buffer_count, param_buffer_count, process_mib;
