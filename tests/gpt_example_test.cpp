@@ -244,7 +244,7 @@ TEST(GptExample, AModelTooBigForTheMemoryIsRefusedBeforeItIsBuilt) {
   EXPECT_EQ(result.code, 1) << result.describe();
   EXPECT_THAT(result.err,
               ::testing::MatchesRegex("error: --n-layer 1000 --n-embd 65536 \\(a GPT of [0-9]+ parameters\\) needs an "
-                                      "estimated [0-9.]+ TB per rank for its weights, gradients and AdamW state "
+                                      "estimated [0-9.]+ TB per rank for its weights, gradients and optimizer state "
                                       "\\(--strategy fsdp on 1 rank\\(s\\)\\) and the activations of --batch-size 16 "
                                       "x --block-size 64, more than the [0-9.]+ [MGT]B available to each of the 1 "
                                       "rank\\(s\\) on this node: lower --n-layer, --n-embd, --batch-size or "

@@ -168,7 +168,11 @@ CheckpointInfo commit(const Staged& staged, const LoadRequest& request,
   torch::NoGradGuard no_grad;
   for (const auto& entry : entries) {
     const auto values = staged.manifest.values.find(entry.name);
-    entry.stateful->load_state_values(values == staged.manifest.values.end() ? StateValues{} : values->second);
+    try {
+      entry.stateful->load_state_values(values == staged.manifest.values.end() ? StateValues{} : values->second);
+    } catch (const Error& e) {  // named with its checkpoint (hostile pass 8: "the sampler has seed -1" alone)
+      throw Error("checkpoint " + staged.path + ": '" + entry.name + "': " + without_rank_prefix(e.what()), e.kind());
+    }
   }
   state.set_step(staged.manifest.step);
   state.mutable_user_values() = staged.manifest.user;
