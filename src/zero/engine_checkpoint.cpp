@@ -106,8 +106,7 @@ std::vector<StateTensor> EngineCheckpoint::lend_part(int64_t g) {
                     " to lend (",
                     file.active() ? std::to_string(parts_.store.size()) + " groups on file" : "nothing on file", ")");
   // The checkpoint layer asks for the groups in order: read the next ones while this one is used.
-  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
-  for (int64_t next = g + 1; next <= g + ahead; ++next) file.prefetch(next);
+  file.prefetch_after(g);
   file.lend(g);
   std::vector<StateTensor> out;
   add_group(g, /*meta=*/false, out);

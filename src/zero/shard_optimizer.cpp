@@ -100,9 +100,8 @@ void ShardOptimizer::step_group_by_group() {
 
 void ShardOptimizer::for_each_master(bool changes, const std::function<void(int64_t)>& fn) {
   OptimizerFile& file = store_.optimizer_file();
-  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
   for (int64_t g = 0; g < store_.size(); ++g) {
-    for (int64_t next = g + 1; next <= g + ahead; ++next) file.prefetch(next);
+    file.prefetch_after(g);
     const bool lent = file.lent(g);  // lent already (a checkpoint's part): it stays so
     file.lend(g);
     fn(g);
@@ -144,9 +143,8 @@ void ShardOptimizer::for_each_gradient(const std::function<void(const torch::Ten
     for (const auto& grad : unscaled_) fn(grad);
     return;
   }
-  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
   for (int64_t g = 0; g < store_.size(); ++g) {
-    for (int64_t next = g + 1; next <= g + ahead; ++next) file.prefetch_gradient(next);
+    file.prefetch_gradients_after(g);
     file.lend_gradient(g);
     fn(unscaled_of(g));
     file.give_back_gradient(g);

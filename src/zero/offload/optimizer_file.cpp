@@ -49,6 +49,16 @@ void OptimizerFile::prefetch(int64_t g) {
   if (slots.gradient >= 0) swapper_->prefetch(slots.gradient);
 }
 
+void OptimizerFile::prefetch_after(int64_t g) {
+  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
+  for (int64_t next = g + 1; next <= g + ahead; ++next) prefetch(next);
+}
+
+void OptimizerFile::prefetch_gradients_after(int64_t g) {
+  const int64_t ahead = settings_.config.zero_optimization().offload_optimizer().buffer_count();
+  for (int64_t next = g + 1; next <= g + ahead; ++next) prefetch_gradient(next);
+}
+
 void OptimizerFile::lend(int64_t g) {
   if (!active()) return;
   const Slots& slots = groups_[size_t(g)];

@@ -35,6 +35,8 @@ class OptimizerFile {
 
   /// Starts reading group g's master, state and gradient ahead of their lend.
   void prefetch(int64_t g);
+  /// Starts reading the offload_optimizer.buffer_count groups after g (a walk over the groups in order).
+  void prefetch_after(int64_t g);
   /// Points the master and its state at their values in memory (they stay until give_back).
   void lend(int64_t g);
   /// Ends a lend; `changed` writes the values back.
@@ -47,6 +49,8 @@ class OptimizerFile {
   void close_gradient(int64_t g);
   /// Lends the gradient shard to be read (the step); give_back_gradient drops it unchanged.
   void prefetch_gradient(int64_t g);
+  /// The gradient shards of the buffer_count groups after g.
+  void prefetch_gradients_after(int64_t g);
   void lend_gradient(int64_t g);
   void give_back_gradient(int64_t g);
 
