@@ -201,6 +201,15 @@ TEST(CheckpointPaths, ErrorsQuoteBoundedTextAndNameTheInput) {
                                             "... (3000 bytes)', not a step-<n> directory of " + f.root +
                                             ": the pointer must name one of the checkpoint's own step directories; "
                                             "nothing was read\n");
+  // Hostile pass 8: a manifest.json given was read as the directory holding another.
+  f.write(f.root + "/latest", "step-10");
+  const ToolRun manifest = tool("verify " + f.root + "/step-10/manifest.json");
+  EXPECT_EQ(manifest.code, 0) << manifest.out;
+  EXPECT_THAT(manifest.out, HasSubstr(f.root + "/step-10: OK"));
+  const ToolRun empty = tool("verify ''");
+  EXPECT_EQ(empty.code, 2);
+  EXPECT_EQ(empty.out, "cohort-ckpt: error: the checkpoint path is empty: give a checkpoint directory or one of its "
+                       "step-<n> directories\n");
   fs::create_symlink(f.dir + "/loop", f.dir + "/loop");  // issue 28: the filesystem library's text
   const ToolRun loop = tool("verify " + f.dir + "/loop");
   EXPECT_EQ(loop.code, 2);

@@ -334,7 +334,7 @@ TEST(Checkpoint, AnotherModelIsAnErrorWithoutFallback) {
   state.add("model", *cnn).add("optimizer", opt);
   EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir.path, state); }),
             "checkpoint " + dir.path + "/step-20 does not match this state: it has no tensor "
-            "'model/conv.weight' (saved from another model?)");
+            "'model/conv.weight' (saved from another model or optimizer?)");
   EXPECT_EQ(kind_of([&] { cohort::load_checkpoint(dir.path, state); }), "kind=invalid argument ranks=");
   torch::nn::Linear wider(20, 33);
   cohort::CheckpointState shapes;

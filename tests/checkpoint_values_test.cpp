@@ -267,6 +267,70 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
   EXPECT_EQ(error("zero.global_steps", -3), "'values.engine.zero.global_steps' is -3, outside 0..9007199254740991 (2^53 - 1)");
   EXPECT_EQ(error("zero.skipped_steps", 0.5), "'values.engine.zero.skipped_steps' is 0.5, not a whole number");
   EXPECT_NO_THROW(check_counter_values({{"zero.loss_scaler.scale", 65536}, {"zero.group3.step", 7}}, "engine"));
+  EXPECT_EQ(error_of([] { check_counter_values({{"zero.global_steps", 2}, {"zero.bogus", 1}}, "engine"); }),
+            "'values.engine.zero.bogus' is 1: the ZeRO engine saves no such number");
+}
+
+// Hostile pass 8, M1: each counter in range, but a global_steps of 2 at the Trainer's step 8 verified
+// OK and resumed on another WarmupLR schedule; the counters are held to each other and to the step.
+TEST(CheckpointValues, TheEnginesCountersAgreeWithEachOtherAndTheTrainersStep) {
+  using cohort::detail::ckpt::check_counters_agree;
+  const cohort::StateValues good = {{"zero.global_steps", 8}, {"zero.skipped_steps", 1}, {"zero.micro_steps", 16},
+                                    {"zero.group0.step", 7},  {"zero.group1.step", 0}};  // SGD keeps no count
+  EXPECT_NO_THROW(check_counters_agree(good, "engine", 8, true));
+  EXPECT_NO_THROW(check_counters_agree(good, "engine", 3, false));  // a step of the user's own numbering
+  EXPECT_NO_THROW(check_counters_agree({{"g0.p0.step", 3}}, "optimizer", 8, true));  // not the engine's
+  const auto error = [&](const char* key, double value, int64_t step = 8) {
+    auto values = good;
+    values[key] = value;
+    return error_of([&] { check_counters_agree(values, "engine", step, true); });
+  };
+  EXPECT_EQ(error("zero.global_steps", 2, 2),
+            "'values.engine.zero.global_steps' is 2 and 'zero.group0.step' 7 (skipped 1): a group stepped more "
+            "often than the engine");
+  EXPECT_EQ(error("zero.skipped_steps", 9),
+            "'values.engine.zero.global_steps' is 8 and 'zero.skipped_steps' 9: more steps skipped than taken");
+  EXPECT_EQ(error("zero.micro_steps", 3),
+            "'values.engine.zero.global_steps' is 8 and 'zero.micro_steps' 3: more optimizer steps than micro-batches");
+  EXPECT_EQ(error("zero.global_steps", 12),
+            "'values.engine.zero.global_steps' is 12 at the Trainer's step 8: the engine steps once per optimizer step");
+}
+
+// The same through a save, a resume (falls back) and cohort-ckpt verify (BAD).
+TEST(CheckpointValues, EngineCountersThatDisagreeMakeTheCheckpointUnusable) {
+  struct Counters : cohort::Stateful {
+    std::vector<cohort::StateTensor> state_tensors() override { return {}; }
+    cohort::StateValues state_values() const override {
+      return {{"zero.global_steps", 8}, {"zero.micro_steps", 8}, {"zero.group0.step", 8}};
+    }
+  } counters;
+  Fixture f;
+  const std::string root = f.dir + "/engine";
+  for (int64_t saved : {4, 8}) {
+    cohort::CheckpointState state;
+    state.add("engine", counters).set(cohort::detail::ckpt::kTrainerStepBatchKey, "32").set_step(saved);
+    cohort::save_checkpoint(root, state);
+  }
+  cohort::CheckpointState state;
+  state.add("engine", counters);
+  ::testing::internal::CaptureStderr();
+  const auto info = cohort::load_checkpoint(root, state);
+  ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->step, 8);
+  EXPECT_TRUE(info->skipped.empty());
+  // step-4's counters say 8: the engine's global_steps against the Trainer's step 4.
+  const std::string problem = root + "/step-4/manifest.json: 'values.engine.zero.global_steps' is 8 at the "
+                              "Trainer's step 4: the engine steps once per optimizer step";
+  const ToolRun verify = tool("verify " + root + "/step-4");
+  EXPECT_EQ(verify.code, 1);
+  EXPECT_EQ(verify.out, "cohort-ckpt: " + problem + "\n" + root + "/step-4: BAD (1 problem(s))\n");
+  fs::remove_all(root + "/step-8");
+  std::ofstream(root + "/latest", std::ios::trunc) << "step-4";
+  ::testing::internal::CaptureStderr();
+  const std::string refused = error_of([&] { cohort::load_checkpoint(root, state); });
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(refused, HasSubstr(problem));
 }
 
 // Hostile pass 6: the header's zero_stage (what inspect shows) was never compared with the engine's

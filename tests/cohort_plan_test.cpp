@@ -370,6 +370,10 @@ TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
       {"--params 1e9 --ranks 2 --optimizer lamb",
        "cohort-plan: error: --optimizer=lamb is not one of adam, adamw, sgd, sgd_momentum\n"},
       {"--params 1e9 --ranks 2 --stage 4", "cohort-plan: error: --stage=4 is not one of 0, 1, 2, 3, all\n"},
+      // hostile pass 8, minor 3: accepted silently, while stage 1 builds the whole model
+      {"--params 1e6 --ranks 2 --stage 1 --unit-params 1e5 --sharded-init",
+       "cohort-plan: error: --sharded-init is stage 3's (cohort::ShardedInit shards its units as they are made), "
+       "not --stage 1's\n"},
       {"--ranks 2", "cohort-plan: error: give the model size: --params N, --model NAME or --checkpoint FILE\n"},
       {"--params 1e9", "cohort-plan: error: --ranks is required (see --help)\n"},
       // hostile pass 3, D4: CLI11's words ("--ranks: At Most 1 required but received 2")

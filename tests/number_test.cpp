@@ -63,6 +63,13 @@ TEST(Number, RealsInRange) {
   EXPECT_DOUBLE_EQ(cohort::parse_real("1000", kLr), 1000);
   EXPECT_DOUBLE_EQ(cohort::parse_real(".5", kLr), 0.5);
   EXPECT_EQ(cohort::parse_real("inf", {"--x", 0, HUGE_VAL, "a number", true}), HUGE_VAL);
+  // Hostile pass 8: an underflow is its nearest double (a denormal, or 0), as Python reads it; the
+  // range judges it (it was "out of range ... from 0 to 0.999").
+  const cohort::RealRange momentum{"--momentum", 0, 0.999, "a number"};
+  EXPECT_EQ(cohort::parse_real("1e-320", momentum), 1e-320);
+  EXPECT_EQ(cohort::parse_real("1e-400", momentum), 0.0);
+  EXPECT_EQ(error_of([] { cohort::parse_real("1e-400", kLr); }),
+            "--lr is out of range: expected a number from 1e-12 to 1000, got 1e-400");
 }
 
 TEST(Number, BadRealsSayTheFlagTheRangeAndTheText) {

@@ -67,8 +67,37 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
       check_whole_value(values, entry, key, -1, kTwoTo53 - 1, "-1..9007199254740991 (-1: none yet)");
     } else if (key == "zero.loss_scaler.hysteresis_left") {
       check_whole_value(values, entry, key, 0, 2147483647, "0..2147483647");
+    } else if (key.rfind("zero.", 0) == 0 && values.count("zero.global_steps")) {  // hostile pass 8, minor 12
+      COHORT_CHECK_KIND(kIO, false, named(entry, key, value), ": the ZeRO engine saves no such number");
     }
   }
+}
+
+// Hostile pass 8, M1: each counter was in range, but a global_steps of 2 at step 8 verified OK and
+// resumed on another learning-rate schedule (WarmupLR reads global_steps - skipped_steps).
+void check_counters_agree(const StateValues& values, const std::string& entry, int64_t step, bool trainer_step) {
+  const auto global = values.find("zero.global_steps");
+  if (global == values.end()) return;
+  auto value_of = [&](const std::string& key) {
+    const auto it = values.find(key);
+    return it == values.end() ? 0.0 : it->second;
+  };
+  const double skipped = value_of("zero.skipped_steps");
+  const double micro = values.count("zero.micro_steps") ? value_of("zero.micro_steps") : global->second;
+  auto both = [&](const std::string& key, double value) {
+    return named(entry, "zero.global_steps", global->second) + " and '" + key + "' " + number_text(value);
+  };
+  COHORT_CHECK_KIND(kIO, skipped <= global->second, both("zero.skipped_steps", skipped),
+                    ": more steps skipped than taken");
+  COHORT_CHECK_KIND(kIO, global->second <= micro, both("zero.micro_steps", micro),
+                    ": more optimizer steps than micro-batches");
+  for (const auto& [key, value] : values)
+    if (matches(key, "zero.group#.step"))
+      COHORT_CHECK_KIND(kIO, value <= global->second - skipped, both(key, value), " (skipped ", number_text(skipped),
+                        "): a group stepped more often than the engine");
+  COHORT_CHECK_KIND(kIO, !trainer_step || global->second == static_cast<double>(step),
+                    named(entry, "zero.global_steps", global->second), " at the Trainer's step ", step,
+                    ": the engine steps once per optimizer step");
 }
 
 }  // namespace cohort::detail::ckpt

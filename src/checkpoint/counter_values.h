@@ -13,10 +13,20 @@
 
 namespace cohort::detail::ckpt {
 
+/// The user value the Trainer saves with every checkpoint (samples per optimizer step): its presence
+/// says the manifest's step is the Trainer's optimizer step.
+inline constexpr const char* kTrainerStepBatchKey = "trainer.step_batch";
+
 /// Throws cohort::Error (ErrorKind::kIO) naming 'values.<entry>.<key>' and its value when a step count
 /// is not a whole number in [0, 2^53), a learning rate is not finite and >= 0, or a loss scale is not
 /// finite and > 0. Keys of other names are not this function's.
 void check_counter_values(const StateValues& values, const std::string& entry);
+
+/// The ZeRO engine's counters against each other (skipped_steps <= global_steps <= micro_steps, each
+/// group's step count at most global_steps - skipped_steps) and, when the Trainer saved them
+/// (`trainer_step`: one engine step per optimizer step), global_steps against the manifest's `step`.
+/// Throws cohort::Error (kIO) naming both values. Values without the engine's counters pass.
+void check_counters_agree(const StateValues& values, const std::string& entry, int64_t step, bool trainer_step);
 
 /// `key` of `values` when there: a whole number in [low, high] (`range` words the bound in the
 /// message), else cohort::Error (kIO) naming 'values.<entry>.<key>' and the value.

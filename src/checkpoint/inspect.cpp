@@ -108,7 +108,14 @@ std::string bytes_text(int64_t bytes) {
 }  // namespace
 
 std::string resolve_step_dir(const std::string& path) {
+  COHORT_CHECK_KIND(kInvalidArgument, !path.empty(),
+                    "the checkpoint path is empty: give a checkpoint directory or one of its step-<n> directories");
   COHORT_CHECK_KIND(kInvalidArgument, path_exists(path), "checkpoint path ", path, " does not exist");
+  // A step's manifest.json names its step (hostile pass 8: "manifest.json/manifest.json ... Not a directory").
+  const fs::path given(path);
+  std::error_code error;
+  if (given.filename() == "manifest.json" && fs::is_regular_file(given, error))
+    return given.has_parent_path() ? given.parent_path().string() : ".";
   if (path_exists((fs::path(path) / "manifest.json").string())) return path;
   const std::string latest = read_latest(path);  // throws for a pointer that leads out of `path`
   if (!latest.empty()) return latest;
@@ -191,6 +198,7 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
   for (const auto& [entry, numbers] : m.values) {
     try {
       check_counter_values(numbers, entry);
+      check_counters_agree(numbers, entry, m.step, m.user.count(kTrainerStepBatchKey) > 0);
       if (is_sampler_values(numbers)) check_sampler_values(numbers, entry, m.world_size);
     } catch (const Error& e) {
       problems.push_back(dir + "/manifest.json: " + e.what());

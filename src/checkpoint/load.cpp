@@ -128,6 +128,8 @@ void check_values(const Staged& staged, const std::vector<CheckpointState::Entry
     if (values == staged.manifest.values.end()) continue;  // check_match named any that must be there
     try {
       check_counter_values(values->second, entry.name);
+      check_counters_agree(values->second, entry.name, staged.manifest.step,
+                           staged.manifest.user.count(kTrainerStepBatchKey) > 0);
       entry.stateful->check_state_values(values->second, staged.manifest.world_size);
     } catch (const std::exception& e) {
       throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
@@ -156,7 +158,8 @@ void copy_tensors(const Staged& staged, const LoadRequest& request) {
   } catch (const std::exception& e) {
     throw Error("checkpoint " + staged.path + " failed while its tensors were copied in, after every rank had " +
                     "checked it (changed or damaged since?): " + without_rank_prefix(e.what()) +
-                    "; this rank's state is partly loaded: load again",
+                    "; this process's model and optimizer are partly loaded: restart it (or load a checkpoint "
+                    "again) before training",
                 ErrorKind::kIO);
   }
 }

@@ -40,7 +40,7 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
     const TensorRecord* r = m.find(w.name);
     if (r == nullptr) {
       if (w.optional) continue;
-      throw MismatchError(where + "it has no tensor '" + w.name + "' (saved from another model?)");
+      throw MismatchError(where + "it has no tensor '" + w.name + "' (saved from another model or optimizer?)");
     }
     const torch::Tensor& t = w.tensor.tensor;
     if (r->kind != w.tensor.kind) {

@@ -49,7 +49,9 @@ Parsed read_real(const std::string& text, bool allow_infinite, double* value) {
   errno = 0;
   *value = std::strtod(text.c_str(), &end);
   if (end != text.c_str() + text.size()) return Parsed::kMalformed;
-  if (errno == ERANGE || !std::isfinite(*value)) return Parsed::kOutOfRange;  // 1e400, 1e-400
+  // 1e400 overflows; 1e-320 and 1e-400 underflow to a denormal or 0, the nearest double (as Python's
+  // float() reads them), which the range then judges (hostile pass 8: "--momentum 1e-320 ... from 0").
+  if (!std::isfinite(*value) || (errno == ERANGE && std::fabs(*value) > 1.0)) return Parsed::kOutOfRange;
   return Parsed::kOk;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "checkpoint/counter_values.h"
 #include "checkpoint/group.h"
 #include "cohort/error.h"
 #include "cohort/number.h"
@@ -36,7 +37,8 @@ CheckpointState CheckpointConnector::checkpoint_state() {
   state.add("sampler", trainer_.train->sampler(), trainer_.samples_in_epoch);
   const int64_t micro = trainer_.train->options().batch_size() * trainer_.strategy->data_split(trainer_.world).first;
   state.set("trainer.global_batch", std::to_string(micro));  // one micro-batch on every share
-  state.set("trainer.step_batch", std::to_string(micro * trainer_.strategy->accumulation()));  // per optimizer step
+  state.set(ckpt::kTrainerStepBatchKey,
+            std::to_string(micro * trainer_.strategy->accumulation()));  // per optimizer step
   std::map<std::string, std::string> values;
   for (const auto& callback : trainer_.callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
@@ -118,7 +120,7 @@ std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_opti
 void CheckpointConnector::keep_global_batch(const CheckpointState& state, const std::string& path,
                                             int saved_world_size) {
   const int64_t micro = trainer_.train->options().batch_size() * trainer_.strategy->data_split(trainer_.world).first;
-  const std::string saved_step = state.get("trainer.step_batch");
+  const std::string saved_step = state.get(ckpt::kTrainerStepBatchKey);
   const bool elastic = saved_world_size != trainer_.world.size() || launcher_restart_count() > 0;
   if (saved_step.empty() || !elastic) {  // as saved before elastic restarts, or a resume by hand
     const std::string saved_batch = state.get("trainer.global_batch");
