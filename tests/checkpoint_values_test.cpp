@@ -154,6 +154,14 @@ TEST(CheckpointValues, ABadStepOrTensorListFallsBackAndVerifiesBad) {
       {[](nlohmann::json& j) { j["tensors"] = nullptr; }, "'tensors' is null, not a list"},
       {[](nlohmann::json& j) { j["files"] = {{"name", "x"}}; }, "'files' is {\"name\":\"x\"}, not a list"},
   });
+  // Hostile pass 9: shown as the size a shard "expects" (-9223372036854775777), or verified OK.
+  const std::string file = nlohmann::json::parse(f.original)["files"][0]["name"];
+  f.expect_unusable({
+      {[](nlohmann::json& j) { j["files"][0]["payload_bytes"] = INT64_MAX; },
+       "file '" + file + "' has payload_bytes 9223372036854775807, outside 0..2^60"},
+      {[](nlohmann::json& j) { j["files"][0]["rank"] = -1; }, "file '" + file + "' has rank -1, outside 0..0"},
+      {[](nlohmann::json& j) { j["files"].push_back(j["files"][0]); }, "file '" + file + "' is listed twice"},
+  });
 }
 
 // Hostile pass 5, m1: a loss sum or position edited within its range went unnoticed (the numbers had
@@ -218,7 +226,8 @@ TEST(CheckpointValues, AnOptimizerCounterNoRunHasFallsBackAndVerifiesBad) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"g0.p0.step", "-5, outside 0..9007199254740991 (2^53 - 1)"},
       {"g0.p1.step", "2.5, not a whole number"},
-      {"g0.lr", "-1, not a learning rate (finite, 0 or more)"},
+      {"g0.lr", "-1, not a learning rate (0 or more, at most 3.4028234663852886e+38: a float's largest)"},
+      {"g0.lr", "1e+300, not a learning rate (0 or more, at most 3.4028234663852886e+38: a float's largest)"},
   };
   for (const auto& [key, why] : cases) {
     auto j = original;
@@ -296,19 +305,65 @@ TEST(CheckpointValues, TheEnginesCountersAgreeWithEachOtherAndTheTrainersStep) {
             "'values.engine.zero.global_steps' is 12 at the Trainer's step 8: the engine steps once per optimizer step");
 }
 
+// Hostile pass 9, S1: a deleted number was read as its default (a group's Adam step as 0: another
+// bias correction, other bits) while verify said OK; a group with Adam's state steps with the engine.
+TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine) {
+  using cohort::detail::ckpt::check_entry_counters;
+  cohort::detail::ckpt::Manifest m;
+  m.step = 8;
+  m.values["engine"] = {{"zero.global_steps", 8},      {"zero.micro_steps", 8},
+                        {"zero.skipped_steps", 1},     {"zero.group0.step", 7},
+                        {"zero.group1.step", 0},       {"zero.loss_scaler.scale", 1},
+                        {"zero.loss_scaler.iter", 0},  {"zero.loss_scaler.last_overflow_iter", -1},
+                        {"zero.loss_scaler.hysteresis_left", 2}};
+  m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.p0.step", 3}};
+  for (const char* name : {"engine/group0.master", "engine/group0.exp_avg", "engine/group1.momentum_buffer",
+                           "optimizer/g0.p0.exp_avg", "optimizer/g0.p1.momentum_buffer"}) {
+    m.tensors.emplace_back();
+    m.tensors.back().name = name;
+  }
+  const auto error = [&](const std::string& entry) { return error_of([&] { check_entry_counters(m, entry); }); };
+  EXPECT_EQ(error("optimizer"), "'values.optimizer' has no 'g0.p1.step': a parameter saved with optimizer state "
+                                "('momentum_buffer') has one");
+  m.values["optimizer"]["g0.p1.step"] = 0;  // SGD's momentum counts no steps
+  EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
+  m.user[cohort::detail::ckpt::kTrainerStepBatchKey] = "32";
+  m.values["optimizer"]["g0.p0.step"] = 9;
+  EXPECT_EQ(error("optimizer"), "'values.optimizer.g0.p0.step' is 9, more optimizer steps than the Trainer's 8");
+  m.values["optimizer"]["g0.p0.step"] = 8;
+  EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
+  EXPECT_NO_THROW(check_entry_counters(m, "engine"));
+  m.values["engine"]["zero.group0.step"] = 4;
+  EXPECT_EQ(error("engine"), "'values.engine.zero.group0.step' is 4, not the engine's 7 steps taken (global_steps - "
+                             "skipped_steps) for a group with 'exp_avg'");
+  m.values["engine"].erase("zero.group1.step");
+  m.values["engine"]["zero.group0.step"] = 7;
+  EXPECT_EQ(error("engine"), "'values.engine' has no 'zero.group1.step': the ZeRO engine saves a step count for each "
+                             "group");
+  m.values["engine"].erase("zero.loss_scaler.iter");
+  EXPECT_EQ(error("engine"), "'values.engine' has no 'zero.loss_scaler.iter': the ZeRO engine saves it with every "
+                             "checkpoint");
+}
+
 // The same through a save, a resume (falls back) and cohort-ckpt verify (BAD).
 TEST(CheckpointValues, EngineCountersThatDisagreeMakeTheCheckpointUnusable) {
   struct Counters : cohort::Stateful {
     std::vector<cohort::StateTensor> state_tensors() override { return {}; }
     cohort::StateValues state_values() const override {
-      return {{"zero.global_steps", 8}, {"zero.micro_steps", 8}, {"zero.group0.step", 8}};
+      return {{"zero.global_steps", 8},      {"zero.micro_steps", 8},
+              {"zero.skipped_steps", 0},     {"zero.group0.step", 8},
+              {"zero.loss_scaler.scale", 1}, {"zero.loss_scaler.iter", 0},
+              {"zero.loss_scaler.last_overflow_iter", -1}, {"zero.loss_scaler.hysteresis_left", 2}};
     }
   } counters;
   Fixture f;
   const std::string root = f.dir + "/engine";
   for (int64_t saved : {4, 8}) {
     cohort::CheckpointState state;
-    state.add("engine", counters).set(cohort::detail::ckpt::kTrainerStepBatchKey, "32").set_step(saved);
+    state.add("engine", counters)
+        .set(cohort::detail::ckpt::kTrainerStepBatchKey, "32")
+        .set("trainer.global_batch", "32")
+        .set_step(saved);
     cohort::save_checkpoint(root, state);
   }
   cohort::CheckpointState state;

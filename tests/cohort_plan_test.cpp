@@ -370,6 +370,12 @@ TEST(CohortPlanTool, BadInputIsOneLineAndExitTwo) {
       {"--params 1e9 --ranks 2 --optimizer lamb",
        "cohort-plan: error: --optimizer=lamb is not one of adam, adamw, sgd, sgd_momentum\n"},
       {"--params 1e9 --ranks 2 --stage 4", "cohort-plan: error: --stage=4 is not one of 0, 1, 2, 3, all\n"},
+      // hostile pass 9, minor 5: ignored unread without a step table, and more units than parameters
+      {"--params 1000000 --ranks 3 --stage 3 --process-mib nan",
+       "cohort-plan: error: --process-mib is for the step-memory table: give the model's shape with --model gpt "
+       "or --unit-params\n"},
+      {"--params 100 --ranks 2 --unit-params 10 --units 1000",
+       "cohort-plan: error: --units 1000 is more than the model's 100 parameters\n"},
       // hostile pass 8, minor 3: accepted silently, while stage 1 builds the whole model
       {"--params 1e6 --ranks 2 --stage 1 --unit-params 1e5 --sharded-init",
        "cohort-plan: error: --sharded-init is stage 3's (cohort::ShardedInit shards its units as they are made), "

@@ -21,6 +21,7 @@
 #include "cohort/trainer.h"
 #include "support/errors.h"
 #include "support/manifest_seal.h"
+#include "support/multiproc.h"
 #include "support/tiny_trainer_module.h"
 
 namespace trainer_resume_values_test {
@@ -122,15 +123,47 @@ TEST(TrainerResumeValuesChecksum, AnEditedUserValueIsRefusedByItsChecksum) {
   std::filesystem::remove_all(dir.path + "-resume");
 }
 
+// Hostile pass 9, S3: the Trainer's values verified OK and failed the resume after "resumed from" (an
+// epoch sums line "x y z"), some as a collective desync; now verify says BAD and the resume falls back.
+TEST(TrainerResumeValuesCheck, DamagedEpochSumsAreBadAndTheResumeFallsBack) {
+  TempDir dir;
+  const std::string checkpoint = save_one(dir.path);
+  const std::string root = dir.path + "/checkpoints";
+  ASSERT_TRUE(std::filesystem::exists(root + "/step-2"));
+  for (const char* damage : {"x y z", "1 nan 8 train_loss", "0 1.5 -5 train_loss"}) {
+    edit_user_value(checkpoint, "trainer.epoch_sums.0", damage);
+    const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
+    EXPECT_EQ(verify.code, 1) << damage;
+    EXPECT_THAT(verify.out, HasSubstr(checkpoint + "/manifest.json: 'user.trainer.epoch_sums.0': the epoch's logged "
+                                      "values are damaged (line \"" + std::string(damage) + "\")"));
+  }
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  cohort::Trainer trainer(quiet(dir.path + "-resume").max_epochs(3));
+  ScriptedModule module({0.5, 0.6, 0.7});
+  cohort::DataLoader train(tiny_data(16), cohort::LoaderOptions().batch_size(8));
+  EXPECT_NO_THROW(trainer.fit(module, train, cohort::FitOptions().ckpt_path(root)));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(out, HasSubstr("resumed from " + root + "/step-2 (step 2, saved by 1 rank(s)); newer checkpoints were "
+                             "unusable"));
+  std::filesystem::remove_all(dir.path + "-resume");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Values, TrainerResumeValues,
-    ::testing::Values(EditCase{"trainer.step_batch", "0", "step-4's trainer.step_batch is out of range"},
-                      EditCase{"trainer.step_batch", "-128", "step-4's trainer.step_batch is out of range"},
-                      EditCase{"trainer.step_batch", "abc", "step-4's trainer.step_batch"},
-                      EditCase{"trainer.step_batch", "64x", "step-4's trainer.step_batch"},
-                      EditCase{"EarlyStopping.best", "abc", "the checkpoint's EarlyStopping.best"},
-                      EditCase{"EarlyStopping.wait", "-1", "the checkpoint's EarlyStopping.wait"},
-                      EditCase{"ModelCheckpoint.best", "abc def", "the checkpoint's ModelCheckpoint.best score"}),
+    // Checked before anything loads (hostile pass 9, S3), naming the manifest.
+    ::testing::Values(
+        EditCase{"trainer.step_batch", "0", "step-4/manifest.json: 'user.trainer.step_batch' is out of range"},
+        EditCase{"trainer.step_batch", "-128", "step-4/manifest.json: 'user.trainer.step_batch' is out of range"},
+        EditCase{"trainer.step_batch", "abc", "step-4/manifest.json: 'user.trainer.step_batch' expects"},
+        EditCase{"trainer.step_batch", "64x", "step-4/manifest.json: 'user.trainer.step_batch' expects"},
+        EditCase{"trainer.global_batch", "1e300", "step-4/manifest.json: 'user.trainer.global_batch' expects"},
+        EditCase{"trainer.epoch_sums.ranks", "2", "step-4/manifest.json: 'user.trainer.epoch_sums.ranks' is out"},
+        EditCase{"EarlyStopping.best", "abc", "step-4/manifest.json: the checkpoint's EarlyStopping.best"},
+        EditCase{"EarlyStopping.wait", "-1", "step-4/manifest.json: the checkpoint's EarlyStopping.wait"},
+        EditCase{"ModelCheckpoint.saved_step", "1e300", "the checkpoint's ModelCheckpoint.saved_step"},
+        EditCase{"ModelCheckpoint.best", "abc def", "step-4/manifest.json: the checkpoint's ModelCheckpoint.best"}),
     [](const ::testing::TestParamInfo<EditCase>& info) { return "case" + std::to_string(info.index); });
 
 }  // namespace

@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
   add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size,
               "Samples per step on each rank (each replica under --strategy dp)");
   add_real(app, {"--lr", 1e-12, 1000}, config.lr, "Learning rate of Adam");
-  add_integer(app, {"--seed", 0, INT64_MAX}, config.seed, "Seed of the initial weights and of the shuffle");
+  add_integer(app, {"--seed", 0, (int64_t(1) << 53) - 1}, config.seed,
+              "Seed of the initial weights and of the shuffle (at most 2^53 - 1: a checkpoint saves it exactly)");
   add_integer(app, {"--threads", 0, 1024}, config.threads,
               "Torch threads per rank (0: usable cores / ranks on this node, at least 1; more than the "
               "usable cores only with --oversubscribe)");

@@ -68,6 +68,13 @@ void JobReport::save_state(std::map<std::string, std::string>& values) const {
   if (lr_.configured) values["lr"] = exact_text(*lr_.configured);
 }
 
+// Before anything loads: a saved lr that does not read makes the checkpoint unusable (a fallback),
+// not a failure after "resumed from".
+void JobReport::check_state(const std::map<std::string, std::string>& values) const {
+  if (const auto found = values.find("lr"); found != values.end())
+    cohort::parse_real(found->second, {"the checkpoint's lr", 0, 1e300});
+}
+
 void JobReport::load_state(const std::map<std::string, std::string>& values) {
   if (!lr_.configured || trainer_ == nullptr) return;
   const double wanted = *lr_.configured;

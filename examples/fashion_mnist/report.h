@@ -26,6 +26,7 @@ class JobReport : public cohort::Callback {
   void on_train_epoch_end(cohort::Trainer& trainer, cohort::TrainingModule& module) override;
   void save_state(std::map<std::string, std::string>& values) const override;
   void load_state(const std::map<std::string, std::string>& values) override;
+  void check_state(const std::map<std::string, std::string>& values) const override;
   /// The line of an epoch cut short by --max-steps (evaluated after fit).
   void print_partial_epoch(cohort::Trainer& trainer, const std::map<std::string, double>& test);
   void set_test_samples(int64_t samples) { test_samples_ = samples; }

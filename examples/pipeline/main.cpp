@@ -16,8 +16,10 @@
 #include <cohort/pipeline.h>
 #include <cohort/sampler.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "../common/check.h"
 #include "../common/checkpoint_flags.h"
@@ -90,7 +92,12 @@ struct Checkpointing {
   /// The step to go on from (0 from scratch).
   int64_t resume() {
     if (from.empty()) return 0;
-    if (!cohort::load_checkpoint(from, state, cohort::LoadOptions().comm(comm))) return 0;
+    const auto info = cohort::load_checkpoint(from, state, cohort::LoadOptions().comm(comm));
+    if (!info) return 0;
+    if (comm->rank() == 0)  // as the Trainer's examples say it (hostile pass 9, minor 6)
+      std::printf("resumed from %s (step %lld, saved by %d rank(s))%s\n", info->path.c_str(),
+                  static_cast<long long>(info->step), info->world_size,
+                  info->skipped.empty() ? "" : "; newer checkpoints were unusable, see the log");
     saved_step = state.step();  // nothing new to save before the next step
     return state.step();
   }
@@ -137,6 +144,12 @@ void check_flags(const Config& config) {
                     ": a batch cannot be split into more microbatches than it has samples; lower "
                     "--chunks or raise --batch-size");
   config.checkpoint.check();
+  // A pipeline's ZeRO engines save no checkpoint yet (Pipeline::model_state says why): one line here,
+  // not the library's advice once per rank (hostile pass 9, minor 1).
+  examples::require(config.zero_stage == 0 || (config.checkpoint.dir.empty() && config.checkpoint.trainer_ckpt_path().empty()),
+                    "--zero-stage ", config.zero_stage,
+                    " cannot be used with --checkpoint-dir or --resume: a pipeline's ZeRO engines save no checkpoint; "
+                    "use --zero-stage 0 (DDP per stage) to checkpoint");
 }
 
 void train(const Config& config) {
@@ -184,6 +197,12 @@ void train(const Config& config) {
       if (batch.size(0) < config.chunks) continue;  // a tail too small to split into --chunks
       if (optimizer) optimizer->zero_grad();
       loss = pipeline.step(train_set.images.index({batch}), train_set.labels.index({batch})).item<double>();
+      // Every rank holds the batch's mean loss: all stop together before NaN weights are saved (hostile
+      // pass 9, S4: a checkpoint's lr of 1e30 trained to nan, exit 0, and saved the NaN weights).
+      if (!std::isfinite(loss))
+        throw cohort::Error("step " + std::to_string(step + 1) + ": the training loss is " + std::to_string(loss) +
+                                "; training stopped (the weights are no longer finite; lower the learning rate)",
+                            cohort::ErrorKind::kInvalidArgument);
       if (optimizer) optimizer->step();
       else pipeline.optimizer_step();
       ++step;  // on every rank: all of them stop at --max-steps together

@@ -12,6 +12,7 @@
 #include <torch/optim/schedulers/lr_scheduler.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,6 +69,14 @@ class CheckpointState {
   std::string get(const std::string& key, const std::string& fallback = "") const;
   const std::map<std::string, std::string>& user_values() const;
 
+  /// A check of a checkpoint's saved user values, run where load_checkpoint() checks each checkpoint
+  /// before anything live changes: a throw makes that checkpoint unusable (the load falls back to an
+  /// older one, naming it), as a Stateful's check_state_values does. The Trainer sets one for its keys
+  /// and its callbacks' (Callback::check_state). `saved_world_size`: the saving run's.
+  using UserValuesCheck = std::function<void(const std::map<std::string, std::string>& user, int saved_world_size)>;
+  CheckpointState& check_user_values(UserValuesCheck check);
+  const UserValuesCheck& user_values_check() const;
+
   /// Save and restore this rank's RNG states (CPU default generator, and each CUDA device's when
   /// there are any), as "rng/cpu" and "rng/cuda<i>". On by default.
   CheckpointState& rng(bool enabled);
@@ -81,6 +90,7 @@ class CheckpointState {
  private:
   std::vector<Entry> entries_;
   std::map<std::string, std::string> user_;
+  UserValuesCheck user_check_;
   int64_t step_ = 0;
   bool rng_ = true;
 };

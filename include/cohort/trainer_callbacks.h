@@ -33,6 +33,10 @@ class Callback {
   /// Numbers this callback keeps across a resume, saved in every checkpoint under its own keys.
   virtual void save_state(std::map<std::string, std::string>& values) const {}
   virtual void load_state(const std::map<std::string, std::string>& values) {}
+  /// Throws for saved values load_state() could not take, before any of the checkpoint is loaded:
+  /// the load then falls back to an older checkpoint, naming this one (ModelCheckpoint and
+  /// EarlyStopping load a copy of themselves).
+  virtual void check_state(const std::map<std::string, std::string>& values) const {}
 };
 
 struct ModelCheckpointOptions {
@@ -65,6 +69,7 @@ class ModelCheckpoint : public Callback {
   void on_fit_end(Trainer& trainer, TrainingModule& module) override;
   void save_state(std::map<std::string, std::string>& values) const override;
   void load_state(const std::map<std::string, std::string>& values) override;
+  void check_state(const std::map<std::string, std::string>& values) const override;
 
   /// The best checkpoints kept, best first: (monitored value, step directory).
   const std::vector<std::pair<double, std::string>>& best_k() const { return best_; }
@@ -100,6 +105,7 @@ class EarlyStopping : public Callback {
   void on_train_epoch_end(Trainer& trainer, TrainingModule& module) override;
   void save_state(std::map<std::string, std::string>& values) const override;
   void load_state(const std::map<std::string, std::string>& values) override;
+  void check_state(const std::map<std::string, std::string>& values) const override;
   /// The step training stopped at (0: it did not stop early), and why.
   int64_t stopped_step() const { return stopped_step_; }
   const std::string& reason() const { return reason_; }

@@ -3,10 +3,14 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
+#include <cmath>
+
+#include "checkpoint/counter_values.h"
 #include "checkpoint/entry.h"
 #include "checkpoint/sampler_values.h"
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/text.h"
 
 namespace cohort::detail::ckpt {
 namespace {
@@ -51,6 +55,11 @@ class SamplerState : public Stateful {
       : name_(std::move(name)), sampler_(sampler), samples_(samples) {}
   std::vector<StateTensor> state_tensors() override { return {}; }
   StateValues state_values() const override {
+    // A checkpoint's numbers are doubles: a larger seed would be saved rounded, and a resume with the
+    // rounded one, another shuffle, would pass the check below (hostile pass 9, M2).
+    COHORT_CHECK_KIND(kInvalidArgument, std::abs(double(sampler_.options().seed())) <= kTwoTo53, "the sampler's seed ",
+                      sampler_.options().seed(),
+                      " cannot be saved exactly: a checkpoint's numbers are doubles (a seed from -2^53 to 2^53)");
     return {{"epoch", sampler_.epoch()},
             {"samples_in_epoch", samples_},
             {"dataset_size", sampler_.dataset_size()},
@@ -69,7 +78,8 @@ class SamplerState : public Stateful {
     const auto mine = state_values();
     for (const char* key : {"dataset_size", "seed", "shuffle"}) {
       COHORT_CHECK_KIND(kInvalidArgument, values.at(key) == mine.at(key), "the checkpoint's sampler has ", key, " ",
-                        values.at(key), ", this one ", mine.at(key), ": it belongs to another dataset or shuffle");
+                        number_text(values.at(key)), ", this one ", number_text(mine.at(key)),
+                        ": it belongs to another dataset or shuffle");
     }
     sampler_.set_epoch(static_cast<int64_t>(values.at("epoch")));
     samples_ = static_cast<int64_t>(values.at("samples_in_epoch"));

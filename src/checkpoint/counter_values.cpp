@@ -4,6 +4,8 @@
 
 #include <cctype>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "cohort/error.h"
 #include "core/check.h"
@@ -12,7 +14,6 @@
 namespace cohort::detail::ckpt {
 namespace {
 
-constexpr double kTwoTo53 = 9007199254740992.0;  // doubles count every integer below it
 constexpr double kFloatMax = 3.4028234663852886e38;
 
 std::string named(const std::string& entry, const std::string& key, double value) {
@@ -56,8 +57,10 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
         key == "zero.skipped_steps" || key == "zero.micro_steps") {
       check_whole_value(values, entry, key, 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
     } else if (matches(key, "g#.lr")) {
-      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0, named(entry, key, value),
-                        ", not a learning rate (finite, 0 or more)");
+      // Parameters are floats at most: 1e300 failed the first step with c10's "cannot be converted to
+      // type float without overflow" and no fallback (hostile pass 9, S4).
+      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0 && value <= kFloatMax, named(entry, key, value),
+                        ", not a learning rate (0 or more, at most 3.4028234663852886e+38: a float's largest)");
     } else if (key == "zero.loss_scaler.scale") {  // fp16's loss is scaled in float: 4e38 is inf there
       COHORT_CHECK_KIND(kIO, std::isfinite(value) && value > 0 && value <= kFloatMax, named(entry, key, value),
                         ", not a loss scale (more than 0, at most 3.4028234663852886e+38: a float's largest)");
@@ -67,6 +70,10 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
       check_whole_value(values, entry, key, -1, kTwoTo53 - 1, "-1..9007199254740991 (-1: none yet)");
     } else if (key == "zero.loss_scaler.hysteresis_left") {
       check_whole_value(values, entry, key, 0, 2147483647, "0..2147483647");
+    } else if (key == "pipeline.stages") {  // hostile pass 9, S5: 2^31 - 1 looped the resume forever
+      check_whole_value(values, entry, key, 1, 1048576, "1..1048576");
+    } else if (matches(key, "pipeline.bound#")) {
+      check_whole_value(values, entry, key, 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
     } else if (key.rfind("zero.", 0) == 0 && values.count("zero.global_steps")) {  // hostile pass 8, minor 12
       COHORT_CHECK_KIND(kIO, false, named(entry, key, value), ": the ZeRO engine saves no such number");
     }
@@ -98,6 +105,63 @@ void check_counters_agree(const StateValues& values, const std::string& entry, i
   COHORT_CHECK_KIND(kIO, !trainer_step || global->second == static_cast<double>(step),
                     named(entry, "zero.global_steps", global->second), " at the Trainer's step ", step,
                     ": the engine steps once per optimizer step");
+}
+
+namespace {
+
+// The tensors of `entry` saved with a state field ("<entry>/group3.exp_avg" -> {"group3", "exp_avg"}).
+std::vector<std::pair<std::string, std::string>> state_fields_of(const Manifest& m, const std::string& entry) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string prefix = entry + "/";
+  for (const TensorRecord& r : m.tensors) {
+    if (r.name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = r.name.substr(prefix.size());
+    const size_t dot = rest.rfind('.');
+    if (dot != std::string::npos) out.emplace_back(rest.substr(0, dot), rest.substr(dot + 1));
+  }
+  return out;
+}
+
+bool counts_steps(const std::string& field) { return field == "exp_avg" || field == "sum" || field == "square_avg"; }
+
+void require(const StateValues& values, const std::string& entry, const std::string& key, const std::string& why) {
+  COHORT_CHECK_KIND(kIO, values.count(key), "'values.", excerpt(entry), "' has no '", key, "': ", why);
+}
+
+// Hostile pass 9, S1: a deleted number read as its default (a group's Adam step as 0), verify said OK.
+void check_engine_counters(const Manifest& m, const StateValues& values, const std::string& entry) {
+  for (const char* key : {"zero.skipped_steps", "zero.micro_steps", "zero.loss_scaler.scale", "zero.loss_scaler.iter",
+                          "zero.loss_scaler.last_overflow_iter", "zero.loss_scaler.hysteresis_left"})
+    require(values, entry, key, "the ZeRO engine saves it with every checkpoint");
+  const double taken = values.at("zero.global_steps") - values.at("zero.skipped_steps");
+  for (const auto& [unit, field] : state_fields_of(m, entry)) {
+    if (!matches(unit, "group#")) continue;
+    const std::string key = "zero." + unit + ".step";
+    require(values, entry, key, "the ZeRO engine saves a step count for each group");
+    COHORT_CHECK_KIND(kIO, !counts_steps(field) || values.at(key) == taken, named(entry, key, values.at(key)),
+                      ", not the engine's ", number_text(taken), " steps taken (global_steps - skipped_steps) for a ",
+                      "group with '", field, "'");
+  }
+}
+
+}  // namespace
+
+void check_entry_counters(const Manifest& m, const std::string& entry) {
+  const auto found = m.values.find(entry);
+  if (found == m.values.end()) return;
+  const StateValues& values = found->second;
+  check_counters_agree(values, entry, m.step, m.user.count(kTrainerStepBatchKey) > 0);
+  if (values.count("zero.global_steps")) {
+    check_engine_counters(m, values, entry);
+    return;
+  }
+  for (const auto& [param, field] : state_fields_of(m, entry))
+    if (matches(param, "g#.p#"))
+      require(values, entry, param + ".step", "a parameter saved with optimizer state ('" + field + "') has one");
+  if (!m.user.count(kTrainerStepBatchKey)) return;  // a step of the user's own numbering
+  for (const auto& [key, value] : values)           // the Trainer steps its optimizer once per step at most
+    COHORT_CHECK_KIND(kIO, !matches(key, "g#.p#.step") || value <= static_cast<double>(m.step),
+                      named(entry, key, value), ", more optimizer steps than the Trainer's ", m.step);
 }
 
 }  // namespace cohort::detail::ckpt

@@ -9,6 +9,7 @@
 
 #include <string>
 
+#include "checkpoint/manifest.h"
 #include "cohort/stateful.h"
 
 namespace cohort::detail::ckpt {
@@ -16,6 +17,8 @@ namespace cohort::detail::ckpt {
 /// The user value the Trainer saves with every checkpoint (samples per optimizer step): its presence
 /// says the manifest's step is the Trainer's optimizer step.
 inline constexpr const char* kTrainerStepBatchKey = "trainer.step_batch";
+/// Doubles (a checkpoint's numbers) count every whole number up to it.
+inline constexpr double kTwoTo53 = 9007199254740992.0;
 
 /// Throws cohort::Error (ErrorKind::kIO) naming 'values.<entry>.<key>' and its value when a step count
 /// is not a whole number in [0, 2^53), a learning rate is not finite and >= 0, or a loss scale is not
@@ -27,6 +30,14 @@ void check_counter_values(const StateValues& values, const std::string& entry);
 /// (`trainer_step`: one engine step per optimizer step), global_steps against the manifest's `step`.
 /// Throws cohort::Error (kIO) naming both values. Values without the engine's counters pass.
 void check_counters_agree(const StateValues& values, const std::string& entry, int64_t step, bool trainer_step);
+
+/// The counters of `entry` in `manifest` against its tensors and step: check_counters_agree, the
+/// engine's numbers all there (global, skipped and micro steps, the loss scaler's four, a step count
+/// per group with tensors), a group whose optimizer counts steps (Adam's exp_avg, Adagrad's sum,
+/// RMSprop's square_avg) at global_steps - skipped_steps, and a step count for each optimizer
+/// parameter with state tensors (its absence reads as "no state": Adam's bias correction restarted).
+/// Throws cohort::Error (kIO).
+void check_entry_counters(const Manifest& manifest, const std::string& entry);
 
 /// `key` of `values` when there: a whole number in [low, high] (`range` words the bound in the
 /// message), else cohort::Error (kIO) naming 'values.<entry>.<key>' and the value.

@@ -198,7 +198,7 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
   for (const auto& [entry, numbers] : m.values) {
     try {
       check_counter_values(numbers, entry);
-      check_counters_agree(numbers, entry, m.step, m.user.count(kTrainerStepBatchKey) > 0);
+      check_entry_counters(m, entry);
       if (is_sampler_values(numbers)) check_sampler_values(numbers, entry, m.world_size);
     } catch (const Error& e) {
       problems.push_back(dir + "/manifest.json: " + e.what());

@@ -122,14 +122,21 @@ std::string agreed_problem(Group& group, const std::string& status, bool* mismat
 // Each Stateful's check of its saved numbers (Stateful::check_state_values), before commit: a number
 // it cannot take (a sampler position of -1000) makes this checkpoint unusable as damage does, so the
 // ranks fall back together instead of failing, or crashing, half way through commit.
-void check_values(const Staged& staged, const std::vector<CheckpointState::Entry>& entries, const std::string& path) {
+void check_values(const Staged& staged, const std::vector<CheckpointState::Entry>& entries,
+                  const CheckpointState& state, const std::string& path) {
+  if (const auto& check = state.user_values_check()) {
+    try {
+      check(staged.manifest.user, staged.manifest.world_size);
+    } catch (const std::exception& e) {
+      throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
+    }
+  }
   for (const auto& entry : entries) {
     const auto values = staged.manifest.values.find(entry.name);
     if (values == staged.manifest.values.end()) continue;  // check_match named any that must be there
     try {
       check_counter_values(values->second, entry.name);
-      check_counters_agree(values->second, entry.name, staged.manifest.step,
-                           staged.manifest.user.count(kTrainerStepBatchKey) > 0);
+      check_entry_counters(staged.manifest, entry.name);
       entry.stateful->check_state_values(values->second, staged.manifest.world_size);
     } catch (const std::exception& e) {
       throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
@@ -207,7 +214,7 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
     std::string status;
     try {
       staged = stage_checkpoint(path, request, group.rank());
-      check_values(staged, entries, path);
+      check_values(staged, entries, state, path);
     } catch (const MismatchError& e) {
       status = "M" + without_rank_prefix(e.what());
     } catch (const std::exception& e) {

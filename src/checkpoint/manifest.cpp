@@ -8,6 +8,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <type_traits>
 
 #include "checkpoint/files.h"
@@ -137,8 +138,9 @@ std::map<std::string, StateValues> values_from_json(const json& j, const std::st
     COHORT_CHECK_KIND(kIO, numbers.is_object(), where, ": '", key, "' is ", json_excerpt(numbers), ", not an object");
     StateValues& mine = out[entry];
     for (const auto& [name, number] : numbers.items()) {
-      COHORT_CHECK_KIND(kIO, number.is_number() || number.is_boolean(), where, ": '", key, ".", excerpt(name), "' is ",
-                        json_excerpt(number), ", not a number");
+      // A boolean is not one either: get<double> would throw nlohmann's own text (hostile pass 9, M1).
+      COHORT_CHECK_KIND(kIO, number.is_number(), where, ": '", key, ".", excerpt(name), "' is ", json_excerpt(number),
+                        ", not a number");
       mine[name] = number.get<double>();
     }
   }
@@ -313,10 +315,19 @@ Manifest read_manifest(const std::string& path) {
   COHORT_CHECK_KIND(kIO, m.world_size >= 1, path, ": 'world_size' is ", m.world_size);
   m.zero_stage = field<int>(j, "zero_stage", path);
   m.created = field<std::string>(j, "created", path);
+  std::set<std::string> file_names;
   for (const json& f : list_field(j, "files", path)) {
     m.files.push_back(
         {field<std::string>(f, "name", path), field<int>(f, "rank", path), field<int64_t>(f, "payload_bytes", path)});
-    check_file_name(m.files.back().name, path);
+    const FileRecord& file = m.files.back();
+    check_file_name(file.name, path);
+    // Hostile pass 9: these were shown as the size a shard "expects" (-9223372036854775777 from 2^63 - 1).
+    const std::string here = path + ": file '" + excerpt(file.name) + "'";
+    COHORT_CHECK_KIND(kIO, file.rank >= 0 && file.rank < m.world_size, here, " has rank ", file.rank, ", outside 0..",
+                      m.world_size - 1);
+    COHORT_CHECK_KIND(kIO, file.payload_bytes >= 0 && file.payload_bytes <= (int64_t(1) << 60), here,
+                      " has payload_bytes ", file.payload_bytes, ", outside 0..2^60");
+    COHORT_CHECK_KIND(kIO, file_names.insert(file.name).second, here, " is listed twice");
   }
   for (const json& t : list_field(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
   m.values = values_from_json(j, path);

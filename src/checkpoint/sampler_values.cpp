@@ -10,8 +10,6 @@
 namespace cohort::detail::ckpt {
 namespace {
 
-constexpr double kTwoTo53 = 9007199254740992.0;  // doubles count every integer below it
-constexpr double kTwoTo63 = 9223372036854775808.0;
 constexpr const char* kSamplerKeys[] = {"epoch", "samples_in_epoch", "dataset_size", "seed", "shuffle"};
 
 }  // namespace
@@ -36,7 +34,7 @@ void check_sampler_values(const StateValues& values, const std::string& entry, i
                       "': a sampler saves epoch, samples_in_epoch, dataset_size, seed and shuffle");
   check_whole_value(values, entry, "epoch", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
   check_whole_value(values, entry, "dataset_size", 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
-  check_whole_value(values, entry, "seed", -kTwoTo63, kTwoTo63, "the range of a 64-bit seed");
+  check_whole_value(values, entry, "seed", -kTwoTo53, kTwoTo53, "-2^53..2^53 (a seed a checkpoint saves exactly)");
   check_whole_value(values, entry, "shuffle", 0, 1, "0..1 (false or true)");
   const auto size = values.find("dataset_size");
   if (size == values.end()) return;

@@ -1,4 +1,6 @@
 // CheckpointState: the list of named state holders that save_checkpoint/load_checkpoint walk.
+#include <utility>
+
 #include "checkpoint/entry.h"
 #include "cohort/error.h"
 #include "core/check.h"
@@ -61,6 +63,12 @@ CheckpointState& CheckpointState::set_step(int64_t step) {
   return *this;
 }
 int64_t CheckpointState::step() const { return step_; }
+
+CheckpointState& CheckpointState::check_user_values(UserValuesCheck check) {
+  user_check_ = std::move(check);
+  return *this;
+}
+const CheckpointState::UserValuesCheck& CheckpointState::user_values_check() const { return user_check_; }
 
 CheckpointState& CheckpointState::set(const std::string& key, const std::string& value) {
   user_[key] = value;

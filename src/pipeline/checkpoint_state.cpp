@@ -52,8 +52,8 @@ class StageModuleState : public Stateful {
   void load_state_values(const StateValues& values) override {
     const auto stages = values.find("pipeline.stages");
     if (stages == values.end()) return;
-    std::vector<int64_t> saved;
-    for (int s = 0; s <= int(stages->second); ++s) {
+    std::vector<int64_t> saved;  // stages held to 1..2^20 where the checkpoint was checked (counter_values.h)
+    for (int64_t s = 0; s <= int64_t(stages->second); ++s) {
       const auto bound = values.find("pipeline.bound" + std::to_string(s));
       if (bound != values.end()) saved.push_back(int64_t(bound->second));
     }

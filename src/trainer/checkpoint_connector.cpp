@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "trainer/checkpoint_connector.h"
 #include "trainer/trainer_impl.h"
+#include "trainer/trainer_values.h"
 #include "world/launch_env.h"
 
 namespace cohort::detail {
@@ -20,13 +21,6 @@ namespace {
 
 // TORCHELASTIC_RESTART_COUNT as cohortrun and torchrun set it (0 when no launcher restarted the job).
 int launcher_restart_count() { return detect_launch_env(current_env()).restart_count.value_or(0); }
-
-// The user values that carry each saved rank's running training-epoch sums (MetricStore).
-constexpr const char* kEpochSumsRanks = "trainer.epoch_sums.ranks";
-// How many ranks log each sample's values (the pipeline's stages all log its loss; a data-parallel
-// strategy, 1): the saved sums count each sample that many times.
-constexpr const char* kEpochSumsReplicas = "trainer.epoch_sums.replicas";
-std::string epoch_sums_key(int rank) { return "trainer.epoch_sums." + std::to_string(rank); }
 
 }  // namespace
 
@@ -36,13 +30,18 @@ CheckpointState CheckpointConnector::checkpoint_state() {
   if (trainer_.scheduler.scheduler) state.add("scheduler", *trainer_.scheduler.scheduler);
   state.add("sampler", trainer_.train->sampler(), trainer_.samples_in_epoch);
   const int64_t micro = trainer_.train->options().batch_size() * trainer_.strategy->data_split(trainer_.world).first;
-  state.set("trainer.global_batch", std::to_string(micro));  // one micro-batch on every share
+  state.set(kGlobalBatchKey, std::to_string(micro));  // one micro-batch on every share
   state.set(ckpt::kTrainerStepBatchKey,
             std::to_string(micro * trainer_.strategy->accumulation()));  // per optimizer step
   std::map<std::string, std::string> values;
   for (const auto& callback : trainer_.callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
   state.set_step(trainer_.step);
+  // Checked before anything loads, so a damaged value falls back to an older checkpoint.
+  state.check_user_values([this](const std::map<std::string, std::string>& user, int saved_world_size) {
+    check_trainer_values(user, saved_world_size);
+    for (const auto& callback : trainer_.callbacks) callback->check_state(user);
+  });
   return state;
 }
 
@@ -73,9 +72,9 @@ int64_t CheckpointConnector::logging_replicas() const {
 
 // The saved ranks' epoch sums this rank takes over: its own at the same world size and layout, else
 // rank 0 takes them all (a sum over ranks, as every sync_dist mean is, stays exact) and the others
-// none, scaled from the saved run's logging replicas to this run's: a pipeline of 2 stages saved each
-// sample's loss twice, and resumed on 1 rank it counted the steps before the save twice (hostile
-// pass 5, M1).
+// none (their synchronized names at zero), scaled from the saved run's logging replicas to this run's: a pipeline of 2
+// stages saved each sample's loss twice, and resumed on 1 rank it counted the steps before the save twice (hostile pass
+// 5, M1).
 void CheckpointConnector::restore_epoch_sums(const CheckpointState& state, const std::string& path,
                                              int saved_world_size) {
   const std::string count_text = state.get(kEpochSumsRanks);
@@ -91,6 +90,14 @@ void CheckpointConnector::restore_epoch_sums(const CheckpointState& state, const
   for (int64_t r = 0; r < count; ++r)
     if (same_layout ? r == trainer_.world.rank() : trainer_.world.rank() == 0)
       texts.push_back(state.get(epoch_sums_key(static_cast<int>(r))));
+  // The other ranks hold the synchronized names with nothing summed: an epoch ending before their
+  // next step (a resume at its last step) still takes every rank into the means' collective.
+  if (!same_layout && trainer_.world.rank() != 0 && count > 0) {
+    std::string zeros;
+    for (const auto& name : MetricStore::synced_names_of(state.get(epoch_sums_key(0)), path))
+      zeros += "1 0 0 " + name + "\n";
+    texts.push_back(zeros);
+  }
   trainer_.metrics.restore_epoch_sums(Stage::kTrain, texts, path, replicas, saved_replicas);  // equal: unscaled
 }
 
@@ -123,7 +130,7 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
   const std::string saved_step = state.get(ckpt::kTrainerStepBatchKey);
   const bool elastic = saved_world_size != trainer_.world.size() || launcher_restart_count() > 0;
   if (saved_step.empty() || !elastic) {  // as saved before elastic restarts, or a resume by hand
-    const std::string saved_batch = state.get("trainer.global_batch");
+    const std::string saved_batch = state.get(kGlobalBatchKey);
     COHORT_CHECK_KIND(kInvalidArgument, saved_batch == std::to_string(micro), "the checkpoint ", path,
                       " was saved with a global batch of ", saved_batch, " samples, this run has ", micro,
                       " (batch_size x ranks): keep the global batch to resume");

@@ -68,6 +68,11 @@ void EarlyStopping::save_state(std::map<std::string, std::string>& values) const
   values["EarlyStopping.wait"] = std::to_string(wait_);
 }
 
+void EarlyStopping::check_state(const std::map<std::string, std::string>& values) const {
+  EarlyStopping copy = *this;  // the same parse as the load, on a copy
+  copy.load_state(values);
+}
+
 void EarlyStopping::load_state(const std::map<std::string, std::string>& values) {
   const auto best = values.find("EarlyStopping.best");
   const auto wait = values.find("EarlyStopping.wait");

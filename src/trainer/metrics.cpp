@@ -3,8 +3,11 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
+#include <set>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "cohort/ddp.h"
@@ -101,6 +104,43 @@ std::string MetricStore::epoch_sums_text(Stage stage) const {
   return text;
 }
 
+namespace {
+
+struct SumLine {
+  int sync = -1;
+  double weighted = 0;
+  int64_t samples = -1;
+  std::string key;
+};
+
+// One line of epoch_sums_text: "<sync 0|1> <weighted sum> <samples> <name>". Anything else (a
+// number that does not read, a weight that is not finite) is damage, named with `source`.
+SumLine read_sum_line(const std::string& line, const std::string& source) {
+  std::istringstream in(line);
+  SumLine out;
+  in >> out.sync >> out.weighted >> out.samples;
+  in.get();  // the space before the name
+  std::getline(in, out.key);
+  COHORT_CHECK_KIND(kIO,
+                    !in.fail() && (out.sync == 0 || out.sync == 1) && std::isfinite(out.weighted) && out.samples >= 0 &&
+                        !out.key.empty(),
+                    source, ": the epoch's logged values are damaged (line \"", line.substr(0, 80), "\")");
+  return out;
+}
+
+}  // namespace
+
+std::set<std::string> MetricStore::synced_names_of(const std::string& text, const std::string& source) {
+  std::set<std::string> synced;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const SumLine sum = read_sum_line(line, source);
+    if (sum.sync == 1) synced.insert(sum.key);
+  }
+  return synced;
+}
+
 void MetricStore::restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source,
                                      int64_t times, int64_t per) {
   std::map<std::string, Sum> sums;
@@ -108,19 +148,11 @@ void MetricStore::restore_epoch_sums(Stage stage, const std::vector<std::string>
     std::istringstream lines(text);
     std::string line;
     while (std::getline(lines, line)) {
-      std::istringstream in(line);
-      int sync = -1;
-      Sum part;
-      std::string key;
-      in >> sync >> part.weighted >> part.samples;
-      in.get();  // the space before the name
-      std::getline(in, key);
-      COHORT_CHECK_KIND(kIO, !in.bad() && (sync == 0 || sync == 1) && part.samples >= 0 && !key.empty(), source,
-                        ": the epoch's logged values are damaged (line \"", line.substr(0, 80), "\")");
-      Sum& sum = sums[key];
+      const SumLine part = read_sum_line(line, source);
+      Sum& sum = sums[part.key];
       sum.weighted += part.weighted;
       sum.samples += part.samples;
-      sum.sync = sync == 1;
+      sum.sync = part.sync == 1;
     }
   }
   if (times != per) {

@@ -41,6 +41,9 @@ class MetricStore {
   /// times in them, `times` in this run's).
   void restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source,
                           int64_t times = 1, int64_t per = 1);
+  /// The names of `text` (an epoch_sums_text) whose means are synchronized over ranks; a damaged
+  /// text throws as restore_epoch_sums does. What a checkpoint's check reads before loading.
+  static std::set<std::string> synced_names_of(const std::string& text, const std::string& source);
 
  private:
   struct Sum {

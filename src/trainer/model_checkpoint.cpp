@@ -136,6 +136,11 @@ void ModelCheckpoint::save_state(std::map<std::string, std::string>& values) con
   values["ModelCheckpoint.saved_step"] = std::to_string(last_saved_step_);
 }
 
+void ModelCheckpoint::check_state(const std::map<std::string, std::string>& values) const {
+  ModelCheckpoint copy = *this;  // the same parse as the load, on a copy
+  copy.load_state(values);
+}
+
 void ModelCheckpoint::load_state(const std::map<std::string, std::string>& values) {
   if (const auto saved = values.find("ModelCheckpoint.saved_step"); saved != values.end())
     last_saved_step_ = parse_integer(saved->second, {"the checkpoint's ModelCheckpoint.saved_step", -1});

@@ -7,13 +7,35 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "../common/cli_errors.h"
 #include "checkpoint/files.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/manifest.h"
+#include "trainer/trainer_values.h"
 
 using namespace cohort::detail::ckpt;
+
+namespace {
+
+// The Trainer's own values (trainer.*, ModelCheckpoint.*, EarlyStopping.*), as a resume checks them,
+// when the manifest reads.
+void trainer_problems(const std::string& dir, std::vector<std::string>& problems) {
+  Manifest m;
+  try {
+    m = read_manifest(dir + "/manifest.json");
+  } catch (const std::exception&) {
+    return;  // verify_checkpoint said why
+  }
+  try {
+    cohort::detail::check_trainer_values(m.user, m.world_size);
+  } catch (const std::exception& e) {
+    problems.push_back(dir + "/manifest.json: " + e.what());
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Inspects, verifies and consolidates cohort checkpoints (see docs/checkpoint.md)."};
@@ -54,7 +76,8 @@ int main(int argc, char** argv) {
     if (*info) {
       std::fputs(describe_checkpoint(dir, tensors).c_str(), stdout);
     } else if (*verify) {
-      const auto problems = verify_checkpoint(dir);
+      auto problems = verify_checkpoint(dir);
+      trainer_problems(dir, problems);
       for (const std::string& problem : problems) std::fprintf(stderr, "cohort-ckpt: %s\n", problem.c_str());
       if (!problems.empty()) {
         std::printf("%s: BAD (%zu problem(s))\n", dir.c_str(), problems.size());

@@ -109,7 +109,23 @@ bool wants_step_memory(const StepTexts& t, const std::string& model) {
                                 (model.empty() ? std::string("a --params or --checkpoint model") : "--model " + model),
                             cohort::ErrorKind::kInvalidArgument);
   }
-  return model == "gpt" || !t.unit_params.empty();
+  const bool wanted = model == "gpt" || !t.unit_params.empty();
+  // Hostile pass 9: these were ignored unread without a step table (--process-mib nan: exit 0).
+  const std::vector<std::pair<const char*, bool>> step_only = {
+      {"--units", !t.units.empty()},
+      {"--stage3-prefetch-bucket-size", !t.prefetch_bucket_size.empty()},
+      {"--reduce-bucket-size", !t.reduce_bucket_size.empty()},
+      {"--optimizer-buffer-count", !t.optimizer_buffer_count.empty()},
+      {"--param-buffer-count", !t.param_buffer_count.empty()},
+      {"--process-mib", !t.process_mib.empty()},
+      {"--sharded-init", t.sharded_init}};
+  for (const auto& [option, given] : step_only)
+    if (given && !wanted)
+      throw cohort::Error(std::string(option) +
+                              " is for the step-memory table: give the model's shape with --model "
+                              "gpt or --unit-params",
+                          cohort::ErrorKind::kInvalidArgument);
+  return wanted;
 }
 
 int64_t count_gpt(const StepTexts& t, std::string& source) {
@@ -150,6 +166,10 @@ StepMemoryInput step_input(const StepTexts& t, const std::string& model,
       throw cohort::Error("--unit-params " + t.unit_params + " is more than the model's " +
                               std::to_string(states.num_params) + " parameters",
                           cohort::ErrorKind::kInvalidArgument);
+    if (in.units > states.num_params)  // each unit holds a parameter at least
+      throw cohort::Error(
+          "--units " + t.units + " is more than the model's " + std::to_string(states.num_params) + " parameters",
+          cohort::ErrorKind::kInvalidArgument);
   }
   in.prefetch_bucket_size = whole_or("--stage3-prefetch-bucket-size", t.prefetch_bucket_size, 0, 9e15,
                                      in.prefetch_bucket_size);
