@@ -45,7 +45,9 @@ def on_page_markdown(markdown, page, config, files):
         if rel.startswith("..") or not os.path.exists(path):
             log.warning("%s: link to '%s', which is not in the repository", page.file.src_uri, target)
             return match.group(0)
-        shown = text.strip("`")
-        return text if shown == rel or shown == rel + "/" else f"{text} (`{rel}`)"
+        shown = text.strip("`").rstrip("/")
+        if rel == shown or rel.startswith(shown + "/"):
+            return f"`{rel}`"  # the text is the path, or its folder: the path alone says it
+        return f"{text} (`{rel}`)"
 
     return LINK.sub(rewrite, markdown)
