@@ -6,13 +6,13 @@
 # shared memory within);
 # (2) the DDP step of the example CNN and ResNet-18, cohort's LibTorch 2.11 build against PyTorch 2.11's
 # DDP (Gloo) under torchrun. Prints markdown tables of medians and ratios for docs/BENCHMARKS.md and
-# always tears the hosts down. As root, after building (see docs/BENCHMARKS.md, "Across hosts"):
+# always tears the hosts down. As root, after building (see docs/benchmarks/hosts.md):
 #   bench/hosts/run.sh [REPS]                                  (default 3)
 # Variables (defaults in brackets):
 #   RATES ["none 1gbit"]   link rates in tc's units, one pass each; none = unshaped veth
 #   CONGESTION [reno]  every host's TCP congestion control, for all programs alike (system: the machine's;
 #                  this VM's is bbr, whose pacing made both cohort and Open MPI 1.2-4x slower over the
-#                  veth from 256 KiB to 4 MiB: docs/BENCHMARKS.md, "Across hosts")
+#                  veth from 256 KiB to 4 MiB: docs/benchmarks/hosts.md)
 #   PARTS ["allreduce ddp"]; ALLREDUCE_IMPLS ["cohort cohort_flat mpi"]; DDP_IMPLS ["cohort cohort_flat torch"]
 #   ALLREDUCE_FLAGS ["--reps 5 --warmup 1"]  to bench/allreduce and bench/allreduce_mpi alike
 #                  (--min-bytes B --max-bytes B pick sizes; both programs' defaults are 4 KiB..64 MiB)
@@ -64,7 +64,7 @@ if has_part ddp; then
   need+=("$build2/tools/cohortrun" "$build2/bench/scaling/scaling_step")
   [[ " ${ddp_impls[*]} " != *" torch "* ]] || need+=("$python2")
 fi
-for file in "${need[@]}"; do [ -x "$file" ] || die "no $file: build it first (docs/BENCHMARKS.md, Across hosts)"; done
+for file in "${need[@]}"; do [ -x "$file" ] || die "no $file: build it first (docs/benchmarks/hosts.md)"; done
 if has_part ddp && [[ " ${ddp_impls[*]} " == *" torch "* ]]; then
   "$python2" -c 'import torch.distributed' 2>/dev/null || die "$python2 has no torch (scripts/install-torch.sh; PYTHON2=)"
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # Reads the RESULT lines bench/pipeline/run.sh collected and prints medians and ratios as markdown
-# tables (docs/BENCHMARKS.md, "## Pipeline"). Usage: summary.py results.txt [cores]
+# tables (docs/benchmarks/pipeline.md). Usage: summary.py results.txt [cores]
 import re
 import statistics
 import sys

@@ -1,4 +1,5 @@
-// cohort: distributed training for the PyTorch C++ API. One include for the whole public API.
+// cohort: distributed training for the PyTorch C++ API. One include for the whole public API but
+// cohort/safetensors.h (the safetensors reader), which a program includes on its own.
 #pragma once
 
 #include "cohort/activation_checkpoint.h"

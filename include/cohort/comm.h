@@ -1,6 +1,7 @@
-// cohort::Comm: collectives over c10d Gloo (CPU tensors) and NCCL (CUDA tensors) that never hang
-// silently. Every collective is fingerprinted (sequence number, op, dtype, shape) and checked on all
-// ranks before data moves, has a timeout that names the ranks that never arrived, and fails promptly
+// cohort::Comm: collectives that never hang silently, on CPU tensors (shared memory when every rank is
+// on this host, cohort's TCP links between hosts, else c10d Gloo) and CUDA tensors (c10d NCCL). Every
+// collective is fingerprinted (sequence number, op, dtype, shape) and checked on all ranks before
+// data moves, has a timeout that names the ranks that never arrived, and fails promptly
 // naming a rank that died. In a world of one every call is a no-op on its input.
 #pragma once
 

@@ -1,5 +1,5 @@
-// cohort::Error: the one way cohort reports a failure (cohort raises it with COHORT_CHECK, an internal
-// macro in src/core/check.h).
+// cohort::Error: the one way cohort reports a failure (cohort raises it with COHORT_CHECK_KIND, an
+// internal macro in src/core/check.h, which gives every error its kind).
 // Messages start with "[rank r/w]" once the process knows its rank, so a line from any rank says who
 // wrote it; the text names the operation, the offending value and, where there is one, the fix.
 // kind() says what went wrong and ranks() who was involved, so a caller can decide without reading

@@ -1,7 +1,7 @@
 // cohort::Trainer: PyTorch Lightning's Trainer for C++. It owns the loop (epochs, accumulation,
-// clipping, validation, LR scheduling), the strategy (DDP, ZeRO 1-3, DeepSpeed config, dp, single),
-// the data sharding, metrics, callbacks, loggers and checkpoints; started as a plain program with
-// devices > 1 it launches the other local workers itself. See docs/trainer.md.
+// clipping, validation, LR scheduling), the strategy (ddp, zero1-3, fsdp, deepspeed with a ds_config,
+// dp, pipeline, single), the data sharding, metrics, callbacks, loggers and checkpoints; started as a
+// plain program with devices > 1 it launches the other local workers itself. See docs/trainer.md.
 //
 //   cohort::Trainer trainer(cohort::TrainerOptions().devices(2).strategy("ddp").max_epochs(2));
 //   trainer.fit(module, train_loader, cohort::FitOptions().val(&val_loader));

@@ -1,6 +1,7 @@
 // Who am I: cohort::init() detects the launcher (cohortrun/torchrun, Slurm, Open MPI, PMI, MVAPICH),
-// rendezvouses through a c10d TCPStore and returns the World. A lone process is a world of one and
-// opens no socket, so the same program runs unchanged with and without a launcher.
+// rendezvouses through cohort's own store, hosted by rank 0 (torchrun's agent store when it offers one;
+// docs/security.md), and returns the World. A lone process is a world of one and opens no socket, so
+// the same program runs unchanged with and without a launcher.
 #pragma once
 
 #include <torch/arg.h>
