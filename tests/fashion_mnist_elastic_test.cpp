@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -130,6 +131,32 @@ TEST(FashionMnistElastic, APipelineResumedAtAnotherWorldSizePrintsTheUninterrupt
     EXPECT_THAT(second.out, HasSubstr("[rank0]: resumed from " + ckpt + "/step-3"));
     EXPECT_EQ(train_loss_of(second.out), loss) << saved << " -> " << resumed << "\n" << second.describe();
   }
+}
+
+// Resumed on more ranks at the last step of an epoch, only rank 0 took the saved epoch sums: the epoch's
+// end ran its means' collective on rank 0 alone (a desync naming the program). The other ranks hold the
+// synchronized names at zero, and the epoch's loss is the uninterrupted run's.
+TEST(FashionMnistElastic, MoreRanksResumedAtAnEpochsLastStepEndItTogether) {
+  Job job;
+  // 1 rank x batch 8 and 2 ranks x batch 4 take the same 8 samples per step: 64 steps an epoch.
+  const auto run = [&](int ranks, const std::string& batch, const std::string& steps, const std::string& ckpt) {
+    std::vector<std::string> extra = {"--epochs", "2", "--max-steps", steps};
+    // Every 64 steps: step 64 is saved after its batch, before the epoch's end ran.
+    if (!ckpt.empty()) extra.insert(extra.end(), {"--checkpoint-dir", ckpt, "--checkpoint-every", "64"});
+    auto args = job.argv(ranks, extra, 0);
+    *(std::find(args.begin(), args.end(), "--batch-size") + 1) = batch;
+    return run_process(args, clean_env(), 120s);
+  };
+  const ProcResult whole = run(1, "8", "65", "");
+  ASSERT_EQ(whole.code, 0) << whole.describe();
+  const std::string loss = train_loss_of(whole.out);
+  ASSERT_EQ(loss.size(), 6u) << whole.describe();
+  const ProcResult first = run(1, "8", "64", job.ckpt);
+  ASSERT_EQ(first.code, 0) << first.describe();
+  const ProcResult second = run(2, "4", "65", job.ckpt);
+  ASSERT_EQ(second.code, 0) << second.describe();
+  EXPECT_THAT(second.out, HasSubstr("[rank0]: resumed from " + job.ckpt + "/step-64 (step 64, saved by 1 rank(s))"));
+  EXPECT_EQ(train_loss_of(second.out), loss) << second.describe();
 }
 
 }  // namespace fashion_mnist_elastic_test

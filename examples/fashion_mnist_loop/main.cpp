@@ -85,7 +85,8 @@ int main(int argc, char** argv) {
   examples::add_integer(app, {"--epochs", 1, 100000}, flags.epochs, "Passes over the training set");
   examples::add_integer(app, {"--batch-size", 1, 1 << 20}, flags.batch_size, "Samples per step on each rank");
   examples::add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate of Adam");
-  examples::add_integer(app, {"--seed", 0, INT64_MAX}, flags.seed, "Seed of the initial weights and of the shuffle");
+  examples::add_integer(app, {"--seed", 0, (int64_t(1) << 53) - 1}, flags.seed,
+                        "Seed of the initial weights and of the shuffle (at most 2^53 - 1, as fashion_mnist)");
   app.add_option("--data", flags.data, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
   return examples::parse_and_run(app, argc, argv, [&] { train(flags); });
 }
