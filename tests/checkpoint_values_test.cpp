@@ -305,6 +305,27 @@ TEST(CheckpointValues, TheEnginesCountersAgreeWithEachOtherAndTheTrainersStep) {
             "'values.engine.zero.global_steps' is 12 at the Trainer's step 8: the engine steps once per optimizer step");
 }
 
+// Hostile pass 9, M2: a seed past 2^53 was saved rounded (as a double), and a resume with the rounded
+// seed, another shuffle, passed the check; 2^53 + 1 rounds to 2^53, so the bound is checked as integers.
+TEST(CheckpointValues, ASeedADoubleCannotHoldIsRefusedAtSave) {
+  char name[] = "/tmp/checkpoint_seed_XXXXXX";
+  const std::string dir = ::mkdtemp(name);
+  const int64_t exact = int64_t(1) << 53;
+  for (const int64_t seed : {exact, exact + 1}) {
+    cohort::DistributedSampler sampler(100, cohort::SamplerOptions().num_replicas(1).rank(0).seed(seed));
+    int64_t samples = 0;
+    cohort::CheckpointState state;
+    state.add("sampler", sampler, samples).set_step(seed == exact ? 1 : 2);
+    if (seed == exact) {
+      EXPECT_NO_THROW(cohort::save_checkpoint(dir, state));
+    } else {
+      EXPECT_THAT(error_of([&] { cohort::save_checkpoint(dir, state); }),
+                  HasSubstr("the sampler's seed 9007199254740993 cannot be saved exactly"));
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // Hostile pass 9, S1: a deleted number was read as its default (a group's Adam step as 0: another
 // bias correction, other bits) while verify said OK; a group with Adam's state steps with the engine.
 TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine) {

@@ -3,9 +3,8 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 
-#include <cmath>
+#include <cstdint>
 
-#include "checkpoint/counter_values.h"
 #include "checkpoint/entry.h"
 #include "checkpoint/sampler_values.h"
 #include "cohort/error.h"
@@ -57,8 +56,9 @@ class SamplerState : public Stateful {
   StateValues state_values() const override {
     // A checkpoint's numbers are doubles: a larger seed would be saved rounded, and a resume with the
     // rounded one, another shuffle, would pass the check below (hostile pass 9, M2).
-    COHORT_CHECK_KIND(kInvalidArgument, std::abs(double(sampler_.options().seed())) <= kTwoTo53, "the sampler's seed ",
-                      sampler_.options().seed(),
+    constexpr int64_t kExact = int64_t(1) << 53;  // compared as integers: 2^53 + 1 rounds to 2^53 as a double
+    const int64_t seed = sampler_.options().seed();
+    COHORT_CHECK_KIND(kInvalidArgument, seed >= -kExact && seed <= kExact, "the sampler's seed ", seed,
                       " cannot be saved exactly: a checkpoint's numbers are doubles (a seed from -2^53 to 2^53)");
     return {{"epoch", sampler_.epoch()},
             {"samples_in_epoch", samples_},

@@ -72,9 +72,9 @@ int64_t CheckpointConnector::logging_replicas() const {
 
 // The saved ranks' epoch sums this rank takes over: its own at the same world size and layout, else
 // rank 0 takes them all (a sum over ranks, as every sync_dist mean is, stays exact) and the others
-// none (their synchronized names at zero), scaled from the saved run's logging replicas to this run's: a pipeline of 2
-// stages saved each sample's loss twice, and resumed on 1 rank it counted the steps before the save twice (hostile pass
-// 5, M1).
+// none (their synchronized names at zero), scaled from the saved run's logging replicas to this
+// run's: a pipeline of 2 stages saved each sample's loss twice, and resumed on 1 rank it counted the
+// steps before the save twice (hostile pass 5, M1).
 void CheckpointConnector::restore_epoch_sums(const CheckpointState& state, const std::string& path,
                                              int saved_world_size) {
   const std::string count_text = state.get(kEpochSumsRanks);
@@ -92,11 +92,9 @@ void CheckpointConnector::restore_epoch_sums(const CheckpointState& state, const
       texts.push_back(state.get(epoch_sums_key(static_cast<int>(r))));
   // The other ranks hold the synchronized names with nothing summed: an epoch ending before their
   // next step (a resume at its last step) still takes every rank into the means' collective.
-  if (!same_layout && trainer_.world.rank() != 0 && count > 0) {
-    std::string zeros;
-    for (const auto& name : MetricStore::synced_names_of(state.get(epoch_sums_key(0)), path))
-      zeros += "1 0 0 " + name + "\n";
-    texts.push_back(zeros);
+  if (!same_layout && trainer_.world.rank() != 0) {
+    trainer_.metrics.restore_synced_names(Stage::kTrain, count > 0 ? state.get(epoch_sums_key(0)) : "", path);
+    return;
   }
   trainer_.metrics.restore_epoch_sums(Stage::kTrain, texts, path, replicas, saved_replicas);  // equal: unscaled
 }

@@ -141,6 +141,12 @@ std::set<std::string> MetricStore::synced_names_of(const std::string& text, cons
   return synced;
 }
 
+void MetricStore::restore_synced_names(Stage stage, const std::string& text, const std::string& source) {
+  std::map<std::string, Sum> sums;
+  for (const auto& name : synced_names_of(text, source)) sums[name].sync = true;
+  epoch_[stage] = std::move(sums);
+}
+
 void MetricStore::restore_epoch_sums(Stage stage, const std::vector<std::string>& texts, const std::string& source,
                                      int64_t times, int64_t per) {
   std::map<std::string, Sum> sums;

@@ -44,6 +44,9 @@ class MetricStore {
   /// The names of `text` (an epoch_sums_text) whose means are synchronized over ranks; a damaged
   /// text throws as restore_epoch_sums does. What a checkpoint's check reads before loading.
   static std::set<std::string> synced_names_of(const std::string& text, const std::string& source);
+  /// Sets the epoch sums of `stage` to the synchronized names of `text` with nothing summed: a rank
+  /// that takes over no saved sums still joins the means' collective at the epoch's end.
+  void restore_synced_names(Stage stage, const std::string& text, const std::string& source);
 
  private:
   struct Sum {
