@@ -150,6 +150,76 @@ TEST(TrainerResumeValuesCheck, DamagedEpochSumsAreBadAndTheResumeFallsBack) {
   std::filesystem::remove_all(dir.path + "-resume");
 }
 
+// Sets the sampler's saved `key` to `value` and reseals the manifest.
+void edit_sampler_value(const std::string& checkpoint, const std::string& key, double value) {
+  const std::string path = checkpoint + "/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(path));
+  manifest["values"]["sampler"][key] = value;
+  cohort::testing::reseal_manifest(manifest);
+  std::ofstream(path, std::ios::trunc) << manifest.dump(1);
+}
+
+// Hostile pass 9, S2: the sampler's epoch or samples_in_epoch edited within its range verified OK and
+// resumed to no training at all ("epoch 6/2") or replayed samples. Now each disagrees with the step
+// through the Trainer's saved segment: verify says BAD, and the resume falls back to step-2, whose
+// numbers (one mid-epoch, one at an epoch's end, accumulating 2 batches a step) verify OK.
+TEST(TrainerResumeValuesCheck, ASamplerPositionThatDisagreesWithTheStepIsBad) {
+  TempDir dir;
+  const std::string root = dir.path + "/checkpoints";
+  {  // 4 batches of 8 an epoch, 2 per step: steps 1 and 3 are mid-epoch, 2 and 4 at an epoch's end
+    cohort::Trainer trainer(quiet(dir.path).max_steps(3).accumulate_grad_batches(2));
+    trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+        cohort::ModelCheckpointOptions().every_n_train_steps(1).save_top_k(-1)));
+    ScriptedModule module({0.5, 0.6});
+    cohort::DataLoader train(tiny_data(32), cohort::LoaderOptions().batch_size(8));
+    trainer.fit(module, train);
+  }
+  for (const char* step : {"step-2", "step-3"}) {
+    const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + root + "/" + step);
+    EXPECT_EQ(verify.code, 0) << step << ": " << verify.out;
+  }
+  const std::string checkpoint = root + "/step-3";  // epoch 1, 16 samples, segment (1, 2, 0)
+  struct Edit {
+    const char* key;
+    double value;
+    const char* named;
+  };
+  for (const Edit& edit :
+       {Edit{"epoch", 5, "'values.sampler.epoch' is 5, but the Trainer's steps since step 2 are all of epoch 1"},
+        Edit{"epoch", 0, "'values.sampler.epoch' is 0, but the Trainer's steps since step 2 are all of epoch 1"},
+        Edit{"samples_in_epoch", 32, "'values.sampler.samples_in_epoch' is 32: 4 batch(es) of 8 samples since 0 at "
+                                     "step 2 ('user.trainer.segment.*'), 2 optimizer step(s) of 2 batch(es), not "
+                                     "the 1 up to the checkpoint's step 3"},
+        Edit{"samples_in_epoch", 0, "'values.sampler.samples_in_epoch' is 0: 0 batch(es)"},
+        Edit{"samples_in_epoch", 8, "'values.sampler.samples_in_epoch' is 8, 1 batch(es) of 8 samples: no optimizer "
+                                    "step of 2 batch(es) in an epoch of 4 ('user.trainer.epoch_batches') ends there"},
+        Edit{"samples_in_epoch", 40, "'values.sampler.samples_in_epoch' is 40, 5 batch(es) of 8 samples"}}) {
+    SCOPED_TRACE(std::string(edit.key) + " " + std::to_string(edit.value));
+    std::filesystem::copy_file(checkpoint + "/manifest.json", dir.path + "/manifest.saved",
+                               std::filesystem::copy_options::overwrite_existing);
+    edit_sampler_value(checkpoint, edit.key, edit.value);
+    const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
+    EXPECT_EQ(verify.code, 1);
+    EXPECT_THAT(verify.out, HasSubstr(checkpoint + "/manifest.json: " + edit.named));
+    if (edit.value == 5) {  // the resume falls back past it to step-2
+      ::testing::internal::CaptureStdout();
+      ::testing::internal::CaptureStderr();
+      cohort::Trainer trainer(quiet(dir.path + "-resume").max_steps(4).accumulate_grad_batches(2));
+      ScriptedModule module({0.5, 0.6});
+      cohort::DataLoader train(tiny_data(32), cohort::LoaderOptions().batch_size(8));
+      EXPECT_NO_THROW(trainer.fit(module, train, cohort::FitOptions().ckpt_path(root)));
+      const std::string out = ::testing::internal::GetCapturedStdout();
+      const std::string err = ::testing::internal::GetCapturedStderr();
+      EXPECT_THAT(out, HasSubstr("resumed from " + root + "/step-2 (step 2,"));
+      EXPECT_THAT(err, HasSubstr(edit.named));
+      EXPECT_EQ(trainer.global_step(), 4);
+    }
+    std::filesystem::copy_file(dir.path + "/manifest.saved", checkpoint + "/manifest.json",
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  std::filesystem::remove_all(dir.path + "-resume");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Values, TrainerResumeValues,
     // Checked before anything loads (hostile pass 9, S3), naming the manifest.

@@ -4,6 +4,7 @@
 // stages' shards. Run it under cohortrun, e.g.
 //   build/tools/cohortrun --nproc-per-node 4 build/examples/pipeline --stages 4 --schedule 1f1b
 // Rank 0 prints the partition, the loss as it trains, and the test accuracy. See docs/pipeline.md.
+#include <array>
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
 
@@ -101,10 +102,20 @@ struct Checkpointing {
     saved_step = state.step();  // nothing new to save before the next step
     return state.step();
   }
+  /// Where this stretch of steps began (the run's start, a resume, an epoch's start): saved with the
+  /// batch sizes under the Trainer's keys, so that a checkpoint's sampler position is checked against
+  /// its step as the Trainer's is (docs/checkpoint.md, "The position and the step").
+  void begin_segment(int64_t epoch, int64_t step) { segment = {epoch, step, samples_in_epoch}; }
   /// Every --checkpoint-every steps, and at the end (`last`) unless that step was just saved.
-  void save(int64_t step, bool last) {
+  void save(int64_t step, bool last, int64_t epoch_batches) {
     const bool every = config.checkpoint.every > 0 && step % config.checkpoint.every == 0;
     if (config.checkpoint.dir.empty() || !(every || last) || step == saved_step) return;
+    const std::string batch = std::to_string(config.batch_size * config.data_parallel);
+    state.set("trainer.global_batch", batch).set("trainer.step_batch", batch);  // one batch a step
+    state.set("trainer.epoch_batches", std::to_string(epoch_batches));
+    state.set("trainer.segment.epoch", std::to_string(segment[0]))
+        .set("trainer.segment.step", std::to_string(segment[1]))
+        .set("trainer.segment.samples", std::to_string(segment[2]));
     cohort::save_checkpoint(config.checkpoint.dir, state.set_step(step), cohort::SaveOptions().comm(comm));
     saved_step = step;
   }
@@ -112,7 +123,8 @@ struct Checkpointing {
   std::shared_ptr<cohort::Comm> comm;
   std::string from;  // the checkpoint directory to resume from, if any
   cohort::CheckpointState state;
-  int64_t samples_in_epoch = 0;  // of this epoch, all replicas together
+  int64_t samples_in_epoch = 0;  // of this epoch, all replicas together, of the batches that trained
+  std::array<int64_t, 3> segment{0, 0, 0};  // epoch, step, samples_in_epoch
   int64_t saved_step = -1;
 };
 
@@ -183,9 +195,13 @@ void train(const Config& config) {
   Checkpointing checkpoints(config, pipeline, optimizer.get(), sampler, world.comm_ptr());
   int64_t step = checkpoints.resume();
   const int64_t start_epoch = sampler.epoch();
+  // A tail too small to split into --chunks trains nothing: no step, no samples counted.
+  const int64_t batches = sampler.num_batches(config.batch_size);
+  const int64_t epoch_batches = batches - (sampler.size() - (batches - 1) * config.batch_size < config.chunks ? 1 : 0);
   double loss = 0;
   for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
     if (epoch != start_epoch) checkpoints.samples_in_epoch = 0;
+    checkpoints.begin_segment(epoch, step);
     sampler.set_epoch(epoch);
     int64_t skip = checkpoints.samples_in_epoch / (config.batch_size * config.data_parallel);  // done before the resume
     for (const auto& batch : sampler.batch_tensors(config.batch_size)) {
@@ -193,8 +209,8 @@ void train(const Config& config) {
         --skip;
         continue;
       }
-      checkpoints.samples_in_epoch += config.batch_size * config.data_parallel;
       if (batch.size(0) < config.chunks) continue;  // a tail too small to split into --chunks
+      checkpoints.samples_in_epoch += config.batch_size * config.data_parallel;
       if (optimizer) optimizer->zero_grad();
       loss = pipeline.step(train_set.images.index({batch}), train_set.labels.index({batch})).item<double>();
       // Every rank holds the batch's mean loss: all stop together before NaN weights are saved (hostile
@@ -208,12 +224,12 @@ void train(const Config& config) {
       ++step;  // on every rank: all of them stop at --max-steps together
       if (world.rank() == 0 && step % 100 == 0)
         std::printf("epoch %lld step %lld loss %.4f\n", (long long)epoch, (long long)step, loss);
-      checkpoints.save(step, false);
+      checkpoints.save(step, false, epoch_batches);
       if (config.max_steps > 0 && step >= config.max_steps) break;
     }
     if (config.max_steps > 0 && step >= config.max_steps) break;
   }
-  checkpoints.save(step, true);
+  checkpoints.save(step, true, epoch_batches);
   const double accuracy = test_accuracy(pipeline, test_set);
   if (world.rank() == 0)
     std::printf("steps %lld final loss %.4f test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",

@@ -10,6 +10,7 @@
 #include "cohort/comm_hooks.h"
 #include "cohort/data.h"
 #include "cohort/ddp.h"
+#include "cohort/dtensor.h"
 #include "cohort/error.h"
 #include "cohort/fsdp.h"
 #include "cohort/horovod.h"

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "checkpoint/position_values.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/text.h"
@@ -150,6 +151,7 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
   const auto found = m.values.find(entry);
   if (found == m.values.end()) return;
   const StateValues& values = found->second;
+  check_trainer_position(m, entry);
   check_counters_agree(values, entry, m.step, m.user.count(kTrainerStepBatchKey) > 0);
   if (values.count("zero.global_steps")) {
     check_engine_counters(m, values, entry);

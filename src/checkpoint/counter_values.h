@@ -35,8 +35,8 @@ void check_counters_agree(const StateValues& values, const std::string& entry, i
 /// engine's numbers all there (global, skipped and micro steps, the loss scaler's four, a step count
 /// per group with tensors), a group whose optimizer counts steps (Adam's exp_avg, Adagrad's sum,
 /// RMSprop's square_avg) at global_steps - skipped_steps, and a step count for each optimizer
-/// parameter with state tensors (its absence reads as "no state": Adam's bias correction restarted).
-/// Throws cohort::Error (kIO).
+/// parameter with state tensors (its absence reads as "no state": Adam's bias correction restarted),
+/// and a sampler's position against the Trainer's step (check_trainer_position). Throws cohort::Error (kIO).
 void check_entry_counters(const Manifest& manifest, const std::string& entry);
 
 /// `key` of `values` when there: a whole number in [low, high] (`range` words the bound in the

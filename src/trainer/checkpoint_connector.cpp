@@ -33,6 +33,10 @@ CheckpointState CheckpointConnector::checkpoint_state() {
   state.set(kGlobalBatchKey, std::to_string(micro));  // one micro-batch on every share
   state.set(ckpt::kTrainerStepBatchKey,
             std::to_string(micro * trainer_.strategy->accumulation()));  // per optimizer step
+  state.set(ckpt::kSegmentEpochKey, std::to_string(trainer_.segment.epoch));
+  state.set(ckpt::kSegmentStepKey, std::to_string(trainer_.segment.step));
+  state.set(ckpt::kSegmentSamplesKey, std::to_string(trainer_.segment.samples));
+  state.set(ckpt::kEpochBatchesKey, std::to_string(trainer_.train_batches));
   std::map<std::string, std::string> values;
   for (const auto& callback : trainer_.callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);

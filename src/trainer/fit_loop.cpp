@@ -76,6 +76,7 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   module->on_fit_start();
   if (const std::string ckpt = checkpoints.checkpoint_to_resume(fit_options); !ckpt.empty()) checkpoints.resume(ckpt);
   const int64_t first_step = step;
+  begin_segment();
   sanity_check();
   module->model().train(true);
   fit_started = std::chrono::steady_clock::now();
@@ -226,6 +227,7 @@ void TrainerImpl::end_epoch() {
   epoch += 1;
   train->set_epoch(epoch);
   samples_in_epoch = 0;
+  begin_segment();
   each_callback([&](Callback& c) { c.on_train_epoch_end(owner, *module); });
   agree_stop();
 }

@@ -79,6 +79,12 @@ class TrainerImpl : public ModuleLink {
   int64_t epoch = 0;             // epochs finished
   int64_t step = 0;              // optimizer steps taken
   int64_t samples_in_epoch = 0;  // consumed by all ranks in this epoch (the resume position)
+  // Where the stretch of steps at one global batch began (an epoch's start, a resume): saved, so that
+  // a checkpoint's sampler position is checked against its step (checkpoint/position_values.h).
+  struct Segment {
+    int64_t epoch = 0, step = 0, samples = 0;
+  } segment;
+  void begin_segment() { segment = {epoch, step, samples_in_epoch}; }
   int64_t train_batches =
       0;  // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
   int64_t own_batches = 0;                            // of this rank's share (train_batches unless uneven_inputs)

@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include "checkpoint/position_values.h"
+
 namespace cohort::detail {
 
 /// The user values that carry each saved rank's running training-epoch sums.
@@ -16,7 +18,7 @@ inline constexpr const char* kEpochSumsRanks = "trainer.epoch_sums.ranks";
 /// strategy, 1): the saved sums count each sample that many times.
 inline constexpr const char* kEpochSumsReplicas = "trainer.epoch_sums.replicas";
 /// One micro-batch on every share, in samples.
-inline constexpr const char* kGlobalBatchKey = "trainer.global_batch";
+inline constexpr const char* kGlobalBatchKey = ckpt::kTrainerGlobalBatchKey;
 std::string epoch_sums_key(int rank);
 
 /// Throws cohort::Error (kIO) naming 'user.<key>' and its value when a value the Trainer or its

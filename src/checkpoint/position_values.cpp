@@ -1,0 +1,69 @@
+// check_trainer_position (see position_values.h).
+#include "checkpoint/position_values.h"
+
+#include "checkpoint/counter_values.h"
+#include "checkpoint/sampler_values.h"
+#include "cohort/error.h"
+#include "cohort/number.h"
+#include "core/check.h"
+#include "core/text.h"
+
+namespace cohort::detail::ckpt {
+namespace {
+
+constexpr int64_t kWholeDoubles = (int64_t{1} << 53) - 1;  // every count a checkpoint's doubles hold
+
+// The user value `key`, a whole number in [low, high], or an Error (kIO) naming it.
+int64_t user_integer(const Manifest& m, const char* key, int64_t low, int64_t high, const std::string& what) {
+  const auto found = m.user.find(key);
+  COHORT_CHECK_KIND(kIO, found != m.user.end(), "there is no 'user.", key, "' beside 'user.", kSegmentEpochKey,
+                    "': a Trainer saves its batch sizes and where its stretch of steps began together");
+  try {
+    return parse_integer(found->second, {std::string("'user.") + key + "'", low, high, what});
+  } catch (const Error& e) {
+    throw Error(e.what(), ErrorKind::kIO);
+  }
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+void check_trainer_position(const Manifest& m, const std::string& entry) {
+  const auto found = m.values.find(entry);
+  if (found == m.values.end() || !is_sampler_values(found->second)) return;
+  if (!m.user.count(kSegmentEpochKey) && !m.user.count(kSegmentStepKey) && !m.user.count(kSegmentSamplesKey)) return;
+  const StateValues& v = found->second;
+  for (const char* key : {"epoch", "samples_in_epoch"}) {
+    COHORT_CHECK_KIND(kIO, v.count(key), "'values.", excerpt(entry), "' has no '", key, "'");
+    check_whole_value(v, entry, key, 0, double(kWholeDoubles), "0..9007199254740991 (2^53 - 1)");
+  }
+  const auto epoch = static_cast<int64_t>(v.at("epoch"));
+  const auto samples = static_cast<int64_t>(v.at("samples_in_epoch"));
+  const int64_t first_epoch = user_integer(m, kSegmentEpochKey, 0, kWholeDoubles, "an epoch");
+  const int64_t first_step = user_integer(m, kSegmentStepKey, 0, m.step, "a step up to the manifest's step");
+  const int64_t first_samples = user_integer(m, kSegmentSamplesKey, 0, samples,
+                                             "a sample count up to the sampler's samples_in_epoch");
+  const int64_t batch = user_integer(m, kTrainerGlobalBatchKey, 1, kWholeDoubles, "a sample count");
+  const int64_t step_batch = user_integer(m, kTrainerStepBatchKey, batch, kWholeDoubles, "a sample count");
+  COHORT_CHECK_KIND(kIO, step_batch % batch == 0, "'user.", kTrainerStepBatchKey, "' ", step_batch,
+                    " is no whole number of batches of 'user.", kTrainerGlobalBatchKey, "' ", batch);
+  COHORT_CHECK_KIND(kIO, epoch == first_epoch, "'values.", excerpt(entry), ".epoch' is ", epoch,
+                    ", but the Trainer's steps since step ", first_step, " are all of epoch ", first_epoch, " ('user.",
+                    kSegmentEpochKey, "')");
+  // A step ends at every accumulate-th batch of the epoch, and at its last: saves land only there.
+  const int64_t accumulate = step_batch / batch;
+  const int64_t batches = ceil_div(samples, batch), first_batches = ceil_div(first_samples, batch);
+  const int64_t epoch_batches = user_integer(m, kEpochBatchesKey, 1, kWholeDoubles, "a batch count");
+  COHORT_CHECK_KIND(kIO, batches <= epoch_batches && (batches % accumulate == 0 || batches == epoch_batches),
+                    "'values.", excerpt(entry), ".samples_in_epoch' is ", samples, ", ", batches, " batch(es) of ",
+                    batch, " samples: no optimizer step of ", accumulate, " batch(es) in an epoch of ", epoch_batches,
+                    " ('user.", kEpochBatchesKey, "') ends there");
+  const int64_t steps = ceil_div(batches, accumulate) - first_batches / accumulate;
+  COHORT_CHECK_KIND(kIO, m.step - first_step == steps, "'values.", excerpt(entry), ".samples_in_epoch' is ", samples,
+                    ": ", batches - first_batches, " batch(es) of ", batch, " samples since ", first_samples,
+                    " at step ", first_step, " ('user.trainer.segment.*'), ", steps, " optimizer step(s) of ",
+                    accumulate, " batch(es), not the ", m.step - first_step, " up to the checkpoint's step ", m.step);
+}
+
+}  // namespace cohort::detail::ckpt
