@@ -3,13 +3,18 @@
 // token embedding), with nanoGPT's parameter names (transformer.wte, transformer.h.0.attn.c_attn, ...)
 // so weights move to and from PyTorch by name (models/pytorch_models.py's GPT is the twin). Each block
 // is a sharding unit (cohort/fsdp.h): under ZeRO stage 3 one block's parameters are gathered at a time;
-// elsewhere the unit is a plain call. Presets from gpt-nano (minGPT's) to gpt2-xl: gpt_config(name).
+// elsewhere the unit is a plain call. Its Linears and embeddings are cohort::tp layers (torch's until a
+// plan splits them): gpt_tensor_parallel_plan() is Megatron's split of it over a tp group (heads and
+// MLP columns, the vocabulary, sequence-parallel LayerNorms; docs/parallelism.md). Presets from
+// gpt-nano (minGPT's) to gpt2-xl: gpt_config(name).
 #pragma once
 
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "cohort/dtensor.h"
 #include "cohort/fsdp.h"
+#include "cohort/tensor_parallel.h"
 
 #include <cmath>
 #include <functional>
@@ -108,37 +113,43 @@ struct GPTLayerNormImpl : torch::nn::Module {
 TORCH_MODULE(GPTLayerNorm);
 
 /// Multi-head causal self-attention: c_attn makes q, k and v in one Linear, c_proj mixes the heads.
+/// Split by a tensor-parallel plan, this rank holds n_head / tp of the heads (c_attn's output and
+/// c_proj's input are its heads' columns), and under sequence parallel x holds part of the positions
+/// (c_attn gathers them).
 struct CausalSelfAttentionImpl : torch::nn::Module {
-  explicit CausalSelfAttentionImpl(const GPTConfig& c) : n_head(c.n_head()), dropout(c.dropout()) {
-    c_attn = register_module("c_attn", torch::nn::Linear(torch::nn::LinearOptions(c.n_embd(), 3 * c.n_embd()).bias(c.bias())));
-    c_proj = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(c.n_embd(), c.n_embd()).bias(c.bias())));
+  explicit CausalSelfAttentionImpl(const GPTConfig& c) : head_size(c.n_embd() / c.n_head()), dropout(c.dropout()) {
+    c_attn = register_module("c_attn", cohort::tp::Linear(torch::nn::LinearOptions(c.n_embd(), 3 * c.n_embd()).bias(c.bias())));
+    c_proj = register_module("c_proj", cohort::tp::Linear(torch::nn::LinearOptions(c.n_embd(), c.n_embd()).bias(c.bias())));
   }
   /// x [B, T, E] -> [B, T, E].
   torch::Tensor forward(const torch::Tensor& x) {
-    const int64_t b = x.size(0), t = x.size(1), e = x.size(2);
-    auto qkv = c_attn(x).split(e, 2);
-    auto heads = [&](const torch::Tensor& y) { return y.view({b, t, n_head, e / n_head}).transpose(1, 2); };
+    const torch::Tensor q_k_v = c_attn(x);  // [B, T, 3 x this rank's heads' width]
+    const int64_t b = q_k_v.size(0), t = q_k_v.size(1), e = q_k_v.size(2) / 3;
+    TORCH_CHECK(e % head_size == 0, "GPT: this rank holds ", e, " of c_attn's columns per q, k, v, not whole heads of ",
+                head_size, ": n_head must divide by the tp size");
+    auto qkv = q_k_v.split(e, 2);
+    auto heads = [&](const torch::Tensor& y) { return y.view({b, t, e / head_size, head_size}).transpose(1, 2); };
     auto y = causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), is_training() ? dropout : 0.0);
     y = y.transpose(1, 2).contiguous().view({b, t, e});
     return torch::dropout(c_proj(y), dropout, is_training());
   }
-  int64_t n_head;
+  int64_t head_size;
   double dropout;
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  cohort::tp::Linear c_attn{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
 
 /// The MLP: E -> 4E, GELU (the exact, erf one), 4E -> E, dropout.
 struct GPTMLPImpl : torch::nn::Module {
   explicit GPTMLPImpl(const GPTConfig& c) : dropout(c.dropout()) {
-    c_fc = register_module("c_fc", torch::nn::Linear(torch::nn::LinearOptions(c.n_embd(), 4 * c.n_embd()).bias(c.bias())));
-    c_proj = register_module("c_proj", torch::nn::Linear(torch::nn::LinearOptions(4 * c.n_embd(), c.n_embd()).bias(c.bias())));
+    c_fc = register_module("c_fc", cohort::tp::Linear(torch::nn::LinearOptions(c.n_embd(), 4 * c.n_embd()).bias(c.bias())));
+    c_proj = register_module("c_proj", cohort::tp::Linear(torch::nn::LinearOptions(4 * c.n_embd(), c.n_embd()).bias(c.bias())));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     return torch::dropout(c_proj(torch::gelu(c_fc(x))), dropout, is_training());
   }
   double dropout;
-  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  cohort::tp::Linear c_fc{nullptr}, c_proj{nullptr};
 };
 TORCH_MODULE(GPTMLP);
 
@@ -192,9 +203,9 @@ struct GPTImpl : torch::nn::Module {
     TORCH_CHECK(c.n_embd() % c.n_head() == 0, "GPT: n_embd ", c.n_embd(), " is not a multiple of n_head ", c.n_head());
     TORCH_CHECK(c.dropout() >= 0 && c.dropout() < 1, "GPT: dropout ", c.dropout(), " is not in [0, 1)");
     transformer = register_module("transformer", std::make_shared<torch::nn::Module>());
-    wte = transformer->register_module("wte", torch::nn::Embedding(c.vocab_size(), c.n_embd()));
+    wte = transformer->register_module("wte", cohort::tp::Embedding(c.vocab_size(), c.n_embd()));
     nanogpt_init(*wte, c.n_layer());
-    wpe = transformer->register_module("wpe", torch::nn::Embedding(c.block_size(), c.n_embd()));
+    wpe = transformer->register_module("wpe", cohort::tp::Embedding(c.block_size(), c.n_embd()));
     nanogpt_init(*wpe, c.n_layer());
     auto h = transformer->register_module("h", std::make_shared<torch::nn::Module>());
     for (int64_t i = 0; i < c.n_layer(); ++i)
@@ -202,14 +213,43 @@ struct GPTImpl : torch::nn::Module {
     ln_f = transformer->register_module("ln_f", GPTLayerNorm(c.n_embd(), c.bias()));
   }
 
-  /// Token ids [B, T] (T <= block_size) -> logits [B, T, vocab_size]; the head is wte's weight.
+  /// Token ids [B, T] (T <= block_size) -> logits [B, T, vocab_size]; the head is wte's weight. Split
+  /// by a tensor-parallel plan, the logits are this rank's vocabulary columns (logits_of gives them
+  /// whole, loss_of the loss without gathering them).
   torch::Tensor forward(const torch::Tensor& idx) {
     const int64_t t = idx.size(-1);
     TORCH_CHECK(t <= config.block_size(), "GPT: sequence length ", t, " is longer than block_size ", config.block_size());
-    auto positions = torch::arange(t, idx.options().dtype(torch::kLong));
+    auto positions = torch::arange(t, idx.options().dtype(torch::kLong)).unsqueeze(0);  // [1, T]: split as idx
     auto x = torch::dropout(wte(idx) + wpe(positions), config.dropout(), is_training());
     for (auto& block : blocks) x = block(x);
-    return torch::linear(ln_f(x), wte->weight);
+    return wte->attend(ln_f(x));
+  }
+
+  /// forward's logits [B, T, vocab] whole: gathered from the tp group when split by vocabulary.
+  torch::Tensor logits_of(const torch::Tensor& logits) const {
+    if (wte->split == nullptr) return logits;
+    std::vector<int64_t> shape = logits.sizes().vec();
+    shape.back() = config.vocab_size();
+    return cohort::DTensor::from_local(logits, wte->split->comm, cohort::Placement::shard(-1), shape).full_tensor();
+  }
+  /// Under sequence parallel, the positions to append to a sequence of `t` so that it splits over the
+  /// tp group (0 otherwise).
+  int64_t sequence_padding(int64_t t) const {
+    if (wte->split == nullptr || !std::get<cohort::tp::RowwiseParallel>(wte->split->style).output_layout().is_shard())
+      return 0;
+    const int64_t ranks = wte->split->comm->size(), pad = (ranks - t % ranks) % ranks;
+    TORCH_CHECK(t + pad <= config.block_size(), "GPT: block_size ", config.block_size(),
+                " does not divide by the tp size ", ranks, ", which sequence parallel needs");
+    return pad;
+  }
+  /// The mean cross-entropy of forward's logits against targets [B, T]: loss parallel when split.
+  torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& targets) const {
+    if (wte->split == nullptr)
+      return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}));
+    std::vector<int64_t> shape = logits.sizes().vec();
+    shape.back() = config.vocab_size();
+    return cohort::tp::cross_entropy_parallel(
+        cohort::DTensor::from_local(logits, wte->split->comm, cohort::Placement::shard(-1), shape), targets);
   }
 
   /// Appends `max_new_tokens` sampled tokens to idx [B, T] (nanoGPT's generate): each from the softmax
@@ -227,7 +267,9 @@ struct GPTImpl : torch::nn::Module {
     for (int64_t i = 0; i < max_new_tokens; ++i) {
       const int64_t t = idx.size(1);
       auto context = t <= config.block_size() ? idx : idx.narrow(1, t - config.block_size(), config.block_size());
-      auto logits = run(context).select(1, context.size(1) - 1) / temperature;
+      const int64_t pad = sequence_padding(context.size(1));  // after the last token: causal, so unseen
+      if (pad > 0) context = torch::cat({context, torch::zeros({context.size(0), pad}, context.options())}, 1);
+      auto logits = logits_of(run(context)).select(1, context.size(1) - pad - 1) / temperature;
       if (top_k > 0 && top_k < logits.size(-1)) {
         auto kth = std::get<0>(torch::topk(logits, top_k)).narrow(-1, top_k - 1, 1);
         logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());
@@ -239,10 +281,33 @@ struct GPTImpl : torch::nn::Module {
 
   GPTConfig config;
   std::shared_ptr<torch::nn::Module> transformer;
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  cohort::tp::Embedding wte{nullptr}, wpe{nullptr};
   std::vector<cohort::Unit<GPTBlockImpl>> blocks;
   GPTLayerNorm ln_f{nullptr};
 };
 TORCH_MODULE(GPT);
+
+/// Megatron's tensor-parallel split of the GPT (torchtitan's plan shape): each block's heads (c_attn's
+/// q, k and v columns, fused 3) and MLP columns, their projections by rows, the token embedding and
+/// the tied head by vocabulary. With `sequence_parallel` the residual stream between them is split
+/// along the sequence (the position embedding too; the LayerNorms sum their gradients): the
+/// sequence length must then divide by the tp size. n_head must divide by the tp size.
+inline cohort::tp::ParallelizePlan gpt_tensor_parallel_plan(bool sequence_parallel) {
+  namespace tp = cohort::tp;
+  const cohort::Placement stream = sequence_parallel ? cohort::Placement::shard(1) : cohort::Placement::replicate();
+  tp::ParallelizePlan plan{
+      {"transformer.wte", tp::RowwiseParallel().output_layout(stream)},
+      {"transformer.h.*.attn.c_attn", tp::ColwiseParallel().input_layout(stream).fused(3)},
+      {"transformer.h.*.attn.c_proj", tp::RowwiseParallel().output_layout(stream)},
+      {"transformer.h.*.mlp.c_fc", tp::ColwiseParallel().input_layout(stream)},
+      {"transformer.h.*.mlp.c_proj", tp::RowwiseParallel().output_layout(stream)},
+  };
+  if (sequence_parallel) {
+    plan.push_back({"transformer.wpe", tp::RowwiseParallel().output_layout(stream)});
+    for (const char* norm : {"transformer.h.*.ln_1", "transformer.h.*.ln_2", "transformer.ln_f"})
+      plan.push_back({norm, tp::SequenceParallel()});
+  }
+  return plan;
+}
 
 }  // namespace cohort::models

@@ -2,10 +2,10 @@
 // parallelize_module(model, mesh.group_ptr("tp"), plan) splits the layers the plan names over the
 // ranks of the tp axis: ColwiseParallel (a Linear's output features, Megatron's column-parallel),
 // RowwiseParallel (its input features, row-parallel, or an Embedding's vocabulary), and
-// SequenceParallel (a LayerNorm on activations split along the sequence between them). LibTorch
-// modules have no forward hooks, so the layers a plan names are cohort::tp::Linear, Embedding and
-// LayerNorm: drop-in torch::nn modules (same options, same parameters) that behave exactly as
-// torch's until a plan splits them.
+// SequenceParallel (any module that works position by position, a layer norm, on activations split
+// along the sequence between them). LibTorch modules have no forward hooks, so the Linears and
+// Embeddings a plan splits are cohort::tp::Linear and Embedding: drop-in torch::nn modules (same
+// options, same parameters) that behave exactly as torch's until a plan splits them.
 //
 //   struct MLP : torch::nn::Module {
 //     cohort::tp::Linear up{register_module("up", cohort::tp::Linear(64, 256))};
@@ -58,8 +58,9 @@ struct RowwiseParallel {
   TORCH_ARG(Placement, output_layout) = Placement::replicate();
 };
 
-/// A LayerNorm on activations split along `sequence_dim`: no communication forward; its weight and
-/// bias gradients are summed over the ranks (each saw part of the sequence).
+/// A module that works position by position (a LayerNorm, an RMSNorm, dropout) on activations split
+/// along `sequence_dim`: no communication forward; its parameters' gradients are summed over the
+/// ranks (each saw part of the sequence) by a hook on each.
 struct SequenceParallel {
   TORCH_ARG(int64_t, sequence_dim) = 1;
 };
@@ -73,16 +74,19 @@ struct PlanEntry {
 };
 using ParallelizePlan = std::vector<PlanEntry>;
 
-namespace detail {
-struct Split;  // src/tp/split.h: the tp Comm, the style and the whole parameter shapes
-}  // namespace detail
+/// What parallelize_module leaves on a layer it split.
+struct Split {
+  std::shared_ptr<Comm> comm;  ///< the tp group
+  ParallelStyle style;
+  std::vector<int64_t> weight_shape;  ///< the whole weight's, before the cut
+};
 
 /// torch::nn::Linear that a plan can split (ColwiseParallel, RowwiseParallel).
 class LinearImpl : public torch::nn::LinearImpl {
  public:
   using torch::nn::LinearImpl::LinearImpl;
   torch::Tensor forward(const torch::Tensor& input);
-  std::shared_ptr<detail::Split> split;  ///< set by parallelize_module
+  std::shared_ptr<Split> split;  ///< set by parallelize_module
 };
 TORCH_MODULE(Linear);
 
@@ -91,18 +95,14 @@ class EmbeddingImpl : public torch::nn::EmbeddingImpl {
  public:
   using torch::nn::EmbeddingImpl::EmbeddingImpl;
   torch::Tensor forward(const torch::Tensor& indices);
-  std::shared_ptr<detail::Split> split;
+  /// A tied output head (Flax's Embed.attend): the logits of `x` against the embedding's weight.
+  /// Split by vocabulary, the logits stay split (Shard(-1), for cross_entropy_parallel) and `x`,
+  /// laid out as this embedding's output (Replicate, or Shard(1) under sequence parallel), is
+  /// gathered first.
+  torch::Tensor attend(const torch::Tensor& x);
+  std::shared_ptr<Split> split;
 };
 TORCH_MODULE(Embedding);
-
-/// torch::nn::LayerNorm that a plan can run on sequence-split activations (SequenceParallel).
-class LayerNormImpl : public torch::nn::LayerNormImpl {
- public:
-  using torch::nn::LayerNormImpl::LayerNormImpl;
-  torch::Tensor forward(const torch::Tensor& input);
-  std::shared_ptr<detail::Split> split;
-};
-TORCH_MODULE(LayerNorm);
 
 /// Splits the modules of `module` the plan names over `tp`'s ranks: every entry must name at least
 /// one module, of a kind its style splits (one-line errors otherwise). Collective only in that

@@ -3,7 +3,6 @@
 // sequence parallelism.
 #include <torch/nn/functional/embedding.h>
 #include <torch/nn/functional/linear.h>
-#include <torch/nn/functional/normalization.h>
 
 #include "core/check.h"
 #include "tp/split.h"
@@ -12,9 +11,7 @@ namespace cohort::tp {
 namespace detail {
 
 torch::Tensor sum_grad_over(const torch::Tensor& replicated, const std::shared_ptr<Comm>& comm) {
-  return DTensor::from_local(replicated, comm, Placement::replicate())
-      .redistribute(Placement::replicate(), Placement::partial())
-      .to_local();
+  return relayout(replicated, comm, Placement::replicate(), Placement::replicate(), Placement::partial());
 }
 
 torch::Tensor relayout(const torch::Tensor& local, const std::shared_ptr<Comm>& comm, const Placement& from,
@@ -37,7 +34,7 @@ void check_even(const torch::Tensor& whole, const Placement& layout, const Comm&
 }
 
 torch::Tensor column_parallel(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
-                              const detail::Split& split, const ColwiseParallel& style) {
+                              const Split& split, const ColwiseParallel& style) {
   // The input whole on every rank; its gradient is each rank's partial sum, summed (f, or the gather's
   // reduce-scatter under sequence parallel).
   const torch::Tensor x = detail::relayout(input, split.comm, style.input_layout(), Placement::replicate(),
@@ -52,7 +49,7 @@ torch::Tensor column_parallel(const torch::Tensor& input, const torch::Tensor& w
 }
 
 torch::Tensor row_parallel(const torch::Tensor& input, const torch::Tensor& weight, const torch::Tensor& bias,
-                           const detail::Split& split, const RowwiseParallel& style) {
+                           const Split& split, const RowwiseParallel& style) {
   torch::Tensor x = input;
   if (style.input_layout().is_replicate()) {  // cut here; the gradient gathered back
     x = DTensor::from_local(input, split.comm, Placement::replicate()).redistribute(Placement::shard(-1)).to_local();
@@ -88,11 +85,13 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& indices) {
   return DTensor::from_local(rows, split->comm, Placement::partial()).redistribute(style.output_layout()).to_local();
 }
 
-torch::Tensor LayerNormImpl::forward(const torch::Tensor& input) {
-  if (split == nullptr) return torch::nn::LayerNormImpl::forward(input);
-  const torch::Tensor w = weight.defined() ? detail::sum_grad_over(weight, split->comm) : weight;
-  const torch::Tensor b = bias.defined() ? detail::sum_grad_over(bias, split->comm) : bias;
-  return torch::layer_norm(input, options.normalized_shape(), w, b, options.eps());
+torch::Tensor EmbeddingImpl::attend(const torch::Tensor& x) {
+  if (split == nullptr) return torch::nn::functional::linear(x, weight);
+  const auto& style = std::get<RowwiseParallel>(split->style);
+  // Every rank's vocabulary rows against the whole input: the input's gradient is a partial sum.
+  const torch::Tensor whole = detail::relayout(x, split->comm, style.output_layout(), Placement::replicate(),
+                                               Placement::partial());
+  return torch::nn::functional::linear(whole, weight);
 }
 
 }  // namespace cohort::tp

@@ -1,6 +1,8 @@
 // parallelize_module (cohort/tensor_parallel.h): matches the plan's names against the module tree,
 // cuts each named layer's parameters in place (set_data: the same tensors, so an optimizer built
 // before still holds them) and leaves the layer its Split.
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "core/check.h"
@@ -70,12 +72,8 @@ void split_linear(LinearImpl& linear, const std::string& name, const std::shared
     COHORT_CHECK_KIND(kInvalidArgument, !row->output_layout().is_partial(), "RowwiseParallel on '", name,
                       "': its output is summed: Replicate() or Shard(1), not Partial(sum)");
     set_cut(linear.weight, 1, *tp);
-  } else {
-    COHORT_CHECK_KIND(kInvalidArgument, false, "SequenceParallel on '", name,
-                      "', a Linear: sequence parallel runs LayerNorms (cohort::tp::LayerNorm); a Linear is "
-                      "ColwiseParallel or RowwiseParallel");
   }
-  linear.split = std::make_shared<detail::Split>(detail::Split{tp, style, shape});
+  linear.split = std::make_shared<Split>(Split{tp, style, shape});
 }
 
 void split_embedding(EmbeddingImpl& embedding, const std::string& name, const std::shared_ptr<Comm>& tp,
@@ -91,18 +89,31 @@ void split_embedding(EmbeddingImpl& embedding, const std::string& name, const st
                     "vocabulary's rows)");
   const std::vector<int64_t> shape = embedding.weight.sizes().vec();
   set_cut(embedding.weight, 0, *tp);
-  embedding.split = std::make_shared<detail::Split>(detail::Split{tp, style, shape});
+  embedding.split = std::make_shared<Split>(Split{tp, style, shape});
 }
 
-void split_layer_norm(LayerNormImpl& norm, const std::string& name, const std::shared_ptr<Comm>& tp,
-                      const ParallelStyle& style) {
-  COHORT_CHECK_KIND(kInvalidArgument, std::holds_alternative<SequenceParallel>(style), style_name(style), " on '", name,
-                    "', a LayerNorm: a LayerNorm runs SequenceParallel");
-  norm.split = std::make_shared<detail::Split>(detail::Split{tp, style, {}});
+// Each parameter's gradient summed over the tp ranks as it is made (before DDP or the ZeRO engine
+// see it): the module ran on this rank's positions only. A parameter summed once already is refused.
+void sum_gradients_over(torch::nn::Module& module, const std::string& name, const std::shared_ptr<Comm>& tp) {
+  static std::mutex mutex;
+  static std::set<const void*> summed;
+  const auto parameters = module.parameters();
+  COHORT_CHECK_KIND(kInvalidArgument, !parameters.empty(), "SequenceParallel on '", name,
+                    "': it has no parameters, and a module without them needs no plan entry");
+  for (const torch::Tensor& p : parameters) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      COHORT_CHECK_KIND(kInvalidArgument, summed.insert(p.unsafeGetTensorImpl()).second, "parallelize_module: '", name,
+                        "' is split already (SequenceParallel)");
+    }
+    std::shared_ptr<Comm> comm = tp;
+    p.register_hook([comm](const torch::Tensor& grad) { return comm->allreduce(grad.clone()); });
+  }
 }
 
 void split_one(torch::nn::Module& module, const std::string& name, const std::shared_ptr<Comm>& tp,
                const ParallelStyle& style) {
+  if (std::holds_alternative<SequenceParallel>(style)) return sum_gradients_over(module, name, tp);
   if (auto* linear = dynamic_cast<LinearImpl*>(&module)) {
     COHORT_CHECK_KIND(kInvalidArgument, linear->split == nullptr, "parallelize_module: '", name, "' is split already");
     return split_linear(*linear, name, tp, style);
@@ -112,15 +123,11 @@ void split_one(torch::nn::Module& module, const std::string& name, const std::sh
                       "' is split already");
     return split_embedding(*embedding, name, tp, style);
   }
-  if (auto* norm = dynamic_cast<LayerNormImpl*>(&module)) {
-    COHORT_CHECK_KIND(kInvalidArgument, norm->split == nullptr, "parallelize_module: '", name, "' is split already");
-    return split_layer_norm(*norm, name, tp, style);
-  }
   std::string kind = module.name();  // "torch::nn::LinearImpl": the holder's name users write
   if (kind.size() > 4 && kind.compare(kind.size() - 4, 4, "Impl") == 0) kind.resize(kind.size() - 4);
   COHORT_CHECK_KIND(kInvalidArgument, false, "parallelize_module: '", name, "' is a ", kind, "; ", style_name(style),
-                    " splits cohort::tp::Linear, Embedding or LayerNorm (LibTorch modules have no forward hooks: "
-                    "build the layer as the cohort::tp one, the same module until it is split)");
+                    " splits cohort::tp::Linear or Embedding (LibTorch modules have no forward hooks: build the "
+                    "layer as the cohort::tp one, the same module until it is split)");
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
-// What parallelize_module leaves on a layer it split: the tp Comm, the style, and the whole shape of
-// the weight it cut (the layer's own options keep the whole sizes), plus the two autograd helpers
-// every split layer uses on its replicated parameters and its inputs.
+// The two autograd helpers every split layer (cohort/tensor_parallel.h) uses on its replicated
+// parameters and its inputs.
 #pragma once
 
 #include <torch/types.h>
@@ -12,12 +11,6 @@
 #include "cohort/tensor_parallel.h"
 
 namespace cohort::tp::detail {
-
-struct Split {
-  std::shared_ptr<Comm> comm;
-  ParallelStyle style;
-  std::vector<int64_t> weight_shape;  // before the cut
-};
 
 /// Megatron's f on a replicated tensor (a parameter used on sequence-split activations): identity
 /// forward, the gradient summed over the ranks.

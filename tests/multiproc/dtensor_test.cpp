@@ -15,11 +15,11 @@
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
 namespace dtensor_test {
 
-using ::testing::HasSubstr;
 using cohort::DTensor;
 using cohort::Placement;
 using cohort::testing::error_of;
 using cohort::testing::run_ranks;
+using ::testing::HasSubstr;
 
 namespace {
 
@@ -127,7 +127,9 @@ TEST(DTensor, EachRedistributionsGradientIsTheWholeComputations) {
 TEST(DTensor, BadLayoutsAreOneLineErrors) {
   run_ranks(2, [](int rank, int) {
     auto comm = cohort::init().comm_ptr();
-    EXPECT_THAT(error_of([&] { DTensor::from_local(torch::zeros({3, 2}), comm, Placement::shard(0), {8, 2}); }),
+    EXPECT_THAT(error_of([&] {
+                  DTensor::from_local(torch::zeros({3, 2}), comm, Placement::shard(0), {8, 2});
+                }),
                 HasSubstr("DTensor::from_local: rank " + std::to_string(rank) +
                           "'s local tensor has shape [3, 2], its Shard(0) part of [8, 2] over 2 rank(s) is [4, 2]"));
     EXPECT_THAT(error_of([&] { DTensor::distribute(torch::zeros({4}), comm, Placement::shard(1)); }),
