@@ -30,9 +30,9 @@
 namespace checkpoint_values_test {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using cohort::testing::error_of;
 using cohort::testing::ToolRun;
+using ::testing::HasSubstr;
 using Change = std::function<void(nlohmann::json&)>;
 
 namespace {
@@ -127,8 +127,9 @@ TEST(CheckpointValues, ASamplerPositionNoSamplerReachesFallsBackAndVerifiesBad) 
 // Hostile pass 6: a number no sampler saves ("epochs", a typo of a hand edit) was taken silently.
 TEST(CheckpointValues, ANumberNoSamplerSavesMakesTheCheckpointUnusable) {
   Fixture f;
-  f.expect_unusable({{sampler_value("epochs", 3), "'values.sampler.epochs' is not a number a sampler saves (epoch, "
-                                                  "samples_in_epoch, dataset_size, seed, shuffle)"}});
+  f.expect_unusable({{sampler_value("epochs", 3),
+                      "'values.sampler.epochs' is not a number a sampler saves (epoch, "
+                      "samples_in_epoch, dataset_size, seed, shuffle)"}});
 }
 
 // Hostile pass 7, S2: a sampler's number deleted verified OK, and the resume failed on every rank
@@ -137,10 +138,12 @@ TEST(CheckpointValues, ASamplerNumberDeletedMakesTheCheckpointUnusable) {
   Fixture f;
   const auto without = [](const char* key) { return [=](nlohmann::json& j) { j["values"]["sampler"].erase(key); }; };
   f.expect_unusable({
-      {without("seed"), "'values.sampler' has no 'seed': a sampler saves epoch, samples_in_epoch, dataset_size, seed "
-                        "and shuffle"},
-      {without("dataset_size"), "'values.sampler' has no 'dataset_size': a sampler saves epoch, samples_in_epoch, "
-                                "dataset_size, seed and shuffle"},
+      {without("seed"),
+       "'values.sampler' has no 'seed': a sampler saves epoch, samples_in_epoch, dataset_size, seed "
+       "and shuffle"},
+      {without("dataset_size"),
+       "'values.sampler' has no 'dataset_size': a sampler saves epoch, samples_in_epoch, "
+       "dataset_size, seed and shuffle"},
   });
 }
 
@@ -152,7 +155,10 @@ TEST(CheckpointValues, ABadStepOrTensorListFallsBackAndVerifiesBad) {
       {[](nlohmann::json& j) { j["step"] = -5; }, "'step' is -5, not a step count (0 or more)"},
       {[](nlohmann::json& j) { j["step"] = 7; }, "'step' is 7, but its directory is step-20"},
       {[](nlohmann::json& j) { j["tensors"] = nullptr; }, "'tensors' is null, not a list"},
-      {[](nlohmann::json& j) { j["files"] = {{"name", "x"}}; }, "'files' is {\"name\":\"x\"}, not a list"},
+      {[](nlohmann::json& j) {
+         j["files"] = {{"name", "x"}};
+       },
+       "'files' is {\"name\":\"x\"}, not a list"},
   });
   // Hostile pass 9: shown as the size a shard "expects" (-9223372036854775777), or verified OK.
   const std::string file = nlohmann::json::parse(f.original)["files"][0]["name"];
@@ -201,8 +207,9 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
   // what it cannot see.
   const ToolRun verify = tool("verify " + f.dir);
   EXPECT_EQ(verify.code, 0) << verify.out;
-  EXPECT_EQ(verify.out, f.step + ": OK (every file matches the manifest; format version 1 carries no checksum of "
-                                 "its numbers, so an edit of them cannot be seen)\n");
+  EXPECT_EQ(verify.out, f.step +
+                            ": OK (every file matches the manifest; format version 1 carries no checksum of "
+                            "its numbers, so an edit of them cannot be seen)\n");
 }
 
 // Hostile pass 6, S1: an Adam step count of -5 (resealed) verified OK and resumed to a model at 10%
@@ -226,8 +233,10 @@ TEST(CheckpointValues, AnOptimizerCounterNoRunHasFallsBackAndVerifiesBad) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"g0.p0.step", "-5, outside 0..9007199254740991 (2^53 - 1)"},
       {"g0.p1.step", "2.5, not a whole number"},
-      {"g0.lr", "-1, not a learning rate (0 or more, at most 3.4028234663852886e+38: a float's largest)"},
-      {"g0.lr", "1e+300, not a learning rate (0 or more, at most 3.4028234663852886e+38: a float's largest)"},
+      {"g0.lr", "-1, not a learning rate (0 to 1e+06: no optimizer trains at a larger one)"},
+      {"g0.lr", "1e+300, not a learning rate (0 to 1e+06: no optimizer trains at a larger one)"},
+      // Adam's bias correction overflowed a float with 3e38 (hostile pass 10, S4).
+      {"g0.lr", "3e+38, not a learning rate (0 to 1e+06: no optimizer trains at a larger one)"},
   };
   for (const auto& [key, why] : cases) {
     auto j = original;
@@ -256,10 +265,12 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
   const auto error = [](const char* key, double value) {
     return error_of([&] { check_counter_values({{key, value}}, "engine"); });
   };
-  EXPECT_EQ(error("zero.group3.step", -5), "'values.engine.zero.group3.step' is -5, outside 0..9007199254740991 (2^53 - 1)");
+  EXPECT_EQ(error("zero.group3.step", -5),
+            "'values.engine.zero.group3.step' is -5, outside 0..9007199254740991 (2^53 - 1)");
   const std::string not_a_scale = ", not a loss scale (more than 0, at most 3.4028234663852886e+38: a float's largest)";
   EXPECT_EQ(error("zero.loss_scaler.scale", 0), "'values.engine.zero.loss_scaler.scale' is 0" + not_a_scale);
-  EXPECT_EQ(error("zero.loss_scaler.scale", 1e300 * 1e300), "'values.engine.zero.loss_scaler.scale' is inf" + not_a_scale);
+  EXPECT_EQ(error("zero.loss_scaler.scale", 1e300 * 1e300),
+            "'values.engine.zero.loss_scaler.scale' is inf" + not_a_scale);
   // Hostile pass 8, S2: 4e38 fits a double, not the float the loss is scaled in: every resume ended in NaN.
   EXPECT_EQ(error("zero.loss_scaler.scale", 4e38), "'values.engine.zero.loss_scaler.scale' is 4e+38" + not_a_scale);
   // Hostile pass 8, S1: the scaler's counters were cast unchecked.
@@ -273,10 +284,13 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
   // Hostile pass 7, S1: the engine's own counters were cast to integers unchecked.
   EXPECT_EQ(error("zero.micro_steps", 1e300),
             "'values.engine.zero.micro_steps' is 1e+300, outside 0..9007199254740991 (2^53 - 1)");
-  EXPECT_EQ(error("zero.global_steps", -3), "'values.engine.zero.global_steps' is -3, outside 0..9007199254740991 (2^53 - 1)");
+  EXPECT_EQ(error("zero.global_steps", -3),
+            "'values.engine.zero.global_steps' is -3, outside 0..9007199254740991 (2^53 - 1)");
   EXPECT_EQ(error("zero.skipped_steps", 0.5), "'values.engine.zero.skipped_steps' is 0.5, not a whole number");
   EXPECT_NO_THROW(check_counter_values({{"zero.loss_scaler.scale", 65536}, {"zero.group3.step", 7}}, "engine"));
-  EXPECT_EQ(error_of([] { check_counter_values({{"zero.global_steps", 2}, {"zero.bogus", 1}}, "engine"); }),
+  EXPECT_EQ(error_of([] {
+              check_counter_values({{"zero.global_steps", 2}, {"zero.bogus", 1}}, "engine");
+            }),
             "'values.engine.zero.bogus' is 1: the ZeRO engine saves no such number");
 }
 
@@ -284,8 +298,11 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
 // OK and resumed on another WarmupLR schedule; the counters are held to each other and to the step.
 TEST(CheckpointValues, TheEnginesCountersAgreeWithEachOtherAndTheTrainersStep) {
   using cohort::detail::ckpt::check_counters_agree;
-  const cohort::StateValues good = {{"zero.global_steps", 8}, {"zero.skipped_steps", 1}, {"zero.micro_steps", 16},
-                                    {"zero.group0.step", 7},  {"zero.group1.step", 0}};  // SGD keeps no count
+  const cohort::StateValues good = {{"zero.global_steps", 8},
+                                    {"zero.skipped_steps", 1},
+                                    {"zero.micro_steps", 16},
+                                    {"zero.group0.step", 7},
+                                    {"zero.group1.step", 0}};  // SGD keeps no count
   EXPECT_NO_THROW(check_counters_agree(good, "engine", 8, true));
   EXPECT_NO_THROW(check_counters_agree(good, "engine", 3, false));  // a step of the user's own numbering
   EXPECT_NO_THROW(check_counters_agree({{"g0.p0.step", 3}}, "optimizer", 8, true));  // not the engine's
@@ -301,8 +318,9 @@ TEST(CheckpointValues, TheEnginesCountersAgreeWithEachOtherAndTheTrainersStep) {
             "'values.engine.zero.global_steps' is 8 and 'zero.skipped_steps' 9: more steps skipped than taken");
   EXPECT_EQ(error("zero.micro_steps", 3),
             "'values.engine.zero.global_steps' is 8 and 'zero.micro_steps' 3: more optimizer steps than micro-batches");
-  EXPECT_EQ(error("zero.global_steps", 12),
-            "'values.engine.zero.global_steps' is 12 at the Trainer's step 8: the engine steps once per optimizer step");
+  EXPECT_EQ(
+      error("zero.global_steps", 12),
+      "'values.engine.zero.global_steps' is 12 at the Trainer's step 8: the engine steps once per optimizer step");
 }
 
 // Hostile pass 9, M2: a seed past 2^53 was saved rounded (as a double), and a resume with the rounded
@@ -332,10 +350,14 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
   using cohort::detail::ckpt::check_entry_counters;
   cohort::detail::ckpt::Manifest m;
   m.step = 8;
-  m.values["engine"] = {{"zero.global_steps", 8},      {"zero.micro_steps", 8},
-                        {"zero.skipped_steps", 1},     {"zero.group0.step", 7},
-                        {"zero.group1.step", 0},       {"zero.loss_scaler.scale", 1},
-                        {"zero.loss_scaler.iter", 0},  {"zero.loss_scaler.last_overflow_iter", -1},
+  m.values["engine"] = {{"zero.global_steps", 8},
+                        {"zero.micro_steps", 8},
+                        {"zero.skipped_steps", 1},
+                        {"zero.group0.step", 7},
+                        {"zero.group1.step", 0},
+                        {"zero.loss_scaler.scale", 1},
+                        {"zero.loss_scaler.iter", 0},
+                        {"zero.loss_scaler.last_overflow_iter", -1},
                         {"zero.loss_scaler.hysteresis_left", 2}};
   m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.p0.step", 3}};
   for (const char* name : {"engine/group0.master", "engine/group0.exp_avg", "engine/group1.momentum_buffer",
@@ -344,8 +366,9 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
     m.tensors.back().name = name;
   }
   const auto error = [&](const std::string& entry) { return error_of([&] { check_entry_counters(m, entry); }); };
-  EXPECT_EQ(error("optimizer"), "'values.optimizer' has no 'g0.p1.step': a parameter saved with optimizer state "
-                                "('momentum_buffer') has one");
+  EXPECT_EQ(error("optimizer"),
+            "'values.optimizer' has no 'g0.p1.step': a parameter saved with optimizer state "
+            "('momentum_buffer') has one");
   m.values["optimizer"]["g0.p1.step"] = 0;  // SGD's momentum counts no steps
   EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
   m.user[cohort::detail::ckpt::kTrainerStepBatchKey] = "32";
@@ -355,15 +378,24 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
   EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
   EXPECT_NO_THROW(check_entry_counters(m, "engine"));
   m.values["engine"]["zero.group0.step"] = 4;
-  EXPECT_EQ(error("engine"), "'values.engine.zero.group0.step' is 4, not the engine's 7 steps taken (global_steps - "
-                             "skipped_steps) for a group with 'exp_avg'");
+  EXPECT_EQ(error("engine"),
+            "'values.engine.zero.group0.step' is 4, not the engine's 7 steps taken (global_steps - "
+            "skipped_steps) for a group with 'exp_avg'");
   m.values["engine"].erase("zero.group1.step");
   m.values["engine"]["zero.group0.step"] = 7;
-  EXPECT_EQ(error("engine"), "'values.engine' has no 'zero.group1.step': the ZeRO engine saves a step count for each "
-                             "group");
+  EXPECT_EQ(error("engine"),
+            "'values.engine' has no 'zero.group1.step': the ZeRO engine saves a step count for each "
+            "group");
   m.values["engine"].erase("zero.loss_scaler.iter");
-  EXPECT_EQ(error("engine"), "'values.engine' has no 'zero.loss_scaler.iter': the ZeRO engine saves it with every "
-                             "checkpoint");
+  EXPECT_EQ(error("engine"),
+            "'values.engine' has no 'zero.loss_scaler.iter': the ZeRO engine saves it with every "
+            "checkpoint");
+  // Hostile pass 10, S3: without global_steps the numbers were not taken for the engine's at all.
+  m.values["engine"]["zero.loss_scaler.iter"] = 0;
+  m.values["engine"].erase("zero.global_steps");
+  EXPECT_EQ(error("engine"),
+            "'values.engine' has no 'zero.global_steps': the ZeRO engine saves it with every "
+            "checkpoint");
 }
 
 // The same through a save, a resume (falls back) and cohort-ckpt verify (BAD).
@@ -371,10 +403,14 @@ TEST(CheckpointValues, EngineCountersThatDisagreeMakeTheCheckpointUnusable) {
   struct Counters : cohort::Stateful {
     std::vector<cohort::StateTensor> state_tensors() override { return {}; }
     cohort::StateValues state_values() const override {
-      return {{"zero.global_steps", 8},      {"zero.micro_steps", 8},
-              {"zero.skipped_steps", 0},     {"zero.group0.step", 8},
-              {"zero.loss_scaler.scale", 1}, {"zero.loss_scaler.iter", 0},
-              {"zero.loss_scaler.last_overflow_iter", -1}, {"zero.loss_scaler.hysteresis_left", 2}};
+      return {{"zero.global_steps", 8},
+              {"zero.micro_steps", 8},
+              {"zero.skipped_steps", 0},
+              {"zero.group0.step", 8},
+              {"zero.loss_scaler.scale", 1},
+              {"zero.loss_scaler.iter", 0},
+              {"zero.loss_scaler.last_overflow_iter", -1},
+              {"zero.loss_scaler.hysteresis_left", 2}};
     }
   } counters;
   Fixture f;
@@ -396,7 +432,8 @@ TEST(CheckpointValues, EngineCountersThatDisagreeMakeTheCheckpointUnusable) {
   EXPECT_EQ(info->step, 8);
   EXPECT_TRUE(info->skipped.empty());
   // step-4's counters say 8: the engine's global_steps against the Trainer's step 4.
-  const std::string problem = root + "/step-4/manifest.json: 'values.engine.zero.global_steps' is 8 at the "
+  const std::string problem = root +
+                              "/step-4/manifest.json: 'values.engine.zero.global_steps' is 8 at the "
                               "Trainer's step 4: the engine steps once per optimizer step";
   const ToolRun verify = tool("verify " + root + "/step-4");
   EXPECT_EQ(verify.code, 1);
@@ -413,10 +450,10 @@ TEST(CheckpointValues, EngineCountersThatDisagreeMakeTheCheckpointUnusable) {
 // own (what a resume compares with its run): an edited header showed one mode and resumed another.
 TEST(CheckpointValues, AHeaderModeTheValuesDoNotShareMakesTheCheckpointUnusable) {
   Fixture f;
-  f.expect_unusable({{[](nlohmann::json& j) { j["zero_stage"] = 3; },
-                      "'zero_stage' is 3 but the values say DDP (no ZeRO engine)"},
-                     {[](nlohmann::json& j) { j["values"]["model"]["zero_stage"] = 1e300; },
-                      "'values.model.zero_stage' is 1e+300, not a ZeRO stage (0 to 3)"}});
+  f.expect_unusable(
+      {{[](nlohmann::json& j) { j["zero_stage"] = 3; }, "'zero_stage' is 3 but the values say DDP (no ZeRO engine)"},
+       {[](nlohmann::json& j) { j["values"]["model"]["zero_stage"] = 1e300; },
+        "'values.model.zero_stage' is 1e+300, not a ZeRO stage (0 to 3)"}});
 }
 
 // Probe D9: "'values' has the wrong type ({"engine":{...200 characters of other values".
@@ -449,9 +486,7 @@ TEST(CheckpointValues, InfoPrintsWholeNumbersExactlyAndOthersInFull) {
 // 100 KB printed whole. A checkpoint may come from anyone: escaped and cut as messages quote them.
 TEST(CheckpointValues, InfoEscapesAndCutsTheUserValues) {
   Fixture f;
-  f.edit([](nlohmann::json& j) {
-    j["user"]["evil"] = "\x1b[31mRED\r" + std::string(100000, 'A');
-  });
+  f.edit([](nlohmann::json& j) { j["user"]["evil"] = "\x1b[31mRED\r" + std::string(100000, 'A'); });
   const ToolRun info = tool("info " + f.dir);
   EXPECT_EQ(info.code, 0) << info.out;
   EXPECT_EQ(info.out.find('\x1b'), std::string::npos);

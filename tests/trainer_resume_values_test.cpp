@@ -134,8 +134,10 @@ TEST(TrainerResumeValuesCheck, DamagedEpochSumsAreBadAndTheResumeFallsBack) {
     edit_user_value(checkpoint, "trainer.epoch_sums.0", damage);
     const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
     EXPECT_EQ(verify.code, 1) << damage;
-    EXPECT_THAT(verify.out, HasSubstr(checkpoint + "/manifest.json: 'user.trainer.epoch_sums.0': the epoch's logged "
-                                      "values are damaged (line \"" + std::string(damage) + "\")"));
+    EXPECT_THAT(verify.out, HasSubstr(checkpoint +
+                                      "/manifest.json: 'user.trainer.epoch_sums.0': the epoch's logged "
+                                      "values are damaged (line \"" +
+                                      std::string(damage) + "\")"));
   }
   ::testing::internal::CaptureStdout();
   ::testing::internal::CaptureStderr();
@@ -145,7 +147,8 @@ TEST(TrainerResumeValuesCheck, DamagedEpochSumsAreBadAndTheResumeFallsBack) {
   EXPECT_NO_THROW(trainer.fit(module, train, cohort::FitOptions().ckpt_path(root)));
   const std::string out = ::testing::internal::GetCapturedStdout();
   ::testing::internal::GetCapturedStderr();
-  EXPECT_THAT(out, HasSubstr("resumed from " + root + "/step-2 (step 2, saved by 1 rank(s)); newer checkpoints were "
+  EXPECT_THAT(out, HasSubstr("resumed from " + root +
+                             "/step-2 (step 2, saved by 1 rank(s)); newer checkpoints were "
                              "unusable"));
   std::filesystem::remove_all(dir.path + "-resume");
 }
@@ -187,13 +190,19 @@ TEST(TrainerResumeValuesCheck, ASamplerPositionThatDisagreesWithTheStepIsBad) {
   for (const Edit& edit :
        {Edit{"epoch", 5, "'values.sampler.epoch' is 5, but the Trainer's steps since step 2 are all of epoch 1"},
         Edit{"epoch", 0, "'values.sampler.epoch' is 0, but the Trainer's steps since step 2 are all of epoch 1"},
-        Edit{"samples_in_epoch", 32, "'values.sampler.samples_in_epoch' is 32: 4 batch(es) of 8 samples since 0 at "
-                                     "step 2 ('user.trainer.segment.*'), 2 optimizer step(s) of 2 batch(es), not "
-                                     "the 1 up to the checkpoint's step 3"},
+        Edit{"samples_in_epoch", 32,
+             "'values.sampler.samples_in_epoch' is 32: 4 batch(es) of 8 samples since 0 at "
+             "step 2 ('user.trainer.segment.*'), 2 optimizer step(s) of 2 batch(es), not "
+             "the 1 up to the checkpoint's step 3"},
         Edit{"samples_in_epoch", 0, "'values.sampler.samples_in_epoch' is 0: 0 batch(es)"},
-        Edit{"samples_in_epoch", 8, "'values.sampler.samples_in_epoch' is 8, 1 batch(es) of 8 samples: no optimizer "
-                                    "step of 2 batch(es) in an epoch of 4 ('user.trainer.epoch_batches') ends there"},
-        Edit{"samples_in_epoch", 40, "'values.sampler.samples_in_epoch' is 40, 5 batch(es) of 8 samples"}}) {
+        Edit{"samples_in_epoch", 8,
+             "'values.sampler.samples_in_epoch' is 8, 1 batch(es) of 8 samples: no optimizer "
+             "step of 2 batch(es) in an epoch of 4 ('user.trainer.epoch_batches') ends there"},
+        Edit{"samples_in_epoch", 40, "'values.sampler.samples_in_epoch' is 40, 5 batch(es) of 8 samples"},
+        // Hostile pass 10, S2: within the batches of a step, but no whole batch.
+        Edit{"samples_in_epoch", 13,
+             "'values.sampler.samples_in_epoch' is 13: not 2 whole batch(es) of 8 samples "
+             "('user.trainer.global_batch') before the epoch's last of 4"}}) {
     SCOPED_TRACE(std::string(edit.key) + " " + std::to_string(edit.value));
     std::filesystem::copy_file(checkpoint + "/manifest.json", dir.path + "/manifest.saved",
                                std::filesystem::copy_options::overwrite_existing);
@@ -218,6 +227,22 @@ TEST(TrainerResumeValuesCheck, ASamplerPositionThatDisagreesWithTheStepIsBad) {
                                std::filesystem::copy_options::overwrite_existing);
   }
   std::filesystem::remove_all(dir.path + "-resume");
+}
+
+// Hostile pass 10, S5: without the count of ranks the epoch sums were skipped on rank 0 alone, and the
+// resume failed after "resumed from" with map::at.
+TEST(TrainerResumeValuesCheck, EpochSumsWithoutTheirCountOfRanksAreBad) {
+  TempDir dir;
+  const std::string checkpoint = save_one(dir.path);
+  const std::string path = checkpoint + "/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(path));
+  manifest["user"].erase("trainer.epoch_sums.ranks");
+  cohort::testing::reseal_manifest(manifest);
+  std::ofstream(path, std::ios::trunc) << manifest.dump(1);
+  const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
+  EXPECT_EQ(verify.code, 1);
+  EXPECT_THAT(verify.out, HasSubstr(path + ": there is no 'user.trainer.epoch_sums.ranks' beside "
+                                           "'user.trainer.epoch_sums.0': a Trainer saves how many ranks' epoch sums"));
 }
 
 INSTANTIATE_TEST_SUITE_P(

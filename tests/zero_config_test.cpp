@@ -329,6 +329,9 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
   EXPECT_ERROR(R"({"optimizer": {"params": {"lr": 0.1}}})", "optimizer.type is missing (SGD, Adam or AdamW)");
   EXPECT_ERROR(R"({"optimizer": {"type": "SGD"}})", "optimizer.params.lr is missing: SGD has no default learning rate");
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"lr": -0.1}}})", "optimizer.params.lr=-0.1 must be >= 0");
+  // Hostile pass 10, S4: 3e38 reached Adam, whose step overflowed a float with c10's text, naming nothing.
+  EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"lr": 3e38}}})",
+               "optimizer.params.lr=3e+38 is above 1e+06: no optimizer trains at such a rate");
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})",
                "optimizer.params.betas=[0.9] is not a list of two numbers in [0, 1)");
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}}})",
@@ -406,7 +409,8 @@ TEST(ZeroConfig, AnArrayOfAMillionObjectsIsReadInOnePass) {
   for (int i = 0; i < 1000000; ++i) objects += i == 0 ? R"({"b": 1})" : R"(,{"b": 1})";
   const ZeroConfig config = parse_ds_config(R"({"train_micro_batch_size_per_gpu": 4, "x": [)" + objects + "]}", 1);
   EXPECT_EQ(config.unsupported_keys(), std::vector<std::string>{"x"});
-  EXPECT_EQ(parse_error(R"({"x": [{"b": 1}, {"b": 2, "b": 3}]})"), "ds_config: duplicate key x.b (DeepSpeed refuses them too)");
+  EXPECT_EQ(parse_error(R"({"x": [{"b": 1}, {"b": 2, "b": 3}]})"),
+            "ds_config: duplicate key x.b (DeepSpeed refuses them too)");
 }
 
 // Hostile pass 4, D3: accumulation counts past an int wrapped ("must be >= 1, got -727379968", and 2^32 + 1

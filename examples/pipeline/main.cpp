@@ -4,11 +4,10 @@
 // stages' shards. Run it under cohortrun, e.g.
 //   build/tools/cohortrun --nproc-per-node 4 build/examples/pipeline --stages 4 --schedule 1f1b
 // Rank 0 prints the partition, the loss as it trains, and the test accuracy. See docs/pipeline.md.
-#include <array>
 #include <c10/util/Exception.h>
 #include <torch/torch.h>
+#include <array>
 
-#include <CLI/CLI.hpp>
 #include <cohort/checkpoint.h>
 #include <cohort/cohort.h>
 #include <cohort/data.h>
@@ -16,6 +15,7 @@
 #include <cohort/number.h>
 #include <cohort/pipeline.h>
 #include <cohort/sampler.h>
+#include <CLI/CLI.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -100,6 +100,15 @@ struct Checkpointing {
                   static_cast<long long>(info->step), info->world_size,
                   info->skipped.empty() ? "" : "; newer checkpoints were unusable, see the log");
     saved_step = state.step();  // nothing new to save before the next step
+    // The position counts batches of the saved size: another would replay or skip samples (hostile
+    // pass 10, S6), so the global batch is kept, as the Trainer keeps it.
+    const std::string saved_batch = state.get("trainer.global_batch");
+    const int64_t batch = config.batch_size * config.data_parallel;
+    if (!saved_batch.empty() && saved_batch != std::to_string(batch))
+      throw cohort::Error("the checkpoint " + info->path + " was saved with a global batch of " + saved_batch +
+                              " samples, this run has " + std::to_string(batch) +
+                              " (--batch-size x --data-parallel): keep the global batch to resume",
+                          cohort::ErrorKind::kInvalidArgument);
     return state.step();
   }
   /// Where this stretch of steps began (the run's start, a resume, an epoch's start): saved with the
@@ -123,7 +132,7 @@ struct Checkpointing {
   std::shared_ptr<cohort::Comm> comm;
   std::string from;  // the checkpoint directory to resume from, if any
   cohort::CheckpointState state;
-  int64_t samples_in_epoch = 0;  // of this epoch, all replicas together, of the batches that trained
+  int64_t samples_in_epoch = 0;             // of this epoch, all replicas together, of the batches that trained
   std::array<int64_t, 3> segment{0, 0, 0};  // epoch, step, samples_in_epoch
   int64_t saved_step = -1;
 };
@@ -158,10 +167,11 @@ void check_flags(const Config& config) {
   config.checkpoint.check();
   // A pipeline's ZeRO engines save no checkpoint yet (Pipeline::model_state says why): one line here,
   // not the library's advice once per rank (hostile pass 9, minor 1).
-  examples::require(config.zero_stage == 0 || (config.checkpoint.dir.empty() && config.checkpoint.trainer_ckpt_path().empty()),
-                    "--zero-stage ", config.zero_stage,
-                    " cannot be used with --checkpoint-dir or --resume: a pipeline's ZeRO engines save no checkpoint; "
-                    "use --zero-stage 0 (DDP per stage) to checkpoint");
+  examples::require(
+      config.zero_stage == 0 || (config.checkpoint.dir.empty() && config.checkpoint.trainer_ckpt_path().empty()),
+      "--zero-stage ", config.zero_stage,
+      " cannot be used with --checkpoint-dir or --resume: a pipeline's ZeRO engines save no checkpoint; "
+      "use --zero-stage 0 (DDP per stage) to checkpoint");
 }
 
 void train(const Config& config) {
@@ -171,7 +181,7 @@ void train(const Config& config) {
   auto world = cohort::init();
   const int64_t stages = config.stages > 0 ? config.stages : world.size() / config.data_parallel;
   examples::require(stages * config.data_parallel == world.size(), "--stages ", stages, " x --data-parallel ",
-               config.data_parallel, " is not the world size ", world.size());
+                    config.data_parallel, " is not the world size ", world.size());
   const int per_rank = config.schedule == "interleaved" ? int(config.stages_per_rank) : 1;
   // Row-major: the ranks of one pipeline are consecutive; each stage's replicas form a data group.
   cohort::Mesh mesh(world.comm(), {{"data", int(config.data_parallel)}, {"pipe", int(stages)}});
@@ -189,9 +199,9 @@ void train(const Config& config) {
     optimizer = std::make_unique<torch::optim::Adam>(pipeline.parameters(), torch::optim::AdamOptions(config.lr));
   const auto train_set = cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTrain);
   const auto test_set = cohort::data::load_fashion_mnist(config.data_dir, cohort::data::Split::kTest);
-  cohort::DistributedSampler sampler(train_set.images.size(0), cohort::SamplerOptions()
-                                                                   .num_replicas(int(config.data_parallel))
-                                                                   .rank(mesh.coordinate("data")));
+  cohort::DistributedSampler sampler(
+      train_set.images.size(0),
+      cohort::SamplerOptions().num_replicas(int(config.data_parallel)).rank(mesh.coordinate("data")));
   Checkpointing checkpoints(config, pipeline, optimizer.get(), sampler, world.comm_ptr());
   int64_t step = checkpoints.resume();
   const int64_t start_epoch = sampler.epoch();
@@ -203,14 +213,15 @@ void train(const Config& config) {
     if (epoch != start_epoch) checkpoints.samples_in_epoch = 0;
     checkpoints.begin_segment(epoch, step);
     sampler.set_epoch(epoch);
-    int64_t skip = checkpoints.samples_in_epoch / (config.batch_size * config.data_parallel);  // done before the resume
+    const int64_t global_batch = config.batch_size * config.data_parallel;
+    int64_t skip = (checkpoints.samples_in_epoch + global_batch - 1) / global_batch;  // done before the resume
     for (const auto& batch : sampler.batch_tensors(config.batch_size)) {
       if (skip > 0) {
         --skip;
         continue;
       }
-      if (batch.size(0) < config.chunks) continue;  // a tail too small to split into --chunks
-      checkpoints.samples_in_epoch += config.batch_size * config.data_parallel;
+      if (batch.size(0) < config.chunks) continue;                           // a tail too small to split into --chunks
+      checkpoints.samples_in_epoch += batch.size(0) * config.data_parallel;  // the tail's too: its real size
       if (optimizer) optimizer->zero_grad();
       loss = pipeline.step(train_set.images.index({batch}), train_set.labels.index({batch})).item<double>();
       // Every rank holds the batch's mean loss: all stop together before NaN weights are saved (hostile
@@ -232,9 +243,10 @@ void train(const Config& config) {
   checkpoints.save(step, true, epoch_batches);
   const double accuracy = test_accuracy(pipeline, test_set);
   if (world.rank() == 0)
-    std::printf("steps %lld final loss %.4f test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",
-                (long long)step, loss, accuracy, config.schedule.c_str(), (long long)stages, int(config.chunks),
-                (long long)config.data_parallel);
+    std::printf(
+        "steps %lld final loss %.4f test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",
+        (long long)step, loss, accuracy, config.schedule.c_str(), (long long)stages, int(config.chunks),
+        (long long)config.data_parallel);
 }
 
 }  // namespace
@@ -246,7 +258,8 @@ int main(int argc, char** argv) {
   examples::add_choice(app, "--schedule", config.schedule, {"gpipe", "1f1b", "interleaved"}, "Pipeline schedule");
   add_integer(app, {"--chunks", 1, 4096}, config.chunks, "Microbatches per step");
   add_integer(app, {"--stages-per-rank", 1, 64}, config.stages_per_rank, "Stages per rank with --schedule interleaved");
-  add_integer(app, {"--data-parallel", 1, 1024}, config.data_parallel, "Replicas of the whole pipeline (DDP per stage)");
+  add_integer(app, {"--data-parallel", 1, 1024}, config.data_parallel,
+              "Replicas of the whole pipeline (DDP per stage)");
   examples::add_choice(app, "--partition", config.partition, {"parameters", "uniform"},
                        "How the layers are cut into stages");
   add_integer(app, {"--hidden-layers", 1, 256}, config.hidden_layers, "Hidden Linear+ReLU layers of 256");

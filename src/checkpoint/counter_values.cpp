@@ -2,6 +2,7 @@
 // checked before anything casts it to an integer (a cast of 2^70 is undefined).
 #include "checkpoint/counter_values.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <utility>
@@ -58,10 +59,11 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
         key == "zero.skipped_steps" || key == "zero.micro_steps") {
       check_whole_value(values, entry, key, 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
     } else if (matches(key, "g#.lr")) {
-      // Parameters are floats at most: 1e300 failed the first step with c10's "cannot be converted to
-      // type float without overflow" and no fallback (hostile pass 9, S4).
-      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0 && value <= kFloatMax, named(entry, key, value),
-                        ", not a learning rate (0 or more, at most 3.4028234663852886e+38: a float's largest)");
+      // 1e300 failed the first step with c10's "cannot be converted to type float without overflow"
+      // and no fallback (hostile pass 9, S4); 3e38 did too, once Adam divided it by its bias
+      // correction, and 1e30 trained to NaN (pass 10, S4). No optimizer trains above kLearningRateMax.
+      COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0 && value <= kLearningRateMax, named(entry, key, value),
+                        ", not a learning rate (0 to 1e+06: no optimizer trains at a larger one)");
     } else if (key == "zero.loss_scaler.scale") {  // fp16's loss is scaled in float: 4e38 is inf there
       COHORT_CHECK_KIND(kIO, std::isfinite(value) && value > 0 && value <= kFloatMax, named(entry, key, value),
                         ", not a loss scale (more than 0, at most 3.4028234663852886e+38: a float's largest)");
@@ -131,8 +133,9 @@ void require(const StateValues& values, const std::string& entry, const std::str
 
 // Hostile pass 9, S1: a deleted number read as its default (a group's Adam step as 0), verify said OK.
 void check_engine_counters(const Manifest& m, const StateValues& values, const std::string& entry) {
-  for (const char* key : {"zero.skipped_steps", "zero.micro_steps", "zero.loss_scaler.scale", "zero.loss_scaler.iter",
-                          "zero.loss_scaler.last_overflow_iter", "zero.loss_scaler.hysteresis_left"})
+  for (const char* key :
+       {"zero.global_steps", "zero.skipped_steps", "zero.micro_steps", "zero.loss_scaler.scale",
+        "zero.loss_scaler.iter", "zero.loss_scaler.last_overflow_iter", "zero.loss_scaler.hysteresis_left"})
     require(values, entry, key, "the ZeRO engine saves it with every checkpoint");
   const double taken = values.at("zero.global_steps") - values.at("zero.skipped_steps");
   for (const auto& [unit, field] : state_fields_of(m, entry)) {
@@ -153,7 +156,11 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
   const StateValues& values = found->second;
   check_trainer_position(m, entry);
   check_counters_agree(values, entry, m.step, m.user.count(kTrainerStepBatchKey) > 0);
-  if (values.count("zero.global_steps")) {
+  // Any of the engine's numbers makes these the engine's: each is required then (a deleted
+  // global_steps read as 0 made every later checkpoint of the job BAD; hostile pass 10, S3).
+  const bool engine = std::any_of(values.begin(), values.end(),
+                                  [](const auto& item) { return item.first.rfind("zero.", 0) == 0; });
+  if (engine) {
     check_engine_counters(m, values, entry);
     return;
   }

@@ -17,6 +17,9 @@ namespace cohort::detail::ckpt {
 /// The user value the Trainer saves with every checkpoint (samples per optimizer step): its presence
 /// says the manifest's step is the Trainer's optimizer step.
 inline constexpr const char* kTrainerStepBatchKey = "trainer.step_batch";
+/// The largest learning rate a checkpoint or a ds_config may hold: none trains above it, and Adam's
+/// bias correction turns a rate near a float's largest into an overflow.
+inline constexpr double kLearningRateMax = 1e6;
 /// Doubles (a checkpoint's numbers) count every whole number up to it.
 inline constexpr double kTwoTo53 = 9007199254740992.0;
 

@@ -16,7 +16,7 @@ constexpr int64_t kWholeDoubles = (int64_t{1} << 53) - 1;  // every count a chec
 // The user value `key`, a whole number in [low, high], or an Error (kIO) naming it.
 int64_t user_integer(const Manifest& m, const char* key, int64_t low, int64_t high, const std::string& what) {
   const auto found = m.user.find(key);
-  COHORT_CHECK_KIND(kIO, found != m.user.end(), "there is no 'user.", key, "' beside 'user.", kSegmentEpochKey,
+  COHORT_CHECK_KIND(kIO, found != m.user.end(), "there is no 'user.", key,
                     "': a Trainer saves its batch sizes and where its stretch of steps began together");
   try {
     return parse_integer(found->second, {std::string("'user.") + key + "'", low, high, what});
@@ -55,6 +55,11 @@ void check_trainer_position(const Manifest& m, const std::string& entry) {
   const int64_t accumulate = step_batch / batch;
   const int64_t batches = ceil_div(samples, batch), first_batches = ceil_div(first_samples, batch);
   const int64_t epoch_batches = user_integer(m, kEpochBatchesKey, 1, kWholeDoubles, "a batch count");
+  // Whole batches before the epoch's last, whose samples may be fewer (hostile pass 10, S2: 385 for 512
+  // resumed, and the run's next checkpoint was BAD).
+  COHORT_CHECK_KIND(kIO, batches == epoch_batches || samples == batches * batch, "'values.", excerpt(entry),
+                    ".samples_in_epoch' is ", samples, ": not ", batches, " whole batch(es) of ", batch,
+                    " samples ('user.", kTrainerGlobalBatchKey, "') before the epoch's last of ", epoch_batches);
   COHORT_CHECK_KIND(kIO, batches <= epoch_batches && (batches % accumulate == 0 || batches == epoch_batches),
                     "'values.", excerpt(entry), ".samples_in_epoch' is ", samples, ", ", batches, " batch(es) of ",
                     batch, " samples: no optimizer step of ", accumulate, " batch(es) in an epoch of ", epoch_batches,

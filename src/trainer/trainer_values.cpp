@@ -30,7 +30,13 @@ int64_t whole_value(const std::map<std::string, std::string>& user, const std::s
 }
 
 void check_epoch_sums(const std::map<std::string, std::string>& user, int saved_world_size) {
-  if (!user.count(kEpochSumsRanks)) return;  // saved before checkpoints carried them
+  if (!user.count(kEpochSumsRanks)) {  // saved before checkpoints carried them, or deleted (pass 10, S5)
+    const auto sums = user.lower_bound("trainer.epoch_sums.");
+    COHORT_CHECK_KIND(kIO, sums == user.end() || sums->first.rfind("trainer.epoch_sums.", 0) != 0, "there is no ",
+                      user_key(kEpochSumsRanks), " beside ", user_key(sums->first),
+                      ": a Trainer saves how many ranks' epoch sums it holds with them");
+    return;
+  }
   const int64_t ranks = whole_value(user, kEpochSumsRanks, 1, saved_world_size, 0);
   const int64_t replicas = whole_value(user, kEpochSumsReplicas, 1, ranks, 1);
   COHORT_CHECK_KIND(kIO, ranks % replicas == 0, user_key(kEpochSumsReplicas), " is ", replicas, ", which does not ",

@@ -159,6 +159,8 @@ OptimizerConfig read_optimizer(Section optimizer, const Context& ctx) {
     params.fail_missing("lr", "SGD has no default learning rate");
   }
   out.lr(params.number("lr", out.lr(), Sign::kNonNegative));
+  // 3e38 reached Adam, which overflowed a float with c10's text, naming nothing (hostile pass 10, S4).
+  if (out.lr() > 1e6) params.fail("lr", "is above 1e+06: no optimizer trains at such a rate (Adam's step overflows)");
   out.weight_decay(params.number("weight_decay", out.weight_decay(), Sign::kNonNegative));
   if (out.type() == OptimizerType::kSgd) {
     out.momentum(params.number("momentum", out.momentum(), Sign::kNonNegative));
