@@ -11,7 +11,6 @@ set(CPACK_PACKAGE_VENDOR "cohort")
 set(CPACK_PACKAGE_CONTACT "cohort developers <cohort@localhost>")
 set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "distributed training for the PyTorch C++ API (LibTorch)")
 set(CPACK_PACKAGE_HOMEPAGE_URL "https://github.com/cohort/cohort")
-set(CPACK_RESOURCE_FILE_README ${PROJECT_SOURCE_DIR}/README.md)
 set(CPACK_PACKAGE_FILE_NAME ${CPACK_PACKAGE_NAME}-${CPACK_PACKAGE_VERSION})
 set(CPACK_COMPONENTS_ALL runtime dev)
 
