@@ -13,8 +13,8 @@ int main(int argc, char** argv) {
   world.comm().allreduce(t);
   const double expected_sum = world.size() * (world.size() + 1) / 2.0;
   const bool ok = world.size() == expected_size && torch::all(t == expected_sum).item<bool>();
-  std::cout << "consumer: rank " << world.rank() << " of " << world.size() << ": allreduce sum "
-            << t[0].item<double>() << ", expected " << expected_sum << " in a world of " << expected_size
-            << (ok ? ": ok" : ": WRONG") << std::endl;
+  std::cout << "consumer: rank " << world.rank() << " of " << world.size() << ": allreduce sum " << t[0].item<double>()
+            << ", expected " << expected_sum << " in a world of " << expected_size << (ok ? ": ok" : ": WRONG")
+            << std::endl;
   return ok ? EXIT_SUCCESS : EXIT_FAILURE;
 }
