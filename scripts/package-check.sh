@@ -23,7 +23,11 @@ version=$(sed -n 's/^project(cohort VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 [[ -n $version ]] || { echo "package-check: no project(cohort VERSION ...) in CMakeLists.txt"; exit 2; }
 mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
 mirror=${COHORT_DEBIAN_MIRROR:-${mirror:-http://deb.debian.org/debian}}
-clean_env=(env -i HOME="$HOME" PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb)
+# ccache (cohort's CMake uses it when found) caches compiles that use the precompiled torch header only
+# with this sloppiness: a rerun in the same folders (build-pkg/, eb's build path) then hits the cache.
+export CCACHE_SLOPPINESS=pch_defines,time_macros
+clean_env=(env -i HOME="$HOME" PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 TERM=dumb
+  CCACHE_SLOPPINESS="$CCACHE_SLOPPINESS")
 need() { command -v "$1" >/dev/null || { echo "package-check: no $1 ($2)"; exit 2; }; }
 
 # The tree's files, tracked and untracked but not ignored (no build folder), copied to $1.
