@@ -70,6 +70,7 @@ check_deb() {
         dpkg-query -W cohort cohort-dev
         /check/consumer/run.sh /check/consumer-build"
   ' _ "$root" "$cache/deb/archives"
+  ! mount | grep -q " $root/" || { echo "package-check: something is still mounted under $root"; exit 1; }
   [[ -n ${COHORT_KEEP_CHROOT:-} ]] || rm -rf "$root"
 }
 
