@@ -91,11 +91,13 @@ check_easybuild() {
   copy_tree "$src/cohort-$version"
   mkdir -p "$src/sources" && tar -C "$src" -czf "$src/sources/cohort-$version.tar.gz" "cohort-$version"
   rm -rf "$prefix"
+  local as_root=""  # eb refuses root unless told
+  [[ $(id -u) -ne 0 ]] || as_root=--allow-use-as-root-and-accept-consequences
   "${clean_env[@]}" EB_PYTHON="$venv/bin/python" bash -lc "set -euo pipefail
     source /usr/share/lmod/lmod/init/bash
     nice -n 10 '$venv/bin/eb' '$tree/packaging/easybuild/cohort-$version.eb' --prefix='$prefix' \
       --sourcepath='$src/sources' --buildpath='$src/build' --parallel='${COHORT_BUILD_JOBS:-2}' \
-      --trace --detect-loaded-modules=ignore
+      --trace --detect-loaded-modules=ignore $as_root
     ! command -v cohortrun >/dev/null || { echo 'cohortrun on PATH before module load'; exit 1; }
     module use '$prefix/modules/all'
     module load cohort
