@@ -371,6 +371,10 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
             "('momentum_buffer') has one");
   m.values["optimizer"]["g0.p1.step"] = 0;  // SGD's momentum counts no steps
   EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
+  m.values["optimizer"]["g0.p0.step"] = 0;  // Adam's moments come with its first step (hostile pass 10, M5)
+  EXPECT_EQ(error("optimizer"), "'values.optimizer.g0.p0.step' is 0, but the parameter has 'exp_avg', which its "
+                                "optimizer makes at its first step");
+  m.values["optimizer"]["g0.p0.step"] = 3;
   m.user[cohort::detail::ckpt::kTrainerStepBatchKey] = "32";
   m.values["optimizer"]["g0.p0.step"] = 9;
   EXPECT_EQ(error("optimizer"), "'values.optimizer.g0.p0.step' is 9, more optimizer steps than the Trainer's 8");

@@ -226,6 +226,11 @@ TEST(TrainerResumeValuesCheck, ASamplerPositionThatDisagreesWithTheStepIsBad) {
     std::filesystem::copy_file(dir.path + "/manifest.saved", checkpoint + "/manifest.json",
                                std::filesystem::copy_options::overwrite_existing);
   }
+  // Hostile pass 10, M3: the segment's epoch began at a step no run reaches it by (each epoch takes one).
+  edit_user_value(checkpoint, "trainer.segment.step", "0");
+  const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
+  EXPECT_EQ(verify.code, 1);
+  EXPECT_THAT(verify.out, HasSubstr("'user.trainer.segment.step' is out of range"));
   std::filesystem::remove_all(dir.path + "-resume");
 }
 

@@ -164,9 +164,16 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
     check_engine_counters(m, values, entry);
     return;
   }
-  for (const auto& [param, field] : state_fields_of(m, entry))
-    if (matches(param, "g#.p#"))
-      require(values, entry, param + ".step", "a parameter saved with optimizer state ('" + field + "') has one");
+  for (const auto& [param, field] : state_fields_of(m, entry)) {
+    if (!matches(param, "g#.p#")) continue;
+    require(values, entry, param + ".step", "a parameter saved with optimizer state ('" + field + "') has one");
+    // Adam's moments and RMSprop's average exist after the first step (hostile pass 10, M5: 0 restarted
+    // the bias correction); Adagrad's sum is made with the optimizer, at step 0.
+    const double steps = values.at(param + ".step");
+    COHORT_CHECK_KIND(kIO, (field != "exp_avg" && field != "square_avg") || steps >= 1,
+                      named(entry, param + ".step", steps), ", but the parameter has '", field,
+                      "', which its optimizer makes at its first step");
+  }
   if (!m.user.count(kTrainerStepBatchKey)) return;  // a step of the user's own numbering
   for (const auto& [key, value] : values)           // the Trainer steps its optimizer once per step at most
     COHORT_CHECK_KIND(kIO, !matches(key, "g#.p#.step") || value <= static_cast<double>(m.step),

@@ -41,7 +41,10 @@ void check_trainer_position(const Manifest& m, const std::string& entry) {
   const auto epoch = static_cast<int64_t>(v.at("epoch"));
   const auto samples = static_cast<int64_t>(v.at("samples_in_epoch"));
   const int64_t first_epoch = user_integer(m, kSegmentEpochKey, 0, kWholeDoubles, "an epoch");
-  const int64_t first_step = user_integer(m, kSegmentStepKey, 0, m.step, "a step up to the manifest's step");
+  // Every epoch before takes a step at least (hostile pass 10, M3: epoch 1 "begun" at step 0).
+  const int64_t first_step = user_integer(m, kSegmentStepKey, first_epoch, m.step,
+                                          "a step from the segment's epoch (each epoch takes one at least) up to the "
+                                          "manifest's step");
   const int64_t first_samples = user_integer(m, kSegmentSamplesKey, 0, samples,
                                              "a sample count up to the sampler's samples_in_epoch");
   const int64_t batch = user_integer(m, kTrainerGlobalBatchKey, 1, kWholeDoubles, "a sample count");
