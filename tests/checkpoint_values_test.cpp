@@ -287,6 +287,7 @@ TEST(CheckpointValues, TheEnginesStepCountsAndLossScaleAreHeldToTheirRanges) {
   EXPECT_EQ(error("zero.global_steps", -3),
             "'values.engine.zero.global_steps' is -3, outside 0..9007199254740991 (2^53 - 1)");
   EXPECT_EQ(error("zero.skipped_steps", 0.5), "'values.engine.zero.skipped_steps' is 0.5, not a whole number");
+  EXPECT_EQ(error("zero.fp16", 2), "'values.engine.zero.fp16' is 2, outside 0..1 (false or true)");
   EXPECT_NO_THROW(check_counter_values({{"zero.loss_scaler.scale", 65536}, {"zero.group3.step", 7}}, "engine"));
   EXPECT_EQ(error_of([] {
               check_counter_values({{"zero.global_steps", 2}, {"zero.bogus", 1}}, "engine");
@@ -321,6 +322,17 @@ TEST(CheckpointValues, TheEnginesCountersAgreeWithEachOtherAndTheTrainersStep) {
   EXPECT_EQ(
       error("zero.global_steps", 12),
       "'values.engine.zero.global_steps' is 12 at the Trainer's step 8: the engine steps once per optimizer step");
+  // Hostile pass 10, M1: skipped steps (and group steps to match) in an fp32 run trained other bits.
+  EXPECT_EQ(error("zero.fp16", 0), "'values.engine.zero.skipped_steps' is 1 in a run without fp16 ('zero.fp16' 0): "
+                                   "only fp16's loss scaling skips a step");
+  auto fp16 = good;
+  fp16["zero.fp16"] = 1;
+  EXPECT_NO_THROW(check_counters_agree(fp16, "engine", 8, true));
+  auto fp32 = good;
+  fp32["zero.fp16"] = 0;
+  fp32["zero.skipped_steps"] = 0;
+  fp32["zero.group0.step"] = 8;
+  EXPECT_NO_THROW(check_counters_agree(fp32, "engine", 8, true));
 }
 
 // Hostile pass 9, M2: a seed past 2^53 was saved rounded (as a double), and a resume with the rounded
@@ -407,7 +419,8 @@ TEST(CheckpointValues, EngineCountersThatDisagreeMakeTheCheckpointUnusable) {
   struct Counters : cohort::Stateful {
     std::vector<cohort::StateTensor> state_tensors() override { return {}; }
     cohort::StateValues state_values() const override {
-      return {{"zero.global_steps", 8},
+      return {{"zero_stage", 0},
+              {"zero.global_steps", 8},
               {"zero.micro_steps", 8},
               {"zero.skipped_steps", 0},
               {"zero.group0.step", 8},
@@ -457,7 +470,15 @@ TEST(CheckpointValues, AHeaderModeTheValuesDoNotShareMakesTheCheckpointUnusable)
   f.expect_unusable(
       {{[](nlohmann::json& j) { j["zero_stage"] = 3; }, "'zero_stage' is 3 but the values say DDP (no ZeRO engine)"},
        {[](nlohmann::json& j) { j["values"]["model"]["zero_stage"] = 1e300; },
-        "'values.model.zero_stage' is 1e+300, not a ZeRO stage (0 to 3)"}});
+        "'values.model.zero_stage' is 1e+300, not a ZeRO stage (0 to 3)"},
+       // Hostile pass 10, M6: a stage-0 engine without its stage read as DDP, and the resume stopped.
+       {[](nlohmann::json& j) {
+          j["values"]["engine"] = {{"zero.global_steps", 20},        {"zero.skipped_steps", 0},
+                                   {"zero.micro_steps", 20},         {"zero.loss_scaler.scale", 1},
+                                   {"zero.loss_scaler.iter", 0},     {"zero.loss_scaler.last_overflow_iter", -1},
+                                   {"zero.loss_scaler.hysteresis_left", 2}};
+        },
+        "'values.engine' has the ZeRO engine's numbers but no 'zero_stage'"}});
 }
 
 // Probe D9: "'values' has the wrong type ({"engine":{...200 characters of other values".

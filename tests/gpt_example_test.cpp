@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -36,8 +38,8 @@ struct Job {
     for (int i = 0; i < 200; ++i) text << "The quick brown fox " << i << " jumps over the lazy dog.\n";
   }
   ~Job() { remove_tree(root); }
-  ProcResult run(const std::vector<std::string>& extra) const {
-    std::vector<std::string> args = {build_path("/examples/gpt"), "--data", root + "/text.txt", "--devices", "2",
+  ProcResult run(const std::vector<std::string>& extra, const std::string& devices = "2") const {
+    std::vector<std::string> args = {build_path("/examples/gpt"), "--data", root + "/text.txt", "--devices", devices,
                                      "--n-layer", "2", "--n-head", "2", "--n-embd", "16", "--block-size", "16",
                                      "--batch-size", "4", "--max-steps", "6", "--eval-interval", "3",
                                      "--eval-iters", "2", "--sample-tokens", "40", "--threads", "1"};
@@ -87,6 +89,42 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
 
 // Issue 45: a memory line at each validation, for ddp (stage 0: the whole model's states on each rank)
 // and fsdp (stage 3: a half of them), with cohort-plan's figures for the same flags beside them.
+// Tensor parallel (2 data parallel x 2 tensor parallel, sequence parallel) takes the global batches of
+// ddp on 2 ranks: the same validation losses to their printed digits (its sums run in another order),
+// and its checkpoint (whole tensors) resumes under plain ddp.
+TEST(GptExample, TensorParallelFollowsDdpAndItsCheckpointResumesWithout) {
+  Job job;
+  const ProcResult ddp = job.run({"--strategy", "ddp"});
+  ASSERT_EQ(ddp.code, 0) << ddp.describe();
+  const std::string ckpt = job.root + "/ckpt";
+  const ProcResult tp = job.run(
+      {"--strategy", "ddp", "--tensor-parallel", "2", "--sequence-parallel", "--checkpoint-dir", ckpt,
+       "--checkpoint-every", "3"},
+      "4");
+  ASSERT_EQ(tp.code, 0) << tp.describe();
+  EXPECT_THAT(tp.out, HasSubstr("ddp on 4 rank(s) (2 data parallel x 2 tensor parallel, sequence parallel)"));
+  // "step 3: train loss X, val loss Y" -> {X, Y} (none when the line is missing).
+  const auto losses = [](const std::string& out, int step) {
+    const std::string key = "step " + std::to_string(step) + ": train loss ";
+    const size_t at = out.find(key);
+    double train = 0, val = 0;
+    if (at == std::string::npos ||
+        std::sscanf(out.c_str() + at + key.size(), "%lf, val loss %lf", &train, &val) != 2)
+      return std::vector<double>{};
+    return std::vector<double>{train, val};
+  };
+  const auto close = [&](const std::string& got, const std::string& want, int step) {
+    const auto a = losses(got, step), b = losses(want, step);
+    return a.size() == 2 && b.size() == 2 && std::abs(a[0] - b[0]) < 2e-4 && std::abs(a[1] - b[1]) < 2e-4;
+  };
+  EXPECT_TRUE(close(tp.out, ddp.out, 3)) << tp.describe() << ddp.describe();
+  EXPECT_TRUE(close(tp.out, ddp.out, 6)) << tp.describe() << ddp.describe();
+  const ProcResult resumed = job.run({"--strategy", "ddp", "--resume", ckpt + "/step-3"});
+  ASSERT_EQ(resumed.code, 0) << resumed.describe();
+  EXPECT_THAT(resumed.out, HasSubstr("resumed from " + ckpt + "/step-3"));
+  EXPECT_TRUE(close(resumed.out, ddp.out, 6)) << resumed.describe() << ddp.describe();
+}
+
 TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {
   Job job;
   for (const std::string strategy : {"ddp", "fsdp"}) {
@@ -176,6 +214,15 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
        "nvme\n"},
       {{"--momentum", "0.5"}, "error: --momentum is for --optimizer sgd, not --optimizer adamw\n"},
       {{"--optimizer", "lamb"}, "error: --optimizer lamb is not accepted: expected one of adamw, sgd\n"},
+      {{"--tensor-parallel", "2"},  // the default strategy is fsdp
+       "error: --tensor-parallel 2 runs under --strategy ddp (data parallel over the other ranks), not --strategy "
+       "fsdp\n"},
+      {{"--tensor-parallel", "3", "--strategy", "ddp"},
+       "error: --tensor-parallel 3 must divide --n-head 4 (each rank takes whole heads)\n"},
+      {{"--sequence-parallel"},
+       "error: --sequence-parallel splits the sequence over a tensor-parallel group: add --tensor-parallel N\n"},
+      {{"--tensor-parallel", "4", "--strategy", "ddp", "--sequence-parallel", "--block-size", "30"},
+       "error: --sequence-parallel: --tensor-parallel 4 must divide --block-size 30\n"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv = {build_path("/examples/gpt"), "--data", "/nonexistent"};

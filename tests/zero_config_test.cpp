@@ -207,14 +207,23 @@ TEST(ZeroConfig, BatchTripleErrors) {
                                   2));
   EXPECT_PRED_FORMAT2(::testing::IsSubstring,
                       "train_batch_size=10 must equal train_micro_batch_size_per_gpu=3 * "
-                      "gradient_accumulation_steps=3 (derived) * world_size=1 = 9",
+                      "gradient_accumulation_steps=3 (derived) * world_size=1 = 9; train_batch_size=10 is no multiple "
+                      "of train_micro_batch_size_per_gpu * world_size = 3",
                       parse_error(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3})", 1));
   EXPECT_PRED_FORMAT2(::testing::IsSubstring,
                       "train_batch_size=10 must equal train_micro_batch_size_per_gpu=2 (derived) * "
-                      "gradient_accumulation_steps=1 (derived) * world_size=4 = 8",
+                      "gradient_accumulation_steps=1 (derived) * world_size=4 = 8; train_batch_size=10 is no multiple "
+                      "of world_size = 4",
                       parse_error(R"({"train_batch_size": 10})", 4));
-  EXPECT_PRED_FORMAT2(::testing::IsSubstring, "train_micro_batch_size_per_gpu=0 (derived)",
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring,
+                      "train_micro_batch_size_per_gpu=0 (derived) * gradient_accumulation_steps=2 * world_size=4 = 0; "
+                      "train_batch_size=4 is no multiple of gradient_accumulation_steps * world_size = 8; give two",
                       parse_error(R"({"train_batch_size": 4, "gradient_accumulation_steps": 2})", 4));
+  // Hostile pass 10, minor 3: a derived 0 was shown as if it were the config's.
+  EXPECT_PRED_FORMAT2(::testing::IsSubstring,
+                      "gradient_accumulation_steps=0 (derived) * world_size=2 = 0; train_batch_size=100 is no multiple "
+                      "of train_micro_batch_size_per_gpu * world_size = 128; give two",
+                      parse_error(R"({"train_batch_size": 100, "train_micro_batch_size_per_gpu": 64})", 2));
   EXPECT_ERROR(R"({"train_batch_size": 0})", "ds_config: train_batch_size=0 is not a positive integer");
   EXPECT_ERROR(R"({"gradient_accumulation_steps": 2.5})", "gradient_accumulation_steps=2.5 is not a positive integer");
   EXPECT_ERROR(R"({"train_micro_batch_size_per_gpu": "auto"})",

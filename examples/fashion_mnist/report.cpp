@@ -36,7 +36,9 @@ std::string JobReport::accuracy_text(double accuracy) const {
 
 void JobReport::print_epoch(int64_t epoch, double train_loss, double accuracy) {
   const double train_seconds = module_.train_seconds(), eval_seconds = module_.eval_seconds();
-  std::printf("epoch %lld/%d: train loss %.4f, %s, time %.1f s (train %.1f s, eval %.1f s)\n",
+  // %g past a million: a diverged (or edited) loss of 1e300 printed 300 digits (hostile pass 10, minor 4).
+  std::printf(std::fabs(train_loss) < 1e6 ? "epoch %lld/%d: train loss %.4f, %s, time %.1f s (train %.1f s, eval %.1f s)\n"
+                                          : "epoch %lld/%d: train loss %.4g, %s, time %.1f s (train %.1f s, eval %.1f s)\n",
               static_cast<long long>(epoch), epochs_, train_loss, accuracy_text(accuracy).c_str(),
               train_seconds + eval_seconds, train_seconds, eval_seconds);
   std::fflush(stdout);

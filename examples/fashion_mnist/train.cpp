@@ -179,9 +179,12 @@ void Job::print_header() const {
       static_cast<long long>(config_.batch_size), config_.strategy == "dp" ? "replica" : "rank",
       static_cast<long long>(batch * shares), describe(config_, zero_, replicas_).c_str(),
       static_cast<long long>(config_.seed));
+  // Optimizer steps: a ds_config's accumulation makes a step of several batches (hostile pass 10, minor 1).
+  const int64_t batches = (per_rank + batch - 1) / batch;
+  const int64_t accumulate = zero_ ? std::max<int64_t>(1, zero_->gradient_accumulation_steps()) : 1;
   std::printf("data: %lld train / %lld test images from %s; %lld steps per epoch\n",
               static_cast<long long>(train_.images.size(0)), static_cast<long long>(test_.images.size(0)),
-              config_.data_dir.c_str(), static_cast<long long>((per_rank + batch - 1) / batch));
+              config_.data_dir.c_str(), static_cast<long long>((batches + accumulate - 1) / accumulate));
   std::fflush(stdout);
 }
 

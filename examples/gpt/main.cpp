@@ -1,6 +1,7 @@
 // gpt: trains a character-level (byte-level) GPT (models/gpt.h, nanoGPT's layout) on a real text,
 // Debian's fortunes by default, with any of cohort's strategies: ddp, zero1, zero2, zero3 or fsdp
-// (each GPT block a sharding unit), with or without activation checkpointing. --devices N starts N
+// (each GPT block a sharding unit), with or without activation checkpointing, and tensor parallel
+// (--tensor-parallel N, Megatron's split, with --sequence-parallel) under ddp. --devices N starts N
 // local workers (or run it under cohortrun, torchrun, srun or mpirun). It prints "val loss X" and the
 // memory per rank at each validation, a sample of generated text and params-sha256 at the end, and
 // saves checkpoints a restart resumes from (--checkpoint-dir). See docs/gpt.md.
@@ -44,6 +45,12 @@ int main(int argc, char** argv) {
   examples::add_choice(app, "--strategy", flags.strategy, {"ddp", "zero1", "zero2", "zero3", "fsdp"},
                        "ddp, zero1, zero2, zero3 or fsdp (ZeRO stage 3 with each GPT block a sharding unit; zero3 "
                        "is the same for this model)");
+  add_integer(app, {"--tensor-parallel", 1, 4096}, flags.tensor_parallel,
+              "Ranks per tensor-parallel group (Megatron's split of heads, MLP and vocabulary; consecutive ranks), "
+              "with --strategy ddp over the other ranks; it must divide the world size and --n-head");
+  app.add_flag("--sequence-parallel", flags.sequence_parallel,
+               "With --tensor-parallel: split the residual stream between the blocks' halves along the sequence "
+               "(--block-size must divide by the tensor-parallel size)");
   app.add_flag("--activation-checkpointing", flags.activation_checkpointing,
                "Keep no activation inside a block: backward recomputes it (cohort::checkpoint)");
   app.add_flag("--keep-gathered", flags.keep_gathered,
@@ -93,6 +100,22 @@ int main(int argc, char** argv) {
     if (!flags.nvme_path.empty() && flags.offload_optimizer != "nvme" && flags.offload_params != "nvme")
       throw cohort::Error("--nvme-path " + flags.nvme_path +
                               " is given but nothing goes there: add --offload-optimizer nvme or --offload-params nvme",
+                          cohort::ErrorKind::kInvalidArgument);
+    const std::string tp = std::to_string(flags.tensor_parallel);
+    if (flags.tensor_parallel > 1 && flags.strategy != "ddp")
+      throw cohort::Error("--tensor-parallel " + tp + " runs under --strategy ddp (data parallel over the other "
+                              "ranks), not --strategy " + flags.strategy,
+                          cohort::ErrorKind::kInvalidArgument);
+    if (flags.n_head % flags.tensor_parallel != 0)
+      throw cohort::Error("--tensor-parallel " + tp + " must divide --n-head " + std::to_string(flags.n_head) +
+                              " (each rank takes whole heads)",
+                          cohort::ErrorKind::kInvalidArgument);
+    if (flags.sequence_parallel && flags.tensor_parallel == 1)
+      throw cohort::Error("--sequence-parallel splits the sequence over a tensor-parallel group: add --tensor-parallel N",
+                          cohort::ErrorKind::kInvalidArgument);
+    if (flags.sequence_parallel && flags.block_size % flags.tensor_parallel != 0)
+      throw cohort::Error("--sequence-parallel: --tensor-parallel " + tp + " must divide --block-size " +
+                              std::to_string(flags.block_size),
                           cohort::ErrorKind::kInvalidArgument);
     // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
     if (flags.n_embd % flags.n_head != 0)

@@ -3,10 +3,12 @@
 // same for this model: its blocks are the units either way). The Trainer starts the workers
 // (--devices N), builds the GPT in configure_model (sharded as it is made under zero3 and fsdp), shards
 // the windows over ranks, validates every --eval-interval steps and saves checkpoints (--checkpoint-dir);
-// this file picks the options and prints the header (report.cpp prints the rest). A model too big for
+// this file picks the options and prints the header (report.cpp prints the rest). --tensor-parallel N
+// splits each block over N consecutive ranks (configure_model runs the GPT's plan), ddp over the rest. A model too big for
 // this node's memory is refused before it is built, as fashion_mnist refuses a batch.
 #include "train.h"
 
+#include <cohort/mesh.h>
 #include <cohort/trainer.h>
 #include <torch/torch.h>
 
@@ -31,10 +33,6 @@ namespace {
 using cohort::models::GPT;
 using cohort::models::GPTConfig;
 
-torch::Tensor loss_of(const torch::Tensor& logits, const torch::Tensor& targets) {
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), targets.reshape(-1));
-}
-
 // The GPT is made in configure_model (Lightning's hook), which the Trainer runs inside a ShardedInit
 // under fsdp and zero3: each block is sharded as it is made, so no rank ever holds the whole model.
 struct GptModule : cohort::TrainingModule {
@@ -42,14 +40,19 @@ struct GptModule : cohort::TrainingModule {
   void configure_model() override {
     torch::manual_seed(static_cast<uint64_t>(flags_.seed));  // the seed alone fixes the initial weights
     gpt = register_module("gpt", GPT(config_));
+    // Megatron's split over the mesh's tensor-parallel group, before any strategy sees the parameters.
+    if (flags_.tensor_parallel > 1)
+      cohort::tp::parallelize_module(*gpt, device_mesh().group_ptr("tensor_parallel"),
+                                     cohort::models::gpt_tensor_parallel_plan(flags_.sequence_parallel));
   }
+  // loss_of: loss parallel when the head is split by vocabulary, plain cross-entropy otherwise.
   torch::Tensor training_step(cohort::Batch& batch, int64_t) override {
-    auto loss = loss_of(gpt->forward(batch.data), batch.target);
+    auto loss = gpt->loss_of(gpt->forward(batch.data), batch.target);
     log("train_loss", loss);
     return loss;
   }
   void validation_step(cohort::Batch& batch, int64_t) override {
-    log("val_loss", loss_of(gpt->forward(batch.data), batch.target), cohort::LogOptions().sync_dist(true));
+    log("val_loss", gpt->loss_of(gpt->forward(batch.data), batch.target), cohort::LogOptions().sync_dist(true));
   }
   std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
     if (flags_.optimizer == "sgd")
@@ -70,6 +73,7 @@ cohort::TrainerOptions trainer_options(const Flags& flags) {
       .devices(flags.devices)
       .accelerator("cpu")
       .strategy(flags.strategy)
+      .tensor_parallel_size(flags.tensor_parallel)
       .max_steps(flags.max_steps)
       .val_check_interval(static_cast<double>(flags.eval_interval))
       .num_sanity_val_steps(0)
@@ -113,7 +117,9 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 // a GPT at the flags' limits overflows int64. cohort-plan (src/zero/step_memory_plan.h) follows the
 // engine's limits more closely; this is the example's quick check before anything is built.
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
-  const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)), ranks = world_size;
+  // Tensor parallel: nearly every parameter is cut over the group (the LayerNorms are not: a few).
+  const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)) / double(flags.tensor_parallel);
+  const double ranks = world_size / double(flags.tensor_parallel);
   const double all_grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
   const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
   const double block = 12 * e * e + 13 * e;
@@ -176,12 +182,17 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
                   int64_t threads) {
   if (!world.is_main()) return;
   const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
+  std::string split;
+  if (flags.tensor_parallel > 1)
+    split = " (" + std::to_string(world.size() / flags.tensor_parallel) + " data parallel x " +
+            std::to_string(flags.tensor_parallel) + " tensor parallel" +
+            (flags.sequence_parallel ? ", sequence parallel)" : ")");
   std::printf(
-      "text: %s, %d file(s), %lld bytes, vocabulary %zu; GPT %lld parameters%s; %s on %d rank(s), %lld "
+      "text: %s, %d file(s), %lld bytes, vocabulary %zu; GPT %lld parameters%s; %s on %d rank(s)%s, %lld "
       "thread(s) each\n",
       flags.data.c_str(), text.files, static_cast<long long>(text.bytes.size()), text.vocabulary.size(),
       static_cast<long long>(cohort::models::gpt_num_parameters(config)),
-      sharded ? " (each block sharded as it is made)" : "", flags.strategy.c_str(), world.size(),
+      sharded ? " (each block sharded as it is made)" : "", flags.strategy.c_str(), world.size(), split.c_str(),
       static_cast<long long>(threads));
   std::fflush(stdout);
 }
@@ -209,7 +220,7 @@ void run_training(const Flags& flags) {
   const int64_t train_windows = text.train.numel() - flags.block_size - 1;
   cohort::DataLoader train(std::make_shared<WindowDataset>(text.train, torch::arange(train_windows), flags.block_size),
                            cohort::LoaderOptions().batch_size(flags.batch_size).shuffle(true).drop_last(true));
-  const int64_t val_count = flags.eval_iters * flags.batch_size * world.size();
+  const int64_t val_count = flags.eval_iters * flags.batch_size * (world.size() / flags.tensor_parallel);
   auto val_starts = torch::linspace(0, static_cast<double>(text.val.numel() - flags.block_size - 1), val_count,
                                     torch::kFloat64)
                         .to(torch::kLong);

@@ -22,6 +22,8 @@ struct Flags {
   int64_t seed = 1337;
   std::string devices = "auto";
   std::string strategy = "fsdp";
+  int64_t tensor_parallel = 1;     ///< ranks per tensor-parallel group (Megatron's split of each block)
+  bool sequence_parallel = false;  ///< with tensor_parallel: the residual stream split along the sequence
   bool activation_checkpointing = false;
   bool keep_gathered = false;  ///< reshard_after_forward off
   int64_t sample_tokens = 300;

@@ -69,6 +69,14 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, pipeline_chunks) = 4;
   /// Strategy "pipeline": "1f1b" or "gpipe" (cohort/pipeline_schedule.h).
   TORCH_ARG(std::string, pipeline_schedule) = "1f1b";
+  /// Tensor parallelism (Lightning's ModelParallelStrategy): the world becomes a mesh with the axes
+  /// "data_parallel" and "tensor_parallel", tensor_parallel_size consecutive ranks in each
+  /// tensor-parallel group (one node's when it divides the node's ranks). The module's configure_model
+  /// splits its layers with cohort::tp::parallelize_module(*this,
+  /// device_mesh().group_ptr("tensor_parallel"), plan); the data is split over "data_parallel", where
+  /// strategy ddp averages the gradients. Checkpoints hold whole tensors, so any tensor_parallel_size
+  /// resumes them. It must divide the world size; strategy ddp (or auto) only.
+  TORCH_ARG(int64_t, tensor_parallel_size) = 1;
   /// Strategy fsdp / zero3, for the units TrainingModule::shard_units() makes (and each entry of a
   /// network without marked units): free each unit's gathered parameters after its forward and
   /// gather them again for backward (false: keep them until backward, FSDP's SHARD_GRAD_OP), and

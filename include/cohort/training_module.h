@@ -60,6 +60,8 @@ struct SchedulerSetup {
   int64_t frequency = 1;
 };
 
+class Mesh;
+
 namespace detail {
 /// What a TrainingModule reaches of the Trainer that runs it (implemented in src/trainer).
 class ModuleLink {
@@ -71,6 +73,8 @@ class ModuleLink {
   virtual int64_t global_step() const = 0;
   /// The module is being destroyed: the Trainer lets go of it (and of the strategy built on it).
   virtual void detach_module() = 0;
+  /// The Trainer's mesh (TrainerOptions.tensor_parallel_size > 1), or none.
+  virtual const Mesh* device_mesh() const { return nullptr; }
 };
 }  // namespace detail
 
@@ -139,6 +143,10 @@ class TrainingModule : public torch::nn::Module {
   torch::nn::Sequential& network();
   /// What the strategies train: the network, or the module itself when it has its own layers.
   torch::nn::Module& model();
+  /// The Trainer's mesh of ranks (Lightning's device_mesh), from configure_model on, when
+  /// TrainerOptions.tensor_parallel_size is above 1: axes "data_parallel" and "tensor_parallel". A
+  /// cohort::Error otherwise.
+  const Mesh& device_mesh() const;
   /// Epochs finished / optimizer steps taken so far (0 outside a Trainer).
   int64_t current_epoch() const;
   int64_t global_step() const;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "checkpoint/position_values.h"
+#include "checkpoint/step_tensors.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/text.h"
@@ -67,6 +68,8 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
     } else if (key == "zero.loss_scaler.scale") {  // fp16's loss is scaled in float: 4e38 is inf there
       COHORT_CHECK_KIND(kIO, std::isfinite(value) && value > 0 && value <= kFloatMax, named(entry, key, value),
                         ", not a loss scale (more than 0, at most 3.4028234663852886e+38: a float's largest)");
+    } else if (key == "zero.fp16") {
+      check_whole_value(values, entry, key, 0, 1, "0..1 (false or true)");
     } else if (key == "zero.loss_scaler.iter") {  // hostile pass 8, S1: cast unchecked as the steps were
       check_whole_value(values, entry, key, 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
     } else if (key == "zero.loss_scaler.last_overflow_iter") {
@@ -99,6 +102,9 @@ void check_counters_agree(const StateValues& values, const std::string& entry, i
   };
   COHORT_CHECK_KIND(kIO, skipped <= global->second, both("zero.skipped_steps", skipped),
                     ": more steps skipped than taken");
+  COHORT_CHECK_KIND(kIO, skipped == 0 || value_of("zero.fp16") != 0 || !values.count("zero.fp16"),
+                    named(entry, "zero.skipped_steps", skipped),
+                    " in a run without fp16 ('zero.fp16' 0): only fp16's loss scaling skips a step");
   COHORT_CHECK_KIND(kIO, global->second <= micro, both("zero.micro_steps", micro),
                     ": more optimizer steps than micro-batches");
   for (const auto& [key, value] : values)
@@ -151,6 +157,7 @@ void check_engine_counters(const Manifest& m, const StateValues& values, const s
 }  // namespace
 
 void check_entry_counters(const Manifest& m, const std::string& entry) {
+  check_step_tensors_present(m, entry);
   const auto found = m.values.find(entry);
   if (found == m.values.end()) return;
   const StateValues& values = found->second;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include "checkpoint/manifest.h"
 #include "checkpoint/sampler_values.h"
 #include "checkpoint/shard_file.h"
+#include "checkpoint/step_tensors.h"
 #include "cohort/error.h"
 #include "core/check.h"
 #include "core/safe_file.h"
@@ -67,6 +69,16 @@ std::string stream_piece(Files& files, const Piece& p, const std::string& name, 
   if (crc == p.crc32) return "";
   return str("checksum mismatch in ", reader.path(), " for tensor '", name, "' (bytes ", p.byte_offset, "..",
              p.byte_offset + p.nbytes, "): crc32 ", crc, ", the manifest says ", p.crc32);
+}
+
+// check_step_tensor's refusal as text, "" when the value is one a run saves.
+std::string step_problem(const Manifest& m, const TensorRecord& r, int64_t value) {
+  try {
+    check_step_tensor(m, r, value);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 // The pieces of a tensor in the order they make the full tensor.
@@ -212,8 +224,17 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
       for (const Piece& p : ordered_pieces(r)) {
         if (bad_files.count(p.file)) continue;
         try {
-          const std::string mismatch = stream_piece(files, p, r.name, buffer, [](const char*, int64_t) {});
+          std::string bytes;  // a step tensor's value, checked as a resume checks it
+          const std::string mismatch = stream_piece(files, p, r.name, buffer, [&](const char* data, int64_t n) {
+            if (is_step_tensor(r) && bytes.size() < sizeof(int64_t)) bytes.append(data, static_cast<size_t>(n));
+          });
           if (!mismatch.empty()) problems.push_back(Error(mismatch, ErrorKind::kIO).what());
+          if (mismatch.empty() && bytes.size() >= sizeof(int64_t)) {
+            int64_t value = 0;
+            std::memcpy(&value, bytes.data(), sizeof(value));
+            const std::string problem = step_problem(m, r, value);
+            if (!problem.empty()) problems.push_back(dir + ": " + problem);
+          }
         } catch (const Error& e) {  // the file cannot be read: its other pieces cannot either
           bad_files.insert(p.file);
           problems.push_back(e.what());

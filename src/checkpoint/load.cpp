@@ -14,6 +14,7 @@
 #include "checkpoint/group.h"
 #include "checkpoint/part_lender.h"
 #include "checkpoint/stage.h"
+#include "checkpoint/step_tensors.h"
 #include "checkpoint/tensor_reader.h"
 #include "core/check.h"
 #include "core/log.h"
@@ -140,6 +141,15 @@ void check_values(const Staged& staged, const std::vector<CheckpointState::Entry
       entry.stateful->check_state_values(values->second, staged.manifest.world_size);
     } catch (const std::exception& e) {
       throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
+    }
+  }
+  for (const auto& [name, tensor] : staged.tensors) {  // this rank's step tensors, as verify reads them
+    const TensorRecord* r = staged.manifest.find(name);
+    if (r == nullptr || !is_step_tensor(*r) || tensor.numel() != 1) continue;
+    try {
+      check_step_tensor(staged.manifest, *r, tensor.to(torch::kLong).item<int64_t>());
+    } catch (const std::exception& e) {
+      throw Error(path + ": " + without_rank_prefix(e.what()), ErrorKind::kIO);
     }
   }
 }

@@ -16,9 +16,9 @@ bool is_sampler_values(const StateValues& values);
 /// Throws cohort::Error (ErrorKind::kIO) naming the key as 'values.<entry>.<key>' and its value when a
 /// key is missing or not a sampler's, a number is not whole, or out of its range: epoch and dataset_size in [0, 2^53),
 /// seed an int64, shuffle 0 or 1, samples_in_epoch in [0, 2 x dataset_size + world_size]. A genuine position is at most
-/// one epoch padded to a whole number of samples per rank (dataset_size + world_size - 1), or, where whole batches are
-/// counted past the data (the Trainer's uneven_inputs, the pipeline example), one global batch more: within the bound
-/// whenever the global batch is at most the dataset. `world_size` is the saving world's (the manifest's).
+/// one epoch padded to a whole number of samples per rank (dataset_size + world_size - 1); the Trainer's uneven_inputs
+/// counts whole global batches up to dataset_size, the pipeline example real samples; the bound is
+/// looser than either. `world_size` is the saving world's (the manifest's).
 void check_sampler_values(const StateValues& values, const std::string& entry, int world_size);
 
 }  // namespace cohort::detail::ckpt

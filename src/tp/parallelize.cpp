@@ -1,12 +1,13 @@
 // parallelize_module (cohort/tensor_parallel.h): matches the plan's names against the module tree,
 // cuts each named layer's parameters in place (set_data: the same tensors, so an optimizer built
 // before still holds them) and leaves the layer its Split.
+#include <algorithm>
 #include <mutex>
-#include <set>
 #include <sstream>
 
 #include "core/check.h"
 #include "core/text.h"
+#include "tp/parameter_cuts.h"
 #include "tp/split.h"
 
 namespace cohort::tp {
@@ -34,20 +35,10 @@ const char* style_name(const ParallelStyle& style) {
   return "SequenceParallel";
 }
 
-// This rank's rows of `dim` of `whole`, cut in `fused` equal parts each split on its own.
-torch::Tensor cut(const torch::Tensor& whole, int64_t dim, const Comm& comm, int64_t fused) {
-  std::vector<torch::Tensor> pieces;
-  for (const torch::Tensor& part : whole.chunk(fused, dim)) {
-    const auto [first, count] = shard_range(part.size(dim), comm.size(), comm.rank());
-    pieces.push_back(part.narrow(dim, first, count));
-  }
-  return torch::cat(pieces, dim).clone();
-}
-
-void set_cut(torch::Tensor& parameter, int64_t dim, const Comm& comm, int64_t fused = 1) {
+void set_cut(torch::Tensor& parameter, int64_t dim, const std::shared_ptr<Comm>& comm, int64_t fused = 1) {
   if (!parameter.defined()) return;
   torch::NoGradGuard no_grad;
-  parameter.set_data(cut(parameter.detach(), dim, comm, fused));
+  parameter.set_data(detail::cut_of(parameter.detach(), {dim, fused, parameter.size(dim), comm}));
 }
 
 void split_linear(LinearImpl& linear, const std::string& name, const std::shared_ptr<Comm>& tp,
@@ -62,8 +53,8 @@ void split_linear(LinearImpl& linear, const std::string& name, const std::shared
                       "; a column-parallel output is Shard(-1) (kept split) or Replicate() (gathered)");
     COHORT_CHECK_KIND(kInvalidArgument, col->fused() >= 1 && shape[0] % col->fused() == 0, "ColwiseParallel on '", name,
                       "': fused ", col->fused(), " does not divide its ", shape[0], " output features");
-    set_cut(linear.weight, 0, *tp, col->fused());
-    set_cut(linear.bias, 0, *tp, col->fused());
+    set_cut(linear.weight, 0, tp, col->fused());
+    set_cut(linear.bias, 0, tp, col->fused());
   } else if (const auto* row = std::get_if<RowwiseParallel>(&style)) {
     COHORT_CHECK_KIND(kInvalidArgument,
                       row->input_layout().is_replicate() || row->input_layout() == Placement::shard(-1),
@@ -71,7 +62,7 @@ void split_linear(LinearImpl& linear, const std::string& name, const std::shared
                       "; a row-parallel input arrives Shard(-1) (split) or Replicate() (cut here)");
     COHORT_CHECK_KIND(kInvalidArgument, !row->output_layout().is_partial(), "RowwiseParallel on '", name,
                       "': its output is summed: Replicate() or Shard(1), not Partial(sum)");
-    set_cut(linear.weight, 1, *tp);
+    set_cut(linear.weight, 1, tp);
   }
   linear.split = std::make_shared<Split>(Split{tp, style, shape});
 }
@@ -88,23 +79,30 @@ void split_embedding(EmbeddingImpl& embedding, const std::string& name, const st
                     "': an Embedding with padding_idx, max_norm or sparse is not split (each needs the whole "
                     "vocabulary's rows)");
   const std::vector<int64_t> shape = embedding.weight.sizes().vec();
-  set_cut(embedding.weight, 0, *tp);
+  set_cut(embedding.weight, 0, tp);
   embedding.split = std::make_shared<Split>(Split{tp, style, shape});
 }
 
 // Each parameter's gradient summed over the tp ranks as it is made (before DDP or the ZeRO engine
 // see it): the module ran on this rank's positions only. A parameter summed once already is refused.
+// The parameters are held weakly: a freed one's address, reused by a later model, is not "summed".
 void sum_gradients_over(torch::nn::Module& module, const std::string& name, const std::shared_ptr<Comm>& tp) {
   static std::mutex mutex;
-  static std::set<const void*> summed;
+  static std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> summed;
   const auto parameters = module.parameters();
   COHORT_CHECK_KIND(kInvalidArgument, !parameters.empty(), "SequenceParallel on '", name,
                     "': it has no parameters, and a module without them needs no plan entry");
   for (const torch::Tensor& p : parameters) {
     {
       std::lock_guard<std::mutex> lock(mutex);
-      COHORT_CHECK_KIND(kInvalidArgument, summed.insert(p.unsafeGetTensorImpl()).second, "parallelize_module: '", name,
+      summed.erase(std::remove_if(summed.begin(), summed.end(), [](const auto& held) { return held.expired(); }),
+                   summed.end());
+      const bool again = std::any_of(summed.begin(), summed.end(), [&](const auto& held) {
+        return held._unsafe_get_target() == p.unsafeGetTensorImpl();
+      });
+      COHORT_CHECK_KIND(kInvalidArgument, !again, "parallelize_module: '", name,
                         "' is split already (SequenceParallel)");
+      summed.emplace_back(p.getIntrusivePtr());
     }
     std::shared_ptr<Comm> comm = tp;
     p.register_hook([comm](const torch::Tensor& grad) { return comm->allreduce(grad.clone()); });

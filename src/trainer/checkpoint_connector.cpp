@@ -164,6 +164,9 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
   // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
   // batch follows the world. The epoch resumes at the first whole batch of the new size.
   const int64_t skipped = (micro - trainer_.samples_in_epoch % micro) % micro;
+  // Saved at the epoch's last step, the position is past the data: the rounding skips nothing there
+  // (hostile pass 10, minor 5: "22 samples of this epoch are skipped" of a complete epoch).
+  const bool epoch_done = trainer_.samples_in_epoch >= static_cast<int64_t>(trainer_.train->dataset().size());
   trainer_.samples_in_epoch += skipped;  // the position of a whole batch of the new size, as the loop counts it
   if (trainer_.world.is_main())
     std::printf(
@@ -171,7 +174,8 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
         "batch, batch_size x ranks; %s): steps take %lld samples from here%s\n",
         saved_world_size, trainer_.world.size(), static_cast<long long>(step_batch), static_cast<long long>(micro),
         why.c_str(), static_cast<long long>(micro * trainer_.strategy->accumulation()),
-        skipped == 0 ? "" : ("; " + std::to_string(skipped) + " samples of this epoch are skipped").c_str());
+        skipped == 0 || epoch_done ? ""
+                                   : ("; " + std::to_string(skipped) + " samples of this epoch are skipped").c_str());
   std::fflush(stdout);
 }
 

@@ -172,9 +172,15 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
     loss_samples += batch_size;
   }
   // The padded sampler gives each share as many; with uneven_inputs a step counts one full batch per
-  // share, so batches_done_in_epoch() still counts the steps taken.
-  const int64_t counted = options.raw.uneven_inputs() ? train->options().batch_size() : batch_size;
-  samples_in_epoch += counted * strategy->data_split(world).first;
+  // share, so batches_done_in_epoch() still counts the steps taken, up to the data's size: only the
+  // epoch's last step reaches it (its steps are ceil(size / global batch)), and a position past the data
+  // is one no sampler saves (hostile pass 10, S1: 128 saved for 50 images, every checkpoint BAD).
+  if (options.raw.uneven_inputs()) {
+    const int64_t counted = train->options().batch_size() * strategy->data_split(world).first;
+    samples_in_epoch = std::min(samples_in_epoch + counted, static_cast<int64_t>(train->dataset().size()));
+  } else {
+    samples_in_epoch += batch_size * strategy->data_split(world).first;
+  }
   last_batch_index = index;
   mid_accumulation = !boundary;
   module->on_train_batch_end(loss, index);

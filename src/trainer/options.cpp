@@ -196,6 +196,15 @@ void check_loop_limits(const TrainerOptions& options) {
     refuse("gradient_clip_val", number_text(clip), "a finite number >= 0 (0: no clipping)");
 }
 
+void check_tensor_parallel_options(const TrainerOptions& options, const ResolvedOptions& out) {
+  check_at_least("tensor_parallel_size", options.tensor_parallel_size(), 1, "an integer >= 1");
+  COHORT_CHECK_KIND(kInvalidArgument, options.tensor_parallel_size() == 1 || out.strategy == StrategyKind::kDdp,
+                    "TrainerOptions.tensor_parallel_size ", options.tensor_parallel_size(), " with strategy \"",
+                    options.strategy(),
+                    "\": tensor parallelism runs under strategy ddp (data parallel over the other ranks); ZeRO and "
+                    "fsdp over it are not built yet");
+}
+
 }  // namespace
 
 ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_available) {
@@ -211,6 +220,7 @@ ResolvedOptions resolve_options(const TrainerOptions& options, bool cuda_availab
   check_pipeline_options(options, out);
   check_offload_options(options, out);
   check_comm_hook_options(options, out);
+  check_tensor_parallel_options(options, out);
   resolve_limits(options, out);
   COHORT_CHECK_KIND(kInvalidArgument, out.precision != Precision::k16Mixed || out.cuda, "TrainerOptions.precision \"",
                     options.precision(),

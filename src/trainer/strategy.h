@@ -17,6 +17,7 @@
 
 #include "cohort/autocast.h"
 #include "cohort/checkpoint.h"
+#include "cohort/mesh.h"
 #include "cohort/training_module.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
@@ -116,8 +117,10 @@ class ModuleOptimizerStrategy : public Strategy {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
 };
 
-/// The strategy `options` names for `module` on this world (the module is on world.device()).
-std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
+/// The strategy `options` names for `module` on this world (the module is on world.device()); `mesh`:
+/// the (data_parallel, tensor_parallel) mesh when tensor_parallel_size > 1, else null.
+std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world,
+                                        const std::shared_ptr<Mesh>& mesh);
 /// zero and deepspeed: sets options.zero from the ds_config or the options (read once; strategy_zero.cpp).
 void resolve_zero_config(ResolvedOptions& options, const World& world);
 /// Runs the module's configure_model() in the strategy's init context (strategy_zero.cpp).

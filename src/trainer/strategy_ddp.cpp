@@ -3,11 +3,16 @@
 // while backward runs, and the optimizer configure_optimizers returns over its trainable parameters.
 // Accumulation keeps DDP's reduction for the boundary micro-batch (no_sync before it), as Lightning does.
 // TrainerOptions.ddp_comm_hook registers a comm hook on the DDP (options.cpp has checked the names).
+// With tensor_parallel_size > 1 the DDP runs over the mesh's data_parallel axis, the data is split
+// over it, checkpoints and full_parameters() hold whole tensors and clipping takes the whole norm.
+#include <cmath>
 #include <optional>
 
+#include "checkpoint/entry.h"
 #include "cohort/comm_hooks.h"
 #include "cohort/ddp.h"
 #include "trainer/strategy.h"
+#include "trainer/whole_tensor_state.h"
 
 namespace cohort::detail {
 namespace {
@@ -26,13 +31,20 @@ std::shared_ptr<CommHook> comm_hook_of(const TrainerOptions& options) {
 
 class DdpStrategy : public ModuleOptimizerStrategy {
  public:
-  DdpStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
-      : ModuleOptimizerStrategy(options), module_(module), world_(world) {
+  DdpStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world, std::shared_ptr<Mesh> mesh)
+      : ModuleOptimizerStrategy(options), module_(module), world_(world), mesh_(std::move(mesh)) {
     if (options.strategy == StrategyKind::kDdp) {
-      core_.emplace(model_pointer(module), DDPOptions());
+      // Under tensor parallelism the gradients are averaged over the data-parallel axis only.
+      core_.emplace(model_pointer(module),
+                    DDPOptions().comm(mesh_ ? mesh_->group_ptr("data_parallel") : world.comm_ptr()));
       if (auto hook = comm_hook_of(options.raw)) core_->register_comm_hook(std::move(hook));
     }
     make_optimizer(module, trainable_parameters(module.model()));
+  }
+
+  std::pair<int, int> data_split(const World& world) const override {
+    if (!mesh_) return Strategy::data_split(world);
+    return {mesh_->size("data_parallel"), mesh_->coordinate("data_parallel")};
   }
 
   torch::Tensor forward(const torch::Tensor& input) override { return module_.network()->forward(input); }
@@ -47,16 +59,54 @@ class DdpStrategy : public ModuleOptimizerStrategy {
     }
   }
 
-  void add_to(CheckpointState& state) override { state.add("model", module_.model()).add("optimizer", *optimizer_); }
+  void add_to(CheckpointState& state) override {
+    if (!mesh_) {
+      state.add("model", module_.model()).add("optimizer", *optimizer_);
+      return;
+    }
+    // Whole tensors: a checkpoint any tensor_parallel_size resumes (whole_tensor_state.h).
+    torch::nn::Module& model = module_.model();
+    state.add("model", whole_tensor_state(ckpt::module_state(model), module_cuts(model)))
+        .add("optimizer", whole_tensor_state(ckpt::optimizer_state(*optimizer_), optimizer_cuts(model, *optimizer_)));
+  }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
-    return float_parameters(module_.model());
+    auto parameters = float_parameters(module_.model());
+    if (!mesh_) return parameters;
+    const auto cut_of = module_cuts(module_.model());
+    for (auto& [name, value] : parameters)
+      if (const auto* cut = cut_of(name)) value = tp::detail::gather_cut(value, *cut);
+    return parameters;
   }
   std::string describe() const override {
     if (!core_) return "single device";
     const std::string& hook = options_.raw.ddp_comm_hook();
-    return "ddp (" + std::to_string(world_.size()) + " rank(s)" + (hook.empty() ? "" : ", " + hook + " comm hook") +
-           ")";
+    std::string out = "ddp (" + std::to_string(world_.size()) + " rank(s)";
+    if (mesh_)
+      out += ": " + std::to_string(mesh_->size("data_parallel")) + " data parallel x " +
+             std::to_string(mesh_->size("tensor_parallel")) + " tensor parallel";
+    return out + (hook.empty() ? "" : ", " + hook + " comm hook") + ")";
   }
+  // The global norm over whole tensors: a cut parameter's squares summed over the tp group, a whole
+  // one (the same on every tp rank) counted once, so every rank scales alike (torch's clip_grad_norm_).
+  void clip_gradients(double max_norm) override {
+    if (!mesh_) return ModuleOptimizerStrategy::clip_gradients(max_norm);
+    const auto cut_of = module_cuts(module_.model());
+    torch::NoGradGuard no_grad;
+    torch::Tensor cut_squares = torch::zeros({1}, torch::kDouble), whole_squares = torch::zeros({1}, torch::kDouble);
+    std::vector<torch::Tensor> grads;
+    for (const auto& item : module_.model().named_parameters()) {
+      const torch::Tensor& grad = item.value().grad();
+      if (!grad.defined()) continue;
+      grads.push_back(grad);
+      (cut_of(item.key()) ? cut_squares : whole_squares) += grad.to(torch::kCPU, torch::kDouble).pow(2).sum();
+    }
+    cut_squares = mesh_->group("tensor_parallel").allreduce(cut_squares);
+    const double norm = std::sqrt((cut_squares + whole_squares).item<double>());
+    const double scale = max_norm / (norm + 1e-6);
+    if (scale < 1)
+      for (torch::Tensor& grad : grads) grad.mul_(scale);
+  }
+
   std::unique_ptr<AutocastGuard> autocast() const override {
     if (options_.precision != Precision::kBf16Mixed) return nullptr;
     return std::make_unique<AutocastGuard>(world_.device().type(), torch::kBFloat16);
@@ -65,14 +115,15 @@ class DdpStrategy : public ModuleOptimizerStrategy {
  private:
   TrainingModule& module_;
   World world_;
+  std::shared_ptr<Mesh> mesh_;  // tensor parallel: (data_parallel, tensor_parallel)
   std::optional<DataParallelCore> core_;
 };
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, TrainingModule& module,
-                                            const World& world) {
-  return std::make_unique<DdpStrategy>(options, module, world);
+std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world,
+                                            const std::shared_ptr<Mesh>& mesh) {
+  return std::make_unique<DdpStrategy>(options, module, world, mesh);
 }
 
 }  // namespace cohort::detail

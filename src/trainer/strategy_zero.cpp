@@ -15,7 +15,8 @@
 
 namespace cohort::detail {
 
-std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
+std::unique_ptr<Strategy> make_ddp_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world,
+                                            const std::shared_ptr<Mesh>& mesh);
 std::unique_ptr<Strategy> make_dp_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world);
 std::unique_ptr<Strategy> make_pipeline_strategy(const ResolvedOptions& options, TrainingModule& module,
                                                  const World& world);
@@ -166,12 +167,13 @@ void configure_model(const ResolvedOptions& options, TrainingModule& module, con
   module.configure_model();
 }
 
-std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world) {
+std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world,
+                                        const std::shared_ptr<Mesh>& mesh) {
   if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)
     return std::make_unique<ZeroStrategy>(options, module);
   if (options.strategy == StrategyKind::kDp) return make_dp_strategy(options, module, world);
   if (options.strategy == StrategyKind::kPipeline) return make_pipeline_strategy(options, module, world);
-  return make_ddp_strategy(options, module, world);
+  return make_ddp_strategy(options, module, world, mesh);
 }
 
 }  // namespace cohort::detail

@@ -74,7 +74,11 @@ void TrainerImpl::detach_module() {
   module = nullptr;
 }
 
-torch::Tensor TrainerImpl::forward(const torch::Tensor& input) { return strategy->forward(input); }
+torch::Tensor TrainerImpl::forward(const torch::Tensor& input) {
+  COHORT_CHECK_KIND(kInvalidArgument, strategy != nullptr,
+                    "TrainingModule::forward in configure_model: the Trainer's strategy is made after it");
+  return strategy->forward(input);
+}
 
 void TrainerImpl::log(const std::string& name, const torch::Tensor& value, const LogOptions& log_options) {
   const double number = value.detach().to(torch::kCPU, torch::kFloat64).item<double>();
@@ -88,16 +92,34 @@ void TrainerImpl::attach(TrainingModule& target) {
   COHORT_CHECK_KIND(kInvalidArgument, module == nullptr,
                     "this Trainer already trains another TrainingModule: use one Trainer per module");
   resolve_zero_config(options, world);
-  configure_model(options, target, world);
-  target.to(world.device());
-  if (options.raw.sync_batchnorm())  // before the strategy sees the parameters, as Lightning does
-    convert_sync_batchnorm(target.model(), ConvertSyncBatchNormOptions().comm(world.comm_ptr()));
-  module = &target;
-  strategy = make_strategy(options, target, world);
+  make_mesh();
+  target.attach(this);  // configure_model may ask for the device mesh
+  try {
+    configure_model(options, target, world);
+    target.to(world.device());
+    if (options.raw.sync_batchnorm())  // before the strategy sees the parameters, as Lightning does
+      convert_sync_batchnorm(target.model(), ConvertSyncBatchNormOptions().comm(world.comm_ptr()));
+    module = &target;
+  } catch (...) {
+    target.attach(nullptr);
+    throw;
+  }
+  strategy = make_strategy(options, target, world, mesh);
   scheduler = target.configure_lr_scheduler(strategy->optimizer());
   COHORT_CHECK_KIND(kInvalidArgument, scheduler.frequency >= 1, "configure_lr_scheduler: frequency ",
                     scheduler.frequency, " is not accepted: expected an integer >= 1");
-  target.attach(this);
+}
+
+// Tensor-parallel groups of consecutive ranks (the last axis varies fastest): one node's when the
+// size divides its ranks, where the per-layer collectives are cheapest. Collective, once per Trainer.
+void TrainerImpl::make_mesh() {
+  const int64_t tp = options.raw.tensor_parallel_size();
+  if (tp == 1 || mesh != nullptr) return;
+  COHORT_CHECK_KIND(kInvalidArgument, world.size() % tp == 0, "TrainerOptions.tensor_parallel_size ", tp,
+                    " does not divide the world's ", world.size(), " rank(s)");
+  mesh = std::make_shared<Mesh>(world.comm(),
+                                std::vector<MeshDim>{{"data_parallel", world.size() / static_cast<int>(tp)},
+                                                     {"tensor_parallel", static_cast<int>(tp)}});
 }
 
 void TrainerImpl::add_default_callbacks() {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "cohort/mesh.h"
 #include "cohort/trainer.h"
 #include "trainer/checkpoint_connector.h"
 #include "trainer/metrics.h"
@@ -30,6 +31,7 @@ class TrainerImpl : public ModuleLink {
   int64_t current_epoch() const override { return epoch; }
   int64_t global_step() const override { return step; }
   void detach_module() override;
+  const Mesh* device_mesh() const override { return mesh.get(); }
 
   void fit(TrainingModule& module, DataLoader& train_data, const FitOptions& fit_options);
   std::map<std::string, double> run_evaluation(TrainingModule& module, DataLoader& data, Stage stage);
@@ -52,6 +54,7 @@ class TrainerImpl : public ModuleLink {
 
   // trainer.cpp
   void attach(TrainingModule& module);
+  void make_mesh();
   /// prepare_data (local rank 0, the others waiting), then setup(stage) on every rank.
   void set_up(DataModule& data, const std::string& stage);
   void add_default_callbacks();
@@ -68,6 +71,7 @@ class TrainerImpl : public ModuleLink {
   std::vector<std::shared_ptr<Logger>> loggers;
 
   TrainingModule* module = nullptr;
+  std::shared_ptr<Mesh> mesh;  // (data_parallel, tensor_parallel) with tensor_parallel_size > 1
   std::unique_ptr<Strategy> strategy;
   SchedulerSetup scheduler;
   DataLoader* train = nullptr;

@@ -52,6 +52,14 @@ torch::Tensor TrainingModule::loss(const torch::Tensor&, const torch::Tensor&) {
       ErrorKind::kInvalidArgument);
 }
 
+const Mesh& TrainingModule::device_mesh() const {
+  const Mesh* mesh = link_ != nullptr ? link_->device_mesh() : nullptr;
+  COHORT_CHECK_KIND(kInvalidArgument, mesh != nullptr, "TrainingModule::device_mesh: ",
+                    link_ == nullptr ? "the module is not run by a Trainer yet (ask from configure_model on)"
+                                     : "the Trainer has no mesh: set TrainerOptions.tensor_parallel_size above 1");
+  return *mesh;
+}
+
 int64_t TrainingModule::current_epoch() const { return link_ != nullptr ? link_->current_epoch() : 0; }
 int64_t TrainingModule::global_step() const { return link_ != nullptr ? link_->global_step() : 0; }
 

@@ -62,15 +62,26 @@ void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
     config->gradient_accumulation_steps(accum.value_or(1));
     return;
   }
+  std::string undivided;  // why a derived value is off: a derived 0 read as if it were given (hostile pass 10)
+  const auto derive = [&](int64_t divisor, const char* of) {
+    if (divisor > 0 && *train % divisor != 0)
+      undivided = str("; train_batch_size=", *train, " is no multiple of ", of, " = ", divisor);
+    return divisor > 0 ? *train / divisor : 0;
+  };
+  int64_t divisor = 0;
   if (train && micro && !accum) {
-    accum = *train / *micro / world;
+    accum = __builtin_mul_overflow(*micro, world, &divisor)
+                ? 0
+                : derive(divisor, "train_micro_batch_size_per_gpu * world_size");
   } else if (train && accum && !micro) {
-    micro = *train / world / *accum;
+    micro = __builtin_mul_overflow(*accum, world, &divisor)
+                ? 0
+                : derive(divisor, "gradient_accumulation_steps * world_size");
   } else if (!train) {  // the micro batch, with or without accumulation: train_batch_size is derived
     accum = accum.value_or(1);
   } else if (!micro) {  // train_batch_size alone
     accum = 1;
-    micro = *train / world;
+    micro = derive(world, "world_size");
   }
   // Only given values can overflow (derived ones divide train_batch_size); the product is refused as
   // such, not shown as a train_batch_size of -1.
@@ -87,7 +98,7 @@ void resolve_batch(Section& top, const Context& ctx, ZeroConfig* config) {
     ctx.fail(str("batch sizes do not fit: train_batch_size=", *train, mark(given_train),
                  " must equal train_micro_batch_size_per_gpu=", *micro, mark(given_micro),
                  " * gradient_accumulation_steps=", *accum, mark(given_accum), " * world_size=", world, " = ", product,
-                 "; give two of the three and the third is derived"));
+                 undivided, "; give two of the three and the third is derived"));
   }
   config->train_batch_size(*train).train_micro_batch_size_per_gpu(*micro);
   config->gradient_accumulation_steps(*accum);

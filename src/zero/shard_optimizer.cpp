@@ -249,6 +249,9 @@ void ShardOptimizer::save(StateValues& values) const {
   values["zero.global_steps"] = double(global_steps_);
   values["zero.skipped_steps"] = double(skipped_steps_);
   values["zero.micro_steps"] = double(micro_steps_);
+  // Only fp16's loss scaling skips a step: verify holds skipped_steps to 0 in any other run (hostile
+  // pass 10, M1). Older checkpoints lack it.
+  values["zero.fp16"] = settings_.config.fp16().enabled() ? 1.0 : 0.0;
   scaler_.save(values, "zero.loss_scaler.");
   for (int64_t g = 0; g < store_.size(); ++g)
     values["zero.group" + std::to_string(g) + ".step"] = double(step_count(*optimizer_, store_.master(g)));

@@ -164,6 +164,12 @@ TEST(TensorParallel, PlansThatCannotSplitAreOneLineErrors) {
                   tp::parallelize_module(*model, comm, {{"fc", tp::ColwiseParallel().fused(5)}});
                 }),
                 HasSubstr("ColwiseParallel on 'fc': fused 5 does not divide its 24 output features"));
+    // Models made and freed one after another reuse addresses: a new model's LayerNorm is not "split
+    // already" because a freed one lay there.
+    for (int i = 0; i < 20; ++i) {
+      TinyLm again;
+      EXPECT_NO_THROW(tp::parallelize_module(*again, comm, plan(true))) << "model " << i;
+    }
     TinyLm odd;  // a sequence of 5 positions does not split over 2 ranks
     tp::parallelize_module(*odd, comm, plan(true));
     EXPECT_THAT(error_of([&] {

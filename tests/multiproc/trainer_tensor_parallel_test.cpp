@@ -1,0 +1,167 @@
+// The Trainer with tensor_parallel_size (Lightning's ModelParallelStrategy) on real rank processes: 4
+// ranks as 2 data parallel x 2 tensor parallel train a module whose configure_model splits its layers
+// over device_mesh()'s tensor_parallel group to the weights one process reaches stepping on the same
+// global batches, gradient clipping by the whole norm included; a checkpoint holds whole tensors, so
+// a fit resumed from it ends at the uninterrupted weights at tensor_parallel_size 2 and at 1 (4 data
+// parallel ranks, half the batch: the same global batches); sizes and strategies it cannot run are
+// one-line errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cohort/mesh.h"
+#include "cohort/tensor_parallel.h"
+#include "cohort/trainer.h"
+#include "support/errors.h"
+#include "support/multiproc.h"
+#include "support/tiny_trainer_module.h"
+
+// Tests compile in unity batches of several files: this file's names stay in its own namespace.
+namespace trainer_tensor_parallel_test {
+
+using ::testing::HasSubstr;
+using cohort::testing::error_of;
+using cohort::testing::run_ranks;
+namespace tp = cohort::tp;
+
+constexpr int64_t kSamples = 64, kEpochs = 2;
+constexpr double kClip = 0.5;  // below the early gradients' norm: clipping acts
+
+// Six features to three classes through 16 hidden units: "up" column-parallel, "down" row-parallel.
+struct TpMlp : cohort::TrainingModule {
+  explicit TpMlp(bool split) : split_(split) {}
+  void configure_model() override {
+    torch::manual_seed(5);
+    up = register_module("up", tp::Linear(6, 16));
+    down = register_module("down", tp::Linear(16, 3));
+    if (split_)
+      tp::parallelize_module(*this, device_mesh().group_ptr("tensor_parallel"),
+                             {{"up", tp::ColwiseParallel()}, {"down", tp::RowwiseParallel()}});
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return down(torch::relu(up(x))); }
+  torch::Tensor training_step(cohort::Batch& batch, int64_t) override {
+    return torch::nn::functional::cross_entropy(forward(batch.data), batch.target);
+  }
+  std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
+    return std::make_unique<torch::optim::Adam>(std::move(parameters), torch::optim::AdamOptions(0.01));
+  }
+  bool split_;
+  tp::Linear up{nullptr}, down{nullptr};
+};
+
+// One process over the global batches `shares` data-parallel ranks of `batch` read together: the mean
+// of their mean losses, the gradient's norm clipped to kClip, Adam.
+std::vector<torch::Tensor> one_process(int shares, int64_t batch) {
+  auto data = cohort::testing::tiny_data(kSamples);
+  TpMlp net(false);
+  net.configure_model();
+  torch::optim::Adam adam(net.parameters(), torch::optim::AdamOptions(0.01));
+  for (int64_t epoch = 0; epoch < kEpochs; ++epoch) {
+    std::vector<std::vector<torch::Tensor>> batches;
+    for (int r = 0; r < shares; ++r) {
+      cohort::DistributedSampler sampler(kSamples,
+                                         cohort::SamplerOptions().num_replicas(shares).rank(r).shuffle(true).seed(0));
+      sampler.set_epoch(epoch);
+      batches.push_back(sampler.batch_tensors(batch));
+    }
+    for (size_t k = 0; k < batches[0].size(); ++k) {
+      adam.zero_grad();
+      torch::Tensor loss = torch::zeros({});
+      for (int r = 0; r < shares; ++r) {
+        auto b = data->get_batch(batches[r][k]);
+        loss = loss + torch::nn::functional::cross_entropy(net.forward(b.data), b.target) / shares;
+      }
+      loss.backward();
+      torch::nn::utils::clip_grad_norm_(net.parameters(), kClip);
+      adam.step();
+    }
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : net.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+cohort::TrainerOptions options(int64_t tensor_parallel, int64_t max_steps = -1) {
+  return cohort::TrainerOptions()
+      .strategy("ddp")
+      .accelerator("cpu")
+      .tensor_parallel_size(tensor_parallel)
+      .max_epochs(kEpochs)
+      .max_steps(max_steps)
+      .gradient_clip_val(kClip)
+      .enable_progress_bar(false)
+      .enable_checkpointing(false)
+      .logger(false);
+}
+
+std::vector<torch::Tensor> fit(cohort::TrainerOptions opts, int64_t batch, const std::string& root = "",
+                               const std::string& ckpt_path = "") {
+  cohort::Trainer trainer(opts);
+  if (!root.empty())
+    trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+        cohort::ModelCheckpointOptions().dirpath(root).every_n_train_steps(1).save_top_k(-1)));
+  TpMlp module(opts.tensor_parallel_size() > 1);
+  cohort::DataLoader loader(cohort::testing::tiny_data(kSamples),
+                            cohort::LoaderOptions().batch_size(batch).shuffle(true));
+  trainer.fit(module, loader, cohort::FitOptions().ckpt_path(ckpt_path));
+  std::vector<torch::Tensor> out;
+  for (const auto& [name, value] : trainer.full_parameters()) out.push_back(value);
+  return out;
+}
+
+void expect_close(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& want,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].sizes(), want[i].sizes()) << what << ", parameter " << i;
+    EXPECT_LT((got[i] - want[i]).abs().max().item<double>(), 1e-5) << what << ", parameter " << i;
+  }
+}
+
+TEST(TrainerTensorParallel, TwoByTwoTrainsAsOneProcessAndResumesAtAnyTensorParallelSize) {
+  cohort::testing::RanksOptions ranks;
+  const std::string dir = cohort::testing::shared_temp_dir(ranks, "TP_TEST_DIR", "trainer_tp_");
+  run_ranks(
+      4,
+      [](int, int) {
+        cohort::init();
+        const auto expected = one_process(2, 4);
+        expect_close(fit(options(2), 4), expected, "2 x 2");
+        const std::string root = std::string(std::getenv("TP_TEST_DIR")) + "/ckpt";
+        fit(options(2, 5), 4, root);
+        expect_close(fit(options(2), 4, root + "_resumed", root + "/step-5"), expected, "resumed at tensor parallel 2");
+        expect_close(fit(options(1), 2, "", root + "/step-5"), expected, "resumed at tensor parallel 1");
+      },
+      ranks);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainerTensorParallel, SizesAndStrategiesItCannotRunAreOneLineErrors) {
+  run_ranks(2, [](int, int) {
+    cohort::init();
+    EXPECT_THAT(error_of([] { cohort::Trainer trainer(options(1).tensor_parallel_size(0)); }),
+                HasSubstr("TrainerOptions.tensor_parallel_size \"0\" is not accepted: expected an integer >= 1"));
+    EXPECT_THAT(error_of([] { cohort::Trainer trainer(options(2).strategy("zero2")); }),
+                HasSubstr("TrainerOptions.tensor_parallel_size 2 with strategy \"zero2\": tensor parallelism runs under "
+                          "strategy ddp (data parallel over the other ranks); ZeRO and fsdp over it are not built yet"));
+    EXPECT_THAT(error_of([] { fit(options(3), 4); }),
+                HasSubstr("TrainerOptions.tensor_parallel_size 3 does not divide the world's 2 rank(s)"));
+    TpMlp alone(true);
+    EXPECT_THAT(error_of([&] { alone.configure_model(); }),
+                HasSubstr("TrainingModule::device_mesh: the module is not run by a Trainer yet"));
+    EXPECT_THAT(error_of([] {
+                  cohort::Trainer trainer(options(1));
+                  TpMlp module(true);
+                  cohort::DataLoader loader(cohort::testing::tiny_data(kSamples), cohort::LoaderOptions().batch_size(4));
+                  trainer.fit(module, loader);
+                }),
+                HasSubstr("TrainingModule::device_mesh: the Trainer has no mesh: set "
+                          "TrainerOptions.tensor_parallel_size above 1"));
+  });
+}
+
+}  // namespace trainer_tensor_parallel_test
