@@ -412,6 +412,11 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
   EXPECT_EQ(error("engine"),
             "'values.engine' has no 'zero.global_steps': the ZeRO engine saves it with every "
             "checkpoint");
+  // Hostile pass 11, S-c: every number deleted but zero_stage, and Adam restarted at step 0.
+  m.values["engine"] = {{"zero_stage", 2}};
+  EXPECT_EQ(error("engine"),
+            "'values.engine' has no 'zero.global_steps': the ZeRO engine saves it with every "
+            "checkpoint");
 }
 
 // The same through a save, a resume (falls back) and cohort-ckpt verify (BAD).

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,30 @@ TEST(FashionMnistElastic, FewerRanksKeepTheSamplesPerStepByAccumulating) {
                                    "be kept (24 per batch, batch_size x ranks; it does not divide them): steps take "
                                    "24 samples from here; 8 samples of this epoch are skipped\n"));
   EXPECT_THAT(three.out, HasSubstr("[rank0]: stopped after 12 steps (--max-steps)"));
+}
+
+// Hostile pass 11, S-d: ZeRO accumulating 2 micro-batches (a ds_config), 2 ranks save step-2 (64
+// samples); 3 ranks cannot keep 32 per step and go on with 48 (24 per batch, 2 batches). Resumed at a
+// whole batch (72: 3 batches) the loop's window and the engine's disagreed and every restart failed;
+// the epoch now resumes at a whole step (96).
+TEST(FashionMnistElastic, ZeroWithAccumulationResumesAtAWholeStepOfTheNewWorld) {
+  Job job;
+  const std::string config = job.root + "/ds_config.json";
+  std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 2,)"
+                        << R"( "zero_optimization": {"stage": 2}})";
+  const auto run = [&](int ranks, const std::string& steps, int restarts) {
+    return run_process(job.argv(ranks,
+                                {"--deepspeed-config", config, "--max-steps", steps, "--checkpoint-dir", job.ckpt,
+                                 "--checkpoint-every", "1"},
+                                restarts),
+                       clean_env(), 120s);
+  };
+  const ProcResult two = run(2, "2", 0);
+  ASSERT_EQ(two.code, 0) << two.describe();
+  const ProcResult three = run(3, "4", 1);
+  ASSERT_EQ(three.code, 0) << three.describe();
+  EXPECT_THAT(three.out, HasSubstr("steps take 48 samples from here; 32 samples of this epoch are skipped\n"));
+  EXPECT_THAT(three.out, HasSubstr("[rank0]: stopped after 4 steps (--max-steps)"));
 }
 
 // Hostile pass 5, M1: every stage of a pipeline logs its loss, so the saved epoch sums count each

@@ -1,7 +1,8 @@
 // End to end: the Fashion-MNIST example trained by the ZeRO engine (--zero-stage, --deepspeed-config)
 // under cohortrun on 2 ranks, on a small synthetic dataset. In fp32, stages 1, 2 and 3 end with
 // exactly DDP's params-sha256 (Adam is elementwise, so updating shards changes no bit); a bf16
-// stage 3 run stopped at a checkpoint and resumed ends where an uninterrupted one does.
+// stage 3 run stopped at a checkpoint and resumed ends where an uninterrupted one does; one saved by 2
+// ranks accumulating 2 resumes on 1 rank accumulating 4.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -69,6 +70,30 @@ TEST(FashionMnistZero, DeepSpeedConfigBf16StageThreeResumesFromItsCheckpoint) {
   ASSERT_EQ(rest.code, 0) << rest.describe();
   EXPECT_THAT(rest.out, HasSubstr("resumed from " + ckpt + "/step-7"));
   EXPECT_EQ(params_digest_of(rest.out), params_digest_of(straight.out)) << rest.describe();
+}
+
+// Hostile pass 11, S-a: saved at step 3 by 2 ranks accumulating 2 micro-batches (6 micro-steps), a
+// resume on 1 rank accumulating 4 (the same samples per step) stopped on "the ZeRO engine's
+// accumulation boundary and the Trainer's disagree": the engine's window now begins at the load.
+TEST(FashionMnistZero, AResumeOnHalfTheRanksWithTwiceTheAccumulationGoesOn) {
+  Job job;
+  const auto config = [&](const char* name, int accumulate) {
+    const std::string path = job.root + "/" + name;
+    std::ofstream(path) << R"({"train_micro_batch_size_per_gpu": 16, "zero_optimization": {"stage": 2},)"
+                        << R"( "gradient_accumulation_steps": )" << accumulate << "}";
+    return path;
+  };
+  const std::string ckpt = job.root + "/ckpt";
+  const ProcResult first = job.run({"--deepspeed-config", config("two.json", 2), "--checkpoint-dir", ckpt,
+                                    "--checkpoint-every", "1", "--max-steps", "3"});
+  ASSERT_EQ(first.code, 0) << first.describe();
+  const ProcResult rest = run_process({build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs", "1",
+                                       "--threads", "1", "--progress", "off", "--deepspeed-config",
+                                       config("four.json", 4), "--checkpoint-dir", ckpt, "--max-steps", "5"},
+                                      clean_env(), 120s);
+  ASSERT_EQ(rest.code, 0) << rest.describe();
+  EXPECT_THAT(rest.out, HasSubstr("resumed from " + ckpt + "/step-3"));
+  EXPECT_TRUE(std::ifstream(ckpt + "/step-5/manifest.json").good()) << rest.describe();
 }
 
 }  // namespace

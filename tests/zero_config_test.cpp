@@ -341,6 +341,11 @@ TEST(ZeroConfig, ValueErrorsNameKeyPathAndValue) {
   // Hostile pass 10, S4: 3e38 reached Adam, whose step overflowed a float with c10's text, naming nothing.
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"lr": 3e38}}})",
                "optimizer.params.lr=3e+38 is above 1e+06: no optimizer trains at such a rate");
+  // Hostile pass 11, M-a: the scheduler's rates reached the optimizer unbounded.
+  EXPECT_ERROR(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 1e300}}})",
+               "scheduler.params.warmup_max_lr=1e+300 is above 1e+06: no optimizer trains at such a rate");
+  EXPECT_ERROR(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 2e6, "warmup_max_lr": 0.1}}})",
+               "scheduler.params.warmup_min_lr=2000000.0 is above 1e+06: no optimizer trains at such a rate");
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})",
                "optimizer.params.betas=[0.9] is not a list of two numbers in [0, 1)");
   EXPECT_ERROR(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}}})",

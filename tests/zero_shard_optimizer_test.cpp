@@ -97,7 +97,30 @@ TEST(ZeroShardOptimizer, SavesAndLoadsItsCounters) {
   Fixture g(cohort::ZeroConfig().gradient_accumulation_steps(2));
   g.optimizer->load(values);
   EXPECT_EQ(g.optimizer->global_steps(), 2);
-  EXPECT_TRUE(g.optimizer->at_boundary());  // the 6th micro-step is a boundary, as it was
+  // A checkpoint holds no partial gradients: the resume begins a window of 2 micro-steps.
+  EXPECT_FALSE(g.optimizer->at_boundary());
+  g.optimizer->step();
+  EXPECT_TRUE(g.optimizer->at_boundary());
+}
+
+// Hostile pass 11, S-a: saved at 6 micro-steps (3 steps of 2) and resumed on half the ranks with 4
+// per step (the same samples per step), the engine's boundary was (6 + 1) % 4 and disagreed with
+// the Trainer's, which counts from the resume.
+TEST(ZeroShardOptimizer, AResumeAtAnotherAccumulationBeginsAWindow) {
+  Fixture f(cohort::ZeroConfig().gradient_accumulation_steps(2));
+  for (int i = 0; i < 6; ++i) f.optimizer->step();
+  cohort::StateValues values;
+  f.optimizer->save(values);
+  EXPECT_EQ(values.at("zero.global_steps"), 3);
+  Fixture g(cohort::ZeroConfig().gradient_accumulation_steps(4));
+  g.optimizer->load(values);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(g.optimizer->at_boundary()) << "micro-step " << i;
+    g.optimizer->step();
+  }
+  EXPECT_TRUE(g.optimizer->at_boundary());
+  g.optimizer->step();
+  EXPECT_EQ(g.optimizer->global_steps(), 4);
 }
 
 }  // namespace zero_shard_optimizer_test

@@ -165,8 +165,10 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
   check_counters_agree(values, entry, m.step, m.user.count(kTrainerStepBatchKey) > 0);
   // Any of the engine's numbers makes these the engine's: each is required then (a deleted
   // global_steps read as 0 made every later checkpoint of the job BAD; hostile pass 10, S3).
-  const bool engine = std::any_of(values.begin(), values.end(),
-                                  [](const auto& item) { return item.first.rfind("zero.", 0) == 0; });
+  // Its zero_stage alone too (hostile pass 11, S-c: every number deleted restarted Adam at step 0).
+  const bool engine = values.count("zero_stage") > 0 || std::any_of(values.begin(), values.end(), [](const auto& item) {
+                        return item.first.rfind("zero.", 0) == 0;
+                      });
   if (engine) {
     check_engine_counters(m, values, entry);
     return;

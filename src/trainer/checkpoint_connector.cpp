@@ -162,12 +162,16 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
                     trainer_.world.size(), " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
                     ": choose a batch size that keeps the global batch");
   // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
-  // batch follows the world. The epoch resumes at the first whole batch of the new size.
-  const int64_t skipped = (micro - trainer_.samples_in_epoch % micro) % micro;
+  // batch follows the world. The epoch resumes at the first whole step of the new size: the loop's
+  // accumulation windows (every accumulation-th batch of the epoch) and the ZeRO engine's (which begin
+  // at the load) then agree (hostile pass 11, S-d: a resume at an odd batch under accumulation 2
+  // stopped every restart on "the accumulation boundary ... disagree").
+  const int64_t step_samples = micro * trainer_.strategy->accumulation();
+  const int64_t skipped = (step_samples - trainer_.samples_in_epoch % step_samples) % step_samples;
   // Saved at the epoch's last step, the position is past the data: the rounding skips nothing there
   // (hostile pass 10, minor 5: "22 samples of this epoch are skipped" of a complete epoch).
   const bool epoch_done = trainer_.samples_in_epoch >= static_cast<int64_t>(trainer_.train->dataset().size());
-  trainer_.samples_in_epoch += skipped;  // the position of a whole batch of the new size, as the loop counts it
+  trainer_.samples_in_epoch += skipped;  // the position of a whole step of the new size, as the loop counts it
   if (trainer_.world.is_main())
     std::printf(
         "world size %d -> %d: the checkpoint's %lld samples per optimizer step cannot be kept (%lld per "

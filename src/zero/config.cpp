@@ -205,6 +205,11 @@ SchedulerConfig read_scheduler(Section scheduler, const Context& ctx) {
   Section params = scheduler.child("params");
   out.warmup_min_lr(params.number("warmup_min_lr", out.warmup_min_lr(), Sign::kNonNegative));
   out.warmup_max_lr(params.number("warmup_max_lr", out.warmup_max_lr(), Sign::kNonNegative));
+  // The rates the schedule steps with, bounded as the optimizer's (hostile pass 11, M-a: c10's overflow).
+  const std::pair<const char*, double> rates[] = {{"warmup_min_lr", out.warmup_min_lr()},
+                                                  {"warmup_max_lr", out.warmup_max_lr()}};
+  for (const auto& [key, rate] : rates)
+    if (rate > 1e6) params.fail(key, "is above 1e+06: no optimizer trains at such a rate (Adam's step overflows)");
   out.warmup_num_steps(params.integer("warmup_num_steps", 0).value_or(out.warmup_num_steps()));
   out.warmup_type(params.choice("warmup_type", 0, {"log", "linear"}) == 0 ? WarmupType::kLog : WarmupType::kLinear);
   if (out.type() == SchedulerType::kWarmupDecayLR) {

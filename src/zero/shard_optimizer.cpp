@@ -265,6 +265,7 @@ void ShardOptimizer::load(const StateValues& values) {
   global_steps_ = int64_t(get("zero.global_steps", 0));
   skipped_steps_ = int64_t(get("zero.skipped_steps", 0));
   micro_steps_ = int64_t(get("zero.micro_steps", 0));
+  window_origin_ = micro_steps_;
   scaler_.load(values, "zero.loss_scaler.");
   for (int64_t g = 0; g < store_.size(); ++g)
     set_step_count(*optimizer_, store_.master(g), int64_t(get("zero.group" + std::to_string(g) + ".step", 0)));

@@ -27,8 +27,10 @@ class ShardOptimizer {
   ShardOptimizer(const EngineSettings& settings, StateStore& store, const EngineOptions& options);
 
   /// DeepSpeed's rule: micro-steps count step() calls; the backward and step() of every gas-th one
-  /// reduce and update.
-  bool at_boundary() const { return (micro_steps_ + 1) % settings_.gas == 0; }
+  /// reduce and update, counted from the last load (a checkpoint holds no partial gradients, so a
+  /// resume begins a window; its saved count need not divide by another world's accumulation:
+  /// hostile pass 11, S-a).
+  bool at_boundary() const { return (micro_steps_ - window_origin_ + 1) % settings_.gas == 0; }
   /// Called after every backward: at the boundary, the step; between boundaries nothing.
   void step();
 
@@ -77,7 +79,8 @@ class ShardOptimizer {
   std::vector<torch::Tensor> unscaled_;  // each group's fp32 gradient for this step (not when on file)
   double clip_coefficient_ = 1.0;        // this step's clipping factor (1: none)
   LossScaler scaler_;
-  int64_t micro_steps_ = 0;  // step() calls so far
+  int64_t micro_steps_ = 0;    // step() calls so far
+  int64_t window_origin_ = 0;  // micro_steps_ when the accumulation windows began (a load)
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;
   bool last_skipped_ = false;

@@ -50,7 +50,18 @@ class FlatShards : public cohort::Stateful {
             {"ids", ids_, cohort::StateKind::kSharded, 3, ids_begin_},
             {"mine", mine_, cohort::StateKind::kPerRank}};
   }
-  cohort::StateValues state_values() const override { return {{"loss_scale", 1024}, {"zero_stage", 2}}; }
+  // The mode's key, zero_stage, with the engine's numbers a checkpoint holds beside it.
+  cohort::StateValues state_values() const override {
+    return {{"loss_scale", 1024},
+            {"zero_stage", 2},
+            {"zero.global_steps", 0},
+            {"zero.skipped_steps", 0},
+            {"zero.micro_steps", 0},
+            {"zero.loss_scaler.scale", 1},
+            {"zero.loss_scaler.iter", 0},
+            {"zero.loss_scaler.last_overflow_iter", -1},
+            {"zero.loss_scaler.hysteresis_left", 2}};
+  }
   void load_state_values(const cohort::StateValues& values) override { loaded_ = values; }
 
   torch::Tensor weights_, ids_, mine_;
