@@ -118,19 +118,6 @@ void check_counters_agree(const StateValues& values, const std::string& entry, i
 
 namespace {
 
-// The tensors of `entry` saved with a state field ("<entry>/group3.exp_avg" -> {"group3", "exp_avg"}).
-std::vector<std::pair<std::string, std::string>> state_fields_of(const Manifest& m, const std::string& entry) {
-  std::vector<std::pair<std::string, std::string>> out;
-  const std::string prefix = entry + "/";
-  for (const TensorRecord& r : m.tensors) {
-    if (r.name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = r.name.substr(prefix.size());
-    const size_t dot = rest.rfind('.');
-    if (dot != std::string::npos) out.emplace_back(rest.substr(0, dot), rest.substr(dot + 1));
-  }
-  return out;
-}
-
 bool counts_steps(const std::string& field) { return field == "exp_avg" || field == "sum" || field == "square_avg"; }
 
 void require(const StateValues& values, const std::string& entry, const std::string& key, const std::string& why) {
@@ -156,6 +143,18 @@ void check_engine_counters(const Manifest& m, const StateValues& values, const s
 
 }  // namespace
 
+std::vector<std::pair<std::string, std::string>> state_fields_of(const Manifest& m, const std::string& entry) {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string prefix = entry + "/";
+  for (const TensorRecord& r : m.tensors) {
+    if (r.name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = r.name.substr(prefix.size());
+    const size_t dot = rest.rfind('.');
+    if (dot != std::string::npos) out.emplace_back(rest.substr(0, dot), rest.substr(dot + 1));
+  }
+  return out;
+}
+
 void check_entry_counters(const Manifest& m, const std::string& entry) {
   check_step_tensors_present(m, entry);
   const auto found = m.values.find(entry);
@@ -166,9 +165,7 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
   // Any of the engine's numbers makes these the engine's: each is required then (a deleted
   // global_steps read as 0 made every later checkpoint of the job BAD; hostile pass 10, S3).
   // Its zero_stage alone too (hostile pass 11, S-c: every number deleted restarted Adam at step 0).
-  const bool engine = values.count("zero_stage") > 0 || std::any_of(values.begin(), values.end(), [](const auto& item) {
-                        return item.first.rfind("zero.", 0) == 0;
-                      });
+  const bool engine = values.count("zero_stage") > 0 || has_engine_numbers(values);
   if (engine) {
     check_engine_counters(m, values, entry);
     return;

@@ -7,7 +7,10 @@
 // model at 10% accuracy, a loss scale of 0 to NaN, while verify said OK.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/manifest.h"
 #include "cohort/stateful.h"
@@ -41,6 +44,16 @@ void check_counters_agree(const StateValues& values, const std::string& entry, i
 /// parameter with state tensors (its absence reads as "no state": Adam's bias correction restarted),
 /// and a sampler's position against the Trainer's step (check_trainer_position). Throws cohort::Error (kIO).
 void check_entry_counters(const Manifest& manifest, const std::string& entry);
+
+/// The tensors of `entry` in `manifest` saved with a state field, as (unit, field):
+/// "<entry>/group3.exp_avg" -> {"group3", "exp_avg"}, "<entry>/1.bias.step" -> {"1.bias", "step"}.
+std::vector<std::pair<std::string, std::string>> state_fields_of(const Manifest& manifest, const std::string& entry);
+
+/// Whether `values` hold any of the ZeRO engine's numbers ("zero.*"). Inline: the manifest's own
+/// checks (manifest_check.cpp) use it without the rest of these.
+inline bool has_engine_numbers(const StateValues& values) {
+  return std::any_of(values.begin(), values.end(), [](const auto& item) { return item.first.rfind("zero.", 0) == 0; });
+}
 
 /// `key` of `values` when there: a whole number in [low, high] (`range` words the bound in the
 /// message), else cohort::Error (kIO) naming 'values.<entry>.<key>' and the value.

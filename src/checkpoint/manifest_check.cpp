@@ -3,11 +3,11 @@
 // a safetensors header Python's safetensors rejects (duplicate names, negative or overflowing shapes,
 // shapes that do not match their bytes), and resume never reads past what a record promises. Each
 // refusal is an I/O error (ErrorKind::kIO): such a manifest is damaged, whoever damaged it.
-#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "checkpoint/counter_values.h"
 #include "checkpoint/manifest.h"
 #include "cohort/error.h"
 #include "core/check.h"
@@ -93,9 +93,7 @@ void check_mode(const Manifest& m, const std::string& where) {
     const auto stage = numbers.find("zero_stage");
     // The engine saves its stage beside its counters: without it a stage-0 engine read as DDP and the
     // resume stopped with "the mode differs", no fallback (hostile pass 10, M6).
-    const bool engine = std::any_of(numbers.begin(), numbers.end(),
-                                    [](const auto& item) { return item.first.rfind("zero.", 0) == 0; });
-    COHORT_CHECK_KIND(kIO, stage != numbers.end() || !engine, where, ": 'values.", excerpt(entry),
+    COHORT_CHECK_KIND(kIO, stage != numbers.end() || !has_engine_numbers(numbers), where, ": 'values.", excerpt(entry),
                       "' has the ZeRO engine's numbers but no 'zero_stage'");
     if (stage == numbers.end()) continue;
     const double value = stage->second;

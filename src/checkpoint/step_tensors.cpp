@@ -1,8 +1,10 @@
 // check_step_tensor, check_step_tensors_present (see step_tensors.h).
 #include "checkpoint/step_tensors.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/counter_values.h"
@@ -13,22 +15,17 @@
 namespace cohort::detail::ckpt {
 namespace {
 
-constexpr const char* kStepSuffix = ".step";
+constexpr std::string_view kStepSuffix = ".step";
 
-bool ends_with(const std::string& text, const std::string& tail) {
+bool ends_with(const std::string& text, std::string_view tail) {
   return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// The state fields each parameter of `entry` saves as tensors ("1.bias" -> {"exp_avg", "step"}).
-std::map<std::string, std::set<std::string>> fields_by_param(const Manifest& m, const std::string& entry) {
-  std::map<std::string, std::set<std::string>> out;
-  const std::string prefix = entry + "/";
-  for (const TensorRecord& r : m.tensors) {
-    if (r.name.rfind(prefix, 0) != 0) continue;
-    const std::string rest = r.name.substr(prefix.size());
-    const size_t dot = rest.rfind('.');
-    if (dot != std::string::npos && dot > 0) out[rest.substr(0, dot)].insert(rest.substr(dot + 1));
-  }
+// The state fields `param` of `entry` saves as tensors (state_fields_of's, for one parameter).
+std::set<std::string> fields_of(const Manifest& m, const std::string& entry, const std::string& param) {
+  std::set<std::string> out;
+  for (const auto& [unit, field] : state_fields_of(m, entry))
+    if (unit == param) out.insert(field);
   return out;
 }
 
@@ -46,9 +43,8 @@ bool is_step_tensor(const TensorRecord& r) {
 
 void check_step_tensor(const Manifest& m, const TensorRecord& r, int64_t value) {
   const std::string entry = r.name.substr(0, r.name.find('/'));
-  const std::string param = r.name.substr(entry.size() + 1, r.name.size() - entry.size() - 1 - 5);
-  const auto fields = fields_by_param(m, entry)[param];
-  const int64_t low = made_at_first_step(fields) ? 1 : 0;
+  const std::string param = r.name.substr(entry.size() + 1, r.name.size() - entry.size() - 1 - kStepSuffix.size());
+  const int64_t low = made_at_first_step(fields_of(m, entry, param)) ? 1 : 0;
   const bool trainer = m.user.count(kTrainerStepBatchKey) > 0;
   const int64_t high = trainer ? m.step : static_cast<int64_t>(kTwoTo53) - 1;
   COHORT_CHECK_KIND(
@@ -58,11 +54,13 @@ void check_step_tensor(const Manifest& m, const TensorRecord& r, int64_t value) 
 }
 
 void check_step_tensors_present(const Manifest& m, const std::string& entry) {
-  const auto params = fields_by_param(m, entry);
-  bool saves_steps = false;
-  for (const TensorRecord& r : m.tensors)
-    if (r.name.rfind(entry + "/", 0) == 0 && is_step_tensor(r)) saves_steps = true;
+  const std::string prefix = entry + "/";
+  const bool saves_steps = std::any_of(m.tensors.begin(), m.tensors.end(), [&](const TensorRecord& r) {
+    return r.name.rfind(prefix, 0) == 0 && is_step_tensor(r);
+  });
   if (!saves_steps) return;
+  std::map<std::string, std::set<std::string>> params;
+  for (const auto& [param, field] : state_fields_of(m, entry)) params[param].insert(field);
   for (const auto& [param, fields] : params) {
     if (fields.count("step") || !made_at_first_step(fields)) continue;
     COHORT_CHECK_KIND(kIO, false, "'", excerpt(entry), "' has no tensor '", excerpt(param),

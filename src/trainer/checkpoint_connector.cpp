@@ -177,7 +177,7 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
         "world size %d -> %d: the checkpoint's %lld samples per optimizer step cannot be kept (%lld per "
         "batch, batch_size x ranks; %s): steps take %lld samples from here%s\n",
         saved_world_size, trainer_.world.size(), static_cast<long long>(step_batch), static_cast<long long>(micro),
-        why.c_str(), static_cast<long long>(micro * trainer_.strategy->accumulation()),
+        why.c_str(), static_cast<long long>(step_samples),
         skipped == 0 || epoch_done ? ""
                                    : ("; " + std::to_string(skipped) + " samples of this epoch are skipped").c_str());
   std::fflush(stdout);

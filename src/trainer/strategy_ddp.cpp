@@ -29,6 +29,15 @@ std::shared_ptr<CommHook> comm_hook_of(const TrainerOptions& options) {
   return nullptr;
 }
 
+// The sum of the squares of `parameters`' gradients, a double on the CPU (one transfer).
+torch::Tensor squared_norm(const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> norms;
+  for (const torch::Tensor& p : parameters)
+    if (p.grad().defined()) norms.push_back(p.grad().norm().to(torch::kDouble));
+  if (norms.empty()) return torch::zeros({1}, torch::kDouble);
+  return torch::stack(norms).pow(2).sum().reshape({1}).to(torch::kCPU);
+}
+
 class DdpStrategy : public ModuleOptimizerStrategy {
  public:
   DdpStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world, std::shared_ptr<Mesh> mesh)
@@ -40,6 +49,11 @@ class DdpStrategy : public ModuleOptimizerStrategy {
       if (auto hook = comm_hook_of(options.raw)) core_->register_comm_hook(std::move(hook));
     }
     make_optimizer(module, trainable_parameters(module.model()));
+    if (!mesh_) return;
+    // configure_model split the layers before the strategy was made: the cuts are known from here on.
+    cut_of_ = module_cuts(module.model());
+    for (const auto& item : module.model().named_parameters())
+      (cut_of_(item.key()) ? cut_parameters_ : whole_parameters_).push_back(item.value());
   }
 
   std::pair<int, int> data_split(const World& world) const override {
@@ -66,15 +80,14 @@ class DdpStrategy : public ModuleOptimizerStrategy {
     }
     // Whole tensors: a checkpoint any tensor_parallel_size resumes (whole_tensor_state.h).
     torch::nn::Module& model = module_.model();
-    state.add("model", whole_tensor_state(ckpt::module_state(model), module_cuts(model)))
+    state.add("model", whole_tensor_state(ckpt::module_state(model), cut_of_))
         .add("optimizer", whole_tensor_state(ckpt::optimizer_state(*optimizer_), optimizer_cuts(model, *optimizer_)));
   }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
     auto parameters = float_parameters(module_.model());
     if (!mesh_) return parameters;
-    const auto cut_of = module_cuts(module_.model());
     for (auto& [name, value] : parameters)
-      if (const auto* cut = cut_of(name)) value = tp::detail::gather_cut(value, *cut);
+      if (const auto* cut = cut_of_(name)) value = tp::detail::gather_cut(value, *cut);
     return parameters;
   }
   std::string describe() const override {
@@ -90,21 +103,14 @@ class DdpStrategy : public ModuleOptimizerStrategy {
   // one (the same on every tp rank) counted once, so every rank scales alike (torch's clip_grad_norm_).
   void clip_gradients(double max_norm) override {
     if (!mesh_) return ModuleOptimizerStrategy::clip_gradients(max_norm);
-    const auto cut_of = module_cuts(module_.model());
     torch::NoGradGuard no_grad;
-    torch::Tensor cut_squares = torch::zeros({1}, torch::kDouble), whole_squares = torch::zeros({1}, torch::kDouble);
-    std::vector<torch::Tensor> grads;
-    for (const auto& item : module_.model().named_parameters()) {
-      const torch::Tensor& grad = item.value().grad();
-      if (!grad.defined()) continue;
-      grads.push_back(grad);
-      (cut_of(item.key()) ? cut_squares : whole_squares) += grad.to(torch::kCPU, torch::kDouble).pow(2).sum();
-    }
-    cut_squares = mesh_->group("tensor_parallel").allreduce(cut_squares);
-    const double norm = std::sqrt((cut_squares + whole_squares).item<double>());
+    const double cut = mesh_->group("tensor_parallel").allreduce(squared_norm(cut_parameters_)).item<double>();
+    const double norm = std::sqrt(cut + squared_norm(whole_parameters_).item<double>());
     const double scale = max_norm / (norm + 1e-6);
-    if (scale < 1)
-      for (torch::Tensor& grad : grads) grad.mul_(scale);
+    if (scale >= 1) return;
+    for (const auto* list : {&cut_parameters_, &whole_parameters_})
+      for (const torch::Tensor& p : *list)
+        if (p.grad().defined()) p.grad().mul_(scale);
   }
 
   std::unique_ptr<AutocastGuard> autocast() const override {
@@ -116,6 +122,8 @@ class DdpStrategy : public ModuleOptimizerStrategy {
   TrainingModule& module_;
   World world_;
   std::shared_ptr<Mesh> mesh_;  // tensor parallel: (data_parallel, tensor_parallel)
+  std::function<const tp::detail::ParameterCut*(const std::string&)> cut_of_;  // tensor parallel: by name
+  std::vector<torch::Tensor> cut_parameters_, whole_parameters_;               // tensor parallel
   std::optional<DataParallelCore> core_;
 };
 
