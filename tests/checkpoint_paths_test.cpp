@@ -21,6 +21,7 @@
 
 #include "checkpoint/dir_lock.h"
 #include "cohort/checkpoint.h"
+#include "support/manifest_seal.h"
 #include "support/errors.h"
 #include "support/multiproc.h"
 #include "support/small_models.h"
@@ -167,6 +168,19 @@ TEST(CheckpointPaths, HostileShapesAndNamesAreBadAndNeverConsolidated) {
       {[](nlohmann::json& t) { t["shape"] = {int64_t(1) << 62, 20}; },
        where + ": shape [4611686018427387904, 20] holds more bytes than a 64-bit size counts"},
       {[](nlohmann::json& t) { t["shape"] = {32, 21}; }, where + ": shape [32, 21] is 2688 bytes, its pieces hold 2560"},
+      // Hostile pass 12, M-1: verified and consolidated while the load failed in c10's words.
+      {[](nlohmann::json& t) {
+         auto second = t["pieces"][0];
+         const int64_t half = t["pieces"][0]["numel"].get<int64_t>() / 2;
+         t["pieces"][0]["numel"] = half;
+         t["pieces"][0]["nbytes"] = 4 * half;
+         second["offset"] = half;
+         second["numel"] = half;
+         second["nbytes"] = 4 * half;
+         second["byte_offset"] = second["byte_offset"].get<int64_t>() + 4 * half;
+         t["pieces"].push_back(second);
+       },
+       where + ": a replicated tensor is written whole, in one piece; it has 2"},
       {[](nlohmann::json&) {}, where + " is listed twice"},  // the record appended once more
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -177,6 +191,7 @@ TEST(CheckpointPaths, HostileShapesAndNamesAreBadAndNeverConsolidated) {
       if (i + 1 == cases.size()) j["tensors"].push_back(t);
       break;
     }
+    cohort::testing::reseal_manifest(j);  // the checks behind the records' checksum
     f.write(manifest, j.dump());
     const ToolRun verify = tool("verify " + step);
     EXPECT_EQ(verify.code, 1) << cases[i].second;

@@ -195,12 +195,38 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
                 j.erase("values_crc32");
               }),
               std::make_pair(int64_t(10), unusable + "'format_version' is " + std::to_string(version) +
-                                              ", not a version cohort wrote (1 to 2)"));
+                                              ", not a version cohort wrote (1 to 3)"));
   }
+  // Hostile pass 11, M-e: two tensors' names exchanged (the same shape and type) verified OK and
+  // resumed each into the other; the records have their checksum from version 3.
+  const auto swap_names = [](nlohmann::json& j) {
+    auto& t = j["tensors"];
+    for (size_t a = 0; a < t.size(); ++a)
+      for (size_t b = a + 1; b < t.size(); ++b)
+        if (t[a]["shape"] == t[b]["shape"] && t[a]["dtype"] == t[b]["dtype"]) return std::swap(t[a]["name"], t[b]["name"]);
+    ADD_FAILURE() << "no two tensors of one shape";
+  };
+  const auto swapped = edited(swap_names);
+  EXPECT_EQ(swapped.first, 10);
+  EXPECT_THAT(swapped.second, HasSubstr(unusable + "'records_crc32' is "));
+  EXPECT_EQ(edited([](nlohmann::json& j) { j.erase("records_crc32"); }),
+            std::make_pair(int64_t(10), unusable + "'records_crc32' is missing"));
+  // A version-2 manifest (none of the records) loads, and verify says what it cannot see.
+  EXPECT_EQ(edited([](nlohmann::json& j) {
+              j["format_version"] = 2;
+              j.erase("records_crc32");
+            }).first,
+            20);
+  const ToolRun verify2 = tool("verify " + f.dir);
+  EXPECT_EQ(verify2.code, 0) << verify2.out;
+  EXPECT_EQ(verify2.out, f.step +
+                             ": OK (every file matches the manifest; format version 2 carries no checksum of "
+                             "its tensor records, so an edit of them cannot be seen)\n");
   EXPECT_EQ(edited([](nlohmann::json& j) {
               j["format_version"] = 1;
               j.erase("values_crc32");
               j.erase("user_crc32");
+              j.erase("records_crc32");
             }).first,
             20);
   // Hostile pass 7, M3: such a manifest verified "OK (every file and checksum matches)"; it says

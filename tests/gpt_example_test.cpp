@@ -92,7 +92,7 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
 // Tensor parallel (2 data parallel x 2 tensor parallel, sequence parallel) takes the global batches of
 // ddp on 2 ranks: the same validation losses to their printed digits (its sums run in another order),
 // and its checkpoint (whole tensors) resumes under plain ddp.
-TEST(GptExample, TensorParallelFollowsDdpAndItsCheckpointResumesWithout) {
+TEST(GptExample, TensorParallelFollowsDdpUnderDdpAndFsdpAndItsCheckpointResumesWithout) {
   Job job;
   const ProcResult ddp = job.run({"--strategy", "ddp"});
   ASSERT_EQ(ddp.code, 0) << ddp.describe();
@@ -123,6 +123,11 @@ TEST(GptExample, TensorParallelFollowsDdpAndItsCheckpointResumesWithout) {
   ASSERT_EQ(resumed.code, 0) << resumed.describe();
   EXPECT_THAT(resumed.out, HasSubstr("resumed from " + ckpt + "/step-3"));
   EXPECT_TRUE(close(resumed.out, ddp.out, 6)) << resumed.describe() << ddp.describe();
+  // fsdp over the data-parallel axis: each tensor-parallel rank's blocks sharded over its 2 replicas.
+  const ProcResult fsdp = job.run({"--strategy", "fsdp", "--tensor-parallel", "2"}, "4");
+  ASSERT_EQ(fsdp.code, 0) << fsdp.describe();
+  EXPECT_THAT(fsdp.out, HasSubstr("GPT 7488 parameters; fsdp on 4 rank(s) (2 data parallel x 2 tensor parallel)"));
+  EXPECT_TRUE(close(fsdp.out, ddp.out, 6)) << fsdp.describe() << ddp.describe();
 }
 
 TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {
@@ -214,9 +219,6 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
        "nvme\n"},
       {{"--momentum", "0.5"}, "error: --momentum is for --optimizer sgd, not --optimizer adamw\n"},
       {{"--optimizer", "lamb"}, "error: --optimizer lamb is not accepted: expected one of adamw, sgd\n"},
-      {{"--tensor-parallel", "2"},  // the default strategy is fsdp
-       "error: --tensor-parallel 2 runs under --strategy ddp (data parallel over the other ranks), not --strategy "
-       "fsdp\n"},
       {{"--tensor-parallel", "3", "--strategy", "ddp"},
        "error: --tensor-parallel 3 must divide --n-head 4 (each rank takes whole heads)\n"},
       {{"--sequence-parallel"},

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -130,7 +131,10 @@ TEST(TrainerResumeValuesCheck, DamagedEpochSumsAreBadAndTheResumeFallsBack) {
   const std::string checkpoint = save_one(dir.path);
   const std::string root = dir.path + "/checkpoints";
   ASSERT_TRUE(std::filesystem::exists(root + "/step-2"));
-  for (const char* damage : {"x y z", "1 nan 8 train_loss", "0 1.5 -5 train_loss"}) {
+  // Hostile pass 11, m-d: "1e15" and "500.5" samples read as 1 and 500 with the rest as the name; a
+  // sum without samples resumed to a loss twice the real one.
+  for (const char* damage : {"x y z", "1 nan 8 train_loss", "0 1.5 -5 train_loss", "1 839.45 1e15 train_loss",
+                             "1 839.45 500.5 train_loss", "1 839.45 0 train_loss"}) {
     edit_user_value(checkpoint, "trainer.epoch_sums.0", damage);
     const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
     EXPECT_EQ(verify.code, 1) << damage;
@@ -226,11 +230,141 @@ TEST(TrainerResumeValuesCheck, ASamplerPositionThatDisagreesWithTheStepIsBad) {
     std::filesystem::copy_file(dir.path + "/manifest.saved", checkpoint + "/manifest.json",
                                std::filesystem::copy_options::overwrite_existing);
   }
+  // Hostile pass 12, M-2: samples taken in epoch 1 before a stretch begun at step 1 (epoch 0's).
+  edit_user_value(checkpoint, "trainer.segment.step", "1");
+  edit_user_value(checkpoint, "trainer.segment.samples", "8");
+  const ToolRun early = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
+  EXPECT_EQ(early.code, 1);
+  EXPECT_THAT(early.out, HasSubstr("'user.trainer.segment.step' 1 and 'user.trainer.segment.samples' 8 in epoch 1: "
+                                   "samples taken in this epoch need a step of it after one of each earlier epoch"));
+  edit_user_value(checkpoint, "trainer.segment.samples", "0");
   // Hostile pass 10, M3: the segment's epoch began at a step no run reaches it by (each epoch takes one).
   edit_user_value(checkpoint, "trainer.segment.step", "0");
   const ToolRun verify = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
   EXPECT_EQ(verify.code, 1);
   EXPECT_THAT(verify.out, HasSubstr("'user.trainer.segment.step' is out of range"));
+  std::filesystem::remove_all(dir.path + "-resume");
+}
+
+// Hostile pass 11, M-d: a Trainer checkpoint's sampler entry deleted or emptied verified OK, and the
+// resume stopped ("does not match this state") or fell back. M-f: epoch_batches lowered to the batches
+// taken let any samples_in_epoch pass as the epoch's short last batch, and every later checkpoint was BAD.
+TEST(TrainerResumeValuesCheck, ASamplerEntryAndTheEpochsLastBatchAreHeldToTheData) {
+  TempDir dir;
+  const std::string root = dir.path + "/checkpoints";
+  {  // 30 samples in batches of 8: 4 batches an epoch, the last of 6
+    cohort::Trainer trainer(quiet(dir.path).max_steps(4));
+    trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+        cohort::ModelCheckpointOptions().every_n_train_steps(1).save_top_k(-1).keep_last(4)));
+    ScriptedModule module({0.5});
+    cohort::DataLoader train(tiny_data(30), cohort::LoaderOptions().batch_size(8));
+    trainer.fit(module, train);
+  }
+  const ToolRun whole = run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + root + "/step-4");
+  EXPECT_EQ(whole.code, 0) << "the epoch's short last batch: " << whole.out;
+  const std::string checkpoint = root + "/step-2", path = checkpoint + "/manifest.json";
+  std::filesystem::copy_file(path, dir.path + "/manifest.saved");
+  const auto edited = [&](const std::function<void(nlohmann::json&)>& change) {
+    std::filesystem::copy_file(dir.path + "/manifest.saved", path, std::filesystem::copy_options::overwrite_existing);
+    nlohmann::json manifest = nlohmann::json::parse(std::ifstream(path));
+    change(manifest);
+    cohort::testing::reseal_manifest(manifest);
+    std::ofstream(path, std::ios::trunc) << manifest.dump(1);
+    return run_tool("tools/cohort_ckpt/cohort-ckpt", "verify " + checkpoint);
+  };
+  const std::pair<std::function<void(nlohmann::json&)>, std::string> cases[] = {
+      {[](nlohmann::json& j) { j["values"].erase("sampler"); },
+       "'values' has no 'sampler': a Trainer checkpoint ('user.trainer.segment.*') saves its sampler's position"},
+      {[](nlohmann::json& j) { j["values"]["sampler"] = nlohmann::json::object(); },
+       "'values.sampler' has no 'epoch': a sampler saves epoch"},
+      {[](nlohmann::json& j) {
+         for (const char* key : {"epoch", "samples_in_epoch", "shuffle"}) j["values"]["sampler"].erase(key);
+       },
+       "'values.sampler' has no 'epoch'"},
+      {[](nlohmann::json& j) {
+         j["user"]["trainer.epoch_batches"] = "2";
+         j["values"]["sampler"]["samples_in_epoch"] = 13;
+       },
+       "'values.sampler.samples_in_epoch' is 13: not 2 whole batch(es) of 8 samples ('user.trainer.global_batch'); "
+       "the epoch's last may be short only when it takes all the data"},
+      {[](nlohmann::json& j) { j["user"]["trainer.epoch_batches"] = "9"; },
+       "'user.trainer.epoch_batches' is 9, more batches of 8 samples ('user.trainer.global_batch') than the "
+       "sampler's dataset_size 30 makes (4)"},
+      // Hostile pass 12, M-2: a stretch of epoch 0 begun at step 1 with no sample taken replayed a batch.
+      {[](nlohmann::json& j) {
+         j["user"]["trainer.segment.step"] = "1";
+         j["values"]["sampler"]["samples_in_epoch"] = 24;
+       },
+       "'user.trainer.segment.step' 1 and 'user.trainer.segment.samples' 0 in epoch 0: no run has taken that many "
+       "samples by that step"},
+      {[](nlohmann::json& j) { j["user"]["trainer.segment.samples"] = "8"; },
+       "'user.trainer.segment.step' 0 and 'user.trainer.segment.samples' 8 in epoch 0: no run has taken that many "
+       "samples by that step"}};
+  for (const auto& [change, named] : cases) {
+    const ToolRun verify = edited(change);
+    EXPECT_EQ(verify.code, 1) << named;
+    EXPECT_THAT(verify.out, HasSubstr(path + ": " + named));
+  }
+  edited(cases[0].first);  // deleted: damage to fall back from, as verify says, not another program
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  cohort::Trainer trainer(quiet(dir.path + "-resume").max_steps(4));
+  trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+      cohort::ModelCheckpointOptions().every_n_train_steps(1).save_top_k(-1)));
+  ScriptedModule module({0.5});
+  cohort::DataLoader train(tiny_data(30), cohort::LoaderOptions().batch_size(8));
+  std::filesystem::remove_all(root + "/step-3");
+  std::filesystem::remove_all(root + "/step-4");
+  std::ofstream(root + "/latest", std::ios::trunc) << "step-2\n";
+  EXPECT_NO_THROW(trainer.fit(module, train, cohort::FitOptions().ckpt_path(root)));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(out, HasSubstr("resumed from " + root + "/step-1 (step 1,"));
+  EXPECT_THAT(err, HasSubstr(cases[0].second));
+  std::filesystem::remove_all(dir.path + "-resume");
+}
+
+// Diverges (its loss NaN) while its optimizer's rate is above 1, as a real model does at a rate of 1e6.
+struct RateTrippedModule : TinyModule {
+  std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
+    auto made = TinyModule::configure_optimizers(std::move(parameters));
+    optimizer = made.get();
+    return made;
+  }
+  torch::Tensor training_step(cohort::Batch& batch, int64_t index) override {
+    const torch::Tensor loss = TinyModule::training_step(batch, index);
+    return optimizer->param_groups().at(0).options().get_lr() > 1 ? loss * std::nan("") : loss;
+  }
+  torch::optim::Optimizer* optimizer = nullptr;
+};
+
+// Hostile pass 11, M-c: a checkpoint's rate within its bound that diverges stopped every resume on
+// "lower the learning rate" while the program's own rate changed nothing: the message says the rate
+// is the checkpoint's.
+TEST(TrainerResumeValuesCheck, ADivergenceAfterAResumeSaysTheRateIsTheCheckpoints) {
+  TempDir dir;
+  const std::string root = dir.path + "/checkpoints";
+  {
+    cohort::Trainer trainer(quiet(dir.path).max_steps(2));
+    RateTrippedModule module;
+    cohort::DataLoader train(tiny_data(32), cohort::LoaderOptions().batch_size(8));
+    trainer.fit(module, train);
+  }
+  const std::string path = root + "/step-2/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(path));
+  manifest["values"]["optimizer"]["g0.lr"] = 1e6;
+  cohort::testing::reseal_manifest(manifest);
+  std::ofstream(path, std::ios::trunc) << manifest.dump(1);
+  const std::string error = error_of([&] {
+    cohort::Trainer trainer(quiet(dir.path + "-resume").max_steps(4));
+    RateTrippedModule module;
+    cohort::DataLoader train(tiny_data(32), cohort::LoaderOptions().batch_size(8));
+    trainer.fit(module, train, cohort::FitOptions().ckpt_path(root));
+  });
+  EXPECT_THAT(error, HasSubstr("step 3: the training loss is nan; training stopped (the weights are no longer finite; "
+                               "lower the learning rate, now 1000000, restored from " +
+                               root + "/step-2 (a checkpoint's optimizer state, its rate included, replaces the "
+                                      "program's: set the rate after the resume, or resume from an older checkpoint))"));
   std::filesystem::remove_all(dir.path + "-resume");
 }
 

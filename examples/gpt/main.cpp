@@ -1,7 +1,7 @@
 // gpt: trains a character-level (byte-level) GPT (models/gpt.h, nanoGPT's layout) on a real text,
 // Debian's fortunes by default, with any of cohort's strategies: ddp, zero1, zero2, zero3 or fsdp
 // (each GPT block a sharding unit), with or without activation checkpointing, and tensor parallel
-// (--tensor-parallel N, Megatron's split, with --sequence-parallel) under ddp. --devices N starts N
+// (--tensor-parallel N, Megatron's split, with --sequence-parallel) under any of them. --devices N starts N
 // local workers (or run it under cohortrun, torchrun, srun or mpirun). It prints "val loss X" and the
 // memory per rank at each validation, a sample of generated text and params-sha256 at the end, and
 // saves checkpoints a restart resumes from (--checkpoint-dir). See docs/gpt.md.
@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
                        "is the same for this model)");
   add_integer(app, {"--tensor-parallel", 1, 4096}, flags.tensor_parallel,
               "Ranks per tensor-parallel group (Megatron's split of heads, MLP and vocabulary; consecutive ranks), "
-              "with --strategy ddp over the other ranks; it must divide the world size and --n-head");
+              "with --strategy over the other ranks (zero*/fsdp shard each tensor-parallel rank's part over them); it "
+              "must divide the world size and --n-head");
   app.add_flag("--sequence-parallel", flags.sequence_parallel,
                "With --tensor-parallel: split the residual stream between the blocks' halves along the sequence "
                "(--block-size must divide by the tensor-parallel size)");
@@ -91,9 +92,9 @@ int main(int argc, char** argv) {
                               flags.strategy,
                           cohort::ErrorKind::kInvalidArgument);
     if (flags.keep_gathered && flags.strategy != "zero3" && flags.strategy != "fsdp")
-      throw cohort::Error("--keep-gathered needs a strategy that gathers parameters (zero3, fsdp), not --strategy " +
-                              flags.strategy,
-                          cohort::ErrorKind::kInvalidArgument);
+      throw cohort::Error(
+          "--keep-gathered needs a strategy that gathers parameters (zero3, fsdp), not --strategy " + flags.strategy,
+          cohort::ErrorKind::kInvalidArgument);
     if (flags.offload_params == "nvme" && flags.nvme_path.empty())
       throw cohort::Error("--offload-params nvme needs --nvme-path DIR (a directory on a local disk)",
                           cohort::ErrorKind::kInvalidArgument);
@@ -102,17 +103,14 @@ int main(int argc, char** argv) {
                               " is given but nothing goes there: add --offload-optimizer nvme or --offload-params nvme",
                           cohort::ErrorKind::kInvalidArgument);
     const std::string tp = std::to_string(flags.tensor_parallel);
-    if (flags.tensor_parallel > 1 && flags.strategy != "ddp")
-      throw cohort::Error("--tensor-parallel " + tp + " runs under --strategy ddp (data parallel over the other "
-                              "ranks), not --strategy " + flags.strategy,
-                          cohort::ErrorKind::kInvalidArgument);
     if (flags.n_head % flags.tensor_parallel != 0)
       throw cohort::Error("--tensor-parallel " + tp + " must divide --n-head " + std::to_string(flags.n_head) +
                               " (each rank takes whole heads)",
                           cohort::ErrorKind::kInvalidArgument);
     if (flags.sequence_parallel && flags.tensor_parallel == 1)
-      throw cohort::Error("--sequence-parallel splits the sequence over a tensor-parallel group: add --tensor-parallel N",
-                          cohort::ErrorKind::kInvalidArgument);
+      throw cohort::Error(
+          "--sequence-parallel splits the sequence over a tensor-parallel group: add --tensor-parallel N",
+          cohort::ErrorKind::kInvalidArgument);
     if (flags.sequence_parallel && flags.block_size % flags.tensor_parallel != 0)
       throw cohort::Error("--sequence-parallel: --tensor-parallel " + tp + " must divide --block-size " +
                               std::to_string(flags.block_size),
@@ -125,7 +123,8 @@ int main(int argc, char** argv) {
   });
   return examples::parse_and_run(app, argc, argv, [&] {
     // With --no-memory-check a model too large is built anyway: its failed allocation in cohort's words.
-    const std::string hint = flags.no_memory_check ? " (--no-memory-check skipped the estimate that refuses it first)" : "";
+    const std::string hint = flags.no_memory_check ? " (--no-memory-check skipped the estimate that refuses it first)"
+                                                   : "";
     examples::run_reporting_memory("the GPT", hint, [&] { gpt_example::run_training(flags); });
   });
 }

@@ -4,8 +4,8 @@
 // (--devices N), builds the GPT in configure_model (sharded as it is made under zero3 and fsdp), shards
 // the windows over ranks, validates every --eval-interval steps and saves checkpoints (--checkpoint-dir);
 // this file picks the options and prints the header (report.cpp prints the rest). --tensor-parallel N
-// splits each block over N consecutive ranks (configure_model runs the GPT's plan), ddp over the rest. A model too big for
-// this node's memory is refused before it is built, as fashion_mnist refuses a batch.
+// splits each block over N consecutive ranks (configure_model runs the GPT's plan), ddp over the rest. A model too big
+// for this node's memory is refused before it is built, as fashion_mnist refuses a batch.
 #include "train.h"
 
 #include <cohort/mesh.h>
@@ -133,7 +133,8 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
     moments = per_block ? (4 + state) * block / ranks * (1 + 4) : (4 + state) * p / ranks;
   // Past stage 1 the reduced gradient shards go to the swap file too: lent one block at a time.
   const double grads = flags.offload_optimizer == "nvme" && per_block ? 4 * block / ranks * (1 + 4) : all_grads;
-  const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
+  // Under tensor parallelism the blocks are cut first, then sharded whole by the engine.
+  const bool sharded = (flags.strategy == "zero3" || flags.strategy == "fsdp") && flags.tensor_parallel == 1;
   const double ahead = flags.strategy == "fsdp"
                            ? 1
                            : std::min(
@@ -143,8 +144,8 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
   // (offload_param.buffer_count, 5) are in memory.
   const double shards = flags.offload_params == "nvme" ? 4 * block / ranks * 6 : 4 * p / ranks;
   const double weights = sharded ? shards + 4 * block * (1 + ahead + 2) : 4 * p;
-  const double activations = static_cast<double>(cohort::models::gpt_activation_bytes(
-      config, flags.batch_size, flags.block_size, flags.activation_checkpointing));
+  const double activations = static_cast<double>(
+      cohort::models::gpt_activation_bytes(config, flags.batch_size, flags.block_size, flags.activation_checkpointing));
   const double total = weights + grads + moments + activations;
   return total >= 9e18 ? INT64_MAX : static_cast<int64_t>(total);
 }
@@ -181,7 +182,8 @@ std::string add_checkpoints(cohort::Trainer& trainer, const Flags& flags) {
 void print_header(const cohort::World& world, const Flags& flags, const Text& text, const GPTConfig& config,
                   int64_t threads) {
   if (!world.is_main()) return;
-  const bool sharded = flags.strategy == "zero3" || flags.strategy == "fsdp";
+  // Under tensor parallelism the blocks are cut first, then sharded whole by the engine.
+  const bool sharded = (flags.strategy == "zero3" || flags.strategy == "fsdp") && flags.tensor_parallel == 1;
   std::string split;
   if (flags.tensor_parallel > 1)
     split = " (" + std::to_string(world.size() / flags.tensor_parallel) + " data parallel x " +

@@ -18,6 +18,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/position_values.h"
 #include "checkpoint/sampler_values.h"
 #include "checkpoint/shard_file.h"
 #include "checkpoint/step_tensors.h"
@@ -117,6 +118,26 @@ std::string bytes_text(int64_t bytes) {
   return text;
 }
 
+// A position no sampler reaches, a step count or loss scale no run has: resume refuses them too.
+std::vector<std::string> manifest_value_problems(const Manifest& m, const std::string& dir) {
+  std::vector<std::string> problems;
+  try {
+    check_trainer_sampler(m);
+  } catch (const Error& e) {
+    problems.push_back(dir + "/manifest.json: " + e.what());
+  }
+  for (const auto& [entry, numbers] : m.values) {
+    try {
+      check_counter_values(numbers, entry);
+      check_entry_counters(m, entry);
+      if (is_sampler_values(numbers)) check_sampler_values(numbers, entry, m.world_size);
+    } catch (const Error& e) {
+      problems.push_back(dir + "/manifest.json: " + e.what());
+    }
+  }
+  return problems;
+}
+
 }  // namespace
 
 std::string resolve_step_dir(const std::string& path) {
@@ -163,7 +184,7 @@ std::string describe_checkpoint(const std::string& dir, bool tensors) {
   const Manifest m = read_manifest(dir + "/manifest.json");
   std::ostringstream out;
   out << "checkpoint " << dir << "\n  step " << m.step << ", saved by " << m.world_size << " rank(s), ZeRO stage "
-      << m.zero_stage << ", cohort " << m.library_version << ", " << m.created << "\n  files:";
+      << m.zero_stage << ", cohort " << excerpt(m.library_version) << ", " << excerpt(m.created) << "\n  files:";
   int64_t total = 0;
   for (const FileRecord& f : m.files) {
     out << "\n    " << f.name << "  " << bytes_text(f.payload_bytes);
@@ -198,24 +219,22 @@ std::string describe_checkpoint(const std::string& dir, bool tensors) {
   return out.str() + "\n";
 }
 
+std::vector<std::string> value_problems(const std::string& dir) {
+  try {
+    return manifest_value_problems(read_manifest(dir + "/manifest.json"), dir);
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
 std::vector<std::string> verify_checkpoint(const std::string& dir) {
-  std::vector<std::string> problems;
   Manifest m;
   try {
     m = read_manifest(dir + "/manifest.json");
   } catch (const std::exception& e) {
     return {e.what()};
   }
-  // A position no sampler reaches, a step count or loss scale no run has: resume refuses them too.
-  for (const auto& [entry, numbers] : m.values) {
-    try {
-      check_counter_values(numbers, entry);
-      check_entry_counters(m, entry);
-      if (is_sampler_values(numbers)) check_sampler_values(numbers, entry, m.world_size);
-    } catch (const Error& e) {
-      problems.push_back(dir + "/manifest.json: " + e.what());
-    }
-  }
+  std::vector<std::string> problems = manifest_value_problems(m, dir);
   Files files(dir, m);
   std::vector<char> buffer(kChunk);
   std::set<std::string> bad_files;

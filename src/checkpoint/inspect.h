@@ -23,6 +23,11 @@ std::string describe_checkpoint(const std::string& step_dir, bool tensors);
 /// tensors), each naming the file; empty when the checkpoint is sound.
 std::vector<std::string> verify_checkpoint(const std::string& step_dir);
 
+/// The problems of the manifest's numbers alone (positions, step counts, the Trainer's sampler), as a
+/// resume refuses them; part of verify_checkpoint, which also reads every byte. Empty when they are sound
+/// or when the manifest does not read (verify_checkpoint says why).
+std::vector<std::string> value_problems(const std::string& step_dir);
+
 /// Throws cohort::Error when `out` would land inside `step_dir` (replacing or adding to the files it
 /// reads), inside any other checkpoint of its checkpoint directory (a step-<n> or .step-<n>.tmp
 /// directory beside it), or on that directory's `latest` pointer.

@@ -97,11 +97,11 @@ LoadRequest request_of(const std::vector<CheckpointState::Entry>& entries) {
   return request;
 }
 
-// The kOwned tensors every rank lists, one name a line (see LoadRequest::owned_anywhere).
-std::set<std::string> owned_anywhere(Group& group, const LoadRequest& request) {
+// The kOwned and kSharded tensors every rank lists, one name a line (see LoadRequest::listed_anywhere).
+std::set<std::string> listed_anywhere(Group& group, const LoadRequest& request) {
   std::string mine;
   for (const Wanted& w : request.wanted)
-    if (w.tensor.kind == StateKind::kOwned) mine += w.name + "\n";
+    if (w.tensor.kind == StateKind::kOwned || w.tensor.kind == StateKind::kSharded) mine += w.name + "\n";
   std::set<std::string> out;
   for (const std::string& text : group.allgather(mine))
     for (const std::string& name : split_lines(text)) out.insert(name);
@@ -214,7 +214,7 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
   if (!paths) return std::nullopt;
   const auto entries = entries_with_rng(state);
   LoadRequest request = request_of(entries);
-  request.owned_anywhere = owned_anywhere(group, request);
+  request.listed_anywhere = listed_anywhere(group, request);
 
   std::vector<std::string> skipped;
   std::string only_problem;  // the reason itself when there was a single candidate

@@ -160,11 +160,12 @@ std::map<std::string, std::string> user_from_json(const json& j, const std::stri
   return out;
 }
 
-// The checksums of the values a check cannot hold to a range (a loss sum, a user's string), so that a
-// hand edit or damage is caught whole. Required from format version 2; version 1 had 'user_crc32' at
-// most (and older manifests of it none), which still load.
-void check_crc(const json& j, const char* key, uint32_t now, int format_version, const std::string& where) {
-  if (format_version < 2 && !j.contains(key)) return;
+// The checksums of what a check cannot hold to a range (a loss sum, a user's string, which tensor a
+// piece's offset belongs to), so that a hand edit or damage is caught whole. Each is required from the
+// version that brought it (values and user 2, records 3); an older manifest without it still loads.
+void check_crc(const json& j, const char* key, uint32_t now, int required_from, int format_version,
+               const std::string& where) {
+  if (format_version < required_from && !j.contains(key)) return;
   const auto written = field<uint32_t>(j, key, where);
   COHORT_CHECK_KIND(kIO, written == now, where, ": '", key, "' is ", written, " but the values it covers give ", now,
                     ": edited or damaged after the save");
@@ -237,6 +238,20 @@ uint32_t state_values_crc32(const std::map<std::string, StateValues>& values) {
   return crc;
 }
 
+namespace {
+
+// Every key but the ones other checksums cover and the checksums, as nlohmann dumps it (keys sorted):
+// the header, 'files' and 'tensors', and any key a later version adds.
+uint32_t records_crc32(json manifest) {
+  for (const char* key : {"values", "user", "user_crc32", "values_crc32", "records_crc32"}) manifest.erase(key);
+  const std::string text = manifest.dump();
+  return crc32_update(0, text.data(), static_cast<int64_t>(text.size()));
+}
+
+}  // namespace
+
+uint32_t records_crc32_of(const std::string& manifest_text) { return records_crc32(json::parse(manifest_text)); }
+
 const TensorRecord* Manifest::find(const std::string& name) const {
   for (const TensorRecord& r : tensors) {
     if (r.name == name) return &r;
@@ -275,19 +290,20 @@ std::string manifest_to_json(const Manifest& m) {
   }
   for (const TensorRecord& r : m.tensors) tensors.push_back(record_to_json(r));
   for (const auto& [entry, numbers] : m.values) values[entry] = numbers;
-  const json j = {{"format", kFormat},
-                  {"format_version", m.format_version},
-                  {"library_version", m.library_version},
-                  {"step", m.step},
-                  {"world_size", m.world_size},
-                  {"zero_stage", m.zero_stage},
-                  {"created", m.created},
-                  {"files", files},
-                  {"tensors", tensors},
-                  {"values", values},
-                  {"user", m.user},
-                  {"user_crc32", user_values_crc32(m.user)},
-                  {"values_crc32", state_values_crc32(m.values)}};
+  json j = {{"format", kFormat},
+            {"format_version", m.format_version},
+            {"library_version", m.library_version},
+            {"step", m.step},
+            {"world_size", m.world_size},
+            {"zero_stage", m.zero_stage},
+            {"created", m.created},
+            {"files", files},
+            {"tensors", tensors},
+            {"values", values},
+            {"user", m.user},
+            {"user_crc32", user_values_crc32(m.user)},
+            {"values_crc32", state_values_crc32(m.values)}};
+  j["records_crc32"] = records_crc32(j);
   return j.dump(1) + "\n";
 }
 
@@ -332,8 +348,9 @@ Manifest read_manifest(const std::string& path) {
   for (const json& t : list_field(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
   m.values = values_from_json(j, path);
   m.user = user_from_json(j, path);
-  check_crc(j, "user_crc32", user_values_crc32(m.user), m.format_version, path);
-  check_crc(j, "values_crc32", state_values_crc32(m.values), m.format_version, path);
+  check_crc(j, "user_crc32", user_values_crc32(m.user), 2, m.format_version, path);
+  check_crc(j, "values_crc32", state_values_crc32(m.values), 2, m.format_version, path);
+  check_crc(j, "records_crc32", records_crc32(j), 3, m.format_version, path);
   check_records(m, path);
   check_mode(m, path);
   return m;

@@ -18,8 +18,9 @@ namespace cohort::detail::ckpt {
 
 inline constexpr const char* kFormat = "cohort-checkpoint";
 // 2: 'values_crc32' beside 'user_crc32', both required (in 1 the user's was optional and the values had
-// none: deleting the field or editing a number went unnoticed).
-inline constexpr int kFormatVersion = 2;
+// none: deleting the field or editing a number went unnoticed). 3: 'records_crc32' over the rest (the
+// header, the files and the tensor records), required: two pieces' offsets swapped passed every check.
+inline constexpr int kFormatVersion = 3;
 
 /// Where one piece of a tensor's bytes lies.
 struct Piece {
@@ -72,6 +73,9 @@ const char* kind_name(StateKind kind);
 uint32_t user_values_crc32(const std::map<std::string, std::string>& user);
 /// The checksum of the Statefuls' numbers, 'values_crc32' (read_manifest checks it from version 2).
 uint32_t state_values_crc32(const std::map<std::string, StateValues>& values);
+/// The checksum 'records_crc32' of a manifest's JSON text: every key but the values, the user's strings
+/// and the checksums (read_manifest checks it from version 3).
+uint32_t records_crc32_of(const std::string& manifest_text);
 std::string manifest_to_json(const Manifest& manifest);
 /// Reads and validates `path` (check_records included); errors name the path and the bad key
 /// ("... manifest.json: 'world_size' is missing", "'values.sampler.seed' is \"abc\", not a number"),

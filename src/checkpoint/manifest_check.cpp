@@ -61,6 +61,13 @@ void check_records(const Manifest& m, const std::string& where) {
       COHORT_CHECK_KIND(kIO, r.shape == std::vector<int64_t>{r.flat_numel}, here, ": a sharded tensor's shape is ",
                         "[flat_numel], not ", excerpt(shape_text(r.shape)), " with flat_numel ", r.flat_numel);
     }
+    // One rank writes a replicated or owned tensor whole: more pieces, or one at an offset, verified
+    // and consolidated while the load read the first piece as the whole (hostile pass 12, M-1).
+    const bool whole = r.kind == StateKind::kReplicated || r.kind == StateKind::kOwned;
+    COHORT_CHECK_KIND(kIO, !whole || r.pieces.size() <= 1, here, ": a ", kind_name(r.kind),
+                      " tensor is written whole, in one piece; it has ", r.pieces.size());
+    COHORT_CHECK_KIND(kIO, !whole || r.pieces.empty() || r.pieces[0].offset == 0, here, ": a ", kind_name(r.kind),
+                      " tensor's piece begins at element 0, not ", r.pieces.empty() ? 0 : r.pieces[0].offset);
     check_pieces(r, static_cast<int64_t>(c10::elementSize(r.dtype)), here);
     std::vector<std::string> outputs = {r.name};  // its names in a consolidated file
     if (r.kind == StateKind::kPerRank) {

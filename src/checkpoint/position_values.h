@@ -23,9 +23,15 @@ inline constexpr const char* kEpochBatchesKey = "trainer.epoch_batches";
 
 /// When `entry` holds a sampler's numbers and the manifest the Trainer's segment: the sampler's
 /// epoch is the segment's, its samples end a step (a whole step of trainer.step_batch samples, or
-/// the epoch's last of trainer.epoch_batches batches) and the batches done since the segment began
-/// (each of trainer.global_batch samples) make the steps taken since its step. Throws cohort::Error (kIO) naming the
-/// values. Checkpoints without the segment (older ones, the user's own) pass.
+/// the epoch's last of trainer.epoch_batches batches, which may be short only when the epoch takes
+/// every batch of dataset_size: no more than ceil(dataset_size / trainer.global_batch)) and the batches done since the
+/// segment began (each of trainer.global_batch samples) make the steps taken since its step. Throws cohort::Error (kIO)
+/// naming the values. Checkpoints without the segment (older ones, the user's own) pass.
 void check_trainer_position(const Manifest& manifest, const std::string& entry);
+
+/// A Trainer checkpoint (one with trainer.segment.*) holds its sampler's position: a 'sampler' entry
+/// with all five numbers (check_sampler_values). Deleted or emptied, verify said OK and the resume
+/// stopped or fell back (hostile pass 11, M-d). Throws cohort::Error (kIO).
+void check_trainer_sampler(const Manifest& manifest);
 
 }  // namespace cohort::detail::ckpt

@@ -103,13 +103,15 @@ void ShardReader::check_header(int rank, int world_size) {
   COHORT_CHECK_KIND(kIO, std::memcmp(header.magic, kMagic, sizeof kMagic) == 0, "shard file ", path_,
                     " is not a cohort shard (bad magic number)");
   COHORT_CHECK_KIND(kIO, header.version == kShardVersion, "shard file ", path_, " is of shard format version ",
-                    header.version, "; this cohort reads version ", kShardVersion, " (a newer cohort wrote it?)");
+                    header.version, "; this cohort reads version ", kShardVersion,
+                    header.version > kShardVersion ? " (a newer cohort wrote it?)" : " (damaged: no cohort wrote it)");
   COHORT_CHECK_KIND(kIO,
                     header.rank == static_cast<uint32_t>(rank) &&
                         header.world_size == static_cast<uint32_t>(world_size) && header.payload_bytes == payload_bytes,
-                    "shard file ", path_, " belongs to another checkpoint: its header says rank ", header.rank, " of ",
-                    header.world_size, " with ", header.payload_bytes, " payload bytes, the manifest expects rank ",
-                    rank, " of ", world_size, " with ", payload_bytes);
+                    "shard file ", path_,
+                    " does not match the manifest (damaged, or another checkpoint's): its header says rank ",
+                    header.rank, " of ", header.world_size, " with ", header.payload_bytes,
+                    " payload bytes, the manifest expects rank ", rank, " of ", world_size, " with ", payload_bytes);
 }
 
 ShardReader::~ShardReader() {

@@ -5,12 +5,28 @@
 #include <set>
 #include <utility>
 
+#include "checkpoint/entry.h"
+#include "checkpoint/position_values.h"
 #include "checkpoint/tensor_reader.h"
 #include "core/check.h"
 #include "core/text.h"
 
 namespace cohort::detail::ckpt {
 namespace {
+
+// Why a wanted tensor may be missing. The Trainer saves the ZeRO engine's state per tensor-parallel
+// rank ("engine/tp0.group0.master") under tensor_parallel_size > 1: the other size's names say so.
+std::string missing_tensor_hint(const Manifest& m, const std::string& name) {
+  const size_t slash = name.find('/');
+  const std::string entry = name.substr(0, slash + 1), rest = name.substr(slash + 1);
+  const bool wanted_tp = rest.rfind("tp", 0) == 0 && rest.find('.') != std::string::npos;
+  const std::string other = wanted_tp ? entry + rest.substr(rest.find('.') + 1) : entry + "tp0." + rest;
+  if (m.find(other) == nullptr) return " (saved from another model or optimizer?)";
+  return wanted_tp ? ": its ZeRO engine's state was saved whole ('" + other +
+                         "'), without tensor parallelism; resume it at tensor_parallel_size 1"
+                   : ": its ZeRO engine's state was saved per tensor-parallel rank ('" + other +
+                         "'); resume it at the tensor_parallel_size it was saved with";
+}
 
 // The checkpoint's mode (DDP or a ZeRO stage), names and kinds agree with the state's, else a
 // MismatchError naming the first difference. The mode comes first: under another mode every tensor
@@ -40,7 +56,7 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
     const TensorRecord* r = m.find(w.name);
     if (r == nullptr) {
       if (w.optional) continue;
-      throw MismatchError(where + "it has no tensor '" + w.name + "' (saved from another model or optimizer?)");
+      throw MismatchError(where + "it has no tensor '" + w.name + "'" + missing_tensor_hint(m, w.name));
     }
     const torch::Tensor& t = w.tensor.tensor;
     if (r->kind != w.tensor.kind) {
@@ -60,13 +76,20 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
       saved = own != r->pieces.end() ? own->shape : r->pieces.at(0).shape;
     }
     if (saved != mine) {
+      // The engine's groups follow the model and reduce_bucket_size (stage 3: its sharding units): a
+      // bucket size changed since the save read as another model (hostile pass 11, m-f).
+      const bool engine = w.name.rfind("engine/", 0) == 0;
       throw MismatchError(where + "tensor '" + w.name + "' has shape " + shape_text(saved) + " in the checkpoint, " +
-                          shape_text(mine) + " here");
+                          shape_text(mine) + " here" +
+                          (engine ? ": the ZeRO engine's parameter groups differ; they follow the model and "
+                                    "reduce_bucket_size (stage 3: the sharding units), keep those of the saved run"
+                                  : ""));
     }
   }
   for (const TensorRecord& r : m.tensors) {
     const std::string entry = r.name.substr(0, r.name.find('/'));
-    const bool anothers = r.kind == StateKind::kOwned && request.owned_anywhere.count(r.name);
+    const bool anothers = (r.kind == StateKind::kOwned || r.kind == StateKind::kSharded) &&
+                          request.listed_anywhere.count(r.name);
     if (registered.count(entry) && !asked.count(r.name) && !anothers) {
       throw MismatchError(where + "it has tensor '" + r.name + "', which this state does not have");
     }
@@ -81,6 +104,11 @@ Staged stage_checkpoint(const std::string& path, const LoadRequest& request, int
   staged.rank = rank;
   staged.manifest = read_manifest(path + "/manifest.json");
   const Manifest& m = staged.manifest;
+  try {  // before the match: a deleted sampler entry is damage to fall back from, not another program
+    check_trainer_sampler(m);
+  } catch (const Error& e) {
+    throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
+  }
   check_match(path, m, request, rank);
   TensorReader reader(path, m, rank);
   for (const Wanted& w : request.wanted) {

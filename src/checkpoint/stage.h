@@ -48,9 +48,10 @@ struct LoadRequest {
   std::vector<Wanted> wanted;
   std::vector<std::string> entries;
   std::optional<int> zero_stage;
-  /// The StateKind::kOwned tensors any loading rank lists: a saved one this rank does not list is
-  /// then another rank's, not a mismatch.
-  std::set<std::string> owned_anywhere;
+  /// The StateKind::kOwned and kSharded tensors any loading rank lists: a saved one this rank does
+  /// not list is then another rank's, not a mismatch (a model's part that some ranks hold, or the
+  /// ZeRO engine's state of another tensor-parallel rank, sharded over its data-parallel group).
+  std::set<std::string> listed_anywhere;
 };
 
 /// Stages request.wanted from the step directory `path` for `rank`. Throws MismatchError or Error.

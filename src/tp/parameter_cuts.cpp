@@ -17,11 +17,12 @@ void add(std::map<std::string, ParameterCut>& out, const std::string& prefix, co
 
 }  // namespace
 
+// The module itself is looked at by reference: named_modules(include_self) needs it held by a
+// shared_ptr, which a TrainingModule made on the stack is not.
 std::map<std::string, ParameterCut> parameter_cuts(torch::nn::Module& module) {
   std::map<std::string, ParameterCut> out;
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    const std::string& prefix = item.key();
-    if (auto* linear = dynamic_cast<LinearImpl*>(item.value().get()); linear != nullptr && linear->split) {
+  const auto visit = [&](const std::string& prefix, torch::nn::Module* m) {
+    if (auto* linear = dynamic_cast<LinearImpl*>(m); linear != nullptr && linear->split) {
       const Split& split = *linear->split;
       if (const auto* col = std::get_if<ColwiseParallel>(&split.style)) {
         const ParameterCut rows{0, col->fused(), split.weight_shape[0], split.comm};
@@ -30,11 +31,12 @@ std::map<std::string, ParameterCut> parameter_cuts(torch::nn::Module& module) {
       } else {
         add(out, prefix, "weight", linear->weight, {1, 1, split.weight_shape[1], split.comm});
       }
-    } else if (auto* embedding = dynamic_cast<EmbeddingImpl*>(item.value().get());
-               embedding != nullptr && embedding->split) {
+    } else if (auto* embedding = dynamic_cast<EmbeddingImpl*>(m); embedding != nullptr && embedding->split) {
       add(out, prefix, "weight", embedding->weight, {0, 1, embedding->split->weight_shape[0], embedding->split->comm});
     }
-  }
+  };
+  visit("", &module);
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) visit(item.key(), item.value().get());
   return out;
 }
 

@@ -155,11 +155,20 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
     std::fflush(stdout);
     return;
   }
-  const std::string why = step_batch % micro == 0 ? "its strategy cannot accumulate batches"
-                                                  : "it does not divide them";
+  // What this run takes per step, accumulation included (hostile pass 11, m-a: a ds_config's accumulation
+  // of 2 read "cannot accumulate").
+  const int64_t accumulation = trainer_.strategy->accumulation();
+  const std::string takes = accumulation > 1
+                                ? std::to_string(micro) + " per batch (batch_size x ranks) x " +
+                                      std::to_string(accumulation) +
+                                      " accumulated = " + std::to_string(micro * accumulation) + " per step"
+                                : std::to_string(micro) + " per batch (batch_size x ranks)";
+  const std::string why = step_batch % micro != 0 ? "it does not divide them"
+                          : accumulation > 1      ? "its strategy cannot accumulate another number of batches"
+                                                  : "its strategy cannot accumulate batches";
   COHORT_CHECK_KIND(kInvalidArgument, launcher_restart_count() > 0, "the checkpoint ", path, " was saved with ",
                     step_batch, " samples per optimizer step by ", saved_world_size, " rank(s); this run's ",
-                    trainer_.world.size(), " rank(s) take ", micro, " per batch (batch_size x ranks), and ", why,
+                    trainer_.world.size(), " rank(s) take ", takes, ", and ", why,
                     ": choose a batch size that keeps the global batch");
   // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
   // batch follows the world. The epoch resumes at the first whole step of the new size: the loop's
@@ -192,6 +201,7 @@ void CheckpointConnector::resume(const std::string& ckpt_path) {
   keep_global_batch(state, info->path, info->world_size);
   trainer_.step = state.step();
   trainer_.epoch = trainer_.train->sampler().epoch();
+  trainer_.resumed = {info->path, trainer_.strategy->lr()};
   restore_epoch_sums(state, info->path, info->world_size);
   if (trainer_.world.is_main()) {
     std::printf("resumed from %s (step %lld, saved by %d rank(s))%s\n", info->path.c_str(),

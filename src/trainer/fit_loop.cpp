@@ -24,7 +24,9 @@ Batch on_device(Batch batch, const torch::Device& device) { return {batch.data.t
 
 // What to change when the loss stops being finite. Most often the learning rate; but an Adam eps of 0
 // divides 0 by 0 wherever a gradient and its moments are 0, whatever the rate (hostile pass 4, D8).
-std::string divergence_hint(Strategy& strategy) {
+// After a resume the rate is the checkpoint's, whatever the program asked (hostile pass 11, M-c: a
+// lower --lr changed nothing and the message did not say why).
+std::string divergence_hint(Strategy& strategy, const TrainerImpl::Resumed& resumed) {
   double eps = -1;
   try {
     auto& options = strategy.optimizer().param_groups().at(0).options();
@@ -34,7 +36,12 @@ std::string divergence_hint(Strategy& strategy) {
   }
   if (eps == 0)
     return "the optimizer's eps is 0, which divides 0 by 0 where a gradient is 0: give it a positive value, e.g. 1e-8";
-  return "lower the learning rate, now " + number_text(strategy.lr());
+  std::string hint = "lower the learning rate, now " + number_text(strategy.lr());
+  if (!resumed.path.empty() && strategy.lr() == resumed.lr)
+    hint += ", restored from " + resumed.path +
+            " (a checkpoint's optimizer state, its rate included, replaces the program's: set the rate after the "
+            "resume, or resume from an older checkpoint)";
+  return hint;
 }
 
 }  // namespace
@@ -43,6 +50,7 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   attach(target);
   train = &train_data;
   val = fit_options.val();
+  resumed = {};
   const auto [shares, share] = strategy->data_split(world);
   const bool uneven = options.raw.uneven_inputs();
   if (uneven) {
@@ -161,7 +169,7 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
                     std::isnan(value) ? "nan"
                     : value > 0       ? "inf"
                                       : "-inf",
-                    "; training stopped (the weights are no longer finite; ", divergence_hint(*strategy), ")");
+                    "; training stopped (the weights are no longer finite; ", divergence_hint(*strategy, resumed), ")");
   {
     cohort::trace::Span compute("backward");
     // A replayed batch adds zero to every gradient, but its backward runs every collective of a step.

@@ -119,11 +119,12 @@ SumLine read_sum_line(const std::string& line, const std::string& source) {
   std::istringstream in(line);
   SumLine out;
   in >> out.sync >> out.weighted >> out.samples;
-  in.get();  // the space before the name
+  const bool spaced = in.get() == ' ';  // "1e15" or "500.5" samples read as 1 or 500 and a name "15 ..."
   std::getline(in, out.key);
+  // A sum without samples is damage too (hostile pass 11, m-d: it resumed to a loss twice the real one).
   COHORT_CHECK_KIND(kIO,
-                    !in.fail() && (out.sync == 0 || out.sync == 1) && std::isfinite(out.weighted) && out.samples >= 0 &&
-                        !out.key.empty(),
+                    !in.fail() && spaced && (out.sync == 0 || out.sync == 1) && std::isfinite(out.weighted) &&
+                        out.samples >= 0 && (out.samples > 0 || out.weighted == 0) && !out.key.empty(),
                     source, ": the epoch's logged values are damaged (line \"", line.substr(0, 80), "\")");
   return out;
 }

@@ -198,11 +198,13 @@ void check_loop_limits(const TrainerOptions& options) {
 
 void check_tensor_parallel_options(const TrainerOptions& options, const ResolvedOptions& out) {
   check_at_least("tensor_parallel_size", options.tensor_parallel_size(), 1, "an integer >= 1");
-  COHORT_CHECK_KIND(kInvalidArgument, options.tensor_parallel_size() == 1 || out.strategy == StrategyKind::kDdp,
+  const bool composes = out.strategy == StrategyKind::kDdp || out.strategy == StrategyKind::kZero ||
+                        out.strategy == StrategyKind::kDeepSpeed;
+  COHORT_CHECK_KIND(kInvalidArgument, options.tensor_parallel_size() == 1 || composes,
                     "TrainerOptions.tensor_parallel_size ", options.tensor_parallel_size(), " with strategy \"",
                     options.strategy(),
-                    "\": tensor parallelism runs under strategy ddp (data parallel over the other ranks); ZeRO and "
-                    "fsdp over it are not built yet");
+                    "\": tensor parallelism runs under ddp, zero1-3, fsdp or deepspeed (data parallel over the other "
+                    "ranks); the pipeline and dp over it are not built yet");
 }
 
 }  // namespace

@@ -5,13 +5,20 @@
 // engine's inner optimizer is the module's configure_optimizers over this rank's fp32 shards. At
 // stage 3 the units are those the module marked plus those its shard_units() policy makes. A module
 // with its own layers calls its model in its steps: each step runs as one forward of the model. At
-// stage 3 the module's configure_model() runs inside a ShardedInit.
+// stage 3 the module's configure_model() runs inside a ShardedInit. With tensor_parallel_size > 1 the
+// engine runs over the mesh's data_parallel axis (each tensor-parallel rank's engine shards its own
+// parts of the cut layers over its data-parallel group, as FSDP2 over a TP mesh dimension does), the
+// data is split over that axis, and the engine's state is saved per tensor-parallel rank.
 #include <sstream>
 
 #include "cohort/error.h"
 #include "cohort/zero.h"
 #include "core/check.h"
+#include "core/text.h"
+#include "tp/parameter_cuts.h"
 #include "trainer/strategy.h"
+#include "trainer/tensor_parallel_rank_state.h"
+#include "trainer/whole_tensor_state.h"
 
 namespace cohort::detail {
 
@@ -23,13 +30,16 @@ std::unique_ptr<Strategy> make_pipeline_strategy(const ResolvedOptions& options,
 
 namespace {
 
+// The engine's world: the data-parallel ranks (all of them without tensor parallelism), over which a
+// ds_config's batch sizes are read.
 ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
   ZeroConfig config;
+  const int data_parallel = world.size() / static_cast<int>(options.raw.tensor_parallel_size());
   if (!options.raw.deepspeed_config().empty()) {
-    config = load_ds_config(options.raw.deepspeed_config(), world.size());
+    config = load_ds_config(options.raw.deepspeed_config(), data_parallel);
     if (options.strategy == StrategyKind::kZero) config.zero_optimization().stage(options.zero_stage);
   } else {
-    config.world_size(world.size());
+    config.world_size(data_parallel);
     // DeepSpeed's default: reduce while backward runs at stage 3 only.
     config.zero_optimization(ZeroOptimizationConfig().stage(options.zero_stage).overlap_comm(options.zero_stage >= 3));
   }
@@ -57,6 +67,18 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
   }
   if (options.precision == Precision::kBf16Mixed) config.bf16().enabled(true);
   if (options.precision == Precision::k16Mixed) config.fp16().enabled(true);
+  // Each tensor-parallel rank's engine sees its own parts: a norm or an overflow of the whole model
+  // needs them all (DeepSpeed's mpu), which the engine does not take yet.
+  const int64_t tp = options.raw.tensor_parallel_size();
+  COHORT_CHECK_KIND(kInvalidArgument, tp == 1 || !(config.gradient_clipping() > 0),
+                    "TrainerOptions.tensor_parallel_size ", tp,
+                    " with ZeRO and gradient clipping (gradient_clip_val or the ds_config's gradient_clipping ",
+                    number_text(config.gradient_clipping()),
+                    "): the engine's norm would cover one tensor-parallel rank's parts; clipping under tensor "
+                    "parallelism runs with strategy ddp");
+  COHORT_CHECK_KIND(kInvalidArgument, tp == 1 || !config.fp16().enabled(), "TrainerOptions.tensor_parallel_size ", tp,
+                    " with ZeRO and fp16 loss scaling: an overflow on one tensor-parallel rank would skip its step "
+                    "alone; use bf16");
   COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() || world.device().is_cuda(), "the ds_config ",
                     raw.deepspeed_config(),
                     " enables fp16, but this rank runs on the CPU, where LibTorch has no "
@@ -66,7 +88,13 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
 
 class ZeroStrategy : public Strategy {
  public:
-  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module) : ZeroStrategy(*options.zero, options, module) {}
+  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module, std::shared_ptr<Mesh> mesh)
+      : ZeroStrategy(*options.zero, options, module, std::move(mesh)) {}
+
+  std::pair<int, int> data_split(const World& world) const override {
+    if (!mesh_) return Strategy::data_split(world);
+    return {mesh_->size("data_parallel"), mesh_->coordinate("data_parallel")};
+  }
 
   torch::Tensor forward(const torch::Tensor& input) override {
     auto& network = *module_.network();
@@ -99,13 +127,24 @@ class ZeroStrategy : public Strategy {
   torch::optim::Optimizer& optimizer() override { return engine_.optimizer(); }
   int64_t accumulation() const override { return engine_.config().gradient_accumulation_steps(); }
   double lr() const override { return engine_.lr(); }
-  void add_to(CheckpointState& state) override { state.add("engine", engine_); }
+  void add_to(CheckpointState& state) override {
+    if (!mesh_) {
+      state.add("engine", engine_);
+      return;
+    }
+    state.add("engine", tensor_parallel_rank_state(engine_, mesh_->coordinate("tensor_parallel")));
+  }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
     auto parameters = engine_.full_parameters();
-    for (auto& item : parameters) item.second = item.second.to(torch::kCPU).contiguous();
+    for (auto& [name, value] : parameters) value = whole(name, value).to(torch::kCPU).contiguous();
     return parameters;
   }
-  void for_each_full_parameter(const ParameterVisitor& visit) override { engine_.for_each_full_parameter(visit); }
+  void for_each_full_parameter(const ParameterVisitor& visit) override {
+    if (!mesh_) return engine_.for_each_full_parameter(visit);
+    engine_.for_each_full_parameter([&](const std::string& name, const torch::Tensor& value) {
+      visit(name, whole(name, value));  // every rank gathers over its tp group: the same order on each
+    });
+  }
   MemoryReport memory_report() const override { return engine_.memory_report(); }
   int zero_stage() const override { return engine_.stage(); }
   OffloadDevice offload_optimizer() const override {
@@ -118,12 +157,25 @@ class ZeroStrategy : public Strategy {
   std::string describe() const override {
     std::ostringstream out;
     out << "ZeRO stage " << engine_.stage() << " (" << c10::toString(engine_.compute_dtype()) << ")";
+    if (mesh_)
+      out << " over " << mesh_->size("data_parallel") << " data parallel x " << mesh_->size("tensor_parallel")
+          << " tensor parallel";
     return out.str();
   }
 
  private:
-  ZeroStrategy(const ZeroConfig& config, const ResolvedOptions& options, TrainingModule& module)
-      : module_(module), engine_(initialize(config, model_pointer(module), engine_options(options, module, config))) {}
+  ZeroStrategy(const ZeroConfig& config, const ResolvedOptions& options, TrainingModule& module,
+               std::shared_ptr<Mesh> mesh)
+      : module_(module),
+        mesh_(std::move(mesh)),
+        cut_of_(mesh_ ? module_cuts(module.model()) : nullptr),
+        engine_(initialize(config, model_pointer(module), engine_options(options, module, config, mesh_))) {}
+
+  // A parameter cut by tensor parallelism, gathered whole over the tp group (a collective).
+  torch::Tensor whole(const std::string& name, const torch::Tensor& value) const {
+    const auto* cut = cut_of_ ? cut_of_(name) : nullptr;
+    return cut ? tp::detail::gather_cut(value, *cut) : value;
+  }
 
   // The Sequential path casts in ZeroEngine::forward; a step of a module with its own layers casts
   // the batch's data the same way.
@@ -131,9 +183,10 @@ class ZeroStrategy : public Strategy {
 
   // A ds_config's "optimizer" wins; otherwise the module's configure_optimizers over the shards. At
   // stage 3 the module's shard_units() names units besides those it marked.
-  static EngineOptions engine_options(const ResolvedOptions& options, TrainingModule& module,
-                                      const ZeroConfig& config) {
+  static EngineOptions engine_options(const ResolvedOptions& options, TrainingModule& module, const ZeroConfig& config,
+                                      const std::shared_ptr<Mesh>& mesh) {
     EngineOptions out;
+    if (mesh) out.comm(mesh->group_ptr("data_parallel"));
     if (config.zero_optimization().stage() == 3)
       out.unit_policy(module.shard_units())
           .unit_options(UnitOptions()
@@ -149,6 +202,9 @@ class ZeroStrategy : public Strategy {
     });
   }
   TrainingModule& module_;
+  std::shared_ptr<Mesh> mesh_;  // tensor parallel: (data_parallel, tensor_parallel)
+  // Tensor parallel: the cuts by name, found before the engine takes the parameters.
+  std::function<const tp::detail::ParameterCut*(const std::string&)> cut_of_;
   ZeroEngine<torch::nn::Module> engine_;
 };
 
@@ -161,8 +217,10 @@ void resolve_zero_config(ResolvedOptions& options, const World& world) {
     options.zero = std::make_shared<const ZeroConfig>(zero_config(options, world));
 }
 
+// Under tensor parallelism configure_model cuts the layers first; the engine shards the cut parts after.
 void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world) {
-  if (!options.zero || options.zero->zero_optimization().stage() != 3) return module.configure_model();
+  if (!options.zero || options.zero->zero_optimization().stage() != 3 || options.raw.tensor_parallel_size() > 1)
+    return module.configure_model();
   ShardedInit sharded(ShardedInitOptions().comm(world.comm_ptr()));
   module.configure_model();
 }
@@ -170,7 +228,7 @@ void configure_model(const ResolvedOptions& options, TrainingModule& module, con
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world,
                                         const std::shared_ptr<Mesh>& mesh) {
   if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)
-    return std::make_unique<ZeroStrategy>(options, module);
+    return std::make_unique<ZeroStrategy>(options, module, mesh);
   if (options.strategy == StrategyKind::kDp) return make_dp_strategy(options, module, world);
   if (options.strategy == StrategyKind::kPipeline) return make_pipeline_strategy(options, module, world);
   return make_ddp_strategy(options, module, world, mesh);

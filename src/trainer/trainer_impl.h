@@ -89,6 +89,10 @@ class TrainerImpl : public ModuleLink {
     int64_t epoch = 0, step = 0, samples = 0;
   } segment;
   void begin_segment() { segment = {epoch, step, samples_in_epoch}; }
+  struct Resumed {  // the checkpoint this fit resumed from (messages)
+    std::string path;
+    double lr = 0;
+  } resumed;
   int64_t train_batches =
       0;  // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
   int64_t own_batches = 0;                            // of this rank's share (train_batches unless uneven_inputs)

@@ -37,7 +37,8 @@ void check_epoch_sums(const std::map<std::string, std::string>& user, int saved_
                       ": a Trainer saves how many ranks' epoch sums it holds with them");
     return;
   }
-  const int64_t ranks = whole_value(user, kEpochSumsRanks, 1, saved_world_size, 0);
+  // Every rank's sums are saved (an allgather): fewer resumed to one rank's share of the mean.
+  const int64_t ranks = whole_value(user, kEpochSumsRanks, saved_world_size, saved_world_size, 0);
   const int64_t replicas = whole_value(user, kEpochSumsReplicas, 1, ranks, 1);
   COHORT_CHECK_KIND(kIO, ranks % replicas == 0, user_key(kEpochSumsReplicas), " is ", replicas, ", which does not ",
                     "divide ", user_key(kEpochSumsRanks), " ", ranks, " (each sample is logged by as many ranks)");
@@ -49,9 +50,12 @@ void check_epoch_sums(const std::map<std::string, std::string>& user, int saved_
     const auto synced = MetricStore::synced_names_of(text->second, user_key(epoch_sums_key(r)));
     if (r == 0) first = synced;
     // Every rank logs a sync_dist name (its mean is a collective): a difference would desync.
-    COHORT_CHECK_KIND(kIO, synced == first, user_key(epoch_sums_key(r)), " logs ", synced.size(),
-                      " synchronized name(s), ", user_key(epoch_sums_key(0)), " ", first.size(),
-                      " or others: every rank logs the same");
+    COHORT_CHECK_KIND(kIO, synced == first, user_key(epoch_sums_key(r)), " logs ",
+                      synced.size() == first.size() ? "other synchronized names than "
+                                                    : std::to_string(synced.size()) + " synchronized name(s), ",
+                      user_key(epoch_sums_key(0)),
+                      synced.size() == first.size() ? "" : " " + std::to_string(first.size()),
+                      ": every rank logs the same");
   }
 }
 

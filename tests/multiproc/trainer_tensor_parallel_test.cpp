@@ -3,7 +3,8 @@
 // over device_mesh()'s tensor_parallel group to the weights one process reaches stepping on the same
 // global batches, gradient clipping by the whole norm included; a checkpoint holds whole tensors, so
 // a fit resumed from it ends at the uninterrupted weights at tensor_parallel_size 2 and at 1 (4 data
-// parallel ranks, half the batch: the same global batches); sizes and strategies it cannot run are
+// parallel ranks, half the batch: the same global batches). ZeRO 1-3 and fsdp over the data-parallel
+// axis train to the same weights and resume on the same mesh; sizes and strategies it cannot run are
 // one-line errors.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -54,8 +55,8 @@ struct TpMlp : cohort::TrainingModule {
 };
 
 // One process over the global batches `shares` data-parallel ranks of `batch` read together: the mean
-// of their mean losses, the gradient's norm clipped to kClip, Adam.
-std::vector<torch::Tensor> one_process(int shares, int64_t batch) {
+// of their mean losses, the gradient's norm clipped to `clip` (0: not clipped), Adam.
+std::vector<torch::Tensor> one_process(int shares, int64_t batch, double clip = kClip) {
   auto data = cohort::testing::tiny_data(kSamples);
   TpMlp net(false);
   net.configure_model();
@@ -76,7 +77,7 @@ std::vector<torch::Tensor> one_process(int shares, int64_t batch) {
         loss = loss + torch::nn::functional::cross_entropy(net.forward(b.data), b.target) / shares;
       }
       loss.backward();
-      torch::nn::utils::clip_grad_norm_(net.parameters(), kClip);
+      if (clip > 0) torch::nn::utils::clip_grad_norm_(net.parameters(), clip);
       adam.step();
     }
   }
@@ -140,14 +141,44 @@ TEST(TrainerTensorParallel, TwoByTwoTrainsAsOneProcessAndResumesAtAnyTensorParal
   std::filesystem::remove_all(dir);
 }
 
+// Each tensor-parallel rank's engine shards its parts of the cut layers over its data-parallel group
+// (FSDP2 over a 2-D mesh); clipping is refused there (below), so these run without.
+TEST(TrainerTensorParallel, ZeroOverTheDataParallelAxisTrainsAsOneProcessAndResumesOnItsMesh) {
+  cohort::testing::RanksOptions ranks;
+  const std::string dir = cohort::testing::shared_temp_dir(ranks, "TP_TEST_DIR", "trainer_tp_zero_");
+  run_ranks(
+      4,
+      [](int, int) {
+        cohort::init();
+        const auto expected = one_process(2, 4, 0);
+        for (const char* strategy : {"zero1", "zero2", "fsdp"})
+          expect_close(fit(options(2).strategy(strategy).gradient_clip_val(0), 4), expected, strategy);
+        const std::string root = std::string(std::getenv("TP_TEST_DIR")) + "/ckpt";
+        const auto zero3 = options(2).strategy("zero3").gradient_clip_val(0);
+        fit(cohort::TrainerOptions(zero3).max_steps(5), 4, root);
+        expect_close(fit(zero3, 4, root + "_resumed", root + "/step-5"), expected, "zero3 resumed at 2 x 2");
+        EXPECT_THAT(error_of([&] { fit(options(1).strategy("zero3").gradient_clip_val(0), 2, "", root + "/step-5"); }),
+                    HasSubstr("it has no tensor 'engine/group0.master': its ZeRO engine's state was saved per "
+                              "tensor-parallel rank ('engine/tp0.group0.master'); resume it at the "
+                              "tensor_parallel_size it was saved with"));
+      },
+      ranks);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainerTensorParallel, SizesAndStrategiesItCannotRunAreOneLineErrors) {
   run_ranks(2, [](int, int) {
     cohort::init();
     EXPECT_THAT(error_of([] { cohort::Trainer trainer(options(1).tensor_parallel_size(0)); }),
                 HasSubstr("TrainerOptions.tensor_parallel_size \"0\" is not accepted: expected an integer >= 1"));
-    EXPECT_THAT(error_of([] { cohort::Trainer trainer(options(2).strategy("zero2")); }),
-                HasSubstr("TrainerOptions.tensor_parallel_size 2 with strategy \"zero2\": tensor parallelism runs under "
-                          "strategy ddp (data parallel over the other ranks); ZeRO and fsdp over it are not built yet"));
+    EXPECT_THAT(error_of([] { cohort::Trainer trainer(options(2).strategy("pipeline")); }),
+                HasSubstr("TrainerOptions.tensor_parallel_size 2 with strategy \"pipeline\": tensor parallelism runs "
+                          "under ddp, zero1-3, fsdp or deepspeed (data parallel over the other ranks); the pipeline and "
+                          "dp over it are not built yet"));
+    EXPECT_THAT(error_of([] { fit(options(2).strategy("zero2"), 4); }),
+                HasSubstr("TrainerOptions.tensor_parallel_size 2 with ZeRO and gradient clipping (gradient_clip_val or "
+                          "the ds_config's gradient_clipping 0.5): the engine's norm would cover one tensor-parallel "
+                          "rank's parts; clipping under tensor parallelism runs with strategy ddp"));
     EXPECT_THAT(error_of([] { fit(options(3), 4); }),
                 HasSubstr("TrainerOptions.tensor_parallel_size 3 does not divide the world's 2 rank(s)"));
     TpMlp alone(true);

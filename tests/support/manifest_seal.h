@@ -1,6 +1,6 @@
 // For tests that edit a checkpoint's manifest to reach a check behind its checksums: sets
-// 'values_crc32' and 'user_crc32' to match the edited values, as a manifest written with them would
-// carry. A value of another type than the checksum covers is left unsealed: reading refuses it first.
+// 'values_crc32', 'user_crc32' and 'records_crc32' to match the edited values and records, as a
+// manifest written with them would carry. A value of another type than the checksum covers is left unsealed: reading refuses it first.
 #pragma once
 
 #include <map>
@@ -22,6 +22,7 @@ inline void reseal_manifest(nlohmann::json& manifest) {
     manifest["user_crc32"] = user_values_crc32(manifest["user"].get<std::map<std::string, std::string>>());
   } catch (const nlohmann::json::exception&) {
   }
+  manifest["records_crc32"] = cohort::detail::ckpt::records_crc32_of(manifest.dump());
 }
 
 }  // namespace cohort::testing
