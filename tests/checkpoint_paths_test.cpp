@@ -181,6 +181,9 @@ TEST(CheckpointPaths, HostileShapesAndNamesAreBadAndNeverConsolidated) {
          t["pieces"].push_back(second);
        },
        where + ": a replicated tensor is written whole, in one piece; it has 2"},
+      // Hostile pass 12, m-3: a piece lies in its writer's shard.
+      {[](nlohmann::json& t) { t["pieces"][0]["rank"] = 1; },
+       where + ": a piece of rank 1 lies in file 'shard-00000-of-00001.bin', rank 0's"},
       {[](nlohmann::json&) {}, where + " is listed twice"},  // the record appended once more
   };
   for (size_t i = 0; i < cases.size(); ++i) {

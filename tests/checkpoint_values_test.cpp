@@ -167,6 +167,11 @@ TEST(CheckpointValues, ABadStepOrTensorListFallsBackAndVerifiesBad) {
        "file '" + file + "' has payload_bytes 9223372036854775807, outside 0..2^60"},
       {[](nlohmann::json& j) { j["files"][0]["rank"] = -1; }, "file '" + file + "' has rank -1, outside 0..0"},
       {[](nlohmann::json& j) { j["files"].push_back(j["files"][0]); }, "file '" + file + "' is listed twice"},
+      // Hostile pass 12, m-2: a second file of one rank (none on disk) verified OK.
+      {[](nlohmann::json& j) {
+         j["files"].push_back({{"name", "shard-x.bin"}, {"rank", 0}, {"payload_bytes", 0}});
+       },
+       "file 'shard-x.bin' is rank 0's second file: each rank writes one shard"},
   });
 }
 
@@ -209,6 +214,7 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
   const auto swapped = edited(swap_names);
   EXPECT_EQ(swapped.first, 10);
   EXPECT_THAT(swapped.second, HasSubstr(unusable + "'records_crc32' is "));
+  EXPECT_THAT(swapped.second, HasSubstr(" but the header, files and tensor records it covers give "));
   EXPECT_EQ(edited([](nlohmann::json& j) { j.erase("records_crc32"); }),
             std::make_pair(int64_t(10), unusable + "'records_crc32' is missing"));
   // A version-2 manifest (none of the records) loads, and verify says what it cannot see.

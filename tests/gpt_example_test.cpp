@@ -123,11 +123,17 @@ TEST(GptExample, TensorParallelFollowsDdpUnderDdpAndFsdpAndItsCheckpointResumesW
   ASSERT_EQ(resumed.code, 0) << resumed.describe();
   EXPECT_THAT(resumed.out, HasSubstr("resumed from " + ckpt + "/step-3"));
   EXPECT_TRUE(close(resumed.out, ddp.out, 6)) << resumed.describe() << ddp.describe();
-  // fsdp over the data-parallel axis: each tensor-parallel rank's blocks sharded over its 2 replicas.
-  const ProcResult fsdp = job.run({"--strategy", "fsdp", "--tensor-parallel", "2"}, "4");
+  // fsdp over the data-parallel axis: each tensor-parallel rank's blocks sharded over its 2 replicas,
+  // the sequence-parallel LayerNorms' gradient hooks under the engine's.
+  const ProcResult fsdp = job.run({"--strategy", "fsdp", "--tensor-parallel", "2", "--sequence-parallel"}, "4");
   ASSERT_EQ(fsdp.code, 0) << fsdp.describe();
-  EXPECT_THAT(fsdp.out, HasSubstr("GPT 7488 parameters; fsdp on 4 rank(s) (2 data parallel x 2 tensor parallel)"));
+  EXPECT_THAT(fsdp.out, HasSubstr("GPT 7488 parameters; fsdp on 4 rank(s) (2 data parallel x 2 tensor parallel, "
+                                  "sequence parallel)"));
   EXPECT_TRUE(close(fsdp.out, ddp.out, 6)) << fsdp.describe() << ddp.describe();
+  // The plan of this rank's part (3856 parameters) sharded over its 2 data-parallel ranks, not over 4.
+  EXPECT_THAT(fsdp.out, HasSubstr("cohort-plan --params 3856 --ranks 2 --stage 3 --precision fp32 --optimizer adamw: "
+                                  "params 7.5 KiB"))
+      << fsdp.describe();
 }
 
 TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {

@@ -56,8 +56,7 @@ void ValidationReport::on_validation_end(cohort::Trainer& trainer, cohort::Train
 
 void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::string& when) {
   const int64_t mine = peak_rss_bytes();
-  const int64_t largest =
-      trainer.world().comm().allreduce(torch::tensor(mine), cohort::ReduceOp::kMax).item<int64_t>();
+  const int64_t largest = trainer.world().comm().allreduce(torch::tensor(mine), cohort::ReduceOp::kMax).item<int64_t>();
   if (!trainer.world().is_main()) return;
   const cohort::MemoryReport now = trainer.memory_report(), plan = trainer.planned_memory();
   // --offload-optimizer/--offload-params nvme: states on disk, apart from what a step lends.
@@ -66,22 +65,24 @@ void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::strin
   if (flags.offload_optimizer != "none") offload += " --offload-optimizer " + flags.offload_optimizer;
   if (flags.offload_params != "none") offload += " --offload-params " + flags.offload_params;
   if (!offload.empty()) offload += " --cpu";
-  const std::string plan_optimizer =
-      flags.optimizer == "adamw" ? "adamw" : flags.momentum != 0 ? "sgd_momentum" : "sgd";  // cohort-plan's names
+  const std::string plan_optimizer = flags.optimizer == "adamw" ? "adamw"
+                                     : flags.momentum != 0      ? "sgd_momentum"
+                                                                : "sgd";  // cohort-plan's names
   const std::string plan_disk = plan.file_bytes > 0 ? ", on file " + human(plan.file_bytes) : "";
-  std::printf("memory at %s: peak RSS %s (rank 0), %s (largest of %d ranks); per rank now: params %s, grads %s, "
-              "optimizer %s%s, gathered units and buffers %s; cohort-plan --params %lld --ranks %d --stage %d "
-              "--precision fp32 --optimizer %s%s: params %s, grads %s, optimizer %s%s\n",
-              when.c_str(), human(mine).c_str(), human(largest).c_str(), trainer.world().size(),
-              human(now.parameter_bytes).c_str(), human(now.gradient_bytes).c_str(), human(now.optimizer_bytes).c_str(),
-              on_disk.c_str(), human(now.buffer_bytes + now.cached_bytes).c_str(), static_cast<long long>(plan.num_parameters),
-              trainer.world().size(), zero_stage(flags.strategy), plan_optimizer.c_str(), offload.c_str(), human(plan.parameter_bytes).c_str(),
-              human(plan.gradient_bytes).c_str(), human(plan.optimizer_bytes).c_str(), plan_disk.c_str());
+  std::printf(
+      "memory at %s: peak RSS %s (rank 0), %s (largest of %d ranks); per rank now: params %s, grads %s, "
+      "optimizer %s%s, gathered units and buffers %s; cohort-plan --params %lld --ranks %d --stage %d "
+      "--precision fp32 --optimizer %s%s: params %s, grads %s, optimizer %s%s\n",
+      when.c_str(), human(mine).c_str(), human(largest).c_str(), trainer.world().size(),
+      human(now.parameter_bytes).c_str(), human(now.gradient_bytes).c_str(), human(now.optimizer_bytes).c_str(),
+      on_disk.c_str(), human(now.buffer_bytes + now.cached_bytes).c_str(), static_cast<long long>(plan.num_parameters),
+      trainer.world().size() / static_cast<int>(flags.tensor_parallel), zero_stage(flags.strategy),
+      plan_optimizer.c_str(), offload.c_str(), human(plan.parameter_bytes).c_str(), human(plan.gradient_bytes).c_str(),
+      human(plan.optimizer_bytes).c_str(), plan_disk.c_str());
   std::fflush(stdout);
 }
 
-void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text,
-                             const Flags& flags) {
+void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text, const Flags& flags) {
   const bool main = trainer.world().is_main();
   if (flags.sample_tokens > 0) {
     // Every rank samples the same tokens (same seed, same gathered weights): under zero3/fsdp each
@@ -89,10 +90,9 @@ void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt,
     gpt->eval();
     torch::manual_seed(static_cast<uint64_t>(flags.seed));
     const int64_t newline = std::max<int64_t>(text.token_of[static_cast<unsigned char>('\n')], 0);
-    auto tokens = gpt->generate(torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8, 0,
-                                [&](const torch::Tensor& context) {
-                                  return trainer.run_forward([&] { return gpt->forward(context); });
-                                });
+    auto tokens = gpt->generate(
+        torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8, 0,
+        [&](const torch::Tensor& context) { return trainer.run_forward([&] { return gpt->forward(context); }); });
     if (main) std::printf("sample:\n%s\n", decode(text, tokens.narrow(1, 1, flags.sample_tokens)).c_str());
   }
   fashion_mnist::ParamsSha256 digest;

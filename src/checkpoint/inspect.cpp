@@ -263,6 +263,14 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
       problems.push_back(e.what());
     }
   }
+  for (const FileRecord& f : m.files) {  // one no piece names is checked too (hostile pass 12, m-2)
+    if (bad_files.count(f.name)) continue;
+    try {
+      files.get(f.name);
+    } catch (const Error& e) {
+      problems.push_back(e.what());
+    }
+  }
   return problems;
 }
 

@@ -167,7 +167,9 @@ void check_crc(const json& j, const char* key, uint32_t now, int required_from, 
                const std::string& where) {
   if (format_version < required_from && !j.contains(key)) return;
   const auto written = field<uint32_t>(j, key, where);
-  COHORT_CHECK_KIND(kIO, written == now, where, ": '", key, "' is ", written, " but the values it covers give ", now,
+  const char* covered = std::string(key) == "records_crc32" ? "the header, files and tensor records it covers"
+                                                            : "the values it covers";
+  COHORT_CHECK_KIND(kIO, written == now, where, ": '", key, "' is ", written, " but ", covered, " give ", now,
                     ": edited or damaged after the save");
 }
 
@@ -332,6 +334,7 @@ Manifest read_manifest(const std::string& path) {
   m.zero_stage = field<int>(j, "zero_stage", path);
   m.created = field<std::string>(j, "created", path);
   std::set<std::string> file_names;
+  std::set<int> file_ranks;
   for (const json& f : list_field(j, "files", path)) {
     m.files.push_back(
         {field<std::string>(f, "name", path), field<int>(f, "rank", path), field<int64_t>(f, "payload_bytes", path)});
@@ -344,6 +347,8 @@ Manifest read_manifest(const std::string& path) {
     COHORT_CHECK_KIND(kIO, file.payload_bytes >= 0 && file.payload_bytes <= (int64_t(1) << 60), here,
                       " has payload_bytes ", file.payload_bytes, ", outside 0..2^60");
     COHORT_CHECK_KIND(kIO, file_names.insert(file.name).second, here, " is listed twice");
+    COHORT_CHECK_KIND(kIO, file_ranks.insert(file.rank).second, here, " is rank ", file.rank,
+                      "'s second file: each rank writes one shard");
   }
   for (const json& t : list_field(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
   m.values = values_from_json(j, path);

@@ -3,6 +3,7 @@
 // a safetensors header Python's safetensors rejects (duplicate names, negative or overflowing shapes,
 // shapes that do not match their bytes), and resume never reads past what a record promises. Each
 // refusal is an I/O error (ErrorKind::kIO): such a manifest is damaged, whoever damaged it.
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -53,8 +54,18 @@ void check_pieces(const TensorRecord& r, int64_t element, const std::string& her
 
 void check_records(const Manifest& m, const std::string& where) {
   std::set<std::string> names, consolidated;  // the records' names; the names consolidate gives them
+  std::map<std::string, int> file_rank;
+  for (const FileRecord& f : m.files) file_rank[f.name] = f.rank;
   for (const TensorRecord& r : m.tensors) {
     const std::string here = where + ": tensor '" + excerpt(r.name) + "'";
+    // A piece lies in its writer's shard (hostile pass 12, m-3: halves moved between files passed).
+    for (const Piece& p : r.pieces) {
+      const auto file = file_rank.find(p.file);
+      COHORT_CHECK_KIND(kIO, file != file_rank.end(), here, ": a piece lies in file '", excerpt(p.file),
+                        "', which is not in 'files'");
+      COHORT_CHECK_KIND(kIO, file->second == p.rank, here, ": a piece of rank ", p.rank, " lies in file '",
+                        excerpt(p.file), "', rank ", file->second, "'s");
+    }
     COHORT_CHECK_KIND(kIO, !r.name.empty() && r.name != "__metadata__", here, ": not a tensor name");
     COHORT_CHECK_KIND(kIO, names.insert(r.name).second, here, " is listed twice");
     if (r.kind == StateKind::kSharded) {

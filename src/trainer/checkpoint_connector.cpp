@@ -179,7 +179,8 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
   const int64_t skipped = (step_samples - trainer_.samples_in_epoch % step_samples) % step_samples;
   // Saved at the epoch's last step, the position is past the data: the rounding skips nothing there
   // (hostile pass 10, minor 5: "22 samples of this epoch are skipped" of a complete epoch).
-  const bool epoch_done = trainer_.samples_in_epoch >= static_cast<int64_t>(trainer_.train->dataset().size());
+  const bool epoch_done = trainer_.resumed.epoch_done ||
+                          trainer_.samples_in_epoch >= static_cast<int64_t>(trainer_.train->dataset().size());
   trainer_.samples_in_epoch += skipped;  // the position of a whole step of the new size, as the loop counts it
   if (trainer_.world.is_main())
     std::printf(
@@ -192,16 +193,29 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
   std::fflush(stdout);
 }
 
+// Whether the saved position is its epoch's last batch, as the saving run counted them: another
+// layout of the same data (drop_last at another data-parallel size) may have a batch more, which the
+// saved epoch never had (hostile pass 12, M-3: the resume trained one more step of a finished epoch).
+bool CheckpointConnector::saved_epoch_done(const CheckpointState& state) const {
+  const std::string batches = state.get(ckpt::kEpochBatchesKey), global = state.get(kGlobalBatchKey);
+  if (batches.empty() || global.empty() || trainer_.samples_in_epoch == 0) return false;
+  const int64_t per_batch = parse_integer(global, {kGlobalBatchKey, 1, INT64_MAX, "a sample count"});
+  const int64_t taken = (trainer_.samples_in_epoch + per_batch - 1) / per_batch;
+  return taken >= parse_integer(batches, {ckpt::kEpochBatchesKey, 1, INT64_MAX, "a batch count"});
+}
+
 void CheckpointConnector::resume(const std::string& ckpt_path) {
   const std::string dir = resolve_ckpt_path(ckpt_path);
   CheckpointState state = checkpoint_state();
   // "last" with nothing saved yet starts from scratch (a first run); a named path must exist.
   const auto info = load_checkpoint(dir, state, LoadOptions().must_exist(ckpt_path != "last"));
   if (!info) return;
+  trainer_.resumed.epoch_done = saved_epoch_done(state);  // before keep_global_batch moves the position
   keep_global_batch(state, info->path, info->world_size);
   trainer_.step = state.step();
   trainer_.epoch = trainer_.train->sampler().epoch();
-  trainer_.resumed = {info->path, trainer_.strategy->lr()};
+  trainer_.resumed.path = info->path;
+  trainer_.resumed.lr = trainer_.strategy->lr();
   restore_epoch_sums(state, info->path, info->world_size);
   if (trainer_.world.is_main()) {
     std::printf("resumed from %s (step %lld, saved by %d rank(s))%s\n", info->path.c_str(),

@@ -29,6 +29,7 @@ class CheckpointConnector {
   /// After loading: keeps the checkpoint's samples per optimizer step in another world size by
   /// accumulating micro-batches; refuses a global batch it cannot keep.
   void keep_global_batch(const CheckpointState& state, const std::string& path, int saved_world_size);
+  bool saved_epoch_done(const CheckpointState& state) const;
   /// After loading: the training epoch's logged sums the checkpoint carries (this rank's share).
   void restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size);
   int64_t logging_replicas() const;

@@ -116,7 +116,8 @@ bool TrainerImpl::run_epoch() {
   each_callback([&](Callback& c) { c.on_train_epoch_start(owner, *module); });
   stage = Stage::kTrain;
   const int64_t skip = owner.batches_done_in_epoch();
-  bool complete = skip >= train_batches, go_on = true;
+  bool complete = skip >= train_batches || resumed.epoch_done, go_on = true;
+  resumed.epoch_done = false;
   int64_t next = skip;
   last_batch = Batch();
   if (!complete && skip < own_batches)

@@ -35,10 +35,12 @@ PlanTier plan_tier(OffloadDevice device) {
 }  // namespace
 
 MemoryReport planned_memory(Strategy& strategy, const World& world) {
-  const int world_size = world.size();
+  // The engine shards over the data-parallel ranks (all of them unless tensor parallel or a pipeline
+  // splits the world), its num_parameters this rank's part's.
+  const int shard_ranks = strategy.data_split(world).first;
   MemoryPlanInput input;
   input.num_params = std::max<int64_t>(strategy.memory_report().num_parameters, 1);
-  input.ranks = strategy.zero_stage() == 0 ? 1 : world_size;
+  input.ranks = strategy.zero_stage() == 0 ? 1 : shard_ranks;
   input.stage = strategy.zero_stage();
   input.precision = plan_precision(strategy.compute_dtype());
   input.optimizer = plan_optimizer(strategy.optimizer());

@@ -92,6 +92,7 @@ class TrainerImpl : public ModuleLink {
   struct Resumed {  // the checkpoint this fit resumed from (messages)
     std::string path;
     double lr = 0;
+    bool epoch_done = false;  // its position is its epoch's last batch: the next epoch comes first
   } resumed;
   int64_t train_batches =
       0;  // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
