@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -269,10 +270,25 @@ TEST(CheckpointValues, AnOptimizerCounterNoRunHasFallsBackAndVerifiesBad) {
       {"g0.lr", "1e+300, not a learning rate (0 to 1e+06: no optimizer trains at a larger one)"},
       // Adam's bias correction overflowed a float with 3e38 (hostile pass 10, S4).
       {"g0.lr", "3e+38, not a learning rate (0 to 1e+06: no optimizer trains at a larger one)"},
+      {"g0.p0.step", "1, but there is no tensor 'optimizer/g0.p0.*': a parameter's optimizer state is saved with "
+                     "its step"},
+  };
+  // Hostile pass 12, S-1: a parameter's Adam moments deleted (resealed), its step kept.
+  const auto without_moments = [](nlohmann::json j) {
+    auto& t = j["tensors"];
+    t.erase(std::remove_if(t.begin(), t.end(), [](const nlohmann::json& r) {
+              return r["name"] == "optimizer/g0.p0.exp_avg" || r["name"] == "optimizer/g0.p0.exp_avg_sq";
+            }),
+            t.end());
+    return j;
   };
   for (const auto& [key, why] : cases) {
     auto j = original;
-    j["values"]["optimizer"][key] = std::stod(why.substr(0, why.find(',')));
+    if (key == "g0.p0.step" && why.rfind("1,", 0) == 0) {
+      j = without_moments(j);
+    } else {
+      j["values"]["optimizer"][key] = std::stod(why.substr(0, why.find(',')));
+    }
     cohort::testing::reseal_manifest(j);
     std::ofstream(manifest, std::ios::trunc) << j.dump();
     const std::string problem = manifest + ": 'values.optimizer." + key + "' is " + why;
@@ -405,7 +421,7 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
                         {"zero.loss_scaler.hysteresis_left", 2}};
   m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.p0.step", 3}};
   for (const char* name : {"engine/group0.master", "engine/group0.exp_avg", "engine/group1.momentum_buffer",
-                           "optimizer/g0.p0.exp_avg", "optimizer/g0.p1.momentum_buffer"}) {
+                           "optimizer/g0.p0.exp_avg", "optimizer/g0.p0.exp_avg_sq", "optimizer/g0.p1.momentum_buffer"}) {
     m.tensors.emplace_back();
     m.tensors.back().name = name;
   }
@@ -424,6 +440,17 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
   EXPECT_EQ(error("optimizer"), "'values.optimizer.g0.p0.step' is 9, more optimizer steps than the Trainer's 8");
   m.values["optimizer"]["g0.p0.step"] = 8;
   EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
+  // Hostile pass 12, S-1: a step whose state's tensors are gone, or half of Adam's.
+  m.values["optimizer"]["g0.p2.step"] = 8;
+  EXPECT_EQ(error("optimizer"), "'values.optimizer.g0.p2.step' is 8, but there is no tensor 'optimizer/g0.p2.*': a "
+                                "parameter's optimizer state is saved with its step");
+  m.values["optimizer"].erase("g0.p2.step");
+  m.tensors.erase(std::find_if(m.tensors.begin(), m.tensors.end(),
+                               [](const auto& r) { return r.name == "optimizer/g0.p0.exp_avg_sq"; }));
+  EXPECT_EQ(error("optimizer"),
+            "tensor 'optimizer/g0.p0.exp_avg' has no 'exp_avg_sq' beside it: Adam saves both moments");
+  m.tensors.emplace_back();
+  m.tensors.back().name = "optimizer/g0.p0.exp_avg_sq";
   EXPECT_NO_THROW(check_entry_counters(m, "engine"));
   m.values["engine"]["zero.group0.step"] = 4;
   EXPECT_EQ(error("engine"),

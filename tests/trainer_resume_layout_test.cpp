@@ -69,4 +69,28 @@ TEST(TrainerResumeLayout, AnEpochSavedAtItsLastBatchIsOverInAnotherLayout) {
   EXPECT_EQ(sampler["samples_in_epoch"], 8);
 }
 
+// Hostile pass 12, m-4: resumed without the accumulation it was saved with, a run took half the samples
+// per step without a word; it is the run's choice (Lightning's too), said in one line.
+TEST(TrainerResumeLayout, AnotherAccumulationIsSaid) {
+  TempDir dir;
+  const std::string root = dir.path + "/checkpoints";
+  {
+    cohort::Trainer trainer(quiet(dir.path, 2).accumulate_grad_batches(2));
+    trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(
+        cohort::ModelCheckpointOptions().every_n_train_steps(1).save_top_k(-1)));
+    TinyModule module;
+    cohort::DataLoader train(tiny_data(64), cohort::LoaderOptions().batch_size(8));
+    trainer.fit(module, train);
+  }
+  cohort::Trainer trainer(quiet(dir.path + "/resumed", 3));
+  TinyModule module;
+  cohort::DataLoader train(tiny_data(64), cohort::LoaderOptions().batch_size(8));
+  ::testing::internal::CaptureStdout();
+  trainer.fit(module, train, cohort::FitOptions().ckpt_path(root + "/step-2"));
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_THAT(out, ::testing::HasSubstr("the checkpoint " + root +
+                                        "/step-2 took 16 samples per optimizer step, this run takes 8 (1 accumulated "
+                                        "batch(es) of 8): the rate of learning per sample changes\n"));
+}
+
 }  // namespace trainer_resume_layout_test

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -141,6 +143,25 @@ void check_engine_counters(const Manifest& m, const StateValues& values, const s
   }
 }
 
+// The other way round from a state tensor's step (hostile pass 12, S-1: Adam's moments deleted, the
+// step kept, resumed with zero moments): a parameter with a step saved its state's tensors with it,
+// Adam's two moments together.
+void check_states_present(const Manifest& m, const StateValues& values, const std::string& entry) {
+  std::map<std::string, std::set<std::string>> fields;
+  for (const auto& [param, field] : state_fields_of(m, entry))
+    if (matches(param, "g#.p#")) fields[param].insert(field);
+  for (const auto& [key, value] : values) {
+    if (!matches(key, "g#.p#.step")) continue;
+    const std::string param = key.substr(0, key.size() - 5);
+    const auto found = fields.find(param);
+    COHORT_CHECK_KIND(kIO, found != fields.end(), named(entry, key, value), ", but there is no tensor '",
+                      excerpt(entry), "/", param, ".*': a parameter's optimizer state is saved with its step");
+    const bool avg = found->second.count("exp_avg") > 0, avg_sq = found->second.count("exp_avg_sq") > 0;
+    COHORT_CHECK_KIND(kIO, avg == avg_sq, "tensor '", excerpt(entry), "/", param, avg ? ".exp_avg" : ".exp_avg_sq",
+                      "' has no '", avg ? "exp_avg_sq" : "exp_avg", "' beside it: Adam saves both moments");
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, std::string>> state_fields_of(const Manifest& m, const std::string& entry) {
@@ -180,6 +201,7 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
                       named(entry, param + ".step", steps), ", but the parameter has '", field,
                       "', which its optimizer makes at its first step");
   }
+  check_states_present(m, values, entry);
   if (!m.user.count(kTrainerStepBatchKey)) return;  // a step of the user's own numbering
   for (const auto& [key, value] : values)           // the Trainer steps its optimizer once per step at most
     COHORT_CHECK_KIND(kIO, !matches(key, "g#.p#.step") || value <= static_cast<double>(m.step),
