@@ -11,6 +11,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
@@ -425,6 +426,31 @@ TEST(FashionMnistLimits, PipelineCheckpointsOfAnyBatchResumeAndAnotherBatchIsRef
               HasSubstr("the checkpoint " + dir +
                         "/step-3 was saved with a global batch of 100 samples, "
                         "this run has 16 (--batch-size x --data-parallel): keep the global batch to resume"));
+}
+
+// Hostile pass 12, M-3: saved at the last batch of an epoch whose tail was too small for --chunks (2
+// replicas of 26: 16 trained, 10 dropped), resumed on 1 replica of 32 (a tail of 19 that trains), the
+// finished epoch was re-opened for a step. The saved epoch's batch count says it is over.
+TEST(FashionMnistLimits, PipelineResumedAtAnEpochsLastBatchStartsTheNextInAnotherLayout) {
+  Data data(51, 16);
+  const std::string dir = data.root + "/ck";
+  const std::vector<std::string> common = {build_path("/examples/pipeline"), "--data", data.root, "--chunks", "12",
+                                           "--epochs", "2", "--checkpoint-dir", dir, "--checkpoint-every", "1",
+                                           "--threads", "1"};
+  std::vector<std::string> two = {build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node", "2"};
+  two.insert(two.end(), common.begin(), common.end());
+  for (const char* arg : {"--data-parallel", "2", "--batch-size", "16", "--max-steps", "1"}) two.push_back(arg);
+  const ProcResult first = run_process(two, clean_env(), 120s);
+  ASSERT_EQ(first.code, 0) << first.describe();
+  std::vector<std::string> one = common;
+  for (const char* arg : {"--data-parallel", "1", "--batch-size", "32", "--max-steps", "2"}) one.push_back(arg);
+  const ProcResult resumed = run_process(one, clean_env(), 120s);
+  ASSERT_EQ(resumed.code, 0) << resumed.describe();
+  std::ifstream manifest(dir + "/step-2/manifest.json");
+  std::stringstream text;
+  text << manifest.rdbuf();
+  EXPECT_THAT(text.str(), ::testing::ContainsRegex("\"epoch\": 1(\\.0)?,"));  // step 2 is epoch 1's first
+  EXPECT_THAT(text.str(), ::testing::ContainsRegex("\"samples_in_epoch\": 32(\\.0)?,"));
 }
 
 // The header named DDP under --strategy zero1/2/3; it names the strategy that trains.

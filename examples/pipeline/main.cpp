@@ -100,6 +100,17 @@ struct Checkpointing {
                   static_cast<long long>(info->step), info->world_size,
                   info->skipped.empty() ? "" : "; newer checkpoints were unusable, see the log");
     saved_step = state.step();  // nothing new to save before the next step
+    // Saved at its epoch's last batch (as the saving run counted them), the epoch is over: another
+    // layout of the data may have a batch more, which the saved epoch never had (hostile pass 12, M-3).
+    const std::string saved_batches = state.get("trainer.epoch_batches"),
+                      saved_global = state.get("trainer.global_batch");
+    if (!saved_batches.empty() && !saved_global.empty() && samples_in_epoch > 0) {
+      const int64_t global = cohort::parse_integer(saved_global,
+                                                   {"the checkpoint's trainer.global_batch", 1, INT64_MAX});
+      const int64_t batches = cohort::parse_integer(saved_batches,
+                                                    {"the checkpoint's trainer.epoch_batches", 1, INT64_MAX});
+      epoch_done = (samples_in_epoch + global - 1) / global >= batches;
+    }
     // The position counts batches of the saved size: another would replay or skip samples (hostile
     // pass 10, S6), so the global batch is kept, as the Trainer keeps it.
     const std::string saved_batch = state.get("trainer.global_batch");
@@ -133,6 +144,7 @@ struct Checkpointing {
   std::string from;  // the checkpoint directory to resume from, if any
   cohort::CheckpointState state;
   int64_t samples_in_epoch = 0;             // of this epoch, all replicas together, of the batches that trained
+  bool epoch_done = false;                  // resumed at its epoch's last batch: the next epoch comes first
   std::array<int64_t, 3> segment{0, 0, 0};  // epoch, step, samples_in_epoch
   int64_t saved_step = -1;
 };
@@ -204,7 +216,8 @@ void train(const Config& config) {
       cohort::SamplerOptions().num_replicas(int(config.data_parallel)).rank(mesh.coordinate("data")));
   Checkpointing checkpoints(config, pipeline, optimizer.get(), sampler, world.comm_ptr());
   int64_t step = checkpoints.resume();
-  const int64_t start_epoch = sampler.epoch();
+  const int64_t start_epoch = sampler.epoch() + (checkpoints.epoch_done ? 1 : 0);
+  if (checkpoints.epoch_done) checkpoints.samples_in_epoch = 0;
   // A tail too small to split into --chunks trains nothing: no step, no samples counted.
   const int64_t batches = sampler.num_batches(config.batch_size);
   const int64_t epoch_batches = batches - (sampler.size() - (batches - 1) * config.batch_size < config.chunks ? 1 : 0);

@@ -10,7 +10,8 @@ namespace {
 
 class TensorParallelRankState : public Stateful {
  public:
-  TensorParallelRankState(Stateful& inner, int tp_rank) : inner_(inner), prefix_("tp" + std::to_string(tp_rank) + ".") {}
+  TensorParallelRankState(Stateful& inner, int tp_rank)
+      : inner_(inner), prefix_("tp" + std::to_string(tp_rank) + ".") {}
 
   void prepare_load() override { inner_.prepare_load(); }
   std::vector<StateTensor> state_tensors() override { return renamed(inner_.state_tensors()); }
