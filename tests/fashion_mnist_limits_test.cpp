@@ -2,8 +2,8 @@
 // 4, 6, 9): numbers out of range or overflowing, more threads than cores, a batch whose memory
 // estimate exceeds what is available, an empty training set, a non-finite loss, fp16 on the CPU, a
 // resume in another mode; and a changed --lr on resume is applied and said. Also both examples'
-// checkpoint flags (issue 28), the pipeline example's --chunks against --batch-size and the header's
-// strategy. A lone process each (no launcher), on the CPU, on small synthetic data.
+// checkpoint flags (issue 28) and the header's strategy (the pipeline example's own limits:
+// pipeline_example_test.cpp). A lone process each (no launcher), on the CPU, on small synthetic data.
 #include <gmock/gmock.h>
 #include <algorithm>
 #include <gtest/gtest.h>
@@ -11,7 +11,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "launch_helpers.h"
 #include "synthetic_fashion_mnist.h"
@@ -373,84 +372,6 @@ TEST(FashionMnistLimits, CheckpointFlagsThatWouldSaveNothingAreRefusedAtStart) {
     EXPECT_EQ(unwritable.out, "") << program;
   }
   remove_tree(root);
-}
-
-// The pipeline example with more microbatches than rows per batch skipped every batch, trained nothing
-// and exited 0 ("steps 0").
-TEST(FashionMnistLimits, PipelineChunksAboveTheBatchAreRefused) {
-  const ProcResult result = run_process(
-      {build_path("/examples/pipeline"), "--data", "/nonexistent", "--chunks", "128", "--batch-size", "64"},
-      clean_env(), 60s);
-  EXPECT_EQ(result.code, 2) << result.describe();
-  EXPECT_EQ(result.err,
-            "error: --chunks 128 is more than --batch-size 64: a batch cannot be split into more "
-            "microbatches than it has samples; lower --chunks or raise --batch-size\n");
-}
-
-// Hostile pass 9, minor 1: refused by the library's API advice, once per rank, after the job started.
-TEST(FashionMnistLimits, PipelineZeroWithCheckpointsIsRefusedInOneLine) {
-  const ProcResult result = run_process({build_path("/examples/pipeline"), "--data", "/nonexistent", "--zero-stage",
-                                         "1", "--checkpoint-dir", "/tmp/never"},
-                                        clean_env(), 60s);
-  EXPECT_EQ(result.code, 2) << result.describe();
-  EXPECT_EQ(result.err,
-            "error: --zero-stage 1 cannot be used with --checkpoint-dir or --resume: a pipeline's ZeRO "
-            "engines save no checkpoint; use --zero-stage 0 (DDP per stage) to checkpoint\n");
-}
-
-// Hostile pass 10, S1 and S6: the pipeline example counted a batch larger than the data as a whole
-// batch, so each of its checkpoints was BAD and the resume found none; another --batch-size resumed,
-// replayed samples and wrote a BAD checkpoint. Now the real samples count and the batch is kept.
-TEST(FashionMnistLimits, PipelineCheckpointsOfAnyBatchResumeAndAnotherBatchIsRefused) {
-  Data data(40, 16);
-  const std::string dir = data.root + "/ck";
-  auto pipeline = [&](const std::string& batch, const std::string& steps) {
-    return run_process({build_path("/examples/pipeline"), "--data", data.root, "--batch-size", batch, "--chunks", "2",
-                        "--epochs", "3", "--max-steps", steps, "--checkpoint-dir", dir, "--checkpoint-every", "1",
-                        "--resume", "auto", "--threads", "1"},
-                       clean_env(), 120s);
-  };
-  const ProcResult first = pipeline("100", "2");  // one batch of 40 an epoch
-  ASSERT_EQ(first.code, 0) << first.describe();
-  for (const char* step : {"/step-1", "/step-2"}) {
-    const ProcResult verify = run_process({build_path("/tools/cohort_ckpt/cohort-ckpt"), "verify", dir + step},
-                                          clean_env());
-    EXPECT_EQ(verify.code, 0) << verify.describe();
-  }
-  const ProcResult resumed = pipeline("100", "3");
-  ASSERT_EQ(resumed.code, 0) << resumed.describe();
-  EXPECT_THAT(resumed.out, HasSubstr("resumed from " + dir + "/step-2 (step 2, saved by 1 rank(s))"));
-  const ProcResult other = pipeline("16", "4");
-  EXPECT_EQ(other.code, 1) << other.describe();
-  EXPECT_THAT(other.err,
-              HasSubstr("the checkpoint " + dir +
-                        "/step-3 was saved with a global batch of 100 samples, "
-                        "this run has 16 (--batch-size x --data-parallel): keep the global batch to resume"));
-}
-
-// Hostile pass 12, M-3: saved at the last batch of an epoch whose tail was too small for --chunks (2
-// replicas of 26: 16 trained, 10 dropped), resumed on 1 replica of 32 (a tail of 19 that trains), the
-// finished epoch was re-opened for a step. The saved epoch's batch count says it is over.
-TEST(FashionMnistLimits, PipelineResumedAtAnEpochsLastBatchStartsTheNextInAnotherLayout) {
-  Data data(51, 16);
-  const std::string dir = data.root + "/ck";
-  const std::vector<std::string> common = {build_path("/examples/pipeline"), "--data", data.root, "--chunks", "12",
-                                           "--epochs", "2", "--checkpoint-dir", dir, "--checkpoint-every", "1",
-                                           "--threads", "1"};
-  std::vector<std::string> two = {build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node", "2"};
-  two.insert(two.end(), common.begin(), common.end());
-  for (const char* arg : {"--data-parallel", "2", "--batch-size", "16", "--max-steps", "1"}) two.push_back(arg);
-  const ProcResult first = run_process(two, clean_env(), 120s);
-  ASSERT_EQ(first.code, 0) << first.describe();
-  std::vector<std::string> one = common;
-  for (const char* arg : {"--data-parallel", "1", "--batch-size", "32", "--max-steps", "2"}) one.push_back(arg);
-  const ProcResult resumed = run_process(one, clean_env(), 120s);
-  ASSERT_EQ(resumed.code, 0) << resumed.describe();
-  std::ifstream manifest(dir + "/step-2/manifest.json");
-  std::stringstream text;
-  text << manifest.rdbuf();
-  EXPECT_THAT(text.str(), ::testing::ContainsRegex("\"epoch\": 1(\\.0)?,"));  // step 2 is epoch 1's first
-  EXPECT_THAT(text.str(), ::testing::ContainsRegex("\"samples_in_epoch\": 32(\\.0)?,"));
 }
 
 // The header named DDP under --strategy zero1/2/3; it names the strategy that trains.
