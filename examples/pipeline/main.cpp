@@ -100,17 +100,6 @@ struct Checkpointing {
                   static_cast<long long>(info->step), info->world_size,
                   info->skipped.empty() ? "" : "; newer checkpoints were unusable, see the log");
     saved_step = state.step();  // nothing new to save before the next step
-    // Saved at its epoch's last batch (as the saving run counted them), the epoch is over: another
-    // layout of the data may have a batch more, which the saved epoch never had (hostile pass 12, M-3).
-    const std::string saved_batches = state.get("trainer.epoch_batches"),
-                      saved_global = state.get("trainer.global_batch");
-    if (!saved_batches.empty() && !saved_global.empty() && samples_in_epoch > 0) {
-      const int64_t global = cohort::parse_integer(saved_global,
-                                                   {"the checkpoint's trainer.global_batch", 1, INT64_MAX});
-      const int64_t batches = cohort::parse_integer(saved_batches,
-                                                    {"the checkpoint's trainer.epoch_batches", 1, INT64_MAX});
-      epoch_done = (samples_in_epoch + global - 1) / global >= batches;
-    }
     // The position counts batches of the saved size: another would replay or skip samples (hostile
     // pass 10, S6), so the global batch is kept, as the Trainer keeps it.
     const std::string saved_batch = state.get("trainer.global_batch");
@@ -120,6 +109,12 @@ struct Checkpointing {
                               " samples, this run has " + std::to_string(batch) +
                               " (--batch-size x --data-parallel): keep the global batch to resume",
                           cohort::ErrorKind::kInvalidArgument);
+    // Saved at its epoch's last batch (as the saving run counted them), the epoch is over: another
+    // layout of the data may have a batch more, which the saved epoch never had (hostile pass 12, M-3).
+    const std::string saved_batches = state.get("trainer.epoch_batches");
+    if (!saved_batches.empty() && samples_in_epoch > 0)
+      epoch_done = (samples_in_epoch + batch - 1) / batch >=
+                   cohort::parse_integer(saved_batches, {"the checkpoint's trainer.epoch_batches", 1, INT64_MAX});
     return state.step();
   }
   /// Where this stretch of steps began (the run's start, a resume, an epoch's start): saved with the

@@ -146,9 +146,10 @@ void check_engine_counters(const Manifest& m, const StateValues& values, const s
 // The other way round from a state tensor's step (hostile pass 12, S-1: Adam's moments deleted, the
 // step kept, resumed with zero moments): a parameter with a step saved its state's tensors with it,
 // Adam's two moments together.
-void check_states_present(const Manifest& m, const StateValues& values, const std::string& entry) {
+void check_states_present(const std::vector<std::pair<std::string, std::string>>& state_fields,
+                          const StateValues& values, const std::string& entry) {
   std::map<std::string, std::set<std::string>> fields;
-  for (const auto& [param, field] : state_fields_of(m, entry))
+  for (const auto& [param, field] : state_fields)
     if (matches(param, "g#.p#")) fields[param].insert(field);
   for (const auto& [key, value] : values) {
     if (!matches(key, "g#.p#.step")) continue;
@@ -191,7 +192,8 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
     check_engine_counters(m, values, entry);
     return;
   }
-  for (const auto& [param, field] : state_fields_of(m, entry)) {
+  const auto state_fields = state_fields_of(m, entry);
+  for (const auto& [param, field] : state_fields) {
     if (!matches(param, "g#.p#")) continue;
     require(values, entry, param + ".step", "a parameter saved with optimizer state ('" + field + "') has one");
     // Adam's moments and RMSprop's average exist after the first step (hostile pass 10, M5: 0 restarted
@@ -201,7 +203,7 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
                       named(entry, param + ".step", steps), ", but the parameter has '", field,
                       "', which its optimizer makes at its first step");
   }
-  check_states_present(m, values, entry);
+  check_states_present(state_fields, values, entry);
   if (!m.user.count(kTrainerStepBatchKey)) return;  // a step of the user's own numbering
   for (const auto& [key, value] : values)           // the Trainer steps its optimizer once per step at most
     COHORT_CHECK_KIND(kIO, !matches(key, "g#.p#.step") || value <= static_cast<double>(m.step),

@@ -163,14 +163,17 @@ std::map<std::string, std::string> user_from_json(const json& j, const std::stri
 // The checksums of what a check cannot hold to a range (a loss sum, a user's string, which tensor a
 // piece's offset belongs to), so that a hand edit or damage is caught whole. Each is required from the
 // version that brought it (values and user 2, records 3); an older manifest without it still loads.
-void check_crc(const json& j, const char* key, uint32_t now, int required_from, int format_version,
-               const std::string& where) {
-  if (format_version < required_from && !j.contains(key)) return;
-  const auto written = field<uint32_t>(j, key, where);
-  const char* covered = std::string(key) == "records_crc32" ? "the header, files and tensor records it covers"
-                                                            : "the values it covers";
-  COHORT_CHECK_KIND(kIO, written == now, where, ": '", key, "' is ", written, " but ", covered, " give ", now,
-                    ": edited or damaged after the save");
+struct Checksum {
+  const char* key;
+  const char* covers;  // for the message: "the values"
+  int required_from;   // the format version that brought it
+};
+
+void check_crc(const json& j, const Checksum& crc, uint32_t now, int format_version, const std::string& where) {
+  if (format_version < crc.required_from && !j.contains(crc.key)) return;
+  const auto written = field<uint32_t>(j, crc.key, where);
+  COHORT_CHECK_KIND(kIO, written == now, where, ": '", crc.key, "' is ", written, " but ", crc.covers,
+                    " it covers give ", now, ": edited or damaged after the save");
 }
 
 // 'step' is a step count, and the one its step-<n> directory names (a directory of another name, such
@@ -242,12 +245,24 @@ uint32_t state_values_crc32(const std::map<std::string, StateValues>& values) {
 
 namespace {
 
-// Every key but the ones other checksums cover and the checksums, as nlohmann dumps it (keys sorted):
-// the header, 'files' and 'tensors', and any key a later version adds.
-uint32_t records_crc32(json manifest) {
-  for (const char* key : {"values", "user", "user_crc32", "values_crc32", "records_crc32"}) manifest.erase(key);
-  const std::string text = manifest.dump();
-  return crc32_update(0, text.data(), static_cast<int64_t>(text.size()));
+// Every key but the ones other checksums cover and the checksums, as nlohmann's dump() writes the
+// object without them (keys sorted, compact): the header, 'files' and 'tensors', and any key a later
+// version adds. Item by item, so the manifest is not copied.
+uint32_t records_crc32(const json& manifest) {
+  static const std::set<std::string> others = {"values", "user", "user_crc32", "values_crc32", "records_crc32"};
+  uint32_t crc = 0;
+  const auto add = [&crc](const std::string& text) {
+    crc = crc32_update(crc, text.data(), static_cast<int64_t>(text.size()));
+  };
+  add("{");
+  bool first = true;
+  for (const auto& [key, value] : manifest.items()) {
+    if (others.count(key)) continue;
+    add((first ? "" : ",") + json(key).dump() + ":" + value.dump());
+    first = false;
+  }
+  add("}");
+  return crc;
 }
 
 }  // namespace
@@ -353,9 +368,9 @@ Manifest read_manifest(const std::string& path) {
   for (const json& t : list_field(j, "tensors", path)) m.tensors.push_back(record_from_json(t, path));
   m.values = values_from_json(j, path);
   m.user = user_from_json(j, path);
-  check_crc(j, "user_crc32", user_values_crc32(m.user), 2, m.format_version, path);
-  check_crc(j, "values_crc32", state_values_crc32(m.values), 2, m.format_version, path);
-  check_crc(j, "records_crc32", records_crc32(j), 3, m.format_version, path);
+  check_crc(j, {"user_crc32", "the values", 2}, user_values_crc32(m.user), m.format_version, path);
+  check_crc(j, {"values_crc32", "the values", 2}, state_values_crc32(m.values), m.format_version, path);
+  check_crc(j, {"records_crc32", "the header, files and tensor records", 3}, records_crc32(j), m.format_version, path);
   check_records(m, path);
   check_mode(m, path);
   return m;
