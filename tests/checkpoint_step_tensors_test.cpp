@@ -37,7 +37,7 @@ struct AdamSteps : cohort::Stateful {
     if (save_step_b) out.push_back({"fc.bias.step", b, cohort::StateKind::kOwned});
     return out;
   }
-  cohort::StateValues state_values() const override { return {{"g0.lr", 0.1}}; }
+  cohort::StateValues state_values() const override { return {{"g0.lr", 0.1}, {"pipeline.params", 2}}; }
 };
 
 struct Run {

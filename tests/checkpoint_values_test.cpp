@@ -201,7 +201,7 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
                 j.erase("values_crc32");
               }),
               std::make_pair(int64_t(10), unusable + "'format_version' is " + std::to_string(version) +
-                                              ", not a version cohort wrote (1 to 3)"));
+                                              ", not a version cohort wrote (1 to 4)"));
   }
   // Hostile pass 11, M-e: two tensors' names exchanged (the same shape and type) verified OK and
   // resumed each into the other; the records have their checksum from version 3.
@@ -264,7 +264,7 @@ TEST(CheckpointValues, AnOptimizerCounterNoRunHasFallsBackAndVerifiesBad) {
   const auto original = nlohmann::json::parse(in);
   const std::string manifest = root + "/step-20/manifest.json";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"g0.p0.step", "-5, outside 0..9007199254740991 (2^53 - 1)"},
+      {"g0.p0.step", "-5, outside -1..9007199254740991 (-1: no state yet)"},
       {"g0.p1.step", "2.5, not a whole number"},
       {"g0.lr", "-1, not a learning rate (0 to 1e+06: no optimizer trains at a larger one)"},
       {"g0.lr", "1e+300, not a learning rate (0 to 1e+06: no optimizer trains at a larger one)"},
@@ -419,7 +419,7 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
                         {"zero.loss_scaler.iter", 0},
                         {"zero.loss_scaler.last_overflow_iter", -1},
                         {"zero.loss_scaler.hysteresis_left", 2}};
-  m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.p0.step", 3}};
+  m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.params", 2}, {"g0.p0.step", 3}};
   for (const char* name : {"engine/group0.master", "engine/group0.exp_avg", "engine/group1.momentum_buffer",
                            "optimizer/g0.p0.exp_avg", "optimizer/g0.p0.exp_avg_sq", "optimizer/g0.p1.momentum_buffer"}) {
     m.tensors.emplace_back();

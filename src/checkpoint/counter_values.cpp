@@ -58,8 +58,10 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
   for (const auto& [key, value] : values) {
     // The engine's counters too (hostile pass 7, S1: 1e300 was cast to an integer unchecked and the
     // next save held -9.2e18 as its micro-step count).
-    if (matches(key, "g#.p#.step") || matches(key, "zero.group#.step") || key == "zero.global_steps" ||
-        key == "zero.skipped_steps" || key == "zero.micro_steps") {
+    if (matches(key, "g#.p#.step")) {
+      check_whole_value(values, entry, key, -1, kTwoTo53 - 1, "-1..9007199254740991 (-1: no state yet)");
+    } else if (matches(key, "g#.params") || key == kPipelineParamsKey || matches(key, "zero.group#.step") ||
+               key == "zero.global_steps" || key == "zero.skipped_steps" || key == "zero.micro_steps") {
       check_whole_value(values, entry, key, 0, kTwoTo53 - 1, "0..9007199254740991 (2^53 - 1)");
     } else if (matches(key, "g#.lr")) {
       // 1e300 failed the first step with c10's "cannot be converted to type float without overflow"
@@ -152,7 +154,7 @@ void check_states_present(const std::vector<std::pair<std::string, std::string>>
   for (const auto& [param, field] : state_fields)
     if (matches(param, "g#.p#")) fields[param].insert(field);
   for (const auto& [key, value] : values) {
-    if (!matches(key, "g#.p#.step")) continue;
+    if (!matches(key, "g#.p#.step") || value < 0) continue;  // -1: no state, no tensors
     const std::string param = key.substr(0, key.size() - 5);
     const auto found = fields.find(param);
     COHORT_CHECK_KIND(kIO, found != fields.end(), named(entry, key, value), ", but there is no tensor '",
@@ -160,6 +162,48 @@ void check_states_present(const std::vector<std::pair<std::string, std::string>>
     const bool avg = found->second.count("exp_avg") > 0, avg_sq = found->second.count("exp_avg_sq") > 0;
     COHORT_CHECK_KIND(kIO, avg == avg_sq, "tensor '", excerpt(entry), "/", param, avg ? ".exp_avg" : ".exp_avg_sq",
                       "' has no '", avg ? "exp_avg_sq" : "exp_avg", "' beside it: Adam saves both moments");
+  }
+}
+
+// Hostile pass 12, M-4: a parameter's whole state deleted (its tensors and its step, resealed) read as
+// "no state yet" and Adam restarted. From format version 4 an optimizer's entry counts each group's
+// parameters ('g0.params') and gives every one a step count, -1 before it has state.
+void check_parameter_counts(const Manifest& m, const StateValues& values, const std::string& entry) {
+  std::map<std::string, double> sizes;   // "g0" -> its 'g0.params'
+  std::map<std::string, int64_t> steps;  // "g0" -> how many 'g0.p#.step' it holds
+  std::string rate;                      // a 'g#.lr': this is an optimizer's entry
+  for (const auto& [key, value] : values) {
+    const std::string group = key.substr(0, key.find('.'));
+    if (matches(key, "g#.params")) sizes[group] = value;
+    if (matches(key, "g#.lr") && rate.empty()) rate = key;
+  }
+  if (sizes.empty()) {
+    COHORT_CHECK_KIND(kIO, m.format_version < 4 || rate.empty() || values.count(kPipelineParamsKey), "'values.",
+                      excerpt(entry), "' has '", rate, "' but no count of its parameters ('",
+                      rate.substr(0, rate.find('.')), ".params', a pipeline's '", kPipelineParamsKey,
+                      "'): from format version 4 on, an optimizer's entry counts them");
+    return;
+  }
+  for (const auto& [key, value] : values) {
+    const std::string group = key.substr(0, key.find('.'));
+    if (!matches(key, "g#.p#.step") && !matches(key, "g#.lr")) continue;
+    const auto size = sizes.find(group);
+    COHORT_CHECK_KIND(kIO, size != sizes.end(), named(entry, key, value), ", but there is no '", group,
+                      ".params': every group of the optimizer counts its parameters");
+    if (!matches(key, "g#.p#.step")) continue;
+    const std::string digits = key.substr(group.size() + 2, key.size() - group.size() - 2 - 5);
+    const double index = digits.size() > 15 ? kTwoTo53 : std::stod(digits);  // stod throws past a double
+    COHORT_CHECK_KIND(kIO, index < size->second, named(entry, key, value), ", but '", group, ".params' is ",
+                      number_text(size->second), ": there is no parameter ", number_text(index));
+    ++steps[group];
+  }
+  for (const auto& [group, size] : sizes) {
+    if (steps[group] == size) continue;
+    int64_t missing = 0;
+    while (values.count(group + ".p" + std::to_string(missing) + ".step")) ++missing;
+    COHORT_CHECK_KIND(kIO, false, "'values.", excerpt(entry), "' has no '", group, ".p", missing, ".step', but '",
+                      group, ".params' is ", number_text(size),
+                      ": every parameter of a group has a step count (-1: no state yet)");
   }
 }
 
@@ -199,11 +243,14 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
     // Adam's moments and RMSprop's average exist after the first step (hostile pass 10, M5: 0 restarted
     // the bias correction); Adagrad's sum is made with the optimizer, at step 0.
     const double steps = values.at(param + ".step");
+    COHORT_CHECK_KIND(kIO, steps >= 0, named(entry, param + ".step", steps), ", but the parameter has '", field,
+                      "': -1 says it has no state");
     COHORT_CHECK_KIND(kIO, (field != "exp_avg" && field != "square_avg") || steps >= 1,
                       named(entry, param + ".step", steps), ", but the parameter has '", field,
                       "', which its optimizer makes at its first step");
   }
   check_states_present(state_fields, values, entry);
+  check_parameter_counts(m, values, entry);
   if (!m.user.count(kTrainerStepBatchKey)) return;  // a step of the user's own numbering
   for (const auto& [key, value] : values)           // the Trainer steps its optimizer once per step at most
     COHORT_CHECK_KIND(kIO, !matches(key, "g#.p#.step") || value <= static_cast<double>(m.step),

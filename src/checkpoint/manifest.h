@@ -20,7 +20,9 @@ inline constexpr const char* kFormat = "cohort-checkpoint";
 // 2: 'values_crc32' beside 'user_crc32', both required (in 1 the user's was optional and the values had
 // none: deleting the field or editing a number went unnoticed). 3: 'records_crc32' over the rest (the
 // header, the files and the tensor records), required: two pieces' offsets swapped passed every check.
-inline constexpr int kFormatVersion = 3;
+// 4: an optimizer's entry counts its parameters ('g0.params', 'pipeline.params') and gives each a step
+// count, -1 before it has state: a parameter's whole state deleted read as "no state yet".
+inline constexpr int kFormatVersion = 4;
 
 /// Where one piece of a tensor's bytes lies.
 struct Piece {

@@ -1,13 +1,18 @@
 // The Stateful adapter of a LibTorch optimizer: each parameter's state tensors ("g0.p3.exp_avg")
-// and step counters, and each group's learning rate. LibTorch keys the state by the address of the
-// parameter's TensorImpl, so parameters are named by their place (group, index) instead, which is
-// the same in the process that loads. States an optimizer creates at its first step are created
+// and step counters, and each group's learning rate and size. LibTorch keys the state by the address
+// of the parameter's TensorImpl, so parameters are named by their place (group, index) instead, which
+// is the same in the process that loads. States an optimizer creates at its first step are created
 // in prepare_load() and dropped again when the checkpoint had none (saved before the first step).
+// Every parameter has a step count, -1 for "no state yet", and each group its size ("g0.params"), so
+// a parameter whose whole state was deleted from a checkpoint is missed, not read as "no state" (hostile
+// pass 12, M-4; checkpoints of format version 3 and older record only the parameters with state).
 #include <set>
 
 #include "checkpoint/entry.h"
 #include "cohort/error.h"
 #include "compat/optimizer_state.h"
+#include "core/check.h"
+#include "core/text.h"
 
 namespace cohort::detail::ckpt {
 namespace {
@@ -42,15 +47,33 @@ class OptimizerState : public Stateful {
     StateValues values;
     auto& self = const_cast<OptimizerState&>(*this);
     for (size_t g = 0; g < optimizer_.param_groups().size(); ++g) {
-      values["g" + std::to_string(g) + ".lr"] = optimizer_.param_groups()[g].options().get_lr();
+      const auto& group = optimizer_.param_groups()[g];
+      values["g" + std::to_string(g) + ".lr"] = group.options().get_lr();
+      values["g" + std::to_string(g) + ".params"] = static_cast<double>(group.params().size());
     }
     self.for_each_param([&](const std::string& name, const torch::Tensor& p, size_t) {
       auto* state = find_param_state(optimizer_, p);
-      if (state == nullptr) return;
-      const int64_t* step = step_of(*state);
-      values[name + ".step"] = step ? static_cast<double>(*step) : 0.0;  // also "has a state"
+      const int64_t* step = state ? step_of(*state) : nullptr;
+      values[name + ".step"] = state == nullptr ? -1.0 : step ? static_cast<double>(*step) : 0.0;
     });
     return values;
+  }
+
+  // A checkpoint that counts its groups' parameters holds this optimizer's groups, each as large.
+  void check_state_values(const StateValues& values, int) const override {
+    if (!values.count("g0.params")) return;  // format version 3 or older: no counts
+    const auto& groups = optimizer_.param_groups();
+    size_t saved_groups = 0;
+    while (values.count("g" + std::to_string(saved_groups) + ".params")) ++saved_groups;
+    COHORT_CHECK_KIND(kInvalidArgument, saved_groups == groups.size(), "the checkpoint's optimizer has ", saved_groups,
+                      " parameter group(s), this one ", groups.size(), ": it belongs to another program");
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::string key = "g" + std::to_string(g) + ".params";
+      const double saved = values.at(key), mine = static_cast<double>(groups[g].params().size());
+      COHORT_CHECK_KIND(kInvalidArgument, saved == mine, "the checkpoint's optimizer has ", number_text(saved),
+                        " parameters in group ", g, " ('", key, "'), this one ", number_text(mine),
+                        ": it belongs to another model");
+    }
   }
 
   void load_state_values(const StateValues& values) override {
@@ -62,7 +85,7 @@ class OptimizerState : public Stateful {
       auto* state = find_param_state(optimizer_, p);
       if (state == nullptr) return;
       const auto step = values.find(name + ".step");
-      if (step == values.end()) {
+      if (step == values.end() || step->second < 0) {
         // Saved before this parameter had a state: back to "no state", as when it was saved.
         if (created_.count(name)) erase_param_state(optimizer_, p);
         return;

@@ -11,16 +11,21 @@
 
 namespace cohort::detail::ckpt {
 
+/// The number a pipeline's optimizer entry saves from format version 4 on: how many trainable parameters
+/// the whole pipeline has, each with a step tensor.
+inline constexpr const char* kPipelineParamsKey = "pipeline.params";
+
 /// Whether `r` is a step tensor: named "<entry>/<param>.step", int64, one element.
 bool is_step_tensor(const TensorRecord& r);
 
-/// The saved `value` of step tensor `r`: whole steps, at least 1 when its parameter has Adam's or
-/// RMSprop's state (made at its first step), at most the manifest's step when the Trainer saved it.
-/// Throws cohort::Error (kIO) naming the tensor and the value.
+/// The saved `value` of step tensor `r`: whole steps, -1 when its parameter has no state, at least 1
+/// when it has Adam's or RMSprop's state (made at its first step), at most the manifest's step when the Trainer saved
+/// it. Throws cohort::Error (kIO) naming the tensor and the value.
 void check_step_tensor(const Manifest& m, const TensorRecord& r, int64_t value);
 
 /// In an entry that saves step tensors, every parameter with state tensors has one (a deleted step
-/// read as "no state"). Throws cohort::Error (kIO) naming the parameter.
+/// read as "no state"), and there are as many as its 'pipeline.params' says when it has that number.
+/// Throws cohort::Error (kIO) naming the parameter or the number.
 void check_step_tensors_present(const Manifest& m, const std::string& entry);
 
 }  // namespace cohort::detail::ckpt

@@ -7,9 +7,11 @@
 
 #include <set>
 
+#include "checkpoint/step_tensors.h"
 #include "compat/optimizer_state.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "core/text.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline::detail {
@@ -28,6 +30,14 @@ std::pair<int64_t, int64_t> layer_range(const torch::nn::Sequential& stage) {
     if (index != first + int64_t(i)) return {-1, int64_t(children.size())};
   }
   return {first, int64_t(children.size())};
+}
+
+// The parameters of `stage` its optimizer's checkpoint entry covers, by whole-model name.
+std::vector<std::pair<std::string, torch::Tensor>> trainable_parameters(const torch::nn::Sequential& stage) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& item : stage->named_parameters(true))
+    if (item.value().requires_grad()) out.emplace_back(item.key(), item.value());
+  return out;
 }
 
 // Parameters and buffers of a rank's stages.
@@ -68,14 +78,16 @@ class StageModuleState : public Stateful {
 
 // The per-parameter state of the user's optimizer over this rank's stages, by parameter name. A
 // state's step (0 for SGD's momentum, which has none) is a tensor too, "<name>.step": unlike a
-// Stateful's numbers (rank 0's only) it is saved by each stage's own ranks, and its presence says the
-// parameter had a state (an optimizer saved before its first step has none).
+// Stateful's numbers (rank 0's only) it is saved by each stage's own ranks. Every trainable parameter
+// has one, -1 before it has state, and the entry counts them ('pipeline.params', the whole pipeline's):
+// a parameter whose whole state was deleted is missed, not read as "no state yet" (hostile pass 12,
+// M-4). Checkpoints of format version 3 and older hold steps of the parameters with state only.
 class StageOptimizerState : public Stateful {
  public:
-  StageOptimizerState(const PipelineImpl& pipeline, torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {
+  StageOptimizerState(const PipelineImpl& pipeline, torch::optim::Optimizer& optimizer)
+      : optimizer_(optimizer), trainable_params_(pipeline.trainable_params) {
     for (const auto& stage : pipeline.stages)
-      for (const auto& item : stage->named_parameters(true))
-        if (item.value().requires_grad()) params_.emplace_back(item.key(), item.value());
+      for (auto& item : trainable_parameters(stage)) params_.push_back(std::move(item));
   }
 
   bool tensors_optional() const override { return true; }
@@ -99,12 +111,12 @@ class StageOptimizerState : public Stateful {
     steps_.clear();
     for (const auto& [name, p] : params_) {
       auto* state = cohort::detail::find_param_state(optimizer_, p);
-      if (state == nullptr) continue;
-      for (const auto& [field, t] : cohort::detail::state_fields(*state, "optimizer state of " + name))
-        if (t.defined()) out.push_back({name + "." + field, t, StateKind::kOwned});
-      const int64_t* step = cohort::detail::step_of(*state);
+      if (state != nullptr)
+        for (const auto& [field, t] : cohort::detail::state_fields(*state, "optimizer state of " + name))
+          if (t.defined()) out.push_back({name + "." + field, t, StateKind::kOwned});
+      const int64_t* step = state ? cohort::detail::step_of(*state) : nullptr;
       // Loading: -1 until the checkpoint's value lands (it stays -1 when the checkpoint has none).
-      auto holder = torch::full({1}, loading_ ? -1 : (step ? *step : 0), torch::kLong);
+      auto holder = torch::full({1}, loading_ || state == nullptr ? -1 : (step ? *step : 0), torch::kLong);
       steps_.emplace_back(name, holder);
       out.push_back({name + ".step", holder, StateKind::kOwned});
     }
@@ -113,10 +125,19 @@ class StageOptimizerState : public Stateful {
   }
 
   StateValues state_values() const override {
-    StateValues values;
+    StateValues values{{cohort::detail::ckpt::kPipelineParamsKey, double(trainable_params_)}};
     for (size_t g = 0; g < optimizer_.param_groups().size(); ++g)
       values["g" + std::to_string(g) + ".lr"] = optimizer_.param_groups()[g].options().get_lr();
     return values;
+  }
+
+  void check_state_values(const StateValues& values, int) const override {
+    const auto saved = values.find(cohort::detail::ckpt::kPipelineParamsKey);
+    if (saved == values.end()) return;  // format version 3 or older
+    COHORT_CHECK_KIND(kInvalidArgument, saved->second == double(trainable_params_), "the checkpoint's optimizer has ",
+                      cohort::detail::number_text(saved->second), " trainable parameters ('",
+                      cohort::detail::ckpt::kPipelineParamsKey, "'), this pipeline ", trainable_params_,
+                      ": it belongs to another model");
   }
 
   void load_state_values(const StateValues& values) override {
@@ -156,6 +177,7 @@ class StageOptimizerState : public Stateful {
   std::vector<std::pair<std::string, torch::Tensor>> steps_;
   std::set<std::string> created_;
   bool loading_ = false;
+  int64_t trainable_params_;
 };
 
 }  // namespace
@@ -169,23 +191,26 @@ std::string describe_bounds(const std::vector<int64_t>& bounds) {
 }
 
 // Note "layer ranges": every rank tells the pipeline group the whole-model layer range of each of its
-// stages, so every rank knows the whole cut (saved with checkpoints, shown when a load reshards), and
-// whether the stages keep the whole model's layer names, which checkpoints need.
+// stages and how many trainable parameters it has, so every rank knows the whole cut (saved with
+// checkpoints, shown when a load reshards), whether the stages keep the whole model's layer names,
+// which checkpoints need, and how many parameters the optimizer's checkpoint entry holds.
 StageCut gather_stage_cut(Comm& comm, const Schedule& schedule, const std::vector<torch::nn::Sequential>& stages) {
   const int per_rank = int(stages.size());
-  auto mine = torch::empty({per_rank, 2}, torch::kLong);
+  auto mine = torch::empty({per_rank, 3}, torch::kLong);
   for (int i = 0; i < per_rank; ++i) {
     const auto [first, count] = layer_range(stages[i]);
     mine[i][0] = first;
     mine[i][1] = count;
+    mine[i][2] = int64_t(trainable_parameters(stages[i]).size());
   }
-  const auto all = comm.size() > 1 ? comm.allgather(mine) : mine.unsqueeze(0);  // [ranks, per_rank, 2]
+  const auto all = comm.size() > 1 ? comm.allgather(mine) : mine.unsqueeze(0);  // [ranks, per_rank, 3]
   StageCut cut{{0}, true};
   for (int s = 0; s < schedule.stages; ++s) {
     const auto range = all[schedule.rank_of(s)][s / schedule.ranks];
     const int64_t first = range[0].item<int64_t>(), count = range[1].item<int64_t>();
     if (first != cut.bounds.back()) cut.names_whole_model = false;
     cut.bounds.push_back(cut.bounds.back() + count);
+    cut.trainable_params += range[2].item<int64_t>();
   }
   return cut;
 }

@@ -39,6 +39,7 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
   auto cut = gather_stage_cut(*comm_, schedule, stages);
   layer_bounds = std::move(cut.bounds);
   names_whole_model = cut.names_whole_model;
+  trainable_params = cut.trainable_params;
   replicas = std::make_unique<StageReplicas>(stages, options_, std::move(last_backward));
 }
 

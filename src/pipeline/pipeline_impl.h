@@ -31,6 +31,7 @@ class PipelineImpl {
   int peak_activations = 0;
   std::vector<int64_t> layer_bounds;        // the whole cut: stages + 1 layer indices (note "layer ranges")
   bool names_whole_model = true;            // the stages' layers are named by their place in the whole model
+  int64_t trainable_params = 0;             // the whole pipeline's parameters that require grad, each stage once
   std::unique_ptr<StageReplicas> replicas;  // DDP or ZeRO per local stage over PipelineOptions::data_comm
 
   /// Throws naming `what` when checkpoints cannot name this pipeline's tensors as the whole model.
@@ -56,6 +57,7 @@ class PipelineImpl {
 struct StageCut {
   std::vector<int64_t> bounds;
   bool names_whole_model = true;
+  int64_t trainable_params = 0;
 };
 StageCut gather_stage_cut(Comm& comm, const Schedule& schedule, const std::vector<torch::nn::Sequential>& stages);
 

@@ -12,12 +12,15 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cohort/checkpoint.h"
 #include "cohort/mesh.h"
 #include "cohort/pipeline.h"
 #include "cohort/world.h"
 #include "support/errors.h"
+#include "support/manifest_seal.h"
 #include "support/multiproc.h"
 #include "support/safetensors.h"
 
@@ -323,6 +326,24 @@ std::string run_tool(const std::string& args) {
   return out;
 }
 
+// Hostile pass 12, M-4: a layer's optimizer state deleted whole from a copy of `step` (resealed) read
+// as "no state yet"; the entry's count of its parameters sees it.
+void expect_deleted_state_seen(const std::string& step) {
+  const std::string copy = step + "-edited";
+  std::filesystem::copy(step, copy, std::filesystem::copy_options::recursive);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(copy + "/manifest.json"));
+  auto& t = j["tensors"];
+  t.erase(std::remove_if(t.begin(), t.end(),
+                         [](const nlohmann::json& r) { return r["name"].get<std::string>().rfind("optimizer/0.weight.", 0) == 0; }),
+          t.end());
+  cohort::testing::reseal_manifest(j);
+  std::ofstream(copy + "/manifest.json", std::ios::trunc) << j.dump();
+  const std::string out = run_tool("verify " + copy);
+  EXPECT_THAT(out, HasSubstr("'values.optimizer.pipeline.params' is 14, but 'optimizer' has 13 step tensors"));
+  EXPECT_THAT(out, HasSubstr("BAD (1 problem(s))"));
+  std::filesystem::remove_all(copy);
+}
+
 }  // namespace
 
 // Each stage saves its shard (every tensor once, by its whole-model name); fresh objects that load it
@@ -344,6 +365,7 @@ TEST(PipelineCheckpoint, ResumesExactlyReshardsByNameAndConsolidates) {
       EXPECT_THAT(info, HasSubstr("model/0.weight  owned float32 [16, 8]  1 piece(s)"));
       EXPECT_THAT(info, HasSubstr("optimizer/10.weight.exp_avg  owned float32 [4, 16]  1 piece(s)"));
       EXPECT_THAT(run_tool("consolidate " + dir + " -o " + dir + "/whole.safetensors"), HasSubstr("exit 0"));
+      expect_deleted_state_seen(dir + "/step-3");
     }
     comm->barrier();
     // The consolidated file holds this rank's stage as it was saved.

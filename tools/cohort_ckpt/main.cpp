@@ -83,14 +83,20 @@ int main(int argc, char** argv) {
         std::printf("%s: BAD (%zu problem(s))\n", dir.c_str(), problems.size());
         return 1;
       }
-      // Hostile pass 7, M3 (and pass 11, M-e): version 1 has no checksum of the numbers, 2 none of the
-      // tensor records: an edit there cannot be seen, so OK says what it covers.
+      // Hostile pass 7, M3 (and pass 11, M-e; pass 12, M-4): version 1 has no checksum of the numbers,
+      // 2 none of the tensor records, 3 no count of an optimizer's parameters: an edit there cannot be
+      // seen, so OK says what it covers.
       const int version = cohort::detail::ckpt::read_manifest(dir + "/manifest.json").format_version;
       if (version < 3)
         std::printf(
             "%s: OK (every file matches the manifest; format version %d carries no checksum of its %s, "
             "so an edit of them cannot be seen)\n",
             dir.c_str(), version, version < 2 ? "numbers" : "tensor records");
+      else if (version < 4)
+        std::printf(
+            "%s: OK (every file and checksum matches the manifest; format version 3 does not count an "
+            "optimizer's parameters, so the deletion of one's whole state cannot be seen)\n",
+            dir.c_str());
       else std::printf("%s: OK (every file and checksum matches the manifest)\n", dir.c_str());
     } else {
       const int64_t count = consolidate_checkpoint(dir, out);
