@@ -61,6 +61,13 @@ struct EngineOptions {
   /// Stage 3: at most this many units gathered ahead of the one running (FSDP2 gathers the next one:
   /// 1). 0: only stage3_prefetch_bucket_size and stage3_max_live_parameters bound it (DeepSpeed).
   TORCH_ARG(int64_t, prefetch_units) = 0;
+  /// The ranks that hold the other parts of each layer cut by tensor parallelism (DeepSpeed's mpu;
+  /// the Trainer's "tensor_parallel" group): gradient clipping's norm covers the whole model, summed
+  /// over this group too. Null: this engine's parameters are the whole model.
+  TORCH_ARG(std::shared_ptr<Comm>, model_parallel_comm) = nullptr;
+  /// The parameters every rank of model_parallel_comm holds whole and alike (a row-wise layer's bias,
+  /// a LayerNorm's weight): counted once in that norm.
+  TORCH_ARG(std::vector<torch::Tensor>, model_parallel_replicated) = {};
 };
 
 namespace detail {

@@ -67,18 +67,6 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
   }
   if (options.precision == Precision::kBf16Mixed) config.bf16().enabled(true);
   if (options.precision == Precision::k16Mixed) config.fp16().enabled(true);
-  // Each tensor-parallel rank's engine sees its own parts: a norm or an overflow of the whole model
-  // needs them all (DeepSpeed's mpu), which the engine does not take yet.
-  const int64_t tp = options.raw.tensor_parallel_size();
-  COHORT_CHECK_KIND(kInvalidArgument, tp == 1 || !(config.gradient_clipping() > 0),
-                    "TrainerOptions.tensor_parallel_size ", tp,
-                    " with ZeRO and gradient clipping (gradient_clip_val or the ds_config's gradient_clipping ",
-                    number_text(config.gradient_clipping()),
-                    "): the engine's norm would cover one tensor-parallel rank's parts; clipping under tensor "
-                    "parallelism runs with strategy ddp");
-  COHORT_CHECK_KIND(kInvalidArgument, tp == 1 || !config.fp16().enabled(), "TrainerOptions.tensor_parallel_size ", tp,
-                    " with ZeRO and fp16 loss scaling: an overflow on one tensor-parallel rank would skip its step "
-                    "alone; use bf16");
   COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() || world.device().is_cuda(), "the ds_config ",
                     raw.deepspeed_config(),
                     " enables fp16, but this rank runs on the CPU, where LibTorch has no "
@@ -169,7 +157,7 @@ class ZeroStrategy : public Strategy {
       : module_(module),
         mesh_(std::move(mesh)),
         cut_of_(mesh_ ? module_cuts(module.model()) : nullptr),
-        engine_(initialize(config, model_pointer(module), engine_options(options, module, config, mesh_))) {}
+        engine_(initialize(config, model_pointer(module), engine_options(options, module, config, mesh_, cut_of_))) {}
 
   // A parameter cut by tensor parallelism, gathered whole over the tp group (a collective).
   torch::Tensor whole(const std::string& name, const torch::Tensor& value) const {
@@ -183,10 +171,21 @@ class ZeroStrategy : public Strategy {
 
   // A ds_config's "optimizer" wins; otherwise the module's configure_optimizers over the shards. At
   // stage 3 the module's shard_units() names units besides those it marked.
-  static EngineOptions engine_options(const ResolvedOptions& options, TrainingModule& module, const ZeroConfig& config,
-                                      const std::shared_ptr<Mesh>& mesh) {
+  // Under tensor parallelism the engine shards over the data-parallel group, and clipping's norm sums
+  // over the tensor-parallel group too, the parameters no plan cut counted once.
+  static EngineOptions engine_options(
+      const ResolvedOptions& options, TrainingModule& module, const ZeroConfig& config,
+      const std::shared_ptr<Mesh>& mesh,
+      const std::function<const tp::detail::ParameterCut*(const std::string&)>& cut_of) {
     EngineOptions out;
-    if (mesh) out.comm(mesh->group_ptr("data_parallel"));
+    if (mesh) {
+      std::vector<torch::Tensor> whole;
+      for (const auto& item : module.model().named_parameters(true))
+        if (cut_of(item.key()) == nullptr) whole.push_back(item.value());
+      out.comm(mesh->group_ptr("data_parallel"))
+          .model_parallel_comm(mesh->group_ptr("tensor_parallel"))
+          .model_parallel_replicated(std::move(whole));
+    }
     if (config.zero_optimization().stage() == 3)
       out.unit_policy(module.shard_units())
           .unit_options(UnitOptions()

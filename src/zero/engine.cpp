@@ -54,7 +54,10 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
   hooks_ = GradHookSet(params_->tensors(), [this](int64_t index) { on_gradient_ready(index); });
   build_groups(std::move(layouts));
   scheduler_ = std::make_unique<ReduceScheduler>(settings_, *params_, *store_);
-  optimizer_ = std::make_unique<ShardOptimizer>(settings_, *store_, options);
+  std::unique_ptr<ModelParallelNorm> model_parallel;
+  if (options.model_parallel_comm() || !options.model_parallel_replicated().empty())
+    model_parallel = std::make_unique<ModelParallelNorm>(settings_, *store_, *params_, options);
+  optimizer_ = std::make_unique<ShardOptimizer>(settings_, *store_, options, std::move(model_parallel));
   checkpoint_ = std::make_unique<EngineCheckpoint>(settings_,
                                                    EngineCheckpoint::Parts{*module_, *params_, *store_, *optimizer_});
   return_free_memory();  // the parameters' former storage (the whole model at stage 3) is free now

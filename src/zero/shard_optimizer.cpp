@@ -15,8 +15,9 @@
 
 namespace cohort::detail {
 
-ShardOptimizer::ShardOptimizer(const EngineSettings& settings, StateStore& store, const EngineOptions& options)
-    : settings_(settings), store_(store), scaler_(settings.config.fp16()) {
+ShardOptimizer::ShardOptimizer(const EngineSettings& settings, StateStore& store, const EngineOptions& options,
+                               std::unique_ptr<ModelParallelNorm> model_parallel)
+    : settings_(settings), store_(store), model_parallel_(std::move(model_parallel)), scaler_(settings.config.fp16()) {
   std::vector<torch::Tensor> masters;
   for (int64_t g = 0; g < store_.size(); ++g) masters.push_back(store_.master(g));
   const auto& factory = options.optimizer_factory();
@@ -137,16 +138,16 @@ torch::Tensor ShardOptimizer::clipped(torch::Tensor unscaled) const {
 
 // Runs fn(g, unscaled gradient) for each group: from unscaled_, or each lent from the file in turn
 // (read ahead offload_optimizer.buffer_count groups) and given back unchanged.
-void ShardOptimizer::for_each_gradient(const std::function<void(const torch::Tensor&)>& fn) {
+void ShardOptimizer::for_each_gradient(const std::function<void(int64_t, const torch::Tensor&)>& fn) {
   OptimizerFile& file = store_.optimizer_file();
   if (!file.holds_gradients()) {
-    for (const auto& grad : unscaled_) fn(grad);
+    for (size_t g = 0; g < unscaled_.size(); ++g) fn(int64_t(g), unscaled_[g]);
     return;
   }
   for (int64_t g = 0; g < store_.size(); ++g) {
     file.prefetch_gradients_after(g);
     file.lend_gradient(g);
-    fn(unscaled_of(g));
+    fn(g, unscaled_of(g));
     file.give_back_gradient(g);
   }
 }
@@ -167,11 +168,12 @@ bool ShardOptimizer::skipped_for_overflow() {
 
 bool ShardOptimizer::any_overflow() {
   torch::Tensor flag = torch::zeros({1}, torch::kFloat);
-  for_each_gradient([&](const torch::Tensor& grad) {
+  for_each_gradient([&](int64_t, const torch::Tensor& grad) {
     if (!torch::isfinite(grad).all().item<bool>()) flag.fill_(1);
   });
   // Every rank must skip together: one rank's overflow skips the step everywhere.
   if (settings_.world > 1) settings_.comm->allreduce(flag, ReduceOp::kMax);
+  if (model_parallel_) model_parallel_->max(flag);  // and the other tensor-parallel ranks' parts
   return flag.item<float>() > 0;
 }
 
@@ -188,11 +190,13 @@ void ShardOptimizer::clip_gradients() {
 
 double ShardOptimizer::global_norm_squared() {
   torch::Tensor total = torch::zeros({1}, torch::kDouble);
-  for_each_gradient([&](const torch::Tensor& grad) {
-    if (grad.numel() > 0) total += grad.norm().to(torch::kDouble).pow(2).cpu();
+  for_each_gradient([&](int64_t g, const torch::Tensor& grad) {
+    if (grad.numel() == 0) return;
+    total += model_parallel_ ? model_parallel_->squared_norm(g, grad) : grad.norm().to(torch::kDouble).pow(2).cpu();
   });
   // Stage 0 holds the whole gradient on every rank; the others hold disjoint shards (padding is 0).
   if (settings_.stage > 0 && settings_.world > 1) settings_.comm->allreduce(total, ReduceOp::kSum);
+  if (model_parallel_) model_parallel_->sum(total);  // the other tensor-parallel ranks' parts
   return total.item<double>();
 }
 

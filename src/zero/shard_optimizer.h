@@ -16,6 +16,7 @@
 #include "cohort/zero.h"
 #include "zero/engine_settings.h"
 #include "zero/loss_scaler.h"
+#include "zero/model_parallel_norm.h"
 #include "zero/state_store.h"
 
 namespace cohort::detail {
@@ -24,7 +25,9 @@ class ShardOptimizer {
  public:
   /// The inner optimizer over the store's masters: options.optimizer_factory()'s when set
   /// (DeepSpeed's client optimizer), else the config's; its state is created at once.
-  ShardOptimizer(const EngineSettings& settings, StateStore& store, const EngineOptions& options);
+  /// `model_parallel`: the norm over a tensor-parallel group too (null: this engine holds the model).
+  ShardOptimizer(const EngineSettings& settings, StateStore& store, const EngineOptions& options,
+                 std::unique_ptr<ModelParallelNorm> model_parallel = nullptr);
 
   /// DeepSpeed's rule: micro-steps count step() calls; the backward and step() of every gas-th one
   /// reduce and update, counted from the last load (a checkpoint holds no partial gradients, so a
@@ -61,7 +64,7 @@ class ShardOptimizer {
   void unscale_gradients();
   torch::Tensor unscaled_of(int64_t g) const;
   torch::Tensor clipped(torch::Tensor unscaled) const;
-  void for_each_gradient(const std::function<void(const torch::Tensor&)>& fn);
+  void for_each_gradient(const std::function<void(int64_t, const torch::Tensor&)>& fn);
   void step_all_at_once();
   void step_group_by_group();
   void write_back(int64_t g);
@@ -76,6 +79,7 @@ class ShardOptimizer {
   const EngineSettings& settings_;
   StateStore& store_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<ModelParallelNorm> model_parallel_;
   std::vector<torch::Tensor> unscaled_;  // each group's fp32 gradient for this step (not when on file)
   double clip_coefficient_ = 1.0;        // this step's clipping factor (1: none)
   LossScaler scaler_;
