@@ -3,7 +3,8 @@
 // verify said OK. From format version 4 an optimizer's entry counts each group's parameters
 // ('g0.params'; a pipeline's 'pipeline.params') and gives every parameter a step count, -1 before it
 // has state: such a checkpoint is unusable (the resume falls back, verify says BAD), and one counted
-// for another optimizer is refused by the optimizer it is loaded into.
+// for another optimizer is refused by the optimizer it is loaded into. Pass 13: the entry emptied, part
+// of a parameter's fields or a group's rate deleted, Adagrad without state, and state a load must clear.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -72,6 +73,37 @@ TEST(CheckpointOptimizerCounts, EveryParameterOfAGroupHasAStepCount) {
   EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
 }
 
+// Hostile pass 13, S-2/S-3/S-5: part of a parameter's state deleted (RMSprop's square_avg resumed to NaN
+// weights, AMSGrad's max, a momentum buffer), or a group's rate.
+TEST(CheckpointOptimizerCounts, AParametersFieldsComeTogetherAndAGroupsAreAlike) {
+  cohort::detail::ckpt::Manifest m;
+  m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.params", 2}, {"g0.p0.step", 3}, {"g0.p1.step", 3}};
+  for (const char* name : {"optimizer/g0.p0.square_avg", "optimizer/g0.p0.grad_avg", "optimizer/g0.p0.momentum_buffer",
+                           "optimizer/g0.p1.square_avg", "optimizer/g0.p1.grad_avg", "optimizer/g0.p1.momentum_buffer"})
+    add_tensor(m, name);
+  EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
+  const auto error = [&] { return error_of([&] { check_entry_counters(m, "optimizer"); }); };
+  auto without = [&](const std::string& name) {
+    auto copy = m;
+    copy.tensors.erase(std::find_if(copy.tensors.begin(), copy.tensors.end(),
+                                    [&](const auto& r) { return r.name == name; }));
+    return error_of([&] { check_entry_counters(copy, "optimizer"); });
+  };
+  EXPECT_EQ(without("optimizer/g0.p1.square_avg"),
+            "tensor 'optimizer/g0.p1.grad_avg' has no 'square_avg' beside it: its optimizer saves them together");
+  EXPECT_EQ(without("optimizer/g0.p1.momentum_buffer"),
+            "tensors 'optimizer/g0.p1.*' are {grad_avg, square_avg}, those of 'g0.p0' {grad_avg, momentum_buffer, "
+            "square_avg}: one group's parameters hold the same state");
+  m.values["optimizer"].erase("g0.lr");
+  EXPECT_EQ(error(), "'values.optimizer' has 'g0.params' but no 'g0.lr': the optimizer saves each group's learning "
+                     "rate");
+  m.values["optimizer"]["g0.lr"] = 0.1;
+  m.values["optimizer"]["g2.lr"] = 0.1;
+  m.values["optimizer"]["g2.params"] = 0;
+  EXPECT_EQ(error(), "'values.optimizer' has 'g2.params' but no 'g1.params': an optimizer's groups are numbered from "
+                     "g0");
+}
+
 TEST(CheckpointOptimizerCounts, APipelineEntryHasAStepTensorForEachOfItsParameters) {
   cohort::detail::ckpt::Manifest m;
   m.values["optimizer"] = {{"g0.lr", 0.1}, {"pipeline.params", 2}};
@@ -84,6 +116,13 @@ TEST(CheckpointOptimizerCounts, APipelineEntryHasAStepTensorForEachOfItsParamete
   const auto error = [&] { return error_of([&] { check_entry_counters(m, "optimizer"); }); };
   EXPECT_EQ(error(), "'values.optimizer.pipeline.params' is 2, but 'optimizer' has 1 step tensors "
                      "('<parameter>.step'): each trainable parameter of the pipeline has one (-1: no state yet)");
+  add_tensor(m, "optimizer/0.bias.step", true);
+  m.tensors.erase(m.tensors.begin() + 1);  // Adam's second moment gone (hostile pass 13, S-2)
+  EXPECT_EQ(error(), "tensor 'optimizer/0.weight.exp_avg' has no 'exp_avg_sq' beside it: its optimizer saves them "
+                     "together");
+  m.values["optimizer"].erase("g0.lr");
+  m.tensors.erase(m.tensors.begin());
+  EXPECT_EQ(error(), "'values.optimizer' has 'pipeline.params' but no 'g0.lr': the optimizer saves its learning rate");
 }
 
 namespace {
@@ -168,8 +207,20 @@ TEST(CheckpointOptimizerCounts, AParameterWhoseWholeStateIsDeletedIsMissed) {
     j["values"]["optimizer"]["g0.params"] = 5;
   });
   EXPECT_EQ(saved.resume(), std::make_tuple(int64_t(10),
-                                            saved.dir + "/step-20: " + saved.manifest() + ": the checkpoint's optimizer has 5 parameters in "
-                                                        "group 0 ('g0.params'), this one 6: it belongs to another model",
+                                            saved.dir + "/step-20: " + saved.manifest() +
+                                                ": 'values.optimizer.g0.params' is 5, this optimizer's group 0 has 6 "
+                                                "parameters: the checkpoint is another program's or was edited",
+                                            size_t(5)));
+
+  // Hostile pass 13, S-1: the entry emptied and its tensors deleted; a count is what format 4 saves.
+  saved.edit([](nlohmann::json& j) {
+    j["values"]["optimizer"] = nlohmann::json::object();
+    erase_records(j, "optimizer/");
+  });
+  EXPECT_EQ(saved.resume(), std::make_tuple(int64_t(10),
+                                            saved.dir + "/step-20: " + saved.manifest() +
+                                                ": 'values.optimizer' has no 'g0.params': from format version 4 on an "
+                                                "optimizer's entry counts each group's parameters (damaged or edited)",
                                             size_t(5)));
 
   // Format version 3 counted nothing: a parameter without a step has no state, and verify says so.
@@ -183,6 +234,45 @@ TEST(CheckpointOptimizerCounts, AParameterWhoseWholeStateIsDeletedIsMissed) {
                                     "/step-20: OK (every file and checksum matches the manifest; format version 3 "
                                     "does not count an optimizer's parameters, so the deletion of one's whole state "
                                     "cannot be seen)\n");
+}
+
+// Hostile pass 13, S-4: Adagrad makes every parameter's state with the optimizer, so "no state" (-1) is
+// no run's; M-2: a parameter saved without state is left without it, whatever the optimizer held.
+TEST(CheckpointOptimizerCounts, NoStateIsRefusedForAdagradAndClearsWhatTheOptimizerHeld) {
+  char name[] = "/tmp/optimizer_states_XXXXXX";
+  const std::string dir = ::mkdtemp(name);
+  cohort::testing::Mlp model;
+  torch::optim::Adagrad adagrad(model->parameters(), torch::optim::AdagradOptions(0.1));
+  torch::optim::Adam adam(model->parameters(), torch::optim::AdamOptions(0.1));
+  const auto save = [&](const std::string& where, const std::string& entry, torch::optim::Optimizer& optimizer) {
+    cohort::CheckpointState state;
+    state.add(entry, optimizer).set_step(1);
+    cohort::save_checkpoint(dir + "/" + where, state);
+  };
+  save("adagrad", "optimizer", adagrad);
+  save("adam", "optimizer", adam);  // before its first step: no state
+  model->forward(torch::ones({2, 20})).sum().backward();
+  adam.step();
+  ASSERT_EQ(adam.state().size(), size_t(6));
+  cohort::CheckpointState state;
+  state.add("optimizer", adam);
+  cohort::load_checkpoint(dir + "/adam", state);
+  EXPECT_EQ(adam.state().size(), size_t(0));
+
+  const std::string manifest = dir + "/adagrad/step-1/manifest.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(manifest));
+  j["values"]["optimizer"]["g0.p0.step"] = -1;
+  erase_records(j, "optimizer/g0.p0.");
+  cohort::testing::reseal_manifest(j);
+  std::ofstream(manifest, std::ios::trunc) << j.dump();
+  cohort::CheckpointState again;
+  again.add("optimizer", adagrad);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(error_of([&] { cohort::load_checkpoint(dir + "/adagrad", again, cohort::LoadOptions().must_exist(true)); }),
+            manifest + ": 'values.optimizer.g0.p0.step' is -1 (no state), but Adagrad makes every parameter's "
+                       "state with the optimizer");
+  ::testing::internal::GetCapturedStderr();
+  fs::remove_all(dir);
 }
 
 }  // namespace checkpoint_optimizer_counts_test

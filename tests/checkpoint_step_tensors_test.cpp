@@ -25,15 +25,17 @@ namespace fs = std::filesystem;
 struct AdamSteps : cohort::Stateful {
   int64_t step_a = 3, step_b = 3;
   bool save_step_b = true;
-  torch::Tensor exp_avg_a = torch::ones({2}), exp_avg_b = torch::ones({2});
+  torch::Tensor exp_avg_a = torch::ones({2}), exp_avg_b = torch::ones({2}), sq_a = torch::ones({2}), sq_b = torch::ones({2});
   torch::Tensor a = torch::zeros({1}, torch::kLong), b = torch::zeros({1}, torch::kLong);
   bool tensors_optional() const override { return true; }
   std::vector<cohort::StateTensor> state_tensors() override {
     a.fill_(step_a);
     b.fill_(step_b);
     std::vector<cohort::StateTensor> out = {{"fc.weight.exp_avg", exp_avg_a, cohort::StateKind::kOwned},
+                                            {"fc.weight.exp_avg_sq", sq_a, cohort::StateKind::kOwned},
                                             {"fc.weight.step", a, cohort::StateKind::kOwned},
-                                            {"fc.bias.exp_avg", exp_avg_b, cohort::StateKind::kOwned}};
+                                            {"fc.bias.exp_avg", exp_avg_b, cohort::StateKind::kOwned},
+                                            {"fc.bias.exp_avg_sq", sq_b, cohort::StateKind::kOwned}};
     if (save_step_b) out.push_back({"fc.bias.step", b, cohort::StateKind::kOwned});
     return out;
   }

@@ -419,17 +419,17 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
                         {"zero.loss_scaler.iter", 0},
                         {"zero.loss_scaler.last_overflow_iter", -1},
                         {"zero.loss_scaler.hysteresis_left", 2}};
-  m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.params", 2}, {"g0.p0.step", 3}};
+  m.values["optimizer"] = {{"g0.lr", 0.1}, {"g0.params", 1}, {"g0.p0.step", 3}, {"g1.lr", 0.1}, {"g1.params", 1}};
   for (const char* name : {"engine/group0.master", "engine/group0.exp_avg", "engine/group1.momentum_buffer",
-                           "optimizer/g0.p0.exp_avg", "optimizer/g0.p0.exp_avg_sq", "optimizer/g0.p1.momentum_buffer"}) {
+                           "optimizer/g0.p0.exp_avg", "optimizer/g0.p0.exp_avg_sq", "optimizer/g1.p0.momentum_buffer"}) {
     m.tensors.emplace_back();
     m.tensors.back().name = name;
   }
   const auto error = [&](const std::string& entry) { return error_of([&] { check_entry_counters(m, entry); }); };
   EXPECT_EQ(error("optimizer"),
-            "'values.optimizer' has no 'g0.p1.step': a parameter saved with optimizer state "
+            "'values.optimizer' has no 'g1.p0.step': a parameter saved with optimizer state "
             "('momentum_buffer') has one");
-  m.values["optimizer"]["g0.p1.step"] = 0;  // SGD's momentum counts no steps
+  m.values["optimizer"]["g1.p0.step"] = 0;  // SGD's momentum counts no steps
   EXPECT_NO_THROW(check_entry_counters(m, "optimizer"));
   m.values["optimizer"]["g0.p0.step"] = 0;  // Adam's moments come with its first step (hostile pass 10, M5)
   EXPECT_EQ(error("optimizer"), "'values.optimizer.g0.p0.step' is 0, but the parameter has 'exp_avg', which its "
@@ -448,7 +448,7 @@ TEST(CheckpointValues, EveryEngineNumberIsThereAndAnAdamGroupStepsWithTheEngine)
   m.tensors.erase(std::find_if(m.tensors.begin(), m.tensors.end(),
                                [](const auto& r) { return r.name == "optimizer/g0.p0.exp_avg_sq"; }));
   EXPECT_EQ(error("optimizer"),
-            "tensor 'optimizer/g0.p0.exp_avg' has no 'exp_avg_sq' beside it: Adam saves both moments");
+            "tensor 'optimizer/g0.p0.exp_avg' has no 'exp_avg_sq' beside it: its optimizer saves them together");
   m.tensors.emplace_back();
   m.tensors.back().name = "optimizer/g0.p0.exp_avg_sq";
   EXPECT_NO_THROW(check_entry_counters(m, "engine"));

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -299,7 +300,19 @@ TEST(TrainerResumeValuesCheck, ASamplerEntryAndTheEpochsLastBatchAreHeldToTheDat
        "samples by that step"},
       {[](nlohmann::json& j) { j["user"]["trainer.segment.samples"] = "8"; },
        "'user.trainer.segment.step' 0 and 'user.trainer.segment.samples' 8 in epoch 0: no run has taken that many "
-       "samples by that step"}};
+       "samples by that step"},
+      // Hostile pass 13, M-1: the generators' states deleted resumed with other dropout masks.
+      {[](nlohmann::json& j) {
+         j["values"].erase("rng");
+         auto& t = j["tensors"];
+         t.erase(std::remove_if(t.begin(), t.end(), [](const nlohmann::json& r) { return r["name"] == "rng/cpu"; }),
+                 t.end());
+       },
+       "there is no tensor 'rng/cpu': a Trainer checkpoint ('user.trainer.segment.*') saves each rank's generator "
+       "state there"},
+      // Hostile pass 13, S-5: the rate deleted resumed at the program's own.
+      {[](nlohmann::json& j) { j["values"]["optimizer"].erase("g0.lr"); },
+       "'values.optimizer' has 'g0.params' but no 'g0.lr': the optimizer saves each group's learning rate"}};
   for (const auto& [change, named] : cases) {
     const ToolRun verify = edited(change);
     EXPECT_EQ(verify.code, 1) << named;

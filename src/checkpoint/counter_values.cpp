@@ -146,22 +146,46 @@ void check_engine_counters(const Manifest& m, const StateValues& values, const s
 }
 
 // The other way round from a state tensor's step (hostile pass 12, S-1: Adam's moments deleted, the
-// step kept, resumed with zero moments): a parameter with a step saved its state's tensors with it,
-// Adam's two moments together.
+// step kept, resumed with zero moments): a parameter with a step saved its state's tensors with it.
 void check_states_present(const std::vector<std::pair<std::string, std::string>>& state_fields,
                           const StateValues& values, const std::string& entry) {
-  std::map<std::string, std::set<std::string>> fields;
+  std::set<std::string> stateful;
   for (const auto& [param, field] : state_fields)
-    if (matches(param, "g#.p#")) fields[param].insert(field);
+    if (matches(param, "g#.p#")) stateful.insert(param);
   for (const auto& [key, value] : values) {
     if (!matches(key, "g#.p#.step") || value < 0) continue;  // -1: no state, no tensors
     const std::string param = key.substr(0, key.size() - 5);
-    const auto found = fields.find(param);
-    COHORT_CHECK_KIND(kIO, found != fields.end(), named(entry, key, value), ", but there is no tensor '",
+    COHORT_CHECK_KIND(kIO, stateful.count(param), named(entry, key, value), ", but there is no tensor '",
                       excerpt(entry), "/", param, ".*': a parameter's optimizer state is saved with its step");
-    const bool avg = found->second.count("exp_avg") > 0, avg_sq = found->second.count("exp_avg_sq") > 0;
-    COHORT_CHECK_KIND(kIO, avg == avg_sq, "tensor '", excerpt(entry), "/", param, avg ? ".exp_avg" : ".exp_avg_sq",
-                      "' has no '", avg ? "exp_avg_sq" : "exp_avg", "' beside it: Adam saves both moments");
+  }
+}
+
+std::string field_list(const std::set<std::string>& fields) {
+  std::string out;
+  for (const auto& field : fields) out += (out.empty() ? "" : ", ") + field;
+  return "{" + out + "}";
+}
+
+// Hostile pass 13, S-2 and S-3: part of a parameter's state deleted (resealed) resumed with zeros in
+// its place (RMSprop's square_avg: NaN weights). An optimizer makes a parameter's fields together:
+// Adam's two moments (AMSGrad's max beside them), RMSprop's square_avg under its grad_avg; and the
+// parameters of one group with state hold the same fields (one set of options makes them).
+void check_field_sets(const std::vector<std::pair<std::string, std::string>>& state_fields, const std::string& entry) {
+  static const std::pair<const char*, const char*> kNeeds[] = {
+      {"exp_avg", "exp_avg_sq"}, {"exp_avg_sq", "exp_avg"}, {"max_exp_avg_sq", "exp_avg"}, {"grad_avg", "square_avg"}};
+  std::map<std::string, std::set<std::string>> fields;
+  for (const auto& [unit, field] : state_fields)
+    if (field != "step") fields[unit].insert(field);
+  std::map<std::string, std::string> first_of_group;  // "g0" -> its first parameter with state
+  for (const auto& [unit, set] : fields) {
+    for (const auto& [field, other] : kNeeds)
+      COHORT_CHECK_KIND(kIO, !set.count(field) || set.count(other), "tensor '", excerpt(entry), "/", excerpt(unit), ".",
+                        field, "' has no '", other, "' beside it: its optimizer saves them together");
+    if (!matches(unit, "g#.p#")) continue;  // a pipeline's parameters: their groups are not saved
+    const auto [first, inserted] = first_of_group.emplace(unit.substr(0, unit.find('.')), unit);
+    COHORT_CHECK_KIND(kIO, inserted || fields.at(first->second) == set, "tensors '", excerpt(entry), "/", unit,
+                      ".*' are ", field_list(set), ", those of '", first->second, "' ",
+                      field_list(fields.at(first->second)), ": one group's parameters hold the same state");
   }
 }
 
@@ -182,8 +206,18 @@ void check_parameter_counts(const Manifest& m, const StateValues& values, const 
                       excerpt(entry), "' has '", rate, "' but no count of its parameters ('",
                       rate.substr(0, rate.find('.')), ".params', a pipeline's '", kPipelineParamsKey,
                       "'): from format version 4 on, an optimizer's entry counts them");
+    // Hostile pass 13, S-5: a deleted rate resumed at the program's own.
+    COHORT_CHECK_KIND(kIO, !values.count(kPipelineParamsKey) || values.count("g0.lr"), "'values.", excerpt(entry),
+                      "' has '", kPipelineParamsKey, "' but no 'g0.lr': the optimizer saves its learning rate");
     return;
   }
+  size_t numbered = 0;  // the groups are g0, g1, ... each with its rate (hostile pass 13, S-5)
+  while (sizes.count("g" + std::to_string(numbered))) ++numbered;
+  COHORT_CHECK_KIND(kIO, numbered == sizes.size(), "'values.", excerpt(entry), "' has '", sizes.rbegin()->first,
+                    ".params' but no 'g", numbered, ".params': an optimizer's groups are numbered from g0");
+  for (const auto& [group, size] : sizes)
+    COHORT_CHECK_KIND(kIO, values.count(group + ".lr"), "'values.", excerpt(entry), "' has '", group,
+                      ".params' but no '", group, ".lr': the optimizer saves each group's learning rate");
   for (const auto& [key, value] : values) {
     const std::string group = key.substr(0, key.find('.'));
     if (!matches(key, "g#.p#.step") && !matches(key, "g#.lr")) continue;
@@ -250,6 +284,7 @@ void check_entry_counters(const Manifest& m, const std::string& entry) {
                       "', which its optimizer makes at its first step");
   }
   check_states_present(state_fields, values, entry);
+  check_field_sets(state_fields, entry);
   check_parameter_counts(m, values, entry);
   if (!m.user.count(kTrainerStepBatchKey)) return;  // a step of the user's own numbering
   for (const auto& [key, value] : values)           // the Trainer steps its optimizer once per step at most

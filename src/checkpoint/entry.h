@@ -21,7 +21,8 @@ struct CheckpointState::Entry {
 namespace detail::ckpt {
 
 std::shared_ptr<Stateful> module_state(torch::nn::Module& module);
-std::shared_ptr<Stateful> optimizer_state(torch::optim::Optimizer& optimizer);
+/// `name` is the entry's, for the messages of its check_state_values().
+std::shared_ptr<Stateful> optimizer_state(const std::string& name, torch::optim::Optimizer& optimizer);
 std::shared_ptr<Stateful> scheduler_state(torch::optim::LRScheduler& scheduler);
 /// `name` is the entry's, for the messages of its check_state_values().
 std::shared_ptr<Stateful> sampler_state(const std::string& name, DistributedSampler& sampler,

@@ -123,6 +123,7 @@ std::vector<std::string> manifest_value_problems(const Manifest& m, const std::s
   std::vector<std::string> problems;
   try {
     check_trainer_sampler(m);
+    check_trainer_rng(m);
   } catch (const Error& e) {
     problems.push_back(dir + "/manifest.json: " + e.what());
   }

@@ -6,9 +6,10 @@
 // Every parameter has a step count, -1 for "no state yet", and each group its size ("g0.params"), so
 // a parameter whose whole state was deleted from a checkpoint is missed, not read as "no state" (hostile
 // pass 12, M-4; checkpoints of format version 3 and older record only the parameters with state).
-#include <set>
+#include <torch/optim/adagrad.h>
 
 #include "checkpoint/entry.h"
+#include "checkpoint/format_versioned.h"
 #include "cohort/error.h"
 #include "compat/optimizer_state.h"
 #include "core/check.h"
@@ -17,18 +18,18 @@
 namespace cohort::detail::ckpt {
 namespace {
 
-class OptimizerState : public Stateful {
+class OptimizerState : public Stateful, public FormatVersioned {
  public:
-  explicit OptimizerState(torch::optim::Optimizer& optimizer) : optimizer_(optimizer) {}
+  OptimizerState(std::string name, torch::optim::Optimizer& optimizer)
+      : name_(std::move(name)), optimizer_(optimizer) {}
+
+  void set_format_version(int version) override { format_version_ = version; }
 
   void prepare_load() override {
-    created_.clear();
-    for_each_param([&](const std::string& name, const torch::Tensor& p, size_t group) {
+    for_each_param([&](const std::string&, const torch::Tensor& p, size_t group) {
       if (find_param_state(optimizer_, p) != nullptr) return;
       auto state = fresh_state(optimizer_, optimizer_.param_groups()[group].options(), p);
-      if (!state) return;
-      set_param_state(optimizer_, p, std::move(state));
-      created_.insert(name);
+      if (state) set_param_state(optimizer_, p, std::move(state));
     });
   }
 
@@ -59,23 +60,39 @@ class OptimizerState : public Stateful {
     return values;
   }
 
-  // A checkpoint that counts its groups' parameters holds this optimizer's groups, each as large.
+  // A checkpoint that counts its groups' parameters holds this optimizer's groups, each as large;
+  // from format version 4 on it must count them (hostile pass 13, S-1: the entry emptied to {}).
   void check_state_values(const StateValues& values, int) const override {
-    if (!values.count("g0.params")) return;  // format version 3 or older: no counts
+    const std::string entry = "'values." + excerpt(name_) + "'";
+    if (!values.count("g0.params")) {
+      COHORT_CHECK_KIND(kIO, format_version_ < 4, entry, " has no 'g0.params': from format version 4 on an ",
+                        "optimizer's entry counts each group's parameters (damaged or edited)");
+      return;
+    }
     const auto& groups = optimizer_.param_groups();
     size_t saved_groups = 0;
     while (values.count("g" + std::to_string(saved_groups) + ".params")) ++saved_groups;
-    COHORT_CHECK_KIND(kInvalidArgument, saved_groups == groups.size(), "the checkpoint's optimizer has ", saved_groups,
-                      " parameter group(s), this one ", groups.size(), ": it belongs to another program");
+    COHORT_CHECK_KIND(kInvalidArgument, saved_groups == groups.size(), entry, " has ", saved_groups,
+                      " parameter group(s), this optimizer ", groups.size(),
+                      ": the checkpoint is another program's or was edited");
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::string key = "g" + std::to_string(g) + ".params";
       const double saved = values.at(key), mine = static_cast<double>(groups[g].params().size());
-      COHORT_CHECK_KIND(kInvalidArgument, saved == mine, "the checkpoint's optimizer has ", number_text(saved),
-                        " parameters in group ", g, " ('", key, "'), this one ", number_text(mine),
-                        ": it belongs to another model");
+      COHORT_CHECK_KIND(kInvalidArgument, saved == mine, "'values.", excerpt(name_), ".", key, "' is ",
+                        number_text(saved), ", this optimizer's group ", g, " has ", number_text(mine),
+                        " parameters: the checkpoint is another program's or was edited");
     }
+    // Adagrad makes every parameter's state with the optimizer: -1 ("no state yet") is no run's (hostile
+    // pass 13, S-4: a sum deleted and its step set to -1 restarted the accumulator).
+    if (!dynamic_cast<const torch::optim::Adagrad*>(&optimizer_)) return;
+    for (const auto& [key, value] : values)
+      COHORT_CHECK_KIND(kIO, value >= 0 || key.size() < 5 || key.compare(key.size() - 5, 5, ".step") != 0, "'values.",
+                        excerpt(name_), ".", excerpt(key), "' is ", number_text(value),
+                        " (no state), but Adagrad makes every parameter's state with the optimizer");
   }
 
+  // A parameter saved without state (-1, or absent from an older entry) is left without state, whatever
+  // this optimizer held before (hostile pass 13, M-2: state from earlier steps in this process stayed).
   void load_state_values(const StateValues& values) override {
     for (size_t g = 0; g < optimizer_.param_groups().size(); ++g) {
       const auto lr = values.find("g" + std::to_string(g) + ".lr");
@@ -86,13 +103,11 @@ class OptimizerState : public Stateful {
       if (state == nullptr) return;
       const auto step = values.find(name + ".step");
       if (step == values.end() || step->second < 0) {
-        // Saved before this parameter had a state: back to "no state", as when it was saved.
-        if (created_.count(name)) erase_param_state(optimizer_, p);
+        erase_param_state(optimizer_, p);
         return;
       }
       if (int64_t* mine = step_of(*state)) *mine = static_cast<int64_t>(step->second);
     });
-    created_.clear();
   }
 
  private:
@@ -106,14 +121,15 @@ class OptimizerState : public Stateful {
     }
   }
 
+  std::string name_;  // the entry's, for messages
   torch::optim::Optimizer& optimizer_;
-  std::set<std::string> created_;  // states made by prepare_load()
+  int format_version_ = 0;  // the loading checkpoint's
 };
 
 }  // namespace
 
-std::shared_ptr<Stateful> optimizer_state(torch::optim::Optimizer& optimizer) {
-  return std::make_shared<OptimizerState>(optimizer);
+std::shared_ptr<Stateful> optimizer_state(const std::string& name, torch::optim::Optimizer& optimizer) {
+  return std::make_shared<OptimizerState>(name, optimizer);
 }
 
 }  // namespace cohort::detail::ckpt

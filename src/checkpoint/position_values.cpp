@@ -1,6 +1,8 @@
 // check_trainer_position (see position_values.h).
 #include "checkpoint/position_values.h"
 
+#include <set>
+
 #include "checkpoint/counter_values.h"
 #include "checkpoint/sampler_values.h"
 #include "cohort/error.h"
@@ -56,6 +58,19 @@ void check_trainer_sampler(const Manifest& m) {
                     "position there");
   // Three keys or more are a sampler's and checked as such where each entry is; fewer are named here.
   if (!is_sampler_values(found->second)) check_sampler_values(found->second, "sampler", m.world_size);
+}
+
+void check_trainer_rng(const Manifest& m) {
+  if (!has_segment(m)) return;
+  const TensorRecord* rng = m.find("rng/cpu");
+  COHORT_CHECK_KIND(kIO, rng != nullptr,
+                    "there is no tensor 'rng/cpu': a Trainer checkpoint ('user.trainer.segment.*') saves each rank's "
+                    "generator state there");
+  std::set<int> ranks;
+  for (const Piece& piece : rng->pieces) ranks.insert(piece.rank);
+  for (int r = 0; r < m.world_size; ++r)
+    COHORT_CHECK_KIND(kIO, ranks.count(r), "tensor 'rng/cpu' has no piece of rank ", r, " of the ", m.world_size,
+                      " that saved it: a Trainer checkpoint saves every rank's generator state");
 }
 
 void check_trainer_position(const Manifest& m, const std::string& entry) {

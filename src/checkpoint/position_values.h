@@ -34,4 +34,9 @@ void check_trainer_position(const Manifest& manifest, const std::string& entry);
 /// stopped or fell back (hostile pass 11, M-d). Throws cohort::Error (kIO).
 void check_trainer_sampler(const Manifest& manifest);
 
+/// A Trainer checkpoint holds every saving rank's generator state ('rng/cpu', a piece per rank): the
+/// Trainer always saves it, and without it a resume draws other dropout masks (hostile pass 13, M-1).
+/// Throws cohort::Error (kIO).
+void check_trainer_rng(const Manifest& manifest);
+
 }  // namespace cohort::detail::ckpt

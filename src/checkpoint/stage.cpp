@@ -106,6 +106,7 @@ Staged stage_checkpoint(const std::string& path, const LoadRequest& request, int
   const Manifest& m = staged.manifest;
   try {  // before the match: a deleted sampler entry is damage to fall back from, not another program
     check_trainer_sampler(m);
+    check_trainer_rng(m);
   } catch (const Error& e) {
     throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
   }

@@ -30,7 +30,7 @@ CheckpointState& CheckpointState::add(const std::string& name, torch::nn::Module
 }
 
 CheckpointState& CheckpointState::add(const std::string& name, torch::optim::Optimizer& optimizer) {
-  add(name, detail::ckpt::optimizer_state(optimizer));
+  add(name, detail::ckpt::optimizer_state(name, optimizer));
   entries_.back().tensors_optional = true;
   return *this;
 }

@@ -5,8 +5,7 @@
 // model's state_dict. The cut itself is learnt at construction (note "layer ranges").
 #include <torch/torch.h>
 
-#include <set>
-
+#include "checkpoint/format_versioned.h"
 #include "checkpoint/step_tensors.h"
 #include "compat/optimizer_state.h"
 #include "core/check.h"
@@ -82,7 +81,7 @@ class StageModuleState : public Stateful {
 // has one, -1 before it has state, and the entry counts them ('pipeline.params', the whole pipeline's):
 // a parameter whose whole state was deleted is missed, not read as "no state yet" (hostile pass 12,
 // M-4). Checkpoints of format version 3 and older hold steps of the parameters with state only.
-class StageOptimizerState : public Stateful {
+class StageOptimizerState : public Stateful, public cohort::detail::ckpt::FormatVersioned {
  public:
   StageOptimizerState(const PipelineImpl& pipeline, torch::optim::Optimizer& optimizer)
       : optimizer_(optimizer), trainable_params_(pipeline.trainable_params) {
@@ -93,7 +92,6 @@ class StageOptimizerState : public Stateful {
   bool tensors_optional() const override { return true; }
 
   void prepare_load() override {
-    created_.clear();
     loading_ = true;
     for (const auto& [name, p] : params_) {
       if (cohort::detail::find_param_state(optimizer_, p) != nullptr) continue;
@@ -102,7 +100,6 @@ class StageOptimizerState : public Stateful {
       auto state = cohort::detail::fresh_state(optimizer_, group->options(), p);
       if (!state) continue;
       cohort::detail::set_param_state(optimizer_, p, std::move(state));
-      created_.insert(name);
     }
   }
 
@@ -131,13 +128,22 @@ class StageOptimizerState : public Stateful {
     return values;
   }
 
+  void set_format_version(int version) override { format_version_ = version; }
+
+  // From format version 4 the entry counts the pipeline's trainable parameters (hostile pass 13, S-1:
+  // the entry emptied, its tensors deleted, resumed with Adam restarted).
   void check_state_values(const StateValues& values, int) const override {
-    const auto saved = values.find(cohort::detail::ckpt::kPipelineParamsKey);
-    if (saved == values.end()) return;  // format version 3 or older
-    COHORT_CHECK_KIND(kInvalidArgument, saved->second == double(trainable_params_), "the checkpoint's optimizer has ",
-                      cohort::detail::number_text(saved->second), " trainable parameters ('",
-                      cohort::detail::ckpt::kPipelineParamsKey, "'), this pipeline ", trainable_params_,
-                      ": it belongs to another model");
+    const char* key = cohort::detail::ckpt::kPipelineParamsKey;
+    const auto saved = values.find(key);
+    if (saved == values.end()) {
+      COHORT_CHECK_KIND(kIO, format_version_ < 4, "the pipeline optimizer's entry has no '", key,
+                        "': from format version 4 on it counts the pipeline's trainable parameters (damaged or "
+                        "edited)");
+      return;
+    }
+    COHORT_CHECK_KIND(kInvalidArgument, saved->second == double(trainable_params_), "the pipeline optimizer's '", key,
+                      "' is ", cohort::detail::number_text(saved->second), ", this pipeline has ", trainable_params_,
+                      " trainable parameters: the checkpoint is another program's or was edited");
   }
 
   void load_state_values(const StateValues& values) override {
@@ -149,14 +155,13 @@ class StageOptimizerState : public Stateful {
       const auto& p = param(name);
       auto* state = cohort::detail::find_param_state(optimizer_, p);
       const int64_t saved = holder.item<int64_t>();
-      if (saved < 0) {  // saved before this parameter had a state: back to none, as when saved
-        if (created_.count(name)) cohort::detail::erase_param_state(optimizer_, p);
+      if (saved < 0) {  // saved without state: none, whatever this optimizer held (hostile pass 13, M-2)
+        cohort::detail::erase_param_state(optimizer_, p);
         continue;
       }
       if (state == nullptr) continue;
       if (int64_t* step = cohort::detail::step_of(*state)) *step = saved;
     }
-    created_.clear();
   }
 
  private:
@@ -175,9 +180,9 @@ class StageOptimizerState : public Stateful {
   torch::optim::Optimizer& optimizer_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<std::pair<std::string, torch::Tensor>> steps_;
-  std::set<std::string> created_;
   bool loading_ = false;
   int64_t trainable_params_;
+  int format_version_ = 0;  // the loading checkpoint's
 };
 
 }  // namespace

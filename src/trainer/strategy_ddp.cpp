@@ -81,7 +81,8 @@ class DdpStrategy : public ModuleOptimizerStrategy {
     // Whole tensors: a checkpoint any tensor_parallel_size resumes (whole_tensor_state.h).
     torch::nn::Module& model = module_.model();
     state.add("model", whole_tensor_state(ckpt::module_state(model), cut_of_))
-        .add("optimizer", whole_tensor_state(ckpt::optimizer_state(*optimizer_), optimizer_cuts(model, *optimizer_)));
+        .add("optimizer",
+             whole_tensor_state(ckpt::optimizer_state("optimizer", *optimizer_), optimizer_cuts(model, *optimizer_)));
   }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
     auto parameters = float_parameters(module_.model());

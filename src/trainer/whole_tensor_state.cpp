@@ -3,6 +3,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include "checkpoint/format_versioned.h"
 #include "core/check.h"
 
 namespace cohort::detail {
@@ -11,7 +12,7 @@ namespace {
 using tp::detail::ParameterCut;
 using CutOf = std::function<const ParameterCut*(const std::string&)>;
 
-class WholeTensorState : public Stateful {
+class WholeTensorState : public Stateful, public ckpt::FormatVersioned {
  public:
   WholeTensorState(std::shared_ptr<Stateful> inner, CutOf cut_of)
       : inner_(std::move(inner)), cut_of_(std::move(cut_of)) {}
@@ -46,6 +47,7 @@ class WholeTensorState : public Stateful {
   }
 
   StateValues state_values() const override { return inner_->state_values(); }
+  void set_format_version(int version) override { ckpt::tell_format_version(*inner_, version); }
   void check_state_values(const StateValues& values, int saved_world_size) const override {
     inner_->check_state_values(values, saved_world_size);
   }
