@@ -81,10 +81,11 @@ std::pair<std::string, Run> resume_and_verify(const std::function<void(AdamSteps
 TEST(CheckpointStepTensors, AStepNoRunSavesFallsBackAndVerifiesBad) {
   const auto bad = [](int64_t value, const std::string& why) {
     const auto [resumed, verify] = resume_and_verify([&](AdamSteps& s) { s.step_a = value; });
-    EXPECT_EQ(resumed, "step 4, skipped D/step-8: D/step-8: tensor 'optimizer/fc.weight.step' is " +
+    EXPECT_EQ(resumed, "step 4, skipped D/step-8: D/step-8/shard-00000-of-00001.bin: tensor 'optimizer/fc.weight.step' is " +
                            std::to_string(value) + ", outside 1..8 (" + why + ")");
     EXPECT_EQ(verify.code, 1) << value;
-    EXPECT_EQ(verify.out, "cohort-ckpt: D/step-8: tensor 'optimizer/fc.weight.step' is " + std::to_string(value) +
+    EXPECT_EQ(verify.out, "cohort-ckpt: D/step-8/shard-00000-of-00001.bin: tensor 'optimizer/fc.weight.step' is " +
+                              std::to_string(value) +
                               ", outside 1..8 (" + why + ")\nD/step-8: BAD (1 problem(s))\n");
   };
   const std::string why = "its parameter's optimizer state is made at its first step, and the Trainer took 8";

@@ -253,7 +253,8 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
             int64_t value = 0;
             std::memcpy(&value, bytes.data(), sizeof(value));
             const std::string problem = step_problem(m, r, value);
-            if (!problem.empty()) problems.push_back(dir + ": " + problem);
+            // The file that holds the value (hostile pass 13, m-1: the step directory was named).
+            if (!problem.empty()) problems.push_back(dir + "/" + p.file + ": " + problem);
           }
         } catch (const Error& e) {  // the file cannot be read: its other pieces cannot either
           bad_files.insert(p.file);

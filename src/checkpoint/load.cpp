@@ -154,8 +154,9 @@ void check_values(const Staged& staged, const std::vector<CheckpointState::Entry
     if (r == nullptr || !is_step_tensor(*r)) continue;
     try {
       check_step_tensor(staged.manifest, *r, tensor.to(torch::kLong).item<int64_t>());
-    } catch (const std::exception& e) {
-      throw Error(path + ": " + without_rank_prefix(e.what()), ErrorKind::kIO);
+    } catch (const std::exception& e) {  // named with the file that holds the value
+      const std::string file = r->pieces.empty() ? "" : "/" + r->pieces.front().file;
+      throw Error(path + file + ": " + without_rank_prefix(e.what()), ErrorKind::kIO);
     }
   }
 }
