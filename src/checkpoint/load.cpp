@@ -139,10 +139,6 @@ void check_values(const Staged& staged, const std::vector<CheckpointState::Entry
     try {
       check_counter_values(values->second, entry.name);
       check_entry_counters(staged.manifest, entry.name);
-    } catch (const std::exception& e) {
-      throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
-    }
-    try {
       tell_format_version(*entry.stateful, staged.manifest.format_version);
       entry.stateful->check_state_values(values->second, staged.manifest.world_size);
     } catch (const std::exception& e) {

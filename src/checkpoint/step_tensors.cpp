@@ -45,22 +45,21 @@ void check_step_tensor(const Manifest& m, const TensorRecord& r, int64_t value) 
   const std::string entry = r.name.substr(0, r.name.find('/'));
   const std::string param = r.name.substr(entry.size() + 1, r.name.size() - entry.size() - 1 - kStepSuffix.size());
   const auto fields = fields_of(m, entry, param);
-  // -1: the parameter has no state yet (format version 4 gives every parameter a step), and then only
-  // -1: a step with no state beside it read as zero moments (hostile pass 13, S-2).
-  const bool stateless = fields.size() <= 1;  // "step" alone
-  COHORT_CHECK_KIND(kIO, !stateless || value == -1, "tensor '", excerpt(r.name), "' is ", value, ", but '",
-                    excerpt(param),
-                    "' has no state tensor beside it: a step of 0 or more is saved with its state "
-                    "(-1: none yet)");
-  const int64_t low = made_at_first_step(fields) ? 1 : stateless ? -1 : 0;
+  // A parameter without state has the step -1 alone (format version 4 gives every parameter a step): a
+  // step with no state beside it read as zero moments (hostile pass 13, S-2).
+  if (fields.size() <= 1) {  // "step" alone
+    COHORT_CHECK_KIND(kIO, value == -1, "tensor '", excerpt(r.name), "' is ", value, ", but '", excerpt(param),
+                      "' has no state tensor beside it: a step of 0 or more is saved with its state (-1: none yet)");
+    return;
+  }
+  const int64_t low = made_at_first_step(fields) ? 1 : 0;
   const bool trainer = m.user.count(kTrainerStepBatchKey) > 0;
   const int64_t high = trainer ? m.step : static_cast<int64_t>(kTwoTo53) - 1;
-  COHORT_CHECK_KIND(kIO, value >= low && value <= high, "tensor '", excerpt(r.name), "' is ", value, ", outside ", low,
-                    "..", high, " (",
-                    low == 1   ? "its parameter's optimizer state is made at its first step"
-                    : low == 0 ? "its parameter has optimizer state"
-                               : "a parameter's optimizer steps; -1: no state yet",
-                    trainer ? ", and the Trainer took " + std::to_string(m.step) : std::string(), ")");
+  COHORT_CHECK_KIND(
+      kIO, value >= low && value <= high, "tensor '", excerpt(r.name), "' is ", value, ", outside ", low, "..", high,
+      " (",
+      low == 1 ? "its parameter's optimizer state is made at its first step" : "its parameter has optimizer state",
+      trainer ? ", and the Trainer took " + std::to_string(m.step) : std::string(), ")");
 }
 
 void check_step_tensors_present(const Manifest& m, const std::string& entry) {

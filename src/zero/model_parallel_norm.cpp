@@ -36,12 +36,12 @@ ModelParallelNorm::ModelParallelNorm(const EngineSettings& settings, const State
 }
 
 torch::Tensor ModelParallelNorm::squared_norm(int64_t g, const torch::Tensor& grad) const {
-  auto squared = [](const torch::Tensor& t) { return t.norm().to(torch::kDouble).pow(2).cpu(); };
+  auto squared = [](const torch::Tensor& t) { return t.norm().to(torch::kDouble).pow(2); };
   torch::Tensor total = squared(grad);
   const double surplus = 1.0 - 1.0 / comm_->size();  // of a whole parameter's elements: the others count them too
   for (const auto& [begin, end] : whole_ranges_[size_t(g)])
     total -= squared(grad.narrow(0, begin, end - begin)) * surplus;
-  return total;
+  return total.cpu();  // one copy to the host per group, as without tensor parallelism
 }
 
 void ModelParallelNorm::sum(torch::Tensor& total) const {
