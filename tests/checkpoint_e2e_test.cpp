@@ -158,4 +158,26 @@ TEST(CheckpointE2E, ASecondJobOnTheSameCheckpointDirectoryIsRefused) {
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
 }
 
+// Hostile pass 14, S-2: a job started from scratch (--resume never) in a directory that holds an
+// earlier job's checkpoint, its rank 1 killed in its first save, is restarted from scratch, not from
+// the earlier job's step (another learning rate there: its weights were printed as this job's).
+TEST(CheckpointE2E, ARestartOfAJobStartedFromScratchIgnoresAnEarlierJobsCheckpoints) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt";
+  const ProcResult earlier = run_process(job.argv({"--checkpoint-dir", ckpt, "--max-steps", "16", "--lr", "0.003"}),
+                                         clean_env(), 180s);
+  ASSERT_EQ(earlier.code, 0) << earlier.describe();
+  ASSERT_TRUE(fs::exists(ckpt + "/step-16/manifest.json"));
+  const ProcResult result = run_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "5", "--resume",
+                                                  "never"}),
+                                        clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:5"}}), 180s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("restart 1 of this job (TORCHELASTIC_RESTART_COUNT): " + ckpt +
+                                    " holds no checkpoint this job saved"))
+      << result.describe();
+  EXPECT_THAT(result.out, ::testing::Not(HasSubstr("resumed from"))) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+}
+
 }  // namespace checkpoint_e2e_test

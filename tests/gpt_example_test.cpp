@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "launch_helpers.h"
+#include "support/python.h"
 #include "synthetic_fashion_mnist.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -87,6 +88,21 @@ TEST(GptExample, FsdpEndsWithDdpsParametersAndPrintsValidationAndASample) {
   EXPECT_TRUE(std::filesystem::is_empty(nvme)) << "the swap files outlived the run";
 }
 
+// "step 3: train loss X, val loss Y" -> {X, Y} (none when the line is missing).
+std::vector<double> losses_at(const std::string& out, int step) {
+  const std::string key = "step " + std::to_string(step) + ": train loss ";
+  const size_t at = out.find(key);
+  double train = 0, val = 0;
+  if (at == std::string::npos || std::sscanf(out.c_str() + at + key.size(), "%lf, val loss %lf", &train, &val) != 2)
+    return {};
+  return {train, val};
+}
+
+bool losses_close(const std::string& got, const std::string& want, int step) {
+  const auto a = losses_at(got, step), b = losses_at(want, step);
+  return a.size() == 2 && b.size() == 2 && std::abs(a[0] - b[0]) < 2e-4 && std::abs(a[1] - b[1]) < 2e-4;
+}
+
 // Issue 45: a memory line at each validation, for ddp (stage 0: the whole model's states on each rank)
 // and fsdp (stage 3: a half of them), with cohort-plan's figures for the same flags beside them.
 // Tensor parallel (2 data parallel x 2 tensor parallel, sequence parallel) takes the global batches of
@@ -103,37 +119,59 @@ TEST(GptExample, TensorParallelFollowsDdpUnderDdpAndFsdpAndItsCheckpointResumesW
       "4");
   ASSERT_EQ(tp.code, 0) << tp.describe();
   EXPECT_THAT(tp.out, HasSubstr("ddp on 4 rank(s) (2 data parallel x 2 tensor parallel, sequence parallel)"));
-  // "step 3: train loss X, val loss Y" -> {X, Y} (none when the line is missing).
-  const auto losses = [](const std::string& out, int step) {
-    const std::string key = "step " + std::to_string(step) + ": train loss ";
-    const size_t at = out.find(key);
-    double train = 0, val = 0;
-    if (at == std::string::npos ||
-        std::sscanf(out.c_str() + at + key.size(), "%lf, val loss %lf", &train, &val) != 2)
-      return std::vector<double>{};
-    return std::vector<double>{train, val};
-  };
-  const auto close = [&](const std::string& got, const std::string& want, int step) {
-    const auto a = losses(got, step), b = losses(want, step);
-    return a.size() == 2 && b.size() == 2 && std::abs(a[0] - b[0]) < 2e-4 && std::abs(a[1] - b[1]) < 2e-4;
-  };
-  EXPECT_TRUE(close(tp.out, ddp.out, 3)) << tp.describe() << ddp.describe();
-  EXPECT_TRUE(close(tp.out, ddp.out, 6)) << tp.describe() << ddp.describe();
+  EXPECT_TRUE(losses_close(tp.out, ddp.out, 3)) << tp.describe() << ddp.describe();
+  EXPECT_TRUE(losses_close(tp.out, ddp.out, 6)) << tp.describe() << ddp.describe();
   const ProcResult resumed = job.run({"--strategy", "ddp", "--resume", ckpt + "/step-3"});
   ASSERT_EQ(resumed.code, 0) << resumed.describe();
   EXPECT_THAT(resumed.out, HasSubstr("resumed from " + ckpt + "/step-3"));
-  EXPECT_TRUE(close(resumed.out, ddp.out, 6)) << resumed.describe() << ddp.describe();
+  EXPECT_TRUE(losses_close(resumed.out, ddp.out, 6)) << resumed.describe() << ddp.describe();
   // fsdp over the data-parallel axis: each tensor-parallel rank's blocks sharded over its 2 replicas,
   // the sequence-parallel LayerNorms' gradient hooks under the engine's.
   const ProcResult fsdp = job.run({"--strategy", "fsdp", "--tensor-parallel", "2", "--sequence-parallel"}, "4");
   ASSERT_EQ(fsdp.code, 0) << fsdp.describe();
   EXPECT_THAT(fsdp.out, HasSubstr("GPT 7488 parameters; fsdp on 4 rank(s) (2 data parallel x 2 tensor parallel, "
                                   "sequence parallel)"));
-  EXPECT_TRUE(close(fsdp.out, ddp.out, 6)) << fsdp.describe() << ddp.describe();
+  EXPECT_TRUE(losses_close(fsdp.out, ddp.out, 6)) << fsdp.describe() << ddp.describe();
   // The plan of this rank's part (3856 parameters) sharded over its 2 data-parallel ranks, not over 4.
   EXPECT_THAT(fsdp.out, HasSubstr("cohort-plan --params 3856 --ranks 2 --stage 3 --precision fp32 --optimizer adamw: "
                                   "params 7.5 KiB"))
       << fsdp.describe();
+}
+
+// HSDP, 2 replicas x 2 shards: each block sharded over a replica's 2 ranks, the gradient shards
+// allreduced across the replicas, the same global batches as ddp on 4 ranks (their losses to the
+// printed digits); its checkpoint (each shard written once) resumes under flat fsdp. A mesh that does
+// not fit the world is one line naming the flags.
+TEST(GptExample, HsdpFollowsDdpAndItsCheckpointResumesUnderFlatFsdp) {
+  Job job;
+  const ProcResult ddp = job.run({"--strategy", "ddp", "--no-bias", "--export", job.root + "/ddp.safetensors"}, "4");
+  ASSERT_EQ(ddp.code, 0) << ddp.describe();
+  EXPECT_THAT(ddp.out, HasSubstr("exported 15 tensors to " + job.root + "/ddp.safetensors"));
+  const std::string ckpt = job.root + "/ckpt";
+  const ProcResult hsdp = job.run({"--strategy", "fsdp", "--dp-replicate", "2", "--checkpoint-dir", ckpt,
+                                   "--checkpoint-every", "3", "--no-bias", "--export", job.root + "/hsdp.safetensors"},
+                                  "4");
+  ASSERT_EQ(hsdp.code, 0) << hsdp.describe();
+  // The whole models, under the GPT's own names, within 1e-5 (Python's twin reads both files).
+  const char* source = std::getenv("COHORT_SOURCE_DIR");
+  const ProcResult compared = run_process({python_with_torch(), std::string(source ? source : ".") +
+                                           "/tests/python/gpt_interop.py", "compare", job.root + "/ddp.safetensors",
+                                           job.root + "/hsdp.safetensors", "1e-5"},
+                                          clean_env(), 120s);
+  EXPECT_EQ(compared.code, 0) << compared.describe();
+  EXPECT_THAT(compared.out, HasSubstr("max abs difference ")) << compared.describe();
+  EXPECT_THAT(hsdp.out, HasSubstr("fsdp on 4 rank(s) (HSDP: 2 replicas x 2 shards)"));
+  EXPECT_TRUE(losses_close(hsdp.out, ddp.out, 3)) << hsdp.describe() << ddp.describe();
+  EXPECT_TRUE(losses_close(hsdp.out, ddp.out, 6)) << hsdp.describe() << ddp.describe();
+  EXPECT_THAT(hsdp.out, HasSubstr("cohort-plan --params 7120 --ranks 2 --stage 3")) << hsdp.describe();
+  const ProcResult flat = job.run({"--strategy", "fsdp", "--no-bias", "--resume", ckpt + "/step-3"}, "4");
+  ASSERT_EQ(flat.code, 0) << flat.describe();
+  EXPECT_THAT(flat.out, HasSubstr("resumed from " + ckpt + "/step-3"));
+  EXPECT_TRUE(losses_close(flat.out, ddp.out, 6)) << flat.describe() << ddp.describe();
+  const ProcResult uneven = job.run({"--strategy", "zero2", "--dp-shard", "3"}, "4");
+  EXPECT_EQ(uneven.code, 1) << uneven.describe();
+  EXPECT_THAT(uneven.err, HasSubstr("--dp-shard 3 does not divide the 4 data-parallel rank(s) (world 4 / --tp 1)"))
+      << uneven.describe();
 }
 
 TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {

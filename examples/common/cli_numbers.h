@@ -12,12 +12,15 @@
 
 namespace examples {
 
+/// range.name may list more names ("--tensor-parallel,--tp"); refusals name the first.
 template <typename Int>
 CLI::Option* add_integer(CLI::App& app, const cohort::IntegerRange& range, Int& target, const std::string& help) {
+  cohort::IntegerRange named = range;
+  named.name = range.name.substr(0, range.name.find(','));
   return app
       .add_option_function<std::string>(
           range.name,
-          [&target, range](const std::string& text) { target = static_cast<Int>(cohort::parse_integer(text, range)); },
+          [&target, named](const std::string& text) { target = static_cast<Int>(cohort::parse_integer(text, named)); },
           help + " (" + cohort::describe_range(range) + ")")
       ->default_str(std::to_string(target));
 }

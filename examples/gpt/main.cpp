@@ -45,10 +45,17 @@ int main(int argc, char** argv) {
   examples::add_choice(app, "--strategy", flags.strategy, {"ddp", "zero1", "zero2", "zero3", "fsdp"},
                        "ddp, zero1, zero2, zero3 or fsdp (ZeRO stage 3 with each GPT block a sharding unit; zero3 "
                        "is the same for this model)");
-  add_integer(app, {"--tensor-parallel", 1, 4096}, flags.tensor_parallel,
+  add_integer(app, {"--tensor-parallel,--tp", 1, 4096}, flags.tensor_parallel,
               "Ranks per tensor-parallel group (Megatron's split of heads, MLP and vocabulary; consecutive ranks), "
               "with --strategy over the other ranks (zero*/fsdp shard each tensor-parallel rank's part over them); it "
               "must divide the world size and --n-head");
+  add_integer(app, {"--dp-replicate", 0, 1 << 20}, flags.dp_replicate,
+              "zero*/fsdp: HSDP's replicas (torchtitan's dp_replicate): the data-parallel ranks (world / --tp) form "
+              "this many groups of consecutive ranks, each sharding the model, gradients allreduced across them "
+              "(0: one per node on several nodes under zero3/fsdp, else 1)");
+  add_integer(app, {"--dp-shard", -1, 1 << 20}, flags.dp_shard,
+              "zero*/fsdp: ranks per HSDP replica (torchtitan's dp_shard; -1: data-parallel ranks / --dp-replicate); "
+              "--dp-replicate x --dp-shard x --tp must be the world size");
   app.add_flag("--sequence-parallel", flags.sequence_parallel,
                "With --tensor-parallel: split the residual stream between the blocks' halves along the sequence "
                "(--block-size must divide by the tensor-parallel size)");
@@ -72,6 +79,9 @@ int main(int argc, char** argv) {
                  "A text file, or a directory whose files without a '.' in their name are read in order")
       ->capture_default_str();
   examples::add_checkpoint_flags(app, flags.checkpoint);
+  app.add_option("--export", flags.export_path,
+                 "At the end, write the whole model (the unsplit GPT's parameter names, whatever the mesh) to this "
+                 "safetensors file, for Python's safetensors.torch.load_file");
   app.add_flag("--no-memory-check", flags.no_memory_check,
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
   app.callback([&] {
@@ -101,6 +111,14 @@ int main(int argc, char** argv) {
     if (!flags.nvme_path.empty() && flags.offload_optimizer != "nvme" && flags.offload_params != "nvme")
       throw cohort::Error("--nvme-path " + flags.nvme_path +
                               " is given but nothing goes there: add --offload-optimizer nvme or --offload-params nvme",
+                          cohort::ErrorKind::kInvalidArgument);
+    if ((flags.dp_replicate > 1 || flags.dp_shard != -1) && flags.strategy == "ddp")
+      throw cohort::Error("--dp-replicate/--dp-shard split the ranks of a ZeRO strategy (zero1-3, fsdp); --strategy "
+                          "ddp replicates every rank already",
+                          cohort::ErrorKind::kInvalidArgument);
+    if (flags.dp_shard == 0)
+      throw cohort::Error("--dp-shard 0: a replica has at least one rank (-1: the data-parallel ranks / "
+                          "--dp-replicate)",
                           cohort::ErrorKind::kInvalidArgument);
     const std::string tp = std::to_string(flags.tensor_parallel);
     if (flags.n_head % flags.tensor_parallel != 0)

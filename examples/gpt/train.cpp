@@ -9,6 +9,7 @@
 #include "train.h"
 
 #include <cohort/mesh.h>
+#include <cohort/safetensors.h>
 #include <cohort/trainer.h>
 #include <torch/torch.h>
 
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -74,6 +76,8 @@ cohort::TrainerOptions trainer_options(const Flags& flags) {
       .accelerator("cpu")
       .strategy(flags.strategy)
       .tensor_parallel_size(flags.tensor_parallel)
+      .data_parallel_replicate_size(flags.dp_replicate)
+      .data_parallel_shard_size(flags.dp_shard)
       .max_steps(flags.max_steps)
       .val_check_interval(static_cast<double>(flags.eval_interval))
       .num_sanity_val_steps(0)
@@ -119,7 +123,12 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
   // Tensor parallel: nearly every parameter is cut over the group (the LayerNorms are not: a few).
   const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)) / double(flags.tensor_parallel);
-  const double ranks = world_size / double(flags.tensor_parallel);
+  // The ranks each tensor is sharded over: one HSDP replica's when the flags say it (the default's one
+  // replica per node is not known here: the check then counts every data-parallel rank).
+  const double data_parallel = world_size / double(flags.tensor_parallel);
+  const double ranks = flags.dp_shard > 0       ? double(flags.dp_shard)
+                       : flags.dp_replicate > 0 ? data_parallel / double(flags.dp_replicate)
+                                                : data_parallel;
   const double all_grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
   const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
   const double block = 12 * e * e + 13 * e;
@@ -189,6 +198,10 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
     split = " (" + std::to_string(world.size() / flags.tensor_parallel) + " data parallel x " +
             std::to_string(flags.tensor_parallel) + " tensor parallel" +
             (flags.sequence_parallel ? ", sequence parallel)" : ")");
+  const int64_t data_parallel = world.size() / flags.tensor_parallel;
+  const int64_t shard = flags.dp_shard > 0 ? flags.dp_shard : flags.dp_replicate > 0 ? data_parallel / flags.dp_replicate : 0;
+  if (shard > 0 && data_parallel % shard == 0 && shard < data_parallel)  // the Trainer refuses the rest
+    split += " (HSDP: " + std::to_string(data_parallel / shard) + " replicas x " + std::to_string(shard) + " shards)";
   std::printf(
       "text: %s, %d file(s), %lld bytes, vocabulary %zu; GPT %lld parameters%s; %s on %d rank(s)%s, %lld "
       "thread(s) each\n",
@@ -199,14 +212,53 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
   std::fflush(stdout);
 }
 
+// The mesh the flags ask for against the world, in the flags' names (the Trainer says the same in its
+// options' names).
+void check_mesh(const Flags& flags, const cohort::World& world) {
+  const auto fail = [](const std::string& text) { throw cohort::Error(text, cohort::ErrorKind::kInvalidArgument); };
+  const int64_t ranks = world.size(), tp = flags.tensor_parallel, shard = flags.dp_shard, replicas = flags.dp_replicate;
+  if (ranks % tp != 0)
+    fail("--tp " + std::to_string(tp) + " does not divide the world's " + std::to_string(ranks) + " rank(s)");
+  const int64_t data_parallel = ranks / tp;
+  const std::string of = " the " + std::to_string(data_parallel) + " data-parallel rank(s) (world " +
+                         std::to_string(ranks) + " / --tp " + std::to_string(tp) + ")";
+  if (shard > 0 && replicas > 0 && replicas * shard != data_parallel)
+    fail("--dp-replicate " + std::to_string(replicas) + " x --dp-shard " + std::to_string(shard) + " is not" + of);
+  if (shard > 0 && data_parallel % shard != 0) fail("--dp-shard " + std::to_string(shard) + " does not divide" + of);
+  if (replicas > 0 && data_parallel % replicas != 0)
+    fail("--dp-replicate " + std::to_string(replicas) + " does not divide" + of);
+}
+
+// --export: the whole parameters under the unsplit GPT's names, gathered one at a time on every rank
+// (a collective) and kept by rank 0 alone, which writes them: the one-file model for Python.
+void export_model(cohort::Trainer& trainer, const Flags& flags) {
+  const bool main = trainer.world().is_main();
+  std::map<std::string, torch::Tensor> whole;
+  torch::NoGradGuard no_grad;
+  trainer.for_each_full_parameter([&](const std::string& name, const torch::Tensor& value) {
+    // The module holds the GPT as "gpt": the file keeps the GPT's own names, as PyTorch's twin has them.
+    const std::string own = name.rfind("gpt.", 0) == 0 ? name.substr(4) : name;
+    if (main) whole[own] = value.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
+  });
+  if (!main) return;
+  cohort::save_safetensors(whole, flags.export_path,
+                           {{"format", "cohort examples/gpt"}, {"step", std::to_string(trainer.global_step())}});
+  std::printf("exported %zu tensors to %s\n", whole.size(), flags.export_path.c_str());
+}
+
 }  // namespace
 
 void run_training(const Flags& flags) {
   if (!flags.checkpoint.dir.empty()) examples::check_writable_dir("--checkpoint-dir", flags.checkpoint.dir);
+  if (!flags.export_path.empty()) {  // a run is not lost to a path it cannot write at its end
+    const std::string parent = std::filesystem::path(flags.export_path).parent_path().string();
+    examples::check_writable_dir("--export", parent.empty() ? "." : parent);
+  }
   if (flags.offload_optimizer == "nvme" || flags.offload_params == "nvme")
     examples::check_writable_dir("--nvme-path", flags.nvme_path);
   cohort::Trainer trainer(trainer_options(flags));  // starts or joins the workers before anything else
   const cohort::World& world = trainer.world();
+  check_mesh(flags, world);
   const int64_t threads = flags.threads > 0
                               ? flags.threads
                               : std::max<int64_t>(
@@ -236,6 +288,7 @@ void run_training(const Flags& flags) {
     print_memory(trainer, flags, "the end");
   }
   print_sample_and_digest(trainer, module.gpt, text, flags);
+  if (!flags.export_path.empty()) export_model(trainer, flags);
 }
 
 }  // namespace gpt_example

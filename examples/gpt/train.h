@@ -23,6 +23,8 @@ struct Flags {
   std::string devices = "auto";
   std::string strategy = "fsdp";
   int64_t tensor_parallel = 1;     ///< ranks per tensor-parallel group (Megatron's split of each block)
+  int64_t dp_replicate = 0;        ///< HSDP replicas (0: the Trainer's default, one per node at stage 3)
+  int64_t dp_shard = -1;           ///< ranks per HSDP replica (-1: the rest)
   bool sequence_parallel = false;  ///< with tensor_parallel: the residual stream split along the sequence
   bool activation_checkpointing = false;
   bool keep_gathered = false;  ///< reshard_after_forward off
@@ -33,6 +35,7 @@ struct Flags {
   std::string offload_params = "none";     ///< none, cpu or nvme (zero3/fsdp's parameter shards)
   std::string nvme_path;                   ///< the swap files' directory with --offload-optimizer nvme
   bool no_memory_check = false;          ///< skip the check that the model and a step fit in the memory available
+  std::string export_path;         ///< --export: the whole model as safetensors at the end
   examples::CheckpointFlags checkpoint;  ///< --checkpoint-dir, --checkpoint-every, --resume
 };
 

@@ -1,7 +1,8 @@
-// Reading safetensors files (Hugging Face's format, what cohort-ckpt consolidate writes) and loading
-// named tensors into a module: weights saved from PyTorch (safetensors.torch.save_file, or the file
-// written by hand) load into the C++ model of the same parameter names. The header is bounded and
-// validated before anything is allocated; every error is one line naming the file and the tensor.
+// Reading and writing safetensors files (Hugging Face's format, what cohort-ckpt consolidate writes)
+// and loading named tensors into a module: weights saved from PyTorch (safetensors.torch.save_file, or
+// the file written by hand) load into the C++ model of the same parameter names, and a C++ model's
+// tensors save for Python. The header is bounded and validated before anything is allocated; every
+// error is one line naming the file and the tensor.
 //
 //   auto tensors = cohort::load_safetensors("model.safetensors");
 //   cohort::load_state_dict(*gpt, tensors);                                         // PyTorch's names
@@ -28,6 +29,12 @@ inline constexpr int64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 /// short, the header too long or not JSON, a dtype unknown, or a tensor's byte range outside the data,
 /// overlapping another or of the wrong size for its shape.
 std::map<std::string, torch::Tensor> load_safetensors(const std::string& path);
+
+/// Writes `tensors` (any device, any of those dtypes) to a safetensors file at `path`, sorted by name,
+/// with `metadata` as its __metadata__: what Python's safetensors.torch.load_file reads. The file is
+/// written whole or not at all (a temporary renamed over it; a link or device at `path` is refused).
+void save_safetensors(const std::map<std::string, torch::Tensor>& tensors, const std::string& path,
+                      const std::map<std::string, std::string>& metadata = {});
 
 struct StateDictOptions {
   /// Prepended to each of the module's names to find its tensor ("model/" for a consolidated

@@ -115,6 +115,9 @@ class Trainer {
   /// paper's formulas): this model's parameters, the strategy's stage, the world size, the precision
   /// and the optimizer. buffer_bytes and cached_bytes are 0 (the formulas count model states only).
   MemoryReport planned_memory() const;
+  /// The ranks each sharded tensor is cut over (cohort-plan's --ranks): the data-parallel ranks, one
+  /// replica's under HSDP; 1 when nothing is sharded (ddp, ZeRO stage 0).
+  int shard_ranks() const;
   /// Default root for logs and checkpoints (the option, or the working directory).
   std::string root_dir() const;
   const std::vector<std::shared_ptr<Logger>>& loggers() const;

@@ -77,6 +77,16 @@ struct TrainerOptions {
   /// strategy ddp averages the gradients. Checkpoints hold whole tensors, so any tensor_parallel_size
   /// resumes them. It must divide the world size; strategy ddp (or auto) only.
   TORCH_ARG(int64_t, tensor_parallel_size) = 1;
+  /// HSDP (torchtitan's dp_replicate, FSDP2 on a 2-D mesh): under zero1-3, fsdp or deepspeed the
+  /// data-parallel ranks form this many replicas of (data-parallel ranks / replicas) consecutive
+  /// ranks each; the engine shards within a replica and allreduces each gradient shard across the
+  /// replicas, so parameter gathers stay inside one. 0 (auto): on several nodes of equally many ranks
+  /// (numbered node by node) at stage 3, one replica per node (shard within a node, replicate across
+  /// nodes), else 1. It must divide the data-parallel ranks (world / tensor_parallel_size).
+  TORCH_ARG(int64_t, data_parallel_replicate_size) = 0;
+  /// HSDP (torchtitan's dp_shard): the ranks of each replica; -1: the data-parallel ranks /
+  /// data_parallel_replicate_size. Given alone, the replicas are the data-parallel ranks / this.
+  TORCH_ARG(int64_t, data_parallel_shard_size) = -1;
   /// Strategy fsdp / zero3, for the units TrainingModule::shard_units() makes (and each entry of a
   /// network without marked units): free each unit's gathered parameters after its forward and
   /// gather them again for backward (false: keep them until backward, FSDP's SHARD_GRAD_OP), and

@@ -47,6 +47,11 @@ struct MemoryReport {
 struct EngineOptions {
   /// The Comm to shard over; null means the world's (cohort::init()).
   TORCH_ARG(std::shared_ptr<Comm>, comm) = nullptr;
+  /// HSDP (FSDP2's 2-D mesh, DeepSpeed's hpZ for gradients): the ranks that hold the same shard as this
+  /// one in the other shard groups, one per group (a host's ranks shard, the hosts replicate). Gradients
+  /// are reduce-scattered within `comm`, then the shard is allreduced across these replicas; parameters
+  /// are gathered within `comm` only. Null: `comm` is every data-parallel rank.
+  TORCH_ARG(std::shared_ptr<Comm>, replicate_comm) = nullptr;
   /// Builds the inner optimizer over the engine's fp32 shards when the config has no "optimizer"
   /// (DeepSpeed's client optimizer). Takes the shard tensors, returns e.g. a torch::optim::SGD.
   using OptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
@@ -196,6 +201,9 @@ class ZeroEngine : public ZeroEngineCore {
 struct ShardedInitOptions {
   /// The Comm the units are sharded over (the engine's later); null means the world's.
   TORCH_ARG(std::shared_ptr<Comm>, comm) = nullptr;
+  /// HSDP: the engine's EngineOptions::replicate_comm; each unit's parameters then come from rank 0 of
+  /// the first replica's shard group, the same on every replica.
+  TORCH_ARG(std::shared_ptr<Comm>, replicate_comm) = nullptr;
 };
 
 /// DeepSpeed's `with deepspeed.zero.Init():` for C++. While it lives, each unit the code marks with

@@ -19,6 +19,7 @@
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/position_values.h"
+#include "checkpoint/safetensors_writer.h"
 #include "checkpoint/sampler_values.h"
 #include "checkpoint/shard_file.h"
 #include "checkpoint/step_tensors.h"
@@ -92,22 +93,6 @@ std::vector<Piece> ordered_pieces(const TensorRecord& r) {
     plan_slice_copies(slices, 0, r.flat_numel, "tensor '" + r.name + "'");  // no holes, no overlaps
   }
   return pieces;
-}
-
-const char* safetensors_dtype(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Double: return "F64";
-    case c10::ScalarType::Float: return "F32";
-    case c10::ScalarType::Half: return "F16";
-    case c10::ScalarType::BFloat16: return "BF16";
-    case c10::ScalarType::Long: return "I64";
-    case c10::ScalarType::Int: return "I32";
-    case c10::ScalarType::Short: return "I16";
-    case c10::ScalarType::Char: return "I8";
-    case c10::ScalarType::Byte: return "U8";
-    case c10::ScalarType::Bool: return "BOOL";
-    default: throw Error(std::string("safetensors has no type for ") + c10::toString(t), ErrorKind::kInvalidArgument);
-  }
 }
 
 std::string bytes_text(int64_t bytes) {
@@ -319,13 +304,8 @@ int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
       items.push_back({name, &r, pieces});
     }
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned
-  SafeFile file(out);                           // a failure below leaves neither `out` changed nor a temporary behind
-  char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((uint64_t(text.size()) >> (8 * i)) & 0xff);  // LE
-  file.write(length, sizeof length);
-  file.write(text);
+  SafeFile file(out);  // a failure below leaves neither `out` changed nor a temporary behind
+  write_safetensors_header(file, header);
   Files files(dir, m);
   std::vector<char> buffer(kChunk);
   for (const Item& item : items) {

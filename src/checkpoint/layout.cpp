@@ -32,7 +32,8 @@ std::map<std::string, int> assign_owned_writers(const std::vector<HeldTensors>& 
       auto& held = holders[name];
       COHORT_CHECK_KIND(kInvalidArgument, held.second.empty() || held.first == bytes, "ranks ", held.second.front(),
                         " and ", r, " hold tensor '", name, "' with ", held.first, " and ", bytes,
-                        " bytes: a tensor several ranks hold (StateKind::kOwned) must be the same on each");
+                        " bytes: a tensor several ranks hold (StateKind::kOwned, or one slice of a kSharded one) "
+                        "must be the same on each");
       held.first = bytes;
       held.second.push_back(static_cast<int>(r));
     }

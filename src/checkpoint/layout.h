@@ -17,9 +17,9 @@ namespace cohort::detail::ckpt {
 /// on every rank, since every rank holds the same replicated list.
 std::vector<int> assign_writers(const std::vector<int64_t>& bytes, int world_size);
 
-/// Writer rank of each StateKind::kOwned tensor, by name, from every rank's list of the (name, bytes)
-/// it holds: largest first (ties: by name), each to the holder with the fewest bytes so far (ties: the
-/// lower rank), so a tensor several ranks hold (pipeline stages with data-parallel replicas) is
+/// Writer rank of each StateKind::kOwned tensor (and each kSharded slice: save.cpp's writer_key), by name, from every
+/// rank's list of the (name, bytes) it holds: largest first (ties: by name), each to the holder with the fewest bytes
+/// so far (ties: the lower rank), so a tensor several ranks hold (pipeline stages with data-parallel replicas) is
 /// written once and the replicas share the writing.
 using HeldTensors = std::vector<std::pair<std::string, int64_t>>;
 std::map<std::string, int> assign_owned_writers(const std::vector<HeldTensors>& per_rank);

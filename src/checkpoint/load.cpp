@@ -37,6 +37,14 @@ std::vector<std::string> candidates(const std::string& dir, std::string* none) {
   std::vector<std::string> out;
   const std::string latest = read_latest(dir);  // throws for a pointer leading out of `dir`: nothing read
   if (!latest.empty()) out.push_back(latest);
+  // A step replaced on a filesystem that cannot swap directories, the saving rank 0 killed between its
+  // two renames: `latest` names no directory, and the step's previous copy waits beside it (save.cpp).
+  const fs::path aside = fs::path(dir) / ("." + fs::path(latest).filename().string() + ".old");
+  if (!latest.empty() && !path_exists(latest) && path_exists((aside / "manifest.json").string())) {
+    COHORT_WARN("checkpoint ", latest, " is missing (a save replacing it was interrupted): loading its previous copy ",
+                aside.string());
+    out[0] = aside.string();
+  }
   for (const auto& [step, path] : step_directories(dir)) {
     if (out.empty() || path != out[0]) out.push_back(path);
   }

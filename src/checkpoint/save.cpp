@@ -3,10 +3,13 @@
 // manifest.json, renames the directory to `step-<n>` and only then rewrites `latest`. Each phase
 // ends with an allgather of every rank's status, so a failure anywhere raises on all ranks (a dead
 // rank is named by Comm) and a crash before (3) leaves `latest` on the previous checkpoint.
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -39,6 +42,13 @@ struct Collected {
   StateTensor tensor;
   Stateful* owner = nullptr;  // lend_part for a part's tensor
 };
+
+// The name a tensor's writer is agreed under: a kSharded tensor's slice by its range.
+std::string writer_key(const Collected& c) {
+  if (c.tensor.kind != StateKind::kSharded) return c.name;
+  const int64_t begin = c.tensor.offset;
+  return c.name + " elements [" + std::to_string(begin) + ", " + std::to_string(begin + c.tensor.tensor.numel()) + ")";
+}
 
 // libstdc++'s "filesystem error: cannot rename: Operation not permitted [a] [b]" in cohort's order, as
 // its other checkpoint errors say it: the path first, then what failed and why (hostile pass 5, m5).
@@ -141,7 +151,8 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
     const StateTensor& t = c.tensor;
     COHORT_CHECK_KIND(kInvalidArgument, t.tensor.defined(), "tensor '", c.name, "' is undefined");
     if (t.kind == StateKind::kReplicated && writers[replicated_index++] != rank) continue;
-    if (t.kind == StateKind::kOwned && owned_writers.at(c.name) != rank) continue;
+    if ((t.kind == StateKind::kOwned || t.kind == StateKind::kSharded) && owned_writers.at(writer_key(c)) != rank)
+      continue;
     TensorRecord record;
     record.name = c.name;
     record.kind = t.kind;
@@ -170,13 +181,15 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
 
 void apply_retention(const fs::path& root, int64_t saved, int keep_last);
 
-// Which rank writes each kOwned tensor: every rank tells the others what it holds (a line
-// "<bytes> <name>" each; nothing when its collection failed) and all compute the same assignment.
+// Which rank writes each kOwned tensor and each slice of a kSharded one: every rank tells the others
+// what it holds (a line "<bytes> <key>" each; nothing when its collection failed) and all compute the
+// same assignment. Ranks holding the same slice (HSDP's replicas of a shard) write it once, as DCP's
+// dedup does.
 std::map<std::string, int> agree_owned_writers(Group& group, const std::vector<Collected>& tensors, bool ok) {
   std::string mine;
   for (const Collected& c : tensors)
-    if (ok && c.tensor.kind == StateKind::kOwned)
-      mine += std::to_string(c.tensor.tensor.nbytes()) + " " + c.name + "\n";
+    if (ok && (c.tensor.kind == StateKind::kOwned || c.tensor.kind == StateKind::kSharded))
+      mine += std::to_string(c.tensor.tensor.nbytes()) + " " + writer_key(c) + "\n";
   std::vector<HeldTensors> per_rank;
   for (const std::string& text : group.allgather(mine)) {
     per_rank.emplace_back();
@@ -202,18 +215,48 @@ bool remove_or_warn(const fs::path& path, const char* what) {
   return !error;
 }
 
-// Phase 3 on rank 0: rename the finished directory into place, then point `latest` at it.
+// Swaps two directories in one step (renameat2 RENAME_EXCHANGE); false where the filesystem cannot
+// (NFS, some FUSE), which then renames in two steps.
+bool exchange_directories(const fs::path& a, const fs::path& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  const int error = errno;
+  if (error == EINVAL || error == ENOSYS || error == EOPNOTSUPP) return false;
+  throw fs::filesystem_error("cannot exchange", a, b, std::error_code(error, std::generic_category()));
+}
+
+// Phase 3 on rank 0: put the finished directory in place, then point `latest` at it. A step saved
+// again is swapped with its old copy in one rename (hostile pass 14, S-1: between two renames a crash
+// left `latest` naming no directory); where the filesystem cannot swap, the old copy waits in
+// `.step-N.old`, which a load takes while step-N is missing. A failure rolls back: nothing of the
+// failed save stays, and the step it replaced is whole again (M-1).
 void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int keep_last) {
   const fs::path old = root / ("." + final_dir.filename().string() + ".old");
   remove_or_warn(old, "a step replaced by an earlier save");
-  if (fs::exists(final_dir)) {  // saving a step again replaces it, and says so
-    COHORT_WARN("checkpoint ", final_dir.string(), " already existed: replaced by this save");
-    fs::rename(final_dir, old);
+  enum class Placed { kNothing, kFresh, kExchanged, kAside } placed = Placed::kNothing;
+  try {
+    if (fs::exists(final_dir)) {  // saving a step again replaces it, and says so
+      COHORT_WARN("checkpoint ", final_dir.string(), " already existed: replaced by this save");
+      if (exchange_directories(tmp, final_dir)) {
+        placed = Placed::kExchanged;  // `tmp` holds the replaced step now
+      } else {
+        fs::rename(final_dir, old);
+        placed = Placed::kAside;
+      }
+    }
+    if (placed != Placed::kExchanged) {
+      fs::rename(tmp, final_dir);
+      if (placed == Placed::kNothing) placed = Placed::kFresh;
+    }
+    sync_directory(root.string());
+    write_file_safely((root / "latest").string(), final_dir.filename().string() + "\n");  // fsyncs root too
+  } catch (...) {
+    std::error_code ignored;  // the new step back to `tmp` (removed by the caller), the old one in place
+    if (placed == Placed::kExchanged) ::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE);
+    if (placed == Placed::kFresh || placed == Placed::kAside) fs::rename(final_dir, tmp, ignored);
+    if (placed == Placed::kAside) fs::rename(old, final_dir, ignored);
+    throw;
   }
-  fs::rename(tmp, final_dir);
-  sync_directory(root.string());
-  write_file_safely((root / "latest").string(), final_dir.filename().string() + "\n");  // fsyncs root too
-  remove_or_warn(old, "the step this save replaced");
+  remove_or_warn(placed == Placed::kExchanged ? tmp : old, "the step this save replaced");
   apply_retention(root, *parse_step_dir(final_dir.filename().string()), keep_last);
 }
 
@@ -246,10 +289,22 @@ void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
 void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
   fs::create_directories(root);
   hold_directory_lock(root.string());
+  std::string latest;  // what a load takes first; a hostile pointer is the load's to refuse
+  try {
+    latest = fs::path(read_latest(root.string())).filename().string();
+  } catch (const Error&) {
+  }
   for (const auto& item : fs::directory_iterator(root)) {
     const std::string name = item.path().filename().string();
     if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
       remove_or_warn(item.path(), "left by a save that did not finish");
+    // A replaced step's old copy (a crash before its removal): kept only while `latest` names the
+    // step and the step is missing, when it is what a load takes (hostile pass 14, M-1).
+    const auto step = name.size() > 5 && name[0] == '.' && name.substr(name.size() - 4) == ".old"
+                          ? parse_step_dir(name.substr(1, name.size() - 5))
+                          : std::nullopt;
+    if (step && (latest != step_dir_name(*step) || fs::exists(root / latest)))
+      remove_or_warn(item.path(), "the old copy of a replaced step");
   }
   // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.
   COHORT_CHECK_KIND(kIO, fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");

@@ -12,6 +12,7 @@
 #include "cohort/number.h"
 #include "core/check.h"
 #include "trainer/checkpoint_connector.h"
+#include "trainer/job_checkpoints.h"
 #include "trainer/trainer_impl.h"
 #include "trainer/trainer_values.h"
 #include "world/launch_env.h"
@@ -40,10 +41,12 @@ CheckpointState CheckpointConnector::checkpoint_state() {
   std::map<std::string, std::string> values;
   for (const auto& callback : trainer_.callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
+  state.set(kRunIdKey, launcher_run_id());
   state.set_step(trainer_.step);
   // Checked before anything loads, so a damaged value falls back to an older checkpoint.
   state.check_user_values([this](const std::map<std::string, std::string>& user, int saved_world_size) {
     check_trainer_values(user, saved_world_size);
+    if (!own_run_.empty()) check_saved_by_run(user, own_run_);
     for (const auto& callback : trainer_.callbacks) callback->check_state(user);
   });
   return state;
@@ -116,9 +119,25 @@ std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_opti
   if (restart == 0) return "";
   for (const auto& callback : trainer_.callbacks) {
     if (dynamic_cast<ModelCheckpoint*>(callback.get()) == nullptr) continue;
+    const std::string dir = resolve_ckpt_path("last"), run = launcher_run_id();
+    // The first attempt started from scratch: only this job's own checkpoints continue it (rank 0 looks,
+    // every rank follows its answer).
+    torch::Tensor own = torch::tensor(
+        {run.empty() || (trainer_.world.is_main() && holds_checkpoint_of_run(dir, run)) ? 1 : 0});
+    if (!run.empty() && trainer_.world.size() > 1) trainer_.world.comm().broadcast(own, 0);
+    if (own.item<int>() == 0) {
+      if (trainer_.world.is_main())
+        std::printf(
+            "restart %d of this job (TORCHELASTIC_RESTART_COUNT): %s holds no checkpoint this job saved "
+            "(run id %s): starting from scratch, as its first attempt did\n",
+            restart, dir.c_str(), run.c_str());
+      std::fflush(stdout);
+      return "";
+    }
+    own_run_ = run;
     if (trainer_.world.is_main()) {
       std::printf("restart %d of this job (TORCHELASTIC_RESTART_COUNT): continuing from the newest checkpoint in %s\n",
-                  restart, resolve_ckpt_path("last").c_str());
+                  restart, dir.c_str());
       std::fflush(stdout);
     }
     return "last";

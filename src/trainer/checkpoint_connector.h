@@ -36,6 +36,8 @@ class CheckpointConnector {
   std::string resolve_ckpt_path(const std::string& ckpt_path);
 
   TrainerImpl& trainer_;
+  /// A restart of a job that started from scratch: the run id every checkpoint it loads must carry.
+  std::string own_run_;
 };
 
 }  // namespace cohort::detail

@@ -36,8 +36,8 @@ PlanTier plan_tier(OffloadDevice device) {
 
 MemoryReport planned_memory(Strategy& strategy, const World& world) {
   // The engine shards over the data-parallel ranks (all of them unless tensor parallel or a pipeline
-  // splits the world), its num_parameters this rank's part's.
-  const int shard_ranks = strategy.data_split(world).first;
+  // splits the world; one replica's under HSDP), its num_parameters this rank's part's.
+  const int shard_ranks = strategy.shard_ranks(world);
   MemoryPlanInput input;
   input.num_params = std::max<int64_t>(strategy.memory_report().num_parameters, 1);
   input.ranks = strategy.zero_stage() == 0 ? 1 : shard_ranks;

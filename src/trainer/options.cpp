@@ -198,6 +198,18 @@ void check_loop_limits(const TrainerOptions& options) {
 
 void check_tensor_parallel_options(const TrainerOptions& options, const ResolvedOptions& out) {
   check_at_least("tensor_parallel_size", options.tensor_parallel_size(), 1, "an integer >= 1");
+  check_at_least("data_parallel_replicate_size", options.data_parallel_replicate_size(), 0,
+                 "an integer >= 1, or 0 for one replica per node at stage 3");
+  const int64_t shard = options.data_parallel_shard_size();
+  if (shard == 0 || shard < -1) refuse("data_parallel_shard_size", std::to_string(shard), "an integer >= 1, or -1");
+  const bool zero = out.strategy == StrategyKind::kZero || out.strategy == StrategyKind::kDeepSpeed;
+  const bool hsdp = options.data_parallel_replicate_size() > 1 || shard != -1;
+  COHORT_CHECK_KIND(
+      kInvalidArgument, !hsdp || zero, "TrainerOptions.",
+      options.data_parallel_replicate_size() > 1 ? "data_parallel_replicate_size " : "data_parallel_shard_size ",
+      options.data_parallel_replicate_size() > 1 ? options.data_parallel_replicate_size() : shard, " with strategy \"",
+      options.strategy(),
+      "\": HSDP replicates sharded state, under zero1-3, fsdp or deepspeed (ddp replicates everything)");
   const bool composes = out.strategy == StrategyKind::kDdp || out.strategy == StrategyKind::kZero ||
                         out.strategy == StrategyKind::kDeepSpeed;
   COHORT_CHECK_KIND(kInvalidArgument, options.tensor_parallel_size() == 1 || composes,

@@ -41,6 +41,8 @@ class Strategy {
   /// How the training and evaluation data are split: (shares, this rank's share). One share per rank,
   /// except under "pipeline", whose ranks of one pipeline read the same batches.
   virtual std::pair<int, int> data_split(const World& world) const { return {world.size(), world.rank()}; }
+  /// The ranks a ZeRO engine shards over: the data-parallel ones, or under HSDP one replica's.
+  virtual int shard_ranks(const World& world) const { return data_split(world).first; }
   /// The network's output for `input` (float32 when the strategy computes in another dtype).
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;
   /// `fn` as one forward of the model outside fit (ZeRO stage 3: the units gather as they run; a
@@ -118,13 +120,15 @@ class ModuleOptimizerStrategy : public Strategy {
 };
 
 /// The strategy `options` names for `module` on this world (the module is on world.device()); `mesh`:
-/// the (data_parallel, tensor_parallel) mesh when tensor_parallel_size > 1, else null.
+/// the (data_parallel, tensor_parallel) mesh when tensor_parallel_size > 1, else null; `replicas`:
+/// HSDP's (replicate, shard) mesh over the data-parallel ranks (replica_mesh.h), else null.
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world,
-                                        const std::shared_ptr<Mesh>& mesh);
+                                        const std::shared_ptr<Mesh>& mesh, const std::shared_ptr<Mesh>& replicas);
 /// zero and deepspeed: sets options.zero from the ds_config or the options (read once; strategy_zero.cpp).
 void resolve_zero_config(ResolvedOptions& options, const World& world);
 /// Runs the module's configure_model() in the strategy's init context (strategy_zero.cpp).
-void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world);
+void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world,
+                     const std::shared_ptr<Mesh>& replicas);
 
 /// "Adam", "SGD", ... (LearningRateMonitor's lr-<name>).
 std::string optimizer_name(const torch::optim::Optimizer& optimizer);

@@ -76,12 +76,16 @@ ZeroConfig zero_config(const ResolvedOptions& options, const World& world) {
 
 class ZeroStrategy : public Strategy {
  public:
-  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module, std::shared_ptr<Mesh> mesh)
-      : ZeroStrategy(*options.zero, options, module, std::move(mesh)) {}
+  ZeroStrategy(const ResolvedOptions& options, TrainingModule& module, std::shared_ptr<Mesh> mesh,
+               std::shared_ptr<Mesh> replicas)
+      : ZeroStrategy(*options.zero, options, module, std::move(mesh), std::move(replicas)) {}
 
   std::pair<int, int> data_split(const World& world) const override {
     if (!mesh_) return Strategy::data_split(world);
     return {mesh_->size("data_parallel"), mesh_->coordinate("data_parallel")};
+  }
+  int shard_ranks(const World& world) const override {
+    return replicas_ ? replicas_->size("shard") : data_split(world).first;
   }
 
   torch::Tensor forward(const torch::Tensor& input) override {
@@ -148,16 +152,20 @@ class ZeroStrategy : public Strategy {
     if (mesh_)
       out << " over " << mesh_->size("data_parallel") << " data parallel x " << mesh_->size("tensor_parallel")
           << " tensor parallel";
+    if (replicas_)
+      out << ", HSDP: " << replicas_->size("replicate") << " replicas x " << replicas_->size("shard") << " shards";
     return out.str();
   }
 
  private:
   ZeroStrategy(const ZeroConfig& config, const ResolvedOptions& options, TrainingModule& module,
-               std::shared_ptr<Mesh> mesh)
+               std::shared_ptr<Mesh> mesh, std::shared_ptr<Mesh> replicas)
       : module_(module),
         mesh_(std::move(mesh)),
+        replicas_(std::move(replicas)),
         cut_of_(mesh_ ? module_cuts(module.model()) : nullptr),
-        engine_(initialize(config, model_pointer(module), engine_options(options, module, config, mesh_, cut_of_))) {}
+        engine_(initialize(config, model_pointer(module),
+                           engine_options(options, module, config, mesh_, replicas_, cut_of_))) {}
 
   // A parameter cut by tensor parallelism, gathered whole over the tp group (a collective).
   torch::Tensor whole(const std::string& name, const torch::Tensor& value) const {
@@ -172,10 +180,11 @@ class ZeroStrategy : public Strategy {
   // A ds_config's "optimizer" wins; otherwise the module's configure_optimizers over the shards. At
   // stage 3 the module's shard_units() names units besides those it marked.
   // Under tensor parallelism the engine shards over the data-parallel group, and clipping's norm sums
-  // over the tensor-parallel group too, the parameters no plan cut counted once.
+  // over the tensor-parallel group too, the parameters no plan cut counted once. Under HSDP it shards
+  // over its replica's part of the data-parallel ranks.
   static EngineOptions engine_options(
       const ResolvedOptions& options, TrainingModule& module, const ZeroConfig& config,
-      const std::shared_ptr<Mesh>& mesh,
+      const std::shared_ptr<Mesh>& mesh, const std::shared_ptr<Mesh>& replicas,
       const std::function<const tp::detail::ParameterCut*(const std::string&)>& cut_of) {
     EngineOptions out;
     if (mesh) {
@@ -186,6 +195,7 @@ class ZeroStrategy : public Strategy {
           .model_parallel_comm(mesh->group_ptr("tensor_parallel"))
           .model_parallel_replicated(std::move(whole));
     }
+    if (replicas) out.comm(replicas->group_ptr("shard")).replicate_comm(replicas->group_ptr("replicate"));
     if (config.zero_optimization().stage() == 3)
       out.unit_policy(module.shard_units())
           .unit_options(UnitOptions()
@@ -201,7 +211,8 @@ class ZeroStrategy : public Strategy {
     });
   }
   TrainingModule& module_;
-  std::shared_ptr<Mesh> mesh_;  // tensor parallel: (data_parallel, tensor_parallel)
+  std::shared_ptr<Mesh> mesh_;      // tensor parallel: (data_parallel, tensor_parallel)
+  std::shared_ptr<Mesh> replicas_;  // HSDP: (replicate, shard) over the data-parallel ranks
   // Tensor parallel: the cuts by name, found before the engine takes the parameters.
   std::function<const tp::detail::ParameterCut*(const std::string&)> cut_of_;
   ZeroEngine<torch::nn::Module> engine_;
@@ -217,17 +228,22 @@ void resolve_zero_config(ResolvedOptions& options, const World& world) {
 }
 
 // Under tensor parallelism configure_model cuts the layers first; the engine shards the cut parts after.
-void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world) {
+// Under HSDP a unit is sharded over its replica's ranks and made the same on every replica.
+void configure_model(const ResolvedOptions& options, TrainingModule& module, const World& world,
+                     const std::shared_ptr<Mesh>& replicas) {
   if (!options.zero || options.zero->zero_optimization().stage() != 3 || options.raw.tensor_parallel_size() > 1)
     return module.configure_model();
-  ShardedInit sharded(ShardedInitOptions().comm(world.comm_ptr()));
+  ShardedInit sharded(
+      replicas
+          ? ShardedInitOptions().comm(replicas->group_ptr("shard")).replicate_comm(replicas->group_ptr("replicate"))
+          : ShardedInitOptions().comm(world.comm_ptr()));
   module.configure_model();
 }
 
 std::unique_ptr<Strategy> make_strategy(const ResolvedOptions& options, TrainingModule& module, const World& world,
-                                        const std::shared_ptr<Mesh>& mesh) {
+                                        const std::shared_ptr<Mesh>& mesh, const std::shared_ptr<Mesh>& replicas) {
   if (options.strategy == StrategyKind::kZero || options.strategy == StrategyKind::kDeepSpeed)
-    return std::make_unique<ZeroStrategy>(options, module, mesh);
+    return std::make_unique<ZeroStrategy>(options, module, mesh, replicas);
   if (options.strategy == StrategyKind::kDp) return make_dp_strategy(options, module, world);
   if (options.strategy == StrategyKind::kPipeline) return make_pipeline_strategy(options, module, world);
   return make_ddp_strategy(options, module, world, mesh);

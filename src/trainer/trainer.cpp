@@ -14,6 +14,7 @@
 #include "cohort/sync_batchnorm.h"
 #include "comm/op_util.h"
 #include "core/check.h"
+#include "trainer/replica_mesh.h"
 #include "trainer/trainer_impl.h"
 #include "world/arrival_check.h"
 
@@ -95,7 +96,7 @@ void TrainerImpl::attach(TrainingModule& target) {
   make_mesh();
   target.attach(this);  // configure_model may ask for the device mesh
   try {
-    configure_model(options, target, world);
+    configure_model(options, target, world, replicas);
     target.to(world.device());
     if (options.raw.sync_batchnorm())  // before the strategy sees the parameters, as Lightning does
       convert_sync_batchnorm(target.model(), ConvertSyncBatchNormOptions().comm(world.comm_ptr()));
@@ -104,7 +105,7 @@ void TrainerImpl::attach(TrainingModule& target) {
     target.attach(nullptr);
     throw;
   }
-  strategy = make_strategy(options, target, world, mesh);
+  strategy = make_strategy(options, target, world, mesh, replicas);
   scheduler = target.configure_lr_scheduler(strategy->optimizer());
   COHORT_CHECK_KIND(kInvalidArgument, scheduler.frequency >= 1, "configure_lr_scheduler: frequency ",
                     scheduler.frequency, " is not accepted: expected an integer >= 1");
@@ -112,14 +113,17 @@ void TrainerImpl::attach(TrainingModule& target) {
 
 // Tensor-parallel groups of consecutive ranks (the last axis varies fastest): one node's when the
 // size divides its ranks, where the per-layer collectives are cheapest. Collective, once per Trainer.
+// Then HSDP's {replicate, shard} mesh over the data-parallel ranks (replica_mesh.h).
 void TrainerImpl::make_mesh() {
   const int64_t tp = options.raw.tensor_parallel_size();
-  if (tp == 1 || mesh != nullptr) return;
-  COHORT_CHECK_KIND(kInvalidArgument, world.size() % tp == 0, "TrainerOptions.tensor_parallel_size ", tp,
-                    " does not divide the world's ", world.size(), " rank(s)");
-  mesh = std::make_shared<Mesh>(world.comm(),
-                                std::vector<MeshDim>{{"data_parallel", world.size() / static_cast<int>(tp)},
-                                                     {"tensor_parallel", static_cast<int>(tp)}});
+  if (tp > 1 && mesh == nullptr) {
+    COHORT_CHECK_KIND(kInvalidArgument, world.size() % tp == 0, "TrainerOptions.tensor_parallel_size ", tp,
+                      " does not divide the world's ", world.size(), " rank(s)");
+    mesh = std::make_shared<Mesh>(world.comm(),
+                                  std::vector<MeshDim>{{"data_parallel", world.size() / static_cast<int>(tp)},
+                                                       {"tensor_parallel", static_cast<int>(tp)}});
+  }
+  replicas = make_replica_mesh(options, world, mesh);
 }
 
 void TrainerImpl::add_default_callbacks() {
@@ -282,6 +286,11 @@ torch::Tensor Trainer::run_forward(const std::function<torch::Tensor()>& fn) {
 MemoryReport Trainer::memory_report() const {
   COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::memory_report: no module was fitted yet");
   return impl_->strategy->memory_report();
+}
+
+int Trainer::shard_ranks() const {
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->strategy != nullptr, "Trainer::shard_ranks: no module was fitted yet");
+  return impl_->strategy->zero_stage() <= 0 ? 1 : impl_->strategy->shard_ranks(impl_->world);
 }
 
 MemoryReport Trainer::planned_memory() const {

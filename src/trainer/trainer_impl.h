@@ -71,7 +71,8 @@ class TrainerImpl : public ModuleLink {
   std::vector<std::shared_ptr<Logger>> loggers;
 
   TrainingModule* module = nullptr;
-  std::shared_ptr<Mesh> mesh;  // (data_parallel, tensor_parallel) with tensor_parallel_size > 1
+  std::shared_ptr<Mesh> mesh;      // (data_parallel, tensor_parallel) with tensor_parallel_size > 1
+  std::shared_ptr<Mesh> replicas;  // HSDP: (replicate, shard) over the data-parallel ranks
   std::unique_ptr<Strategy> strategy;
   SchedulerSetup scheduler;
   DataLoader* train = nullptr;

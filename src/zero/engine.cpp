@@ -67,12 +67,32 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
 
 ZeroEngineImpl::~ZeroEngineImpl() = default;
 
-// Every rank starts from rank 0's parameters and buffers, as DDP and DeepSpeed do.
+// Every rank starts from rank 0's parameters and buffers, as DDP and DeepSpeed do: under HSDP rank 0
+// of each shard group's, then the first replica's.
 void ZeroEngineImpl::broadcast_model_state() {
   std::vector<torch::Tensor> state;
   for (const auto& p : module_->parameters()) state.push_back(p);
   for (const auto& b : module_->buffers()) state.push_back(b);
   if (settings_.world > 1) broadcast_coalesced(*settings_.comm, state, 0);
+  if (settings_.replicas > 1) {
+    check_replicas();
+    broadcast_coalesced(*settings_.replicate, state, 0);
+  }
+}
+
+// A replica group pairs the same shard of equal shard groups: else each rank would average another
+// rank's slice into its own.
+void ZeroEngineImpl::check_replicas() const {
+  const torch::Tensor mine = torch::tensor({int64_t(settings_.world), int64_t(settings_.rank)}, torch::kLong);
+  torch::Tensor all = torch::empty({2 * settings_.replicas}, torch::kLong);
+  settings_.replicate->allgather_async(all, mine).wait();
+  for (int r = 0; r < settings_.replicas; ++r) {
+    const int64_t world = all[2 * r].item<int64_t>(), rank = all[2 * r + 1].item<int64_t>();
+    COHORT_CHECK_KIND(kInvalidArgument, world == settings_.world && rank == settings_.rank,
+                      "EngineOptions::replicate_comm: its rank ", r, " is rank ", rank, " of a shard group of ", world,
+                      ", this rank is rank ", settings_.rank, " of ", settings_.world,
+                      ": replicas must hold the same shard of equal shard groups (one rank per shard group)");
+  }
 }
 
 void ZeroEngineImpl::build_groups(std::vector<GroupLayout> layouts) {

@@ -71,6 +71,7 @@ class ZeroEngineImpl {
 
  private:
   void broadcast_model_state();
+  void check_replicas() const;
   void build_groups(std::vector<GroupLayout> layouts);
   void on_gradient_ready(int64_t param);
 

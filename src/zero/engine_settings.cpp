@@ -34,6 +34,8 @@ EngineSettings make_engine_settings(ZeroConfig config, const EngineOptions& opti
   s.comm = resolve_comm(options.comm(), "ZeRO engine");
   s.rank = s.comm->rank();
   s.world = s.comm->size();
+  s.replicate = options.replicate_comm();
+  if (s.replicate) s.replicas = s.replicate->size();
   s.stage = config.zero_optimization().stage();
   COHORT_CHECK_KIND(kInvalidArgument, s.stage >= 0 && s.stage <= 3,
                     "zero_optimization.stage: must be 0, 1, 2 or 3, got ", s.stage);

@@ -35,7 +35,12 @@ struct EngineSettings {
   int stage = 0;
   int gas = 1;  ///< gradient_accumulation_steps
   int rank = 0;
-  int world = 1;
+  int world = 1;  ///< ranks of `comm`, the shard group
+  /// HSDP (EngineOptions::replicate_comm): the ranks holding the same shard as this one, and how many.
+  std::shared_ptr<Comm> replicate;
+  int replicas = 1;
+  /// Every rank whose gradients are averaged: the shard group times the replicas.
+  int data_parallel() const { return world * replicas; }
   torch::Dtype compute_dtype = torch::kFloat;
   torch::Dtype comm_dtype = torch::kFloat;  ///< communication_data_type, or the compute dtype
   bool separate_master = false;             ///< mixed precision: fp32 master copies apart from the parameters

@@ -87,6 +87,7 @@ void ReduceScheduler::retire(bool all) {
                              (stage >= 2 && next_launch_ - next_retire_ > kMaxReductionsInFlight);
     if (!all && !over_budget && !reduction.reduce_work.is_completed()) return;
     reduction.reduce_work.wait();
+    if (!replicated(reduction, all || over_budget)) return;
     if (store_.gradients_on_host()) {
       land_on_host(g);
     } else if (reduction.comm_input.defined()) {  // stage 0/1 in communication_data_type: back to the compute dtype
@@ -98,10 +99,29 @@ void ReduceScheduler::retire(bool all) {
       grads.shard_grad.add_(reduction.reduce_output);
     if (stage >= 2) store_.optimizer_file().close_gradient(g);  // on file: written behind
     if (reduction.reduce_input.defined()) in_flight_elements_ -= store_.layout(g).padded;
-    reduction.reduce_input = reduction.reduce_output = torch::Tensor();
-    reduction.reduce_work = Work();
+    reduction.reduce_input = reduction.reduce_output = reduction.replicate_target = torch::Tensor();
+    reduction.reduce_work = reduction.replicate_work = Work();
+    reduction.replicating = false;
     ++next_retire_;
   }
+}
+
+void ReduceScheduler::across_replicas(Reduction& reduction, const torch::Tensor& result) const {
+  if (settings_.replicas > 1) reduction.replicate_target = result;
+}
+
+// The replicas hold the same shard of the gradient: the second hop carries a shard's bytes across
+// hosts, not the whole gradient's (the point of HSDP). It starts when the shard group's reduction is
+// done, so the next groups' reduce-scatters and backward's compute overlap it.
+bool ReduceScheduler::replicated(Reduction& reduction, bool wait) {
+  if (!reduction.replicate_target.defined()) return true;
+  if (!reduction.replicating) {
+    reduction.replicate_work = settings_.replicate->allreduce_async(reduction.replicate_target, ReduceOp::kSum);
+    reduction.replicating = true;
+  }
+  if (!wait && !reduction.replicate_work.is_completed()) return false;
+  reduction.replicate_work.wait();
+  return true;
 }
 
 // Gradients on the host (offload_optimizer cpu on a GPU): the reduced shard goes down now, while
@@ -139,15 +159,20 @@ void ReduceScheduler::launch_flat(int64_t g) {
   const int world = settings_.world;
   if (world == 1) {
     if (settings_.stage == 1 && !store_.gradients_on_host()) grads.shard_grad = grads.flat_grad;
+    if (settings_.replicas > 1) {  // HSDP over shard groups of one rank: the replicas' allreduce only
+      grads.flat_grad.mul_(1.0 / settings_.replicas);
+      across_replicas(reduction, grads.flat_grad);
+    }
     return;
   }
   if (settings_.comm_dtype != grads.flat_grad.scalar_type()) {
     launch_cast(g);
     return;
   }
-  grads.flat_grad.mul_(1.0 / world);
+  grads.flat_grad.mul_(1.0 / settings_.data_parallel());
   if (settings_.stage == 0) {
     reduction.reduce_work = settings_.comm->allreduce_async(grads.flat_grad, ReduceOp::kSum);
+    across_replicas(reduction, grads.flat_grad);
   } else {
     // the reduced shard, or with gradients on the host a device buffer that land_on_host copies down
     torch::Tensor shard = torch::empty({store_.layout(g).shard}, grads.flat_grad.options());
@@ -157,6 +182,7 @@ void ReduceScheduler::launch_flat(int64_t g) {
       grads.shard_grad = shard;
     }
     reduction.reduce_work = settings_.comm->reduce_scatter_async(shard, grads.flat_grad, ReduceOp::kSum);
+    across_replicas(reduction, shard);
   }
   if (!settings_.config.zero_optimization().overlap_comm()) reduction.reduce_work.wait();
 }
@@ -167,13 +193,15 @@ void ReduceScheduler::launch_cast(int64_t g) {
   const GroupGradients& grads = store_.gradients(g);
   Reduction& reduction = reductions_[size_t(g)];
   reduction.comm_input = grads.flat_grad.to(settings_.comm_dtype);
-  reduction.comm_input.div_(settings_.world);
+  reduction.comm_input.div_(settings_.data_parallel());
   if (settings_.stage == 0) {
     reduction.reduce_work = settings_.comm->allreduce_async(reduction.comm_input, ReduceOp::kSum);
+    across_replicas(reduction, reduction.comm_input);
   } else {
     reduction.comm_shard = torch::empty({store_.layout(g).shard}, reduction.comm_input.options());
     reduction.reduce_work = settings_.comm->reduce_scatter_async(reduction.comm_shard, reduction.comm_input,
                                                                  ReduceOp::kSum);
+    across_replicas(reduction, reduction.comm_shard);
   }
   if (!settings_.config.zero_optimization().overlap_comm()) reduction.reduce_work.wait();
 }
@@ -184,7 +212,7 @@ void ReduceScheduler::launch_staged(int64_t g) {
   const GroupLayout& layout = store_.layout(g);
   GroupGradients& grads = store_.gradients(g);
   Reduction& reduction = reductions_[size_t(g)];
-  const int world = settings_.world;
+  const int world = settings_.data_parallel();      // the mean over every replica's shard group
   const auto options = store_.parameter_options();  // the device's, also when shard_grad is on the host
   const bool cast = settings_.comm_dtype != options.dtype() && world > 1;  // communication_data_type
   reduction.reduce_input = store_.buffers().empty(layout.padded, cast ? options.dtype(settings_.comm_dtype) : options);
@@ -215,6 +243,7 @@ void ReduceScheduler::launch_staged(int64_t g) {
   grads.shard_grad_clean = false;
   reduction.reduce_work = settings_.comm->reduce_scatter_async(reduction.reduce_output, reduction.reduce_input,
                                                                ReduceOp::kSum);
+  across_replicas(reduction, reduction.reduce_output);
   in_flight_elements_ += layout.padded;
   if (!settings_.config.zero_optimization().overlap_comm()) reduction.reduce_work.wait();
 }

@@ -1,5 +1,6 @@
 // The reductions of backward: which gradients autograd has produced, each group's reduction (an
-// allreduce at stage 0, a reduce-scatter at 1-3) launched as soon as its gradients are complete and
+// allreduce at stage 0, a reduce-scatter at 1-3; under HSDP then an allreduce of the result across
+// the replicas, EngineOptions::replicate_comm) launched as soon as its gradients are complete and
 // its turn has come (the note "launch order" in engine_impl.h), and the launched ones retired in
 // launch order within reduce_bucket_size staged elements and kMaxReductionsInFlight reductions. It
 // fills the store's gradients (state_store.h); what a unit's parameters do when its backward ends is
@@ -51,12 +52,21 @@ class ReduceScheduler {
     // flight and (stage 1) the reduced shard in that dtype, cast back when the reduction retires
     torch::Tensor comm_input, comm_shard;
     bool accumulate = false;  // stage 2/3: an earlier micro-step's reduction is in the shard already
+    // HSDP: the shard group's result, allreduced across the replicas once that reduction finished
+    torch::Tensor replicate_target;
+    Work replicate_work;
+    bool replicating = false;
   };
   void launch(int64_t g);
   void launch_flat(int64_t g);    // stage 0/1: the gradients are flat already
   void launch_cast(int64_t g);    // stage 0/1 in communication_data_type
   void launch_staged(int64_t g);  // stage 2/3: the gradients staged into a pooled buffer first
   void retire(bool all);
+  /// HSDP: `result` (what the shard group's reduction leaves) is allreduced across the replicas next.
+  void across_replicas(Reduction& reduction, const torch::Tensor& result) const;
+  /// HSDP: launches the replica allreduce of the oldest reduction once its shard reduction is done;
+  /// whether it is finished (waited for when `wait`).
+  bool replicated(Reduction& reduction, bool wait);
   void land_on_host(int64_t g);
 
   const EngineSettings& settings_;

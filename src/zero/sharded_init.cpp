@@ -48,7 +48,8 @@ torch::Tensor slice_of(const std::vector<torch::Tensor>& params, const detail::G
 
 class ShardedInit::Sharder : public detail::UnitSharder {
  public:
-  explicit Sharder(std::shared_ptr<Comm> comm) : comm_(std::move(comm)) {}
+  Sharder(std::shared_ptr<Comm> comm, std::shared_ptr<Comm> replicate)
+      : comm_(std::move(comm)), replicate_(std::move(replicate)) {}
 
   std::shared_ptr<detail::ConstructionShard> shard(const detail::UnitState& unit) override {
     auto record = std::make_shared<detail::ConstructionShard>();
@@ -65,6 +66,7 @@ class ShardedInit::Sharder : public detail::UnitSharder {
     record->rank = comm_->rank();
     torch::NoGradGuard no_grad;
     if (comm_->size() > 1) detail::broadcast_coalesced(*comm_, record->params, 0);
+    if (replicate_ && replicate_->size() > 1) detail::broadcast_coalesced(*replicate_, record->params, 0);
     std::vector<int64_t> numels;
     for (const auto& p : record->params) numels.push_back(p.numel());
     const auto layout = detail::group_by_unit(numels, std::vector<int64_t>(numels.size(), 0), comm_->size())[0];
@@ -79,11 +81,13 @@ class ShardedInit::Sharder : public detail::UnitSharder {
   }
 
   std::shared_ptr<Comm> comm_;
+  std::shared_ptr<Comm> replicate_;  // HSDP: null, or the replicas of this rank's shard
   detail::UnitSharder* previous_ = nullptr;
 };
 
 ShardedInit::ShardedInit(ShardedInitOptions options)
-    : sharder_(std::make_unique<Sharder>(detail::resolve_comm(options.comm(), "cohort::ShardedInit"))) {
+    : sharder_(std::make_unique<Sharder>(detail::resolve_comm(options.comm(), "cohort::ShardedInit"),
+                                         options.replicate_comm())) {
   sharder_->previous_ = detail::install_unit_sharder(sharder_.get());
   if (sharder_->previous_ != nullptr) {
     detail::install_unit_sharder(sharder_->previous_);

@@ -5,7 +5,8 @@
 // a fit resumed from it ends at the uninterrupted weights at tensor_parallel_size 2 and at 1 (4 data
 // parallel ranks, half the batch: the same global batches). ZeRO 1-3 and fsdp over the data-parallel
 // axis train to the same weights, clipped by the whole model's norm too, and resume on the same mesh;
-// sizes and strategies it cannot run are one-line errors.
+// sizes and strategies it cannot run are one-line errors. HSDP (data_parallel_replicate_size, by
+// default one replica per node at stage 3) trains as one process too and resumes flat.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -168,6 +169,42 @@ TEST(TrainerTensorParallel, ZeroOverTheDataParallelAxisTrainsAsOneProcessAndResu
   std::filesystem::remove_all(dir);
 }
 
+// HSDP: 4 ranks as 2 nodes of 2 (GROUP_RANK, LOCAL_WORLD_SIZE) shard within a node and replicate
+// across by default at stage 3 (zero2 when asked), clipped by the whole gradient's norm as one process
+// over the same global batches; an HSDP checkpoint resumes flat.
+TEST(TrainerHsdp, ShardsWithinANodeByDefaultTrainsAsOneProcessAndResumesFlat) {
+  cohort::testing::RanksOptions ranks;
+  ranks.local_size = 2;
+  const std::string dir = cohort::testing::shared_temp_dir(ranks, "HSDP_TEST_DIR", "trainer_hsdp_");
+  run_ranks(
+      4,
+      [](int, int) {
+        cohort::init();
+        const auto clipped = one_process(4, 2);
+        {
+          cohort::Trainer trainer(options(1).strategy("fsdp"));
+          TpMlp module(false);
+          cohort::DataLoader loader(cohort::testing::tiny_data(kSamples),
+                                    cohort::LoaderOptions().batch_size(2).shuffle(true));
+          trainer.fit(module, loader);
+          EXPECT_THAT(trainer.describe(), HasSubstr("HSDP: 2 replicas x 2 shards"));
+          EXPECT_EQ(trainer.shard_ranks(), 2);
+          std::vector<torch::Tensor> got;
+          for (const auto& [name, value] : trainer.full_parameters()) got.push_back(value);
+          expect_close(got, clipped, "fsdp by node");
+        }
+        expect_close(fit(options(1).strategy("zero2").data_parallel_replicate_size(2), 2), clipped, "zero2 hsdp");
+        const auto expected = one_process(4, 2, 0);
+        const std::string root = std::string(std::getenv("HSDP_TEST_DIR")) + "/ckpt";
+        const auto fsdp = options(1).strategy("fsdp").gradient_clip_val(0);
+        fit(cohort::TrainerOptions(fsdp).max_steps(5), 2, root);
+        expect_close(fit(cohort::TrainerOptions(fsdp).data_parallel_replicate_size(1), 2, root + "_flat", root + "/step-5"),
+                     expected, "hsdp resumed flat");
+      },
+      ranks);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainerTensorParallel, SizesAndStrategiesItCannotRunAreOneLineErrors) {
   run_ranks(2, [](int, int) {
     cohort::init();
@@ -179,6 +216,15 @@ TEST(TrainerTensorParallel, SizesAndStrategiesItCannotRunAreOneLineErrors) {
                           "dp over it are not built yet"));
     EXPECT_THAT(error_of([] { fit(options(3), 4); }),
                 HasSubstr("TrainerOptions.tensor_parallel_size 3 does not divide the world's 2 rank(s)"));
+    EXPECT_THAT(error_of([] { fit(options(1).strategy("zero3").data_parallel_replicate_size(3), 4); }),
+                HasSubstr("TrainerOptions.data_parallel_replicate_size 3 does not divide the 2 data-parallel rank(s) "
+                          "(world 2 / tensor_parallel_size 1)"));
+    EXPECT_THAT(error_of([] { cohort::Trainer trainer(options(1).data_parallel_replicate_size(2)); }),
+                HasSubstr("TrainerOptions.data_parallel_replicate_size 2 with strategy \"ddp\": HSDP replicates "
+                          "sharded state, under zero1-3, fsdp or deepspeed (ddp replicates everything)"));
+    EXPECT_THAT(error_of([] { fit(options(1).strategy("zero1").data_parallel_shard_size(2).data_parallel_replicate_size(2), 4); }),
+                HasSubstr("TrainerOptions.data_parallel_shard_size 2 x data_parallel_replicate_size 2 is not the 2 "
+                          "data-parallel rank(s) (world 2 / tensor_parallel_size 1)"));
     TpMlp alone(true);
     EXPECT_THAT(error_of([&] { alone.configure_model(); }),
                 HasSubstr("TrainingModule::device_mesh: the module is not run by a Trainer yet"));

@@ -5,6 +5,8 @@
 # struct and json: Python's safetensors package is not a dependency of the tests.
 #   gpt_interop.py save FILE N_LAYER N_HEAD N_EMBD BLOCK VOCAB BIAS       -> "loss <x>" of a seeded model
 #   gpt_interop.py loss FILE PREFIX N_LAYER N_HEAD N_EMBD BLOCK VOCAB BIAS -> "loss <x>" of the file's weights
+#   gpt_interop.py compare FILE_A FILE_B TOLERANCE -> "max abs difference <x> (<name>)"; exit 1 when the
+#                  names differ or a difference exceeds TOLERANCE (examples/gpt --export of two meshes)
 import json
 import os
 import struct
@@ -73,7 +75,26 @@ def make(args):
     return GPT(n_layer, n_head, n_embd, block, vocab, bias=args[5] == "1"), block, vocab
 
 
+def compare(path_a, path_b, tolerance):
+    a, b = load_safetensors(path_a), load_safetensors(path_b)
+    if sorted(a) != sorted(b):
+        raise SystemExit("gpt_interop.py: %s and %s hold different names: %s" % (path_a, path_b,
+                                                                                 sorted(set(a) ^ set(b))))
+    worst, where = 0.0, ""
+    for name in sorted(a):
+        if a[name].shape != b[name].shape:
+            raise SystemExit("gpt_interop.py: '%s' is %s in %s, %s in %s" % (name, list(a[name].shape), path_a,
+                                                                            list(b[name].shape), path_b))
+        diff = (a[name].double() - b[name].double()).abs().max().item() if a[name].numel() else 0.0
+        if diff >= worst:
+            worst, where = diff, name
+    print("max abs difference %.3g (%s)" % (worst, where))
+    return 0 if worst <= tolerance else 1
+
+
 def main(argv):
+    if argv[0] == "compare":
+        raise SystemExit(compare(argv[1], argv[2], float(argv[3])))
     if argv[0] == "save":
         torch.manual_seed(3)
         model, block, vocab = make(argv[2:])

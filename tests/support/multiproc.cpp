@@ -48,8 +48,10 @@ std::vector<std::string> child_environment(int rank, int n, int port, const std:
     vars.erase(name);
   vars["RANK"] = std::to_string(rank);
   vars["WORLD_SIZE"] = std::to_string(n);
-  vars["LOCAL_RANK"] = std::to_string(rank);
-  vars["LOCAL_WORLD_SIZE"] = std::to_string(n);
+  const int local = options.local_size > 0 ? options.local_size : n;
+  vars["LOCAL_RANK"] = std::to_string(rank % local);
+  vars["LOCAL_WORLD_SIZE"] = std::to_string(local);
+  if (options.local_size > 0) vars["GROUP_RANK"] = std::to_string(rank / local);
   vars["MASTER_ADDR"] = "127.0.0.1";
   vars["MASTER_PORT"] = std::to_string(port);
   vars["COHORT_TEST_RANK_PROCESS"] = "1";

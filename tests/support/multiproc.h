@@ -26,6 +26,7 @@ struct RanksOptions {
   std::chrono::seconds deadline{60};       // every rank is SIGKILLed after this
   std::map<std::string, std::string> env;  // extra variables for every rank
   bool expect_all_pass = true;             // add a test failure for each rank that did not pass
+  int local_size = 0;  // ranks per simulated node, numbered node by node (GROUP_RANK); 0: one node
 };
 
 /// True in a rank process started by run_ranks.

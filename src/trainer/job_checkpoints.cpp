@@ -1,0 +1,35 @@
+// The checkpoints of this job (job_checkpoints.h).
+#include "trainer/job_checkpoints.h"
+
+#include "checkpoint/files.h"
+#include "checkpoint/manifest.h"
+#include "cohort/error.h"
+#include "core/check.h"
+#include "world/launch_env.h"
+
+namespace cohort::detail {
+
+std::string launcher_run_id() { return detect_launch_env(current_env()).run_id; }
+
+bool holds_checkpoint_of_run(const std::string& dir, const std::string& run_id) {
+  if (!ckpt::path_exists(dir)) return false;
+  for (const auto& [step, path] : ckpt::step_directories(dir)) {
+    try {
+      const ckpt::Manifest manifest = ckpt::read_manifest(path + "/manifest.json");
+      const auto saved = manifest.user.find(kRunIdKey);
+      if (saved != manifest.user.end() && saved->second == run_id) return true;
+    } catch (const Error&) {
+      // damaged or partial: not one to continue from (the load would skip it too)
+    }
+  }
+  return false;
+}
+
+void check_saved_by_run(const std::map<std::string, std::string>& user, const std::string& run_id) {
+  const auto saved = user.find(kRunIdKey);
+  const std::string by = saved == user.end() ? "" : saved->second;
+  COHORT_CHECK_KIND(kIO, by == run_id, "saved by ", by.empty() ? "a job without a run id" : "job '" + by + "'",
+                    ", not by this job ('", run_id, "'), whose restart continues only its own checkpoints");
+}
+
+}  // namespace cohort::detail
