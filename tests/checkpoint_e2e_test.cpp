@@ -180,4 +180,19 @@ TEST(CheckpointE2E, ARestartOfAJobStartedFromScratchIgnoresAnEarlierJobsCheckpoi
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
 }
 
+// Hostile pass 14, m-2: a finished job's command run again resumes at its last step, trains nothing and
+// does not save that step again (each replacement of a step was a window for S-1).
+TEST(CheckpointE2E, AFinishedJobRunAgainSavesItsLastStepNoMore) {
+  Job job;
+  const std::string ckpt = job.root + "/ckpt";
+  const std::vector<std::string> args = {"--checkpoint-dir", ckpt, "--max-steps", "16"};
+  const ProcResult first = run_process(job.argv(args), clean_env(), 180s);
+  ASSERT_EQ(first.code, 0) << first.describe();
+  const ProcResult again = run_process(job.argv(args), clean_env(), 180s);
+  ASSERT_EQ(again.code, 0) << again.describe();
+  EXPECT_THAT(again.out, HasSubstr("resumed from " + ckpt + "/step-16")) << again.describe();
+  EXPECT_THAT(again.out + again.err, ::testing::Not(HasSubstr("already existed"))) << again.describe();
+  EXPECT_EQ(params_digest_of(again.out), params_digest_of(first.out)) << again.describe();
+}
+
 }  // namespace checkpoint_e2e_test

@@ -164,6 +164,9 @@ TEST(GptExample, HsdpFollowsDdpAndItsCheckpointResumesUnderFlatFsdp) {
   EXPECT_TRUE(losses_close(hsdp.out, ddp.out, 3)) << hsdp.describe() << ddp.describe();
   EXPECT_TRUE(losses_close(hsdp.out, ddp.out, 6)) << hsdp.describe() << ddp.describe();
   EXPECT_THAT(hsdp.out, HasSubstr("cohort-plan --params 7120 --ranks 2 --stage 3")) << hsdp.describe();
+  // Per rank, the model states of one shard of 2: 7120 parameters x 4 bytes / 2, AdamW's moments twice that.
+  EXPECT_THAT(hsdp.out, HasSubstr("per rank now: params 13.9 KiB, grads 13.9 KiB, optimizer 27.8 KiB"))
+      << hsdp.describe();
   const ProcResult flat = job.run({"--strategy", "fsdp", "--no-bias", "--resume", ckpt + "/step-3"}, "4");
   ASSERT_EQ(flat.code, 0) << flat.describe();
   EXPECT_THAT(flat.out, HasSubstr("resumed from " + ckpt + "/step-3"));

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "cohort/cohort.h"
@@ -34,6 +35,25 @@ double status_mib(const std::string& field) {
 
 void synchronize_device();
 
+// Bytes sent on every interface but loopback, from /proc/net/dev (this process's network namespace).
+double network_sent_bytes() {
+  std::ifstream dev("/proc/net/dev");
+  std::string line;
+  double total = 0;
+  while (std::getline(dev, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    name.erase(0, name.find_first_not_of(' '));
+    if (name == "lo") continue;
+    std::istringstream fields(line.substr(colon + 1));
+    double value = 0;
+    for (int i = 0; i < 9 && fields >> value; ++i) {}  // receive: 8 fields, then transmit bytes
+    total += value;
+  }
+  return total;
+}
+
 // With COHORT_BENCH_PHASES=1, each phase's own peak (VmHWM reset before it through clear_refs) and
 // its time (the GPU synchronized at its end, so the phases' overlap is lost).
 void phase(const char* name) {
@@ -54,6 +74,7 @@ struct Flags {
   bool sharded_init = false;
   int64_t n_layer = 6, n_head = 6, n_embd = 384, block_size = 128, vocab_size = 256, batch = 4;
   int steps = 10, warmup = 2, threads = 1;
+  int replicas = 1;  // zero1-3/fsdp: HSDP's replicas (a {replicate, shard} mesh over the world)
   int64_t prefetch_bucket_size = cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size();
   int64_t reduce_bucket_size = cohort::ZeroOptimizationConfig().reduce_bucket_size();
   std::string offload_optimizer = "none", offload_params = "none", nvme_path;
@@ -115,6 +136,9 @@ Flags parse(int argc, char** argv) {
   app.add_option("--steps", f.steps, "timed steps");
   app.add_option("--warmup", f.warmup, "untimed steps first");
   app.add_option("--threads", f.threads);
+  app.add_option("--replicas", f.replicas,
+                 "zero1-3/fsdp: HSDP, this many replicas of world / replicas consecutive ranks (1: flat)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", f.lr, "AdamW's learning rate (1e-4)");
   app.add_option("--stage3-prefetch-bucket-size", f.prefetch_bucket_size, "elements (DeepSpeed's default 5e7)");
   app.add_option("--reduce-bucket-size", f.reduce_bucket_size, "elements (DeepSpeed's default 5e8)");
@@ -135,6 +159,7 @@ Flags parse(int argc, char** argv) {
       throw CLI::ValidationError("--sharded-init", "needs --mode zero3 or fsdp, got --mode " + f.mode);
     if (f.sharded_init && f.device != "cpu") throw CLI::ValidationError("--sharded-init", "needs --device cpu");
     if (f.precision != "fp32" && f.mode == "ddp") throw CLI::ValidationError("--precision", "bf16 needs a ZeRO mode");
+    if (f.replicas > 1 && f.mode == "ddp") throw CLI::ValidationError("--replicas", "HSDP needs a ZeRO mode");
     if (f.device == "cuda" && !COHORT_BENCH_CUDA)
       throw CLI::ValidationError("--device", "cuda needs a build against a LibTorch with CUDA");
   } catch (const CLI::ParseError& e) {
@@ -147,8 +172,9 @@ using GPTEngine = cohort::ZeroEngine<cohort::models::GPTImpl>;
 
 // One training step's body for the chosen mode: forward, loss, backward, optimizer step.
 std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, const torch::Tensor& tokens,
-                                std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>>& ddp,
-                                std::unique_ptr<torch::optim::AdamW>& adamw, std::unique_ptr<GPTEngine>& engine) {
+                                  const cohort::Mesh* hsdp,
+                                  std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>>& ddp,
+                                  std::unique_ptr<torch::optim::AdamW>& adamw, std::unique_ptr<GPTEngine>& engine) {
   auto input = tokens.narrow(1, 0, f.block_size), target = tokens.narrow(1, 1, f.block_size);
   auto loss_of = [=](const torch::Tensor& logits) {
     return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
@@ -175,7 +201,8 @@ std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, co
       cohort::OptimizerConfig().type(cohort::OptimizerType::kAdamW).lr(f.lr));
   if (f.precision == "bf16") config.bf16(cohort::Bf16Config().enabled(true));
   // FSDP2 gathers the next block while one runs: one unit ahead, as the Trainer's fsdp does
-  const auto options = cohort::EngineOptions().prefetch_units(f.mode == "fsdp" ? 1 : 0);
+  auto options = cohort::EngineOptions().prefetch_units(f.mode == "fsdp" ? 1 : 0);
+  if (hsdp) options.comm(hsdp->group_ptr("shard")).replicate_comm(hsdp->group_ptr("replicate"));
   engine = std::make_unique<GPTEngine>(model.ptr(), config, options);
   // With COHORT_BENCH_PHASES, the engine's own account after each phase too: what of the resident
   // memory it holds (a gap to VmRSS is the allocator's or another part's).
@@ -213,9 +240,16 @@ int main(int argc, char** argv) {
   auto config = cohort::models::GPTConfig().n_layer(f.n_layer).n_head(f.n_head).n_embd(f.n_embd)
                     .block_size(f.block_size).vocab_size(f.vocab_size)
                     .unit(cohort::UnitOptions().activation_checkpointing(f.checkpointing));
+  std::unique_ptr<cohort::Mesh> hsdp;
+  if (f.replicas > 1)
+    hsdp = std::make_unique<cohort::Mesh>(world.comm(), std::vector<cohort::MeshDim>{
+                                                            {"replicate", f.replicas}, {"shard", world.size() / f.replicas}});
   cohort::models::GPT model{nullptr};
   if (f.sharded_init) {
-    cohort::ShardedInit sharded;  // no rank ever holds the whole model
+    cohort::ShardedInit sharded(hsdp ? cohort::ShardedInitOptions()
+                                           .comm(hsdp->group_ptr("shard"))
+                                           .replicate_comm(hsdp->group_ptr("replicate"))
+                                     : cohort::ShardedInitOptions());  // no rank ever holds the whole model
     model = cohort::models::GPT(config);
   } else {
     model = cohort::models::GPT(config);
@@ -229,7 +263,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>> ddp;
   std::unique_ptr<torch::optim::AdamW> adamw;
   std::unique_ptr<GPTEngine> engine;
-  auto step = make_step(f, model, tokens, ddp, adamw, engine);
+  auto step = make_step(f, model, tokens, hsdp.get(), ddp, adamw, engine);
   phase("wrapped");
   const double rss_wrapped = status_mib("VmRSS");
   double first_loss = 0, last_loss = 0;
@@ -242,6 +276,10 @@ int main(int argc, char** argv) {
   world.comm().barrier();
   const auto io_bytes = [&] { return engine ? double(engine->memory_report().file_io_bytes) : 0.0; };
   const double io_before = io_bytes();
+  // Bytes this host sends out over the timed steps (its ranks' network namespace; counted once, by local
+  // rank 0): the traffic between hosts under bench/hosts, where each host is a namespace.
+  const auto sent = [&] { return world.local_rank() == 0 ? network_sent_bytes() : 0.0; };
+  const double sent_before = sent();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < f.steps; ++i) {
     last_loss = step();  // .item(): a GPU step ends before the next begins
@@ -250,23 +288,25 @@ int main(int argc, char** argv) {
   }
   world.comm().barrier();
   const double io_mib_per_step = (io_bytes() - io_before) / f.steps / (1 << 20);
+  const double sent_mib_per_step = (sent() - sent_before) / f.steps / (1 << 20);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The model state the engine says it holds (DDP: parameters, gradients, AdamW's two moments).
   const double state_mib = engine ? double(engine->memory_report().total()) / (1 << 20)
                                   : 16.0 * double(cohort::models::gpt_num_parameters(config)) / (1 << 20);
   auto mine = torch::tensor({rss_start, rss_built, rss_wrapped, status_mib("VmRSS"), status_mib("VmHWM"), state_mib,
-                             io_mib_per_step},
+                             io_mib_per_step, sent_mib_per_step},
                             torch::kDouble);
-  auto all = world.comm().allgather(mine).reshape({world.size(), 7});
+  auto all = world.comm().allgather(mine).reshape({world.size(), 8});
   if (world.rank() == 0) {
     auto peak = all.select(1, 4);
     const std::string suffix = std::string(f.checkpointing ? "+ckpt" : "") + (f.sharded_init ? "+sharded-init" : "") +
+                               (f.replicas > 1 ? "+hsdp" + std::to_string(f.replicas) : "") +
                                (f.offload_optimizer != "none" ? "+optimizer-" + f.offload_optimizer : "") +
                                (f.offload_params != "none" ? "+params-" + f.offload_params : "");
     std::printf("RESULT impl=cohort mode=%s%s ranks=%d n_layer=%lld n_embd=%lld params=%lld samples_per_s=%.3f "
                 "step_s=%.3f rss_start_mib=%.0f rss_built_mib=%.0f rss_wrapped_mib=%.0f rss_end_mib=%.0f "
                 "peak_max_mib=%.0f peak_sum_mib=%.0f state_mib=%.0f file_mib=%.0f io_mib_per_step_sum=%.1f "
-                "device=%s precision=%s device_peak_mib=%.0f first_loss=%.4f last_loss=%.4f\n",
+                "device=%s precision=%s device_peak_mib=%.0f first_loss=%.4f last_loss=%.4f sent_mib_per_step=%.2f\n",
                 f.mode.c_str(), suffix.c_str(), world.size(), static_cast<long long>(f.n_layer),
                 static_cast<long long>(f.n_embd), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
                 double(f.steps) * f.batch * world.size() / seconds, seconds / f.steps,
@@ -275,7 +315,7 @@ int main(int argc, char** argv) {
                 peak.max().item<double>(), peak.sum().item<double>(), all.select(1, 5).max().item<double>(),
                 engine ? double(engine->memory_report().file_bytes) / (1 << 20) : 0.0,
                 all.select(1, 6).sum().item<double>(), f.device.c_str(), f.precision.c_str(),
-                device_peak_mib(device), first_loss, last_loss);
+                device_peak_mib(device), first_loss, last_loss, all.select(1, 7).sum().item<double>());
   }
   return 0;
 }

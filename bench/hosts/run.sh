@@ -14,6 +14,9 @@
 #                  this VM's is bbr, whose pacing made both cohort and Open MPI 1.2-4x slower over the
 #                  veth from 256 KiB to 4 MiB: docs/benchmarks/hosts.md)
 #   PARTS ["allreduce ddp"]; ALLREDUCE_IMPLS ["cohort cohort_flat mpi"]; DDP_IMPLS ["cohort cohort_flat torch"]
+#                  PARTS=hsdp: bench/gpt/gpt_step (BUILD's, built with -DCOHORT_BUILD_BENCH=ON) under fsdp,
+#                  sharded over all ranks (flat) and HSDP (--replicas = hosts); HSDP_FLAGS [a 4-layer GPT of
+#                  width 256, batch 4, 6 steps after 2] replace its model and step flags
 #   ALLREDUCE_FLAGS ["--reps 5 --warmup 1"]  to bench/allreduce and bench/allreduce_mpi alike
 #                  (--min-bytes B --max-bytes B pick sizes; both programs' defaults are 4 KiB..64 MiB)
 #   MODELS ["cnn resnet18"]; BATCH per rank [cnn 64, resnet18 16]; STEPS [10]; WARMUP [3]; DDP_FLAGS [""]
@@ -40,6 +43,7 @@ read -ra models <<<"${MODELS:-cnn resnet18}"
 read -ra hooks <<<"${HOOKS:-none}"
 ar_flags=${ALLREDUCE_FLAGS:---reps 5 --warmup 1}
 ddp_flags="--steps ${STEPS:-10} --warmup ${WARMUP:-3} --threads 1 ${DDP_FLAGS:-}"
+hsdp_flags=${HSDP_FLAGS:---n-layer 4 --n-head 4 --n-embd 256 --block-size 64 --batch-size 4 --steps 6 --warmup 2}
 python2=${PYTHON2:-$HOME/.cache/cohort/torch-2.11.0/bin/python}
 source tests/cluster/lib.sh
 source bench/hosts/launch.sh
@@ -64,6 +68,7 @@ if has_part ddp; then
   need+=("$build2/tools/cohortrun" "$build2/bench/scaling/scaling_step")
   [[ " ${ddp_impls[*]} " != *" torch "* ]] || need+=("$python2")
 fi
+has_part hsdp && need+=("$build/bench/gpt/gpt_step")
 for file in "${need[@]}"; do [ -x "$file" ] || die "no $file: build it first (docs/benchmarks/hosts.md)"; done
 if has_part ddp && [[ " ${ddp_impls[*]} " == *" torch "* ]]; then
   "$python2" -c 'import torch.distributed' 2>/dev/null || die "$python2 has no torch (scripts/install-torch.sh; PYTHON2=)"
@@ -147,6 +152,19 @@ ddp_once() {
   echo "DDP $(echo "${line#RESULT }" | sed 's/impl=[^ ]* //') rate=$rate impl=$impl hook=$hook rep=$rep" >>"$results"
 }
 
+# One GPT fsdp launch: flat (one shard group over every rank) or hsdp (a host's ranks shard, the hosts
+# replicate); appends "HSDP <rank 0's RESULT fields> rate= impl= rep=".
+hsdp_once() {
+  local impl=$1 rate=$2 rep=$3 out="$CL_DIR/logs/hsdp-$2-$1-$3" replicas=1 line
+  [ "$impl" = hsdp ] && replicas=${#BENCH_HOSTS[@]}
+  # shellcheck disable=SC2086  # the flags are a list of words
+  launch launch_cohort "$out" "" "$build" "$build/bench/gpt/gpt_step" --mode fsdp --replicas "$replicas" --threads 1 \
+    $hsdp_flags || return 1
+  line=$(sed 's/^\[rank0\]: //' "$out.n1.log" | grep -m1 '^RESULT ') ||
+    { cl_log "$impl printed no RESULT line (see $out.n1.log)"; return 1; }
+  echo "HSDP $(echo "${line#RESULT }" | sed 's/impl=[^ ]* //') rate=$rate impl=$impl rep=$rep" >>"$results"
+}
+
 # Every part, impl, model and hook once, in this repetition's turn order.
 one_repetition() {
   local rate=$1 rep=$2 impl model hook status
@@ -154,6 +172,12 @@ one_repetition() {
     for impl in $(in_turn "$rep" "${ar_impls[@]}"); do
       allreduce_once "$impl" "$rate" "$rep" && status="done" || { status=FAILED; failures=$((failures + 1)); }
       cl_log "rate $rate, rep $rep/$reps: allreduce $impl $status"
+    done
+  fi
+  if has_part hsdp; then
+    for impl in $(in_turn "$rep" flat hsdp); do
+      hsdp_once "$impl" "$rate" "$rep" && status="done" || { status=FAILED; failures=$((failures + 1)); }
+      cl_log "rate $rate, rep $rep/$reps: GPT fsdp $impl $status"
     done
   fi
   if has_part ddp; then

@@ -2,7 +2,8 @@
 # bench/hosts/run.sh's tables: reads its results file (one "AR ..." line per size per allreduce run, one
 # "DDP ..." line per DDP run, key=value fields) and prints markdown for docs/BENCHMARKS.md, per link
 # rate: allreduce medians and the ratios to Open MPI that issue 26 asks of cohort, DDP samples/s and the
-# ratios to PyTorch 2.11, and with HOOKS beyond none the step time each hook saves. Ratios are medians of
+# ratios to PyTorch 2.11, with HOOKS beyond none the step time each hook saves, and the GPT's fsdp step
+# flat against HSDP (samples/s and bytes between hosts). Ratios are medians of
 # per-repetition ratios (runs of one repetition ran next to each other).
 # Usage: tables.py RESULTS REPS [RANKS_PER_HOST [HOST_CPUS]]
 import re
@@ -127,12 +128,41 @@ def hook_table(per, impls):
                   f"{fmt(saved, '.0%')} |")
 
 
+def hsdp_table(rows, rate):
+    """The GPT's fsdp step sharded over all ranks (flat) against HSDP (a host's ranks shard, the hosts
+    replicate): samples/s, and the bytes the hosts sent each other per step (every host's, summed)."""
+    per = defaultdict(dict)  # rep -> impl -> row
+    for r in rows:
+        if r["kind"] == "HSDP" and r["rate"] == rate:
+            per[r["rep"]][r["impl"]] = r
+    if not per:
+        return
+
+    def value(impl, field):
+        return med(float(v[impl][field]) for v in per.values() if impl in v)
+
+    def per_rep(field):
+        return {rep: {i: float(r[field]) for i, r in v.items()} for rep, v in per.items()}
+
+    first = next(r for v in per.values() for r in v.values())
+    print(f"\nGPT fsdp step, 2 hosts x {PER_HOST} ranks{CPUS}, link {'unshaped (veth)' if rate == 'none' else 'tbf ' + rate}: "
+          f"{first['params']} parameters, samples/s over all ranks, MiB the hosts sent per step\n")
+    print("| implementation | samples/s | step s | MiB between hosts per step |")
+    print("|---|---|---|---|")
+    for impl, name in (("flat", "fsdp over all ranks"), ("hsdp", "HSDP (shard within a host)")):
+        print(f"| {name} | {fmt(value(impl, 'samples_per_s'), '.2f')} | {fmt(value(impl, 'step_s'), '.3f')} | "
+              f"{fmt(value(impl, 'sent_mib_per_step'), '.1f')} |")
+    print(f"\nHSDP / flat samples/s: {fmt(ratio(per_rep('samples_per_s'), 'hsdp', 'flat'), '.2f')}; "
+          f"flat / HSDP bytes between hosts: {fmt(ratio(per_rep('sent_mib_per_step'), 'flat', 'hsdp'), '.2f')}")
+
+
 def main():
     rows = read(sys.argv[1])
     rates = list(dict.fromkeys(r["rate"] for r in rows))
     for rate in rates:
         allreduce_table(rows, rate)
         ddp_table(rows, rate)
+        hsdp_table(rows, rate)
     runs = len({(r["rate"], r["rep"]) for r in rows})
     print(f"\n(medians over {sys.argv[2]} repetitions, the implementations taking turns in an order rotated each "
           f"repetition; ratios: medians of the per-repetition ratios; {runs} rate x repetition passes had results)")

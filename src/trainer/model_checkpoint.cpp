@@ -93,8 +93,10 @@ void ModelCheckpoint::on_train_epoch_end(Trainer& trainer, TrainingModule& modul
 void ModelCheckpoint::on_fit_end(Trainer& trainer, TrainingModule& module) {
   // The final state, so that ckpt_path "last" continues exactly where this fit ended.
   if (options_.save_last() && trainer.global_step() != last_saved_step_) {
-    trainer.save_checkpoint(last_dir(), options_.keep_last());
+    // Before saving, as save() does: a fit resumed from it that trains no step saves it no more (a
+    // finished job's command run again replaced its last step; hostile pass 14, m-2).
     last_saved_step_ = trainer.global_step();
+    trainer.save_checkpoint(last_dir(), options_.keep_last());
   }
 }
 
