@@ -15,8 +15,9 @@
 #                  veth from 256 KiB to 4 MiB: docs/benchmarks/hosts.md)
 #   PARTS ["allreduce ddp"]; ALLREDUCE_IMPLS ["cohort cohort_flat mpi"]; DDP_IMPLS ["cohort cohort_flat torch"]
 #                  PARTS=hsdp: bench/gpt/gpt_step (BUILD's, built with -DCOHORT_BUILD_BENCH=ON) under fsdp,
-#                  sharded over all ranks (flat) and HSDP (--replicas = hosts); HSDP_FLAGS [a 4-layer GPT of
-#                  width 256, batch 4, 6 steps after 2] replace its model and step flags
+#                  sharded over all ranks (flat: hierarchical collectives; flat_ring: COHORT_HIERARCHICAL=0)
+#                  and HSDP (--replicas = hosts); HSDP_FLAGS [a 4-layer GPT of width 256, batch 4, 6 steps
+#                  after 2] replace its model and step flags
 #   ALLREDUCE_FLAGS ["--reps 5 --warmup 1"]  to bench/allreduce and bench/allreduce_mpi alike
 #                  (--min-bytes B --max-bytes B pick sizes; both programs' defaults are 4 KiB..64 MiB)
 #   MODELS ["cnn resnet18"]; BATCH per rank [cnn 64, resnet18 16]; STEPS [10]; WARMUP [3]; DDP_FLAGS [""]
@@ -152,14 +153,17 @@ ddp_once() {
   echo "DDP $(echo "${line#RESULT }" | sed 's/impl=[^ ]* //') rate=$rate impl=$impl hook=$hook rep=$rep" >>"$results"
 }
 
-# One GPT fsdp launch: flat (one shard group over every rank) or hsdp (a host's ranks shard, the hosts
-# replicate); appends "HSDP <rank 0's RESULT fields> rate= impl= rep=".
+# One GPT fsdp launch: flat (one shard group over every rank, cohort's collectives hierarchical: each
+# host's ranks first), flat_ring (the same over the flat Gloo ring, COHORT_HIERARCHICAL=0, as PyTorch's
+# FSDP runs) or hsdp (a host's ranks shard, the hosts replicate); appends "HSDP <rank 0's RESULT fields>
+# rate= impl= rep=".
 hsdp_once() {
-  local impl=$1 rate=$2 rep=$3 out="$CL_DIR/logs/hsdp-$2-$1-$3" replicas=1 line
+  local impl=$1 rate=$2 rep=$3 out="$CL_DIR/logs/hsdp-$2-$1-$3" replicas=1 line env=""
   [ "$impl" = hsdp ] && replicas=${#BENCH_HOSTS[@]}
+  [ "$impl" = flat_ring ] && env=$(cohort_env cohort_flat)
   # shellcheck disable=SC2086  # the flags are a list of words
-  launch launch_cohort "$out" "" "$build" "$build/bench/gpt/gpt_step" --mode fsdp --replicas "$replicas" --threads 1 \
-    $hsdp_flags || return 1
+  launch launch_cohort "$out" "$env" "$build" "$build/bench/gpt/gpt_step" --mode fsdp --replicas "$replicas" \
+    --threads 1 $hsdp_flags || return 1
   line=$(sed 's/^\[rank0\]: //' "$out.n1.log" | grep -m1 '^RESULT ') ||
     { cl_log "$impl printed no RESULT line (see $out.n1.log)"; return 1; }
   echo "HSDP $(echo "${line#RESULT }" | sed 's/impl=[^ ]* //') rate=$rate impl=$impl rep=$rep" >>"$results"
@@ -175,7 +179,7 @@ one_repetition() {
     done
   fi
   if has_part hsdp; then
-    for impl in $(in_turn "$rep" flat hsdp); do
+    for impl in $(in_turn "$rep" flat flat_ring hsdp); do
       hsdp_once "$impl" "$rate" "$rep" && status="done" || { status=FAILED; failures=$((failures + 1)); }
       cl_log "rate $rate, rep $rep/$reps: GPT fsdp $impl $status"
     done

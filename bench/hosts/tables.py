@@ -149,11 +149,14 @@ def hsdp_table(rows, rate):
           f"{first['params']} parameters, samples/s over all ranks, MiB the hosts sent per step\n")
     print("| implementation | samples/s | step s | MiB between hosts per step |")
     print("|---|---|---|---|")
-    for impl, name in (("flat", "fsdp over all ranks"), ("hsdp", "HSDP (shard within a host)")):
+    for impl, name in (("flat", "fsdp over all ranks (hierarchical collectives)"),
+                       ("flat_ring", "fsdp over all ranks, flat ring (COHORT_HIERARCHICAL=0)"),
+                       ("hsdp", "HSDP (shard within a host)")):
         print(f"| {name} | {fmt(value(impl, 'samples_per_s'), '.2f')} | {fmt(value(impl, 'step_s'), '.3f')} | "
               f"{fmt(value(impl, 'sent_mib_per_step'), '.1f')} |")
-    print(f"\nHSDP / flat samples/s: {fmt(ratio(per_rep('samples_per_s'), 'hsdp', 'flat'), '.2f')}; "
-          f"flat / HSDP bytes between hosts: {fmt(ratio(per_rep('sent_mib_per_step'), 'flat', 'hsdp'), '.2f')}")
+    for base in ("flat", "flat_ring"):
+        print(f"\nHSDP / {base} samples/s: {fmt(ratio(per_rep('samples_per_s'), 'hsdp', base), '.2f')}; "
+              f"{base} / HSDP bytes between hosts: {fmt(ratio(per_rep('sent_mib_per_step'), base, 'hsdp'), '.2f')}")
 
 
 def main():
