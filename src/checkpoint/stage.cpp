@@ -60,8 +60,19 @@ void check_match(const std::string& path, const Manifest& m, const LoadRequest& 
     }
     const torch::Tensor& t = w.tensor.tensor;
     if (r->kind != w.tensor.kind) {
+      // Owned against replicated: a pipeline's stages (each holds its own layers) against a whole model
+      // on every rank; the layout, not the tensor, is what differs (hostile pass 14, m-3).
+      const bool pipeline = (r->kind == StateKind::kOwned) != (w.tensor.kind == StateKind::kOwned) &&
+                            (r->kind == StateKind::kReplicated || w.tensor.kind == StateKind::kReplicated);
+      const std::string hint = !pipeline                      ? ""
+                               : r->kind == StateKind::kOwned ? " (it was saved by a pipeline, whose stages own "
+                                                                "their layers; this run holds the whole model: resume "
+                                                                "it as a pipeline, or start another directory)"
+                                                              : " (it was saved with the whole model on every rank; "
+                                                                "this run is a pipeline: resume it as it was saved, "
+                                                                "or start another directory)";
       throw MismatchError(where + "tensor '" + w.name + "' is " + kind_name(r->kind) + " in the checkpoint, " +
-                          kind_name(w.tensor.kind) + " here");
+                          kind_name(w.tensor.kind) + " here" + hint);
     }
     if (r->dtype != t.scalar_type()) {
       throw MismatchError(where + "tensor '" + w.name + "' is " + dtype_name(r->dtype) + " in the checkpoint, " +
