@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
               "Seed of the initial weights, the batches and the sample");
   examples::add_devices(app, flags.devices,
                         "Processes on this node: N (started by the program itself without a launcher) or auto");
+  examples::add_choice(app, "--precision", flags.precision, {"32-true", "bf16-mixed"},
+                       "32-true, or bf16-mixed (zero*/fsdp: bf16 parameters and gradients, fp32 masters and "
+                       "reductions' sums; ddp: bf16 autocast)");
   examples::add_choice(app, "--strategy", flags.strategy, {"ddp", "zero1", "zero2", "zero3", "fsdp"},
                        "ddp, zero1, zero2, zero3 or fsdp (ZeRO stage 3 with each GPT block a sharding unit; zero3 "
                        "is the same for this model)");

@@ -72,13 +72,13 @@ void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::strin
   std::printf(
       "memory at %s: peak RSS %s (rank 0), %s (largest of %d ranks); per rank now: params %s, grads %s, "
       "optimizer %s%s, gathered units and buffers %s; cohort-plan --params %lld --ranks %d --stage %d "
-      "--precision fp32 --optimizer %s%s: params %s, grads %s, optimizer %s%s\n",
+      "--precision %s --optimizer %s%s: params %s, grads %s, optimizer %s%s\n",
       when.c_str(), human(mine).c_str(), human(largest).c_str(), trainer.world().size(),
       human(now.parameter_bytes).c_str(), human(now.gradient_bytes).c_str(), human(now.optimizer_bytes).c_str(),
       on_disk.c_str(), human(now.buffer_bytes + now.cached_bytes).c_str(), static_cast<long long>(plan.num_parameters),
       zero_stage(flags.strategy) == 0 ? trainer.world().size() / static_cast<int>(flags.tensor_parallel)
                                       : trainer.shard_ranks(),
-      zero_stage(flags.strategy),
+      zero_stage(flags.strategy), flags.precision == "bf16-mixed" && zero_stage(flags.strategy) > 0 ? "bf16" : "fp32",
       plan_optimizer.c_str(), offload.c_str(), human(plan.parameter_bytes).c_str(), human(plan.gradient_bytes).c_str(),
       human(plan.optimizer_bytes).c_str(), plan_disk.c_str());
   std::fflush(stdout);

@@ -50,7 +50,7 @@ struct GptModule : cohort::TrainingModule {
   // loss_of: loss parallel when the head is split by vocabulary, plain cross-entropy otherwise.
   torch::Tensor training_step(cohort::Batch& batch, int64_t) override {
     auto loss = gpt->loss_of(gpt->forward(batch.data), batch.target);
-    log("train_loss", loss);
+    log("train_loss", loss, cohort::LogOptions().sync_dist(true));  // the global batch's, whatever the mesh
     return loss;
   }
   void validation_step(cohort::Batch& batch, int64_t) override {
@@ -75,6 +75,7 @@ cohort::TrainerOptions trainer_options(const Flags& flags) {
       .devices(flags.devices)
       .accelerator("cpu")
       .strategy(flags.strategy)
+      .precision(flags.precision)
       .tensor_parallel_size(flags.tensor_parallel)
       .data_parallel_replicate_size(flags.dp_replicate)
       .data_parallel_shard_size(flags.dp_shard)

@@ -35,6 +35,7 @@ struct Flags {
   std::string offload_params = "none";     ///< none, cpu or nvme (zero3/fsdp's parameter shards)
   std::string nvme_path;                   ///< the swap files' directory with --offload-optimizer nvme
   bool no_memory_check = false;          ///< skip the check that the model and a step fit in the memory available
+  std::string precision = "32-true";  ///< TrainerOptions.precision: 32-true or bf16-mixed
   std::string export_path;         ///< --export: the whole model as safetensors at the end
   examples::CheckpointFlags checkpoint;  ///< --checkpoint-dir, --checkpoint-every, --resume
 };

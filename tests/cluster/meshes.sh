@@ -3,7 +3,8 @@
 # global batch of 16 sequences: (a) tensor parallel 2 x flat fsdp over 4 ranks that span both hosts,
 # (b) fsdp by default, which shards within a host and replicates across (HSDP 2 x 4), (c) tensor
 # parallel 2 x that HSDP (2 replicas x 2 shards x 2). Each exports its whole model (--export), which
-# must be within 1e-5 (max abs) of one process's after 20 AdamW steps (fp32, no dropout, no biases).
+# must be within 1e-5 (max abs) of one process's after 20 AdamW steps (fp32, no dropout, no biases);
+# under bf16 (b and c again) the losses at steps 10 and 20 are within 1% of one process's in fp32.
 
 scenario_hosts() { echo 2; }
 
@@ -49,6 +50,24 @@ mesh_check() {
   cl_log "$name against one process: $line"
 }
 
+# "step N: train loss X, val loss Y" of a run's log, as "X Y".
+losses_at() { sed -n "s/^.*step $2: train loss \([0-9.]*\), val loss \([0-9.]*\).*$/\1 \2/p" "$1" | head -n1; }
+
+# A bf16 mesh's losses at steps 10 and 20 within 1% of one process's in fp32.
+mesh_bf16_check() {
+  local out=$1 name=$2 step want got
+  for step in 10 20; do
+    want=$(losses_at "$out/one.log" "$step") got=$(losses_at "$out/$name.n1.log" "$step")
+    if [ -z "$got" ] || ! awk -v w="$want" -v g="$got" 'BEGIN { split(w, a); split(g, b)
+         exit !(a[1] > 0 && a[2] > 0 && (b[1] - a[1]) / a[1] < 0.01 && (a[1] - b[1]) / a[1] < 0.01 &&
+                (b[2] - a[2]) / a[2] < 0.01 && (a[2] - b[2]) / a[2] < 0.01) }'; then
+      fail "$name: losses at step $step are '$got', not within 1% of one process's fp32 '$want'"
+    else
+      cl_log "$name at step $step: losses $got against one process's fp32 $want"
+    fi
+  done
+}
+
 scenario_meshes() {
   local out="$CL_DIR/meshes" text start
   mkdir -p "$out"
@@ -75,5 +94,9 @@ scenario_meshes() {
       fail "tp2_hsdp2x2: the plan line does not shard over 2 ranks"
     mesh_check "$out" tp2_hsdp2x2
   fi
+  # bf16 (bf16 parameters and gradients, fp32 masters) on two of the meshes: the loss curve of fp32's.
+  mesh_run "$out" hsdp2x4_bf16 "${flags[@]}" --batch-size 2 --precision bf16-mixed && mesh_bf16_check "$out" hsdp2x4_bf16
+  mesh_run "$out" tp2_hsdp2x2_bf16 "${flags[@]}" --tp 2 --batch-size 4 --precision bf16-mixed &&
+    mesh_bf16_check "$out" tp2_hsdp2x2_bf16
   [ "$FAILURES" = 0 ]
 }
