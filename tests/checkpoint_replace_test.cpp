@@ -107,4 +107,16 @@ TEST(CheckpointReplace, AStepMissingBesideItsOldCopyLoadsTheCopyUntilANewerSave)
   EXPECT_TRUE(hidden_entries(dir.path).empty()) << ::testing::PrintToString(hidden_entries(dir.path));
 }
 
+TEST(CheckpointReplace, ASaveOfTheMissingStepThatFailsKeepsItsOldCopy) {
+  TempDir dir;
+  save_model(dir.path, 10, 1);
+  fs::rename(dir.path + "/step-10", dir.path + "/.step-10.old");
+  // Saving step 10 again, its commit failing (`latest` cannot be written): the copy stays, and loads.
+  fs::remove(dir.path + "/latest");
+  fs::create_directory(dir.path + "/latest");
+  cohort::testing::error_of([&] { save_model(dir.path, 10, 2); });
+  EXPECT_FALSE(fs::exists(dir.path + "/step-10"));
+  EXPECT_TRUE(torch::equal(loaded_weight(dir.path + "/.step-10.old"), weight_of_seed(1)));
+}
+
 }  // namespace checkpoint_replace_test

@@ -75,7 +75,9 @@ void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
 // failed save stays, and the step it replaced is whole again (M-1).
 void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int keep_last) {
   const fs::path old = root / ("." + final_dir.filename().string() + ".old");
-  remove_or_warn(old, "a step replaced by an earlier save");
+  // A copy beside a missing step is what a load takes until this save is in place (review: removing it
+  // first left nothing to put back); beside a present step it is stale.
+  if (fs::exists(final_dir)) remove_or_warn(old, "a step replaced by an earlier save");
   enum class Placed { kNothing, kFresh, kExchanged, kAside } placed = Placed::kNothing;
   try {
     if (fs::exists(final_dir)) {  // saving a step again replaces it, and says so
@@ -118,12 +120,13 @@ void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
     const std::string name = item.path().filename().string();
     if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
       remove_or_warn(item.path(), "left by a save that did not finish");
-    // A replaced step's old copy (a crash before its removal): kept only while `latest` names the
-    // step and the step is missing, when it is what a load takes (hostile pass 14, M-1).
+    // A replaced step's old copy (a crash before its removal; hostile pass 14, M-1).
     const auto step = name.size() > 5 && name[0] == '.' && name.substr(name.size() - 4) == ".old"
                           ? parse_step_dir(name.substr(1, name.size() - 5))
                           : std::nullopt;
-    if (step && (latest != step_dir_name(*step) || fs::exists(root / latest)))
+    const bool missing = step && !fs::exists(root / step_dir_name(*step));
+    // Kept while it may be what a load takes: its step missing and `latest` naming it (or unreadable).
+    if (step && !(missing && (latest.empty() || latest == step_dir_name(*step))))
       remove_or_warn(item.path(), "the old copy of a replaced step");
   }
   // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.

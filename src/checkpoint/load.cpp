@@ -40,7 +40,8 @@ std::vector<std::string> candidates(const std::string& dir, std::string* none) {
   // A step replaced on a filesystem that cannot swap directories, the saving rank 0 killed between its
   // two renames: `latest` names no directory, and the step's previous copy waits beside it (save.cpp).
   const fs::path aside = fs::path(dir) / ("." + fs::path(latest).filename().string() + ".old");
-  if (!latest.empty() && !path_exists(latest) && path_exists((aside / "manifest.json").string())) {
+  if (!latest.empty() && !path_exists(latest) && !fs::is_symlink(aside) &&
+      path_exists((aside / "manifest.json").string())) {
     COHORT_WARN("checkpoint ", latest, " is missing (a save replacing it was interrupted): loading its previous copy ",
                 aside.string());
     out[0] = aside.string();

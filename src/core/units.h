@@ -36,6 +36,7 @@ struct ConstructionShard {
   torch::Tensor shard;                       ///< this rank's slice, padded as partition.h lays out
   int world_size = 1;
   int rank = 0;
+  int replicas = 1;  ///< HSDP: the replicas it was made alike on (ShardedInitOptions::replicate_comm)
 };
 
 class UnitState;

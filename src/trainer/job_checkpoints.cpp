@@ -1,6 +1,9 @@
 // The checkpoints of this job (job_checkpoints.h).
 #include "trainer/job_checkpoints.h"
 
+#include <filesystem>
+#include <vector>
+
 #include "checkpoint/files.h"
 #include "checkpoint/manifest.h"
 #include "cohort/error.h"
@@ -13,7 +16,16 @@ std::string launcher_run_id() { return detect_launch_env(current_env()).run_id; 
 
 bool holds_checkpoint_of_run(const std::string& dir, const std::string& run_id) {
   if (!ckpt::path_exists(dir)) return false;
-  for (const auto& [step, path] : ckpt::step_directories(dir)) {
+  std::vector<std::string> paths;
+  for (const auto& [step, path] : ckpt::step_directories(dir)) paths.push_back(path);
+  // A step being replaced when its saver died, on a filesystem that cannot swap directories: its
+  // previous copy, which a load takes (commit.h).
+  for (const auto& item : std::filesystem::directory_iterator(dir)) {
+    const std::string name = item.path().filename().string();
+    if (name.size() > 9 && name.rfind(".step-", 0) == 0 && name.substr(name.size() - 4) == ".old" && !item.is_symlink())
+      paths.push_back(item.path().string());
+  }
+  for (const std::string& path : paths) {
     try {
       const ckpt::Manifest manifest = ckpt::read_manifest(path + "/manifest.json");
       const auto saved = manifest.user.find(kRunIdKey);

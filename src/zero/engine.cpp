@@ -67,17 +67,18 @@ ZeroEngineImpl::ZeroEngineImpl(std::shared_ptr<torch::nn::Module> module, ZeroCo
 
 ZeroEngineImpl::~ZeroEngineImpl() = default;
 
-// Every rank starts from rank 0's parameters and buffers, as DDP and DeepSpeed do: under HSDP rank 0
-// of each shard group's, then the first replica's.
+// Every rank starts from rank 0's parameters and buffers, as DDP and DeepSpeed do. Under HSDP over the
+// replicas first, then the shard group: every rank ends with one rank's values, however the groups are
+// ordered.
 void ZeroEngineImpl::broadcast_model_state() {
   std::vector<torch::Tensor> state;
   for (const auto& p : module_->parameters()) state.push_back(p);
   for (const auto& b : module_->buffers()) state.push_back(b);
-  if (settings_.world > 1) broadcast_coalesced(*settings_.comm, state, 0);
   if (settings_.replicas > 1) {
     check_replicas();
     broadcast_coalesced(*settings_.replicate, state, 0);
   }
+  if (settings_.world > 1) broadcast_coalesced(*settings_.comm, state, 0);
 }
 
 // A replica group pairs the same shard of equal shard groups: else each rank would average another

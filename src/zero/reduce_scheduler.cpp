@@ -28,8 +28,13 @@ ReduceScheduler::ReduceScheduler(const EngineSettings& settings, TrainableParame
 void ReduceScheduler::begin_backward() {
   std::fill(ready_.begin(), ready_.end(), 0);
   for (int64_t g = 0; g < store_.size(); ++g) {
-    reductions_[size_t(g)].pending = int(store_.layout(g).params.size());
-    reductions_[size_t(g)].launched = false;
+    Reduction& reduction = reductions_[size_t(g)];
+    reduction.pending = int(store_.layout(g).params.size());
+    reduction.launched = false;
+    // A backward that threw may have left a replica allreduce marked as started: this one starts afresh.
+    reduction.replicate_target = torch::Tensor();
+    reduction.replicate_work = Work();
+    reduction.replicating = false;
   }
   next_launch_ = next_retire_ = in_flight_elements_ = 0;
   in_backward_ = true;
@@ -88,11 +93,14 @@ void ReduceScheduler::retire(bool all) {
     if (!all && !over_budget && !reduction.reduce_work.is_completed()) return;
     reduction.reduce_work.wait();
     if (!replicated(reduction, all || over_budget)) return;
+    // In communication_data_type: back to the compute dtype (the flat gradients at stage 0, and under
+    // HSDP over shard groups of one rank, whose shard is the flat gradient).
+    if (reduction.comm_input.defined() && (stage == 0 || settings_.world == 1))
+      grads.flat_grad.copy_(reduction.comm_input);
     if (store_.gradients_on_host()) {
       land_on_host(g);
-    } else if (reduction.comm_input.defined()) {  // stage 0/1 in communication_data_type: back to the compute dtype
-      if (stage == 0) grads.flat_grad.copy_(reduction.comm_input);
-      else grads.shard_grad = reduction.comm_shard.to(grads.flat_grad.scalar_type());
+    } else if (reduction.comm_shard.defined()) {
+      grads.shard_grad = reduction.comm_shard.to(grads.flat_grad.scalar_type());
     }
     reduction.comm_input = reduction.comm_shard = torch::Tensor();
     if (stage >= 2 && !store_.gradients_on_host() && !reduction.reduce_output.is_same(grads.shard_grad))
@@ -159,7 +167,11 @@ void ReduceScheduler::launch_flat(int64_t g) {
   const int world = settings_.world;
   if (world == 1) {
     if (settings_.stage == 1 && !store_.gradients_on_host()) grads.shard_grad = grads.flat_grad;
-    if (settings_.replicas > 1) {  // HSDP over shard groups of one rank: the replicas' allreduce only
+    if (settings_.replicas > 1 && settings_.comm_dtype != grads.flat_grad.scalar_type()) {
+      // HSDP over shard groups of one rank: the replicas' allreduce only, in communication_data_type
+      reduction.comm_input = grads.flat_grad.to(settings_.comm_dtype).div_(settings_.replicas);
+      across_replicas(reduction, reduction.comm_input);
+    } else if (settings_.replicas > 1) {
       grads.flat_grad.mul_(1.0 / settings_.replicas);
       across_replicas(reduction, grads.flat_grad);
     }

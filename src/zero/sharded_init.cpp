@@ -64,9 +64,11 @@ class ShardedInit::Sharder : public detail::UnitSharder {
     if (record->params.empty()) return nullptr;  // nothing to shard (the engine gives it no group)
     record->world_size = comm_->size();
     record->rank = comm_->rank();
+    record->replicas = replicate_ ? replicate_->size() : 1;
     torch::NoGradGuard no_grad;
+    // Over the replicas first: then every rank ends with one rank's values, however the groups are ordered.
+    if (record->replicas > 1) detail::broadcast_coalesced(*replicate_, record->params, 0);
     if (comm_->size() > 1) detail::broadcast_coalesced(*comm_, record->params, 0);
-    if (replicate_ && replicate_->size() > 1) detail::broadcast_coalesced(*replicate_, record->params, 0);
     std::vector<int64_t> numels;
     for (const auto& p : record->params) numels.push_back(p.numel());
     const auto layout = detail::group_by_unit(numels, std::vector<int64_t>(numels.size(), 0), comm_->size())[0];

@@ -97,6 +97,11 @@ torch::Tensor UnitCoordinator::initial_shard(int64_t g, const GroupLayout& layou
                     "' was sharded as rank ", record->rank, " of ", record->world_size,
                     " (cohort::ShardedInit) but the engine runs as rank ", rank, " of ", world,
                     "; give ShardedInitOptions and EngineOptions one Comm");
+  COHORT_CHECK_KIND(kInvalidArgument, record->replicas == settings_.replicas, "ZeRO stage 3: unit '", name,
+                    "' was made alike on ", record->replicas,
+                    " replica(s) (ShardedInitOptions::replicate_comm) but the "
+                    "engine averages over ",
+                    settings_.replicas, " (EngineOptions::replicate_comm); give both the same replicate Comm");
   bool same = record->params.size() == layout.params.size();
   for (size_t k = 0; same && k < layout.params.size(); ++k)
     same = parts_.params.at(layout.params[k]).unsafeGetTensorImpl() == record->params[k].unsafeGetTensorImpl();
