@@ -119,4 +119,19 @@ TEST(CheckpointReplace, ASaveOfTheMissingStepThatFailsKeepsItsOldCopy) {
   EXPECT_TRUE(torch::equal(loaded_weight(dir.path + "/.step-10.old"), weight_of_seed(1)));
 }
 
+// Hostile pass 15, S-2: another step's checkpoint under the old copy's name is refused as a step-N
+// directory of another step is, not loaded as step N's previous copy.
+TEST(CheckpointReplace, AnotherStepUnderTheOldCopysNameIsRefused) {
+  TempDir dir;
+  save_model(dir.path, 15, 1);
+  save_model(dir.path, 20, 2);
+  fs::remove_all(dir.path + "/step-20");
+  fs::rename(dir.path + "/step-15", dir.path + "/.step-20.old");
+  Mlp model;
+  cohort::CheckpointState state;
+  state.add("model", *model).rng(false);
+  EXPECT_THAT(cohort::testing::error_of([&] { cohort::load_checkpoint(dir.path, state); }),
+              HasSubstr(".step-20.old/manifest.json: 'step' is 15, but its directory is step-20"));
+}
+
 }  // namespace checkpoint_replace_test

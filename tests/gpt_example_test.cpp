@@ -171,6 +171,15 @@ TEST(GptExample, HsdpFollowsDdpAndItsCheckpointResumesUnderFlatFsdp) {
   ASSERT_EQ(flat.code, 0) << flat.describe();
   EXPECT_THAT(flat.out, HasSubstr("resumed from " + ckpt + "/step-3"));
   EXPECT_TRUE(losses_close(flat.out, ddp.out, 6)) << flat.describe() << ddp.describe();
+  for (const auto& [target, why] : std::vector<std::pair<std::string, std::string>>{
+           {ckpt + "/latest", "is inside --checkpoint-dir " + ckpt},
+           {job.root + "/text.txt", "is the --data it reads"},
+           {job.root + "/none/model.safetensors", "its directory " + job.root + "/none does not exist"}}) {
+    const ProcResult refused = job.run({"--checkpoint-dir", ckpt, "--export", target}, "1");
+    EXPECT_EQ(refused.code, 1) << refused.describe();
+    EXPECT_THAT(refused.err, HasSubstr("--export " + target + ": " + why)) << refused.describe();
+  }
+  EXPECT_FALSE(std::filesystem::exists(job.root + "/none"));
   const ProcResult uneven = job.run({"--strategy", "zero2", "--dp-shard", "3"}, "4");
   EXPECT_EQ(uneven.code, 1) << uneven.describe();
   EXPECT_THAT(uneven.err, HasSubstr("--dp-shard 3 does not divide the 4 data-parallel rank(s) (world 4 / --tp 1)"))

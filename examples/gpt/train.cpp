@@ -230,6 +230,29 @@ void check_mesh(const Flags& flags, const cohort::World& world) {
     fail("--dp-replicate " + std::to_string(replicas) + " does not divide" + of);
 }
 
+// --export, checked before the run, which is not to be lost to a path it cannot write at its end: a
+// file in an existing directory, not the text it reads nor inside the checkpoint directory (hostile
+// pass 15, M-2: it wrote over `latest`), not a link or a device.
+void check_export_path(const Flags& flags) {
+  namespace fs = std::filesystem;
+  const auto fail = [&](const std::string& why) {
+    throw cohort::Error("--export " + flags.export_path + ": " + why, cohort::ErrorKind::kInvalidArgument);
+  };
+  const fs::path path = fs::absolute(flags.export_path).lexically_normal();
+  std::error_code error;
+  if (!fs::is_directory(path.parent_path(), error)) fail("its directory " + path.parent_path().string() + " does not exist");
+  const auto status = fs::symlink_status(path, error);
+  if (fs::exists(status) && !fs::is_regular_file(status)) fail("is there and is not a regular file");
+  const auto inside = [&](const std::string& dir) {
+    const std::string root = fs::weakly_canonical(dir, error).string() + "/";
+    return fs::weakly_canonical(path, error).string().rfind(root, 0) == 0;
+  };
+  if (!flags.checkpoint.dir.empty() && inside(flags.checkpoint.dir))
+    fail("is inside --checkpoint-dir " + flags.checkpoint.dir + ": write the model beside the checkpoints");
+  if (fs::weakly_canonical(path, error) == fs::weakly_canonical(flags.data, error) || inside(flags.data))
+    fail("is the --data it reads");
+}
+
 // --export: the whole parameters under the unsplit GPT's names, gathered one at a time on every rank
 // (a collective) and kept by rank 0 alone, which writes them: the one-file model for Python.
 void export_model(cohort::Trainer& trainer, const Flags& flags) {
@@ -251,10 +274,7 @@ void export_model(cohort::Trainer& trainer, const Flags& flags) {
 
 void run_training(const Flags& flags) {
   if (!flags.checkpoint.dir.empty()) examples::check_writable_dir("--checkpoint-dir", flags.checkpoint.dir);
-  if (!flags.export_path.empty()) {  // a run is not lost to a path it cannot write at its end
-    const std::string parent = std::filesystem::path(flags.export_path).parent_path().string();
-    examples::check_writable_dir("--export", parent.empty() ? "." : parent);
-  }
+  if (!flags.export_path.empty()) check_export_path(flags);
   if (flags.offload_optimizer == "nvme" || flags.offload_params == "nvme")
     examples::check_writable_dir("--nvme-path", flags.nvme_path);
   cohort::Trainer trainer(trainer_options(flags));  // starts or joins the workers before anything else

@@ -176,12 +176,16 @@ void check_crc(const json& j, const Checksum& crc, uint32_t now, int format_vers
                     " it covers give ", now, ": edited or damaged after the save");
 }
 
-// 'step' is a step count, and the one its step-<n> directory names (a directory of another name, such
-// as a copy, is not compared): resuming from a hand-edited step would set the state to it.
+// 'step' is a step count, and the one its step-<n> (or .step-<n>.old) directory names (a directory of
+// another name, such as a copy, is not compared): resuming from a hand-edited step would set the state to it.
 int64_t step_from_json(const json& j, const std::string& where) {
   const int64_t step = field<int64_t>(j, "step", where);
   COHORT_CHECK_KIND(kIO, step >= 0, where, ": 'step' is ", step, ", not a step count (0 or more)");
-  const auto named = parse_step_dir(std::filesystem::path(where).parent_path().filename().string());
+  std::string dir = std::filesystem::path(where).parent_path().filename().string();
+  // A replaced step's old copy, `.step-<n>.old`, which a load may take, names its step too (hostile pass 15).
+  if (dir.size() > 5 && dir[0] == '.' && dir.compare(dir.size() - 4, 4, ".old") == 0)
+    dir = dir.substr(1, dir.size() - 5);
+  const auto named = parse_step_dir(dir);
   COHORT_CHECK_KIND(kIO, !named || *named == step, where, ": 'step' is ", step, ", but its directory is ",
                     step_dir_name(*named));
   return step;
