@@ -74,7 +74,7 @@ void apply_retention(const fs::path& root, int64_t saved, int keep_last) {
 // `.step-N.old`, which a load takes while step-N is missing. A failure rolls back: nothing of the
 // failed save stays, and the step it replaced is whole again (M-1).
 void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir, int keep_last) {
-  const fs::path old = root / ("." + final_dir.filename().string() + ".old");
+  const fs::path old = root / old_copy_name(final_dir.filename().string());
   // A copy beside a missing step is what a load takes until this save is in place (review: removing it
   // first left nothing to put back); beside a present step it is stale.
   if (fs::exists(final_dir)) remove_or_warn(old, "a step replaced by an earlier save");
@@ -121,9 +121,7 @@ void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
     if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
       remove_or_warn(item.path(), "left by a save that did not finish");
     // A replaced step's old copy (a crash before its removal; hostile pass 14, M-1).
-    const auto step = name.size() > 5 && name[0] == '.' && name.substr(name.size() - 4) == ".old"
-                          ? parse_step_dir(name.substr(1, name.size() - 5))
-                          : std::nullopt;
+    const auto step = parse_old_copy(name);
     const bool missing = step && !fs::exists(root / step_dir_name(*step));
     // Kept while it may be what a load takes: its step missing and `latest` naming it (or unreadable).
     if (step && !(missing && (latest.empty() || latest == step_dir_name(*step))))

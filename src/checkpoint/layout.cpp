@@ -90,6 +90,13 @@ std::optional<int64_t> parse_step_dir(const std::string& name) {
   return step;
 }
 
+std::string old_copy_name(const std::string& step_dir) { return "." + step_dir + ".old"; }
+
+std::optional<int64_t> parse_old_copy(const std::string& name) {
+  if (name.size() < 6 || name[0] != '.' || name.compare(name.size() - 4, 4, ".old") != 0) return std::nullopt;
+  return parse_step_dir(name.substr(1, name.size() - 5));
+}
+
 std::string shard_file_name(int rank, int world_size) {
   char name[64];
   std::snprintf(name, sizeof name, "shard-%05d-of-%05d.bin", rank, world_size);

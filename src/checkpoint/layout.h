@@ -46,6 +46,10 @@ std::vector<SliceCopy> plan_slice_copies(const std::vector<Slice>& saved, int64_
 /// "step-<n>" and back (nothing for any other name, e.g. ".step-5.tmp").
 std::string step_dir_name(int64_t step);
 std::optional<int64_t> parse_step_dir(const std::string& name);
+/// ".step-<n>.old", the previous copy of a step being replaced (commit.h), from "step-<n>", and the
+/// step such a name holds (nothing for any other name).
+std::string old_copy_name(const std::string& step_dir);
+std::optional<int64_t> parse_old_copy(const std::string& name);
 
 /// What a save of step `saved` keeps and removes among the step directories `steps` (the saved one
 /// included). The retention rule: a checkpoint of a later step than the one saved is never removed

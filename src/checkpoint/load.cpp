@@ -13,6 +13,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/format_versioned.h"
 #include "checkpoint/group.h"
+#include "checkpoint/layout.h"
 #include "checkpoint/part_lender.h"
 #include "checkpoint/stage.h"
 #include "checkpoint/step_tensors.h"
@@ -39,7 +40,7 @@ std::vector<std::string> candidates(const std::string& dir, std::string* none) {
   if (!latest.empty()) out.push_back(latest);
   // A step replaced on a filesystem that cannot swap directories, the saving rank 0 killed between its
   // two renames: `latest` names no directory, and the step's previous copy waits beside it (save.cpp).
-  const fs::path aside = fs::path(dir) / ("." + fs::path(latest).filename().string() + ".old");
+  const fs::path aside = fs::path(dir) / old_copy_name(fs::path(latest).filename().string());
   if (!latest.empty() && !path_exists(latest) && !fs::is_symlink(aside) &&
       path_exists((aside / "manifest.json").string())) {
     COHORT_WARN("checkpoint ", latest, " is missing (a save replacing it was interrupted): loading its previous copy ",

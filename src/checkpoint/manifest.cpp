@@ -181,11 +181,10 @@ void check_crc(const json& j, const Checksum& crc, uint32_t now, int format_vers
 int64_t step_from_json(const json& j, const std::string& where) {
   const int64_t step = field<int64_t>(j, "step", where);
   COHORT_CHECK_KIND(kIO, step >= 0, where, ": 'step' is ", step, ", not a step count (0 or more)");
-  std::string dir = std::filesystem::path(where).parent_path().filename().string();
+  const std::string dir = std::filesystem::path(where).parent_path().filename().string();
   // A replaced step's old copy, `.step-<n>.old`, which a load may take, names its step too (hostile pass 15).
-  if (dir.size() > 5 && dir[0] == '.' && dir.compare(dir.size() - 4, 4, ".old") == 0)
-    dir = dir.substr(1, dir.size() - 5);
-  const auto named = parse_step_dir(dir);
+  auto named = parse_step_dir(dir);
+  if (!named) named = parse_old_copy(dir);
   COHORT_CHECK_KIND(kIO, !named || *named == step, where, ": 'step' is ", step, ", but its directory is ",
                     step_dir_name(*named));
   return step;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "checkpoint/files.h"
+#include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
 #include "cohort/error.h"
 #include "core/check.h"
@@ -21,8 +22,7 @@ bool holds_checkpoint_of_run(const std::string& dir, const std::string& run_id) 
   // A step being replaced when its saver died, on a filesystem that cannot swap directories: its
   // previous copy, which a load takes (commit.h).
   for (const auto& item : std::filesystem::directory_iterator(dir)) {
-    const std::string name = item.path().filename().string();
-    if (name.size() > 9 && name.rfind(".step-", 0) == 0 && name.substr(name.size() - 4) == ".old" && !item.is_symlink())
+    if (ckpt::parse_old_copy(item.path().filename().string()) && !item.is_symlink())
       paths.push_back(item.path().string());
   }
   for (const std::string& path : paths) {

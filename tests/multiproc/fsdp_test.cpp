@@ -14,12 +14,14 @@
 #include "cohort/fsdp.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
+#include "support/engine_bits.h"
 #include "support/errors.h"
 #include "support/multiproc.h"
 
 namespace fsdp_test {
 
 using cohort::testing::report;
+using cohort::testing::max_difference;
 using cohort::testing::run_ranks;
 
 namespace {
@@ -119,13 +121,6 @@ void train(cohort::ZeroEngine<TinyLMImpl>& engine, int rank, int size, int from,
     engine.backward(loss_of(engine.forward(mine(tokens), mine(mask)), mine(target)));
     engine.step();
   }
-}
-
-double max_difference(cohort::ZeroEngineCore& engine, std::map<std::string, torch::Tensor>& reference) {
-  double worst = 0;
-  for (const auto& [name, value] : engine.full_parameters())
-    worst = std::max(worst, (value - reference.at(name)).abs().max().item<double>());
-  return worst;
 }
 
 void equivalence_body(int rank, int size) {

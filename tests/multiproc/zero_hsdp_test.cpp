@@ -14,6 +14,7 @@
 #include "cohort/mesh.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
+#include "support/engine_bits.h"
 #include "support/errors.h"
 #include "support/multiproc.h"
 
@@ -22,6 +23,7 @@ namespace zero_hsdp_test {
 
 using ::testing::HasSubstr;
 using cohort::testing::report;
+using cohort::testing::max_difference;
 using cohort::testing::run_ranks;
 
 namespace {
@@ -71,8 +73,8 @@ cohort::EngineOptions hsdp(const cohort::Mesh& mesh) {
   return cohort::EngineOptions().comm(mesh.group_ptr("shard")).replicate_comm(mesh.group_ptr("replicate"));
 }
 
-void train(cohort::ZeroEngine<torch::nn::SequentialImpl>& engine, int rank, int gas, int steps = kSteps) {
-  for (int step = 0; step < steps; ++step) {
+void train(cohort::ZeroEngine<torch::nn::SequentialImpl>& engine, int rank, int gas, int to = kSteps, int from = 0) {
+  for (int step = from; step < to; ++step) {
     auto [x, y] = batch(step, rank);
     const int64_t micro = kBatch / gas;
     for (int m = 0; m < gas; ++m) {
@@ -81,13 +83,6 @@ void train(cohort::ZeroEngine<torch::nn::SequentialImpl>& engine, int rank, int 
       engine.step();
     }
   }
-}
-
-double max_difference(cohort::ZeroEngineCore& engine, std::map<std::string, torch::Tensor>& reference) {
-  double worst = 0;
-  for (const auto& [name, value] : engine.full_parameters())
-    worst = std::max(worst, (value - reference.at(name)).abs().max().item<double>());
-  return worst;
 }
 
 TEST(Hsdp, EveryStageOnTwoReplicasOfTwoShardsEqualsDdpOnFour) {
@@ -148,11 +143,7 @@ TEST(Hsdp, CheckpointWritesEachShardOnceAndLoadsAcrossLayouts) {
       save(flat, root + "/flat" + tag);
       auto resumed = cohort::initialize(config(stage), make_model(), hsdp(mesh));
       load_into(resumed, root + "/flat" + tag);
-      for (int step = kSteps / 2; step < kSteps; ++step) {
-        auto [x, y] = batch(step, rank);
-        resumed.backward(torch::nn::functional::cross_entropy(resumed.forward(x), y));
-        resumed.step();
-      }
+      train(resumed, rank, 1, kSteps, kSteps / 2);
       auto s = straight.full_parameters(), r = resumed.full_parameters();
       for (size_t i = 0; i < s.size(); ++i)
         EXPECT_LT((s[i].second - r[i].second).abs().max().item<double>(), 1e-6) << "stage " << stage << s[i].first;

@@ -1,10 +1,13 @@
-// Test helpers for ZeRO runs that must end at the same bits: an engine's full parameters in the
-// module's order, and a comparison naming the first parameter that differs and by how much.
+// Test helpers for ZeRO runs that must end at the same bits (or close to them): an engine's full
+// parameters in the module's order, a comparison naming the first parameter that differs and by how
+// much, and the largest difference from a reference's parameters by name.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +27,14 @@ inline void expect_equal_bits(const std::vector<torch::Tensor>& got, const std::
   for (size_t i = 0; i < got.size(); ++i)
     EXPECT_TRUE(got[i].equal(want[i])) << what << ", parameter " << i << ": max diff "
                                        << (got[i] - want[i]).abs().max().item<double>();
+}
+
+/// The largest absolute difference between the engine's full parameters and `reference`'s, by name.
+inline double max_difference(cohort::ZeroEngineCore& engine, const std::map<std::string, torch::Tensor>& reference) {
+  double worst = 0;
+  for (const auto& [name, value] : engine.full_parameters())
+    worst = std::max(worst, (value - reference.at(name)).abs().max().item<double>());
+  return worst;
 }
 
 }  // namespace cohort::testing
