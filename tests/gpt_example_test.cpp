@@ -385,6 +385,10 @@ TEST(GptExample, ASigtermToASelfLaunchedJobLeavesEveryRanksTimeline) {
                             clean_env({{"COHORT_TIMELINE", trace}}));
   // A checkpoint is written once both ranks train, and so record their timeline.
   for (int i = 0; i < 1200 && !std::filesystem::exists(ckpt + "/latest"); ++i) std::this_thread::sleep_for(50ms);
+  // Later than the first checkpoint, into the steps: rank 1's main thread then met rank 0's abort and
+  // ran exit() while its watcher still wrote the events, and a static the watcher had just built was
+  // destroyed under it (a crash in about half of such runs; CI's stop 59).
+  std::this_thread::sleep_for(150ms);
   ::kill(proc.pid, SIGTERM);
   const ProcResult result = finish_process(proc, 60s);
   EXPECT_EQ(result.signal, SIGTERM) << result.describe();

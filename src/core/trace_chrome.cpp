@@ -9,12 +9,19 @@
 namespace cohort::detail::trace {
 namespace {
 
-// Each category's rows start at its own tid so the viewer groups them: user spans first.
+// Each category's rows start at its own tid so the viewer groups them: user spans first. A constant
+// table, not a static map: a SIGTERM's hand-over converts the events on the timeline's watcher thread
+// while the main thread may already be in exit(), and a static first built there would be destroyed
+// under it (its destructor registered after init's shutdown handler runs first).
 int track_base(const std::string& category) {
-  static const std::map<std::string, int> bases = {
-      {"user", 0}, {"ddp", 100}, {"zero", 200}, {"checkpoint", 300}, {"comm", 400}};
-  auto it = bases.find(category);
-  return it == bases.end() ? 900 : it->second;
+  struct Base {
+    const char* category;
+    int tid;
+  };
+  static constexpr Base kBases[] = {{"user", 0}, {"ddp", 100}, {"zero", 200}, {"checkpoint", 300}, {"comm", 400}};
+  for (const Base& base : kBases)
+    if (category == base.category) return base.tid;
+  return 900;
 }
 
 nlohmann::json args_of(const Event& event) {
