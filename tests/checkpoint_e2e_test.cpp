@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "launch_helpers.h"
+#include "support/multiproc.h"
 #include "synthetic_fashion_mnist.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -32,12 +33,16 @@ struct Job {
   std::string root = make_temp_dir("checkpoint_e2e_");
   Job() { write_synthetic_fashion_mnist(root, kTrain, kTest); }
   ~Job() { remove_tree(root); }
-  std::vector<std::string> argv(const std::vector<std::string>& extra) const {
-    std::vector<std::string> args = {build_path("/tools/cohortrun"), "--standalone",
-                                     "--nproc-per-node", "2", "--max-restarts", "2",
-                                     build_path("/examples/fashion_mnist"), "--data", root,
-                                     "--epochs", "3", "--batch-size", "16", "--threads", "1",
-                                     "--progress", "off"};
+  /// `launcher`: cohortrun's rendezvous flags, --standalone (a fresh run id per launch) when none.
+  std::vector<std::string> argv(const std::vector<std::string>& extra,
+                                const std::vector<std::string>& launcher = {"--standalone"}) const {
+    std::vector<std::string> args = {build_path("/tools/cohortrun"), "--nproc-per-node", "2", "--max-restarts", "2"};
+    args.insert(args.end(), launcher.begin(), launcher.end());
+    for (const std::string& arg : {build_path("/examples/fashion_mnist"), std::string("--data"), root,
+                                   std::string("--epochs"), std::string("3"), std::string("--batch-size"),
+                                   std::string("16"), std::string("--threads"), std::string("1"),
+                                   std::string("--progress"), std::string("off")})
+      args.push_back(arg);
     args.insert(args.end(), extra.begin(), extra.end());
     return args;
   }
@@ -161,22 +166,46 @@ TEST(CheckpointE2E, ASecondJobOnTheSameCheckpointDirectoryIsRefused) {
 // Hostile pass 14, S-2: a job started from scratch (--resume never) in a directory that holds an
 // earlier job's checkpoint, its rank 1 killed in its first save, is restarted from scratch, not from
 // the earlier job's step (another learning rate there: its weights were printed as this job's).
+// Hostile pass 15, S-1: even when both jobs have the same run id (a reused --rdzv-id; torchrun's
+// default "none"): the job's token in the directory tells them apart.
 TEST(CheckpointE2E, ARestartOfAJobStartedFromScratchIgnoresAnEarlierJobsCheckpoints) {
   Job job;
   const std::string expected = reference_digest(job);
   const std::string ckpt = job.root + "/ckpt";
-  const ProcResult earlier = run_process(job.argv({"--checkpoint-dir", ckpt, "--max-steps", "16", "--lr", "0.003"}),
-                                         clean_env(), 180s);
+  const auto same_run = [] { return std::vector<std::string>{"--master-port", std::to_string(free_port()), "--rdzv-id", "nightly"}; };
+  const ProcResult earlier = run_process(
+      job.argv({"--checkpoint-dir", ckpt, "--max-steps", "16", "--lr", "0.003"}, same_run()), clean_env(), 180s);
   ASSERT_EQ(earlier.code, 0) << earlier.describe();
   ASSERT_TRUE(fs::exists(ckpt + "/step-16/manifest.json"));
-  const ProcResult result = run_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "5", "--resume",
-                                                  "never"}),
-                                        clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:5"}}), 180s);
+  const ProcResult result =
+      run_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "5", "--resume", "never"}, same_run()),
+                  clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:5"}}), 180s);
   ASSERT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("restart 1 of this job (TORCHELASTIC_RESTART_COUNT): " + ckpt +
-                                    " holds no checkpoint this job saved"))
+                                    " holds no checkpoint this job saved: starting from scratch"))
       << result.describe();
   EXPECT_THAT(result.out, ::testing::Not(HasSubstr("resumed from"))) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+}
+
+// Hostile pass 15, S-3: a job started from a given checkpoint (--resume DIR/step-16) and killed in a
+// later save continues from the newest checkpoint it saved itself, not from step 16 again (every
+// restart went back there, losing the steps since).
+TEST(CheckpointE2E, ARestartOfAJobStartedFromAGivenCheckpointContinuesFromItsOwnNewerOne) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt";
+  const ProcResult earlier = run_process(job.argv({"--checkpoint-dir", ckpt, "--max-steps", "16"}), clean_env(), 180s);
+  ASSERT_EQ(earlier.code, 0) << earlier.describe();
+  const ProcResult result = run_process(
+      job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "5", "--resume", ckpt + "/step-16"}),
+      clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:25"}}), 180s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("restart 1 of this job (TORCHELASTIC_RESTART_COUNT): continuing from the "
+                                    "newest checkpoint it saved in " +
+                                    ckpt + ", not from " + ckpt + "/step-16"))
+      << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-20")) << result.describe();
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
 }
 

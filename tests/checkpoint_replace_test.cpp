@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/inspect.h"
 #include "cohort/checkpoint.h"
 #include "support/errors.h"
 #include "support/small_models.h"
@@ -105,6 +106,21 @@ TEST(CheckpointReplace, AStepMissingBesideItsOldCopyLoadsTheCopyUntilANewerSave)
   EXPECT_TRUE(fs::exists(dir.path + "/.step-10.old"));
   save_model(dir.path, 30, 3);
   EXPECT_TRUE(hidden_entries(dir.path).empty()) << ::testing::PrintToString(hidden_entries(dir.path));
+}
+
+// Hostile pass 15, M-1: cohort-ckpt info, verify and consolidate take the checkpoint a load takes, the
+// old copy of a missing step, instead of failing on `latest`.
+TEST(CheckpointReplace, TheToolsTakeTheOldCopyOfAMissingStepAsALoadDoes) {
+  TempDir dir;
+  save_model(dir.path, 10, 1);
+  fs::rename(dir.path + "/step-10", dir.path + "/.step-10.old");
+  const std::string step = cohort::detail::ckpt::resolve_step_dir(dir.path);
+  EXPECT_EQ(step, dir.path + "/.step-10.old");
+  EXPECT_TRUE(cohort::detail::ckpt::verify_checkpoint(step).empty());
+  // A link under the old copy's name is not the step's copy: `latest` is reported as it stands.
+  fs::rename(dir.path + "/.step-10.old", dir.path + "/kept");
+  fs::create_directory_symlink(dir.path + "/kept", dir.path + "/.step-10.old");
+  EXPECT_EQ(cohort::detail::ckpt::resolve_step_dir(dir.path), dir.path + "/step-10");
 }
 
 TEST(CheckpointReplace, ASaveOfTheMissingStepThatFailsKeepsItsOldCopy) {

@@ -69,7 +69,7 @@ TEST(FashionMnistElastic, RestartResumesByItselfToTheSameParameters) {
                                         clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:10"}}), 120s);
   ASSERT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("[rank0]: restart 1 of this job (TORCHELASTIC_RESTART_COUNT): continuing from "
-                                    "the newest checkpoint in " + job.ckpt + "\n"));
+                                    "the newest checkpoint it saved in " + job.ckpt + "\n"));
   EXPECT_THAT(result.out, HasSubstr("[rank0]: resumed from " + job.ckpt + "/step-5 (step 5, saved by 2 rank(s))"));
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
   // The epoch's train loss counts steps 1-5 too (the checkpoint's logged sums): it was the mean of steps

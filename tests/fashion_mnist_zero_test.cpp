@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "launch_helpers.h"
+#include "support/multiproc.h"
 #include "synthetic_fashion_mnist.h"
 
 // Tests compile in unity batches of several files: this file's names stay in its own namespace.
@@ -48,6 +49,30 @@ TEST(FashionMnistZero, StagesOneToThreeEndWithDdpsParameters) {
   const ProcResult bad = run_process({build_path("/examples/fashion_mnist"), "--zero-stage", "4"}, clean_env(), 30s);
   EXPECT_EQ(bad.code, 2) << bad.describe();
   EXPECT_EQ(bad.err, "error: --zero-stage is out of range: expected an integer from 0 to 3, got 4\n");
+}
+
+// Hostile pass 15, m-1: stage 3 on two nodes of two ranks is HSDP by default (sharded within a node,
+// replicated across), and the job says so; its header is printed before the Trainer chooses.
+TEST(FashionMnistZero, StageThreeOnTwoNodesSaysItIsHsdp) {
+  Job job;
+  const std::string rdzv = "127.0.0.1:" + std::to_string(free_port());
+  const auto node = [&] {
+    return start_process({build_path("/tools/cohortrun"), "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-id",
+                          "hsdp", "--rdzv-backend", "c10d", "--rdzv-endpoint", rdzv,
+                          build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs", "1", "--max-steps",
+                          "2", "--batch-size", "16", "--threads", "1", "--progress", "off", "--zero-stage", "3"},
+                         clean_env());
+  };
+  Proc a = node(), b = node();
+  const ProcResult ra = finish_process(a, 120s), rb = finish_process(b, 120s);
+  ASSERT_EQ(ra.code, 0) << ra.describe();
+  ASSERT_EQ(rb.code, 0) << rb.describe();
+  EXPECT_THAT(ra.out + rb.out, HasSubstr("sharding: HSDP, each tensor sharded over 2 ranks (a node's) and "
+                                         "replicated 2 times across nodes"))
+      << ra.describe() << rb.describe();
+  const ProcResult flat = job.run({"--zero-stage", "3", "--max-steps", "2"});
+  ASSERT_EQ(flat.code, 0) << flat.describe();
+  EXPECT_THAT(flat.out, ::testing::Not(HasSubstr("sharding: HSDP"))) << flat.describe();
 }
 
 TEST(FashionMnistZero, DeepSpeedConfigBf16StageThreeResumesFromItsCheckpoint) {

@@ -52,7 +52,7 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const Ch
          },
          std::string("auto: continue from the latest checkpoint in --checkpoint-dir if there is one; never: "
                      "start from scratch") +
-             (help.restart_resumes ? " (a launcher's restart still continues from the newest one)" : "") +
+             (help.restart_resumes ? " (a launcher's restart continues from the newest one this job saved)" : "") +
              "; or a checkpoint directory to load")
       ->default_str(flags.resume);
 }

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "cohort/error.h"
+#include "cohort/world.h"
+#include "command_line_error.h"
 
 namespace examples {
 
@@ -83,6 +85,9 @@ inline int parse_and_run(CLI::App& app, int argc, char** argv, const std::functi
   try {
     run();
     return 0;
+  } catch (const CommandLineError& e) {
+    if (!cohort::is_initialized() || cohort::current_world().is_main()) std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const c10::Error& e) {
     report(e.what_without_backtrace());  // no C++ stack trace
   } catch (const std::exception& e) {

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "../common/cli_paths.h"
+#include "../common/command_line_error.h"
 #include "../common/memory.h"
 #include "../common/threads.h"
 #include "models/gpt.h"
@@ -214,9 +215,9 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
 }
 
 // The mesh the flags ask for against the world, in the flags' names (the Trainer says the same in its
-// options' names).
+// options' names): once, by rank 0, exit status 2 (hostile pass 15, m-2: once per rank, status 1).
 void check_mesh(const Flags& flags, const cohort::World& world) {
-  const auto fail = [](const std::string& text) { throw cohort::Error(text, cohort::ErrorKind::kInvalidArgument); };
+  const auto fail = [](const std::string& text) { throw examples::CommandLineError(text); };
   const int64_t ranks = world.size(), tp = flags.tensor_parallel, shard = flags.dp_shard, replicas = flags.dp_replicate;
   if (ranks % tp != 0)
     fail("--tp " + std::to_string(tp) + " does not divide the world's " + std::to_string(ranks) + " rank(s)");
@@ -236,7 +237,7 @@ void check_mesh(const Flags& flags, const cohort::World& world) {
 void check_export_path(const Flags& flags) {
   namespace fs = std::filesystem;
   const auto fail = [&](const std::string& why) {
-    throw cohort::Error("--export " + flags.export_path + ": " + why, cohort::ErrorKind::kInvalidArgument);
+    throw examples::CommandLineError("--export " + flags.export_path + ": " + why);
   };
   const fs::path path = fs::absolute(flags.export_path).lexically_normal();
   std::error_code error;

@@ -38,9 +38,10 @@ struct FitOptions {
   /// Resume from "last" (the newest checkpoint of the ModelCheckpoint callback, if there is one) or a
   /// checkpoint directory (which must exist); "": start from scratch.
   TORCH_ARG(std::string, ckpt_path) = "";
-  /// With ckpt_path "": when the launcher restarted the job (TORCHELASTIC_RESTART_COUNT > 0, as
-  /// cohortrun and torchrun set it) and a ModelCheckpoint callback saves checkpoints, resume from its
-  /// newest one ("last"), so a restarted group continues instead of training from scratch.
+  /// When the launcher restarted the job (TORCHELASTIC_RESTART_COUNT > 0, as cohortrun and torchrun
+  /// set it) and a ModelCheckpoint callback saves checkpoints, resume from the newest one this job saved
+  /// (known by a token its first attempt writes to the directory's `.job`), so a restarted group
+  /// continues instead of going back to ckpt_path or to scratch; while it saved none, from ckpt_path.
   TORCH_ARG(bool, resume_on_restart) = true;
 };
 

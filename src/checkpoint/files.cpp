@@ -110,4 +110,15 @@ std::string utc_now() {
   return text;
 }
 
+std::string latest_step_to_load(const std::string& root, bool* replaced) {
+  const std::string latest = read_latest(root);
+  if (replaced != nullptr) *replaced = false;
+  if (latest.empty() || path_exists(latest)) return latest;
+  const std::filesystem::path aside = std::filesystem::path(root) /
+                                      old_copy_name(std::filesystem::path(latest).filename().string());
+  if (std::filesystem::is_symlink(aside) || !path_exists((aside / "manifest.json").string())) return latest;
+  if (replaced != nullptr) *replaced = true;
+  return aside.string();
+}
+
 }  // namespace cohort::detail::ckpt

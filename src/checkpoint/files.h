@@ -31,6 +31,11 @@ std::vector<std::pair<int64_t, std::string>> step_directories(const std::string&
 /// path with '/', a link leading out of `root`, a file of more than a few bytes), before reading
 /// anything it names; what the message quotes of it is bounded.
 std::string read_latest(const std::string& root);
+/// The step directory a load of `root` starts from: `latest`'s, or, when that one is missing and its
+/// previous copy `.step-<n>.old` (a directory, not a link) holds a manifest, that copy (a save replacing
+/// the step on a filesystem that cannot swap directories was interrupted: commit.h). "" without
+/// `latest`. `replaced` (optional) is set when the previous copy is taken.
+std::string latest_step_to_load(const std::string& root, bool* replaced = nullptr);
 /// Throws CheckpointPathError (starting with `where`) when `name`, a file name from a manifest, is not a
 /// plain name inside the step directory: empty, "." or "..", with a '/' or a NUL byte.
 void check_file_name(const std::string& name, const std::string& where);

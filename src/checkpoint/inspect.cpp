@@ -25,6 +25,7 @@
 #include "checkpoint/step_tensors.h"
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/log.h"
 #include "core/safe_file.h"
 #include "core/text.h"
 
@@ -136,7 +137,13 @@ std::string resolve_step_dir(const std::string& path) {
   if (given.filename() == "manifest.json" && fs::is_regular_file(given, error))
     return given.has_parent_path() ? given.parent_path().string() : ".";
   if (path_exists((fs::path(path) / "manifest.json").string())) return path;
-  const std::string latest = read_latest(path);  // throws for a pointer that leads out of `path`
+  // Throws for a pointer that leads out of `path`. The step a load takes: a replaced step's previous
+  // copy while the step itself is missing (hostile pass 15, M-1: the tools failed on what loads).
+  bool replaced = false;
+  const std::string latest = latest_step_to_load(path, &replaced);
+  if (replaced)
+    COHORT_WARN("checkpoint ", read_latest(path), " is missing (a save replacing it was interrupted): taking its ",
+                "previous copy ", latest, ", as a load does");
   if (!latest.empty()) return latest;
   // No 'latest' (a copy of the step directories, a save that never moved it): the newest step
   // directory, the one training would resume from.

@@ -9,7 +9,8 @@
 
 namespace cohort::detail::ckpt {
 
-/// `path` itself when it holds a manifest.json, else the step directory `path/latest` names, else
+/// `path` itself when it holds a manifest.json, else the step directory `path/latest` names (its
+/// previous copy `.step-<n>.old` while it is missing, as a load takes: files.h latest_step_to_load), else
 /// (no `latest`) its newest step-<n> directory, as training resumes. Throws cohort::Error naming the
 /// path when there is none, when it cannot be looked at (a loop of links), or when `latest` leads out
 /// of `path` (files.h: read_latest).

@@ -36,17 +36,12 @@ std::vector<std::string> candidates(const std::string& dir, std::string* none) {
   if (path_exists((fs::path(dir) / "manifest.json").string())) return {dir};  // a step directory itself
   COHORT_CHECK_KIND(kInvalidArgument, fs::is_directory(dir), "checkpoint path ", dir, " is not a directory");
   std::vector<std::string> out;
-  const std::string latest = read_latest(dir);  // throws for a pointer leading out of `dir`: nothing read
+  bool replaced = false;
+  const std::string latest = latest_step_to_load(dir, &replaced);  // throws for a pointer leading out of `dir`
   if (!latest.empty()) out.push_back(latest);
-  // A step replaced on a filesystem that cannot swap directories, the saving rank 0 killed between its
-  // two renames: `latest` names no directory, and the step's previous copy waits beside it (save.cpp).
-  const fs::path aside = fs::path(dir) / old_copy_name(fs::path(latest).filename().string());
-  if (!latest.empty() && !path_exists(latest) && !fs::is_symlink(aside) &&
-      path_exists((aside / "manifest.json").string())) {
-    COHORT_WARN("checkpoint ", latest, " is missing (a save replacing it was interrupted): loading its previous copy ",
-                aside.string());
-    out[0] = aside.string();
-  }
+  if (replaced)
+    COHORT_WARN("checkpoint ", read_latest(dir), " is missing (a save replacing it was interrupted): loading its ",
+                "previous copy ", latest);
   for (const auto& [step, path] : step_directories(dir)) {
     if (out.empty() || path != out[0]) out.push_back(path);
   }

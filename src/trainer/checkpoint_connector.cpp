@@ -3,10 +3,12 @@
 // epoch and position, the step, the global batch and every callback's numbers. A fit resumes by
 // itself when the launcher restarted the job, and in another world size keeps the checkpoint's
 // samples per optimizer step by accumulating micro-batches (an elastic restart on fewer ranks).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "checkpoint/counter_values.h"
+#include "checkpoint/entry.h"
 #include "checkpoint/group.h"
 #include "cohort/error.h"
 #include "cohort/number.h"
@@ -42,11 +44,12 @@ CheckpointState CheckpointConnector::checkpoint_state() {
   for (const auto& callback : trainer_.callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
   state.set(kRunIdKey, launcher_run_id());
+  if (!job_token_.empty()) state.set(kJobTokenKey, job_token_);
   state.set_step(trainer_.step);
   // Checked before anything loads, so a damaged value falls back to an older checkpoint.
   state.check_user_values([this](const std::map<std::string, std::string>& user, int saved_world_size) {
     check_trainer_values(user, saved_world_size);
-    if (!own_run_.empty()) check_saved_by_run(user, own_run_);
+    if (!own_job_.empty()) check_saved_by_job(user, own_job_);
     for (const auto& callback : trainer_.callbacks) callback->check_state(user);
   });
   return state;
@@ -113,36 +116,61 @@ std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path)
   return trainer_.owner.root_dir() + "/checkpoints";
 }
 
+// Rank 0 claims the job's token in the directory whose lock it holds (ModelCheckpoint::on_fit_start
+// took it); every rank follows its answer, or fails with its error.
+JobClaim CheckpointConnector::agree_job_claim(const std::string& dir, bool restart) {
+  std::string said;
+  JobClaim claim;
+  if (trainer_.world.is_main()) {
+    try {
+      claim = claim_job_token(dir, restart);
+      said = "T" + claim.token + (claim.holds_own_checkpoint ? "1" : "0") + (claim.token_lost ? "1" : "0");
+    } catch (const Error& e) {
+      said = "E" + ckpt::without_rank_prefix(e.what());
+    }
+  }
+  said = ckpt::Group(nullptr).allgather(said).front();
+  COHORT_CHECK_KIND(kIO, said.rfind('T', 0) == 0 && said.size() >= 3, said.substr(1));
+  claim.token = said.substr(1, said.size() - 3);
+  claim.holds_own_checkpoint = said[said.size() - 2] == '1';
+  claim.token_lost = said.back() == '1';
+  return claim;
+}
+
 std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_options) {
-  if (!fit_options.ckpt_path().empty() || !fit_options.resume_on_restart()) return fit_options.ckpt_path();
+  const std::string given = fit_options.ckpt_path();
+  const bool saves = std::any_of(trainer_.callbacks.begin(), trainer_.callbacks.end(), [](const auto& callback) {
+    return dynamic_cast<ModelCheckpoint*>(callback.get()) != nullptr;
+  });
+  if (!fit_options.resume_on_restart() || !saves) return given;
   const int restart = launcher_restart_count();
-  if (restart == 0) return "";
-  for (const auto& callback : trainer_.callbacks) {
-    if (dynamic_cast<ModelCheckpoint*>(callback.get()) == nullptr) continue;
-    const std::string dir = resolve_ckpt_path("last"), run = launcher_run_id();
-    // The first attempt started from scratch: only this job's own checkpoints continue it (rank 0 looks,
-    // every rank follows its answer).
-    torch::Tensor own = torch::tensor(
-        {run.empty() || (trainer_.world.is_main() && holds_checkpoint_of_run(dir, run)) ? 1 : 0});
-    if (!run.empty() && trainer_.world.size() > 1) trainer_.world.comm().broadcast(own, 0);
-    if (own.item<int>() == 0) {
-      if (trainer_.world.is_main())
-        std::printf(
-            "restart %d of this job (TORCHELASTIC_RESTART_COUNT): %s holds no checkpoint this job saved "
-            "(run id %s): starting from scratch, as its first attempt did\n",
-            restart, dir.c_str(), run.c_str());
-      std::fflush(stdout);
-      return "";
-    }
-    own_run_ = run;
-    if (trainer_.world.is_main()) {
-      std::printf("restart %d of this job (TORCHELASTIC_RESTART_COUNT): continuing from the newest checkpoint in %s\n",
-                  restart, dir.c_str());
-      std::fflush(stdout);
-    }
+  const std::string dir = resolve_ckpt_path("last");
+  const JobClaim claim = agree_job_claim(dir, restart > 0);
+  job_token_ = claim.token;
+  if (restart == 0) return given;
+  const bool main = trainer_.world.is_main();
+  if (claim.holds_own_checkpoint) {
+    own_job_ = claim.token;
+    if (main)
+      std::printf(
+          "restart %d of this job (TORCHELASTIC_RESTART_COUNT): continuing from the newest checkpoint it "
+          "saved in %s%s\n",
+          restart, dir.c_str(), given.empty() || given == "last" ? "" : (", not from " + given).c_str());
+    std::fflush(stdout);
     return "last";
   }
-  return "";  // nothing saves checkpoints: a restart starts from scratch
+  if (main) {
+    const std::string why = claim.token_lost
+                                ? " (its token file " + std::string(kJobTokenFile) + " is missing or damaged)"
+                                : "";
+    const std::string from = given.empty() ? "from scratch" : "again from " + given;
+    std::printf(
+        "restart %d of this job (TORCHELASTIC_RESTART_COUNT): %s holds no checkpoint this job saved%s: "
+        "starting %s, as its first attempt did\n",
+        restart, dir.c_str(), why.c_str(), from.c_str());
+  }
+  std::fflush(stdout);
+  return given;
 }
 
 void CheckpointConnector::keep_global_batch(const CheckpointState& state, const std::string& path,

@@ -8,6 +8,7 @@
 
 #include "cohort/checkpoint.h"
 #include "cohort/trainer.h"
+#include "trainer/job_checkpoints.h"
 
 namespace cohort::detail {
 
@@ -19,7 +20,8 @@ class CheckpointConnector {
 
   /// Trainer::save_checkpoint: refused outside fit and inside an accumulation.
   std::string save(const std::string& dir, int keep_last);
-  /// fit's checkpoint: ckpt_path, or "last" on a launcher's restart (FitOptions::resume_on_restart).
+  /// fit's checkpoint: ckpt_path, or on a launcher's restart (FitOptions::resume_on_restart) "last" when
+  /// this job saved a checkpoint (job_checkpoints.h).
   std::string checkpoint_to_resume(const FitOptions& fit_options);
   /// Loads `ckpt_path` ("last": the newest, or nothing when none was saved yet) into the trainer.
   void resume(const std::string& ckpt_path);
@@ -34,10 +36,13 @@ class CheckpointConnector {
   void restore_epoch_sums(const CheckpointState& state, const std::string& path, int saved_world_size);
   int64_t logging_replicas() const;
   std::string resolve_ckpt_path(const std::string& ckpt_path);
+  JobClaim agree_job_claim(const std::string& dir, bool restart);
 
   TrainerImpl& trainer_;
-  /// A restart of a job that started from scratch: the run id every checkpoint it loads must carry.
-  std::string own_run_;
+  /// This job's token (job_checkpoints.h), which every save records; "" when nothing saves checkpoints.
+  std::string job_token_;
+  /// A restart continuing its own checkpoints: the token every checkpoint it loads must carry.
+  std::string own_job_;
 };
 
 }  // namespace cohort::detail
