@@ -75,6 +75,7 @@ struct Flags {
   int64_t n_layer = 6, n_head = 6, n_embd = 384, block_size = 128, vocab_size = 256, batch = 4;
   int steps = 10, warmup = 2, threads = 1;
   int replicas = 1;  // zero1-3/fsdp: HSDP's replicas (a {replicate, shard} mesh over the world)
+  int tp = 1;        // zero1-3/fsdp: tensor parallel size (Megatron's split of the GPT; the engine shards the rest)
   int64_t prefetch_bucket_size = cohort::ZeroOptimizationConfig().stage3_prefetch_bucket_size();
   int64_t reduce_bucket_size = cohort::ZeroOptimizationConfig().reduce_bucket_size();
   std::string offload_optimizer = "none", offload_params = "none", nvme_path;
@@ -139,6 +140,10 @@ Flags parse(int argc, char** argv) {
   app.add_option("--replicas", f.replicas,
                  "zero1-3/fsdp: HSDP, this many replicas of world / replicas consecutive ranks (1: flat)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--tp", f.tp,
+                 "zero1-3/fsdp: tensor parallel over groups of this many consecutive ranks (models/gpt.h's plan), "
+                 "the engine sharding over the data-parallel ranks (FSDP2's fully_shard on a 2-D mesh)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr", f.lr, "AdamW's learning rate (1e-4)");
   app.add_option("--stage3-prefetch-bucket-size", f.prefetch_bucket_size, "elements (DeepSpeed's default 5e7)");
   app.add_option("--reduce-bucket-size", f.reduce_bucket_size, "elements (DeepSpeed's default 5e8)");
@@ -160,6 +165,8 @@ Flags parse(int argc, char** argv) {
     if (f.sharded_init && f.device != "cpu") throw CLI::ValidationError("--sharded-init", "needs --device cpu");
     if (f.precision != "fp32" && f.mode == "ddp") throw CLI::ValidationError("--precision", "bf16 needs a ZeRO mode");
     if (f.replicas > 1 && f.mode == "ddp") throw CLI::ValidationError("--replicas", "HSDP needs a ZeRO mode");
+    if (f.tp > 1 && (f.mode == "ddp" || f.replicas > 1 || f.sharded_init))
+      throw CLI::ValidationError("--tp", "needs a ZeRO mode, without --replicas or --sharded-init");
     if (f.device == "cuda" && !COHORT_BENCH_CUDA)
       throw CLI::ValidationError("--device", "cuda needs a build against a LibTorch with CUDA");
   } catch (const CLI::ParseError& e) {
@@ -172,13 +179,12 @@ using GPTEngine = cohort::ZeroEngine<cohort::models::GPTImpl>;
 
 // One training step's body for the chosen mode: forward, loss, backward, optimizer step.
 std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, const torch::Tensor& tokens,
-                                  const cohort::Mesh* hsdp,
+                                  const cohort::Mesh* hsdp, const cohort::Mesh* tp,
                                   std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>>& ddp,
                                   std::unique_ptr<torch::optim::AdamW>& adamw, std::unique_ptr<GPTEngine>& engine) {
   auto input = tokens.narrow(1, 0, f.block_size), target = tokens.narrow(1, 1, f.block_size);
-  auto loss_of = [=](const torch::Tensor& logits) {
-    return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
-  };
+  // Plain cross-entropy, or loss parallel on vocabulary-split logits under --tp.
+  auto loss_of = [gpt = model, target](const torch::Tensor& logits) { return gpt->loss_of(logits, target); };
   if (f.mode == "ddp") {
     ddp = std::make_unique<cohort::DistributedDataParallel<cohort::models::GPTImpl>>(model.ptr());
     adamw = std::make_unique<torch::optim::AdamW>(model->parameters(), torch::optim::AdamWOptions(f.lr));
@@ -203,6 +209,7 @@ std::function<double()> make_step(const Flags& f, cohort::models::GPT& model, co
   // FSDP2 gathers the next block while one runs: one unit ahead, as the Trainer's fsdp does
   auto options = cohort::EngineOptions().prefetch_units(f.mode == "fsdp" ? 1 : 0);
   if (hsdp) options.comm(hsdp->group_ptr("shard")).replicate_comm(hsdp->group_ptr("replicate"));
+  if (tp) options.comm(tp->group_ptr("data_parallel")).model_parallel_comm(tp->group_ptr("tensor_parallel"));
   engine = std::make_unique<GPTEngine>(model.ptr(), config, options);
   // With COHORT_BENCH_PHASES, the engine's own account after each phase too: what of the resident
   // memory it holds (a gap to VmRSS is the allocator's or another part's).
@@ -240,7 +247,10 @@ int main(int argc, char** argv) {
   auto config = cohort::models::GPTConfig().n_layer(f.n_layer).n_head(f.n_head).n_embd(f.n_embd)
                     .block_size(f.block_size).vocab_size(f.vocab_size)
                     .unit(cohort::UnitOptions().activation_checkpointing(f.checkpointing));
-  std::unique_ptr<cohort::Mesh> hsdp;
+  std::unique_ptr<cohort::Mesh> hsdp, tp;
+  if (f.tp > 1)  // the Trainer's mesh: a tensor-parallel group is f.tp consecutive ranks
+    tp = std::make_unique<cohort::Mesh>(world.comm(), std::vector<cohort::MeshDim>{
+                                                          {"data_parallel", world.size() / f.tp}, {"tensor_parallel", f.tp}});
   if (f.replicas > 1)
     hsdp = std::make_unique<cohort::Mesh>(world.comm(), std::vector<cohort::MeshDim>{
                                                             {"replicate", f.replicas}, {"shard", world.size() / f.replicas}});
@@ -254,6 +264,7 @@ int main(int argc, char** argv) {
   } else {
     model = cohort::models::GPT(config);
   }
+  if (tp) cohort::tp::parallelize_module(*model, tp->group_ptr("tensor_parallel"), cohort::models::gpt_tensor_parallel_plan(false));
   // On a GPU each parameter goes over in the compute dtype, so the whole model is there once, at 2 bytes
   // a parameter with bf16.
   if (device.is_cuda()) model->to(device, f.precision == "bf16" ? torch::kBFloat16 : torch::kFloat);
@@ -263,7 +274,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<cohort::DistributedDataParallel<cohort::models::GPTImpl>> ddp;
   std::unique_ptr<torch::optim::AdamW> adamw;
   std::unique_ptr<GPTEngine> engine;
-  auto step = make_step(f, model, tokens, hsdp.get(), ddp, adamw, engine);
+  auto step = make_step(f, model, tokens, hsdp.get(), tp.get(), ddp, adamw, engine);
   phase("wrapped");
   const double rss_wrapped = status_mib("VmRSS");
   double first_loss = 0, last_loss = 0;
@@ -300,7 +311,7 @@ int main(int argc, char** argv) {
   if (world.rank() == 0) {
     auto peak = all.select(1, 4);
     const std::string suffix = std::string(f.checkpointing ? "+ckpt" : "") + (f.sharded_init ? "+sharded-init" : "") +
-                               (f.replicas > 1 ? "+hsdp" + std::to_string(f.replicas) : "") +
+                               (f.replicas > 1 ? "+hsdp" + std::to_string(f.replicas) : "") + (f.tp > 1 ? "+tp" + std::to_string(f.tp) : "") +
                                (f.offload_optimizer != "none" ? "+optimizer-" + f.offload_optimizer : "") +
                                (f.offload_params != "none" ? "+params-" + f.offload_params : "");
     std::printf("RESULT impl=cohort mode=%s%s ranks=%d n_layer=%lld n_embd=%lld params=%lld samples_per_s=%.3f "
@@ -309,7 +320,7 @@ int main(int argc, char** argv) {
                 "device=%s precision=%s device_peak_mib=%.0f first_loss=%.4f last_loss=%.4f sent_mib_per_step=%.2f\n",
                 f.mode.c_str(), suffix.c_str(), world.size(), static_cast<long long>(f.n_layer),
                 static_cast<long long>(f.n_embd), static_cast<long long>(cohort::models::gpt_num_parameters(config)),
-                double(f.steps) * f.batch * world.size() / seconds, seconds / f.steps,
+                double(f.steps) * f.batch * (world.size() / f.tp) / seconds, seconds / f.steps,
                 all.select(1, 0).max().item<double>(), all.select(1, 1).max().item<double>(),
                 all.select(1, 2).max().item<double>(), all.select(1, 3).max().item<double>(),
                 peak.max().item<double>(), peak.sum().item<double>(), all.select(1, 5).max().item<double>(),
