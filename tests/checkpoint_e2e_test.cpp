@@ -188,6 +188,43 @@ TEST(CheckpointE2E, ARestartOfAJobStartedFromScratchIgnoresAnEarlierJobsCheckpoi
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
 }
 
+// Hostile pass 16, S-1: a restart whose first attempt died before training (before it could write the
+// directory's .job) read an earlier job's token there and continued that job's checkpoint. torchrun's
+// agent keeps one log directory per launch (TORCHELASTIC_ERROR_FILE names it), so the restart knows its
+// launch, which no earlier checkpoint carries. The restart is run here as torchrun starts one (its
+// environment set by hand: attempt 0 never got as far as the Trainer).
+TEST(CheckpointE2E, ARestartWhoseFirstAttemptDiedBeforeTrainingContinuesNoEarlierJob) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt";
+  const std::vector<std::string> program = {build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs",
+                                            "3", "--batch-size", "16", "--threads", "1", "--progress", "off",
+                                            "--checkpoint-dir", ckpt};
+  std::vector<std::string> earlier = program;  // self-launched: no launch identity, so it writes .job
+  for (const char* arg : {"--devices", "2", "--max-steps", "16", "--lr", "0.003"}) earlier.push_back(arg);
+  const ProcResult first = run_process(earlier, clean_env(), 180s);
+  ASSERT_EQ(first.code, 0) << first.describe();
+  ASSERT_TRUE(fs::exists(ckpt + "/.job"));
+  std::vector<std::string> restart = program;
+  for (const char* arg : {"--resume", "never"}) restart.push_back(arg);
+  const std::string port = std::to_string(free_port()), logs = job.root + "/torchelastic_x1/none_y2";
+  std::vector<Proc> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.push_back(start_process(
+        restart, clean_env({{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)},
+                            {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"},
+                            {"GROUP_WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+                            {"TORCHELASTIC_RESTART_COUNT", "1"}, {"TORCHELASTIC_MAX_RESTARTS", "1"},
+                            {"TORCHELASTIC_RUN_ID", "none"},
+                            {"TORCHELASTIC_ERROR_FILE", logs + "/attempt_1/" + std::to_string(rank) + "/error.json"}})));
+  const ProcResult result = finish_process(ranks[0], 180s);
+  finish_process(ranks[1], 60s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("holds no checkpoint this job saved: starting from scratch")) << result.describe();
+  EXPECT_THAT(result.out, ::testing::Not(HasSubstr("resumed from"))) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+}
+
 // Hostile pass 15, S-3: a job started from a given checkpoint (--resume DIR/step-16) and killed in a
 // later save continues from the newest checkpoint it saved itself, not from step 16 again (every
 // restart went back there, losing the steps since).
@@ -217,7 +254,13 @@ TEST(CheckpointE2E, AFinishedJobRunAgainSavesItsLastStepNoMore) {
   const std::vector<std::string> args = {"--checkpoint-dir", ckpt, "--max-steps", "16"};
   const ProcResult first = run_process(job.argv(args), clean_env(), 180s);
   ASSERT_EQ(first.code, 0) << first.describe();
+  // Hostile pass 16, M-2: what a save killed at the run's end leaves is removed when the job starts
+  // again, though the run saves nothing more (a step's replaced copy, a pointer's temporary).
+  fs::create_directory(ckpt + "/.step-16.tmp");
+  std::ofstream(ckpt + "/.latest.Ab12Cd.tmp") << "step-16";
   const ProcResult again = run_process(job.argv(args), clean_env(), 180s);
+  EXPECT_FALSE(fs::exists(ckpt + "/.step-16.tmp"));
+  EXPECT_FALSE(fs::exists(ckpt + "/.latest.Ab12Cd.tmp"));
   ASSERT_EQ(again.code, 0) << again.describe();
   EXPECT_THAT(again.out, HasSubstr("resumed from " + ckpt + "/step-16")) << again.describe();
   EXPECT_THAT(again.out + again.err, ::testing::Not(HasSubstr("already existed"))) << again.describe();

@@ -2,6 +2,7 @@
 // rendezvous rules, output routing, summary) alone, then real launches of the test workers in
 // tests/workers/ checking ranks, environment, restarts, exit codes, signals and that no process
 // is left behind. Every launch has a deadline; none of them asserts on timing.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
@@ -255,7 +256,7 @@ TEST(CohortrunLaunch, EveryWorkerGetsTorchrunEnvironment) {
   ASSERT_EQ(result.code, 0) << result.describe();
   const auto envs = envs_from_output(result.out);
   ASSERT_EQ(envs.size(), 3u) << result.describe();
-  std::set<std::string> ports, run_ids;
+  std::set<std::string> ports, run_ids, launches;
   for (const auto& [rank, env] : envs) {
     for (const auto& name : kTorchrunVariables) ASSERT_TRUE(env.count(name)) << name << " rank " << rank;
     EXPECT_EQ(env.at("RANK"), std::to_string(rank));
@@ -273,11 +274,19 @@ TEST(CohortrunLaunch, EveryWorkerGetsTorchrunEnvironment) {
     EXPECT_EQ(env.at("MASTER_ADDR"), "127.0.0.1");
     ports.insert(env.at("MASTER_PORT"));
     run_ids.insert(env.at("TORCHELASTIC_RUN_ID"));
+    ASSERT_TRUE(env.count("COHORT_LAUNCH_ID")) << rank;
+    launches.insert(env.at("COHORT_LAUNCH_ID"));
     EXPECT_NE(result.out.find("[rank" + std::to_string(rank) + "]: ARGS x" + std::to_string(rank)),
               std::string::npos);
   }
   EXPECT_EQ(ports.size(), 1u);
   EXPECT_EQ(run_ids.size(), 1u);
+  // One launch identity for the job, 32 hex digits, and another for the next launch (hostile pass 16, S-1).
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_THAT(*launches.begin(), ::testing::MatchesRegex("[0-9a-f]{32}"));
+  const auto again = run_process(cohortrun({"--standalone", "--nproc_per_node=1", COHORT_ENV_WORKER}), clean_env());
+  ASSERT_EQ(again.code, 0) << again.describe();
+  for (const auto& [rank, env] : envs_from_output(again.out)) EXPECT_NE(env.at("COHORT_LAUNCH_ID"), *launches.begin());
   // A user's OMP_NUM_THREADS is kept.
   const auto mine = run_process(cohortrun({"--nproc-per-node=2", COHORT_ENV_WORKER}),
                                 clean_env({{"OMP_NUM_THREADS", "4"}}));
@@ -315,6 +324,7 @@ TEST(CohortrunLaunch, SameVariablesAsPythonTorchrun) {
     auto theirs_added = added(torch_envs.at(rank));
     theirs_added.insert("TORCHELASTIC_SIGNALS_TO_HANDLE");
     theirs_added.insert("COHORT_JOB_SECRET");  // cohortrun's own: the job's secret (docs/security.md)
+    theirs_added.insert("COHORT_LAUNCH_ID");   // and the launch a restart's checkpoints are known by
     EXPECT_EQ(added(our_envs.at(rank)), theirs_added) << "rank " << rank;
     for (const char* same : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                              "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",

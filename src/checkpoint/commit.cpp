@@ -106,11 +106,7 @@ void commit(const fs::path& root, const fs::path& tmp, const fs::path& final_dir
   apply_retention(root, *parse_step_dir(final_dir.filename().string()), keep_last);
 }
 
-// Phase 1 on rank 0: the checkpoint folder (locked for this job), without leftovers of crashed saves,
-// and a fresh `tmp` in it.
-void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
-  fs::create_directories(root);
-  hold_directory_lock(root.string());
+void remove_leftovers(const fs::path& root) {
   std::string latest;  // what a load takes first; a hostile pointer is the load's to refuse
   try {
     latest = fs::path(read_latest(root.string())).filename().string();
@@ -127,6 +123,14 @@ void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
     if (step && !(missing && (latest.empty() || latest == step_dir_name(*step))))
       remove_or_warn(item.path(), "the old copy of a replaced step");
   }
+}
+
+// Phase 1 on rank 0: the checkpoint folder (locked for this job), without leftovers of crashed saves,
+// and a fresh `tmp` in it.
+void make_fresh_tmp(const fs::path& root, const fs::path& tmp) {
+  fs::create_directories(root);
+  hold_directory_lock(root.string());
+  remove_leftovers(root);
   // Our own, fresh: one there again (someone else's, a planted link) is refused, not written into.
   COHORT_CHECK_KIND(kIO, fs::create_directory(tmp), "cannot make ", tmp.string(), ": something is there again");
 }

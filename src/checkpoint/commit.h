@@ -8,6 +8,11 @@
 
 namespace cohort::detail::ckpt {
 
+/// Removes from `root` (whose lock this process holds) what crashed saves left: temporaries
+/// (`.step-N.tmp`, a pointer's or a file's `.*.tmp`) and a replaced step's old copy, except one a load
+/// may take (its step missing and `latest` naming it). A path that cannot be removed is warned about.
+void remove_leftovers(const std::filesystem::path& root);
+
 /// Phase 1: `root` made and locked for this job (dir_lock.h), leftovers of crashed saves removed, `tmp`
 /// made fresh in it (refused when something is there again).
 void make_fresh_tmp(const std::filesystem::path& root, const std::filesystem::path& tmp);

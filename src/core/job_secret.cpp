@@ -70,6 +70,8 @@ std::string new_job_secret() {
   return text;
 }
 
+std::string new_launch_id() { return new_job_secret().substr(0, 32); }
+
 std::string hmac_proof(const std::string& secret, const std::string& label, const std::string& first,
                        const std::string& second) {
   const std::string message = label + '\0' + first + second;

@@ -40,6 +40,9 @@ std::string random_bytes(size_t count = 32);
 /// A new random secret for a launcher to hand its workers (64 hex digits).
 std::string new_job_secret();
 
+/// A fresh random launch identity (32 hex digits; not a secret: checkpoints record it).
+std::string new_launch_id();
+
 /// HMAC-SHA256(secret, label | parts...) as 32 raw bytes.
 std::string hmac_proof(const std::string& secret, const std::string& label, const std::string& first,
                        const std::string& second = "");

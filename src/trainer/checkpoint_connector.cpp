@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "checkpoint/counter_values.h"
 #include "checkpoint/entry.h"
@@ -43,13 +44,12 @@ CheckpointState CheckpointConnector::checkpoint_state() {
   std::map<std::string, std::string> values;
   for (const auto& callback : trainer_.callbacks) callback->save_state(values);
   for (const auto& [key, value] : values) state.set(key, value);
-  state.set(kRunIdKey, launcher_run_id());
-  if (!job_token_.empty()) state.set(kJobTokenKey, job_token_);
+  for (const auto& [key, value] : job_.values()) state.set(key, value);
   state.set_step(trainer_.step);
   // Checked before anything loads, so a damaged value falls back to an older checkpoint.
   state.check_user_values([this](const std::map<std::string, std::string>& user, int saved_world_size) {
     check_trainer_values(user, saved_world_size);
-    if (!own_job_.empty()) check_saved_by_job(user, own_job_);
+    if (own_only_) check_saved_by_job(user, job_);
     for (const auto& callback : trainer_.callbacks) callback->check_state(user);
   });
   return state;
@@ -116,24 +116,30 @@ std::string CheckpointConnector::resolve_ckpt_path(const std::string& ckpt_path)
   return trainer_.owner.root_dir() + "/checkpoints";
 }
 
-// Rank 0 claims the job's token in the directory whose lock it holds (ModelCheckpoint::on_fit_start
-// took it); every rank follows its answer, or fails with its error.
+// Every rank's launch identity, then rank 0 claims the job in the directory whose lock it holds
+// (ModelCheckpoint::on_fit_start took it); every rank follows its answer, or fails with its error.
 JobClaim CheckpointConnector::agree_job_claim(const std::string& dir, bool restart) {
+  std::set<std::string> distinct;
+  for (const std::string& launch : ckpt::Group(nullptr).allgather(launch_identity()))
+    if (!launch.empty()) distinct.insert(launch);
+  const std::vector<std::string> launches(distinct.begin(), distinct.end());
   std::string said;
-  JobClaim claim;
   if (trainer_.world.is_main()) {
     try {
-      claim = claim_job_token(dir, restart);
-      said = "T" + claim.token + (claim.holds_own_checkpoint ? "1" : "0") + (claim.token_lost ? "1" : "0");
+      const JobClaim claim = claim_job(dir, restart, launches);
+      said = std::string("T") + (claim.holds_own_checkpoint ? "1" : "0") + (claim.token_lost ? "1" : "0") +
+             claim.identity.token;
     } catch (const Error& e) {
       said = "E" + ckpt::without_rank_prefix(e.what());
     }
   }
   said = ckpt::Group(nullptr).allgather(said).front();
   COHORT_CHECK_KIND(kIO, said.rfind('T', 0) == 0 && said.size() >= 3, said.substr(1));
-  claim.token = said.substr(1, said.size() - 3);
-  claim.holds_own_checkpoint = said[said.size() - 2] == '1';
-  claim.token_lost = said.back() == '1';
+  JobClaim claim;
+  claim.identity.launches = launches;
+  claim.holds_own_checkpoint = said[1] == '1';
+  claim.token_lost = said[2] == '1';
+  claim.identity.token = said.substr(3);
   return claim;
 }
 
@@ -146,11 +152,11 @@ std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_opti
   const int restart = launcher_restart_count();
   const std::string dir = resolve_ckpt_path("last");
   const JobClaim claim = agree_job_claim(dir, restart > 0);
-  job_token_ = claim.token;
+  job_ = claim.identity;
   if (restart == 0) return given;
   const bool main = trainer_.world.is_main();
   if (claim.holds_own_checkpoint) {
-    own_job_ = claim.token;
+    own_only_ = true;
     if (main)
       std::printf(
           "restart %d of this job (TORCHELASTIC_RESTART_COUNT): continuing from the newest checkpoint it "

@@ -39,10 +39,10 @@ class CheckpointConnector {
   JobClaim agree_job_claim(const std::string& dir, bool restart);
 
   TrainerImpl& trainer_;
-  /// This job's token (job_checkpoints.h), which every save records; "" when nothing saves checkpoints.
-  std::string job_token_;
-  /// A restart continuing its own checkpoints: the token every checkpoint it loads must carry.
-  std::string own_job_;
+  /// What this job is known by (job_checkpoints.h), which every save records; empty when nothing saves.
+  JobIdentity job_;
+  /// A restart continuing its own checkpoints: every checkpoint it loads must be this job's.
+  bool own_only_ = false;
 };
 
 }  // namespace cohort::detail

@@ -1,6 +1,7 @@
 // The checkpoints of this job (job_checkpoints.h).
 #include "trainer/job_checkpoints.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -46,9 +47,19 @@ std::string read_token(const std::string& path) {
   }
 }
 
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t begin = 0; begin <= text.size();) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    if (comma > begin) out.push_back(text.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return out;
+}
+
 // Whether a step directory in `dir` (or a step's previous copy, which a load takes: commit.h) holds a
-// readable checkpoint saved with `token`.
-bool holds_checkpoint_of_job(const std::string& dir, const std::string& token) {
+// readable checkpoint this job saved.
+bool holds_checkpoint_of_job(const std::string& dir, const JobIdentity& identity) {
   if (!ckpt::path_exists(dir)) return false;
   std::vector<std::string> paths;
   for (const auto& [step, path] : ckpt::step_directories(dir)) paths.push_back(path);
@@ -58,9 +69,7 @@ bool holds_checkpoint_of_job(const std::string& dir, const std::string& token) {
   }
   for (const std::string& path : paths) {
     try {
-      const ckpt::Manifest manifest = ckpt::read_manifest(path + "/manifest.json");
-      const auto saved = manifest.user.find(kJobTokenKey);
-      if (saved != manifest.user.end() && saved->second == token) return true;
+      if (identity.saved(ckpt::read_manifest(path + "/manifest.json").user)) return true;
     } catch (const Error&) {
       // damaged or partial: not one to continue from (the load would skip it too)
     }
@@ -72,18 +81,54 @@ bool holds_checkpoint_of_job(const std::string& dir, const std::string& token) {
 
 std::string launcher_run_id() { return detect_launch_env(current_env()).run_id; }
 
-JobClaim claim_job_token(const std::string& dir, bool restart) {
-  const std::string path = dir + "/" + kJobTokenFile;
-  JobClaim claim;
-  if (restart) {
-    claim.token = read_token(path);
-    claim.token_lost = claim.token.empty();
-    claim.holds_own_checkpoint = !claim.token.empty() && holds_checkpoint_of_job(dir, claim.token);
-    if (!claim.token.empty()) return claim;
+std::string launch_identity() {
+  const auto env = current_env();
+  const auto given = env.find("COHORT_LAUNCH_ID");
+  if (given != env.end() && !given->second.empty()) return given->second.substr(0, 128);
+  const auto error_file = env.find("TORCHELASTIC_ERROR_FILE");
+  if (error_file == env.end()) return "";
+  const size_t attempt = error_file->second.rfind("/attempt_");
+  return attempt == std::string::npos || attempt == 0 ? "" : error_file->second.substr(0, attempt);
+}
+
+std::map<std::string, std::string> JobIdentity::values() const {
+  std::string joined;
+  for (const std::string& launch : launches) joined += (joined.empty() ? "" : ",") + launch;
+  std::map<std::string, std::string> out{{kRunIdKey, launcher_run_id()}};
+  if (!joined.empty()) out[kJobLaunchKey] = joined;
+  if (!token.empty()) out[kJobTokenKey] = token;
+  return out;
+}
+
+bool JobIdentity::saved(const std::map<std::string, std::string>& user) const {
+  if (!launches.empty()) {
+    const auto recorded = user.find(kJobLaunchKey);
+    if (recorded == user.end()) return false;
+    for (const std::string& launch : split_list(recorded->second))
+      if (std::find(launches.begin(), launches.end(), launch) != launches.end()) return true;
+    return false;
   }
-  claim.token = fresh_token();
+  const auto saved = user.find(kJobTokenKey);
+  return !token.empty() && saved != user.end() && saved->second == token;
+}
+
+JobClaim claim_job(const std::string& dir, bool restart, const std::vector<std::string>& launches) {
+  JobClaim claim;
+  claim.identity.launches = launches;
+  if (!launches.empty()) {
+    claim.holds_own_checkpoint = restart && holds_checkpoint_of_job(dir, claim.identity);
+    return claim;
+  }
+  const std::string path = dir + "/" + kJobTokenFile;
+  if (restart) {
+    claim.identity.token = read_token(path);
+    claim.token_lost = claim.identity.token.empty();
+    claim.holds_own_checkpoint = !claim.token_lost && holds_checkpoint_of_job(dir, claim.identity);
+    if (!claim.token_lost) return claim;
+  }
+  claim.identity.token = fresh_token();
   try {
-    write_file_safely(path, claim.token + "\n");
+    write_file_safely(path, claim.identity.token + "\n");
   } catch (const Error& e) {
     COHORT_CHECK_KIND(kIO, false, "checkpoint directory ", dir,
                       ": cannot write this job's token, which a launcher's restart needs to tell its own "
@@ -93,11 +138,10 @@ JobClaim claim_job_token(const std::string& dir, bool restart) {
   return claim;
 }
 
-void check_saved_by_job(const std::map<std::string, std::string>& user, const std::string& token) {
-  const auto saved = user.find(kJobTokenKey);
+void check_saved_by_job(const std::map<std::string, std::string>& user, const JobIdentity& identity) {
   const auto run = user.find(kRunIdKey);
   const std::string by = run == user.end() || run->second.empty() ? "" : " (run id '" + run->second + "')";
-  COHORT_CHECK_KIND(kIO, saved != user.end() && saved->second == token, "saved by another job", by,
+  COHORT_CHECK_KIND(kIO, identity.saved(user), "saved by another job", by,
                     ", not by this one, whose restart continues only its own checkpoints");
 }
 

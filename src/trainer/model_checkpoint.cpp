@@ -14,6 +14,7 @@
 #include <limits>
 #include <sstream>
 
+#include "checkpoint/commit.h"
 #include "checkpoint/dir_lock.h"
 #include "checkpoint/entry.h"
 #include "checkpoint/group.h"
@@ -72,6 +73,9 @@ void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainingModule& module) {
   if (trainer.world().rank() == 0) {
     try {
       detail::ckpt::hold_directory_lock(options_.dirpath());
+      // What a save killed at the run's end left (a job whose restart trains nothing saves nothing:
+      // hostile pass 16, M-2).
+      detail::ckpt::remove_leftovers(options_.dirpath());
     } catch (const Error& error) {
       refusal = detail::ckpt::without_rank_prefix(error.what());
     }

@@ -48,6 +48,7 @@ EnvVars build_worker_env(const EnvVars& base, const GroupLayout& layout, int loc
   env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(layout.max_restarts);
   env["TORCHELASTIC_RUN_ID"] = layout.run_id;
   if (!layout.secret.empty()) env["COHORT_JOB_SECRET"] = layout.secret;  // docs/security.md
+  if (!layout.launch_id.empty()) env["COHORT_LAUNCH_ID"] = layout.launch_id;
   env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
   env["TORCHELASTIC_ERROR_FILE"] = error_file;
   env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";

@@ -25,6 +25,9 @@ struct GroupLayout {
   std::string run_id = "none";
   std::string role = "default";
   std::string secret;  // COHORT_JOB_SECRET for the workers ("": none given, they derive one)
+  /// COHORT_LAUNCH_ID: this launch of the job, the same on every node and kept across its restarts, unlike
+  /// a run id a user may reuse ("": none). The Trainer's restarts know their own checkpoints by it.
+  std::string launch_id;
 };
 
 /// Global rank of the first worker and the world size when node i has local_sizes[i] workers

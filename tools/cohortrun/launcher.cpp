@@ -74,6 +74,7 @@ GroupLayout make_layout(const RoundInfo& info, const LaunchOptions& options, int
   layout.max_restarts = options.max_restarts;
   layout.run_id = info.run_id;
   layout.secret = info.secret;
+  layout.launch_id = info.launch_id;
   layout.role = options.role;
   return layout;
 }

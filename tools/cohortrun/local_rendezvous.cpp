@@ -26,6 +26,7 @@ RoundInfo LocalRendezvous::join(int round, int failure_restarts) {
   }
   info.run_id = options_.run_id;
   info.secret = secret_;
+  info.launch_id = launch_id_;
   return info;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cohortrun/rendezvous.h"
+#include "core/job_secret.h"
 
 namespace cohort::detail::launch {
 
@@ -13,7 +14,8 @@ std::string workers_secret();
 
 class LocalRendezvous : public Rendezvous {
  public:
-  explicit LocalRendezvous(const LaunchOptions& options) : options_(options), secret_(workers_secret()) {}
+  explicit LocalRendezvous(const LaunchOptions& options)
+      : options_(options), secret_(workers_secret()), launch_id_(new_launch_id()) {}
 
   RoundInfo join(int round, int failure_restarts) override;
   RoundCounts counts(int) override { return {}; }
@@ -27,6 +29,7 @@ class LocalRendezvous : public Rendezvous {
  private:
   const LaunchOptions& options_;
   std::string secret_;
+  std::string launch_id_;
 };
 
 }  // namespace cohort::detail::launch

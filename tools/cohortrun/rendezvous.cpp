@@ -26,6 +26,7 @@ using Clock = std::chrono::steady_clock;
 // Where node 0 publishes its job's run id and its workers' secret (outside every cohortrun/<rdzv-id>/ prefix).
 constexpr const char* kJobKey = "cohortrun-job";
 constexpr const char* kSecretKey = "cohortrun-worker-secret";
+constexpr const char* kLaunchKey = "cohortrun-launch";
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -84,6 +85,7 @@ class StoreRendezvous : public Rendezvous {
     info.node_rank = arrival;
     info.run_id = run_id_;
     info.secret = worker_secret_;
+    info.launch_id = launch_id_;
     node_count_ = info.node_count;
     place_workers(round_prefix(round), &info);
     return info;
@@ -306,7 +308,9 @@ class StoreRendezvous : public Rendezvous {
     if (is_host_) {
       run_id_ = options_.run_id;
       worker_secret_ = workers_secret();
+      launch_id_ = new_launch_id();
       write(kSecretKey, worker_secret_);
+      write(kLaunchKey, launch_id_);
       write(kJobKey, run_id_);
       return;
     }
@@ -320,6 +324,7 @@ class StoreRendezvous : public Rendezvous {
     }
     run_id_ = read(kJobKey);
     worker_secret_ = read(kSecretKey);
+    launch_id_ = read(kLaunchKey);
     if (options_.rdzv_id != "none" && run_id_ != options_.rdzv_id) refuse_job(run_id_);
   }
 
@@ -405,6 +410,7 @@ class StoreRendezvous : public Rendezvous {
   const LaunchOptions& options_;
   std::string run_id_;         // the job's, as node 0 published it
   std::string worker_secret_;  // the workers' COHORT_JOB_SECRET, as node 0 published it
+  std::string launch_id_;      // the workers' COHORT_LAUNCH_ID, as node 0 published it
   std::string prefix_;
   c10::intrusive_ptr<CohortStore> store_;
   bool is_host_ = false;

@@ -75,8 +75,9 @@ struct RoundInfo {
   int world_size = 1;
   std::string master_addr;
   int master_port = 0;
-  std::string run_id;  // the job's identity for its workers (TORCHELASTIC_RUN_ID)
-  std::string secret;  // the secret its workers prove to each other (COHORT_JOB_SECRET)
+  std::string run_id;     // the job's identity for its workers (TORCHELASTIC_RUN_ID)
+  std::string secret;     // the secret its workers prove to each other (COHORT_JOB_SECRET)
+  std::string launch_id;  // this launch, the same on every node and across restarts (COHORT_LAUNCH_ID)
 };
 
 class Rendezvous {
