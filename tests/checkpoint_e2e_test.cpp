@@ -84,6 +84,24 @@ std::string reference_digest(const Job& job) {
   return digest;
 }
 
+// Attempt `restart` of a 2-rank job as torchrun's agent starts it (its environment set by hand, the
+// agent's per-launch log directory `logs`); rank 0's result.
+ProcResult run_as_torchrun(const std::vector<std::string>& argv, int restart, const std::string& logs) {
+  const std::string port = std::to_string(free_port()), attempt = std::to_string(restart);
+  std::vector<Proc> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.push_back(start_process(
+        argv, clean_env({{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
+                         {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"}, {"GROUP_WORLD_SIZE", "1"},
+                         {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"TORCHELASTIC_RESTART_COUNT", attempt},
+                         {"TORCHELASTIC_MAX_RESTARTS", "1"}, {"TORCHELASTIC_RUN_ID", "none"},
+                         {"TORCHELASTIC_ERROR_FILE",
+                          logs + "/attempt_" + attempt + "/" + std::to_string(rank) + "/error.json"}})));
+  const ProcResult result = finish_process(ranks[0], 180s);
+  finish_process(ranks[1], 60s);
+  return result;
+}
+
 }  // namespace
 
 TEST(CheckpointE2E, WorkerKilledMidEpochResumesToTheSameParameters) {
@@ -207,21 +225,37 @@ TEST(CheckpointE2E, ARestartWhoseFirstAttemptDiedBeforeTrainingContinuesNoEarlie
   ASSERT_TRUE(fs::exists(ckpt + "/.job"));
   std::vector<std::string> restart = program;
   for (const char* arg : {"--resume", "never"}) restart.push_back(arg);
-  const std::string port = std::to_string(free_port()), logs = job.root + "/torchelastic_x1/none_y2";
-  std::vector<Proc> ranks;
-  for (int rank = 0; rank < 2; ++rank)
-    ranks.push_back(start_process(
-        restart, clean_env({{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)},
-                            {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"},
-                            {"GROUP_WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
-                            {"TORCHELASTIC_RESTART_COUNT", "1"}, {"TORCHELASTIC_MAX_RESTARTS", "1"},
-                            {"TORCHELASTIC_RUN_ID", "none"},
-                            {"TORCHELASTIC_ERROR_FILE", logs + "/attempt_1/" + std::to_string(rank) + "/error.json"}})));
-  const ProcResult result = finish_process(ranks[0], 180s);
-  finish_process(ranks[1], 60s);
+  const ProcResult result = run_as_torchrun(restart, 1, job.root + "/torchelastic_x1/none_y2");
   ASSERT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("holds no checkpoint this job saved: starting from scratch")) << result.describe();
   EXPECT_THAT(result.out, ::testing::Not(HasSubstr("resumed from"))) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+}
+
+// Hostile pass 16, M-1: a restart whose own checkpoints are all damaged (a shard's bytes flipped) starts
+// where its first attempt did, as one that saved none; it failed on every restart.
+TEST(CheckpointE2E, ARestartWhoseOwnCheckpointsAreAllDamagedStartsAgain) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt", logs = job.root + "/torchelastic_a1/none_b2";
+  const std::vector<std::string> program = {build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs",
+                                            "3", "--batch-size", "16", "--threads", "1", "--progress", "off",
+                                            "--checkpoint-dir", ckpt, "--resume", "never"};
+  std::vector<std::string> first = program;
+  for (const char* arg : {"--max-steps", "7", "--checkpoint-every", "5"}) first.push_back(arg);
+  const ProcResult attempt = run_as_torchrun(first, 0, logs);
+  ASSERT_EQ(attempt.code, 0) << attempt.describe();
+  for (const char* step : {"/step-5", "/step-7"}) {
+    std::fstream shard(ckpt + step + "/shard-00000-of-00002.bin", std::ios::in | std::ios::out | std::ios::binary);
+    shard.seekp(200);
+    shard.put('\x5a');
+  }
+  const ProcResult result = run_as_torchrun(program, 1, logs);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("none of the checkpoints this job saved in " + ckpt +
+                                    " is usable (no usable checkpoint in " + ckpt))
+      << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("): starting from scratch, as its first attempt did")) << result.describe();
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
 }
 

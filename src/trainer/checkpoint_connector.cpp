@@ -157,6 +157,7 @@ std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_opti
   const bool main = trainer_.world.is_main();
   if (claim.holds_own_checkpoint) {
     own_only_ = true;
+    restart_fallback_ = given;
     if (main)
       std::printf(
           "restart %d of this job (TORCHELASTIC_RESTART_COUNT): continuing from the newest checkpoint it "
@@ -272,7 +273,26 @@ void CheckpointConnector::resume(const std::string& ckpt_path) {
   const std::string dir = resolve_ckpt_path(ckpt_path);
   CheckpointState state = checkpoint_state();
   // "last" with nothing saved yet starts from scratch (a first run); a named path must exist.
-  const auto info = load_checkpoint(dir, state, LoadOptions().must_exist(ckpt_path != "last"));
+  std::optional<CheckpointInfo> info;
+  try {
+    info = load_checkpoint(dir, state, LoadOptions().must_exist(ckpt_path != "last"));
+  } catch (const Error& e) {
+    // A restart whose own checkpoints are all unusable (damaged on disk) starts where its first attempt
+    // did, as one that saved none, instead of failing the same way on every restart (hostile pass 16,
+    // M-1). The ranks agree on a load's failure, so all take this path; nothing was loaded.
+    const std::string text = e.what();
+    if (!own_only_ || e.kind() != ErrorKind::kIO || text.find("no usable checkpoint in ") == std::string::npos) throw;
+    own_only_ = false;
+    if (trainer_.world.is_main()) {
+      std::printf(
+          "none of the checkpoints this job saved in %s is usable (%s): starting %s, as its first attempt did\n",
+          dir.c_str(), ckpt::without_rank_prefix(text).c_str(),
+          restart_fallback_.empty() ? "from scratch" : ("again from " + restart_fallback_).c_str());
+      std::fflush(stdout);
+    }
+    if (!restart_fallback_.empty()) resume(restart_fallback_);
+    return;
+  }
   if (!info) return;
   trainer_.resumed.epoch_done = saved_epoch_done(state);  // before keep_global_batch moves the position
   keep_global_batch(state, info->path, info->world_size);
