@@ -82,6 +82,11 @@ TEST(FashionMnistLimits, CommandLineMistakesAreOneLineAndExitTwo) {
       {{"--devices", "0"}, "error: --devices expects auto or a number of devices from 1 to 4096, got 0\n"},
       {{"--resume", ""},
        "error: --resume is empty: give auto, never or a checkpoint directory, or leave the flag out\n"},
+      // Hostile pass 16, m-1: found only after the workers started, once per rank, exit 1.
+      {{"--resume", "/nonexistent/step-3"}, "error: --resume /nonexistent/step-3: no such checkpoint directory\n"},
+      {{"--resume", file},
+       "error: --resume " + file +
+           ": not a directory (give a checkpoint directory or one of its step-<n> directories)\n"},
       {{"--strategy", "pipeline", "--zero-stage", "2"},
        "error: --strategy pipeline and --zero-stage 2 ask for two different strategies: --zero-stage trains with "
        "the ZeRO engine in place of ddp (the default) or single only; leave one of them out\n"},

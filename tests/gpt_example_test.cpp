@@ -187,6 +187,33 @@ TEST(GptExample, HsdpFollowsDdpAndItsCheckpointResumesUnderFlatFsdp) {
       << uneven.describe();
 }
 
+// Hostile pass 16, M-3 and m-3: a resume under another --n-head (no shape changes) trained another
+// attention split on the saved weights without a word; it is refused naming the flag, and another
+// --lr, which applies, is said.
+TEST(GptExample, AResumeWithAnotherModelIsRefusedNamingTheFlag) {
+  Job job;
+  const std::string ckpt = job.root + "/ckpt";
+  const auto run = [&](const std::string& heads, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {build_path("/examples/gpt"), "--data", job.root + "/text.txt", "--devices", "1",
+                                     "--n-layer", "1", "--n-head", heads, "--n-embd", "16", "--block-size", "16",
+                                     "--batch-size", "4", "--eval-interval", "100", "--sample-tokens", "0",
+                                     "--threads", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_process(args, clean_env(), 120s);
+  };
+  const ProcResult saved = run("2", {"--max-steps", "3", "--checkpoint-dir", ckpt});
+  ASSERT_EQ(saved.code, 0) << saved.describe();
+  const ProcResult heads = run("4", {"--max-steps", "4", "--resume", ckpt + "/step-3"});
+  EXPECT_EQ(heads.code, 1) << heads.describe();
+  EXPECT_THAT(heads.err, HasSubstr("--n-head 4, but the checkpoint's model was saved with --n-head 2: resume with "
+                                   "the model flags it was saved with"))
+      << heads.describe();
+  const ProcResult lr = run("2", {"--max-steps", "4", "--resume", ckpt + "/step-3", "--lr", "0.01"});
+  ASSERT_EQ(lr.code, 0) << lr.describe();
+  EXPECT_THAT(lr.out, HasSubstr("lr: training continues with 0.01 (--lr), not the checkpoint's 0.002"))
+      << lr.describe();
+}
+
 TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {
   Job job;
   for (const std::string strategy : {"ddp", "fsdp"}) {

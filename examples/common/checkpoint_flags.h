@@ -6,6 +6,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "cli_numbers.h"
@@ -48,6 +50,21 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const Ch
            if (text.empty())
              throw cohort::Error("--resume is empty: give auto, never or a checkpoint directory, or leave the flag out",
                                  cohort::ErrorKind::kInvalidArgument);
+           // A checkpoint to load is looked for now, not after the workers start (hostile pass 16, m-1). Not on
+           // a launcher's restart: that continues this job's own checkpoints, though retention removed this one.
+           const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+           if (text != "auto" && text != "never" && (restart == nullptr || std::string(restart) == "0")) {
+             std::error_code error;
+             const auto status = std::filesystem::status(text, error);
+             if (!std::filesystem::exists(status))
+               throw cohort::Error("--resume " + text + ": no such checkpoint directory",
+                                   cohort::ErrorKind::kInvalidArgument);
+             if (!std::filesystem::is_directory(status))
+               throw cohort::Error("--resume " + text +
+                                       ": not a directory (give a checkpoint directory or one of its step-<n> "
+                                       "directories)",
+                                   cohort::ErrorKind::kInvalidArgument);
+           }
            flags.resume = text;
          },
          std::string("auto: continue from the latest checkpoint in --checkpoint-dir if there is one; never: "

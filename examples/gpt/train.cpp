@@ -27,6 +27,7 @@
 #include "../common/command_line_error.h"
 #include "../common/memory.h"
 #include "../common/threads.h"
+#include "model_flags.h"
 #include "models/gpt.h"
 #include "report.h"
 
@@ -303,6 +304,7 @@ void run_training(const Flags& flags) {
   cohort::DataLoader val(std::make_shared<WindowDataset>(text.val, val_starts, flags.block_size),
                          cohort::LoaderOptions().batch_size(flags.batch_size));
   trainer.add_callback(std::make_shared<ValidationReport>(flags));
+  trainer.add_callback(std::make_shared<ModelFlags>(flags, config, text.vocabulary));
   const std::string resume = add_checkpoints(trainer, flags);
   trainer.fit(module, train, cohort::FitOptions().val(&val).ckpt_path(resume));
   if (trainer.global_step() % flags.eval_interval != 0) {

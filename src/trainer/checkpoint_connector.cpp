@@ -170,7 +170,11 @@ std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_opti
     const std::string why = claim.token_lost
                                 ? " (its token file " + std::string(kJobTokenFile) + " is missing or damaged)"
                                 : "";
-    const std::string from = given.empty() ? "from scratch" : "again from " + given;
+    // ckpt_path "last" is the newest checkpoint in the directory, as the first attempt took it (hostile
+    // pass 16, m-4: "again from last").
+    const std::string from = given.empty()     ? "from scratch"
+                             : given == "last" ? "again from the newest checkpoint in " + dir + " (if any)"
+                                               : "again from " + given;
     std::printf(
         "restart %d of this job (TORCHELASTIC_RESTART_COUNT): %s holds no checkpoint this job saved%s: "
         "starting %s, as its first attempt did\n",
@@ -287,7 +291,9 @@ void CheckpointConnector::resume(const std::string& ckpt_path) {
       std::printf(
           "none of the checkpoints this job saved in %s is usable (%s): starting %s, as its first attempt did\n",
           dir.c_str(), ckpt::without_rank_prefix(text).c_str(),
-          restart_fallback_.empty() ? "from scratch" : ("again from " + restart_fallback_).c_str());
+          restart_fallback_.empty()     ? "from scratch"
+          : restart_fallback_ == "last" ? ("again from the newest checkpoint in " + dir).c_str()
+                                        : ("again from " + restart_fallback_).c_str());
       std::fflush(stdout);
     }
     if (!restart_fallback_.empty()) resume(restart_fallback_);

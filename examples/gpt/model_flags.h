@@ -1,0 +1,31 @@
+// What a GPT checkpoint says of the model that saved it: the model flags (--n-layer, --n-head, --n-embd,
+// --block-size, --no-bias), the text's vocabulary and --lr, saved as user values. A resume with another
+// model is refused in one line naming the flag before anything loads (hostile pass 16, M-3: --n-head
+// changes no shape, so another attention split trained on silently); another --lr applies and is said.
+#pragma once
+
+#include <cohort/trainer.h>
+
+#include <map>
+#include <string>
+
+#include "models/gpt.h"
+#include "train.h"
+
+namespace gpt_example {
+
+class ModelFlags : public cohort::Callback {
+ public:
+  ModelFlags(const Flags& flags, const cohort::models::GPTConfig& config, const std::string& vocabulary);
+  void on_fit_start(cohort::Trainer& trainer, cohort::TrainingModule&) override { trainer_ = &trainer; }
+  void save_state(std::map<std::string, std::string>& values) const override;
+  void check_state(const std::map<std::string, std::string>& values) const override;
+  void load_state(const std::map<std::string, std::string>& values) override;
+
+ private:
+  std::map<std::string, std::string> model_;  // "gpt.<flag>" -> value, as saved
+  double lr_;
+  cohort::Trainer* trainer_ = nullptr;
+};
+
+}  // namespace gpt_example
