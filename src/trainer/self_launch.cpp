@@ -82,6 +82,18 @@ void send_stop(const launch::WorkerProcess& process) {
 
 }  // namespace
 
+bool same_refusal(const std::string& failure, const std::string& own) {
+  const auto without_rank = [](const std::string& text) {
+    return text.rfind("[rank ", 0) == 0 && text.find("] ") != std::string::npos ? text.substr(text.find("] ") + 2)
+                                                                                : text;
+  };
+  const size_t said = failure.find(": error: ");
+  if (said == std::string::npos) return false;
+  // The worker may say it as rank 0's, which this process is ("rank 0: ..." from a load's agreement).
+  const std::string theirs = without_rank(failure.substr(said + 9)), mine = without_rank(own);
+  return theirs == mine || theirs == "rank 0: " + mine;
+}
+
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {
   if (env.launcher == "none") {
     COHORT_CHECK_KIND(kInvalidArgument, num_nodes == 1, "TrainerOptions.num_nodes is ", num_nodes,
@@ -166,8 +178,12 @@ bool SelfLauncher::forward(Worker& worker, int fd, launch::LineSplitter& splitte
   }
   std::FILE* stream = is_err ? stderr : stdout;
   for (const std::string& line : lines) {
-    std::fprintf(stream, "%s%s\n", worker.prefix.c_str(), line.c_str());
     if (is_err) worker.tail.push(line);
+    if (is_err && line.rfind("error: ", 0) == 0) {
+      worker.errors.push_back(line);
+      continue;
+    }
+    std::fprintf(stream, "%s%s\n", worker.prefix.c_str(), line.c_str());
   }
   std::fflush(stream);
   return got > 0;
@@ -178,7 +194,11 @@ void SelfLauncher::on_exit(Worker& worker) {
   std::function<void(const std::string&)> hook;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (status.success() || !failure_.empty() || stopping_) return;
+    if (status.success() || !failure_.empty() || stopping_) {
+      for (const std::string& line : worker.errors) std::fprintf(stderr, "%s%s\n", worker.prefix.c_str(), line.c_str());
+      std::fflush(stderr);
+      return;
+    }
     const auto tail = worker.tail.lines();
     failure_ = "rank " + std::to_string(worker.rank) + " " + status.describe() +
                (tail.empty() ? "" : ": " + tail.back());

@@ -28,6 +28,11 @@ namespace cohort::detail {
 /// naming both; num_nodes > 1 without a launcher is refused too.
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes);
 
+/// Whether a worker's failure ("rank 1 exited with code 1: error: [rank 1/2] X") reports the same
+/// error as `own` ("[rank 0/2] X"): the ranks' prefixes aside (and "rank 0: " where the worker says it
+/// as rank 0's), the same text.
+bool same_refusal(const std::string& failure, const std::string& own);
+
 class SelfLauncher {
  public:
   /// Starts workers 1..devices-1 when `env` has no launcher and devices > 1; else nothing.
@@ -60,6 +65,9 @@ class SelfLauncher {
     std::string prefix;
     launch::LineSplitter out, err;
     launch::TailBuffer tail{5};
+    /// Its "error: " lines, printed when it ends unless they are the job's failure, which rank 0 says
+    /// (a refusal every rank meets was printed once per rank: hostile pass 16, m-1).
+    std::vector<std::string> errors;
     bool ended = false;
   };
   void start(int devices);

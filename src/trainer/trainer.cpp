@@ -182,10 +182,11 @@ void Trainer::fit(TrainingModule& module, DataLoader& train, const FitOptions& o
     const auto* error = dynamic_cast<const Error*>(&e);
     if (impl_->world.size() > 1 && (error == nullptr || error->kind() != ErrorKind::kInvalidArgument))
       impl_->world.comm().abort(detail::first_line(e.what()));
-    // A worker this process started failed first: its message is the job's error.
+    // A worker this process started failed first: its message is the job's error, unless it is this
+    // rank's own (a refusal every rank meets), which is then said once, as this rank's.
     if (impl_->launcher.active()) {
       const std::string failure = impl_->launcher.failure(detail::SelfLauncher::kFailureWait);
-      if (!failure.empty()) throw Error(failure, ErrorKind::kAborted);
+      if (!failure.empty() && !detail::same_refusal(failure, e.what())) throw Error(failure, ErrorKind::kAborted);
     }
     throw;
   }
