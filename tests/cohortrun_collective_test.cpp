@@ -56,6 +56,28 @@ void expect_world(const std::map<int, Reported>& found, int size, int restart = 
 
 }  // namespace
 
+// Hostile pass 16, S-2: torchrun's restart count is each node's own and may differ between nodes (a
+// node that rejoins counts from 0); cohort put it in the store's key prefix, so such ranks never met and
+// waited out COHORT_TIMEOUT. Two ranks started as torchrun's agents would, counts 1 and 0, now meet.
+TEST(CohortrunCollective, RanksWhoseRestartCountsDifferMeet) {
+  const std::string port = std::to_string(free_port());
+  std::vector<Proc> ranks;
+  for (int rank = 0; rank < 2; ++rank)
+    ranks.push_back(start_process(
+        {COHORT_COLLECTIVE_WORKER},
+        clean_env({{"RANK", std::to_string(rank)}, {"LOCAL_RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "1"},
+                   {"GROUP_RANK", std::to_string(rank)}, {"GROUP_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+                   {"MASTER_PORT", port}, {"TORCHELASTIC_RESTART_COUNT", rank == 0 ? "1" : "0"},
+                   {"TORCHELASTIC_MAX_RESTARTS", "3"}, {"TORCHELASTIC_RUN_ID", "none"},
+                   {"TORCHELASTIC_USE_AGENT_STORE", "False"}, {"COHORT_TIMEOUT", "20"}})));
+  for (int rank = 0; rank < 2; ++rank) {
+    const ProcResult result = finish_process(ranks[rank], 60s);
+    EXPECT_EQ(result.code, 0) << result.describe();
+    EXPECT_NE(result.out.find("RESULT rank=" + std::to_string(rank) + " size=2 sum=1"), std::string::npos)
+        << result.describe();
+  }
+}
+
 TEST(CohortrunCollective, StandaloneWorldAllreduces) {
   const auto result = run_process(
       cohortrun({"--standalone", "--nnodes=1", "--nproc_per_node=3", COHORT_COLLECTIVE_WORKER}),

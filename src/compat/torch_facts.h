@@ -20,6 +20,12 @@ inline constexpr const char* kNcclAsyncErrorVariable =
     "NCCL_ASYNC_ERROR_HANDLING";
 #endif
 
+/// Whether torchrun's agent keeps the workers' store (TORCHELASTIC_USE_AGENT_STORE) across restarts, so
+/// that each attempt's keys need a prefix of their own, as PyTorch 1.x's env rendezvous gave them. From
+/// 2.0 the agent makes a fresh store per attempt and drops the prefix: the restart count is each node's
+/// own and may differ between nodes, which a prefix of it would keep apart forever (pytorch#108158).
+inline constexpr bool kAgentStoreOutlivesAttempts = TORCH_VERSION_MAJOR < 2;
+
 /// The key of `param` in an optimizer's state map: LibTorch 1.13 keys by the TensorImpl address
 /// printed as a string, 2.x by the address itself.
 using OptimizerStateMap = std::remove_reference_t<decltype(std::declval<torch::optim::Optimizer&>().state())>;

@@ -13,6 +13,7 @@
 #include "cohort/comm.h"
 #include "cohort/number.h"
 #include "comm/comm_impl.h"
+#include "compat/torch_facts.h"
 #include "core/check.h"
 #include "core/job_secret.h"
 #include "core/log.h"
@@ -105,8 +106,7 @@ std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, de
                     launch.size, " (launcher: ", launch.launcher, " exports none): export MASTER_PORT to every rank");
   COHORT_CHECK_KIND(kInvalidArgument, options.store() || (launch.master_port >= 1 && launch.master_port <= 65535),
                     "master port ", launch.master_port, " is out of range 1..65535");
-  // torchrun's static rendezvous hosts the store itself and says so (agent_store); it keeps it
-  // across restarts, so each restart's keys get their own prefix.
+  // torchrun's static rendezvous hosts the store itself and says so (agent_store).
   detail::RendezvousConfig rdzv;
   rdzv.master_addr = launch.master_addr;
   rdzv.master_port = launch.master_port;
@@ -129,7 +129,10 @@ std::string meet(const detail::LaunchEnv& launch, const InitOptions& options, de
   config.store = options.store() ? options.store() : joining("connecting to the rendezvous store", endpoint, [&] {
     return detail::connect_store(rdzv);
   });
-  if (launch.restart_count)
+  // Only a store that outlives an attempt needs one prefix per attempt: rank 0's own store (cohortrun,
+  // no agent store) is new with each attempt, and so is torchrun 2.x's agent store (hostile pass 16, S-2:
+  // nodes whose restart counts differed never met).
+  if (launch.restart_count && launch.agent_store && detail::kAgentStoreOutlivesAttempts)
     config.store = c10::make_intrusive<c10d::PrefixStore>("cohort-attempt-" + std::to_string(*launch.restart_count),
                                                           config.store);
   joining("waiting for every rank to arrive", endpoint, [&] { detail::wait_for_all_ranks(*config.store, rdzv); });
