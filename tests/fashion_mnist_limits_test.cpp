@@ -318,6 +318,12 @@ TEST(FashionMnistLimits, ResumeAtTheLastStepShowsTheAccuracyOnly) {
                                    " (resumed at the last step: no training in this run)\n"));
   EXPECT_THAT(again.out, Not(HasSubstr("train loss")));
   EXPECT_EQ(params_digest_of(again.out), params_digest_of(first.out));
+  // Hostile pass 16, m-4: a checkpoint past this run's end says so.
+  const ProcResult shorter = example(data.root, {"--batch-size", "16", "--threads", "1", "--max-steps", "1",
+                                                 "--checkpoint-dir", data.root + "/ckpt"});
+  ASSERT_EQ(shorter.code, 0) << shorter.describe();
+  EXPECT_THAT(shorter.out, HasSubstr(" (resumed at step 2, past this run's --max-steps 1: no training in this run)\n"))
+      << shorter.describe();
 }
 
 // Issue 17 item 9: a resume in another mode names both modes.

@@ -68,8 +68,20 @@ void JobReport::print_partial_epoch(cohort::Trainer& trainer, const std::map<std
   const auto& metrics = trainer.callback_metrics();
   const auto loss = metrics.find("train_loss");
   if (!module_.trained() || loss == metrics.end()) {  // resumed at --max-steps: no batch ran here
-    std::printf("epoch %lld/%d: %s (resumed at the last step: no training in this run)\n",
-                static_cast<long long>(trainer.current_epoch() + 1), epochs_, accuracy_text(test.at("test_accuracy")).c_str());
+    // A checkpoint past this run's end (a smaller --epochs or --max-steps) says so, not "epoch 2/1"
+    // (hostile pass 16, m-4).
+    const long long epoch = trainer.current_epoch() + 1, step = trainer.global_step();
+    const long long max_steps = trainer.options().max_steps();
+    const std::string accuracy = accuracy_text(test.at("test_accuracy"));
+    if (epoch > epochs_)
+      std::printf("resumed at step %lld, past this run's --epochs %d: %s (no training in this run)\n", step, epochs_,
+                  accuracy.c_str());
+    else if (max_steps >= 0 && step > max_steps)
+      std::printf("epoch %lld/%d: %s (resumed at step %lld, past this run's --max-steps %lld: no training in this run)\n",
+                  epoch, epochs_, accuracy.c_str(), step, max_steps);
+    else
+      std::printf("epoch %lld/%d: %s (resumed at the last step: no training in this run)\n", epoch, epochs_,
+                  accuracy.c_str());
     std::fflush(stdout);
     return;
   }

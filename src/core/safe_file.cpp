@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "cohort/error.h"
 #include "core/check.h"
@@ -180,6 +181,20 @@ std::string read_own_file(const std::string& path, const std::string& what, int6
   COHORT_CHECK_KIND(kIO, error == 0, "cannot read ", what, " ", path, ": ", errno_text(error));
   text.resize(done);  // it shrank meanwhile: what was there
   return text;
+}
+
+void remove_stale_temporaries(const std::string& path) {
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  const std::string prefix = "." + target.filename().string() + ".";
+  std::error_code error;
+  for (const auto& item : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = item.path().filename().string();
+    const bool ours = name.size() > prefix.size() + 4 && name.rfind(prefix, 0) == 0 &&
+                      name.compare(name.size() - 4, 4, ".tmp") == 0;
+    std::error_code kind;
+    if (ours && item.is_regular_file(kind) && !item.is_symlink(kind)) std::filesystem::remove(item.path(), kind);
+  }
 }
 
 }  // namespace cohort::detail

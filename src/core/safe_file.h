@@ -42,6 +42,10 @@ class SafeFile {
 /// SafeFile in one call: `text` becomes the contents of `path`.
 void write_file_safely(const std::string& path, const std::string& text);
 
+/// Removes the temporaries a SafeFile for `path` left when its process was killed before the rename
+/// (`<dir>/.<name>.<random>.tmp`, regular files only). For the one process that writes `path`.
+void remove_stale_temporaries(const std::string& path);
+
 /// Opens a file cohort wrote, for reading: O_NOFOLLOW, and a regular file only (a link, a device or a
 /// fifo there is refused, naming `path`). `what` starts the message ("shard file", "manifest").
 /// Returns the descriptor; the caller closes it.

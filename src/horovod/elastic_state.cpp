@@ -135,6 +135,9 @@ void State::commit() {
   impl_->committed = impl_->serialize();
   if (rank == 0) {
     std::filesystem::create_directories(std::filesystem::path(impl_->path).parent_path());
+    // What a commit killed before its rename left (hostile pass 16, M-2), once per State.
+    if (!impl_->swept) cohort::detail::remove_stale_temporaries(impl_->path);
+    impl_->swept = true;
     cohort::detail::write_file_safely(impl_->path, impl_->committed);
   }
   hvd::barrier();  // rank 0's file is in place before any rank goes on

@@ -19,6 +19,7 @@ struct State::Impl {
   std::string path;       // <directory>/hvd-elastic-state.pt
   std::string committed;  // the last commit or sync, serialized; empty before the first
   int64_t commits = 0;
+  bool swept = false;  // rank 0 removed a killed commit's temporary before its first write
 
   /// Model, optimizer, values and the commit count as bytes, and back (`what` names the bytes in errors).
   std::string serialize() const;

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "cohort/horovod.h"
 #include "compat/optimizer_state.h"
@@ -73,9 +74,14 @@ TEST(HvdElastic, StateSyncsCommitsAndRestores) {
     torch::NoGradGuard no_grad;
     parts.model->weight.add_(1.0);
     const auto committed = parts.model->weight.clone();
+    // What a commit killed before its rename left is removed by the first commit (hostile pass 16, M-2).
+    const std::filesystem::path path(state.path());
+    const std::string stale = (path.parent_path() / ("." + path.filename().string() + ".Ab12Cd.tmp")).string();
+    if (rank == 0) std::ofstream(stale) << "half a commit";
     state.commit();
     EXPECT_EQ(state.commits(), 1);
     EXPECT_TRUE(std::filesystem::is_regular_file(state.path())) << state.path();
+    EXPECT_FALSE(std::filesystem::exists(stale)) << stale;
     state["batch"] = int64_t(30);
     parts.model->weight.add_(1.0);
     state.restore();
