@@ -85,11 +85,14 @@ std::string reference_digest(const Job& job) {
 }
 
 // Attempt `restart` of a 2-rank job as torchrun's agent starts it (its environment set by hand, the
-// agent's per-launch log directory `logs`); rank 0's result.
-ProcResult run_as_torchrun(const std::vector<std::string>& argv, int restart, const std::string& logs) {
-  const std::string port = std::to_string(free_port()), attempt = std::to_string(restart);
+// agent's per-launch log directory `logs`); rank 0's result. `rank1_restart`: rank 1's count where its
+// node's agent counts otherwise (torchrun counts per node).
+ProcResult run_as_torchrun(const std::vector<std::string>& argv, int restart, const std::string& logs,
+                           int rank1_restart = -1) {
+  const std::string port = std::to_string(free_port());
   std::vector<Proc> ranks;
-  for (int rank = 0; rank < 2; ++rank)
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string attempt = std::to_string(rank == 1 && rank1_restart >= 0 ? rank1_restart : restart);
     ranks.push_back(start_process(
         argv, clean_env({{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
                          {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"}, {"GROUP_WORLD_SIZE", "1"},
@@ -97,6 +100,7 @@ ProcResult run_as_torchrun(const std::vector<std::string>& argv, int restart, co
                          {"TORCHELASTIC_MAX_RESTARTS", "1"}, {"TORCHELASTIC_RUN_ID", "none"},
                          {"TORCHELASTIC_ERROR_FILE",
                           logs + "/attempt_" + attempt + "/" + std::to_string(rank) + "/error.json"}})));
+  }
   const ProcResult result = finish_process(ranks[0], 180s);
   finish_process(ranks[1], 60s);
   return result;
@@ -259,6 +263,28 @@ TEST(CheckpointE2E, ARestartWhoseOwnCheckpointsAreAllDamagedStartsAgain) {
   EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
 }
 
+// Hostile pass 17, S-1 and S-2: a launch whose text has a comma (torchrun's log directory under
+// --rdzv-id exp,lr3) was split apart in the recorded list, so the restart never found its own
+// checkpoints; and torchrun counts restarts per node, so a node whose worker did not fail says 0 while
+// the other says 1: the ranks took different paths (one loading, one from scratch) and failed.
+TEST(CheckpointE2E, ARestartUnderTorchrunContinuesWhateverItsLogDirectoryAndNodeCounts) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt", logs = job.root + "/torchelastic_a1/exp,lr3_b2";
+  const std::vector<std::string> program = {build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs",
+                                            "3", "--batch-size", "16", "--threads", "1", "--progress", "off",
+                                            "--checkpoint-dir", ckpt, "--resume", "never"};
+  std::vector<std::string> first = program;
+  for (const char* arg : {"--max-steps", "7", "--checkpoint-every", "5"}) first.push_back(arg);
+  const ProcResult attempt = run_as_torchrun(first, 0, logs);
+  ASSERT_EQ(attempt.code, 0) << attempt.describe();
+  const ProcResult result = run_as_torchrun(program, 1, logs, /*rank1_restart=*/0);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("continuing from the newest checkpoint it saved in " + ckpt)) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-7")) << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+}
+
 // Hostile pass 15, S-3: a job started from a given checkpoint (--resume DIR/step-16) and killed in a
 // later save continues from the newest checkpoint it saved itself, not from step 16 again (every
 // restart went back there, losing the steps since).
@@ -292,9 +318,11 @@ TEST(CheckpointE2E, AFinishedJobRunAgainSavesItsLastStepNoMore) {
   // again, though the run saves nothing more (a step's replaced copy, a pointer's temporary).
   fs::create_directory(ckpt + "/.step-16.tmp");
   std::ofstream(ckpt + "/.latest.Ab12Cd.tmp") << "step-16";
+  std::ofstream(ckpt + "/.notes.tmp") << "the user's";  // not cohort's: kept (hostile pass 17, m-1)
   const ProcResult again = run_process(job.argv(args), clean_env(), 180s);
   EXPECT_FALSE(fs::exists(ckpt + "/.step-16.tmp"));
   EXPECT_FALSE(fs::exists(ckpt + "/.latest.Ab12Cd.tmp"));
+  EXPECT_TRUE(fs::exists(ckpt + "/.notes.tmp"));
   ASSERT_EQ(again.code, 0) << again.describe();
   EXPECT_THAT(again.out, HasSubstr("resumed from " + ckpt + "/step-16")) << again.describe();
   EXPECT_THAT(again.out + again.err, ::testing::Not(HasSubstr("already existed"))) << again.describe();

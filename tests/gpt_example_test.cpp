@@ -193,9 +193,10 @@ TEST(GptExample, HsdpFollowsDdpAndItsCheckpointResumesUnderFlatFsdp) {
 TEST(GptExample, AResumeWithAnotherModelIsRefusedNamingTheFlag) {
   Job job;
   const std::string ckpt = job.root + "/ckpt";
-  const auto run = [&](const std::string& heads, const std::vector<std::string>& extra) {
+  const auto run = [&](const std::string& heads, const std::vector<std::string>& extra,
+                       const std::string& layers = "1") {
     std::vector<std::string> args = {build_path("/examples/gpt"), "--data", job.root + "/text.txt", "--devices", "1",
-                                     "--n-layer", "1", "--n-head", heads, "--n-embd", "16", "--block-size", "16",
+                                     "--n-layer", layers, "--n-head", heads, "--n-embd", "16", "--block-size", "16",
                                      "--batch-size", "4", "--eval-interval", "100", "--sample-tokens", "0",
                                      "--threads", "1"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -208,6 +209,11 @@ TEST(GptExample, AResumeWithAnotherModelIsRefusedNamingTheFlag) {
   EXPECT_THAT(heads.err, HasSubstr("--n-head 4, but the checkpoint's model was saved with --n-head 2: resume with "
                                    "the model flags it was saved with"))
       << heads.describe();
+  // Hostile pass 17, M-1: a flag that changes shapes too is named, not a tensor's shape.
+  const ProcResult layers = run("2", {"--max-steps", "4", "--resume", ckpt + "/step-3"}, "2");
+  EXPECT_EQ(layers.code, 1) << layers.describe();
+  EXPECT_THAT(layers.err, HasSubstr("--n-layer 2, but the checkpoint's model was saved with --n-layer 1"))
+      << layers.describe();
   const ProcResult lr = run("2", {"--max-steps", "4", "--resume", ckpt + "/step-3", "--lr", "0.01"});
   ASSERT_EQ(lr.code, 0) << lr.describe();
   EXPECT_THAT(lr.out, HasSubstr("lr: training continues with 0.01 (--lr), not the checkpoint's 0.002"))

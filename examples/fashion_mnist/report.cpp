@@ -7,17 +7,9 @@
 #include <cstdio>
 #include <sstream>
 
+#include "../common/exact_text.h"
+
 namespace fashion_mnist {
-namespace {
-
-// A double that reads back bit for bit ("0.001", "0.0030000000000000001").
-std::string exact_text(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.17g", value);
-  return text;
-}
-
-}  // namespace
 
 JobReport::JobReport(FashionMnistModule& module, LrRule lr, int epochs)
     : module_(module), lr_(std::move(lr)), epochs_(epochs) {}
@@ -89,7 +81,7 @@ void JobReport::print_partial_epoch(cohort::Trainer& trainer, const std::map<std
 }
 
 void JobReport::save_state(std::map<std::string, std::string>& values) const {
-  if (lr_.configured) values["lr"] = exact_text(*lr_.configured);
+  if (lr_.configured) values["lr"] = examples::exact_text(*lr_.configured);
 }
 
 // Before anything loads: a saved lr that does not read makes the checkpoint unusable (a fallback),

@@ -1,13 +1,15 @@
 // What a GPT checkpoint says of the model that saved it: the model flags (--n-layer, --n-head, --n-embd,
 // --block-size, --no-bias), the text's vocabulary and --lr, saved as user values. A resume with another
 // model is refused in one line naming the flag before anything loads (hostile pass 16, M-3: --n-head
-// changes no shape, so another attention split trained on silently); another --lr applies and is said.
+// changes no shape, so another attention split trained on silently); another --lr, --weight-decay or
+// --dropout applies and is said.
 #pragma once
 
 #include <cohort/trainer.h>
 
 #include <map>
 #include <string>
+#include <utility>
 
 #include "models/gpt.h"
 #include "train.h"
@@ -24,7 +26,7 @@ class ModelFlags : public cohort::Callback {
 
  private:
   std::map<std::string, std::string> model_;  // "gpt.<flag>" -> value, as saved
-  double lr_;
+  std::map<std::string, std::pair<double, std::string>> training_;  // "gpt.lr" -> (value, its flag)
   cohort::Trainer* trainer_ = nullptr;
 };
 

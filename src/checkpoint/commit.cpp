@@ -114,8 +114,12 @@ void remove_leftovers(const fs::path& root) {
   }
   for (const auto& item : fs::directory_iterator(root)) {
     const std::string name = item.path().filename().string();
-    if (name[0] == '.' && name.size() > 4 && name.substr(name.size() - 4) == ".tmp")
-      remove_or_warn(item.path(), "left by a save that did not finish");
+    // cohort's own temporaries only: a step being written, `latest`'s and `.job`'s (safe_file.h); a user's
+    // `.notes.tmp` is not ours (hostile pass 17, m-1).
+    const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    const bool ours = parse_step_dir(name.substr(1, name.size() >= 5 ? name.size() - 5 : 0)).has_value() ||
+                      name.rfind(".latest.", 0) == 0 || name.rfind("..job.", 0) == 0;
+    if (name[0] == '.' && tmp && ours) remove_or_warn(item.path(), "left by a save that did not finish");
     // A replaced step's old copy (a crash before its removal; hostile pass 14, M-1).
     const auto step = parse_old_copy(name);
     const bool missing = step && !fs::exists(root / step_dir_name(*step));

@@ -14,6 +14,7 @@
 #include "checkpoint/format_versioned.h"
 #include "checkpoint/group.h"
 #include "checkpoint/layout.h"
+#include "checkpoint/manifest.h"
 #include "checkpoint/part_lender.h"
 #include "checkpoint/stage.h"
 #include "checkpoint/step_tensors.h"
@@ -126,18 +127,24 @@ std::string agreed_problem(Group& group, const std::string& status, bool* mismat
   return "";
 }
 
+// The program's own check of the user values (CheckpointState::check_user_values) before the tensors are
+// matched: a program that saves its model's settings names the one that differs (gpt's --n-layer)
+// instead of a tensor's shape (hostile pass 17, M-1).
+void check_user_values_first(const std::string& path, const CheckpointState& state) {
+  const auto& check = state.user_values_check();
+  if (!check) return;
+  const Manifest manifest = read_manifest(path + "/manifest.json");
+  try {
+    check(manifest.user, manifest.world_size);
+  } catch (const std::exception& e) {
+    throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
+  }
+}
+
 // Each Stateful's check of its saved numbers (Stateful::check_state_values), before commit: a number
 // it cannot take (a sampler position of -1000) makes this checkpoint unusable as damage does, so the
 // ranks fall back together instead of failing, or crashing, half way through commit.
-void check_values(const Staged& staged, const std::vector<CheckpointState::Entry>& entries,
-                  const CheckpointState& state, const std::string& path) {
-  if (const auto& check = state.user_values_check()) {
-    try {
-      check(staged.manifest.user, staged.manifest.world_size);
-    } catch (const std::exception& e) {
-      throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
-    }
-  }
+void check_values(const Staged& staged, const std::vector<CheckpointState::Entry>& entries, const std::string& path) {
   for (const auto& entry : entries) {
     const auto values = staged.manifest.values.find(entry.name);
     if (values == staged.manifest.values.end()) continue;  // check_match named any that must be there
@@ -231,8 +238,9 @@ std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, Checkpoint
     Staged staged;
     std::string status;
     try {
+      check_user_values_first(path, state);
       staged = stage_checkpoint(path, request, group.rank());
-      check_values(staged, entries, state, path);
+      check_values(staged, entries, path);
     } catch (const MismatchError& e) {
       status = "M" + without_rank_prefix(e.what());
     } catch (const std::exception& e) {

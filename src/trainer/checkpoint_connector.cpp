@@ -5,6 +5,7 @@
 // samples per optimizer step by accumulating micro-batches (an elastic restart on fewer ranks).
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -23,8 +24,16 @@
 namespace cohort::detail {
 namespace {
 
-// TORCHELASTIC_RESTART_COUNT as cohortrun and torchrun set it (0 when no launcher restarted the job).
-int launcher_restart_count() { return detect_launch_env(current_env()).restart_count.value_or(0); }
+// TORCHELASTIC_RESTART_COUNT as cohortrun and torchrun set it (0 when no launcher restarted the job),
+// the largest any rank was given: torchrun counts per node, so a node whose workers did not fail may
+// say 0 where another says 1, and the ranks must take the same path (hostile pass 17, S-2).
+int agreed_restart_count() {
+  int most = 0;
+  const int mine = detect_launch_env(current_env()).restart_count.value_or(0);
+  for (const std::string& count : ckpt::Group(nullptr).allgather(std::to_string(mine)))
+    most = std::max(most, std::atoi(count.c_str()));
+  return most;
+}
 
 }  // namespace
 
@@ -144,12 +153,13 @@ JobClaim CheckpointConnector::agree_job_claim(const std::string& dir, bool resta
 }
 
 std::string CheckpointConnector::checkpoint_to_resume(const FitOptions& fit_options) {
+  restart_ = agreed_restart_count();  // a collective: every rank's fit comes here
   const std::string given = fit_options.ckpt_path();
   const bool saves = std::any_of(trainer_.callbacks.begin(), trainer_.callbacks.end(), [](const auto& callback) {
     return dynamic_cast<ModelCheckpoint*>(callback.get()) != nullptr;
   });
   if (!fit_options.resume_on_restart() || !saves) return given;
-  const int restart = launcher_restart_count();
+  const int restart = restart_;
   const std::string dir = resolve_ckpt_path("last");
   const JobClaim claim = agree_job_claim(dir, restart > 0);
   job_ = claim.identity;
@@ -188,7 +198,7 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
                                             int saved_world_size) {
   const int64_t micro = trainer_.train->options().batch_size() * trainer_.strategy->data_split(trainer_.world).first;
   const std::string saved_step = state.get(ckpt::kTrainerStepBatchKey);
-  const bool elastic = saved_world_size != trainer_.world.size() || launcher_restart_count() > 0;
+  const bool elastic = saved_world_size != trainer_.world.size() || restart_ > 0;
   if (saved_step.empty() || !elastic) {  // as saved before elastic restarts, or a resume by hand
     const std::string saved_batch = state.get(kGlobalBatchKey);
     COHORT_CHECK_KIND(kInvalidArgument, saved_batch == std::to_string(micro), "the checkpoint ", path,
@@ -235,10 +245,9 @@ void CheckpointConnector::keep_global_batch(const CheckpointState& state, const 
   const std::string why = step_batch % micro != 0 ? "it does not divide them"
                           : accumulation > 1      ? "its strategy cannot accumulate another number of batches"
                                                   : "its strategy cannot accumulate batches";
-  COHORT_CHECK_KIND(kInvalidArgument, launcher_restart_count() > 0, "the checkpoint ", path, " was saved with ",
-                    step_batch, " samples per optimizer step by ", saved_world_size, " rank(s); this run's ",
-                    trainer_.world.size(), " rank(s) take ", takes, ", and ", why,
-                    ": choose a batch size that keeps the global batch");
+  COHORT_CHECK_KIND(kInvalidArgument, restart_ > 0, "the checkpoint ", path, " was saved with ", step_batch,
+                    " samples per optimizer step by ", saved_world_size, " rank(s); this run's ", trainer_.world.size(),
+                    " rank(s) take ", takes, ", and ", why, ": choose a batch size that keeps the global batch");
   // A launcher's restart into a world that cannot keep the batch goes on, as under torchrun: the global
   // batch follows the world. The epoch resumes at the first whole step of the new size: the loop's
   // accumulation windows (every accumulation-th batch of the epoch) and the ZeRO engine's (which begin

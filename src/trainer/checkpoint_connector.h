@@ -43,6 +43,8 @@ class CheckpointConnector {
   JobIdentity job_;
   /// A restart continuing its own checkpoints: every checkpoint it loads must be this job's.
   bool own_only_ = false;
+  /// The launcher's restart count, agreed by every rank in checkpoint_to_resume.
+  int restart_ = 0;
   /// Such a restart's ckpt_path, where it starts again when none of its own checkpoints is usable.
   std::string restart_fallback_;
 };

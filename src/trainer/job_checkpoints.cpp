@@ -2,6 +2,7 @@
 #include "trainer/job_checkpoints.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -81,14 +82,29 @@ bool holds_checkpoint_of_job(const std::string& dir, const JobIdentity& identity
 
 std::string launcher_run_id() { return detect_launch_env(current_env()).run_id; }
 
+namespace {
+
+// 16 hex digits of FNV-1a: the same on every build and host, and no ',' whatever the launch's text (a
+// run id or log directory with a comma split the recorded list: hostile pass 17, S-1).
+std::string digest_of(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char byte : text) hash = (hash ^ byte) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
+}
+
+}  // namespace
+
 std::string launch_identity() {
   const auto env = current_env();
   const auto given = env.find("COHORT_LAUNCH_ID");
-  if (given != env.end() && !given->second.empty()) return given->second.substr(0, 128);
+  if (given != env.end() && !given->second.empty()) return digest_of("cohortrun:" + given->second);
   const auto error_file = env.find("TORCHELASTIC_ERROR_FILE");
   if (error_file == env.end()) return "";
   const size_t attempt = error_file->second.rfind("/attempt_");
-  return attempt == std::string::npos || attempt == 0 ? "" : error_file->second.substr(0, attempt);
+  if (attempt == std::string::npos || attempt == 0) return "";
+  return digest_of("torchrun:" + error_file->second.substr(0, attempt));
 }
 
 std::map<std::string, std::string> JobIdentity::values() const {
