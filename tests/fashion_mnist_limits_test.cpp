@@ -324,6 +324,8 @@ TEST(FashionMnistLimits, ResumeAtTheLastStepShowsTheAccuracyOnly) {
   ASSERT_EQ(shorter.code, 0) << shorter.describe();
   EXPECT_THAT(shorter.out, HasSubstr(" (resumed at step 2, past this run's --max-steps 1: no training in this run)\n"))
       << shorter.describe();
+  EXPECT_THAT(shorter.out, HasSubstr("stopped at step 2, past --max-steps 1 (the checkpoint it resumed from)\n"))
+      << shorter.describe();
 }
 
 // Issue 17 item 9: a resume in another mode names both modes.

@@ -233,7 +233,10 @@ void Job::finish(FashionMnistModule& module, JobReport& report, cohort::DataLoad
   std::vector<std::pair<std::string, torch::Tensor>> parameters = trainer_.full_parameters();
   const std::string digest = tensors_sha256(parameters);
   if (!trainer_.world().is_main()) return;
-  if (config_.max_steps > 0 && trainer_.global_step() >= config_.max_steps)
+  if (config_.max_steps > 0 && trainer_.global_step() > config_.max_steps)  // resumed past it (hostile pass 17, m-2)
+    std::printf("stopped at step %lld, past --max-steps %lld (the checkpoint it resumed from)\n",
+                static_cast<long long>(trainer_.global_step()), static_cast<long long>(config_.max_steps));
+  else if (config_.max_steps > 0 && trainer_.global_step() == config_.max_steps)
     std::printf("stopped after %lld steps (--max-steps)\n", static_cast<long long>(config_.max_steps));
   std::printf("total time %.1f s\n", std::chrono::duration<double>(Clock::now() - start_).count());
   std::printf("params-sha256: %s\n", digest.c_str());
