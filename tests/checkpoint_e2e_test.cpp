@@ -88,18 +88,19 @@ std::string reference_digest(const Job& job) {
 // agent's per-launch log directory `logs`); rank 0's result. `rank1_restart`: rank 1's count where its
 // node's agent counts otherwise (torchrun counts per node).
 ProcResult run_as_torchrun(const std::vector<std::string>& argv, int restart, const std::string& logs,
-                           int rank1_restart = -1) {
+                           int rank1_restart = -1, const Env& inherited = {}) {
   const std::string port = std::to_string(free_port());
   std::vector<Proc> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     const std::string attempt = std::to_string(rank == 1 && rank1_restart >= 0 ? rank1_restart : restart);
-    ranks.push_back(start_process(
-        argv, clean_env({{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
+    Env env = {{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)}, {"WORLD_SIZE", "2"},
                          {"LOCAL_WORLD_SIZE", "2"}, {"GROUP_RANK", "0"}, {"GROUP_WORLD_SIZE", "1"},
                          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}, {"TORCHELASTIC_RESTART_COUNT", attempt},
                          {"TORCHELASTIC_MAX_RESTARTS", "1"}, {"TORCHELASTIC_RUN_ID", "none"},
                          {"TORCHELASTIC_ERROR_FILE",
-                          logs + "/attempt_" + attempt + "/" + std::to_string(rank) + "/error.json"}})));
+                          logs + "/attempt_" + attempt + "/" + std::to_string(rank) + "/error.json"}};
+    env.insert(inherited.begin(), inherited.end());
+    ranks.push_back(start_process(argv, clean_env(env)));
   }
   const ProcResult result = finish_process(ranks[0], 180s);
   finish_process(ranks[1], 60s);
@@ -222,14 +223,16 @@ TEST(CheckpointE2E, ARestartWhoseFirstAttemptDiedBeforeTrainingContinuesNoEarlie
   const std::vector<std::string> program = {build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs",
                                             "3", "--batch-size", "16", "--threads", "1", "--progress", "off",
                                             "--checkpoint-dir", ckpt};
-  std::vector<std::string> earlier = program;  // self-launched: no launch identity, so it writes .job
+  // Self-launched, with a COHORT_LAUNCH_ID copied into the environment, which the restart inherits too
+  // (hostile pass 18, S-1: it outranked torchrun's per-launch directory, so both looked one launch).
+  const Env inherited = {{"COHORT_LAUNCH_ID", "copied-from-a-script"}};
+  std::vector<std::string> earlier = program;
   for (const char* arg : {"--devices", "2", "--max-steps", "16", "--lr", "0.003"}) earlier.push_back(arg);
-  const ProcResult first = run_process(earlier, clean_env(), 180s);
+  const ProcResult first = run_process(earlier, clean_env(inherited), 180s);
   ASSERT_EQ(first.code, 0) << first.describe();
-  ASSERT_TRUE(fs::exists(ckpt + "/.job"));
   std::vector<std::string> restart = program;
   for (const char* arg : {"--resume", "never"}) restart.push_back(arg);
-  const ProcResult result = run_as_torchrun(restart, 1, job.root + "/torchelastic_x1/none_y2");
+  const ProcResult result = run_as_torchrun(restart, 1, job.root + "/torchelastic_x1/none_y2", -1, inherited);
   ASSERT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("holds no checkpoint this job saved: starting from scratch")) << result.describe();
   EXPECT_THAT(result.out, ::testing::Not(HasSubstr("resumed from"))) << result.describe();

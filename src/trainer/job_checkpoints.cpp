@@ -96,15 +96,21 @@ std::string digest_of(const std::string& text) {
 
 }  // namespace
 
+// The launcher's log directory of this launch (cohortrun's and torchrun's agents make one per launch and
+// name it in TORCHELASTIC_ERROR_FILE as DIR/attempt_N/...), with COHORT_LAUNCH_ID beside it: a
+// COHORT_LAUNCH_ID inherited by a torchrun launch (a script started from a cohortrun worker) is the
+// same for every such launch, the directory is not (hostile pass 18, S-1).
 std::string launch_identity() {
   const auto env = current_env();
   const auto given = env.find("COHORT_LAUNCH_ID");
-  if (given != env.end() && !given->second.empty()) return digest_of("cohortrun:" + given->second);
-  const auto error_file = env.find("TORCHELASTIC_ERROR_FILE");
-  if (error_file == env.end()) return "";
-  const size_t attempt = error_file->second.rfind("/attempt_");
-  if (attempt == std::string::npos || attempt == 0) return "";
-  return digest_of("torchrun:" + error_file->second.substr(0, attempt));
+  const std::string id = given == env.end() ? "" : given->second;
+  std::string dir;
+  if (const auto error_file = env.find("TORCHELASTIC_ERROR_FILE"); error_file != env.end()) {
+    const size_t attempt = error_file->second.rfind("/attempt_");
+    if (attempt != std::string::npos && attempt > 0) dir = error_file->second.substr(0, attempt);
+  }
+  if (id.empty() && dir.empty()) return "";
+  return digest_of("launch:" + id + "\n" + dir);
 }
 
 std::map<std::string, std::string> JobIdentity::values() const {

@@ -25,8 +25,8 @@ inline constexpr const char* kJobTokenFile = ".job";
 
 /// The launcher's run id of this job ("" when the launcher gave none).
 std::string launcher_run_id();
-/// This rank's launch identity, as 16 hex digits of the launch's text: COHORT_LAUNCH_ID, else torchrun's
-/// per-launch log directory (the part of TORCHELASTIC_ERROR_FILE before "/attempt_"), else "".
+/// This rank's launch identity, as 16 hex digits of COHORT_LAUNCH_ID and the launcher's per-launch log
+/// directory (the part of TORCHELASTIC_ERROR_FILE before "/attempt_"); "" when there is neither.
 std::string launch_identity();
 
 /// What a job is known by: its launches (every rank's launch identity, distinct, sorted), or where the

@@ -91,7 +91,7 @@ bool same_refusal(const std::string& failure, const std::string& own) {
   if (said == std::string::npos) return false;
   // The worker may say it as rank 0's, which this process is ("rank 0: ..." from a load's agreement).
   const std::string theirs = without_rank(failure.substr(said + 9)), mine = without_rank(own);
-  return theirs == mine || theirs == "rank 0: " + mine;
+  return theirs == mine || theirs == "rank 0: " + mine || "rank 0: " + theirs == mine;
 }
 
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {
@@ -195,7 +195,9 @@ void SelfLauncher::on_exit(Worker& worker) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (status.success() || !failure_.empty() || stopping_) {
-      for (const std::string& line : worker.errors) std::fprintf(stderr, "%s%s\n", worker.prefix.c_str(), line.c_str());
+      for (const std::string& line : worker.errors)  // not again what another worker's failure said
+        if (failure_.empty() || !same_refusal(failure_, line.substr(7)))
+          std::fprintf(stderr, "%s%s\n", worker.prefix.c_str(), line.c_str());
       std::fflush(stderr);
       return;
     }
