@@ -107,6 +107,19 @@ ProcResult run_as_torchrun(const std::vector<std::string>& argv, int restart, co
   return result;
 }
 
+// fashion_mnist as a torchrun-started job saving to `ckpt` (--resume never), and its attempt 0, which saves
+// step-5 and step-7 and stops.
+std::vector<std::string> torchrun_program(const Job& job, const std::string& ckpt) {
+  return {build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs", "3", "--batch-size", "16",
+          "--threads", "1", "--progress", "off", "--checkpoint-dir", ckpt, "--resume", "never"};
+}
+
+void run_first_attempt_to_step_7(std::vector<std::string> program, const std::string& logs) {
+  for (const char* arg : {"--max-steps", "7", "--checkpoint-every", "5"}) program.push_back(arg);
+  const ProcResult attempt = run_as_torchrun(program, 0, logs);
+  ASSERT_EQ(attempt.code, 0) << attempt.describe();
+}
+
 }  // namespace
 
 TEST(CheckpointE2E, WorkerKilledMidEpochResumesToTheSameParameters) {
@@ -245,13 +258,8 @@ TEST(CheckpointE2E, ARestartWhoseOwnCheckpointsAreAllDamagedStartsAgain) {
   Job job;
   const std::string expected = reference_digest(job);
   const std::string ckpt = job.root + "/ckpt", logs = job.root + "/torchelastic_a1/none_b2";
-  const std::vector<std::string> program = {build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs",
-                                            "3", "--batch-size", "16", "--threads", "1", "--progress", "off",
-                                            "--checkpoint-dir", ckpt, "--resume", "never"};
-  std::vector<std::string> first = program;
-  for (const char* arg : {"--max-steps", "7", "--checkpoint-every", "5"}) first.push_back(arg);
-  const ProcResult attempt = run_as_torchrun(first, 0, logs);
-  ASSERT_EQ(attempt.code, 0) << attempt.describe();
+  const std::vector<std::string> program = torchrun_program(job, ckpt);
+  ASSERT_NO_FATAL_FAILURE(run_first_attempt_to_step_7(program, logs));
   for (const char* step : {"/step-5", "/step-7"}) {
     std::fstream shard(ckpt + step + "/shard-00000-of-00002.bin", std::ios::in | std::ios::out | std::ios::binary);
     shard.seekp(200);
@@ -274,13 +282,8 @@ TEST(CheckpointE2E, ARestartUnderTorchrunContinuesWhateverItsLogDirectoryAndNode
   Job job;
   const std::string expected = reference_digest(job);
   const std::string ckpt = job.root + "/ckpt", logs = job.root + "/torchelastic_a1/exp,lr3_b2";
-  const std::vector<std::string> program = {build_path("/examples/fashion_mnist"), "--data", job.root, "--epochs",
-                                            "3", "--batch-size", "16", "--threads", "1", "--progress", "off",
-                                            "--checkpoint-dir", ckpt, "--resume", "never"};
-  std::vector<std::string> first = program;
-  for (const char* arg : {"--max-steps", "7", "--checkpoint-every", "5"}) first.push_back(arg);
-  const ProcResult attempt = run_as_torchrun(first, 0, logs);
-  ASSERT_EQ(attempt.code, 0) << attempt.describe();
+  const std::vector<std::string> program = torchrun_program(job, ckpt);
+  ASSERT_NO_FATAL_FAILURE(run_first_attempt_to_step_7(program, logs));
   const ProcResult result = run_as_torchrun(program, 1, logs, /*rank1_restart=*/0);
   ASSERT_EQ(result.code, 0) << result.describe();
   EXPECT_THAT(result.out, HasSubstr("continuing from the newest checkpoint it saved in " + ckpt)) << result.describe();
