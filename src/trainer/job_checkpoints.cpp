@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <random>
 #include <vector>
 
 #include "checkpoint/files.h"
@@ -13,24 +12,14 @@
 #include "checkpoint/manifest.h"
 #include "cohort/error.h"
 #include "core/check.h"
+#include "core/job_secret.h"
 #include "core/safe_file.h"
 #include "world/launch_env.h"
 
 namespace cohort::detail {
 namespace {
 
-constexpr size_t kTokenChars = 32;
-
-std::string fresh_token() {
-  std::random_device random;
-  std::string token;
-  while (token.size() < kTokenChars) {
-    char hex[9];
-    std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(random()));
-    token += hex;
-  }
-  return token.substr(0, kTokenChars);
-}
+constexpr size_t kTokenChars = 32;  // core/job_secret.h's new_launch_id: 32 random hex digits
 
 bool is_token(const std::string& text) {
   return text.size() == kTokenChars && text.find_first_not_of("0123456789abcdef") == std::string::npos;
@@ -58,6 +47,16 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+// 16 hex digits of FNV-1a: the same on every build and host, and no ',' whatever the launch's text (a
+// run id or log directory with a comma split the recorded list: hostile pass 17, S-1).
+std::string digest_of(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char byte : text) hash = (hash ^ byte) * 1099511628211ull;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return hex;
+}
+
 // Whether a step directory in `dir` (or a step's previous copy, which a load takes: commit.h) holds a
 // readable checkpoint this job saved.
 bool holds_checkpoint_of_job(const std::string& dir, const JobIdentity& identity) {
@@ -81,20 +80,6 @@ bool holds_checkpoint_of_job(const std::string& dir, const JobIdentity& identity
 }  // namespace
 
 std::string launcher_run_id() { return detect_launch_env(current_env()).run_id; }
-
-namespace {
-
-// 16 hex digits of FNV-1a: the same on every build and host, and no ',' whatever the launch's text (a
-// run id or log directory with a comma split the recorded list: hostile pass 17, S-1).
-std::string digest_of(const std::string& text) {
-  uint64_t hash = 1469598103934665603ull;
-  for (unsigned char byte : text) hash = (hash ^ byte) * 1099511628211ull;
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
-  return hex;
-}
-
-}  // namespace
 
 // The launcher's log directory of this launch (cohortrun's and torchrun's agents make one per launch and
 // name it in TORCHELASTIC_ERROR_FILE as DIR/attempt_N/...), with COHORT_LAUNCH_ID beside it: a
@@ -148,7 +133,7 @@ JobClaim claim_job(const std::string& dir, bool restart, const std::vector<std::
     claim.holds_own_checkpoint = !claim.token_lost && holds_checkpoint_of_job(dir, claim.identity);
     if (!claim.token_lost) return claim;
   }
-  claim.identity.token = fresh_token();
+  claim.identity.token = new_launch_id();
   try {
     write_file_safely(path, claim.identity.token + "\n");
   } catch (const Error& e) {
