@@ -202,8 +202,18 @@ TEST(GptExample, AResumeWithAnotherModelIsRefusedNamingTheFlag) {
     args.insert(args.end(), extra.begin(), extra.end());
     return run_process(args, clean_env(), 120s);
   };
-  const ProcResult saved = run("2", {"--max-steps", "3", "--checkpoint-dir", ckpt});
+  const ProcResult saved = run("2", {"--max-steps", "3", "--checkpoint-dir", ckpt, "--checkpoint-every", "2"});
   ASSERT_EQ(saved.code, 0) << saved.describe();
+  // Hostile pass 18, m-2: from the directory, the newest checkpoint's flags refuse the resume at once;
+  // the older one has the same flags, so walking back to it ("falling back", then "no usable
+  // checkpoint") only buried the line.
+  const ProcResult walked = run("4", {"--max-steps", "4", "--checkpoint-dir", ckpt});
+  EXPECT_EQ(walked.code, 1) << walked.describe();
+  EXPECT_THAT(walked.err, HasSubstr("checkpoint " + ckpt + "/step-3: --n-head 4, but the checkpoint's model was saved "
+                                    "with --n-head 2"))
+      << walked.describe();
+  EXPECT_THAT(walked.out + walked.err, Not(HasSubstr("falling back"))) << walked.describe();
+  EXPECT_THAT(walked.err, Not(HasSubstr("no usable checkpoint"))) << walked.describe();
   const ProcResult heads = run("4", {"--max-steps", "4", "--resume", ckpt + "/step-3"});
   EXPECT_EQ(heads.code, 1) << heads.describe();
   EXPECT_THAT(heads.err, HasSubstr("--n-head 4, but the checkpoint's model was saved with --n-head 2: resume with "

@@ -87,8 +87,11 @@ void JobReport::save_state(std::map<std::string, std::string>& values) const {
 // Before anything loads: a saved lr that does not read makes the checkpoint unusable (a fallback),
 // not a failure after "resumed from".
 void JobReport::check_state(const std::map<std::string, std::string>& values) const {
-  if (const auto found = values.find("lr"); found != values.end())
-    cohort::parse_real(found->second, {"the checkpoint's lr", 0, 1e300});
+  if (const auto found = values.find("lr"); found != values.end()) try {
+      cohort::parse_real(found->second, {"the checkpoint's lr", 0, 1e300});
+    } catch (const cohort::Error& e) {  // damage (kIO), not a refusal of this run's flags
+      throw cohort::Error(e.what(), cohort::ErrorKind::kIO);
+    }
 }
 
 void JobReport::load_state(const std::map<std::string, std::string>& values) {

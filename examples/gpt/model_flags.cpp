@@ -66,8 +66,11 @@ void ModelFlags::check_state(const std::map<std::string, std::string>& values) c
                         cohort::ErrorKind::kInvalidArgument);
   }
   for (const auto& [key, value] : training_)
-    if (const auto found = values.find(key); found != values.end())
-      cohort::parse_real(found->second, {"the checkpoint's " + key, 0, 1e300});
+    if (const auto found = values.find(key); found != values.end()) try {
+        cohort::parse_real(found->second, {"the checkpoint's " + key, 0, 1e300});
+      } catch (const cohort::Error& e) {  // damage (kIO: the load falls back), not a refusal
+        throw cohort::Error(e.what(), cohort::ErrorKind::kIO);
+      }
 }
 
 // A changed training setting applies, as setting it after loading does in PyTorch, and is said (hostile

@@ -71,8 +71,10 @@ class CheckpointState {
 
   /// A check of a checkpoint's saved user values, run where load_checkpoint() checks each checkpoint
   /// before anything live changes: a throw makes that checkpoint unusable (the load falls back to an
-  /// older one, naming it), as a Stateful's check_state_values does. The Trainer sets one for its keys
-  /// and its callbacks' (Callback::check_state). `saved_world_size`: the saving run's.
+  /// older one, naming it), as a Stateful's check_state_values does; a cohort::Error of kind
+  /// kInvalidArgument (settings this run does not have) stops the load with that error instead. The
+  /// Trainer sets one for its keys and its callbacks' (Callback::check_state). `saved_world_size`: the
+  /// saving run's.
   using UserValuesCheck = std::function<void(const std::map<std::string, std::string>& user, int saved_world_size)>;
   CheckpointState& check_user_values(UserValuesCheck check);
   const UserValuesCheck& user_values_check() const;

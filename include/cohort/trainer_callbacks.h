@@ -35,7 +35,8 @@ class Callback {
   virtual void load_state(const std::map<std::string, std::string>& values) {}
   /// Throws for saved values load_state() could not take, before any of the checkpoint is loaded:
   /// the load then falls back to an older checkpoint, naming this one (ModelCheckpoint and
-  /// EarlyStopping load a copy of themselves).
+  /// EarlyStopping load a copy of themselves). A cohort::Error of kind kInvalidArgument instead
+  /// refuses the resume (no fallback): the values were saved under settings this run does not have.
   virtual void check_state(const std::map<std::string, std::string>& values) const {}
 };
 

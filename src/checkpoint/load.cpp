@@ -136,6 +136,12 @@ void check_user_values_first(const std::string& path, const CheckpointState& sta
   const Manifest manifest = read_manifest(path + "/manifest.json");
   try {
     check(manifest.user, manifest.world_size);
+  } catch (const Error& e) {
+    // A value saved under settings this run does not have (another model size): an older checkpoint
+    // of the same run has them too, so the load stops here instead of walking back (hostile pass 18 m-2).
+    if (e.kind() == ErrorKind::kInvalidArgument)
+      throw MismatchError("checkpoint " + path + ": " + without_rank_prefix(e.what()), ErrorKind::kInvalidArgument);
+    throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
   } catch (const std::exception& e) {
     throw Error(path + "/manifest.json: " + without_rank_prefix(e.what()), ErrorKind::kIO);
   }

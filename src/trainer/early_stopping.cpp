@@ -68,9 +68,14 @@ void EarlyStopping::save_state(std::map<std::string, std::string>& values) const
   values["EarlyStopping.wait"] = std::to_string(wait_);
 }
 
+// A value that does not read is damage (kIO: the load falls back), not this run's refusal.
 void EarlyStopping::check_state(const std::map<std::string, std::string>& values) const {
   EarlyStopping copy = *this;  // the same parse as the load, on a copy
-  copy.load_state(values);
+  try {
+    copy.load_state(values);
+  } catch (const Error& e) {
+    throw Error(e.what(), ErrorKind::kIO);
+  }
 }
 
 void EarlyStopping::load_state(const std::map<std::string, std::string>& values) {

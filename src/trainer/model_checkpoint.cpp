@@ -142,9 +142,14 @@ void ModelCheckpoint::save_state(std::map<std::string, std::string>& values) con
   values["ModelCheckpoint.saved_step"] = std::to_string(last_saved_step_);
 }
 
+// A value that does not read is damage (kIO: the load falls back), not this run's refusal.
 void ModelCheckpoint::check_state(const std::map<std::string, std::string>& values) const {
   ModelCheckpoint copy = *this;  // the same parse as the load, on a copy
-  copy.load_state(values);
+  try {
+    copy.load_state(values);
+  } catch (const Error& e) {
+    throw Error(e.what(), ErrorKind::kIO);
+  }
 }
 
 void ModelCheckpoint::load_state(const std::map<std::string, std::string>& values) {
