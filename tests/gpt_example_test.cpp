@@ -230,6 +230,43 @@ TEST(GptExample, AResumeWithAnotherModelIsRefusedNamingTheFlag) {
       << lr.describe();
 }
 
+// --init-from (issue 42): the weights another run exported start a run on any mesh. Under fsdp each
+// rank reads its own shards' bytes; under --tp 2 each rank its cut of each whole tensor.
+TEST(GptExample, InitFromStartsEveryMeshFromTheExportedWeights) {
+  Job job;
+  const std::string file = job.root + "/pretrained.safetensors";
+  const ProcResult exported = job.run({"--strategy", "ddp", "--export", file});
+  ASSERT_EQ(exported.code, 0) << exported.describe();
+  const ProcResult ddp = job.run({"--strategy", "ddp", "--init-from", file});
+  ASSERT_EQ(ddp.code, 0) << ddp.describe();
+  // Six more steps from the exported weights: not where six steps from the model's own start end.
+  EXPECT_NE(params_digest_of(ddp.out), params_digest_of(exported.out)) << ddp.describe();
+  const ProcResult fsdp = job.run({"--strategy", "fsdp", "--init-from", file});
+  ASSERT_EQ(fsdp.code, 0) << fsdp.describe();
+  EXPECT_EQ(params_digest_of(fsdp.out), params_digest_of(ddp.out)) << fsdp.describe();
+  // tp 2 on 2 ranks is one data-parallel rank: the batches of one process (losses printed to 4 places).
+  const ProcResult one = job.run({"--strategy", "ddp", "--init-from", file}, "1");
+  ASSERT_EQ(one.code, 0) << one.describe();
+  const ProcResult tp = job.run({"--strategy", "ddp", "--tp", "2", "--init-from", file});
+  ASSERT_EQ(tp.code, 0) << tp.describe();
+  const auto expected = losses_at(one.out, 3), split = losses_at(tp.out, 3);
+  const auto loaded = losses_at(ddp.out, 3), fresh = losses_at(exported.out, 3);
+  ASSERT_EQ(expected.size(), 2u) << one.describe();
+  ASSERT_EQ(split.size(), 2u) << tp.describe();
+  ASSERT_EQ(loaded.size(), 2u) << ddp.describe();
+  ASSERT_EQ(fresh.size(), 2u) << exported.describe();
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(split[i], expected[i], 1.5e-4) << tp.describe();
+    EXPECT_GT(std::abs(fresh[i] - loaded[i]), 1e-3) << ddp.describe();
+  }
+  const ProcResult missing = job.run({"--init-from", job.root + "/nothing.safetensors"});
+  EXPECT_EQ(missing.code, 2) << missing.describe();
+  EXPECT_THAT(missing.err, HasSubstr("--init-from " + job.root +
+                                     "/nothing.safetensors: no such file (a .safetensors file, or a sharded set's "
+                                     "model.safetensors.index.json)"))
+      << missing.describe();
+}
+
 TEST(GptExample, PrintsTheMemoryPerRankAtEachValidation) {
   Job job;
   for (const std::string strategy : {"ddp", "fsdp"}) {

@@ -6,6 +6,7 @@
 // memory per rank at each validation, a sample of generated text and params-sha256 at the end, and
 // saves checkpoints a restart resumes from (--checkpoint-dir). See docs/gpt.md.
 #include <CLI/CLI.hpp>
+#include <filesystem>
 #include <string>
 
 #include "../common/cli_choices.h"
@@ -85,10 +86,18 @@ int main(int argc, char** argv) {
   app.add_option("--export", flags.export_path,
                  "At the end, write the whole model (the unsplit GPT's parameter names, whatever the mesh) to this "
                  "safetensors file, for Python's safetensors.torch.load_file");
+  app.add_option("--init-from", flags.init_from,
+                 "Start from these weights: a safetensors file with the GPT's parameter names (what --export or "
+                 "Python's safetensors.torch.save_file writes), or a sharded set's model.safetensors.index.json; "
+                 "under zero1-3/fsdp each rank reads only its own shards");
   app.add_flag("--no-memory-check", flags.no_memory_check,
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
   app.callback([&] {
     flags.checkpoint.check();
+    if (!flags.init_from.empty() && !std::filesystem::is_regular_file(flags.init_from))
+      throw cohort::Error("--init-from " + flags.init_from + ": no such file (a .safetensors file, or a sharded set's "
+                          "model.safetensors.index.json)",
+                          cohort::ErrorKind::kInvalidArgument);
     if (momentum->count() > 0 && flags.optimizer != "sgd")
       throw cohort::Error("--momentum is for --optimizer sgd, not --optimizer " + flags.optimizer,
                           cohort::ErrorKind::kInvalidArgument);

@@ -93,7 +93,9 @@ cohort::TrainerOptions trainer_options(const Flags& flags) {
       .offload_parameters(flags.offload_params != "none")
       .offload_params_device(flags.offload_params == "nvme" ? "nvme" : "cpu")
       .max_in_cpu(0)  // --offload-params nvme: every block's shard on file (read only with "nvme")
-      .nvme_path(flags.nvme_path);
+      .nvme_path(flags.nvme_path)
+      .pretrained_weights(flags.init_from)
+      .pretrained_prefix("gpt.");  // the module keeps its GPT as "gpt"; the file has the GPT's own names
 }
 
 GPTConfig model_config(const Flags& flags, const Text& text) {

@@ -37,6 +37,7 @@ struct Flags {
   bool no_memory_check = false;          ///< skip the check that the model and a step fit in the memory available
   std::string precision = "32-true";  ///< TrainerOptions.precision: 32-true or bf16-mixed
   std::string export_path;         ///< --export: the whole model as safetensors at the end
+  std::string init_from;           ///< --init-from: pretrained weights (safetensors) at the start
   examples::CheckpointFlags checkpoint;  ///< --checkpoint-dir, --checkpoint-every, --resume
 };
 

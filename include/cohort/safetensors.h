@@ -7,6 +7,7 @@
 //   auto tensors = cohort::load_safetensors("model.safetensors");
 //   cohort::load_state_dict(*gpt, tensors);                                         // PyTorch's names
 //   cohort::load_state_dict(*gpt, tensors, cohort::StateDictOptions().prefix("model/"));  // consolidated
+//   cohort::load_pretrained(engine, "model.safetensors.index.json");  // fsdp: each rank reads its shards
 #pragma once
 
 #include <torch/arg.h>
@@ -43,12 +44,31 @@ struct StateDictOptions {
   /// Refuse tensors under the prefix that name nothing in the module (PyTorch's strict=True); a
   /// parameter or buffer without a tensor is refused either way.
   TORCH_ARG(bool, strict) = true;
+  /// load_pretrained: only the module's tensors whose names begin with this are loaded, and the file
+  /// names them without it ("gpt." when the file holds a GPT that the trained module keeps as its
+  /// "gpt"; Hugging Face's base_model_prefix). The others keep what they hold.
+  TORCH_ARG(std::string, module_prefix) = "";
 };
 
 /// Copies `tensors` into the module's parameters and buffers by name (PyTorch's load_state_dict):
 /// shapes must be equal; dtypes are converted. Nothing is changed unless every check passes.
 void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors,
                      const StateDictOptions& options = {});
+
+class ZeroEngineCore;  // cohort/zero.h
+
+/// Pretrained weights from a safetensors file, or from a Hugging Face sharded set through its index
+/// (`model.safetensors.index.json`, whose weight_map names the file beside it holding each tensor),
+/// into `module` (DDP, one process): each tensor read straight from the file into its parameter or
+/// buffer, never a second copy of the model. Names, shapes and `options` as load_state_dict; dtypes
+/// are converted. Nothing is changed unless every name and shape matches.
+void load_pretrained(torch::nn::Module& module, const std::string& path, const StateDictOptions& options = {});
+
+/// The same into a ZeRO engine (stage 1-3, fsdp, HSDP), streamed: each rank reads only the bytes of
+/// the parameter shards it keeps (a model built under cohort::ShardedInit never exists whole on a
+/// rank), frozen parameters and buffers whole; the optimizer state is left as it is. All ranks call
+/// it; a tensor missing or of another shape fails it on every rank, naming the tensor.
+void load_pretrained(ZeroEngineCore& engine, const std::string& path, const StateDictOptions& options = {});
 
 }  // namespace cohort
 COHORT_EXPORT_END

@@ -97,6 +97,14 @@ struct TrainerOptions {
   /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
   /// file's).
   TORCH_ARG(std::string, deepspeed_config) = "";
+  /// Pretrained weights loaded at the start of fit, once the strategy holds the model and before a
+  /// checkpoint resumes (which replaces them): a safetensors file, or a Hugging Face sharded set's
+  /// `model.safetensors.index.json`, by the model's parameter names. Under zero / fsdp each rank
+  /// reads only its own shards' bytes (cohort::load_pretrained). Empty: the model's own initialisation.
+  TORCH_ARG(std::string, pretrained_weights) = "";
+  /// The part of the model pretrained_weights holds: only names beginning with this are loaded, named
+  /// without it in the file ("gpt." for a module that keeps its GPT as "gpt").
+  TORCH_ARG(std::string, pretrained_prefix) = "";
   /// Lightning's DeepSpeedStrategy offload options, for the ZeRO strategies (zero1-3, fsdp,
   /// deepspeed; they override the ds_config's): keep the fp32 masters and optimizer state off the
   /// device (ZeRO-Offload), in host memory ("cpu") or in a swap file per rank under nvme_path

@@ -26,6 +26,12 @@ namespace cohort {
 /// Called with each full parameter's name and float32 value (for_each_full_parameter).
 using ParameterVisitor = std::function<void(const std::string& name, const torch::Tensor& value)>;
 
+/// Fills `out` (1-D, on the CPU, in the dtype to load into) with elements [begin, begin + out.numel())
+/// of the tensor `name` of full shape `shape`, flattened row-major, and returns true; or returns false
+/// to leave that tensor as it is (load_full_parameters).
+using ParameterReader =
+    std::function<bool(const std::string& name, const std::vector<int64_t>& shape, int64_t begin, torch::Tensor out)>;
+
 /// Bytes this rank holds right now, by the ZeRO paper's parts.
 struct MemoryReport {
   int64_t num_parameters = 0;   ///< Ψ: trainable elements of the whole model
@@ -129,6 +135,12 @@ class ZeroEngineCore : public Stateful {
   /// gathered when its first parameter comes and dropped after its last, so no rank holds the whole
   /// model (a digest, a consolidated file). `visit`'s tensor lives until it returns: clone to keep it.
   void for_each_full_parameter(const ParameterVisitor& visit);
+  /// The reverse, for pretrained weights: `read` is asked for every trainable parameter, only for the
+  /// elements this rank keeps (its shard; an empty `out` when it keeps none), and for each frozen
+  /// parameter and buffer whole; the compute-precision parameters are then made from them (at stage
+  /// 1-2 an all-gather). The optimizer state and counters are left as they are. All ranks call it; a
+  /// read that fails on one rank fails it on all of them (cohort::load_pretrained reads safetensors).
+  void load_full_parameters(const ParameterReader& read);
 
   // Stateful (cohort/checkpoint.h): shards of master weights and optimizer state, buffers, counters.
   void prepare_load() override;

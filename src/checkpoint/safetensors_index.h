@@ -15,8 +15,11 @@ struct SafetensorsIndex {
   struct Tensor {
     std::string name;
     std::vector<int64_t> shape;
+    std::string dtype;           ///< the format's name: "F32", "BF16", ...
+    int64_t begin = 0, end = 0;  ///< its bytes in the data section
   };
   std::vector<Tensor> tensors;
+  int64_t data_start = 0;                       ///< the data section's first byte in the file
   std::map<std::string, std::string> metadata;  ///< __metadata__ ("format": "cohort-checkpoint consolidated")
 };
 

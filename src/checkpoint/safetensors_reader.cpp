@@ -28,12 +28,9 @@
 #include "core/text.h"
 
 namespace cohort {
-namespace {
+namespace detail {
 
-using detail::excerpt;
-using detail::json_excerpt;
-
-std::optional<torch::Dtype> dtype_of(const std::string& name) {
+std::optional<torch::Dtype> dtype_of_safetensors(const std::string& name) {
   static const std::map<std::string, torch::Dtype> kTypes = {
       {"F64", torch::kFloat64}, {"F32", torch::kFloat32}, {"F16", torch::kFloat16}, {"BF16", torch::kBFloat16},
       {"I64", torch::kInt64},   {"I32", torch::kInt32},   {"I16", torch::kInt16},   {"I8", torch::kInt8},
@@ -43,12 +40,19 @@ std::optional<torch::Dtype> dtype_of(const std::string& name) {
   return it->second;
 }
 
+}  // namespace detail
+namespace {
+
+using detail::excerpt;
+using detail::json_excerpt;
+
 // One tensor's entry of the header, validated: its dtype, shape and byte range in the data section.
 struct Entry {
   std::string name;
   torch::Dtype dtype;
   std::vector<int64_t> shape;
   int64_t begin = 0, end = 0;
+  std::string type;  ///< the format's name of dtype
 };
 
 Entry parse_entry(const std::string& path, const std::string& name, const nlohmann::json& j, int64_t data_bytes) {
@@ -58,10 +62,10 @@ Entry parse_entry(const std::string& path, const std::string& name, const nlohma
                     " is not an object with dtype, shape and data_offsets");
   COHORT_CHECK_KIND(kInvalidArgument, j["dtype"].is_string(), where, " has a dtype that is not a string");
   const std::string type = j["dtype"].get<std::string>();
-  const auto dtype = dtype_of(type);
+  const auto dtype = detail::dtype_of_safetensors(type);
   COHORT_CHECK_KIND(kInvalidArgument, dtype.has_value(), where, " has dtype \"", excerpt(type),
                     "\" (known: F64, F32, F16, BF16, I64, I32, I16, I8, U8, BOOL)");
-  Entry e{name, *dtype, {}, 0, 0};
+  Entry e{name, *dtype, {}, 0, 0, type};
   COHORT_CHECK_KIND(kInvalidArgument, j["shape"].is_array(), where, " has a shape that is not a list");
   int64_t numel = 1;
   for (const auto& size : j["shape"]) {
@@ -207,7 +211,9 @@ SafetensorsIndex read_safetensors_index(const std::string& path) {
   int64_t size = 0;
   std::ifstream in = open_safetensors(path, &size);
   SafetensorsIndex index;
-  for (const Entry& e : read_header(in, path, size, &index.metadata)) index.tensors.push_back({e.name, e.shape});
+  for (const Entry& e : read_header(in, path, size, &index.metadata))
+    index.tensors.push_back({e.name, e.shape, e.type, e.begin, e.end});
+  index.data_start = int64_t(in.tellg());
   return index;
 }
 

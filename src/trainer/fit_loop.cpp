@@ -82,6 +82,10 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   add_default_callbacks();
   each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
   module->on_fit_start();
+  // Before any resume: a restart that finds no usable checkpoint of its own starts from these too.
+  if (!options.raw.pretrained_weights().empty())
+    strategy->load_pretrained(options.raw.pretrained_weights(),
+                              StateDictOptions().module_prefix(options.raw.pretrained_prefix()));
   if (const std::string ckpt = checkpoints.checkpoint_to_resume(fit_options); !ckpt.empty()) checkpoints.resume(ckpt);
   const int64_t first_step = step;
   begin_segment();

@@ -18,6 +18,7 @@
 #include "cohort/autocast.h"
 #include "cohort/checkpoint.h"
 #include "cohort/mesh.h"
+#include "cohort/safetensors.h"
 #include "cohort/training_module.h"
 #include "cohort/world.h"
 #include "cohort/zero.h"
@@ -61,6 +62,9 @@ class Strategy {
   virtual bool set_accumulation(int64_t micro_batches) { return false; }
   virtual double lr() const = 0;
   virtual void add_to(CheckpointState& state) = 0;
+  /// TrainerOptions::pretrained_weights into the model as this rank holds it (its shards, its
+  /// tensor-parallel parts), at the start of fit.
+  virtual void load_pretrained(const std::string& path, const StateDictOptions& options) = 0;
   /// Float32 CPU copies of the parameters by name (a collective under ZeRO stage 3).
   virtual std::vector<std::pair<std::string, torch::Tensor>> full_parameters() = 0;
   /// The same one at a time (ZeRO stage 3: one unit gathered at a time).

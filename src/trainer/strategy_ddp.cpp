@@ -84,6 +84,9 @@ class DdpStrategy : public ModuleOptimizerStrategy {
         .add("optimizer",
              whole_tensor_state(ckpt::optimizer_state("optimizer", *optimizer_), optimizer_cuts(model, *optimizer_)));
   }
+  void load_pretrained(const std::string& path, const StateDictOptions& options) override {
+    load_pretrained_parts(module_.model(), path, options, tensor_parallel_parts(cut_of_));
+  }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
     auto parameters = float_parameters(module_.model());
     if (!mesh_) return parameters;

@@ -25,6 +25,7 @@
 #include <optional>
 
 #include "cohort/error.h"
+#include "cohort/safetensors.h"
 #include "core/check.h"
 #include "trainer/replica_workers.h"
 #include "trainer/strategy.h"
@@ -121,6 +122,10 @@ class DpStrategy : public ModuleOptimizerStrategy {
     state.add("model", *replicas_[0]).add("optimizer", *optimizer_);
     window_open_ = false;
     stale_ = true;
+  }
+  void load_pretrained(const std::string& path, const StateDictOptions& options) override {
+    cohort::load_pretrained(*replicas_[0], path, options);
+    stale_ = true;  // the other replicas copy replica 0 before the next step
   }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
     return float_parameters(*replicas_[0]);

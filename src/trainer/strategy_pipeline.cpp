@@ -13,6 +13,7 @@
 #include "cohort/error.h"
 #include "cohort/mesh.h"
 #include "cohort/pipeline.h"
+#include "cohort/safetensors.h"
 #include "core/check.h"
 #include "trainer/strategy.h"
 
@@ -78,6 +79,11 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
     if (!model_state_) model_state_ = pipeline_->model_state();
     if (!optimizer_state_) optimizer_state_ = pipeline_->optimizer_state(*optimizer_);
     state.add("model", model_state_).add("optimizer", optimizer_state_);
+  }
+
+  // Every rank's copy of the network (its stages' layers are the network's own).
+  void load_pretrained(const std::string& path, const StateDictOptions& options) override {
+    cohort::load_pretrained(*module_.network(), path, options);
   }
 
   // Every parameter from the rank of the stage that trains it (the other ranks' copies are stale).

@@ -126,6 +126,10 @@ class ZeroStrategy : public Strategy {
     }
     state.add("engine", tensor_parallel_rank_state(engine_, mesh_->coordinate("tensor_parallel")));
   }
+  // Each rank reads its own shards' bytes (a tensor-parallel cut: the whole tensor, then its part).
+  void load_pretrained(const std::string& path, const StateDictOptions& options) override {
+    load_pretrained_parts(engine_, path, options, tensor_parallel_parts(cut_of_));
+  }
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
     auto parameters = engine_.full_parameters();
     for (auto& [name, value] : parameters) value = whole(name, value).to(torch::kCPU).contiguous();

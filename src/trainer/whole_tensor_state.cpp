@@ -105,4 +105,15 @@ CutOf optimizer_cuts(torch::nn::Module& module, torch::optim::Optimizer& optimiz
   };
 }
 
+LocalParts tensor_parallel_parts(CutOf cut_of) {
+  if (!cut_of) return nullptr;
+  return [cut_of](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<LocalPart> {
+    const ParameterCut* cut = cut_of(name);
+    if (cut == nullptr) return std::nullopt;
+    LocalPart part{shape, [cut = *cut](const torch::Tensor& whole) { return tp::detail::cut_of(whole, cut); }};
+    part.whole_shape[size_t(cut->dim)] = cut->whole;
+    return part;
+  };
+}
+
 }  // namespace cohort::detail

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/pretrained.h"
 #include "cohort/stateful.h"
 #include "tp/parameter_cuts.h"
 
@@ -25,5 +26,9 @@ std::shared_ptr<Stateful> whole_tensor_state(std::shared_ptr<Stateful> inner,
 std::function<const tp::detail::ParameterCut*(const std::string&)> module_cuts(torch::nn::Module& module);
 std::function<const tp::detail::ParameterCut*(const std::string&)> optimizer_cuts(torch::nn::Module& module,
                                                                                   torch::optim::Optimizer& optimizer);
+
+/// Pretrained weights under tensor parallelism (checkpoint/pretrained.h): a cut tensor is read whole
+/// and this rank's part cut from it, as a load of a whole-tensor checkpoint does. Null `cut_of`: none.
+LocalParts tensor_parallel_parts(std::function<const tp::detail::ParameterCut*(const std::string&)> cut_of);
 
 }  // namespace cohort::detail

@@ -59,6 +59,61 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
   }
 }
 
+// Pretrained weights: each group's masters this rank keeps (lent when on file), read by parameter.
+void EngineCheckpoint::read_group(int64_t g, const ParameterReader& read) {
+  StateStore& store = parts_.store;
+  const GroupLayout& layout = store.layout(g);
+  const bool sharded = settings_.stage != 0 && settings_.world > 1;
+  const auto [begin, end] = sharded ? layout.owned_real(settings_.rank) : std::pair<int64_t, int64_t>{0, layout.numel};
+  const int64_t base = sharded ? layout.owned(settings_.rank).first : 0;  // master[0]'s place in the group
+  OptimizerFile& file = store.optimizer_file();
+  const bool lend = file.active() && !file.lent(g);
+  if (lend) file.lend(g);
+  const torch::Tensor& master = store.master(g);
+  for (size_t k = 0; k < layout.params.size(); ++k) {
+    const int64_t index = layout.params[k];
+    const auto& shape = parts_.params.shape(index);
+    const int64_t first = layout.offsets[k], last = first + c10::multiply_integers(shape);
+    const int64_t lo = std::min(std::max(begin, first), last), hi = std::max(std::min(end, last), lo);
+    torch::Tensor slice = master.narrow(0, hi > lo ? lo - base : 0, hi - lo);
+    torch::Tensor host = slice.is_cpu() ? slice : torch::empty({hi - lo}, slice.options().device(torch::kCPU));
+    if (read(parts_.params.name(index), shape, lo - first, host) && !host.is_same(slice)) slice.copy_(host);
+  }
+  if (lend) file.give_back(g, /*changed=*/true);
+}
+
+void EngineCheckpoint::agree_on_failure(const std::string& error) const {
+  torch::Tensor failed = torch::full({1}, error.empty() ? 0.0 : 1.0);
+  if (settings_.comm && settings_.world > 1) failed = settings_.comm->allreduce(failed);
+  if (settings_.replicate) failed = settings_.replicate->allreduce(failed);
+  const int count = int(failed.item<double>());
+  if (!error.empty()) throw Error(error, ErrorKind::kIO);
+  COHORT_CHECK_KIND(kIO, count == 0, "ZeRO engine: load_full_parameters failed on ", count,
+                    " other rank(s) (their errors say why); this rank's parameters are partly loaded");
+}
+
+void EngineCheckpoint::load_full_parameters(const ParameterReader& read) {
+  torch::NoGradGuard no_grad;
+  std::string error;
+  try {
+    for (int64_t g = 0; g < parts_.store.size(); ++g) read_group(g, read);
+    // Frozen parameters and buffers are whole on every rank.
+    auto read_whole = [&](const std::string& name, const torch::Tensor& live) {
+      torch::Tensor host = torch::empty({live.numel()}, live.options().device(torch::kCPU));
+      if (read(name, live.sizes().vec(), 0, host)) live.copy_(host.view(live.sizes()));
+    };
+    for (const auto& item : parts_.module.named_parameters())
+      if (!item.value().requires_grad()) read_whole(item.key(), item.value());
+    for (const auto& item : parts_.module.named_buffers()) read_whole(item.key(), item.value());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree_on_failure(error);  // before the all-gather below, which a failed rank would never reach
+  parts_.store.zero_gradients();
+  parts_.store.zero_master_padding();
+  parts_.optimizer.write_back_and_gather();
+}
+
 void EngineCheckpoint::prepare_load() { parts_.optimizer.create_states(); }
 
 // Group g's master and optimizer state. On file they are out of memory between lends: listed as meta

@@ -34,6 +34,8 @@ class EngineCheckpoint {
   /// The same one at a time, in the module's order, a group gathered at its first parameter and
   /// dropped after its last.
   void for_each_full_parameter(const ParameterVisitor& visit);
+  /// This rank's shard of every parameter through `read`, then the compute parameters from them.
+  void load_full_parameters(const ParameterReader& read);
 
   void prepare_load();
   /// Masters on file: each group's tensors are part g, listed as meta tensors (StateTensor::part).
@@ -49,6 +51,10 @@ class EngineCheckpoint {
  private:
   /// Group g's master and optimizer state, this rank's real elements; as meta tensors when `meta`.
   void add_group(int64_t g, bool meta, std::vector<StateTensor>& out);
+  /// Group g's master elements this rank keeps, each parameter's through `read`.
+  void read_group(int64_t g, const ParameterReader& read);
+  /// Every rank learns whether any failed (`error` empty: this one did not); each then throws.
+  void agree_on_failure(const std::string& error) const;
 
   const EngineSettings& settings_;
   Parts parts_;

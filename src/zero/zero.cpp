@@ -32,6 +32,9 @@ std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineCore::full_paramete
 void ZeroEngineCore::for_each_full_parameter(const ParameterVisitor& visit) {
   impl_->checkpoint().for_each_full_parameter(visit);
 }
+void ZeroEngineCore::load_full_parameters(const ParameterReader& read) {
+  impl_->checkpoint().load_full_parameters(read);
+}
 void ZeroEngineCore::prepare_load() { impl_->checkpoint().prepare_load(); }
 std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->checkpoint().state_tensors(); }
 std::vector<StateTensor> ZeroEngineCore::lend_part(int64_t part) { return impl_->checkpoint().lend_part(part); }
