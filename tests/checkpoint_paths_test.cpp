@@ -355,4 +355,24 @@ TEST(CheckpointPaths, ASecondJobOnTheDirectoryIsRefusedNamingTheHolder) {
   EXPECT_EQ(lock_error(other), "");
 }
 
+
+// Hostile pass 19, S-1: the candidates went from rank 0 to the others as one path a line, so a
+// directory named "ckpt/step-10\nz.ck" loaded ckpt/step-10, another run's checkpoint outside it, and
+// one named "nl\nx.ck" never resumed at all.
+TEST(CheckpointPaths, ADirectoryNameWithANewlineLoadsItsOwnNewestCheckpoint) {
+  Fixture other;  // other.root/step-10: another run's
+  const std::string own = other.root + "/step-10\nz.ck";
+  for (int64_t step : {5, 6}) {
+    cohort::CheckpointState state;
+    state.add("model", *other.model).set_step(step);
+    cohort::save_checkpoint(own, state);
+  }
+  cohort::CheckpointState state;
+  state.add("model", *other.model);
+  const auto info = cohort::load_checkpoint(own, state);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->path, own + "/step-6");
+  EXPECT_EQ(state.step(), 6);
+}
+
 }  // namespace checkpoint_paths_test

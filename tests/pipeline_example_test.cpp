@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -73,6 +75,21 @@ TEST(PipelineExample, PipelineCheckpointsOfAnyBatchResumeAndAnotherBatchIsRefuse
   const ProcResult resumed = pipeline("100", "3");
   ASSERT_EQ(resumed.code, 0) << resumed.describe();
   EXPECT_THAT(resumed.out, HasSubstr("resumed from " + dir + "/step-2 (step 2, saved by 1 rank(s))"));
+  // Hostile pass 19 m-1: a resume with nothing left trains no step and prints no loss of its own.
+  const ProcResult again = pipeline("100", "3");
+  ASSERT_EQ(again.code, 0) << again.describe();
+  EXPECT_THAT(again.out, HasSubstr("steps 3 (no training in this run) test accuracy ")) << again.describe();
+  EXPECT_FALSE(std::filesystem::exists(dir + "/step-4")) << again.describe();
+  // Hostile pass 19 M-1: a launcher's restart with --resume never starts from step 0, and says so.
+  const ProcResult restart =
+      run_process({build_path("/examples/pipeline"), "--data", data.root, "--batch-size", "100", "--chunks", "2",
+                   "--epochs", "3", "--max-steps", "1", "--resume", "never", "--threads", "1"},
+                  clean_env({{"TORCHELASTIC_RESTART_COUNT", "1"}}), 120s);
+  ASSERT_EQ(restart.code, 0) << restart.describe();
+  EXPECT_THAT(restart.out, HasSubstr("restart 1 of this job (TORCHELASTIC_RESTART_COUNT): --resume never starts it "
+                                     "again from step 0; this example continues a restart from the newest checkpoint "
+                                     "in --checkpoint-dir only with --resume auto"))
+      << restart.describe();
   const ProcResult other = pipeline("16", "4");
   EXPECT_EQ(other.code, 1) << other.describe();
   EXPECT_THAT(other.err,

@@ -221,6 +221,21 @@ TEST(TrainerLaunch, TheLaunchersWorldMustMatchDevicesTimesNodes) {
 
 // Hostile pass 7, M1: only the root's memory.max was read, so a v1 limit or one on this process's
 // own v2 cgroup (or an ancestor's) let --devices 4 start under 250 MB and the kernel killed a rank.
+// A refusal every self-launched rank meets is said once: the worker's failure and this rank's own
+// error are the same but for the ranks named, at the start or, from a load's agreement, inside
+// (hostile pass 19 m-2: "no usable checkpoint in D: D/step-10: rank 0: ..." was said twice).
+TEST(TrainerLaunch, ARefusalIsTheSameWhateverRanksItNames) {
+  using cohort::detail::same_refusal;
+  const std::string problem = "no usable checkpoint in D: D/step-10: shard-00000 CRC; D/step-5: shard-00000 CRC";
+  const std::string seen = "no usable checkpoint in D: D/step-10: rank 0: shard-00000 CRC; D/step-5: rank 0: "
+                           "shard-00000 CRC";
+  EXPECT_TRUE(same_refusal("rank 1 exited with code 1: error: [rank 1/2] " + seen, "[rank 0/2] " + problem));
+  EXPECT_TRUE(same_refusal("rank 1 exited with code 1: error: [rank 1/2] rank 0: x", "[rank 0/2] x"));
+  EXPECT_FALSE(same_refusal("rank 1 exited with code 1: error: [rank 1/2] " + seen, "[rank 0/2] another problem"));
+  EXPECT_FALSE(same_refusal("rank 1 was killed by signal 9", "[rank 0/2] " + problem));
+  EXPECT_FALSE(same_refusal("rank 1 exited with code 1: error: [rank 1/2] rank 10 x", "[rank 0/2] x"));
+}
+
 TEST(TrainerLaunch, TheMemoryRoomIsTheLeastOfEveryCgroupLimitAlongThePath) {
   char pattern[] = "/tmp/cohort-cgroup-XXXXXX";
   const std::string root = ::mkdtemp(pattern);

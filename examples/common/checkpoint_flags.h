@@ -69,7 +69,8 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const Ch
          },
          std::string("auto: continue from the latest checkpoint in --checkpoint-dir if there is one; never: "
                      "start from scratch") +
-             (help.restart_resumes ? " (a launcher's restart continues from the newest one this job saved)" : "") +
+             (help.restart_resumes ? " (a launcher's restart continues from the newest one this job saved)"
+                                   : " (a launcher's restart runs this again: only auto continues it from the newest one)") +
              "; or a checkpoint directory to load")
       ->default_str(flags.resume);
 }

@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -92,6 +93,7 @@ struct Checkpointing {
   }
   /// The step to go on from (0 from scratch).
   int64_t resume() {
+    say_restart();
     if (from.empty()) return 0;
     const auto info = cohort::load_checkpoint(from, state, cohort::LoadOptions().comm(comm));
     if (!info) return 0;
@@ -116,6 +118,18 @@ struct Checkpointing {
       epoch_done = (samples_in_epoch + batch - 1) / batch >=
                    cohort::parse_integer(saved_batches, {"the checkpoint's trainer.epoch_batches", 1, INT64_MAX});
     return state.step();
+  }
+  /// A launcher's restart runs the same command again: it continues from the newest checkpoint only
+  /// with --resume auto, which this says (hostile pass 19 M-1: --resume never restarted from step 0
+  /// without a word). The Trainer's examples continue a restart from the newest one their job saved.
+  void say_restart() const {
+    const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    if (count == nullptr || std::string(count) == "0" || config.checkpoint.resume == "auto" || comm->rank() != 0) return;
+    std::printf("restart %s of this job (TORCHELASTIC_RESTART_COUNT): --resume %s starts it again %s; this example "
+                "continues a restart from the newest checkpoint in --checkpoint-dir only with --resume auto\n",
+                count, config.checkpoint.resume.c_str(),
+                config.checkpoint.resume == "never" ? "from step 0" : ("from " + config.checkpoint.resume).c_str());
+    std::fflush(stdout);
   }
   /// Where this stretch of steps began (the run's start, a resume, an epoch's start): saved with the
   /// batch sizes under the Trainer's keys, so that a checkpoint's sampler position is checked against
@@ -217,7 +231,9 @@ void train(const Config& config) {
   const int64_t batches = sampler.num_batches(config.batch_size);
   const int64_t epoch_batches = batches - (sampler.size() - (batches - 1) * config.batch_size < config.chunks ? 1 : 0);
   double loss = 0;
-  for (int64_t epoch = start_epoch; epoch < config.epochs; ++epoch) {
+  const int64_t first_step = step;
+  const auto at_max_steps = [&] { return config.max_steps > 0 && step >= config.max_steps; };
+  for (int64_t epoch = start_epoch; epoch < config.epochs && !at_max_steps(); ++epoch) {
     if (epoch != start_epoch) checkpoints.samples_in_epoch = 0;
     checkpoints.begin_segment(epoch, step);
     sampler.set_epoch(epoch);
@@ -244,17 +260,18 @@ void train(const Config& config) {
       if (world.rank() == 0 && step % 100 == 0)
         std::printf("epoch %lld step %lld loss %.4f\n", (long long)epoch, (long long)step, loss);
       checkpoints.save(step, false, epoch_batches);
-      if (config.max_steps > 0 && step >= config.max_steps) break;
+      if (at_max_steps()) break;
     }
-    if (config.max_steps > 0 && step >= config.max_steps) break;
   }
   checkpoints.save(step, true, epoch_batches);
   const double accuracy = test_accuracy(pipeline, test_set);
+  // A resume with nothing left to train has no loss of its own (hostile pass 19 m-1: "final loss 0.0000").
+  char trained[64] = "(no training in this run)";
+  if (step > first_step) std::snprintf(trained, sizeof trained, "final loss %.4f", loss);
   if (world.rank() == 0)
-    std::printf(
-        "steps %lld final loss %.4f test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",
-        (long long)step, loss, accuracy, config.schedule.c_str(), (long long)stages, int(config.chunks),
-        (long long)config.data_parallel);
+    std::printf("steps %lld %s test accuracy %.4f (%s, %lld pipeline ranks, %d chunks, data parallel %lld)\n",
+                (long long)step, trained, accuracy, config.schedule.c_str(), (long long)stages, int(config.chunks),
+                (long long)config.data_parallel);
 }
 
 }  // namespace

@@ -23,4 +23,21 @@ std::vector<std::string> Group::allgather(const std::string& text) {
   return out;
 }
 
+// Each item as "<size>:<bytes>".
+std::vector<std::vector<std::string>> Group::allgather_lists(const std::vector<std::string>& items) {
+  std::string packed;
+  for (const std::string& item : items) packed += std::to_string(item.size()) + ":" + item;
+  std::vector<std::vector<std::string>> out;
+  for (const std::string& text : allgather(packed)) {
+    out.emplace_back();
+    for (size_t at = 0; at < text.size();) {
+      const size_t colon = text.find(':', at);
+      const size_t size = std::stoull(text.substr(at, colon - at));
+      out.back().push_back(text.substr(colon + 1, size));
+      at = colon + 1 + size;
+    }
+  }
+  return out;
+}
+
 }  // namespace cohort::detail::ckpt

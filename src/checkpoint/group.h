@@ -20,6 +20,9 @@ class Group {
   int size() const { return size_; }
   /// Every rank's `text`, in rank order.
   std::vector<std::string> allgather(const std::string& text);
+  /// Every rank's list, in rank order; the items are any bytes (a path may hold a newline: hostile
+  /// pass 19 S-1 cut one in two when lists went as lines).
+  std::vector<std::vector<std::string>> allgather_lists(const std::vector<std::string>& items);
 
  private:
   std::shared_ptr<Comm> comm_;

@@ -56,35 +56,29 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
   return out;
 }
 
-std::vector<std::string> split_lines(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
 // Rank 0 lists the candidates and tells every rank (a "!"-prefixed error, or "?" and why there is
 // none, or one path a line). None: nullopt, or an error when options.must_exist().
 std::optional<std::vector<std::string>> agreed_candidates(Group& group, const std::string& dir,
                                                           const LoadOptions& options) {
-  std::string listing;
+  std::vector<std::string> listing;  // "paths" and the paths, "none" and why, or "error" and what
   if (group.rank() == 0) {
     try {
       std::string none;
-      const auto paths = candidates(dir, &none);
-      listing = paths.empty() ? "?" + none : join(paths, "\n");
+      listing = candidates(dir, &none);
+      listing.insert(listing.begin(), listing.empty() ? "none" : "paths");
+      if (listing.size() == 1) listing.push_back(none);
     } catch (const std::exception& e) {
-      listing = "!" + without_rank_prefix(e.what());
+      listing = {"error", without_rank_prefix(e.what())};
     }
   }
-  listing = group.allgather(listing)[0];
-  COHORT_CHECK_KIND(kIO, listing.empty() || listing[0] != '!', listing.substr(1));
-  if (!listing.empty() && listing[0] == '?') {
-    COHORT_CHECK_KIND(kInvalidArgument, !options.must_exist(), listing.substr(1));
-    COHORT_INFO(listing.substr(1), "; starting from scratch");
+  listing = group.allgather_lists(listing)[0];
+  COHORT_CHECK_KIND(kIO, listing.at(0) != "error", listing.at(1));
+  if (listing.at(0) == "none") {
+    COHORT_CHECK_KIND(kInvalidArgument, !options.must_exist(), listing.at(1));
+    COHORT_INFO(listing.at(1), "; starting from scratch");
     return std::nullopt;
   }
-  return split_lines(listing);
+  return std::vector<std::string>(listing.begin() + 1, listing.end());
 }
 
 // What this state holds, after creating lazily made state (optimizer moments), and its mode.
@@ -104,14 +98,13 @@ LoadRequest request_of(const std::vector<CheckpointState::Entry>& entries) {
   return request;
 }
 
-// The kOwned and kSharded tensors every rank lists, one name a line (see LoadRequest::listed_anywhere).
+// The kOwned and kSharded tensors every rank lists (see LoadRequest::listed_anywhere).
 std::set<std::string> listed_anywhere(Group& group, const LoadRequest& request) {
-  std::string mine;
+  std::vector<std::string> mine;
   for (const Wanted& w : request.wanted)
-    if (w.tensor.kind == StateKind::kOwned || w.tensor.kind == StateKind::kSharded) mine += w.name + "\n";
+    if (w.tensor.kind == StateKind::kOwned || w.tensor.kind == StateKind::kSharded) mine.push_back(w.name);
   std::set<std::string> out;
-  for (const std::string& text : group.allgather(mine))
-    for (const std::string& name : split_lines(text)) out.insert(name);
+  for (const auto& names : group.allgather_lists(mine)) out.insert(names.begin(), names.end());
   return out;
 }
 

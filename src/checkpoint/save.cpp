@@ -178,22 +178,20 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
 }
 
 // Which rank writes each kOwned tensor and each slice of a kSharded one: every rank tells the others
-// what it holds (a line "<bytes> <key>" each; nothing when its collection failed) and all compute the
+// what it holds ("<bytes> <key>" each; nothing when its collection failed) and all compute the
 // same assignment. Ranks holding the same slice (HSDP's replicas of a shard) write it once, as DCP's
 // dedup does.
 std::map<std::string, int> agree_owned_writers(Group& group, const std::vector<Collected>& tensors, bool ok) {
-  std::string mine;
+  std::vector<std::string> mine;
   for (const Collected& c : tensors)
     if (ok && (c.tensor.kind == StateKind::kOwned || c.tensor.kind == StateKind::kSharded))
-      mine += std::to_string(c.tensor.tensor.nbytes()) + " " + writer_key(c) + "\n";
+      mine.push_back(std::to_string(c.tensor.tensor.nbytes()) + " " + writer_key(c));
   std::vector<HeldTensors> per_rank;
-  for (const std::string& text : group.allgather(mine)) {
+  for (const auto& items : group.allgather_lists(mine)) {
     per_rank.emplace_back();
-    for (size_t begin = 0, end; begin < text.size(); begin = end + 1) {
-      end = text.find('\n', begin);
-      const size_t space = text.find(' ', begin);
-      per_rank.back().push_back(
-          {text.substr(space + 1, end - space - 1), std::stoll(text.substr(begin, space - begin))});
+    for (const std::string& item : items) {
+      const size_t space = item.find(' ');
+      per_rank.back().push_back({item.substr(space + 1), std::stoll(item.substr(0, space))});
     }
   }
   return assign_owned_writers(per_rank);

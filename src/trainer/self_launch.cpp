@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -87,11 +88,25 @@ bool same_refusal(const std::string& failure, const std::string& own) {
     return text.rfind("[rank ", 0) == 0 && text.find("] ") != std::string::npos ? text.substr(text.find("] ") + 2)
                                                                                 : text;
   };
+  // A load's agreement names the rank that found each problem ("rank 0: ..."), which the rank that
+  // found it does not: the same refusal reads "rank N: " apart, anywhere in it (hostile pass 19 m-2:
+  // "no usable checkpoint in D: D/step-10: rank 0: ...; D/step-5: rank 0: ..." said twice).
+  const auto unranked = [](const std::string& text) {  // without each "rank <digits>: "
+    std::string out;
+    for (size_t at = 0; at < text.size();) {
+      size_t end = text.compare(at, 5, "rank ") == 0 ? at + 5 : at;
+      while (end > at && end < text.size() && std::isdigit(static_cast<unsigned char>(text[end]))) ++end;
+      if (end > at + 5 && text.compare(end, 2, ": ") == 0) {
+        at = end + 2;
+      } else {
+        out += text[at++];
+      }
+    }
+    return out;
+  };
   const size_t said = failure.find(": error: ");
   if (said == std::string::npos) return false;
-  // The worker may say it as rank 0's, which this process is ("rank 0: ..." from a load's agreement).
-  const std::string theirs = without_rank(failure.substr(said + 9)), mine = without_rank(own);
-  return theirs == mine || theirs == "rank 0: " + mine || "rank 0: " + theirs == mine;
+  return unranked(without_rank(failure.substr(said + 9))) == unranked(without_rank(own));
 }
 
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes) {

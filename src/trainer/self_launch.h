@@ -29,8 +29,8 @@ namespace cohort::detail {
 void check_launch_matches(const LaunchEnv& env, int devices, int64_t num_nodes);
 
 /// Whether a worker's failure ("rank 1 exited with code 1: error: [rank 1/2] X") reports the same
-/// error as `own` ("[rank 0/2] X"): the ranks' prefixes aside (and "rank 0: " where the worker says it
-/// as rank 0's), the same text.
+/// error as `own` ("[rank 0/2] X"): the same text but for the ranks it names (its prefix, and each
+/// "rank N: " a load's agreement puts before another rank's problem).
 bool same_refusal(const std::string& failure, const std::string& own);
 
 class SelfLauncher {
