@@ -80,3 +80,25 @@ write("manifest", "traversal_subdir.json", manifest("sub/shard-00000-of-00001.bi
 write("manifest", "shape_negative.json", manifest(shape=(-1, -2)))
 write("manifest", "shape_overflow.json", manifest(shape=(1 << 62, 4)))
 write("manifest", "name_twice.json", manifest(names=("model/w", "model/w")))
+
+
+def safetensors(tensors, metadata=None):
+    """A safetensors file of float32 tensors given as (name, shape, values)."""
+    header, data = {}, b""
+    for name, shape, values in tensors:
+        payload = struct.pack("<%df" % len(values), *values)
+        header[name] = {"dtype": "F32", "shape": list(shape), "data_offsets": [len(data), len(data) + len(payload)]}
+        data += payload
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data
+
+
+# Pretrained weights (issue 42): a file, and sharded sets' indexes (one leading out of its directory).
+write("safetensors", "two_tensors.safetensors",
+      safetensors([("fc.weight", (2, 3), [0.5] * 6), ("fc.bias", (2,), [1.0, -1.0])], {"format": "pt"}))
+write("safetensors", "index.json", json.dumps(
+    {"metadata": {"total_size": 32}, "weight_map": {"fc.weight": "model-00001-of-00002.safetensors",
+                                                    "fc.bias": "model-00002-of-00002.safetensors"}}))
+write("safetensors", "index_traversal.json", json.dumps({"weight_map": {"fc.weight": "../../etc/passwd"}}))
