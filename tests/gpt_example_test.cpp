@@ -259,6 +259,37 @@ TEST(GptExample, InitFromStartsEveryMeshFromTheExportedWeights) {
     EXPECT_NEAR(split[i], expected[i], 1.5e-4) << tp.describe();
     EXPECT_GT(std::abs(fresh[i] - loaded[i]), 1e-3) << ddp.describe();
   }
+  // Hostile pass 20, S-1: the export says the model it holds; another --n-head (no shape changes) or
+  // --no-bias is refused in one line, exit 2, before anything trains.
+  const auto with = [&](const std::string& heads, const std::string& steps, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {build_path("/examples/gpt"), "--data", job.root + "/text.txt", "--devices", "2",
+                                     "--n-layer", "2", "--n-head", heads, "--n-embd", "16", "--block-size", "16",
+                                     "--batch-size", "4", "--max-steps", steps, "--eval-interval", "3",
+                                     "--eval-iters", "2", "--sample-tokens", "0", "--threads", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_process(args, clean_env(), 180s);
+  };
+  const ProcResult heads = with("4", "6", {"--init-from", file});
+  EXPECT_EQ(heads.code, 2) << heads.describe();
+  EXPECT_THAT(heads.err, HasSubstr("--init-from " + file + " holds a model of --n-head 2, this run has --n-head 4: "
+                                   "give the model flags it was exported with"))
+      << heads.describe();
+  const ProcResult bias = job.run({"--init-from", file, "--no-bias"});
+  EXPECT_EQ(bias.code, 2) << bias.describe();
+  EXPECT_THAT(bias.err, HasSubstr("--init-from " + file + " holds a model with biases: drop --no-bias")) << bias.describe();
+  // m-5: the export does not write over the weights it starts from.
+  const ProcResult over = job.run({"--init-from", file, "--export", file});
+  EXPECT_EQ(over.code, 2) << over.describe();
+  EXPECT_THAT(over.err, HasSubstr("--export " + file + ": is the --init-from file it starts from")) << over.describe();
+  // M-1: a checkpoint that resumes replaces the weights: the file is not needed then.
+  const std::string copy = job.root + "/copy.safetensors", ckpt = job.root + "/ckpt";
+  std::filesystem::copy_file(file, copy);
+  const ProcResult first = job.run({"--init-from", copy, "--checkpoint-dir", ckpt});
+  ASSERT_EQ(first.code, 0) << first.describe();
+  std::filesystem::remove(copy);
+  const ProcResult resumed = with("2", "9", {"--init-from", copy, "--checkpoint-dir", ckpt});
+  EXPECT_EQ(resumed.code, 0) << resumed.describe();
+  EXPECT_THAT(resumed.out, HasSubstr("resumed from " + ckpt + "/step-6")) << resumed.describe();
   const ProcResult missing = job.run({"--init-from", job.root + "/nothing.safetensors"});
   EXPECT_EQ(missing.code, 2) << missing.describe();
   EXPECT_THAT(missing.err, HasSubstr("--init-from " + job.root +

@@ -94,9 +94,13 @@ int main(int argc, char** argv) {
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
   app.callback([&] {
     flags.checkpoint.check();
-    if (!flags.init_from.empty() && !std::filesystem::is_regular_file(flags.init_from))
-      throw cohort::Error("--init-from " + flags.init_from + ": no such file (a .safetensors file, or a sharded set's "
-                          "model.safetensors.index.json)",
+    // A path that is there must be a regular file (a fifo would block); one that is not there is said
+    // when the run would read it: a checkpoint that resumes needs no --init-from file.
+    std::error_code error;
+    if (!flags.init_from.empty() && std::filesystem::exists(flags.init_from, error) &&
+        !std::filesystem::is_regular_file(flags.init_from, error))
+      throw cohort::Error("--init-from " + flags.init_from + ": not a regular file (a .safetensors file, or a sharded "
+                          "set's model.safetensors.index.json)",
                           cohort::ErrorKind::kInvalidArgument);
     if (momentum->count() > 0 && flags.optimizer != "sgd")
       throw cohort::Error("--momentum is for --optimizer sgd, not --optimizer " + flags.optimizer,

@@ -3,9 +3,12 @@
 
 #include <cohort/error.h>
 #include <cohort/number.h>
+#include <cohort/safetensors.h>
 
 #include <cstdio>
+#include <filesystem>
 
+#include "../common/command_line_error.h"
 #include "../common/exact_text.h"
 
 namespace gpt_example {
@@ -45,24 +48,29 @@ void ModelFlags::save_state(std::map<std::string, std::string>& values) const {
 
 // Before anything loads, so the refusal names the flag instead of a tensor's shape; a checkpoint saved
 // before these values existed is taken as it is.
-void ModelFlags::check_state(const std::map<std::string, std::string>& values) const {
+std::optional<std::string> ModelFlags::first_difference(const std::map<std::string, std::string>& values) const {
   for (const auto& [key, value] : model_) {
     const auto saved = values.find(key);
-    if (saved == values.end() || saved->second == value) continue;
-    const std::string& flag = kFlagOf.at(key);
+    if (saved != values.end() && saved->second != value) return key;
+  }
+  return std::nullopt;
+}
+
+void ModelFlags::check_state(const std::map<std::string, std::string>& values) const {
+  if (const auto key = first_difference(values)) {
+    const std::string &flag = kFlagOf.at(*key), &value = model_.at(*key), &saved = values.at(*key);
     if (key == "gpt.vocabulary")
       throw cohort::Error(
           "the checkpoint's model was trained on a text with another vocabulary than --data's: "
           "resume on the text it was saved with",
           cohort::ErrorKind::kInvalidArgument);
     if (key == "gpt.bias")
-      throw cohort::Error(std::string("the checkpoint's model was saved ") +
-                              (saved->second == "1" ? "with" : "without") + " biases (--no-bias " +
-                              (saved->second == "1" ? "not given" : "given") +
+      throw cohort::Error(std::string("the checkpoint's model was saved ") + (saved == "1" ? "with" : "without") +
+                              " biases (--no-bias " + (saved == "1" ? "not given" : "given") +
                               "): resume with the model flags it was saved with",
                           cohort::ErrorKind::kInvalidArgument);
-    throw cohort::Error(flag + " " + value + ", but the checkpoint's model was saved with " + flag + " " +
-                            saved->second + ": resume with the model flags it was saved with",
+    throw cohort::Error(flag + " " + value + ", but the checkpoint's model was saved with " + flag + " " + saved +
+                            ": resume with the model flags it was saved with",
                         cohort::ErrorKind::kInvalidArgument);
   }
   for (const auto& [key, value] : training_)
@@ -87,6 +95,30 @@ void ModelFlags::load_state(const std::map<std::string, std::string>& values) {
                 key.substr(4).c_str(), value.first, value.second.c_str(), saved);
   }
   std::fflush(stdout);
+}
+
+// Weights --export wrote say the model they are (hostile pass 20, S-1: another vocabulary of the same
+// size, or another --n-head, started silently); a file without those values (Python's save_file) is
+// taken as it is, its tensors' names and shapes checked by the load.
+void ModelFlags::check_init_from(const std::string& path) const {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error))
+    throw examples::CommandLineError("--init-from " + path +
+                                     ": no such file (a .safetensors file, or a sharded set's "
+                                     "model.safetensors.index.json)");
+  const auto metadata = cohort::safetensors_metadata(path);
+  const auto key = first_difference(metadata);
+  if (!key) return;
+  const std::string &flag = kFlagOf.at(*key), &value = model_.at(*key), &saved = metadata.at(*key);
+  if (key == "gpt.vocabulary")
+    throw examples::CommandLineError("--init-from " + path +
+                                     " holds a model trained on a text with another vocabulary than --data's "
+                                     "(its tokens would mean other bytes): train on the text it was trained on");
+  if (key == "gpt.bias")
+    throw examples::CommandLineError("--init-from " + path + " holds a model " + (saved == "1" ? "with" : "without") +
+                                     " biases: " + (saved == "1" ? "drop --no-bias" : "add --no-bias"));
+  throw examples::CommandLineError("--init-from " + path + " holds a model of " + flag + " " + saved + ", this run has " +
+                                   flag + " " + value + ": give the model flags it was exported with");
 }
 
 }  // namespace gpt_example

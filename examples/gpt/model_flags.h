@@ -8,6 +8,7 @@
 #include <cohort/trainer.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -23,8 +24,16 @@ class ModelFlags : public cohort::Callback {
   void save_state(std::map<std::string, std::string>& values) const override;
   void check_state(const std::map<std::string, std::string>& values) const override;
   void load_state(const std::map<std::string, std::string>& values) override;
+  /// The model flags and the vocabulary, as saved ("gpt.n_head" -> "4"): --export's metadata too.
+  const std::map<std::string, std::string>& model_values() const { return model_; }
+  /// The --init-from file exists and, when it says the model it holds (what --export writes), is this
+  /// model: else an examples::CommandLineError naming the flag.
+  void check_init_from(const std::string& path) const;
 
  private:
+  /// The first model value `values` holds otherwise ("gpt.n_head"), if any.
+  std::optional<std::string> first_difference(const std::map<std::string, std::string>& values) const;
+
   std::map<std::string, std::string> model_;  // "gpt.<flag>" -> value, as saved
   std::map<std::string, std::pair<double, std::string>> training_;  // "gpt.lr" -> (value, its flag)
   cohort::Trainer* trainer_ = nullptr;

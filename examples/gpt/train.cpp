@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -183,6 +184,17 @@ void check_memory(const GPTConfig& config, const Flags& flags, const cohort::Wor
 // --checkpoint-dir: a ModelCheckpoint every --checkpoint-every steps (and at the end); --resume auto
 // continues from its newest checkpoint, and a launcher's restart (cohortrun --max-restarts) resumes by
 // itself (FitOptions::resume_on_restart).
+// Whether a checkpoint may resume this run (an explicit one, the newest in --checkpoint-dir, a launcher's
+// restart): it replaces the --init-from weights, which the Trainer then neither needs nor reads, so the
+// file is not checked either (hostile pass 20, M-1: a job whose pretrained file was gone could not resume).
+bool checkpoint_may_resume(const Flags& flags, const std::string& resume) {
+  if (resume.empty()) return false;
+  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  if (resume != "last" || (restart != nullptr && std::string(restart) != "0")) return true;
+  std::error_code error;
+  return std::filesystem::exists(flags.checkpoint.dir + "/latest", error);
+}
+
 std::string add_checkpoints(cohort::Trainer& trainer, const Flags& flags) {
   if (!flags.checkpoint.dir.empty())
     trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
@@ -255,11 +267,14 @@ void check_export_path(const Flags& flags) {
     fail("is inside --checkpoint-dir " + flags.checkpoint.dir + ": write the model beside the checkpoints");
   if (fs::weakly_canonical(path, error) == fs::weakly_canonical(flags.data, error) || inside(flags.data))
     fail("is the --data it reads");
+  // The weights it starts from are not to be written over by the ones it ends with (hostile pass 20, m-5).
+  if (!flags.init_from.empty() && fs::weakly_canonical(path, error) == fs::weakly_canonical(flags.init_from, error))
+    fail("is the --init-from file it starts from: export beside it");
 }
 
 // --export: the whole parameters under the unsplit GPT's names, gathered one at a time on every rank
 // (a collective) and kept by rank 0 alone, which writes them: the one-file model for Python.
-void export_model(cohort::Trainer& trainer, const Flags& flags) {
+void export_model(cohort::Trainer& trainer, const Flags& flags, const ModelFlags& model_flags) {
   const bool main = trainer.world().is_main();
   std::map<std::string, torch::Tensor> whole;
   torch::NoGradGuard no_grad;
@@ -269,8 +284,11 @@ void export_model(cohort::Trainer& trainer, const Flags& flags) {
     if (main) whole[own] = value.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true);
   });
   if (!main) return;
-  cohort::save_safetensors(whole, flags.export_path,
-                           {{"format", "cohort examples/gpt"}, {"step", std::to_string(trainer.global_step())}});
+  // With the model flags and the vocabulary, which --init-from checks (hostile pass 20, S-1).
+  std::map<std::string, std::string> metadata = model_flags.model_values();
+  metadata["format"] = "cohort examples/gpt";
+  metadata["step"] = std::to_string(trainer.global_step());
+  cohort::save_safetensors(whole, flags.export_path, metadata);
   std::printf("exported %zu tensors to %s\n", whole.size(), flags.export_path.c_str());
 }
 
@@ -306,15 +324,17 @@ void run_training(const Flags& flags) {
   cohort::DataLoader val(std::make_shared<WindowDataset>(text.val, val_starts, flags.block_size),
                          cohort::LoaderOptions().batch_size(flags.batch_size));
   trainer.add_callback(std::make_shared<ValidationReport>(flags));
-  trainer.add_callback(std::make_shared<ModelFlags>(flags, config, text.vocabulary));
+  auto model_flags = std::make_shared<ModelFlags>(flags, config, text.vocabulary);
+  trainer.add_callback(model_flags);
   const std::string resume = add_checkpoints(trainer, flags);
+  if (!flags.init_from.empty() && !checkpoint_may_resume(flags, resume)) model_flags->check_init_from(flags.init_from);
   trainer.fit(module, train, cohort::FitOptions().val(&val).ckpt_path(resume));
   if (trainer.global_step() % flags.eval_interval != 0) {
     print_validation(trainer, trainer.validate(module, val).at("val_loss"));
     print_memory(trainer, flags, "the end");
   }
   print_sample_and_digest(trainer, module.gpt, text, flags);
-  if (!flags.export_path.empty()) export_model(trainer, flags);
+  if (!flags.export_path.empty()) export_model(trainer, flags, *model_flags);
 }
 
 }  // namespace gpt_example

@@ -55,6 +55,10 @@ struct StateDictOptions {
 void load_state_dict(torch::nn::Module& module, const std::map<std::string, torch::Tensor>& tensors,
                      const StateDictOptions& options = {});
 
+/// The metadata of pretrained weights, read without their tensors: a safetensors file's __metadata__, or
+/// a sharded set's index's "metadata" (its string values). Validated as load_pretrained validates them.
+std::map<std::string, std::string> safetensors_metadata(const std::string& path);
+
 class ZeroEngineCore;  // cohort/zero.h
 
 /// Pretrained weights from a safetensors file, or from a Hugging Face sharded set through its index

@@ -97,9 +97,9 @@ struct TrainerOptions {
   /// A DeepSpeed ds_config.json for strategy "deepspeed", or for "zero1-3" (whose stage overrides the
   /// file's).
   TORCH_ARG(std::string, deepspeed_config) = "";
-  /// Pretrained weights loaded at the start of fit, once the strategy holds the model and before a
-  /// checkpoint resumes (which replaces them): a safetensors file, or a Hugging Face sharded set's
-  /// `model.safetensors.index.json`, by the model's parameter names. Under zero / fsdp each rank
+  /// Pretrained weights loaded at the start of fit, once the strategy holds the model, when no checkpoint
+  /// resumes (a checkpoint replaces them; a resume neither reads nor needs the file): a safetensors file, or a Hugging
+  /// Face sharded set's `model.safetensors.index.json`, by the model's parameter names. Under zero / fsdp each rank
   /// reads only its own shards' bytes (cohort::load_pretrained). Empty: the model's own initialisation.
   TORCH_ARG(std::string, pretrained_weights) = "";
   /// The part of the model pretrained_weights holds: only names beginning with this are loaded, named

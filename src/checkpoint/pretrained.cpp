@@ -22,8 +22,7 @@ void check_all_used(const SafetensorsSource& source, const std::set<std::string>
   if (!options.strict()) return;
   for (const std::string& key : source.names()) {
     const bool under_prefix = key.compare(0, options.prefix().size(), options.prefix()) == 0;
-    COHORT_CHECK_KIND(kInvalidArgument, !under_prefix || used.count(key), "load_pretrained: ", source.path(),
-                      ": tensor '", excerpt(key),
+    COHORT_CHECK_KIND(kInvalidArgument, !under_prefix || used.count(key), source.path(), ": tensor '", excerpt(key),
                       "' names nothing in the model (strict; StateDictOptions().strict(false) ignores it)", after);
   }
 }
@@ -99,6 +98,10 @@ void load_pretrained_parts(ZeroEngineCore& engine, const std::string& path, cons
 }
 
 }  // namespace detail
+
+std::map<std::string, std::string> safetensors_metadata(const std::string& path) {
+  return detail::SafetensorsSource(path).metadata();
+}
 
 void load_pretrained(torch::nn::Module& module, const std::string& path, const StateDictOptions& options) {
   detail::load_pretrained_parts(module, path, options, nullptr);

@@ -67,6 +67,9 @@ void SafetensorsSource::read_index(const std::string& path) {
   const auto index = parse_json(read_regular_file(path, options.source, kMaxIndexBytes), options);
   COHORT_CHECK_KIND(kInvalidArgument, index.is_object() && index.contains("weight_map"), options.source,
                     ": not an object with a weight_map (Hugging Face's model.safetensors.index.json)");
+  if (const auto found = index.find("metadata"); found != index.end() && found->is_object())
+    for (const auto& [key, value] : found->items())
+      if (value.is_string()) metadata_[key] = value.get<std::string>();
   const auto& map = index["weight_map"];
   COHORT_CHECK_KIND(kInvalidArgument, map.is_object() && !map.empty(), options.source, ": weight_map is ",
                     json_excerpt(map), ", not a map of tensor names to files");
@@ -93,8 +96,9 @@ void SafetensorsSource::add_file(const std::string& path, const std::vector<std:
                       "' is given twice");
     tensors_[t.name] = Located{files_.size() - 1, t, *dtype_of_safetensors(t.dtype)};
   };
-  if (only == nullptr) {
+  if (only == nullptr) {  // the file itself: its metadata is the set's
     for (const auto& t : header.tensors) add(t);
+    metadata_ = header.metadata;
     return;
   }
   for (const std::string& name : *only) {

@@ -37,6 +37,8 @@ class SafetensorsSource {
   /// contiguous; converted to its dtype). Refused naming both when the tensor is missing or its shape
   /// is not `shape`, or the range goes past its end.
   void read(const std::string& name, const std::vector<int64_t>& shape, int64_t begin, torch::Tensor out) const;
+  /// A file's __metadata__; an index's "metadata" (its string values; Hugging Face's total_size is a number).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
   /// "model.safetensors" or "model.safetensors.index.json": what errors name.
   const std::string& path() const { return path_; }
 
@@ -57,6 +59,7 @@ class SafetensorsSource {
   std::string path_;
   std::vector<File> files_;
   std::map<std::string, Located> tensors_;
+  std::map<std::string, std::string> metadata_;
 };
 
 }  // namespace cohort::detail

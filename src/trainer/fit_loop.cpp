@@ -26,7 +26,7 @@ Batch on_device(Batch batch, const torch::Device& device) { return {batch.data.t
 // divides 0 by 0 wherever a gradient and its moments are 0, whatever the rate (hostile pass 4, D8).
 // After a resume the rate is the checkpoint's, whatever the program asked (hostile pass 11, M-c: a
 // lower --lr changed nothing and the message did not say why).
-std::string divergence_hint(Strategy& strategy, const TrainerImpl::Resumed& resumed) {
+std::string divergence_hint(Strategy& strategy, const TrainerImpl::Resumed& resumed, const std::string& pretrained) {
   double eps = -1;
   try {
     auto& options = strategy.optimizer().param_groups().at(0).options();
@@ -37,6 +37,8 @@ std::string divergence_hint(Strategy& strategy, const TrainerImpl::Resumed& resu
   if (eps == 0)
     return "the optimizer's eps is 0, which divides 0 by 0 where a gradient is 0: give it a positive value, e.g. 1e-8";
   std::string hint = "lower the learning rate, now " + number_text(strategy.lr());
+  if (!pretrained.empty())  // the weights it started from may not have been finite (hostile pass 20, m-2)
+    hint += ", or check the pretrained weights it started from (" + pretrained + ")";
   if (!resumed.path.empty() && strategy.lr() == resumed.lr)
     hint += ", restored from " + resumed.path +
             " (a checkpoint's optimizer state, its rate included, replaces the program's: set the rate after the "
@@ -51,6 +53,7 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   train = &train_data;
   val = fit_options.val();
   resumed = {};
+  pretrained.clear();
   const auto [shares, share] = strategy->data_split(world);
   const bool uneven = options.raw.uneven_inputs();
   if (uneven) {
@@ -82,11 +85,14 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   add_default_callbacks();
   each_callback([&](Callback& c) { c.on_fit_start(owner, *module); });
   module->on_fit_start();
-  // Before any resume: a restart that finds no usable checkpoint of its own starts from these too.
-  if (!options.raw.pretrained_weights().empty())
+  if (const std::string ckpt = checkpoints.checkpoint_to_resume(fit_options); !ckpt.empty()) checkpoints.resume(ckpt);
+  // Only when nothing resumed (a first run, or a restart that found no usable checkpoint of its own):
+  // a checkpoint replaces them, and needs neither the file nor its reading (hostile pass 20, M-1).
+  if (resumed.path.empty() && !options.raw.pretrained_weights().empty()) {
     strategy->load_pretrained(options.raw.pretrained_weights(),
                               StateDictOptions().module_prefix(options.raw.pretrained_prefix()));
-  if (const std::string ckpt = checkpoints.checkpoint_to_resume(fit_options); !ckpt.empty()) checkpoints.resume(ckpt);
+    pretrained = options.raw.pretrained_weights();
+  }
   const int64_t first_step = step;
   begin_segment();
   sanity_check();
@@ -174,7 +180,8 @@ bool TrainerImpl::train_batch(int64_t index, Batch& batch, bool replayed) {
                     std::isnan(value) ? "nan"
                     : value > 0       ? "inf"
                                       : "-inf",
-                    "; training stopped (the weights are no longer finite; ", divergence_hint(*strategy, resumed), ")");
+                    "; training stopped (the weights are no longer finite; ",
+                    divergence_hint(*strategy, resumed, pretrained), ")");
   {
     cohort::trace::Span compute("backward");
     // A replayed batch adds zero to every gradient, but its backward runs every collective of a step.

@@ -95,6 +95,7 @@ class TrainerImpl : public ModuleLink {
     double lr = 0;
     bool epoch_done = false;  // its position is its epoch's last batch: the next epoch comes first
   } resumed;
+  std::string pretrained;  // the pretrained weights this fit started from, if any (messages)
   int64_t train_batches =
       0;  // steps per epoch, after limit_train_batches / fast_dev_run (uneven_inputs: the largest share's)
   int64_t own_batches = 0;                            // of this rank's share (train_batches unless uneven_inputs)
