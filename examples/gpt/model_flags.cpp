@@ -3,12 +3,9 @@
 
 #include <cohort/error.h>
 #include <cohort/number.h>
-#include <cohort/safetensors.h>
 
 #include <cstdio>
-#include <filesystem>
 
-#include "../common/command_line_error.h"
 #include "../common/exact_text.h"
 
 namespace gpt_example {
@@ -33,7 +30,8 @@ std::string hex_of(const std::string& bytes) {
 }  // namespace
 
 ModelFlags::ModelFlags(const Flags& flags, const cohort::models::GPTConfig& config, const std::string& vocabulary)
-    : training_{{"gpt.lr", {flags.lr, "--lr"}},
+    : init_from_(flags.init_from),
+      training_{{"gpt.lr", {flags.lr, "--lr"}},
                 {"gpt.weight_decay", {flags.weight_decay, "--weight-decay"}},
                 {"gpt.dropout", {config.dropout(), "--dropout"}}} {
   model_ = {{"gpt.n_layer", std::to_string(config.n_layer())}, {"gpt.n_head", std::to_string(config.n_head())},
@@ -98,27 +96,25 @@ void ModelFlags::load_state(const std::map<std::string, std::string>& values) {
 }
 
 // Weights --export wrote say the model they are (hostile pass 20, S-1: another vocabulary of the same
-// size, or another --n-head, started silently); a file without those values (Python's save_file) is
-// taken as it is, its tensors' names and shapes checked by the load.
-void ModelFlags::check_init_from(const std::string& path) const {
-  std::error_code error;
-  if (!std::filesystem::exists(path, error))
-    throw examples::CommandLineError("--init-from " + path +
-                                     ": no such file (a .safetensors file, or a sharded set's "
-                                     "model.safetensors.index.json)");
-  const auto metadata = cohort::safetensors_metadata(path);
+// size, or another --n-head, started silently); the Trainer asks before it loads them, only when no
+// checkpoint resumed. A file without those values (Python's save_file) is taken as it is, its tensors'
+// names and shapes checked by the load.
+void ModelFlags::check_pretrained(const std::map<std::string, std::string>& metadata) const {
   const auto key = first_difference(metadata);
   if (!key) return;
   const std::string &flag = kFlagOf.at(*key), &value = model_.at(*key), &saved = metadata.at(*key);
+  const std::string file = "--init-from " + init_from_;
   if (key == "gpt.vocabulary")
-    throw examples::CommandLineError("--init-from " + path +
-                                     " holds a model trained on a text with another vocabulary than --data's "
-                                     "(its tokens would mean other bytes): train on the text it was trained on");
+    throw cohort::Error(file + " holds a model trained on a text with another vocabulary than --data's (its tokens "
+                               "would mean other bytes): train on the text it was trained on",
+                        cohort::ErrorKind::kInvalidArgument);
   if (key == "gpt.bias")
-    throw examples::CommandLineError("--init-from " + path + " holds a model " + (saved == "1" ? "with" : "without") +
-                                     " biases: " + (saved == "1" ? "drop --no-bias" : "add --no-bias"));
-  throw examples::CommandLineError("--init-from " + path + " holds a model of " + flag + " " + saved + ", this run has " +
-                                   flag + " " + value + ": give the model flags it was exported with");
+    throw cohort::Error(file + " holds a model " + (saved == "1" ? "with" : "without") +
+                            " biases: " + (saved == "1" ? "drop --no-bias" : "add --no-bias"),
+                        cohort::ErrorKind::kInvalidArgument);
+  throw cohort::Error(file + " holds a model of " + flag + " " + saved + ", this run has " + flag + " " + value +
+                          ": give the model flags it was exported with",
+                      cohort::ErrorKind::kInvalidArgument);
 }
 
 }  // namespace gpt_example

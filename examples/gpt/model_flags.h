@@ -26,15 +26,16 @@ class ModelFlags : public cohort::Callback {
   void load_state(const std::map<std::string, std::string>& values) override;
   /// The model flags and the vocabulary, as saved ("gpt.n_head" -> "4"): --export's metadata too.
   const std::map<std::string, std::string>& model_values() const { return model_; }
-  /// The --init-from file exists and, when it says the model it holds (what --export writes), is this
-  /// model: else an examples::CommandLineError naming the flag.
-  void check_init_from(const std::string& path) const;
+  /// The --init-from file's metadata, when it says the model it holds (what --export writes), is this
+  /// model's: else a refusal naming the flag.
+  void check_pretrained(const std::map<std::string, std::string>& metadata) const override;
 
  private:
   /// The first model value `values` holds otherwise ("gpt.n_head"), if any.
   std::optional<std::string> first_difference(const std::map<std::string, std::string>& values) const;
 
   std::map<std::string, std::string> model_;  // "gpt.<flag>" -> value, as saved
+  std::string init_from_;                     // --init-from
   std::map<std::string, std::pair<double, std::string>> training_;  // "gpt.lr" -> (value, its flag)
   cohort::Trainer* trainer_ = nullptr;
 };

@@ -17,7 +17,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -184,17 +183,6 @@ void check_memory(const GPTConfig& config, const Flags& flags, const cohort::Wor
 // --checkpoint-dir: a ModelCheckpoint every --checkpoint-every steps (and at the end); --resume auto
 // continues from its newest checkpoint, and a launcher's restart (cohortrun --max-restarts) resumes by
 // itself (FitOptions::resume_on_restart).
-// Whether a checkpoint may resume this run (an explicit one, the newest in --checkpoint-dir, a launcher's
-// restart): it replaces the --init-from weights, which the Trainer then neither needs nor reads, so the
-// file is not checked either (hostile pass 20, M-1: a job whose pretrained file was gone could not resume).
-bool checkpoint_may_resume(const Flags& flags, const std::string& resume) {
-  if (resume.empty()) return false;
-  const char* restart = std::getenv("TORCHELASTIC_RESTART_COUNT");
-  if (resume != "last" || (restart != nullptr && std::string(restart) != "0")) return true;
-  std::error_code error;
-  return std::filesystem::exists(flags.checkpoint.dir + "/latest", error);
-}
-
 std::string add_checkpoints(cohort::Trainer& trainer, const Flags& flags) {
   if (!flags.checkpoint.dir.empty())
     trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
@@ -327,7 +315,6 @@ void run_training(const Flags& flags) {
   auto model_flags = std::make_shared<ModelFlags>(flags, config, text.vocabulary);
   trainer.add_callback(model_flags);
   const std::string resume = add_checkpoints(trainer, flags);
-  if (!flags.init_from.empty() && !checkpoint_may_resume(flags, resume)) model_flags->check_init_from(flags.init_from);
   trainer.fit(module, train, cohort::FitOptions().val(&val).ckpt_path(resume));
   if (trainer.global_step() % flags.eval_interval != 0) {
     print_validation(trainer, trainer.validate(module, val).at("val_loss"));

@@ -38,6 +38,9 @@ class Callback {
   /// EarlyStopping load a copy of themselves). A cohort::Error of kind kInvalidArgument instead
   /// refuses the resume (no fallback): the values were saved under settings this run does not have.
   virtual void check_state(const std::map<std::string, std::string>& values) const {}
+  /// Before TrainerOptions::pretrained_weights load (only when no checkpoint resumed), with the file's
+  /// metadata (cohort::safetensors_metadata): throw to refuse weights saved for another model.
+  virtual void check_pretrained(const std::map<std::string, std::string>& metadata) const {}
 };
 
 struct ModelCheckpointOptions {

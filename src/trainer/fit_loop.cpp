@@ -89,6 +89,10 @@ void TrainerImpl::fit(TrainingModule& target, DataLoader& train_data, const FitO
   // Only when nothing resumed (a first run, or a restart that found no usable checkpoint of its own):
   // a checkpoint replaces them, and needs neither the file nor its reading (hostile pass 20, M-1).
   if (resumed.path.empty() && !options.raw.pretrained_weights().empty()) {
+    // The callbacks see the file's metadata first: weights saved for another model are refused there
+    // (gpt's model flags), on every rank, whatever started it (hostile pass 21, S-1).
+    const auto metadata = safetensors_metadata(options.raw.pretrained_weights());
+    each_callback([&](Callback& c) { c.check_pretrained(metadata); });
     strategy->load_pretrained(options.raw.pretrained_weights(),
                               StateDictOptions().module_prefix(options.raw.pretrained_prefix()));
     pretrained = options.raw.pretrained_weights();
