@@ -16,6 +16,7 @@
 
 #include "cohort/cohort.h"
 #include "models/gpt.h"
+#include "proc_status.h"
 #if COHORT_BENCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -25,14 +26,6 @@
 namespace {
 
 // A /proc/self/status field in MiB (VmRSS: resident now, VmHWM: the peak so far).
-double status_mib(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  return 0;
-}
-
 void synchronize_device();
 
 // Bytes sent on every interface but loopback, from /proc/net/dev (this process's network namespace).

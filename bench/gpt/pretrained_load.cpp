@@ -20,16 +20,9 @@
 #include "cohort/cohort.h"
 #include "cohort/safetensors.h"
 #include "models/gpt.h"
+#include "proc_status.h"
 
 namespace {
-
-double status_mib(const std::string& field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line))
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) / 1024.0;
-  return 0;
-}
 
 // COHORT_BENCH_PHASES: rank 0's peak and resident memory after each phase, on stderr.
 void phase(const char* name) {
