@@ -56,17 +56,19 @@ std::string join(const std::vector<std::string>& items, const std::string& separ
   return out;
 }
 
-// Rank 0 lists the candidates and tells every rank (a "!"-prefixed error, or "?" and why there is
-// none, or one path a line). None: nullopt, or an error when options.must_exist().
+// Rank 0 lists the candidates and tells every rank: {"paths", path...}, {"none", why} or {"error",
+// what}, as items of any bytes (a directory's name may hold a newline). None: nullopt, or an error
+// when options.must_exist().
 std::optional<std::vector<std::string>> agreed_candidates(Group& group, const std::string& dir,
                                                           const LoadOptions& options) {
   std::vector<std::string> listing;  // "paths" and the paths, "none" and why, or "error" and what
   if (group.rank() == 0) {
     try {
       std::string none;
-      listing = candidates(dir, &none);
-      listing.insert(listing.begin(), listing.empty() ? "none" : "paths");
-      if (listing.size() == 1) listing.push_back(none);
+      const auto paths = candidates(dir, &none);
+      listing = {paths.empty() ? "none" : "paths"};
+      listing.insert(listing.end(), paths.begin(), paths.end());
+      if (paths.empty()) listing.push_back(none);
     } catch (const std::exception& e) {
       listing = {"error", without_rank_prefix(e.what())};
     }

@@ -30,7 +30,6 @@ class SafetensorsSource {
 
   /// Every tensor's name, sorted.
   std::vector<std::string> names() const;
-  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
   /// The shape the file gives tensor `name` (which must be there).
   const std::vector<int64_t>& shape(const std::string& name) const { return tensors_.at(name).tensor.shape; }
   /// Elements [begin, begin + out.numel()) of tensor `name` flattened, into `out` (1-D, CPU,

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <exception>
 #include <map>
 
 #include "cohort/error.h"
@@ -82,19 +83,19 @@ void EngineCheckpoint::read_group(int64_t g, const ParameterReader& read) {
   if (lend) file.give_back(g, /*changed=*/true);
 }
 
-void EngineCheckpoint::agree_on_failure(const std::string& error) const {
-  torch::Tensor failed = torch::full({1}, error.empty() ? 0.0 : 1.0);
+void EngineCheckpoint::agree_on_failure(const std::exception_ptr& failure) const {
+  torch::Tensor failed = torch::full({1}, failure ? 1.0 : 0.0);
   if (settings_.comm && settings_.world > 1) failed = settings_.comm->allreduce(failed);
   if (settings_.replicate) failed = settings_.replicate->allreduce(failed);
+  if (failure) std::rethrow_exception(failure);  // this rank's own error, as it was thrown
   const int count = int(failed.item<double>());
-  if (!error.empty()) throw Error(error, ErrorKind::kIO);
   COHORT_CHECK_KIND(kIO, count == 0, "ZeRO engine: load_full_parameters failed on ", count,
                     " other rank(s) (their errors say why); this rank's parameters are partly loaded");
 }
 
 void EngineCheckpoint::load_full_parameters(const ParameterReader& read) {
   torch::NoGradGuard no_grad;
-  std::string error;
+  std::exception_ptr failure;
   try {
     for (int64_t g = 0; g < parts_.store.size(); ++g) read_group(g, read);
     // Frozen parameters and buffers are whole on every rank.
@@ -105,10 +106,10 @@ void EngineCheckpoint::load_full_parameters(const ParameterReader& read) {
     for (const auto& item : parts_.module.named_parameters())
       if (!item.value().requires_grad()) read_whole(item.key(), item.value());
     for (const auto& item : parts_.module.named_buffers()) read_whole(item.key(), item.value());
-  } catch (const std::exception& e) {
-    error = e.what();
+  } catch (...) {
+    failure = std::current_exception();
   }
-  agree_on_failure(error);  // before the all-gather below, which a failed rank would never reach
+  agree_on_failure(failure);  // before the all-gather below, which a failed rank would never reach
   parts_.store.zero_gradients();
   parts_.store.zero_master_padding();
   parts_.optimizer.write_back_and_gather();

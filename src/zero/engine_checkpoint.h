@@ -5,6 +5,7 @@
 
 #include <torch/nn/module.h>
 
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,8 +54,9 @@ class EngineCheckpoint {
   void add_group(int64_t g, bool meta, std::vector<StateTensor>& out);
   /// Group g's master elements this rank keeps, each parameter's through `read`.
   void read_group(int64_t g, const ParameterReader& read);
-  /// Every rank learns whether any failed (`error` empty: this one did not); each then throws.
-  void agree_on_failure(const std::string& error) const;
+  /// Every rank learns whether any failed (`failure` null: this one did not); each then throws, a
+  /// failed rank its own error.
+  void agree_on_failure(const std::exception_ptr& failure) const;
 
   const EngineSettings& settings_;
   Parts parts_;
