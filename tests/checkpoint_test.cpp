@@ -428,7 +428,7 @@ TEST(Manifest, FieldsOfAnotherTypeAreRefusedByName) {
   EXPECT_EQ(read_text(R"({"format": 7})"),
             path + " is not a cohort checkpoint manifest ('format' is not \"cohort-checkpoint\")");
   EXPECT_EQ(read_text(R"({"format": "cohort-checkpoint", "format_version": 99, "library_version": [1]})"),
-            path + " has format version 99; this cohort reads up to 4 (written by cohort ?)");
+            path + " has format version 99; this cohort reads up to 5 (written by cohort ?)");
   // A float where an integer belongs was converted with undefined behaviour (7e36 to int).
   EXPECT_EQ(read_text(R"({"format": "cohort-checkpoint", "format_version": 7e36})"),
             path + ": 'format_version' is not an integer of its range (7e+36)");

@@ -201,7 +201,7 @@ TEST(CheckpointValues, EditedNumbersOrAMissingChecksumMakeTheCheckpointUnusable)
                 j.erase("values_crc32");
               }),
               std::make_pair(int64_t(10), unusable + "'format_version' is " + std::to_string(version) +
-                                              ", not a version cohort wrote (1 to 4)"));
+                                              ", not a version cohort wrote (1 to 5)"));
   }
   // Hostile pass 11, M-e: two tensors' names exchanged (the same shape and type) verified OK and
   // resumed each into the other; the records have their checksum from version 3.

@@ -44,6 +44,9 @@ struct StateTensor {
   StateKind kind = StateKind::kReplicated;
   int64_t flat_numel = 0;  ///< kSharded only: elements of the whole logical flat tensor
   int64_t offset = 0;      ///< kSharded only: where this rank's slice begins in it
+  /// kSharded only, optional: the shape of the whole tensor (its size flat_numel) for the manifest,
+  /// so that cohort-ckpt consolidate writes it in that shape; empty: [flat_numel].
+  std::vector<int64_t> whole_shape;
   /// -1: `tensor` is live storage. From 0: the tensor belongs to that part of its Stateful's state,
   /// which is out of memory between uses: `tensor` is then on the meta device (its dtype and shape
   /// only), and Stateful::lend_part gives the live one.

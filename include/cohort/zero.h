@@ -11,8 +11,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cohort/comm.h"
 #include "cohort/export.h"
@@ -31,6 +33,17 @@ using ParameterVisitor = std::function<void(const std::string& name, const torch
 /// to leave that tensor as it is (load_full_parameters).
 using ParameterReader =
     std::function<bool(const std::string& name, const std::vector<int64_t>& shape, int64_t begin, torch::Tensor out)>;
+
+/// One trainable parameter's state in a ZeRO engine: elements [begin, end) of the flattened
+/// parameter (of shape `shape`), by field: "master" (fp32) first, then the optimizer's ("exp_avg", ...).
+struct ParameterState {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t begin = 0;
+  int64_t end = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> fields;  ///< 1-D, end - begin elements each
+};
+using ParameterStateVisitor = std::function<void(const ParameterState& state)>;
 
 /// Bytes this rank holds right now, by the ZeRO paper's parts.
 struct MemoryReport {
@@ -141,6 +154,16 @@ class ZeroEngineCore : public Stateful {
   /// 1-2 an all-gather). The optimizer state and counters are left as they are. All ranks call it; a
   /// read that fails on one rank fails it on all of them (cohort::load_pretrained reads safetensors).
   void load_full_parameters(const ParameterReader& read);
+  /// This rank's shard of every trainable parameter's state (elements it keeps; none: begin == end), as
+  /// views of the live tensors: a load writes into them, then calls load_state_values(). Optimizer
+  /// state on NVMe is refused (its tensors are out of memory). A checkpoint by parameter name, which
+  /// loads whatever the groups, units or shard count (the Trainer saves ZeRO state this way).
+  std::vector<ParameterState> parameter_states();
+  /// Every trainable parameter's whole state, in the module's order: a group's shards are gathered
+  /// over the shard group at its first parameter and dropped after its last (all ranks call it).
+  void for_each_whole_parameter_state(const ParameterStateVisitor& visit);
+  /// This rank's place in the group it shards over (rank, ranks): 0 and 1 when nothing is sharded.
+  std::pair<int, int> shard_position() const;
 
   // Stateful (cohort/checkpoint.h): shards of master weights and optimizer state, buffers, counters.
   void prepare_load() override;

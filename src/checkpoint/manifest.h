@@ -22,7 +22,9 @@ inline constexpr const char* kFormat = "cohort-checkpoint";
 // header, the files and the tensor records), required: two pieces' offsets swapped passed every check.
 // 4: an optimizer's entry counts its parameters ('g0.params', 'pipeline.params') and gives each a step
 // count, -1 before it has state: a parameter's whole state deleted read as "no state yet".
-inline constexpr int kFormatVersion = 4;
+// 5: a sharded tensor's 'shape' may be the whole tensor's (a Trainer's ZeRO state by parameter), not
+// only [flat_numel].
+inline constexpr int kFormatVersion = 5;
 
 /// Where one piece of a tensor's bytes lies.
 struct Piece {

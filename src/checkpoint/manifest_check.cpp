@@ -69,8 +69,9 @@ void check_records(const Manifest& m, const std::string& where) {
     COHORT_CHECK_KIND(kIO, !r.name.empty() && r.name != "__metadata__", here, ": not a tensor name");
     COHORT_CHECK_KIND(kIO, names.insert(r.name).second, here, " is listed twice");
     if (r.kind == StateKind::kSharded) {
-      COHORT_CHECK_KIND(kIO, r.shape == std::vector<int64_t>{r.flat_numel}, here, ": a sharded tensor's shape is ",
-                        "[flat_numel], not ", excerpt(shape_text(r.shape)), " with flat_numel ", r.flat_numel);
+      COHORT_CHECK_KIND(kIO, shape_bytes(r.shape, 1, here) == r.flat_numel, here,
+                        ": a sharded tensor's shape is its whole shape, of flat_numel elements, not ",
+                        excerpt(shape_text(r.shape)), " with flat_numel ", r.flat_numel);
     }
     // One rank writes a replicated or owned tensor whole: more pieces, or one at an offset, verified
     // and consolidated while the load read the first piece as the whole (hostile pass 12, M-1).

@@ -110,8 +110,8 @@ std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorReco
       TensorRecord& into = it->second;
       COHORT_CHECK_KIND(kDesync,
                         into.kind == record.kind && into.dtype == record.dtype &&
-                            into.flat_numel == record.flat_numel && record.kind != StateKind::kReplicated &&
-                            record.kind != StateKind::kOwned,
+                            into.flat_numel == record.flat_numel && into.shape == record.shape &&
+                            record.kind != StateKind::kReplicated && record.kind != StateKind::kOwned,
                         "ranks disagree about tensor '", record.name, "' (", kind_name(record.kind), " ",
                         dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ",
                         dtype_name(into.dtype), " on rank ", into.pieces[0].rank, ")");
@@ -162,8 +162,12 @@ std::vector<TensorRecord> write_shard(const std::string& path, const std::vector
                         t.tensor.dim() == 1 && t.offset >= 0 && t.offset + t.tensor.numel() <= t.flat_numel,
                         "sharded tensor '", c.name, "' must be 1-D inside [0, flat_numel): offset ", t.offset, ", ",
                         t.tensor.numel(), " elements, flat_numel ", t.flat_numel);
+      COHORT_CHECK_KIND(kInvalidArgument,
+                        t.whole_shape.empty() || c10::multiply_integers(t.whole_shape) == t.flat_numel,
+                        "sharded tensor '", c.name, "': whole_shape ", c10::IntArrayRef(t.whole_shape),
+                        " is not of flat_numel ", t.flat_numel, " elements");
       record.flat_numel = t.flat_numel;
-      record.shape = {t.flat_numel};
+      record.shape = t.whole_shape.empty() ? std::vector<int64_t>{t.flat_numel} : t.whole_shape;
     }
     Piece piece = writer.append(lender.live(*c.owner, t, c.name));
     piece.file = fs::path(path).filename().string();

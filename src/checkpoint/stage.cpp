@@ -2,6 +2,7 @@
 #include "checkpoint/stage.h"
 
 #include <algorithm>
+#include <regex>
 #include <set>
 #include <utility>
 
@@ -14,18 +15,44 @@
 namespace cohort::detail::ckpt {
 namespace {
 
-// Why a wanted tensor may be missing. The Trainer saves the ZeRO engine's state per tensor-parallel
-// rank ("engine/tp0.group0.master") under tensor_parallel_size > 1: the other size's names say so.
+// Whether `rest` (a tensor's name after its entry) is the ZeRO engine's own flat-group form:
+// "group0.master", or the Trainer's "tp0.group0.master" per tensor-parallel rank.
+bool flat_group_name(const std::string& rest) {
+  static const std::regex pattern("(tp[0-9]+\\.)?group[0-9]+\\..*");
+  return std::regex_match(rest, pattern);
+}
+
+// Why a wanted tensor may be missing. The ZeRO engine's own state is by flat group
+// ("engine/group0.master"); the Trainer saves it by parameter ("engine/fc.weight.master"), except with
+// its optimizer state on NVMe, where it keeps the group form (per tensor-parallel rank under tensor
+// parallelism: "engine/tp0.group0.master"). Names of the other forms say which.
 std::string missing_tensor_hint(const Manifest& m, const std::string& name) {
   const size_t slash = name.find('/');
   const std::string entry = name.substr(0, slash + 1), rest = name.substr(slash + 1);
-  const bool wanted_tp = rest.rfind("tp", 0) == 0 && rest.find('.') != std::string::npos;
-  const std::string other = wanted_tp ? entry + rest.substr(rest.find('.') + 1) : entry + "tp0." + rest;
-  if (m.find(other) == nullptr) return " (saved from another model or optimizer?)";
-  return wanted_tp ? ": its ZeRO engine's state was saved whole ('" + other +
-                         "'), without tensor parallelism; resume it at tensor_parallel_size 1"
-                   : ": its ZeRO engine's state was saved per tensor-parallel rank ('" + other +
-                         "'); resume it at the tensor_parallel_size it was saved with";
+  const TensorRecord* by_group = nullptr;
+  const TensorRecord* by_parameter = nullptr;
+  for (const TensorRecord& r : m.tensors) {
+    if (r.name.rfind(entry, 0) != 0 || r.name.size() < 7 || r.name.compare(r.name.size() - 7, 7, ".master") != 0)
+      continue;
+    (flat_group_name(r.name.substr(entry.size())) ? by_group : by_parameter) = &r;
+  }
+  const bool wanted_group = flat_group_name(rest);
+  if (!wanted_group && by_group != nullptr)
+    return ": its ZeRO engine's state was saved by flat group ('" + by_group->name +
+           "', as with the optimizer state on NVMe), this run's is by parameter: resume it with the "
+           "offload_optimizer device it was saved with";
+  if (wanted_group && by_parameter != nullptr)
+    return ": its ZeRO engine's state was saved by parameter ('" + by_parameter->name +
+           "'), this run keeps its optimizer state on NVMe, which loads the flat-group form only: resume it "
+           "without offload_optimizer nvme";
+  if (!wanted_group || by_group == nullptr) return " (saved from another model or optimizer?)";
+  const bool wanted_tp = rest.rfind("tp", 0) == 0, saved_tp = by_group->name.substr(entry.size()).rfind("tp", 0) == 0;
+  if (wanted_tp == saved_tp) return " (saved from another model or optimizer?)";
+  return wanted_tp ? ": its ZeRO engine's state was saved whole ('" + by_group->name +
+                         "'), without tensor parallelism; with the optimizer state on NVMe resume it at "
+                         "tensor_parallel_size 1"
+                   : ": its ZeRO engine's state was saved per tensor-parallel rank ('" + by_group->name +
+                         "'); with the optimizer state on NVMe resume it at the tensor_parallel_size it was saved with";
 }
 
 // The checkpoint's mode (DDP or a ZeRO stage), names and kinds agree with the state's, else a

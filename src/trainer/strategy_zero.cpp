@@ -8,7 +8,7 @@
 // stage 3 the module's configure_model() runs inside a ShardedInit. With tensor_parallel_size > 1 the
 // engine runs over the mesh's data_parallel axis (each tensor-parallel rank's engine shards its own
 // parts of the cut layers over its data-parallel group, as FSDP2 over a TP mesh dimension does), the
-// data is split over that axis, and the engine's state is saved per tensor-parallel rank.
+// data is split over that axis. The engine's state is saved by parameter (engine_parameter_state.h).
 #include <sstream>
 
 #include "cohort/error.h"
@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/text.h"
 #include "tp/parameter_cuts.h"
+#include "trainer/engine_parameter_state.h"
 #include "trainer/strategy.h"
 #include "trainer/tensor_parallel_rank_state.h"
 #include "trainer/whole_tensor_state.h"
@@ -119,12 +120,16 @@ class ZeroStrategy : public Strategy {
   torch::optim::Optimizer& optimizer() override { return engine_.optimizer(); }
   int64_t accumulation() const override { return engine_.config().gradient_accumulation_steps(); }
   double lr() const override { return engine_.lr(); }
+  // By parameter, so that any mesh resumes it; optimizer state on NVMe is lent a flat group at a time
+  // and keeps the engine's own form (per tensor-parallel rank under tensor parallelism).
   void add_to(CheckpointState& state) override {
-    if (!mesh_) {
+    if (engine_.config().zero_optimization().offload_optimizer().device() != OffloadDevice::kNvme) {
+      state.add("engine", engine_parameter_state(engine_, cut_of_));
+    } else if (!mesh_) {
       state.add("engine", engine_);
-      return;
+    } else {
+      state.add("engine", tensor_parallel_rank_state(engine_, mesh_->coordinate("tensor_parallel")));
     }
-    state.add("engine", tensor_parallel_rank_state(engine_, mesh_->coordinate("tensor_parallel")));
   }
   // Each rank reads its own shards' bytes (a tensor-parallel cut: the whole tensor, then its part).
   void load_pretrained(const std::string& path, const StateDictOptions& options) override {

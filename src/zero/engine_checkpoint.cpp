@@ -20,23 +20,38 @@ std::vector<std::pair<std::string, torch::Tensor>> EngineCheckpoint::full_parame
   return out;
 }
 
-// In the module's order (named_parameters()), whatever order the groups have (stage 3 puts the root's
-// group first): a group is gathered at its first parameter and dropped after its last, the same
-// sequence of gathers on every rank.
+// Where each parameter is: (group, index in it), and each group's last parameter in the module's
+// order (named_parameters()), whatever order the groups have (stage 3 puts the root's group first).
+EngineCheckpoint::Places EngineCheckpoint::places() const {
+  const StateStore& store = parts_.store;
+  Places out;
+  out.of.resize(size_t(parts_.params.size()));
+  out.last.assign(size_t(store.size()), 0);
+  for (size_t g = 0; g < out.last.size(); ++g)
+    for (size_t k = 0; k < store.layout(int64_t(g)).params.size(); ++k) {
+      const auto index = size_t(store.layout(int64_t(g)).params[k]);
+      out.of[index] = {g, k};
+      out.last[g] = std::max(out.last[g], index);
+    }
+  return out;
+}
+
+torch::Tensor EngineCheckpoint::whole_group(int64_t g, const torch::Tensor& shard) {
+  if (!sharded()) return shard;
+  torch::Tensor whole = torch::empty({parts_.store.layout(g).padded}, shard.options());
+  settings_.comm->allgather_async(whole, shard.contiguous()).wait();
+  return whole;
+}
+
+// A group is gathered at its first parameter and dropped after its last: the same sequence of gathers
+// on every rank.
 void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
   const auto& params = parts_.params;
   StateStore& store = parts_.store;
-  std::vector<std::pair<size_t, size_t>> place(size_t(params.size()));  // parameter -> (group, index in it)
-  std::vector<size_t> last(size_t(store.size()), 0);
-  for (size_t g = 0; g < last.size(); ++g)
-    for (size_t k = 0; k < store.layout(int64_t(g)).params.size(); ++k) {
-      const auto index = size_t(store.layout(int64_t(g)).params[k]);
-      place[index] = {g, k};
-      last[g] = std::max(last[g], index);
-    }
+  const Places where = places();
   std::map<size_t, torch::Tensor> gathered;
-  for (size_t index = 0; index < place.size(); ++index) {
-    const auto [g, k] = place[index];
+  for (size_t index = 0; index < where.of.size(); ++index) {
+    const auto [g, k] = where.of[index];
     auto found = gathered.find(g);
     if (found == gathered.end()) {
       // Masters on file: lent for the gather, and copied (the lent memory goes back after).
@@ -44,11 +59,7 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
       const bool lend = file.active() && !file.lent(int64_t(g));
       if (lend) file.lend(int64_t(g));
       const torch::Tensor& master = store.master(int64_t(g));
-      torch::Tensor whole = master;
-      if (settings_.stage != 0 && settings_.world > 1) {
-        whole = torch::empty({store.layout(int64_t(g)).padded}, master.options());
-        settings_.comm->allgather_async(whole, master.contiguous()).wait();
-      }
+      torch::Tensor whole = whole_group(int64_t(g), master);
       whole = whole.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/store.masters_on_file() && whole.is_same(master));
       if (lend) file.give_back(int64_t(g), /*changed=*/false);
       found = gathered.emplace(g, whole).first;
@@ -56,17 +67,84 @@ void EngineCheckpoint::for_each_full_parameter(const ParameterVisitor& visit) {
     const auto& shape = params.shape(int64_t(index));
     visit(params.name(int64_t(index)),
           found->second.narrow(0, store.layout(int64_t(g)).offsets[k], c10::multiply_integers(shape)).view(shape));
-    if (index == last[g]) gathered.erase(found);
+    if (index == where.last[g]) gathered.erase(found);
   }
+}
+
+void EngineCheckpoint::check_in_memory(const char* what) const {
+  COHORT_CHECK_KIND(kInvalidArgument, !parts_.store.optimizer_file().active(), "ZeRO engine: ", what,
+                    " needs the optimizer state in memory; this engine keeps it on NVMe (offload_optimizer.device "
+                    "nvme)");
+}
+
+// Group g's flat master and optimizer state tensors, master first.
+std::vector<std::pair<std::string, torch::Tensor>> EngineCheckpoint::group_fields(int64_t g) {
+  const torch::Tensor& master = parts_.store.master(g);
+  std::vector<std::pair<std::string, torch::Tensor>> out{{"master", master}};
+  for (auto& field : state_tensors_of(parts_.optimizer.optimizer(), master)) out.push_back(std::move(field));
+  return out;
+}
+
+std::vector<ParameterState> EngineCheckpoint::parameter_states() {
+  check_in_memory("parameter_states()");
+  StateStore& store = parts_.store;
+  std::vector<ParameterState> out(size_t(parts_.params.size()));
+  for (int64_t g = 0; g < store.size(); ++g) {
+    const GroupLayout& layout = store.layout(g);
+    const auto [begin, end] = sharded() ? layout.owned_real(settings_.rank)
+                                        : std::pair<int64_t, int64_t>{0, layout.numel};
+    const int64_t base = sharded() ? layout.owned(settings_.rank).first : 0;  // the shard's [0] in the group
+    const auto fields = group_fields(g);
+    for (size_t k = 0; k < layout.params.size(); ++k) {
+      const int64_t index = layout.params[k];
+      ParameterState& state = out[size_t(index)];
+      state.name = parts_.params.name(index);
+      state.shape = parts_.params.shape(index);
+      const int64_t first = layout.offsets[k], last = first + c10::multiply_integers(state.shape);
+      const int64_t lo = std::min(std::max(begin, first), last), hi = std::max(std::min(end, last), lo);
+      state.begin = lo - first;
+      state.end = hi - first;
+      for (const auto& [field, flat] : fields)
+        state.fields.emplace_back(field, flat.narrow(0, hi > lo ? lo - base : 0, hi - lo));
+    }
+  }
+  return out;
+}
+
+void EngineCheckpoint::for_each_whole_parameter_state(const ParameterStateVisitor& visit) {
+  check_in_memory("for_each_whole_parameter_state()");
+  const Places where = places();
+  std::map<size_t, std::vector<std::pair<std::string, torch::Tensor>>> gathered;
+  for (size_t index = 0; index < where.of.size(); ++index) {
+    const auto [g, k] = where.of[index];
+    auto found = gathered.find(g);
+    if (found == gathered.end()) {
+      auto fields = group_fields(int64_t(g));
+      for (auto& field : fields) field.second = whole_group(int64_t(g), field.second);
+      found = gathered.emplace(g, std::move(fields)).first;
+    }
+    ParameterState state;
+    state.name = parts_.params.name(int64_t(index));
+    state.shape = parts_.params.shape(int64_t(index));
+    state.end = c10::multiply_integers(state.shape);
+    for (const auto& [field, whole] : found->second)
+      state.fields.emplace_back(field, whole.narrow(0, parts_.store.layout(int64_t(g)).offsets[k], state.end));
+    visit(state);
+    if (index == where.last[g]) gathered.erase(found);
+  }
+}
+
+std::pair<int, int> EngineCheckpoint::shard_position() const {
+  return sharded() ? std::pair<int, int>{settings_.rank, settings_.world} : std::pair<int, int>{0, 1};
 }
 
 // Pretrained weights: each group's masters this rank keeps (lent when on file), read by parameter.
 void EngineCheckpoint::read_group(int64_t g, const ParameterReader& read) {
   StateStore& store = parts_.store;
   const GroupLayout& layout = store.layout(g);
-  const bool sharded = settings_.stage != 0 && settings_.world > 1;
-  const auto [begin, end] = sharded ? layout.owned_real(settings_.rank) : std::pair<int64_t, int64_t>{0, layout.numel};
-  const int64_t base = sharded ? layout.owned(settings_.rank).first : 0;  // master[0]'s place in the group
+  const auto [begin, end] = sharded() ? layout.owned_real(settings_.rank)
+                                      : std::pair<int64_t, int64_t>{0, layout.numel};
+  const int64_t base = sharded() ? layout.owned(settings_.rank).first : 0;  // master[0]'s place in the group
   OptimizerFile& file = store.optimizer_file();
   const bool lend = file.active() && !file.lent(g);
   if (lend) file.lend(g);

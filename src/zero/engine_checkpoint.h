@@ -38,6 +38,11 @@ class EngineCheckpoint {
   /// This rank's shard of every parameter through `read`, then the compute parameters from them.
   void load_full_parameters(const ParameterReader& read);
 
+  /// ZeroEngineCore::parameter_states, for_each_whole_parameter_state, shard_position.
+  std::vector<ParameterState> parameter_states();
+  void for_each_whole_parameter_state(const ParameterStateVisitor& visit);
+  std::pair<int, int> shard_position() const;
+
   void prepare_load();
   /// Masters on file: each group's tensors are part g, listed as meta tensors (StateTensor::part).
   std::vector<StateTensor> state_tensors();
@@ -54,6 +59,17 @@ class EngineCheckpoint {
   void add_group(int64_t g, bool meta, std::vector<StateTensor>& out);
   /// Group g's master elements this rank keeps, each parameter's through `read`.
   void read_group(int64_t g, const ParameterReader& read);
+  struct Places {
+    std::vector<std::pair<size_t, size_t>> of;  ///< parameter -> (group, index in it)
+    std::vector<size_t> last;                   ///< group -> its last parameter
+  };
+  Places places() const;
+  std::vector<std::pair<std::string, torch::Tensor>> group_fields(int64_t g);
+  /// Whether this rank keeps a shard of each group (else the whole of it).
+  bool sharded() const { return settings_.stage != 0 && settings_.world > 1; }
+  /// Group g's flat tensor whole (padding included), on the CPU, from this rank's `shard` of it.
+  torch::Tensor whole_group(int64_t g, const torch::Tensor& shard);
+  void check_in_memory(const char* what) const;
   /// Every rank learns whether any failed (`failure` null: this one did not); each then throws, a
   /// failed rank its own error.
   void agree_on_failure(const std::exception_ptr& failure) const;

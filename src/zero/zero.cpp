@@ -35,6 +35,11 @@ void ZeroEngineCore::for_each_full_parameter(const ParameterVisitor& visit) {
 void ZeroEngineCore::load_full_parameters(const ParameterReader& read) {
   impl_->checkpoint().load_full_parameters(read);
 }
+std::vector<ParameterState> ZeroEngineCore::parameter_states() { return impl_->checkpoint().parameter_states(); }
+void ZeroEngineCore::for_each_whole_parameter_state(const ParameterStateVisitor& visit) {
+  impl_->checkpoint().for_each_whole_parameter_state(visit);
+}
+std::pair<int, int> ZeroEngineCore::shard_position() const { return impl_->checkpoint().shard_position(); }
 void ZeroEngineCore::prepare_load() { impl_->checkpoint().prepare_load(); }
 std::vector<StateTensor> ZeroEngineCore::state_tensors() { return impl_->checkpoint().state_tensors(); }
 std::vector<StateTensor> ZeroEngineCore::lend_part(int64_t part) { return impl_->checkpoint().lend_part(part); }

@@ -5,6 +5,8 @@
 # struct and json: Python's safetensors package is not a dependency of the tests.
 #   gpt_interop.py save FILE N_LAYER N_HEAD N_EMBD BLOCK VOCAB BIAS       -> "loss <x>" of a seeded model
 #   gpt_interop.py loss FILE PREFIX N_LAYER N_HEAD N_EMBD BLOCK VOCAB BIAS -> "loss <x>" of the file's weights
+#                  (PREFIX "-": none; "engine/gpt.*.master": names between the two, as cohort-ckpt
+#                  consolidate writes a Trainer's ZeRO checkpoint: its other tensors are optimizer state)
 #   gpt_interop.py compare FILE_A FILE_B TOLERANCE -> "max abs difference <x> (<name>)"; exit 1 when the
 #                  names differ or a difference exceeds TOLERANCE (examples/gpt --export of two meshes)
 import json
@@ -101,8 +103,9 @@ def main(argv):
         save_safetensors(dict(model.named_parameters()), argv[1])
     elif argv[0] == "loss":
         model, block, vocab = make(argv[3:])
-        prefix = "" if argv[2] == "-" else argv[2]
-        tensors = {k[len(prefix):]: v for k, v in load_safetensors(argv[1]).items() if k.startswith(prefix)}
+        prefix, _, suffix = ("" if argv[2] == "-" else argv[2]).partition("*")
+        tensors = {k[len(prefix):len(k) - len(suffix)]: v for k, v in load_safetensors(argv[1]).items()
+                   if k.startswith(prefix) and k.endswith(suffix)}
         model.load_state_dict(tensors, strict=True)
     else:
         raise SystemExit("gpt_interop.py: unknown command " + argv[0])
