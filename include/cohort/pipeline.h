@@ -84,8 +84,11 @@ struct PipelineOptions {
   /// ZeRO over the data group instead of DDP (needs data_comm): each stage is given to a ZeRO engine
   /// of this config over data_comm, which shards the stage's optimizer state over its replicas and
   /// reduce-scatters its gradients once per step, in the backward of its last microbatch. Step with
-  /// Pipeline::optimizer_step() (no optimizer of one's own). zero_optimization.stage 1 (or 2), fp32,
-  /// gradient_accumulation_steps 1, no gradient_clipping (an engine sees one stage's gradients only).
+  /// Pipeline::optimizer_step() (no optimizer of one's own). zero_optimization.stage 1 or 2, or 3 (FSDP
+  /// per stage: the stage's parameters sharded too, each sharding unit, a Sequential entry by default,
+  /// gathered for each microbatch's forward and backward, and every microbatch's gradients
+  /// reduce-scattered into the shard's; not with recompute), fp32, gradient_accumulation_steps 1, no
+  /// gradient_clipping (an engine sees one stage's gradients only).
   TORCH_ARG(std::optional<ZeroConfig>, zero) = std::nullopt;
   /// The engines' optimizer over their fp32 shards when the config has no "optimizer"
   /// (EngineOptions::optimizer_factory), e.g. a torch::optim::Adam of the shard tensors.
@@ -121,8 +124,13 @@ class Pipeline {
   /// This rank's stage numbers and modules, in stage order.
   const std::vector<int>& stage_ids() const;
   const std::vector<torch::nn::Sequential>& stages() const;
-  /// Trainable parameters of this rank's stages (for the optimizer).
+  /// Trainable parameters of this rank's stages (for the optimizer). Under ZeRO stage 3 they are
+  /// sharded between steps: read them with full_parameters().
   std::vector<torch::Tensor> parameters() const;
+  /// This rank's stages' trainable parameters whole, by their names in the whole model ("3.weight"),
+  /// as copies (with PipelineOptions::zero gathered from the engines' fp32 masters: a collective over
+  /// the data group, all its ranks call it).
+  std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
   const Schedule& schedule() const;
   /// The most microbatches whose activations this rank held at once during the last step (all stages).
   int peak_activations() const;

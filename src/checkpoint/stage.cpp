@@ -39,8 +39,8 @@ std::string missing_tensor_hint(const Manifest& m, const std::string& name) {
   const bool wanted_group = flat_group_name(rest);
   if (!wanted_group && by_group != nullptr)
     return ": its ZeRO engine's state was saved by flat group ('" + by_group->name +
-           "', as with the optimizer state on NVMe), this run's is by parameter: resume it with the "
-           "offload_optimizer device it was saved with";
+           "': the optimizer state was on NVMe, or a cohort before checkpoint format 5 wrote it), this run's is by "
+           "parameter: resume it with the offload_optimizer device it was saved with";
   if (wanted_group && by_parameter != nullptr)
     return ": its ZeRO engine's state was saved by parameter ('" + by_parameter->name +
            "'), this run keeps its optimizer state on NVMe, which loads the flat-group form only: resume it "

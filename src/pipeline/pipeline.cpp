@@ -90,7 +90,7 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
       receive.post(*comm_, schedule.rank_of(s - 1), placement_.tag(s, 0, Direction::kForward));
       x = receive.take(*comm_, device_);
     }
-    x = placement_.module_of(s)->forward(x);
+    x = replicas->forward(placement_.local_index(s), [&] { return placement_.module_of(s)->forward(x); });
     if (!placement_.is_last(s) && !placement_.is_mine(s + 1))
       send_activation(*comm_, x, schedule.rank_of(s + 1), placement_.tag(s + 1, 0, Direction::kForward), sends);
   }
@@ -145,6 +145,19 @@ const std::vector<int>& Pipeline::stage_ids() const { return impl_->stage_ids; }
 const std::vector<torch::nn::Sequential>& Pipeline::stages() const { return impl_->stages; }
 const Schedule& Pipeline::schedule() const { return impl_->schedule; }
 int Pipeline::peak_activations() const { return impl_->peak_activations; }
+
+std::vector<std::pair<std::string, torch::Tensor>> Pipeline::full_parameters() {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (size_t local = 0; local < impl_->stages.size(); ++local) {
+    auto whole = impl_->replicas->has_zero() ? impl_->replicas->full_parameters(int(local))
+                                             : std::vector<std::pair<std::string, torch::Tensor>>{};
+    if (!impl_->replicas->has_zero())
+      for (const auto& item : impl_->stages[local]->named_parameters(true))
+        whole.emplace_back(item.key(), item.value().detach().clone());
+    out.insert(out.end(), whole.begin(), whole.end());
+  }
+  return out;
+}
 
 std::vector<torch::Tensor> Pipeline::parameters() const {
   std::vector<torch::Tensor> out;

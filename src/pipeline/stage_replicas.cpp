@@ -33,10 +33,13 @@ void StageReplicas::make_zero_engines(const std::vector<torch::nn::Sequential>& 
                     "Pipeline: PipelineOptions::zero needs PipelineOptions::data_comm (the "
                     "replicas of a stage to shard over, e.g. Mesh::group_ptr(\"data\"))");
   const int stage = config.zero_optimization().stage();
-  COHORT_CHECK_KIND(kInvalidArgument, stage == 1 || stage == 2,
+  COHORT_CHECK_KIND(kInvalidArgument, stage >= 1 && stage <= 3,
                     "Pipeline: PipelineOptions::zero has zero_optimization.stage ", stage,
-                    "; a pipeline runs ZeRO stage 1 or 2 over its data group (stage 3 would free a stage's parameters "
-                    "between the microbatches that use them; stage 0 is DDP: use PipelineOptions::ddp)");
+                    "; a pipeline runs ZeRO stage 1, 2 or 3 over its data group (stage 0 is DDP: use "
+                    "PipelineOptions::ddp)");
+  COHORT_CHECK_KIND(kInvalidArgument, stage != 3 || !options.recompute(),
+                    "Pipeline: PipelineOptions::recompute with ZeRO stage 3: the engine recomputes a unit's forward "
+                    "itself (activation_checkpointing of its units); use that instead");
   COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() && !config.bf16().enabled(),
                     "Pipeline: PipelineOptions::zero has ", config.fp16().enabled() ? "fp16" : "bf16",
                     " enabled; a pipeline's ZeRO engines run in fp32 "
@@ -51,12 +54,25 @@ void StageReplicas::make_zero_engines(const std::vector<torch::nn::Sequential>& 
                     "; each engine sees one stage's gradients only, not the whole "
                     "model's norm: use 0");
   auto engine_options = EngineOptions().comm(options.data_comm()).optimizer_factory(options.zero_optimizer());
+  // Stage 3 reduce-scatters every microbatch's gradients into the shard's: the engine accumulates over
+  // the step's microbatches (it scales each backward by 1 / chunks; backward() undoes that).
+  sharded_parameters_ = stage == 3;
+  ZeroConfig engine_config = config;
+  if (sharded_parameters_) engine_config.gradient_accumulation_steps(options.chunks());
   for (const auto& module : stages)
-    zero_.push_back(std::make_unique<ZeroEngineCore>(module.ptr(), config, engine_options));
+    zero_.push_back(
+        std::make_unique<ZeroEngine<torch::nn::SequentialImpl>>(module.ptr(), engine_config, engine_options));
 }
 
 void StageReplicas::backward(int local, int microbatch, const torch::Tensor& root, const torch::Tensor& grad) {
   const bool last = microbatch == last_backward_.at(local);
+  if (sharded_parameters_) {
+    auto& engine = *zero_[local];
+    const double chunks = engine.config().gradient_accumulation_steps();
+    zero_[local]->backward((grad.defined() ? (root * grad).sum() : root) * chunks);
+    if (!last) engine.step();  // counts the microbatch; Pipeline::optimizer_step steps at the last
+    return;
+  }
   if (!zero_.empty() && last) {
     // The engine runs backward from a scalar: sum(output * grad) gives the stage's graph the same
     // gradient as backward(output, grad).
@@ -67,6 +83,16 @@ void StageReplicas::backward(int local, int microbatch, const torch::Tensor& roo
   if (!ddp_.empty() && !last) no_sync.emplace(ddp_[local]->no_sync());
   if (grad.defined()) torch::autograd::backward({root}, {grad});
   else torch::autograd::backward({root});
+}
+
+torch::Tensor StageReplicas::forward(int local, const std::function<torch::Tensor()>& fn) {
+  if (!sharded_parameters_) return fn();
+  return zero_[local]->run_forward(fn);
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> StageReplicas::full_parameters(int local) {
+  if (!zero_.empty()) return zero_[local]->full_parameters();
+  return {};
 }
 
 void StageReplicas::step_zero() {

@@ -1,9 +1,12 @@
 // The data-parallel side of this rank's pipeline stages: each local stage wrapped in DDP, or given to a
 // ZeRO engine, over PipelineOptions::data_comm (neither without one). The backward of a stage's last
-// microbatch in a step reduces; the earlier ones only accumulate.
+// microbatch in a step reduces; the earlier ones only accumulate (at ZeRO stage 3 each reduces).
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "cohort/ddp.h"
@@ -18,8 +21,14 @@ class StageReplicas {
   StageReplicas(const std::vector<torch::nn::Sequential>& stages, const PipelineOptions& options,
                 std::vector<int> last_backward);
 
-  /// backward(root, grad) of `microbatch` on local stage `local`, reducing when it is the stage's last.
+  /// backward(root, grad) of `microbatch` on local stage `local`, reducing when it is the stage's last
+  /// (at ZeRO stage 3 every microbatch's reduces, into the shard's accumulated gradient).
   void backward(int local, int microbatch, const torch::Tensor& root, const torch::Tensor& grad);
+  /// fn(), a forward of local stage `local`: at ZeRO stage 3 as one forward of its engine (each unit
+  /// gathered as it runs, freed after), else as it is.
+  torch::Tensor forward(int local, const std::function<torch::Tensor()>& fn);
+  /// Local stage `local`'s parameters whole, by name (a collective over the data group at stage 3).
+  std::vector<std::pair<std::string, torch::Tensor>> full_parameters(int local);
   bool has_zero() const { return !zero_.empty(); }
   /// Steps each stage's ZeRO engine on its shard.
   void step_zero();
@@ -29,7 +38,9 @@ class StageReplicas {
 
   std::vector<int> last_backward_;
   std::vector<std::unique_ptr<DataParallelCore>> ddp_;  // per local stage, with a data group and no ZeRO
-  std::vector<std::unique_ptr<ZeroEngineCore>> zero_;   // per local stage, with PipelineOptions::zero
+  // per local stage, with PipelineOptions::zero
+  std::vector<std::unique_ptr<ZeroEngine<torch::nn::SequentialImpl>>> zero_;
+  bool sharded_parameters_ = false;  // ZeRO stage 3
 };
 
 }  // namespace cohort::pipeline::detail

@@ -128,7 +128,8 @@ void StepActions::run_forward(int stage, int microbatch) {
   try {
     std::optional<torch::NoGradGuard> no_grad;
     if (options_.recompute()) no_grad.emplace();
-    output = placement_.module_of(stage)->forward(input);
+    output = replicas_.forward(placement_.local_index(stage),
+                               [&] { return placement_.module_of(stage)->forward(input); });
     if (placement_.is_last(stage)) {
       auto loss = loss_of(microbatch, output);
       loss_sum_ += loss.detach().to(torch::kDouble) * weights_.at(microbatch);
