@@ -1,5 +1,5 @@
-// The pipeline example's limits and checkpoints: --chunks against --batch-size, its ZeRO engines
-// that save nothing, checkpoints of any batch that resume (and another batch refused), and an epoch
+// The pipeline example's limits and checkpoints: --chunks against --batch-size, FSDP per stage that
+// checkpoints and resumes, checkpoints of any batch that resume (and another batch refused), and an epoch
 // saved at its last batch that stays over in another layout of the data. On the CPU, on small
 // synthetic data, a lone process or 2 ranks under cohortrun.
 #include <gmock/gmock.h>
@@ -42,15 +42,35 @@ TEST(PipelineExample, PipelineChunksAboveTheBatchAreRefused) {
             "microbatches than it has samples; lower --chunks or raise --batch-size\n");
 }
 
-// Hostile pass 9, minor 1: refused by the library's API advice, once per rank, after the job started.
-TEST(PipelineExample, PipelineZeroWithCheckpointsIsRefusedInOneLine) {
-  const ProcResult result = run_process({build_path("/examples/pipeline"), "--data", "/nonexistent", "--zero-stage",
-                                         "1", "--checkpoint-dir", "/tmp/never"},
-                                        clean_env(), 60s);
-  EXPECT_EQ(result.code, 2) << result.describe();
-  EXPECT_EQ(result.err,
-            "error: --zero-stage 1 cannot be used with --checkpoint-dir or --resume: a pipeline's ZeRO "
-            "engines save no checkpoint; use --zero-stage 0 (DDP per stage) to checkpoint\n");
+// 2 stages x 2 replicas under FSDP per stage (--zero-stage 3): its checkpoints (the engines' state by
+// parameter, Pipeline::zero_state) verify, and a resume ends with the uninterrupted run's loss.
+TEST(PipelineExample, PipelineUnderFsdpPerStageCheckpointsAndResumes) {
+  Data data(64, 16);
+  const std::string dir = data.root + "/ck";
+  auto run = [&](const std::string& steps, const std::string& checkpoints) {
+    std::vector<std::string> args = {build_path("/tools/cohortrun"), "--standalone", "--nproc-per-node", "4",
+                                     build_path("/examples/pipeline"), "--data", data.root, "--stages", "2",
+                                     "--data-parallel", "2", "--zero-stage", "3", "--batch-size", "8", "--chunks",
+                                     "4", "--epochs", "1", "--max-steps", steps, "--threads", "1"};
+    for (const std::string& arg : {"--checkpoint-dir", checkpoints.c_str(), "--checkpoint-every", "1", "--resume", "auto"})
+      if (!checkpoints.empty()) args.push_back(arg);
+    return run_process(args, clean_env(), 120s);
+  };
+  const ProcResult uninterrupted = run("3", "");
+  ASSERT_EQ(uninterrupted.code, 0) << uninterrupted.describe();
+  const ProcResult first = run("2", dir);
+  ASSERT_EQ(first.code, 0) << first.describe();
+  const ProcResult verify =
+      run_process({build_path("/tools/cohort_ckpt/cohort-ckpt"), "verify", dir + "/step-2"}, clean_env());
+  EXPECT_EQ(verify.code, 0) << verify.describe();
+  const ProcResult resumed = run("3", dir);
+  ASSERT_EQ(resumed.code, 0) << resumed.describe();
+  EXPECT_THAT(resumed.out, HasSubstr("resumed from " + dir + "/step-2 (step 2, saved by 4 rank(s))"));
+  const auto final_loss = [](const std::string& out) {
+    const size_t at = out.find("final loss ");
+    return at == std::string::npos ? std::string("none") : out.substr(at, 17);
+  };
+  EXPECT_EQ(final_loss(resumed.out), final_loss(uninterrupted.out)) << resumed.describe() << uninterrupted.describe();
 }
 
 // Hostile pass 10, S1 and S6: the pipeline example counted a batch larger than the data as a whole

@@ -46,7 +46,7 @@ struct Config {
   int64_t batch_size = 64;
   double lr = 1e-3;
   int64_t threads = 1;
-  int64_t zero_stage = 0;  // 1: ZeRO-1 over each stage's replicas instead of DDP
+  int64_t zero_stage = 0;  // 1-3: ZeRO over each stage's replicas instead of DDP
   examples::CheckpointFlags checkpoint;
   std::string data_dir = cohort::data::kFashionMnistDir;
 };
@@ -88,8 +88,11 @@ struct Checkpointing {
         comm(std::move(comm_)),
         from(config.checkpoint.resume == "auto" ? config.checkpoint.dir : config.checkpoint.trainer_ckpt_path()) {
     if (config.checkpoint.dir.empty() && from.empty()) return;
-    state.add("model", pipeline.model_state()).add("sampler", sampler, samples_in_epoch);
-    if (optimizer != nullptr) state.add("optimizer", pipeline.optimizer_state(*optimizer));
+    state.add("sampler", sampler, samples_in_epoch);
+    // With --zero-stage the engines hold the weights and Adam's state: their state by parameter.
+    if (optimizer != nullptr)
+      state.add("model", pipeline.model_state()).add("optimizer", pipeline.optimizer_state(*optimizer));
+    else state.add("zero", pipeline.zero_state());
   }
   /// The step to go on from (0 from scratch).
   int64_t resume() {
@@ -124,11 +127,13 @@ struct Checkpointing {
   /// without a word). The Trainer's examples continue a restart from the newest one their job saved.
   void say_restart() const {
     const char* count = std::getenv("TORCHELASTIC_RESTART_COUNT");
-    if (count == nullptr || std::string(count) == "0" || config.checkpoint.resume == "auto" || comm->rank() != 0) return;
-    std::printf("restart %s of this job (TORCHELASTIC_RESTART_COUNT): --resume %s starts it again %s; this example "
-                "continues a restart from the newest checkpoint in --checkpoint-dir only with --resume auto\n",
-                count, config.checkpoint.resume.c_str(),
-                config.checkpoint.resume == "never" ? "from step 0" : ("from " + config.checkpoint.resume).c_str());
+    if (count == nullptr || std::string(count) == "0" || config.checkpoint.resume == "auto" || comm->rank() != 0)
+      return;
+    std::printf(
+        "restart %s of this job (TORCHELASTIC_RESTART_COUNT): --resume %s starts it again %s; this example "
+        "continues a restart from the newest checkpoint in --checkpoint-dir only with --resume auto\n",
+        count, config.checkpoint.resume.c_str(),
+        config.checkpoint.resume == "never" ? "from step 0" : ("from " + config.checkpoint.resume).c_str());
     std::fflush(stdout);
   }
   /// Where this stretch of steps began (the run's start, a resume, an epoch's start): saved with the
@@ -186,13 +191,6 @@ void check_flags(const Config& config) {
                     ": a batch cannot be split into more microbatches than it has samples; lower "
                     "--chunks or raise --batch-size");
   config.checkpoint.check();
-  // A pipeline's ZeRO engines save no checkpoint yet (Pipeline::model_state says why): one line here,
-  // not the library's advice once per rank (hostile pass 9, minor 1).
-  examples::require(
-      config.zero_stage == 0 || (config.checkpoint.dir.empty() && config.checkpoint.trainer_ckpt_path().empty()),
-      "--zero-stage ", config.zero_stage,
-      " cannot be used with --checkpoint-dir or --resume: a pipeline's ZeRO engines save no checkpoint; "
-      "use --zero-stage 0 (DDP per stage) to checkpoint");
 }
 
 void train(const Config& config) {
@@ -292,8 +290,9 @@ int main(int argc, char** argv) {
   add_integer(app, {"--max-steps", 0, int64_t(1e12)}, config.max_steps, "Stop after this many steps (0: no limit)");
   add_integer(app, {"--batch-size", 1, 1 << 20}, config.batch_size, "Samples per step on each pipeline");
   add_integer(app, {"--threads", 1, 1024}, config.threads, "Torch threads per rank");
-  add_integer(app, {"--zero-stage", 0, 1}, config.zero_stage,
-              "1: ZeRO-1 over each stage's replicas (needs --data-parallel 2+) instead of DDP");
+  add_integer(app, {"--zero-stage", 0, 3}, config.zero_stage,
+              "1-3: ZeRO over each stage's replicas (needs --data-parallel 2+) instead of DDP; 3 shards the "
+              "stages' parameters too (FSDP per stage)");
   examples::add_checkpoint_flags(app, config.checkpoint, {"each stage's shard; ", /*restart_resumes=*/false});
   app.add_option("--data", config.data_dir, "Directory of the four Fashion-MNIST IDX files")->capture_default_str();
   app.callback([&] { check_flags(config); });

@@ -150,6 +150,12 @@ class Pipeline {
   /// The per-parameter state of `optimizer` (built over parameters()) by parameter name
   /// ("3.weight.exp_avg", "3.weight.step"), and each group's learning rate.
   std::shared_ptr<Stateful> optimizer_state(torch::optim::Optimizer& optimizer);
+  /// With PipelineOptions::zero (model_state() and optimizer_state() refuse it): every local stage's
+  /// engine by parameter, each parameter's fp32 master and optimizer state one tensor of its whole shape
+  /// under its whole-model name ("3.weight.master", "3.weight.exp_avg"), sharded over the stage's data
+  /// group; its buffers owned by the stage. It loads at another partition, data-parallel size or ZeRO
+  /// sharding of the same stage:  state.add("zero", pipeline.zero_state());
+  std::shared_ptr<Stateful> zero_state();
   /// The whole pipeline's cut, known on every rank: "2 stages (layers 0-5 | 6-10)".
   std::string describe_partition() const;
 

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/text.h"
 #include "pipeline/pipeline_impl.h"
+#include "zero/parameter_state.h"
 
 namespace cohort::pipeline::detail {
 namespace {
@@ -220,9 +221,53 @@ StageCut gather_stage_cut(Comm& comm, const Schedule& schedule, const std::vecto
   return cut;
 }
 
+namespace {
+
+// With PipelineOptions::zero: the engines of this rank's stages, each by parameter under the whole
+// model's names (zero/parameter_state.h), its frozen parameters and buffers owned by the stage's ranks.
+// The engines step together, so their numbers are the same: the first's are saved, all load them.
+class ZeroStagesState : public Stateful {
+ public:
+  explicit ZeroStagesState(StageReplicas& replicas) {
+    cohort::detail::ParameterStateOptions options;
+    options.module_kind = StateKind::kOwned;
+    for (int local = 0; local < replicas.zero_engines(); ++local)
+      engines_.push_back(cohort::detail::engine_parameter_state(replicas.zero_engine(local), options));
+  }
+  void prepare_load() override {
+    for (auto& engine : engines_) engine->prepare_load();
+  }
+  std::vector<StateTensor> state_tensors() override {
+    std::vector<StateTensor> out;
+    for (auto& engine : engines_)
+      for (StateTensor& t : engine->state_tensors()) out.push_back(std::move(t));
+    return out;
+  }
+  StateValues state_values() const override { return engines_.front()->state_values(); }
+  void check_state_values(const StateValues& values, int saved_world_size) const override {
+    for (const auto& engine : engines_) engine->check_state_values(values, saved_world_size);
+  }
+  void load_state_values(const StateValues& values) override {
+    for (auto& engine : engines_) engine->load_state_values(values);
+  }
+
+ private:
+  std::vector<std::shared_ptr<Stateful>> engines_;
+};
+
+}  // namespace
+
 }  // namespace cohort::pipeline::detail
 
 namespace cohort::pipeline {
+
+std::shared_ptr<Stateful> Pipeline::zero_state() {
+  COHORT_CHECK_KIND(kInvalidArgument, impl_->replicas->has_zero(),
+                    "Pipeline::zero_state: this pipeline has no ZeRO engines (PipelineOptions::zero is not set): add "
+                    "model_state() and optimizer_state(optimizer)");
+  impl_->check_whole_model_names("zero_state");
+  return std::make_shared<detail::ZeroStagesState>(*impl_->replicas);
+}
 
 std::shared_ptr<Stateful> Pipeline::model_state() {
   impl_->check_checkpointable("model_state");

@@ -103,15 +103,18 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
   return comm_->broadcast(x.contiguous(), root);
 }
 
-void PipelineImpl::check_checkpointable(const char* what) const {
+void PipelineImpl::check_whole_model_names(const char* what) const {
   COHORT_CHECK_KIND(kInvalidArgument, names_whole_model, "Pipeline::", what,
                     ": the stages' layers are not named by their place in the "
                     "whole model (stage s must hold layers \"b[s]\", \"b[s]+1\", ... as partition() and "
                     "stages_of_rank() give them), so checkpoints could not name parameters as the whole model");
+}
+
+void PipelineImpl::check_checkpointable(const char* what) const {
+  check_whole_model_names(what);
   COHORT_CHECK_KIND(kInvalidArgument, !options_.zero(), "Pipeline::", what,
-                    ": checkpoints of a pipeline with ZeRO over the data group "
-                    "(PipelineOptions::zero) are not supported: its optimizer state lives in each stage's ZeRO engine; "
-                    "use PipelineOptions::data_comm with DDP to checkpoint");
+                    ": a pipeline with ZeRO over the data group (PipelineOptions::zero) keeps its weights and "
+                    "optimizer state in each stage's ZeRO engine: add Pipeline::zero_state() instead");
 }
 
 void PipelineImpl::fail(const std::string& message, ErrorKind kind, const std::vector<int>& ranks) {

@@ -35,6 +35,8 @@ class PipelineImpl {
   std::unique_ptr<StageReplicas> replicas;  // DDP or ZeRO per local stage over PipelineOptions::data_comm
 
   /// Throws naming `what` when checkpoints cannot name this pipeline's tensors as the whole model.
+  void check_whole_model_names(const char* what) const;
+  /// The same, and when its weights live in ZeRO engines (model_state() and optimizer_state()).
   void check_checkpointable(const char* what) const;
 
  private:

@@ -30,6 +30,8 @@ class StageReplicas {
   /// Local stage `local`'s parameters whole, by name (a collective over the data group at stage 3).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters(int local);
   bool has_zero() const { return !zero_.empty(); }
+  int zero_engines() const { return int(zero_.size()); }
+  ZeroEngineCore& zero_engine(int local) { return *zero_.at(size_t(local)); }
   /// Steps each stage's ZeRO engine on its shard.
   void step_zero();
 

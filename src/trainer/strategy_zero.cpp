@@ -8,7 +8,7 @@
 // stage 3 the module's configure_model() runs inside a ShardedInit. With tensor_parallel_size > 1 the
 // engine runs over the mesh's data_parallel axis (each tensor-parallel rank's engine shards its own
 // parts of the cut layers over its data-parallel group, as FSDP2 over a TP mesh dimension does), the
-// data is split over that axis. The engine's state is saved by parameter (engine_parameter_state.h).
+// data is split over that axis. The engine's state is saved by parameter (zero/parameter_state.h).
 #include <sstream>
 
 #include "cohort/error.h"
@@ -16,7 +16,6 @@
 #include "core/check.h"
 #include "core/text.h"
 #include "tp/parameter_cuts.h"
-#include "trainer/engine_parameter_state.h"
 #include "trainer/strategy.h"
 #include "trainer/tensor_parallel_rank_state.h"
 #include "trainer/whole_tensor_state.h"
@@ -124,7 +123,9 @@ class ZeroStrategy : public Strategy {
   // and keeps the engine's own form (per tensor-parallel rank under tensor parallelism).
   void add_to(CheckpointState& state) override {
     if (engine_.config().zero_optimization().offload_optimizer().device() != OffloadDevice::kNvme) {
-      state.add("engine", engine_parameter_state(engine_, cut_of_));
+      ParameterStateOptions by_parameter;
+      by_parameter.part_of = tensor_parallel_part_of(cut_of_);
+      state.add("engine", engine_parameter_state(engine_, std::move(by_parameter)));
     } else if (!mesh_) {
       state.add("engine", engine_);
     } else {

@@ -5,6 +5,7 @@
 
 #include "checkpoint/format_versioned.h"
 #include "core/check.h"
+#include "tp/cut_runs.h"
 
 namespace cohort::detail {
 namespace {
@@ -102,6 +103,31 @@ CutOf optimizer_cuts(torch::nn::Module& module, torch::optim::Optimizer& optimiz
     const size_t dot = name.rfind('.');  // "g0.p3.exp_avg" -> "g0.p3"
     const auto found = dot == std::string::npos ? cuts->end() : cuts->find(name.substr(0, dot));
     return found == cuts->end() ? nullptr : &found->second;
+  };
+}
+
+std::function<std::optional<ParameterPart>(const std::string&)> tensor_parallel_part_of(CutOf cut_of) {
+  if (!cut_of) return nullptr;
+  return [cut_of](const std::string& name) -> std::optional<ParameterPart> {
+    const ParameterCut* cut = cut_of(name);
+    if (cut == nullptr) return std::nullopt;
+    ParameterPart part;
+    part.whole_shape = [cut](std::vector<int64_t> shape) {
+      shape[size_t(cut->dim)] = cut->whole;
+      return shape;
+    };
+    part.runs = [cut](const std::vector<int64_t>& whole_shape, int64_t begin, int64_t end) {
+      std::vector<PartRun> out;
+      for (const auto& run :
+           tp::detail::cut_runs(whole_shape, cut->dim, cut->fused, cut->comm->size(), cut->comm->rank(), begin, end))
+        out.push_back({run.local, run.whole, run.count});
+      return out;
+    };
+    part.gather = [cut](const torch::Tensor& local) { return tp::detail::gather_cut(local, *cut); };
+    part.cut = [cut](const torch::Tensor& whole) { return tp::detail::cut_of(whole, *cut); };
+    part.holder = cut->comm->rank();
+    part.holders = cut->comm->size();
+    return part;
   };
 }
 

@@ -13,6 +13,7 @@
 #include "checkpoint/pretrained.h"
 #include "cohort/stateful.h"
 #include "tp/parameter_cuts.h"
+#include "zero/parameter_state.h"
 
 namespace cohort::detail {
 
@@ -26,6 +27,11 @@ std::shared_ptr<Stateful> whole_tensor_state(std::shared_ptr<Stateful> inner,
 std::function<const tp::detail::ParameterCut*(const std::string&)> module_cuts(torch::nn::Module& module);
 std::function<const tp::detail::ParameterCut*(const std::string&)> optimizer_cuts(torch::nn::Module& module,
                                                                                   torch::optim::Optimizer& optimizer);
+
+/// The ZeRO engine's state by parameter under tensor parallelism (zero/parameter_state.h): a cut
+/// parameter as a part of its whole tensor. Null `cut_of`: none.
+std::function<std::optional<ParameterPart>(const std::string&)> tensor_parallel_part_of(
+    std::function<const tp::detail::ParameterCut*(const std::string&)> cut_of);
 
 /// Pretrained weights under tensor parallelism (checkpoint/pretrained.h): a cut tensor is read whole
 /// and this rank's part cut from it, as a load of a whole-tensor checkpoint does. Null `cut_of`: none.

@@ -283,27 +283,36 @@ TEST(PipelineEquivalence, TwoByTwoPipelineTimesZeroOneAndThree) {
 namespace {
 
 // One pipelined training (1F1B, Adam) with its checkpoint state: the stages' shards by whole-model names.
+// With `zero_stage` > 0 the stages are ZeRO engines over `data` (their state: Pipeline::zero_state).
 struct CheckpointedRun {
   CheckpointedRun(const std::shared_ptr<cohort::Comm>& comm, torch::nn::Sequential model_,
-                  const pp::PartitionOptions& cut, std::shared_ptr<cohort::Comm> data = nullptr)
+                  const pp::PartitionOptions& cut, std::shared_ptr<cohort::Comm> data = nullptr, int zero_stage = 0)
       : model(std::move(model_)),
         pipeline(comm, pp::stages_of_rank(pp::partition(model, comm->size(), cut), comm->size(), comm->rank()),
-                 pp::PipelineOptions().schedule("1f1b").loss_fn(loss_fn).data_comm(std::move(data))),
-        opt(make_optimizer("adam", pipeline.parameters())) {
-    state.add("model", pipeline.model_state()).add("optimizer", pipeline.optimizer_state(*opt));
+                 options(std::move(data), zero_stage)),
+        opt(zero_stage > 0 ? nullptr : make_optimizer("adam", pipeline.parameters())) {
+    if (opt) state.add("model", pipeline.model_state()).add("optimizer", pipeline.optimizer_state(*opt));
+    else state.add("zero", pipeline.zero_state());
+  }
+  static pp::PipelineOptions options(std::shared_ptr<cohort::Comm> data, int zero_stage) {
+    auto out = pp::PipelineOptions().schedule("1f1b").loss_fn(loss_fn).data_comm(std::move(data));
+    if (zero_stage > 0)
+      out.zero(cohort::ZeroConfig().zero_optimization(cohort::ZeroOptimizationConfig().stage(zero_stage)))
+          .zero_optimizer(zero_optimizer("adam"));
+    return out;
   }
   void train(int from, int to) {
     for (int step = from; step < to; ++step) {
       auto [x, y] = batch(step, kBatch);
-      opt->zero_grad();
+      if (opt) opt->zero_grad();
       pipeline.step(x, y);
-      opt->step();
+      if (opt) opt->step();
+      else pipeline.optimizer_step();
     }
   }
-  std::map<std::string, torch::Tensor> parameters() const {
+  std::map<std::string, torch::Tensor> parameters() {
     std::map<std::string, torch::Tensor> out;
-    for (const auto& stage : pipeline.stages())
-      for (const auto& p : stage->named_parameters()) out[p.key()] = p.value().detach().clone();
+    for (auto& [name, value] : pipeline.full_parameters()) out[name] = value;
     return out;
   }
   torch::nn::Sequential model;
@@ -451,6 +460,40 @@ TEST(PipelineCheckpoint, DataParallelReplicasWriteEachTensorOnce) {
     const auto resumed = again.parameters();
     for (const auto& [name, value] : first.parameters())
       EXPECT_TRUE(torch::equal(value, resumed.at(name))) << "rank " << rank << " parameter " << name;
+  }, options);
+  if (!cohort::testing::is_rank_process()) std::filesystem::remove_all(dir);
+}
+
+// With ZeRO over the data group (stage 1, and stage 3: FSDP per stage) the engines' state by parameter
+// (Pipeline::zero_state) resumes exactly, and at another partition by name; model_state() says to use it.
+TEST(PipelineCheckpoint, ZeroStagesResumeExactlyAndAtAnotherPartition) {
+  cohort::testing::RanksOptions options = with_timeout(90);
+  const std::string dir = cohort::testing::shared_temp_dir(options, "PIPELINE_CKPT_DIR", "pipeline_zero_");
+  run_ranks(4, [&](int rank, int) {
+    auto world = cohort::init();
+    cohort::Mesh mesh(world.comm(), {{"pipe", 2}, {"data", 2}});
+    for (int stage : {1, 3}) {
+      const std::string root = dir + "/zero" + std::to_string(stage);
+      CheckpointedRun first(mesh.group_ptr("pipe"), deep_mlp(), {}, mesh.group_ptr("data"), stage);
+      first.train(0, 2);
+      cohort::save_checkpoint(root, first.state.set_step(2), cohort::SaveOptions().comm(world.comm_ptr()));
+      first.train(2, 4);
+      CheckpointedRun again(mesh.group_ptr("pipe"), deep_mlp(), {}, mesh.group_ptr("data"), stage);
+      cohort::load_checkpoint(root, again.state, cohort::LoadOptions().comm(world.comm_ptr()).must_exist(true));
+      again.train(2, 4);
+      const auto resumed = again.parameters(), uninterrupted = first.parameters();
+      for (const auto& [name, value] : uninterrupted)
+        EXPECT_TRUE(torch::equal(value, resumed.at(name))) << "stage " << stage << " rank " << rank << " " << name;
+      CheckpointedRun other(mesh.group_ptr("pipe"), deep_mlp(), pp::PartitionOptions().boundaries({0, 8, 11}),
+                            mesh.group_ptr("data"), stage);
+      cohort::load_checkpoint(root, other.state, cohort::LoadOptions().comm(world.comm_ptr()).must_exist(true));
+      other.train(2, 4);
+      expect_near_reference(other.parameters(), 4, "zero stage " + std::to_string(stage) + ", another partition");
+      expect_near_reference(uninterrupted, 4, "zero stage " + std::to_string(stage) + ", uninterrupted");
+      EXPECT_THAT(error_of([&] { first.pipeline.model_state(); }),
+                  HasSubstr("keeps its weights and optimizer state in each stage's ZeRO engine: add "
+                            "Pipeline::zero_state() instead"));
+    }
   }, options);
   if (!cohort::testing::is_rank_process()) std::filesystem::remove_all(dir);
 }

@@ -1,22 +1,17 @@
-// engine_parameter_state (see engine_parameter_state.h).
-#include "trainer/engine_parameter_state.h"
+// engine_parameter_state (see parameter_state.h).
+#include "zero/parameter_state.h"
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <map>
 #include <regex>
 #include <utility>
-#include <vector>
 
-#include "cohort/dtensor.h"
 #include "core/check.h"
-#include "tp/cut_runs.h"
 
 namespace cohort::detail {
 namespace {
-
-using tp::detail::CutRun;
-using tp::detail::ParameterCut;
-using CutOf = std::function<const ParameterCut*(const std::string&)>;
 
 // Elements [offset, offset + tensor.numel()) of a tensor of `shape`, flattened.
 StateTensor slice_of(std::string name, torch::Tensor tensor, const std::vector<int64_t>& shape, int64_t offset) {
@@ -27,6 +22,12 @@ StateTensor slice_of(std::string name, torch::Tensor tensor, const std::vector<i
   return out;
 }
 
+// Share `share` of `shares` of n elements, as torch.chunk cuts them.
+std::pair<int64_t, int64_t> share_of(int64_t n, int shares, int share) {
+  const int64_t size = (n + shares - 1) / shares, first = std::min(n, size * share);
+  return {first, std::min(size, n - first)};
+}
+
 bool is_group_step(const std::string& key) {
   static const std::regex pattern("zero\\.group[0-9]+\\.step");
   return std::regex_match(key, pattern);
@@ -34,7 +35,8 @@ bool is_group_step(const std::string& key) {
 
 class EngineParameterState : public Stateful {
  public:
-  EngineParameterState(ZeroEngineCore& engine, CutOf cut_of) : engine_(engine), cut_of_(std::move(cut_of)) {}
+  EngineParameterState(ZeroEngineCore& engine, ParameterStateOptions options)
+      : engine_(engine), options_(std::move(options)) {}
 
   void prepare_load() override {
     engine_.prepare_load();
@@ -48,7 +50,7 @@ class EngineParameterState : public Stateful {
     loading_ = false;  // the next call is a save's (also when this load fails)
     std::vector<StateTensor> out = loading ? to_load() : to_save();
     for (StateTensor& t : engine_.state_tensors())
-      if (t.name.rfind("module.", 0) == 0) out.push_back(module_tensor(std::move(t), loading));
+      if (t.name.rfind(kModule, 0) == 0) out.push_back(module_tensor(std::move(t), loading));
     return out;
   }
 
@@ -65,11 +67,11 @@ class EngineParameterState : public Stateful {
   void load_state_values(const StateValues& values) override {
     torch::NoGradGuard no_grad;
     for (const Pending& p : pending_) {
-      if (p.module_cut != nullptr) {
-        p.live.copy_(tp::detail::cut_of(p.holder, *p.module_cut));
+      if (p.runs.empty()) {
+        p.live.copy_(part(p.name)->cut(p.holder));  // a module tensor whole
         continue;
       }
-      for (const CutRun& run : p.runs)
+      for (const PartRun& run : p.runs)
         p.live.narrow(0, run.local - p.begin, run.count).copy_(p.holder.narrow(0, run.whole - p.first, run.count));
     }
     pending_.clear();
@@ -78,12 +80,14 @@ class EngineParameterState : public Stateful {
   bool tensors_optional() const override { return engine_.tensors_optional(); }
 
  private:
+  static constexpr const char* kModule = "module.";
+
   struct Pending {
+    std::string name;  // the parameter's or module tensor's name
     torch::Tensor live, holder;
-    std::vector<CutRun> runs;                  // a parameter's elements in `holder` and `live`
-    int64_t begin = 0;                         // the parameter's element at live[0]
-    int64_t first = 0;                         // the whole tensor's element at holder[0]
-    const ParameterCut* module_cut = nullptr;  // else: `holder` is a module tensor whole, cut into `live`
+    std::vector<PartRun> runs;  // a parameter's elements in `holder` and `live`; none: a module tensor
+    int64_t begin = 0;          // the parameter's element at live[0]
+    int64_t first = 0;          // the whole tensor's element at holder[0]
   };
 
   StateValues with_group_steps(StateValues values) const {
@@ -97,32 +101,37 @@ class EngineParameterState : public Stateful {
     return values;
   }
 
-  const ParameterCut* cut(const std::string& name) const { return cut_of_ ? cut_of_(name) : nullptr; }
+  // A part, kept by name: the cached value outlives each call's use.
+  const ParameterPart* part(const std::string& name) {
+    if (!options_.part_of) return nullptr;
+    auto found = parts_.find(name);
+    if (found == parts_.end()) found = parts_.emplace(name, options_.part_of(name)).first;
+    return found->second ? &*found->second : nullptr;
+  }
 
   std::vector<StateTensor> to_save() {
     std::vector<StateTensor> out;
     bool any_cut = false;
     for (const ParameterState& p : engine_.parameter_states()) {
-      if (cut(p.name) != nullptr) any_cut = true;
-      if (cut(p.name) != nullptr || p.begin == p.end) continue;
+      if (part(p.name) != nullptr) any_cut = true;
+      if (part(p.name) != nullptr || p.begin == p.end) continue;
       for (const auto& [field, t] : p.fields) out.push_back(slice_of(p.name + "." + field, t, p.shape, p.begin));
     }
     if (any_cut) engine_.for_each_whole_parameter_state([&](const ParameterState& p) { save_whole(p, out); });
     return out;
   }
 
-  // A cut parameter's whole state, gathered over its tensor-parallel group (every rank, in the module's
-  // order); each rank of the tp x shard grid writes one share (replicas the same one: written once).
+  // A part's whole state, gathered over the holders of the parts (every rank, in the module's order);
+  // each rank of the holders x shard grid writes one share (replicas the same one: written once).
   void save_whole(const ParameterState& p, std::vector<StateTensor>& out) {
-    const ParameterCut* c = cut(p.name);
+    const ParameterPart* c = part(p.name);
     if (c == nullptr) return;
-    std::vector<int64_t> shape = p.shape;
-    shape[size_t(c->dim)] = c->whole;
+    const std::vector<int64_t> shape = c->whole_shape(p.shape);
     const auto [shard_rank, shards] = engine_.shard_position();
-    const int share = c->comm->rank() * shards + shard_rank, shares = c->comm->size() * shards;
+    const int share = c->holder * shards + shard_rank, shares = c->holders * shards;
     for (const auto& [field, local] : p.fields) {
-      const torch::Tensor whole = tp::detail::gather_cut(local.view(p.shape), *c).flatten();
-      const auto [first, count] = shard_range(whole.numel(), shares, share);
+      const torch::Tensor whole = c->gather(local.view(p.shape)).flatten();
+      const auto [first, count] = share_of(whole.numel(), shares, share);
       if (count > 0) out.push_back(slice_of(p.name + "." + field, whole.narrow(0, first, count).clone(), shape, first));
     }
   }
@@ -132,53 +141,54 @@ class EngineParameterState : public Stateful {
     std::vector<StateTensor> out;
     for (const ParameterState& p : engine_.parameter_states()) {
       if (p.begin == p.end) continue;
-      const ParameterCut* c = cut(p.name);
+      const ParameterPart* c = part(p.name);
       if (c == nullptr) {
         for (const auto& [field, t] : p.fields) out.push_back(slice_of(p.name + "." + field, t, p.shape, p.begin));
         continue;
       }
-      std::vector<int64_t> shape = p.shape;
-      shape[size_t(c->dim)] = c->whole;
-      auto runs = tp::detail::cut_runs(shape, c->dim, c->fused, c->comm->size(), c->comm->rank(), p.begin, p.end);
+      const std::vector<int64_t> shape = c->whole_shape(p.shape);
+      const auto runs = c->runs(shape, p.begin, p.end);
+      COHORT_CHECK_KIND(kInternal, !runs.empty(), "ZeRO engine state: no runs of parameter '", p.name, "'");
       const int64_t first = runs.front().whole, span = runs.back().whole + runs.back().count - first;
       for (const auto& [field, t] : p.fields) {
         torch::Tensor holder = torch::empty({span}, t.options());
         out.push_back(slice_of(p.name + "." + field, holder, shape, first));
-        pending_.push_back({t, holder, runs, p.begin, first});
+        pending_.push_back({p.name, t, holder, runs, p.begin, first});
       }
     }
     return out;
   }
 
-  // The engine's whole tensors (frozen parameters, buffers): replicated, a cut one saved whole.
+  // The engine's whole tensors (frozen parameters, buffers), of options_.module_kind; a part saved whole.
   StateTensor module_tensor(StateTensor t, bool loading) {
-    const ParameterCut* c = cut(t.name.substr(std::string("module.").size()));
+    t.kind = options_.module_kind;
+    const std::string name = t.name.substr(std::string(kModule).size());
+    const ParameterPart* c = part(name);
     if (c == nullptr) return t;
     if (!loading) {
-      t.tensor = tp::detail::gather_cut(t.tensor, *c);
+      t.tensor = c->gather(t.tensor);
       return t;
     }
-    std::vector<int64_t> shape = t.tensor.sizes().vec();
-    shape[size_t(c->dim)] = c->whole;
     Pending p;
+    p.name = name;
     p.live = t.tensor;
-    p.holder = torch::empty(shape, t.tensor.options());
-    p.module_cut = c;
+    p.holder = torch::empty(c->whole_shape(t.tensor.sizes().vec()), t.tensor.options());
     t.tensor = p.holder;
     pending_.push_back(std::move(p));
     return t;
   }
 
   ZeroEngineCore& engine_;
-  CutOf cut_of_;
+  ParameterStateOptions options_;
+  std::map<std::string, std::optional<ParameterPart>> parts_;
   std::vector<Pending> pending_;
   bool loading_ = false;
 };
 
 }  // namespace
 
-std::shared_ptr<Stateful> engine_parameter_state(ZeroEngineCore& engine, CutOf cut_of) {
-  return std::make_shared<EngineParameterState>(engine, std::move(cut_of));
+std::shared_ptr<Stateful> engine_parameter_state(ZeroEngineCore& engine, ParameterStateOptions options) {
+  return std::make_shared<EngineParameterState>(engine, std::move(options));
 }
 
 }  // namespace cohort::detail
