@@ -114,6 +114,19 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
             "TrainerOptions.pipeline_chunks \"0\" is not accepted: expected an integer >= 1 (microbatches per batch)");
   EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_schedule("interleaved")),
             "TrainerOptions.pipeline_schedule \"interleaved\" is not accepted: expected one of 1f1b, gpipe");
+  EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_zero_stage(4)),
+            "TrainerOptions.pipeline_zero_stage \"4\" is not accepted: expected 0 (DDP per stage) to 3 (FSDP per "
+            "stage)");
+  EXPECT_EQ(option_error(O().strategy("fsdp").pipeline_zero_stage(3)),
+            "TrainerOptions.pipeline_zero_stage \"3\" is not accepted: expected 0 unless strategy is \"pipeline\" "
+            "(strategy is \"fsdp\")");
+  EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_zero_stage(3).accumulate_grad_batches(2)),
+            "TrainerOptions.accumulate_grad_batches 2 with pipeline_zero_stage 3: the pipeline's microbatches are the "
+            "engines' accumulation (pipeline_chunks); use 1");
+  EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_zero_stage(1).gradient_clip_val(1)),
+            "TrainerOptions.gradient_clip_val 1 with pipeline_zero_stage 1: each stage's ZeRO engine sees that "
+            "stage's gradients only, not the whole model's norm; use 0, or pipeline_zero_stage 0 (DDP per stage "
+            "clips by the whole norm)");
 }
 
 TEST(TrainerOptions, DdpCommHookOptionsAreCheckedAndBelongToStrategyDdp) {

@@ -156,6 +156,8 @@ class Pipeline {
   /// group; its buffers owned by the stage. It loads at another partition, data-parallel size or ZeRO
   /// sharding of the same stage:  state.add("zero", pipeline.zero_state());
   std::shared_ptr<Stateful> zero_state();
+  /// With PipelineOptions::zero: local stage `local`'s engine (its optimizer, learning rate, memory).
+  ZeroEngineCore& zero_engine(int local = 0) const;
   /// The whole pipeline's cut, known on every rank: "2 stages (layers 0-5 | 6-10)".
   std::string describe_partition() const;
 

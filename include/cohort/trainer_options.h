@@ -69,6 +69,12 @@ struct TrainerOptions {
   TORCH_ARG(int64_t, pipeline_chunks) = 4;
   /// Strategy "pipeline": "1f1b" or "gpipe" (cohort/pipeline_schedule.h).
   TORCH_ARG(std::string, pipeline_schedule) = "1f1b";
+  /// Strategy "pipeline": each stage's replicas (world / pipeline_stages of them, at least 2) under the
+  /// ZeRO engine at this stage instead of DDP: 1 or 2 shard the optimizer state (and gradients), 3 the
+  /// parameters too (FSDP per stage, torchtitan's pipeline x FSDP). The engines step the module's
+  /// configure_optimizers over their shards; accumulate_grad_batches 1, no gradient_clip_val (an
+  /// engine sees one stage's gradients). 0: DDP.
+  TORCH_ARG(int64_t, pipeline_zero_stage) = 0;
   /// Tensor parallelism (Lightning's ModelParallelStrategy): the world becomes a mesh with the axes
   /// "data_parallel" and "tensor_parallel", tensor_parallel_size consecutive ranks in each
   /// tensor-parallel group (one node's when it divides the node's ranks). The module's configure_model

@@ -103,6 +103,13 @@ void StageReplicas::step_zero() {
 
 namespace cohort::pipeline {
 
+ZeroEngineCore& Pipeline::zero_engine(int local) const {
+  COHORT_CHECK_KIND(kInvalidArgument, local >= 0 && local < impl_->replicas->zero_engines(), "Pipeline::zero_engine(",
+                    local, "): this rank has ", impl_->replicas->zero_engines(),
+                    " ZeRO engine(s) (PipelineOptions::zero: one per local stage)");
+  return impl_->replicas->zero_engine(local);
+}
+
 void Pipeline::optimizer_step() {
   COHORT_CHECK_KIND(kInvalidArgument, impl_->replicas->has_zero(),
                     "Pipeline::optimizer_step: this pipeline has no ZeRO engines "

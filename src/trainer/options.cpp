@@ -121,13 +121,28 @@ void check_pipeline_options(const TrainerOptions& options, const ResolvedOptions
   check_at_least("pipeline_chunks", options.pipeline_chunks(), 1, "an integer >= 1 (microbatches per batch)");
   const std::string& schedule = options.pipeline_schedule();
   if (schedule != "1f1b" && schedule != "gpipe") refuse("pipeline_schedule", schedule, "one of 1f1b, gpipe");
+  const int64_t zero_stage = options.pipeline_zero_stage();
+  if (zero_stage < 0 || zero_stage > 3)
+    refuse("pipeline_zero_stage", std::to_string(zero_stage), "0 (DDP per stage) to 3 (FSDP per stage)");
   if (out.strategy == StrategyKind::kPipeline) {
     COHORT_CHECK_KIND(kInvalidArgument, out.precision == Precision::k32, "TrainerOptions.precision \"",
                       options.precision(), "\" with strategy \"pipeline\": the pipeline trains in 32-true only");
+    COHORT_CHECK_KIND(kInvalidArgument, zero_stage == 0 || options.accumulate_grad_batches() == 1,
+                      "TrainerOptions.accumulate_grad_batches ", options.accumulate_grad_batches(),
+                      " with pipeline_zero_stage ", zero_stage,
+                      ": the pipeline's microbatches are the engines' accumulation (pipeline_chunks); use 1");
+    COHORT_CHECK_KIND(kInvalidArgument, zero_stage == 0 || options.gradient_clip_val() == 0,
+                      "TrainerOptions.gradient_clip_val ", options.gradient_clip_val(), " with pipeline_zero_stage ",
+                      zero_stage,
+                      ": each stage's ZeRO engine sees that stage's gradients only, not the whole "
+                      "model's norm; use 0, or pipeline_zero_stage 0 (DDP per stage clips by the whole norm)");
     return;
   }
   if (options.pipeline_stages() != 0)
     refuse("pipeline_stages", std::to_string(options.pipeline_stages()),
+           "0 unless strategy is \"pipeline\" (strategy is \"" + options.strategy() + "\")");
+  if (zero_stage != 0)
+    refuse("pipeline_zero_stage", std::to_string(zero_stage),
            "0 unless strategy is \"pipeline\" (strategy is \"" + options.strategy() + "\")");
 }
 

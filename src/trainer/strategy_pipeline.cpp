@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "cohort/error.h"
 #include "cohort/mesh.h"
 #include "cohort/pipeline.h"
 #include "cohort/safetensors.h"
+#include "cohort/zero.h"
 #include "core/check.h"
 #include "trainer/strategy.h"
 
@@ -44,13 +46,31 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
     auto loss = [this, &module](const torch::Tensor& output, const torch::Tensor& target) {
       return per_micro_batch(module.loss(output, target));
     };
+    auto pipeline_options = pipeline::PipelineOptions()
+                                .schedule(options.raw.pipeline_schedule())
+                                .chunks(int(options.raw.pipeline_chunks()))
+                                .loss_fn(loss)
+                                .data_comm(data_comm);
+    if (zero_per_stage() > 0) add_zero(pipeline_options, module, world, stages);
     pipeline_.emplace(pipe_comm_, pipeline::stages_of_rank(partition_, stages, pipe_comm_->rank()),
-                      pipeline::PipelineOptions()
-                          .schedule(options.raw.pipeline_schedule())
-                          .chunks(int(options.raw.pipeline_chunks()))
-                          .loss_fn(loss)
-                          .data_comm(data_comm));
-    make_optimizer(module, pipeline_->parameters());
+                      std::move(pipeline_options));
+    if (zero_per_stage() == 0) make_optimizer(module, pipeline_->parameters());
+  }
+
+  // With pipeline_zero_stage the stages' engines hold the optimizer (the module's, over their shards).
+  void step() override {
+    if (zero_per_stage() == 0) return ModuleOptimizerStrategy::step();
+    pipeline_->optimizer_step();
+  }
+  torch::optim::Optimizer& optimizer() override {
+    return zero_per_stage() > 0 ? pipeline_->zero_engine(0).optimizer() : ModuleOptimizerStrategy::optimizer();
+  }
+  double lr() const override {
+    if (zero_per_stage() == 0) return ModuleOptimizerStrategy::lr();
+    return pipeline_->zero_engine(0).lr();
+  }
+  MemoryReport memory_report() const override {
+    return zero_per_stage() > 0 ? pipeline_->zero_engine(0).memory_report() : ModuleOptimizerStrategy::memory_report();
   }
 
   std::pair<int, int> data_split(const World&) const override {
@@ -76,6 +96,11 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
   void backward(const torch::Tensor&, bool) override {}  // the pipeline's step ran it, stage by stage
 
   void add_to(CheckpointState& state) override {
+    if (zero_per_stage() > 0) {
+      if (!model_state_) model_state_ = pipeline_->zero_state();
+      state.add("zero", model_state_);
+      return;
+    }
     if (!model_state_) model_state_ = pipeline_->model_state();
     if (!optimizer_state_) optimizer_state_ = pipeline_->optimizer_state(*optimizer_);
     state.add("model", model_state_).add("optimizer", optimizer_state_);
@@ -83,14 +108,26 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
 
   // Every rank's copy of the network (its stages' layers are the network's own).
   void load_pretrained(const std::string& path, const StateDictOptions& options) override {
+    COHORT_CHECK_KIND(kInvalidArgument, zero_per_stage() == 0,
+                      "TrainerOptions.pretrained_weights with pipeline_zero_stage ", zero_per_stage(),
+                      ": the stages' ZeRO engines were made from the network's weights already; load "
+                      "them into the network in configure_model (cohort::load_pretrained), or use "
+                      "pipeline_zero_stage 0");
     cohort::load_pretrained(*module_.network(), path, options);
   }
 
-  // Every parameter from the rank of the stage that trains it (the other ranks' copies are stale).
+  // Every parameter from the rank of the stage that trains it (the other ranks' copies are stale; under
+  // ZeRO the stage's are gathered from its engine's shards first).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
+    std::map<std::string, torch::Tensor> mine;
+    if (zero_per_stage() > 0)
+      for (auto& [name, value] : pipeline_->full_parameters()) mine[name] = value;
     std::vector<std::pair<std::string, torch::Tensor>> out;
     for (const auto& item : module_.network()->named_parameters()) {
-      torch::Tensor value = item.value().detach().to(torch::kCPU, torch::kFloat).clone();
+      const auto gathered = mine.find(item.key());
+      torch::Tensor value = gathered != mine.end() ? gathered->second.to(torch::kCPU, torch::kFloat).contiguous()
+                            : zero_per_stage() > 0 ? torch::empty(item.value().sizes(), torch::kFloat)
+                                                   : item.value().detach().to(torch::kCPU, torch::kFloat).clone();
       pipe_comm_->broadcast(value, owner_of(item.key()));
       out.emplace_back(item.key(), value);
     }
@@ -101,10 +138,32 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
     const int pipelines = mesh_ ? mesh_->size("data") : 1;
     return "pipeline (" + pipeline_->describe_partition() + ", " + options_.raw.pipeline_schedule() + ", " +
            std::to_string(options_.raw.pipeline_chunks()) + " microbatches" +
-           (pipelines > 1 ? ", " + std::to_string(pipelines) + " pipelines" : "") + ")";
+           (pipelines > 1 ? ", " + std::to_string(pipelines) + " pipelines" : "") +
+           (zero_per_stage() == 3  ? ", FSDP per stage"
+            : zero_per_stage() > 0 ? ", ZeRO stage " + std::to_string(zero_per_stage()) + " per stage"
+                                   : "") +
+           ")";
   }
 
  private:
+  int64_t zero_per_stage() const { return options_.raw.pipeline_zero_stage(); }
+
+  // The stages' ZeRO engines over their replicas, stepping the module's optimizer over their shards.
+  void add_zero(pipeline::PipelineOptions& options, TrainingModule& module, const World& world, int stages) const {
+    COHORT_CHECK_KIND(kInvalidArgument, options.data_comm() != nullptr, "TrainerOptions.pipeline_zero_stage ",
+                      zero_per_stage(), " shards each stage over its replicas, but the world's ", world.size(),
+                      " rank(s) are ", stages,
+                      " stage(s) of one pipeline: set pipeline_stages so that it divides "
+                      "the world at least twice");
+    TrainingModule* owner = &module;
+    options.zero(ZeroConfig().zero_optimization(ZeroOptimizationConfig().stage(int(zero_per_stage()))))
+        .zero_optimizer([owner](std::vector<torch::Tensor> shards) {
+          auto optimizer = owner->configure_optimizers(std::move(shards));
+          COHORT_CHECK_KIND(kInvalidArgument, optimizer != nullptr, "configure_optimizers returned no optimizer");
+          return optimizer;
+        });
+  }
+
   // The pipeline rank holding the layer a parameter name ("3.weight") starts with.
   int owner_of(const std::string& name) const {
     const int64_t layer = std::stoll(name.substr(0, name.find('.')));

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 
 #include "cohort/ddp.h"
@@ -345,12 +346,40 @@ TEST(TrainerPipeline, AShortLastBatchTrainsAsOneProcess) {
   });
 }
 
-// 4 ranks, pipeline_stages 2: two pipelines of two stages, each reading half the data.
+// 4 ranks, pipeline_stages 2: two pipelines of two stages, each reading half the data; each stage's
+// two replicas under DDP, ZeRO-1 or FSDP (pipeline_zero_stage 3). FSDP per stage resumes from its
+// checkpoint (the engines' state by parameter) to the uninterrupted fit's weights.
 TEST(TrainerPipeline, TwoPipelinesOfTwoStagesTrainAsOneProcessOnTheirUnion) {
-  run_ranks(4, [](int, int) {
-    cohort::init();
-    expect_pipeline_trains_as_one_process(quiet("pipeline").pipeline_stages(2), 2);
-  });
+  RanksOptions options;
+  const std::string dir = cohort::testing::shared_temp_dir(options, "TRAINER_TEST_DIR", "trainer_pipeline_zero_");
+  run_ranks(
+      4,
+      [](int, int) {
+        cohort::init();
+        for (int64_t zero : {0, 1, 3})
+          expect_pipeline_trains_as_one_process(quiet("pipeline").pipeline_stages(2).pipeline_zero_stage(zero), 2);
+        const auto fsdp = quiet("pipeline").pipeline_stages(2).pipeline_zero_stage(3);
+        const std::string root = std::string(std::getenv("TRAINER_TEST_DIR")) + "/ckpt";
+        auto checkpoint = [&] {
+          return std::make_shared<cohort::ModelCheckpoint>(
+              cohort::ModelCheckpointOptions().dirpath(root).every_n_train_steps(1));
+        };
+        const auto straight = with_trainer(fsdp);
+        with_trainer(cohort::TrainerOptions(fsdp).max_steps(5), "", checkpoint());
+        expect_same(straight, with_trainer(fsdp, "last", checkpoint()), "FSDP per stage resumed at step 5");
+        std::string latest;
+        std::getline(std::ifstream(root + "/latest") >> std::ws, latest);
+        std::stringstream manifest;
+        manifest << std::ifstream(root + "/" + latest + "/manifest.json").rdbuf();
+        EXPECT_THAT(manifest.str(), HasSubstr("\"zero/0.weight.master\""));  // the engines' state by parameter
+        cohort::Trainer trainer(cohort::TrainerOptions(fsdp).max_steps(1));
+        TinyModule module;
+        cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch));
+        trainer.fit(module, loader);
+        EXPECT_THAT(trainer.describe(), HasSubstr("FSDP per stage"));
+      },
+      options);
+  remove_tree(dir);
 }
 
 TEST(TrainerPipeline, AModuleWithoutLossStagesNotDividingTheWorldAndAForwardOutsideFitAreNamed) {
@@ -373,6 +402,14 @@ TEST(TrainerPipeline, AModuleWithoutLossStagesNotDividingTheWorldAndAForwardOuts
                 }),
                 HasSubstr("TrainerOptions.pipeline_stages 3 does not divide the 2 ranks: the world is (ranks / "
                           "stages) pipelines of one rank per stage"));
+    EXPECT_THAT(error_of([&] {
+                  cohort::Trainer trainer(quiet("pipeline").pipeline_zero_stage(3));
+                  TinyModule module;
+                  trainer.fit(module, loader);
+                }),
+                HasSubstr("TrainerOptions.pipeline_zero_stage 3 shards each stage over its replicas, but the world's "
+                          "2 rank(s) are 2 stage(s) of one pipeline: set pipeline_stages so that it divides the world "
+                          "at least twice"));
     // Before the failed fit below: its failure aborts the world's Comm for what follows.
     {
       cohort::Trainer trainer(quiet("pipeline"));
