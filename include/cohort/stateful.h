@@ -46,7 +46,7 @@ struct StateTensor {
   int64_t offset = 0;      ///< kSharded only: where this rank's slice begins in it
   /// kSharded only, optional: the shape of the whole tensor (its size flat_numel) for the manifest,
   /// so that cohort-ckpt consolidate writes it in that shape; empty: [flat_numel].
-  std::vector<int64_t> whole_shape;
+  std::vector<int64_t> whole_shape = {};
   /// -1: `tensor` is live storage. From 0: the tensor belongs to that part of its Stateful's state,
   /// which is out of memory between uses: `tensor` is then on the meta device (its dtype and shape
   /// only), and Stateful::lend_part gives the live one.
