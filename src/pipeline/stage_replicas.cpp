@@ -91,8 +91,7 @@ torch::Tensor StageReplicas::forward(int local, const std::function<torch::Tenso
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> StageReplicas::full_parameters(int local) {
-  if (!zero_.empty()) return zero_[local]->full_parameters();
-  return {};
+  return zero_.at(size_t(local))->full_parameters();
 }
 
 void StageReplicas::step_zero() {

@@ -27,7 +27,7 @@ class StageReplicas {
   /// fn(), a forward of local stage `local`: at ZeRO stage 3 as one forward of its engine (each unit
   /// gathered as it runs, freed after), else as it is.
   torch::Tensor forward(int local, const std::function<torch::Tensor()>& fn);
-  /// Local stage `local`'s parameters whole, by name (a collective over the data group at stage 3).
+  /// With ZeRO: local stage `local`'s parameters whole, by name (a collective over the data group).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters(int local);
   bool has_zero() const { return !zero_.empty(); }
   int zero_engines() const { return int(zero_.size()); }

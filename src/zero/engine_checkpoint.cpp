@@ -85,27 +85,34 @@ std::vector<std::pair<std::string, torch::Tensor>> EngineCheckpoint::group_field
   return out;
 }
 
+// Parameter k of the group: the elements [begin, end) of it this rank keeps, and where the first of
+// them lies in this rank's shard of the group's flat tensors (its whole flat tensor when not sharded).
+EngineCheckpoint::Kept EngineCheckpoint::kept(const GroupLayout& layout, size_t k) const {
+  const auto [owned_begin, owned_end] = sharded() ? layout.owned_real(settings_.rank)
+                                                  : std::pair<int64_t, int64_t>{0, layout.numel};
+  const int64_t base = sharded() ? layout.owned(settings_.rank).first : 0;  // the shard's [0] in the group
+  const int64_t first = layout.offsets[k], last = first + c10::multiply_integers(parts_.params.shape(layout.params[k]));
+  const int64_t lo = std::min(std::max(owned_begin, first), last), hi = std::max(std::min(owned_end, last), lo);
+  return {lo - first, hi - first, hi > lo ? lo - base : 0};
+}
+
 std::vector<ParameterState> EngineCheckpoint::parameter_states() {
   check_in_memory("parameter_states()");
   StateStore& store = parts_.store;
   std::vector<ParameterState> out(size_t(parts_.params.size()));
   for (int64_t g = 0; g < store.size(); ++g) {
     const GroupLayout& layout = store.layout(g);
-    const auto [begin, end] = sharded() ? layout.owned_real(settings_.rank)
-                                        : std::pair<int64_t, int64_t>{0, layout.numel};
-    const int64_t base = sharded() ? layout.owned(settings_.rank).first : 0;  // the shard's [0] in the group
     const auto fields = group_fields(g);
     for (size_t k = 0; k < layout.params.size(); ++k) {
       const int64_t index = layout.params[k];
       ParameterState& state = out[size_t(index)];
       state.name = parts_.params.name(index);
       state.shape = parts_.params.shape(index);
-      const int64_t first = layout.offsets[k], last = first + c10::multiply_integers(state.shape);
-      const int64_t lo = std::min(std::max(begin, first), last), hi = std::max(std::min(end, last), lo);
-      state.begin = lo - first;
-      state.end = hi - first;
+      const Kept range = kept(layout, k);
+      state.begin = range.begin;
+      state.end = range.end;
       for (const auto& [field, flat] : fields)
-        state.fields.emplace_back(field, flat.narrow(0, hi > lo ? lo - base : 0, hi - lo));
+        state.fields.emplace_back(field, flat.narrow(0, range.at, range.end - range.begin));
     }
   }
   return out;
@@ -142,21 +149,17 @@ std::pair<int, int> EngineCheckpoint::shard_position() const {
 void EngineCheckpoint::read_group(int64_t g, const ParameterReader& read) {
   StateStore& store = parts_.store;
   const GroupLayout& layout = store.layout(g);
-  const auto [begin, end] = sharded() ? layout.owned_real(settings_.rank)
-                                      : std::pair<int64_t, int64_t>{0, layout.numel};
-  const int64_t base = sharded() ? layout.owned(settings_.rank).first : 0;  // master[0]'s place in the group
   OptimizerFile& file = store.optimizer_file();
   const bool lend = file.active() && !file.lent(g);
   if (lend) file.lend(g);
   const torch::Tensor& master = store.master(g);
   for (size_t k = 0; k < layout.params.size(); ++k) {
     const int64_t index = layout.params[k];
-    const auto& shape = parts_.params.shape(index);
-    const int64_t first = layout.offsets[k], last = first + c10::multiply_integers(shape);
-    const int64_t lo = std::min(std::max(begin, first), last), hi = std::max(std::min(end, last), lo);
-    torch::Tensor slice = master.narrow(0, hi > lo ? lo - base : 0, hi - lo);
-    torch::Tensor host = slice.is_cpu() ? slice : torch::empty({hi - lo}, slice.options().device(torch::kCPU));
-    if (read(parts_.params.name(index), shape, lo - first, host) && !host.is_same(slice)) slice.copy_(host);
+    const Kept range = kept(layout, k);
+    torch::Tensor slice = master.narrow(0, range.at, range.end - range.begin);
+    torch::Tensor host = slice.is_cpu() ? slice : torch::empty({slice.numel()}, slice.options().device(torch::kCPU));
+    if (read(parts_.params.name(index), parts_.params.shape(index), range.begin, host) && !host.is_same(slice))
+      slice.copy_(host);
   }
   if (lend) file.give_back(g, /*changed=*/true);
 }

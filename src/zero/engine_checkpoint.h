@@ -64,6 +64,11 @@ class EngineCheckpoint {
     std::vector<size_t> last;                   ///< group -> its last parameter
   };
   Places places() const;
+  struct Kept {
+    int64_t begin = 0, end = 0;  ///< the elements of the parameter this rank keeps
+    int64_t at = 0;              ///< where `begin` lies in this rank's shard of the group
+  };
+  Kept kept(const GroupLayout& layout, size_t k) const;
   std::vector<std::pair<std::string, torch::Tensor>> group_fields(int64_t g);
   /// Whether this rank keeps a shard of each group (else the whole of it).
   bool sharded() const { return settings_.stage != 0 && settings_.world > 1; }
