@@ -60,6 +60,9 @@ std::vector<torch::nn::Sequential> stages_of_rank(const Partition& partition, in
 /// The loss of the last stage's output on one microbatch and its targets (a mean over the microbatch).
 using LossFn = std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)>;
 
+/// The whole model's name of a stage's parameter or buffer, from its name in the stage's Sequential.
+using ParameterNames = std::function<std::string(const std::string& stage_name)>;
+
 /// Builds a ZeRO engine's optimizer over its fp32 shard tensors (EngineOptions::optimizer_factory).
 using ZeroOptimizerFactory = std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
 
@@ -93,6 +96,15 @@ struct PipelineOptions {
   /// The engines' optimizer over their fp32 shards when the config has no "optimizer"
   /// (EngineOptions::optimizer_factory), e.g. a torch::optim::Adam of the shard tensors.
   TORCH_ARG(ZeroOptimizerFactory, zero_optimizer) = nullptr;
+  /// Names in checkpoints and full_parameters(): each stage parameter's and buffer's name in the whole
+  /// model, from its name in the stage ("4.transformer.h.3.ln_1.weight" -> "transformer.h.3.ln_1.weight",
+  /// models/gpt.h's gpt_pipeline_name), for layers that wrap a model's own modules. Null: the stages'
+  /// names ("3.weight"). Parameters of two stages given one name are one weight tied across the stages
+  /// (a GPT's token embedding and output head): they start equal (the first stage's) and every step
+  /// their gradients are summed between the ranks holding them before any optimizer steps; a
+  /// checkpoint holds one. Each must be on another rank; under ZeRO stage 3 the layer holding it is a
+  /// sharding unit of its own (every stage entry without marked units is one), not at stages 1-2.
+  TORCH_ARG(ParameterNames, parameter_names) = nullptr;
 };
 
 namespace detail {

@@ -114,6 +114,11 @@ class ZeroEngineCore : public Stateful {
   /// the inner optimizer on this rank's shard, advances the LR schedule and gathers the updated
   /// parameters. Between boundaries it does nothing.
   void step();
+  /// Between the last backward of a step and step(): sums parameter `name`'s reduced gradient with
+  /// that of its twins in other engines over `comm` (a weight tied across pipeline stages, each stage
+  /// its own engine, as Megatron sums the embedding and head). Every engine in `comm` calls it; the
+  /// parameter must be alone in its flat group (at stage 3 a unit of its own) in each, laid out alike.
+  void sum_tied_gradient(const std::string& name, Comm& comm);
 
   /// True when the next step() is an optimizer step.
   bool is_gradient_accumulation_boundary() const;

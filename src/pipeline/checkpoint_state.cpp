@@ -32,7 +32,7 @@ std::pair<int64_t, int64_t> layer_range(const torch::nn::Sequential& stage) {
   return {first, int64_t(children.size())};
 }
 
-// The parameters of `stage` its optimizer's checkpoint entry covers, by whole-model name.
+// The parameters of `stage` its optimizer's checkpoint entry covers, by stage name.
 std::vector<std::pair<std::string, torch::Tensor>> trainable_parameters(const torch::nn::Sequential& stage) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& item : stage->named_parameters(true))
@@ -48,8 +48,9 @@ class StageModuleState : public Stateful {
     std::vector<StateTensor> out;
     for (const auto& stage : pipeline_.stages) {
       for (const auto& item : stage->named_parameters(true))
-        out.push_back({item.key(), item.value(), StateKind::kOwned});
-      for (const auto& item : stage->named_buffers(true)) out.push_back({item.key(), item.value(), StateKind::kOwned});
+        out.push_back({pipeline_.whole_name(item.key()), item.value(), StateKind::kOwned});
+      for (const auto& item : stage->named_buffers(true))
+        out.push_back({pipeline_.whole_name(item.key()), item.value(), StateKind::kOwned});
     }
     return out;
   }
@@ -87,7 +88,7 @@ class StageOptimizerState : public Stateful, public cohort::detail::ckpt::Format
   StageOptimizerState(const PipelineImpl& pipeline, torch::optim::Optimizer& optimizer)
       : optimizer_(optimizer), trainable_params_(pipeline.trainable_params) {
     for (const auto& stage : pipeline.stages)
-      for (auto& item : trainable_parameters(stage)) params_.push_back(std::move(item));
+      for (auto& [name, p] : trainable_parameters(stage)) params_.emplace_back(pipeline.whole_name(name), p);
   }
 
   bool tensors_optional() const override { return true; }
@@ -221,42 +222,6 @@ StageCut gather_stage_cut(Comm& comm, const Schedule& schedule, const std::vecto
   return cut;
 }
 
-namespace {
-
-// With PipelineOptions::zero: the engines of this rank's stages, each by parameter under the whole
-// model's names (zero/parameter_state.h), its frozen parameters and buffers owned by the stage's ranks.
-// The engines step together, so their numbers are the same: the first's are saved, all load them.
-class ZeroStagesState : public Stateful {
- public:
-  explicit ZeroStagesState(StageReplicas& replicas) {
-    cohort::detail::ParameterStateOptions options;
-    options.module_kind = StateKind::kOwned;
-    for (int local = 0; local < replicas.zero_engines(); ++local)
-      engines_.push_back(cohort::detail::engine_parameter_state(replicas.zero_engine(local), options));
-  }
-  void prepare_load() override {
-    for (auto& engine : engines_) engine->prepare_load();
-  }
-  std::vector<StateTensor> state_tensors() override {
-    std::vector<StateTensor> out;
-    for (auto& engine : engines_)
-      for (StateTensor& t : engine->state_tensors()) out.push_back(std::move(t));
-    return out;
-  }
-  StateValues state_values() const override { return engines_.front()->state_values(); }
-  void check_state_values(const StateValues& values, int saved_world_size) const override {
-    for (const auto& engine : engines_) engine->check_state_values(values, saved_world_size);
-  }
-  void load_state_values(const StateValues& values) override {
-    for (auto& engine : engines_) engine->load_state_values(values);
-  }
-
- private:
-  std::vector<std::shared_ptr<Stateful>> engines_;
-};
-
-}  // namespace
-
 }  // namespace cohort::pipeline::detail
 
 namespace cohort::pipeline {
@@ -266,7 +231,15 @@ std::shared_ptr<Stateful> Pipeline::zero_state() {
                     "Pipeline::zero_state: this pipeline has no ZeRO engines (PipelineOptions::zero is not set): add "
                     "model_state() and optimizer_state(optimizer)");
   impl_->check_whole_model_names("zero_state");
-  return std::make_shared<detail::ZeroStagesState>(*impl_->replicas);
+  // Each stage's engine by parameter under the whole model's names, its frozen parameters and buffers
+  // owned by the stage's ranks.
+  cohort::detail::ParameterStateOptions options;
+  options.module_kind = StateKind::kOwned;
+  if (impl_->options().parameter_names()) options.name_of = impl_->options().parameter_names();
+  std::vector<ZeroEngineCore*> engines;
+  for (int local = 0; local < impl_->replicas->zero_engines(); ++local)
+    engines.push_back(&impl_->replicas->zero_engine(local));
+  return cohort::detail::engines_parameter_state(engines, options);
 }
 
 std::shared_ptr<Stateful> Pipeline::model_state() {

@@ -38,8 +38,20 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
     if (action.kind == ActionKind::kBackward) last_backward[placement_.local_index(action.stage)] = action.microbatch;
   auto cut = gather_stage_cut(*comm_, schedule, stages);
   layer_bounds = std::move(cut.bounds);
-  names_whole_model = cut.names_whole_model;
+  names_whole_model = cut.names_whole_model || options_.parameter_names() != nullptr;
   trainable_params = cut.trainable_params;
+  if (options_.parameter_names()) {
+    // Before the engines take the parameters: tied copies start as the first stage's.
+    tied = std::make_unique<TiedParameters>(comm_, stage_ids, stages, options_.parameter_names());
+    const int zero_stage = options_.zero() ? options_.zero()->zero_optimization().stage() : 0;
+    COHORT_CHECK_KIND(kInvalidArgument, tied->first_name().empty() || zero_stage == 0 || zero_stage == 3,
+                      "Pipeline: parameter '", tied->first_name(),
+                      "' is tied across stages (PipelineOptions::parameter_names), and ZeRO stage ", zero_stage,
+                      " groups each stage's gradients by reduce_bucket_size, so the two copies' shards do not line "
+                      "up: use stage 3 (each holder a unit of its own) or DDP");
+    tied->synchronize();
+    trainable_params = tied->distinct();
+  }
   replicas = std::make_unique<StageReplicas>(stages, options_, std::move(last_backward));
 }
 
@@ -60,6 +72,7 @@ torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tenso
     StepActions actions(*comm_, placement_, options_, *replicas, device_);
     const auto loss_sum = actions.run(inputs, targets);
     peak_activations = actions.peak_activations();
+    if (tied && !replicas->has_zero()) tied->sum_gradients();  // under ZeRO: optimizer_step's
     return broadcast_loss(loss_sum);
   } catch (const Error& e) {
     fail(e.what(), e.kind(), e.ranks());  // a peer's death stays a peer's death for the caller
@@ -157,7 +170,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Pipeline::full_parameters() {
     if (!impl_->replicas->has_zero())
       for (const auto& item : impl_->stages[local]->named_parameters(true))
         whole.emplace_back(item.key(), item.value().detach().clone());
-    out.insert(out.end(), whole.begin(), whole.end());
+    for (auto& [name, value] : whole) out.emplace_back(impl_->whole_name(name), std::move(value));
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include "cohort/pipeline.h"
 #include "pipeline/stage_placement.h"
 #include "pipeline/stage_replicas.h"
+#include "pipeline/tied_parameters.h"
 #include "pipeline/transfer.h"
 
 namespace cohort::pipeline::detail {
@@ -33,6 +34,13 @@ class PipelineImpl {
   bool names_whole_model = true;            // the stages' layers are named by their place in the whole model
   int64_t trainable_params = 0;             // the whole pipeline's parameters that require grad, each stage once
   std::unique_ptr<StageReplicas> replicas;  // DDP or ZeRO per local stage over PipelineOptions::data_comm
+  std::unique_ptr<TiedParameters> tied;     // with PipelineOptions::parameter_names
+
+  /// A stage parameter's or buffer's name in checkpoints (PipelineOptions::parameter_names).
+  std::string whole_name(const std::string& stage_name) const {
+    return options_.parameter_names() ? options_.parameter_names()(stage_name) : stage_name;
+  }
+  const PipelineOptions& options() const { return options_; }
 
   /// Throws naming `what` when checkpoints cannot name this pipeline's tensors as the whole model.
   void check_whole_model_names(const char* what) const;

@@ -10,9 +10,25 @@
 #include <optional>
 
 #include "core/check.h"
+#include "core/units.h"
 #include "pipeline/pipeline_impl.h"
 
 namespace cohort::pipeline::detail {
+namespace {
+
+// Stage 3's units: the units the layers mark (a GPT's blocks) and each of the stage's entries holding
+// none (without marked units that is every entry, the engine's default): a weight tied across stages
+// is then a unit's own flat group in each stage, laid out alike (TiedParameters).
+UnitPolicy entries_without_units() {
+  return [](const std::string& name, const torch::nn::Module& module) {
+    if (name.find('.') != std::string::npos || module.parameters().empty()) return false;
+    for (const auto& item : module.named_modules())
+      if (cohort::detail::find_unit(*item.value()) != nullptr) return false;
+    return true;
+  };
+}
+
+}  // namespace
 
 StageReplicas::StageReplicas(const std::vector<torch::nn::Sequential>& stages, const PipelineOptions& options,
                              std::vector<int> last_backward)
@@ -58,7 +74,10 @@ void StageReplicas::make_zero_engines(const std::vector<torch::nn::Sequential>& 
   // the step's microbatches (it scales each backward by 1 / chunks; backward() undoes that).
   sharded_parameters_ = stage == 3;
   ZeroConfig engine_config = config;
-  if (sharded_parameters_) engine_config.gradient_accumulation_steps(options.chunks());
+  if (sharded_parameters_) {
+    engine_config.gradient_accumulation_steps(options.chunks());
+    engine_options.unit_policy(entries_without_units());
+  }
   for (const auto& module : stages)
     zero_.push_back(
         std::make_unique<ZeroEngine<torch::nn::SequentialImpl>>(module.ptr(), engine_config, engine_options));
@@ -113,6 +132,7 @@ void Pipeline::optimizer_step() {
   COHORT_CHECK_KIND(kInvalidArgument, impl_->replicas->has_zero(),
                     "Pipeline::optimizer_step: this pipeline has no ZeRO engines "
                     "(PipelineOptions::zero is not set): step an optimizer over Pipeline::parameters() instead");
+  if (impl_->tied) impl_->tied->sum_engine_gradients(*impl_->replicas);
   impl_->replicas->step_zero();
 }
 

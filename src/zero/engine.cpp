@@ -5,6 +5,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include <utility>
 
 #include "cohort/error.h"
@@ -133,6 +135,36 @@ void ZeroEngineImpl::backward(const torch::Tensor& loss) {
   if (!scheduler_->in_backward()) return;
   scheduler_->finish();
   if (coordinator_ != nullptr) coordinator_->release_all();
+}
+
+// Both engines must lay the parameter out alike for their shards to line up: alone in its flat group
+// (a stage-3 unit of its own), of the same size, sharded over as many ranks (checked over `comm`).
+void ZeroEngineImpl::sum_tied_gradient(const std::string& name, Comm& comm) {
+  const auto& names = params_->names();
+  const auto found = std::find(names.begin(), names.end(), name);
+  COHORT_CHECK_KIND(kInvalidArgument, found != names.end(), "ZeRO engine: no trainable parameter '", name,
+                    "' to sum with its tied twin");
+  const int64_t g = store_->group_of(int64_t(found - names.begin()));
+  const GroupLayout& layout = store_->layout(g);
+  COHORT_CHECK_KIND(kInvalidArgument, layout.params.size() == 1, "ZeRO engine: parameter '", name,
+                    "' is tied to another engine's but shares flat group ", g, " with ", layout.params.size() - 1,
+                    " other parameter(s), so its gradient shard lies differently in each: at stage 3 make the "
+                    "module holding it a unit of its own (stages 1 and 2 group by reduce_bucket_size)");
+  COHORT_CHECK_KIND(kInvalidArgument, !store_->gradients_on_host() && !store_->masters_on_file(),
+                    "ZeRO engine: parameter '", name, "' is tied to another engine's, and its gradients are offloaded");
+  auto shape = torch::tensor({layout.padded, int64_t(settings_.world)}, torch::kLong);
+  const auto all = comm.allgather(shape);
+  if (!all.eq(shape).all().item<bool>()) {
+    std::string seen;
+    for (int64_t r = 0; r < all.size(0); ++r)
+      seen += (r ? ", " : "") + std::to_string(all[r][0].item<int64_t>()) + "/" +
+              std::to_string(all[r][1].item<int64_t>());
+    COHORT_CHECK_KIND(kInvalidArgument, false, "ZeRO engine: parameter '", name,
+                      "' is tied to engines that lay it out otherwise (padded elements / shard ranks: ", seen, ")");
+  }
+  torch::Tensor grad = store_->reduced_gradient(g);
+  comm.allreduce(grad);
+  if (settings_.stage >= 2) store_->gradients(g).shard_grad_clean = false;
 }
 
 void ZeroEngineImpl::begin_forward() {

@@ -57,6 +57,8 @@ class ZeroEngineImpl {
 
   void backward(const torch::Tensor& loss);
   void step() { optimizer_->step(); }
+  /// ZeroEngineCore::sum_tied_gradient.
+  void sum_tied_gradient(const std::string& name, Comm& comm);
   torch::Tensor to_compute(const torch::Tensor& t) const;
   /// A forward of the whole model (ZeroEngineCore::ForwardScope): the stage 3 coordinator's.
   void begin_forward();

@@ -101,6 +101,11 @@ class EngineParameterState : public Stateful {
     return values;
   }
 
+  // A parameter state's name in the checkpoint: "<parameter>.<field>", the parameter under its saved name.
+  std::string saved_name(const std::string& parameter, const std::string& field) const {
+    return (options_.name_of ? options_.name_of(parameter) : parameter) + "." + field;
+  }
+
   // A part, kept by name: the cached value outlives each call's use.
   const ParameterPart* part(const std::string& name) {
     if (!options_.part_of) return nullptr;
@@ -115,7 +120,7 @@ class EngineParameterState : public Stateful {
     for (const ParameterState& p : engine_.parameter_states()) {
       if (part(p.name) != nullptr) any_cut = true;
       if (part(p.name) != nullptr || p.begin == p.end) continue;
-      for (const auto& [field, t] : p.fields) out.push_back(slice_of(p.name + "." + field, t, p.shape, p.begin));
+      for (const auto& [field, t] : p.fields) out.push_back(slice_of(saved_name(p.name, field), t, p.shape, p.begin));
     }
     if (any_cut) engine_.for_each_whole_parameter_state([&](const ParameterState& p) { save_whole(p, out); });
     return out;
@@ -132,7 +137,8 @@ class EngineParameterState : public Stateful {
     for (const auto& [field, local] : p.fields) {
       const torch::Tensor whole = c->gather(local.view(p.shape)).flatten();
       const auto [first, count] = share_of(whole.numel(), shares, share);
-      if (count > 0) out.push_back(slice_of(p.name + "." + field, whole.narrow(0, first, count).clone(), shape, first));
+      if (count > 0)
+        out.push_back(slice_of(saved_name(p.name, field), whole.narrow(0, first, count).clone(), shape, first));
     }
   }
 
@@ -143,7 +149,7 @@ class EngineParameterState : public Stateful {
       if (p.begin == p.end) continue;
       const ParameterPart* c = part(p.name);
       if (c == nullptr) {
-        for (const auto& [field, t] : p.fields) out.push_back(slice_of(p.name + "." + field, t, p.shape, p.begin));
+        for (const auto& [field, t] : p.fields) out.push_back(slice_of(saved_name(p.name, field), t, p.shape, p.begin));
         continue;
       }
       const std::vector<int64_t> shape = c->whole_shape(p.shape);
@@ -152,7 +158,7 @@ class EngineParameterState : public Stateful {
       const int64_t first = runs.front().whole, span = runs.back().whole + runs.back().count - first;
       for (const auto& [field, t] : p.fields) {
         torch::Tensor holder = torch::empty({span}, t.options());
-        out.push_back(slice_of(p.name + "." + field, holder, shape, first));
+        out.push_back(slice_of(saved_name(p.name, field), holder, shape, first));
         pending_.push_back({p.name, t, holder, runs, p.begin, first});
       }
     }
@@ -163,6 +169,7 @@ class EngineParameterState : public Stateful {
   StateTensor module_tensor(StateTensor t, bool loading) {
     t.kind = options_.module_kind;
     const std::string name = t.name.substr(std::string(kModule).size());
+    if (options_.name_of) t.name = kModule + options_.name_of(name);
     const ParameterPart* c = part(name);
     if (c == nullptr) return t;
     if (!loading) {
@@ -185,7 +192,43 @@ class EngineParameterState : public Stateful {
   bool loading_ = false;
 };
 
+// Several engines' states as one (a pipeline's stages on this rank): they step together, so their
+// numbers are the same; the first's are saved and every engine loads them.
+class EnginesState : public Stateful {
+ public:
+  explicit EnginesState(std::vector<std::shared_ptr<Stateful>> engines) : engines_(std::move(engines)) {
+    COHORT_CHECK_KIND(kInvalidArgument, !engines_.empty(), "ZeRO engine state: no engines");
+  }
+  void prepare_load() override {
+    for (auto& engine : engines_) engine->prepare_load();
+  }
+  std::vector<StateTensor> state_tensors() override {
+    std::vector<StateTensor> out;
+    for (auto& engine : engines_)
+      for (StateTensor& t : engine->state_tensors()) out.push_back(std::move(t));
+    return out;
+  }
+  StateValues state_values() const override { return engines_.front()->state_values(); }
+  void check_state_values(const StateValues& values, int saved_world_size) const override {
+    for (const auto& engine : engines_) engine->check_state_values(values, saved_world_size);
+  }
+  void load_state_values(const StateValues& values) override {
+    for (auto& engine : engines_) engine->load_state_values(values);
+  }
+  bool tensors_optional() const override { return engines_.front()->tensors_optional(); }
+
+ private:
+  std::vector<std::shared_ptr<Stateful>> engines_;
+};
+
 }  // namespace
+
+std::shared_ptr<Stateful> engines_parameter_state(const std::vector<ZeroEngineCore*>& engines,
+                                                  const ParameterStateOptions& options) {
+  std::vector<std::shared_ptr<Stateful>> states;
+  for (ZeroEngineCore* engine : engines) states.push_back(engine_parameter_state(*engine, options));
+  return std::make_shared<EnginesState>(std::move(states));
+}
 
 std::shared_ptr<Stateful> engine_parameter_state(ZeroEngineCore& engine, ParameterStateOptions options) {
   return std::make_shared<EngineParameterState>(engine, std::move(options));

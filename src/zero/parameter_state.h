@@ -51,9 +51,16 @@ struct ParameterStateOptions {
   /// The kind of the module tensors the engine keeps whole (frozen parameters, buffers): the same on
   /// every rank (kReplicated), or held by some ranks only (kOwned: a pipeline stage's).
   StateKind module_kind = StateKind::kReplicated;
+  /// The name a parameter or module tensor is saved under, from its name in the engine's module (a
+  /// pipeline stage's "4.h.3.ln_1.weight" -> the whole model's "h.3.ln_1.weight"); null: that name.
+  /// part_of is asked with the engine's names.
+  std::function<std::string(const std::string& name)> name_of;
 };
 
 /// Around `engine` (which must outlive it; optimizer state in memory, not on NVMe).
 std::shared_ptr<Stateful> engine_parameter_state(ZeroEngineCore& engine, ParameterStateOptions options = {});
+/// The same for several engines that step together (a pipeline rank's stages), as one Stateful.
+std::shared_ptr<Stateful> engines_parameter_state(const std::vector<ZeroEngineCore*>& engines,
+                                                  const ParameterStateOptions& options);
 
 }  // namespace cohort::detail

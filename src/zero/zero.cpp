@@ -14,6 +14,7 @@ ZeroEngineCore& ZeroEngineCore::operator=(ZeroEngineCore&&) noexcept = default;
 
 void ZeroEngineCore::backward(const torch::Tensor& loss) { impl_->backward(loss); }
 void ZeroEngineCore::step() { impl_->step(); }
+void ZeroEngineCore::sum_tied_gradient(const std::string& name, Comm& comm) { impl_->sum_tied_gradient(name, comm); }
 bool ZeroEngineCore::is_gradient_accumulation_boundary() const { return impl_->shard_optimizer().at_boundary(); }
 int64_t ZeroEngineCore::global_steps() const { return impl_->shard_optimizer().global_steps(); }
 int64_t ZeroEngineCore::skipped_steps() const { return impl_->shard_optimizer().skipped_steps(); }
