@@ -20,11 +20,12 @@
 namespace cohort::models {
 
 /// One entry of the pipelined GPT: `module` registered at `path` ("transformer.h.2") and what the
-/// entry does with the activation (and whether it is training: dropout).
+/// entry does with the activation and whether `module` is training (dropout: it follows the GPT's
+/// train() and eval(), the entry's own flag may not).
 struct GPTPipelineLayerImpl : torch::nn::Module {
   using Forward = std::function<torch::Tensor(const torch::Tensor& x, bool training)>;
   GPTPipelineLayerImpl(const std::string& path, std::shared_ptr<torch::nn::Module> module, Forward run)
-      : run_(std::move(run)) {
+      : module_(module), run_(std::move(run)) {
     torch::nn::Module* parent = this;
     std::string rest = path;
     for (size_t dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
@@ -33,9 +34,10 @@ struct GPTPipelineLayerImpl : torch::nn::Module {
     }
     parent->register_module(rest, std::move(module));
   }
-  torch::Tensor forward(const torch::Tensor& x) { return run_(x, is_training()); }
+  torch::Tensor forward(const torch::Tensor& x) { return run_(x, module_->is_training()); }
 
  private:
+  std::shared_ptr<torch::nn::Module> module_;
   Forward run_;
 };
 TORCH_MODULE(GPTPipelineLayer);

@@ -124,6 +124,27 @@ TEST(GptExample, TensorParallelFollowsDdpUnderDdpAndFsdpAndItsCheckpointResumesW
       << fsdp.describe();
 }
 
+// --pp 2 on 4 ranks: the GPT cut into 2 pipeline stages (its embedding on the first, the head tied to
+// it on the last), each stage FSDP over its 2 replicas: the global batches of ddp on 2 ranks, and its
+// validation losses (the Trainer's strategy "pipeline" with pipeline_zero_stage 3).
+TEST(GptExample, PipelineStagesUnderFsdpFollowDdp) {
+  Job job;
+  const ProcResult ddp = job.run({"--strategy", "ddp"});
+  ASSERT_EQ(ddp.code, 0) << ddp.describe();
+  const ProcResult pp = job.run({"--strategy", "fsdp", "--pp", "2", "--pp-schedule", "gpipe"}, "4");
+  ASSERT_EQ(pp.code, 0) << pp.describe();
+  EXPECT_THAT(pp.out, HasSubstr("GPT 7488 parameters; fsdp on 4 rank(s) (2 pipeline stages x 2 data parallel)"));
+  EXPECT_TRUE(losses_close(pp.out, ddp.out, 3)) << pp.describe() << ddp.describe();
+  EXPECT_TRUE(losses_close(pp.out, ddp.out, 6)) << pp.describe() << ddp.describe();
+  EXPECT_THAT(pp.out, HasSubstr("sample:\n")) << pp.describe();
+  // One rank per stage leaves nothing to shard over.
+  const ProcResult alone = job.run({"--strategy", "fsdp", "--pp", "2"}, "2");
+  EXPECT_EQ(alone.code, 2) << alone.describe();
+  EXPECT_THAT(alone.err, HasSubstr("] --pp 2 with --strategy fsdp shards each stage over its replicas, but the "
+                                   "world's 2 rank(s) leave one per stage (world / (--tp x --pp)): use --strategy ddp "
+                                   "or more ranks"));
+}
+
 // HSDP, 2 replicas x 2 shards: each block sharded over a replica's 2 ranks, the gradient shards
 // allreduced across the replicas, the same global batches as ddp on 4 ranks (their losses to the
 // printed digits); its checkpoint (each shard written once) resumes under flat fsdp. A mesh that does
@@ -379,6 +400,18 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
        "error: --sequence-parallel splits the sequence over a tensor-parallel group: add --tensor-parallel N\n"},
       {{"--tensor-parallel", "4", "--strategy", "ddp", "--sequence-parallel", "--block-size", "30"},
        "error: --sequence-parallel: --tensor-parallel 4 must divide --block-size 30\n"},
+      {{"--pp", "2", "--strategy", "zero2"},
+       "error: --pp 2 with --strategy zero2: the head's weight is the token embedding's on another stage, which ZeRO "
+       "stage 1/2 cannot keep tied; use fsdp (zero3) or ddp\n"},
+      {{"--pp", "2", "--pp-microbatches", "8", "--batch-size", "4"},
+       "error: --pp 2: 8 microbatches of --batch-size 4 leave some empty; lower --pp-microbatches or raise "
+       "--batch-size\n"},
+      {{"--pp", "2", "--precision", "bf16-mixed"},
+       "error: --precision bf16-mixed with --pp 2 is not built (the pipeline's stages run in fp32, without offload or "
+       "HSDP)\n"},
+      {{"--pp-microbatches", "2"}, "error: --pp-microbatches is for --pp N (pipeline stages), which is 1\n"},
+      {{"--pp", "9", "--n-layer", "4"},
+       "error: --pp 9: the GPT has 8 layers to cut (embeddings, --n-layer blocks, final norm, head)\n"},
   };
   for (const auto& [args, message] : cases) {
     std::vector<std::string> argv = {build_path("/examples/gpt"), "--data", "/nonexistent"};

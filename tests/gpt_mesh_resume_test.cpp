@@ -1,9 +1,10 @@
 // examples/gpt's checkpoints across meshes (issue 41, item 5): the Trainer saves the ZeRO engine's
 // state by parameter, in each whole tensor's order, so a run on 2 data-parallel x 2 tensor-parallel
-// ranks under fsdp resumes on 4 flat fsdp ranks and on one process, optimizer state included, and
-// ends where it would have (the same global batches: --batch-size per data-parallel rank). The
-// checkpoint consolidated by cohort-ckpt is the model PyTorch's twin loads, with the loss of the
-// exported weights.
+// ranks under fsdp resumes on 4 flat fsdp ranks, on one process and on 2 pipeline stages x 2 fsdp
+// ranks (the GPT cut into stages, FSDP per stage: the same names), optimizer state included, and ends
+// where it would have (the same global batches: --batch-size per data-parallel rank); the pipelined
+// run's own checkpoint resumes on one process. The checkpoint consolidated by cohort-ckpt is the
+// model PyTorch's twin loads, with the loss of the exported weights.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -62,6 +63,20 @@ TEST(GptMeshResume, ATensorParallelFsdpCheckpointResumesOnAnyMeshAndConsolidates
       "8");
   ASSERT_EQ(one.code, 0) << one.describe();
   expect_same_model(whole, job.root + "/one.safetensors", "tp2 x fsdp2 resumed on one process");
+  // On 2 pipeline stages x 2 fsdp ranks (4 rows each), checkpointing in turn; that resumed on one process.
+  const std::string piped = job.root + "/pp2_fsdp2.safetensors", pp_ckpt = job.root + "/pp_ckpt";
+  const ProcResult pp = job.run({"--strategy", "fsdp", "--pp", "2", "--no-bias", "--resume", ckpt + "/step-3",
+                                 "--checkpoint-dir", pp_ckpt, "--checkpoint-every", "5", "--export", piped},
+                                "4", "4");
+  ASSERT_EQ(pp.code, 0) << pp.describe();
+  EXPECT_THAT(pp.out, HasSubstr("(2 pipeline stages x 2 data parallel)")) << pp.describe();
+  EXPECT_THAT(pp.out, HasSubstr("resumed from " + ckpt + "/step-3")) << pp.describe();
+  expect_same_model(whole, piped, "tp2 x fsdp2 resumed on pp2 x fsdp2");
+  const ProcResult after_pp = job.run(
+      {"--strategy", "fsdp", "--no-bias", "--resume", pp_ckpt + "/step-5", "--export", job.root + "/after_pp.safetensors"},
+      "1", "8");
+  ASSERT_EQ(after_pp.code, 0) << after_pp.describe();
+  expect_same_model(whole, job.root + "/after_pp.safetensors", "pp2 x fsdp2's checkpoint resumed on one process");
   // The last checkpoint as one file: each parameter whole under its name; Python's loss is the export's.
   const std::string consolidated = job.root + "/consolidated.safetensors";
   const ProcResult tool = run_process(

@@ -253,8 +253,9 @@ TEST(TrainerAnyModule, StrategiesThatNeedASequentialRefuseIt) {
               ResidualModule module;
               trainer.fit(module, train);
             }),
-            "strategy \"pipeline\" cuts a torch::nn::Sequential network into stages, but this TrainingModule has its "
-            "own layers (made with TrainingModule()): give it a Sequential, or use strategy ddp or fsdp");
+            "strategy \"pipeline\" cuts a torch::nn::Sequential into stages, but this TrainingModule has its own "
+            "layers and its pipeline_layers() gives none: give it a Sequential, override pipeline_layers() "
+            "(models/gpt_pipeline.h does it for the GPT), or use strategy ddp or fsdp");
   ResidualModule module;
   EXPECT_EQ(error_of([&] { module.network(); }), "TrainingModule::network(): this module has its own layers (made "
                                                  "with TrainingModule()), not a torch::nn::Sequential network");

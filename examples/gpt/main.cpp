@@ -16,6 +16,39 @@
 #include "../common/memory.h"
 #include "train.h"
 
+namespace {
+
+// --pp: what the pipelined GPT runs with, said in the flags' names before anything starts.
+void check_pipeline_flags(const gpt_example::Flags& flags) {
+  const auto fail = [](const std::string& text) { throw cohort::Error(text, cohort::ErrorKind::kInvalidArgument); };
+  if (flags.pipeline_parallel == 1) {
+    if (flags.pp_microbatches > 0) fail("--pp-microbatches is for --pp N (pipeline stages), which is 1");
+    return;
+  }
+  const std::string pp = "--pp " + std::to_string(flags.pipeline_parallel);
+  if (flags.pipeline_parallel > flags.n_layer + 4)
+    fail(pp + ": the GPT has " + std::to_string(flags.n_layer + 4) +
+         " layers to cut (embeddings, --n-layer blocks, final norm, head)");
+  if (flags.strategy == "zero1" || flags.strategy == "zero2")
+    fail(pp + " with --strategy " + flags.strategy +
+         ": the head's weight is the token embedding's on another stage, which ZeRO stage 1/2 cannot keep tied; use "
+         "fsdp (zero3) or ddp");
+  const int64_t microbatches = flags.pp_microbatches > 0 ? flags.pp_microbatches : flags.pipeline_parallel;
+  if (microbatches > flags.batch_size)
+    fail(pp + ": " + std::to_string(microbatches) + " microbatches of --batch-size " + std::to_string(flags.batch_size) +
+         " leave some empty; lower --pp-microbatches or raise --batch-size");
+  const auto refuse = [&](bool set, const std::string& flag) {
+    if (set) fail(flag + " with " + pp + " is not built (the pipeline's stages run in fp32, without offload or HSDP)");
+  };
+  refuse(flags.precision != "32-true", "--precision " + flags.precision);
+  refuse(flags.offload_optimizer != "none", "--offload-optimizer " + flags.offload_optimizer);
+  refuse(flags.offload_params != "none", "--offload-params " + flags.offload_params);
+  refuse(flags.dp_replicate > 0 || flags.dp_shard != -1, "--dp-replicate/--dp-shard");
+  refuse(flags.activation_checkpointing, "--activation-checkpointing");
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using examples::add_integer;
   using examples::add_real;
@@ -60,6 +93,14 @@ int main(int argc, char** argv) {
   add_integer(app, {"--dp-shard", -1, 1 << 20}, flags.dp_shard,
               "zero*/fsdp: ranks per HSDP replica (torchtitan's dp_shard; -1: data-parallel ranks / --dp-replicate); "
               "--dp-replicate x --dp-shard x --tp must be the world size");
+  add_integer(app, {"--pipeline-parallel,--pp", 1, 4096}, flags.pipeline_parallel,
+              "Pipeline stages (torchtitan's pipeline_parallel_degree): the GPT cut into this many stages of "
+              "consecutive layers, the token embedding on the first and the head tied to it on the last; --strategy "
+              "runs per stage over its replicas (ddp, or fsdp/zero3: FSDP per stage) and --tp inside each stage; "
+              "--tp x --pp must divide the world size");
+  add_integer(app, {"--pp-microbatches", 0, 1 << 20}, flags.pp_microbatches,
+              "With --pp: microbatches per step (0: as many as stages; at most --batch-size)");
+  examples::add_choice(app, "--pp-schedule", flags.pp_schedule, {"1f1b", "gpipe"}, "With --pp: the pipeline schedule");
   app.add_flag("--sequence-parallel", flags.sequence_parallel,
                "With --tensor-parallel: split the residual stream between the blocks' halves along the sequence "
                "(--block-size must divide by the tensor-parallel size)");
@@ -149,6 +190,7 @@ int main(int argc, char** argv) {
       throw cohort::Error("--sequence-parallel: --tensor-parallel " + tp + " must divide --block-size " +
                               std::to_string(flags.block_size),
                           cohort::ErrorKind::kInvalidArgument);
+    check_pipeline_flags(flags);
     // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
     if (flags.n_embd % flags.n_head != 0)
       throw cohort::Error(

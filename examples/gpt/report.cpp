@@ -76,7 +76,8 @@ void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::strin
       when.c_str(), human(mine).c_str(), human(largest).c_str(), trainer.world().size(),
       human(now.parameter_bytes).c_str(), human(now.gradient_bytes).c_str(), human(now.optimizer_bytes).c_str(),
       on_disk.c_str(), human(now.buffer_bytes + now.cached_bytes).c_str(), static_cast<long long>(plan.num_parameters),
-      zero_stage(flags.strategy) == 0 ? trainer.world().size() / static_cast<int>(flags.tensor_parallel)
+      zero_stage(flags.strategy) == 0
+          ? trainer.world().size() / static_cast<int>(flags.tensor_parallel * flags.pipeline_parallel)
                                       : trainer.shard_ranks(),
       zero_stage(flags.strategy), flags.precision == "bf16-mixed" && zero_stage(flags.strategy) > 0 ? "bf16" : "fp32",
       plan_optimizer.c_str(), offload.c_str(), human(plan.parameter_bytes).c_str(), human(plan.gradient_bytes).c_str(),
@@ -84,7 +85,8 @@ void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::strin
   std::fflush(stdout);
 }
 
-void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text, const Flags& flags) {
+void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text, const Flags& flags,
+                             const cohort::models::GPTImpl::ForwardRunner& run) {
   const bool main = trainer.world().is_main();
   if (flags.sample_tokens > 0) {
     // Every rank samples the same tokens (same seed, same gathered weights): under zero3/fsdp each
@@ -92,9 +94,7 @@ void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt,
     gpt->eval();
     torch::manual_seed(static_cast<uint64_t>(flags.seed));
     const int64_t newline = std::max<int64_t>(text.token_of[static_cast<unsigned char>('\n')], 0);
-    auto tokens = gpt->generate(
-        torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8, 0,
-        [&](const torch::Tensor& context) { return trainer.run_forward([&] { return gpt->forward(context); }); });
+    auto tokens = gpt->generate(torch::full({1, 1}, newline, torch::kLong), flags.sample_tokens, 0.8, 0, run);
     if (main) std::printf("sample:\n%s\n", decode(text, tokens.narrow(1, 1, flags.sample_tokens)).c_str());
   }
   fashion_mnist::ParamsSha256 digest;

@@ -27,9 +27,10 @@ void print_validation(cohort::Trainer& trainer, double val_loss);
 /// The memory line, "memory at <when>: ..." on rank 0 (a collective: every rank calls it).
 void print_memory(cohort::Trainer& trainer, const Flags& flags, const std::string& when);
 
-/// The end of a run: `flags.sample_tokens` bytes of text sampled on every rank through the Trainer
-/// (Trainer::run_forward: one unit gathered at a time under zero3/fsdp), printed by rank 0, then
-/// "params-sha256: ..." (every rank calls it).
-void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text, const Flags& flags);
+/// The end of a run: `flags.sample_tokens` bytes of text sampled on every rank, each forward run by
+/// `run` (through the Trainer: one unit gathered at a time under zero3/fsdp, the stages in turn under
+/// --pp), printed by rank 0, then "params-sha256: ..." (every rank calls it).
+void print_sample_and_digest(cohort::Trainer& trainer, cohort::models::GPT& gpt, const Text& text, const Flags& flags,
+                             const cohort::models::GPTImpl::ForwardRunner& run);
 
 }  // namespace gpt_example

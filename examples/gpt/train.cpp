@@ -4,8 +4,9 @@
 // (--devices N), builds the GPT in configure_model (sharded as it is made under zero3 and fsdp), shards
 // the windows over ranks, validates every --eval-interval steps and saves checkpoints (--checkpoint-dir);
 // this file picks the options and prints the header (report.cpp prints the rest). --tensor-parallel N
-// splits each block over N consecutive ranks (configure_model runs the GPT's plan), ddp over the rest. A model too big
-// for this node's memory is refused before it is built, as fashion_mnist refuses a batch.
+// splits each block over N consecutive ranks (configure_model runs the GPT's plan), ddp over the rest; --pp N cuts
+// the GPT into N pipeline stages (models/gpt_pipeline.h: the Trainer's strategy "pipeline", --strategy per stage).
+// A model too big for this node's memory is refused before it is built, as fashion_mnist refuses a batch.
 #include "train.h"
 
 #include <cohort/mesh.h>
@@ -29,6 +30,7 @@
 #include "../common/threads.h"
 #include "model_flags.h"
 #include "models/gpt.h"
+#include "models/gpt_pipeline.h"
 #include "report.h"
 
 namespace gpt_example {
@@ -55,8 +57,24 @@ struct GptModule : cohort::TrainingModule {
     log("train_loss", loss, cohort::LogOptions().sync_dist(true));  // the global batch's, whatever the mesh
     return loss;
   }
+  // --pp: training_step is not called; the pipeline's loss of the batch is logged here instead.
+  void on_train_batch_end(const torch::Tensor& loss, int64_t) override {
+    if (flags_.pipeline_parallel > 1) log("train_loss", loss, cohort::LogOptions().sync_dist(true));
+  }
+  // --pp: the Trainer runs the step itself, stage by stage, with this loss of each microbatch.
+  torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& target) override {
+    return gpt->loss_of(logits, target);
+  }
+  PipelineLayers pipeline_layers() override {
+    return {cohort::models::gpt_pipeline_layers(gpt),
+            [](const std::string& name) { return "gpt." + cohort::models::gpt_pipeline_name(name); }};
+  }
+  // The logits through the strategy: under --pp the stages in turn (TrainingModule::forward), else the GPT.
+  torch::Tensor logits(const torch::Tensor& idx) {
+    return flags_.pipeline_parallel > 1 ? TrainingModule::forward(idx) : gpt->forward(idx);
+  }
   void validation_step(cohort::Batch& batch, int64_t) override {
-    log("val_loss", gpt->loss_of(gpt->forward(batch.data), batch.target), cohort::LogOptions().sync_dist(true));
+    log("val_loss", gpt->loss_of(logits(batch.data), batch.target), cohort::LogOptions().sync_dist(true));
   }
   std::unique_ptr<torch::optim::Optimizer> configure_optimizers(std::vector<torch::Tensor> parameters) override {
     if (flags_.optimizer == "sgd")
@@ -72,11 +90,21 @@ struct GptModule : cohort::TrainingModule {
   Flags flags_;
 };
 
+int zero_stage_of(const std::string& strategy) {
+  if (strategy == "ddp") return 0;
+  return strategy == "zero1" ? 1 : strategy == "zero2" ? 2 : 3;
+}
+
 cohort::TrainerOptions trainer_options(const Flags& flags) {
+  const bool pipelined = flags.pipeline_parallel > 1;
   return cohort::TrainerOptions()
       .devices(flags.devices)
       .accelerator("cpu")
-      .strategy(flags.strategy)
+      .strategy(pipelined ? "pipeline" : flags.strategy)
+      .pipeline_stages(pipelined ? flags.pipeline_parallel : 0)
+      .pipeline_zero_stage(pipelined ? zero_stage_of(flags.strategy) : 0)
+      .pipeline_chunks(flags.pp_microbatches > 0 ? flags.pp_microbatches : flags.pipeline_parallel)
+      .pipeline_schedule(flags.pp_schedule)
       .precision(flags.precision)
       .tensor_parallel_size(flags.tensor_parallel)
       .data_parallel_replicate_size(flags.dp_replicate)
@@ -127,10 +155,11 @@ GPTConfig model_config(const Flags& flags, const Text& text) {
 // engine's limits more closely; this is the example's quick check before anything is built.
 int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_size) {
   // Tensor parallel: nearly every parameter is cut over the group (the LayerNorms are not: a few).
+  // Under --pp every rank builds the whole GPT (the other stages' layers stay allocated) and trains its stage.
   const double p = static_cast<double>(cohort::models::gpt_num_parameters(config)) / double(flags.tensor_parallel);
   // The ranks each tensor is sharded over: one HSDP replica's when the flags say it (the default's one
   // replica per node is not known here: the check then counts every data-parallel rank).
-  const double data_parallel = world_size / double(flags.tensor_parallel);
+  const double data_parallel = world_size / double(flags.tensor_parallel * flags.pipeline_parallel);
   const double ranks = flags.dp_shard > 0       ? double(flags.dp_shard)
                        : flags.dp_replicate > 0 ? data_parallel / double(flags.dp_replicate)
                                                 : data_parallel;
@@ -197,13 +226,15 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
                   int64_t threads) {
   if (!world.is_main()) return;
   // Under tensor parallelism the blocks are cut first, then sharded whole by the engine.
-  const bool sharded = (flags.strategy == "zero3" || flags.strategy == "fsdp") && flags.tensor_parallel == 1;
+  const bool sharded = (flags.strategy == "zero3" || flags.strategy == "fsdp") && flags.tensor_parallel == 1 &&
+                       flags.pipeline_parallel == 1;
   std::string split;
-  if (flags.tensor_parallel > 1)
-    split = " (" + std::to_string(world.size() / flags.tensor_parallel) + " data parallel x " +
-            std::to_string(flags.tensor_parallel) + " tensor parallel" +
+  const int64_t data_parallel = world.size() / (flags.tensor_parallel * flags.pipeline_parallel);
+  if (flags.tensor_parallel > 1 || flags.pipeline_parallel > 1)
+    split = " (" + (flags.pipeline_parallel > 1 ? std::to_string(flags.pipeline_parallel) + " pipeline stages x " : "") +
+            std::to_string(data_parallel) + " data parallel" +
+            (flags.tensor_parallel > 1 ? " x " + std::to_string(flags.tensor_parallel) + " tensor parallel" : "") +
             (flags.sequence_parallel ? ", sequence parallel)" : ")");
-  const int64_t data_parallel = world.size() / flags.tensor_parallel;
   const int64_t shard = flags.dp_shard > 0 ? flags.dp_shard : flags.dp_replicate > 0 ? data_parallel / flags.dp_replicate : 0;
   if (shard > 0 && data_parallel % shard == 0 && shard < data_parallel)  // the Trainer refuses the rest
     split += " (HSDP: " + std::to_string(data_parallel / shard) + " replicas x " + std::to_string(shard) + " shards)";
@@ -222,11 +253,17 @@ void print_header(const cohort::World& world, const Flags& flags, const Text& te
 void check_mesh(const Flags& flags, const cohort::World& world) {
   const auto fail = [](const std::string& text) { throw examples::CommandLineError(text); };
   const int64_t ranks = world.size(), tp = flags.tensor_parallel, shard = flags.dp_shard, replicas = flags.dp_replicate;
-  if (ranks % tp != 0)
-    fail("--tp " + std::to_string(tp) + " does not divide the world's " + std::to_string(ranks) + " rank(s)");
-  const int64_t data_parallel = ranks / tp;
+  const int64_t pp = flags.pipeline_parallel;
+  const std::string pp_text = pp > 1 ? " x --pp " + std::to_string(pp) : "";
+  if (ranks % (tp * pp) != 0)
+    fail("--tp " + std::to_string(tp) + pp_text + " does not divide the world's " + std::to_string(ranks) + " rank(s)");
+  const int64_t data_parallel = ranks / (tp * pp);
+  if (pp > 1 && flags.strategy != "ddp" && data_parallel < 2)
+    fail("--pp " + std::to_string(pp) + " with --strategy " + flags.strategy + " shards each stage over its replicas, but "
+         "the world's " + std::to_string(ranks) + " rank(s) leave one per stage (world / (--tp x --pp)): use --strategy "
+         "ddp or more ranks");
   const std::string of = " the " + std::to_string(data_parallel) + " data-parallel rank(s) (world " +
-                         std::to_string(ranks) + " / --tp " + std::to_string(tp) + ")";
+                         std::to_string(ranks) + " / --tp " + std::to_string(tp) + pp_text + ")";
   if (shard > 0 && replicas > 0 && replicas * shard != data_parallel)
     fail("--dp-replicate " + std::to_string(replicas) + " x --dp-shard " + std::to_string(shard) + " is not" + of);
   if (shard > 0 && data_parallel % shard != 0) fail("--dp-shard " + std::to_string(shard) + " does not divide" + of);
@@ -305,7 +342,8 @@ void run_training(const Flags& flags) {
   const int64_t train_windows = text.train.numel() - flags.block_size - 1;
   cohort::DataLoader train(std::make_shared<WindowDataset>(text.train, torch::arange(train_windows), flags.block_size),
                            cohort::LoaderOptions().batch_size(flags.batch_size).shuffle(true).drop_last(true));
-  const int64_t val_count = flags.eval_iters * flags.batch_size * (world.size() / flags.tensor_parallel);
+  const int64_t val_count =
+      flags.eval_iters * flags.batch_size * (world.size() / (flags.tensor_parallel * flags.pipeline_parallel));
   auto val_starts = torch::linspace(0, static_cast<double>(text.val.numel() - flags.block_size - 1), val_count,
                                     torch::kFloat64)
                         .to(torch::kLong);
@@ -320,7 +358,10 @@ void run_training(const Flags& flags) {
     print_validation(trainer, trainer.validate(module, val).at("val_loss"));
     print_memory(trainer, flags, "the end");
   }
-  print_sample_and_digest(trainer, module.gpt, text, flags);
+  print_sample_and_digest(trainer, module.gpt, text, flags, [&](const torch::Tensor& context) {
+    return flags.pipeline_parallel > 1 ? module.logits(context)
+                                       : trainer.run_forward([&] { return module.gpt->forward(context); });
+  });
   if (!flags.export_path.empty()) export_model(trainer, flags, *model_flags);
 }
 

@@ -26,6 +26,9 @@ struct Flags {
   int64_t dp_replicate = 0;        ///< HSDP replicas (0: the Trainer's default, one per node at stage 3)
   int64_t dp_shard = -1;           ///< ranks per HSDP replica (-1: the rest)
   bool sequence_parallel = false;  ///< with tensor_parallel: the residual stream split along the sequence
+  int64_t pipeline_parallel = 1;   ///< pipeline stages (--pp): the GPT cut into this many stages
+  int64_t pp_microbatches = 0;     ///< microbatches per step with --pp (0: as many as stages)
+  std::string pp_schedule = "1f1b";
   bool activation_checkpointing = false;
   bool keep_gathered = false;  ///< reshard_after_forward off
   int64_t sample_tokens = 300;

@@ -23,6 +23,7 @@
 #include <torch/optim/schedulers/lr_scheduler.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,8 @@ class ModuleLink {
   virtual void detach_module() = 0;
   /// The Trainer's mesh (TrainerOptions.tensor_parallel_size > 1), or none.
   virtual const Mesh* device_mesh() const { return nullptr; }
+  /// Strategy "pipeline": forward() runs the stages of the module's pipeline_layers().
+  virtual bool runs_pipeline_layers() const { return false; }
 };
 }  // namespace detail
 
@@ -115,6 +118,19 @@ class TrainingModule : public torch::nn::Module {
   /// Null (the default): a network without marked units is sharded entry by entry; otherwise the
   /// marked units are, and the rest of the parameters form the root unit.
   virtual UnitPolicy shard_units() { return nullptr; }
+  /// Strategy "pipeline" for a module with its own layers: its layers in the order they run, which the
+  /// strategy cuts into stages (called once, after configure_model).
+  struct PipelineLayers {
+    /// Entries sharing the module's parameters (models/gpt_pipeline.h's gpt_pipeline_layers).
+    torch::nn::Sequential layers{nullptr};
+    /// Each of their parameters' name in the module ("4.transformer.h.2.ln_1.weight" ->
+    /// "gpt.transformer.h.2.ln_1.weight"): checkpoints and full parameters use the module's names, so
+    /// they load under any strategy. Two entries' parameters of one name are one weight, tied across
+    /// stages (cohort::pipeline::PipelineOptions::parameter_names).
+    std::function<std::string(const std::string& layer_name)> names;
+  };
+  /// The default: none (strategy "pipeline" then refuses the module).
+  virtual PipelineLayers pipeline_layers() { return {}; }
   /// Lightning's configure_model: makes layers once, when the Trainer takes the module, before the
   /// strategy sees it. Under fsdp / zero3 it runs inside a cohort::ShardedInit, so the units it marks
   /// with cohort::fully_shard are sharded as they are made (a model too large for one rank).
@@ -135,7 +151,8 @@ class TrainingModule : public torch::nn::Module {
   void log(const std::string& name, double value, const LogOptions& options = {});
 
   /// Runs the network under the Trainer's strategy (or directly, outside a Trainer). A module with its
-  /// own layers overrides it, or defines a forward of another signature (the Trainer never calls it).
+  /// own layers overrides it, or defines a forward of another signature (the Trainer never calls it);
+  /// under strategy "pipeline" this one runs its pipeline_layers() stage by stage (evaluation steps).
   virtual torch::Tensor forward(const torch::Tensor& input);
   /// Whether the module was made with a network (TrainingModule(network)), not with its own layers.
   bool has_network() const { return !network_.is_empty(); }

@@ -1,10 +1,13 @@
-// "pipeline": the module's network cut into stages across the ranks of each pipeline
-// (cohort::pipeline), the world laid out as (world / stages) pipelines side by side with each stage
-// averaging its gradients over its replicas (the Pipeline's DDP over the "data" axis). A training
-// step is the Pipeline's: every stage's forward on microbatches, TrainingModule::loss at the last
-// stage, backward; the loss comes back on every rank. Evaluation runs Pipeline::forward, whose output
-// reaches every rank, so validation_step and test_step run unchanged. Every rank of a pipeline reads
-// the same batches (the data is split over the pipelines only).
+// "pipeline": the module's network (or the layers its pipeline_layers() gives) cut into stages across
+// the ranks of each pipeline (cohort::pipeline), the world a mesh {pipe, data, tensor_parallel}
+// (torchtitan's order: a stage's replicas and tensor-parallel ranks side by side, the stages outermost):
+// world / (stages x tp) pipelines, each stage averaging its gradients over its replicas (the Pipeline's
+// DDP over "data", or ZeRO with pipeline_zero_stage), each stage's layers split over "tensor_parallel"
+// by the module's configure_model. A training step is the Pipeline's: every stage's forward on
+// microbatches, TrainingModule::loss at the last stage, backward; the loss comes back on every rank.
+// Evaluation runs Pipeline::forward, whose output reaches every rank, so validation_step and test_step
+// run unchanged. The ranks of a pipeline and of a tp group read the same batches (the data is split
+// over "data" only). Checkpoints and full parameters use the module's names (pipeline_parameters.h).
 
 #include <algorithm>
 #include <cmath>
@@ -17,7 +20,10 @@
 #include "cohort/safetensors.h"
 #include "cohort/zero.h"
 #include "core/check.h"
+#include "trainer/pipeline_parameters.h"
 #include "trainer/strategy.h"
+#include "trainer/whole_tensor_state.h"
+#include "zero/parameter_state.h"
 
 namespace cohort::detail {
 namespace {
@@ -26,23 +32,28 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
  public:
   PipelineStrategy(const ResolvedOptions& options, TrainingModule& module, const World& world)
       : ModuleOptimizerStrategy(options), module_(module), world_(world) {
-    COHORT_CHECK_KIND(
-        kInvalidArgument, module.has_network(),
-        "strategy \"pipeline\" cuts a torch::nn::Sequential network into stages, but "
-        "this TrainingModule has its own layers (made with TrainingModule()): give it a Sequential, or use "
-        "strategy ddp or fsdp");
-    const int stages = options.raw.pipeline_stages() > 0 ? int(options.raw.pipeline_stages()) : world.size();
-    COHORT_CHECK_KIND(kInvalidArgument, world.size() % stages == 0, "TrainerOptions.pipeline_stages ", stages,
+    const auto layers = layers_of(module);
+    const int tp = int(options.raw.tensor_parallel_size());
+    const int stages = options.raw.pipeline_stages() > 0 ? int(options.raw.pipeline_stages()) : world.size() / tp;
+    COHORT_CHECK_KIND(kInvalidArgument, world.size() % (stages * tp) == 0, "TrainerOptions.pipeline_stages ", stages,
+                      tp > 1 ? " x tensor_parallel_size " + std::to_string(tp) : std::string(),
                       " does not divide the ", world.size(),
                       " ranks: the world is (ranks / stages) pipelines of one rank per stage");
+    const int data = world.size() / (stages * tp);
+    COHORT_CHECK_KIND(kInvalidArgument, options.raw.gradient_clip_val() == 0 || (tp == 1 && !layers.names),
+                      "TrainerOptions.gradient_clip_val ", options.raw.gradient_clip_val(), " with strategy \"pipeline\" ",
+                      tp > 1 ? "and tensor_parallel_size " + std::to_string(tp) : std::string("of named layers"),
+                      ": the norm over cut and tied weights is not built; use 0");
     std::shared_ptr<Comm> data_comm;
     pipe_comm_ = world.comm_ptr();
-    if (stages < world.size()) {
-      mesh_.emplace(world.comm(), std::vector<MeshDim>{{"data", world.size() / stages}, {"pipe", stages}});
+    if (data > 1 || tp > 1) {
+      mesh_.emplace(world.comm(), std::vector<MeshDim>{{"pipe", stages}, {"data", data}, {"tensor_parallel", tp}});
       pipe_comm_ = mesh_->group_ptr("pipe");
-      data_comm = mesh_->group_ptr("data");
+      if (data > 1) data_comm = mesh_->group_ptr("data");
     }
-    partition_ = pipeline::partition(module.network(), stages);
+    partition_ = pipeline::partition(layers.layers, stages);
+    // The cuts are read before the stages' ZeRO engines take the parameters.
+    parameters_by_name_.emplace(layers.layers, layers.names, partition_.boundaries, stages);
     auto loss = [this, &module](const torch::Tensor& output, const torch::Tensor& target) {
       return per_micro_batch(module.loss(output, target));
     };
@@ -50,7 +61,8 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
                                 .schedule(options.raw.pipeline_schedule())
                                 .chunks(int(options.raw.pipeline_chunks()))
                                 .loss_fn(loss)
-                                .data_comm(data_comm);
+                                .data_comm(data_comm)
+                                .parameter_names(layers.names);
     if (zero_per_stage() > 0) add_zero(pipeline_options, module, world, stages);
     pipeline_.emplace(pipe_comm_, pipeline::stages_of_rank(partition_, stages, pipe_comm_->rank()),
                       std::move(pipeline_options));
@@ -74,7 +86,7 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
   }
 
   std::pair<int, int> data_split(const World&) const override {
-    if (!mesh_) return {1, 0};
+    if (!mesh_ || mesh_->size("data") == 1) return {1, 0};
     return {mesh_->size("data"), mesh_->coordinate("data")};
   }
 
@@ -95,14 +107,16 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
 
   void backward(const torch::Tensor&, bool) override {}  // the pipeline's step ran it, stage by stage
 
+  // By the module's names: with ZeRO each stage's engine by parameter under "engine", as strategy
+  // zero1-3 and fsdp save it (either loads the other's); tensor-parallel cuts saved whole.
   void add_to(CheckpointState& state) override {
     if (zero_per_stage() > 0) {
-      if (!model_state_) model_state_ = pipeline_->zero_state();
-      state.add("zero", model_state_);
+      if (!model_state_) model_state_ = engines_parameter_state(engines(), engine_state_options());
+      state.add("engine", model_state_);
       return;
     }
-    if (!model_state_) model_state_ = pipeline_->model_state();
-    if (!optimizer_state_) optimizer_state_ = pipeline_->optimizer_state(*optimizer_);
+    if (!model_state_) model_state_ = whole(pipeline_->model_state());
+    if (!optimizer_state_) optimizer_state_ = whole(pipeline_->optimizer_state(*optimizer_));
     state.add("model", model_state_).add("optimizer", optimizer_state_);
   }
 
@@ -113,25 +127,13 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
                       ": the stages' ZeRO engines were made from the network's weights already; load "
                       "them into the network in configure_model (cohort::load_pretrained), or use "
                       "pipeline_zero_stage 0");
-    cohort::load_pretrained(*module_.network(), path, options);
+    load_pretrained_parts(module_.model(), path, options, tensor_parallel_parts(module_cuts(module_.model())));
   }
 
   // Every parameter from the rank of the stage that trains it (the other ranks' copies are stale; under
-  // ZeRO the stage's are gathered from its engine's shards first).
+  // ZeRO the stage's are gathered from its engine's shards first), whole.
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters() override {
-    std::map<std::string, torch::Tensor> mine;
-    if (zero_per_stage() > 0)
-      for (auto& [name, value] : pipeline_->full_parameters()) mine[name] = value;
-    std::vector<std::pair<std::string, torch::Tensor>> out;
-    for (const auto& item : module_.network()->named_parameters()) {
-      const auto gathered = mine.find(item.key());
-      torch::Tensor value = gathered != mine.end() ? gathered->second.to(torch::kCPU, torch::kFloat).contiguous()
-                            : zero_per_stage() > 0 ? torch::empty(item.value().sizes(), torch::kFloat)
-                                                   : item.value().detach().to(torch::kCPU, torch::kFloat).clone();
-      pipe_comm_->broadcast(value, owner_of(item.key()));
-      out.emplace_back(item.key(), value);
-    }
-    return out;
+    return parameters_by_name_->full_parameters(pipeline_->full_parameters(), *pipe_comm_);
   }
 
   std::string describe() const override {
@@ -139,6 +141,9 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
     return "pipeline (" + pipeline_->describe_partition() + ", " + options_.raw.pipeline_schedule() + ", " +
            std::to_string(options_.raw.pipeline_chunks()) + " microbatches" +
            (pipelines > 1 ? ", " + std::to_string(pipelines) + " pipelines" : "") +
+           (mesh_ && mesh_->size("tensor_parallel") > 1
+                ? ", " + std::to_string(mesh_->size("tensor_parallel")) + " tensor parallel per stage"
+                : "") +
            (zero_per_stage() == 3  ? ", FSDP per stage"
             : zero_per_stage() > 0 ? ", ZeRO stage " + std::to_string(zero_per_stage()) + " per stage"
                                    : "") +
@@ -164,12 +169,37 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
         });
   }
 
-  // The pipeline rank holding the layer a parameter name ("3.weight") starts with.
-  int owner_of(const std::string& name) const {
-    const int64_t layer = std::stoll(name.substr(0, name.find('.')));
-    const auto& cuts = partition_.boundaries;
-    const auto stage = std::upper_bound(cuts.begin(), cuts.end(), layer) - cuts.begin() - 1;
-    return int(stage) % pipe_comm_->size();
+  // The network, or the layers a module with its own gives.
+  static TrainingModule::PipelineLayers layers_of(TrainingModule& module) {
+    if (module.has_network()) return {module.network(), nullptr};
+    auto layers = module.pipeline_layers();
+    COHORT_CHECK_KIND(kInvalidArgument, !layers.layers.is_empty(),
+                      "strategy \"pipeline\" cuts a torch::nn::Sequential into stages, but this TrainingModule has "
+                      "its own layers and its pipeline_layers() gives none: give it a Sequential, override "
+                      "pipeline_layers() (models/gpt_pipeline.h does it for the GPT), or use strategy ddp or fsdp");
+    return layers;
+  }
+
+  std::vector<ZeroEngineCore*> engines() const {
+    std::vector<ZeroEngineCore*> out;
+    for (int local = 0; local < int(pipeline_->stages().size()); ++local) out.push_back(&pipeline_->zero_engine(local));
+    return out;
+  }
+  ParameterStateOptions engine_state_options() const {
+    ParameterStateOptions out;
+    out.module_kind = StateKind::kOwned;  // a stage's buffers, held by its ranks only
+    out.name_of = parameters_by_name_->names();
+    if (parameters_by_name_->any_cut()) {
+      const PipelineParameters* by_name = &*parameters_by_name_;
+      out.part_of = tensor_parallel_part_of([by_name](const std::string& name) { return by_name->cut_of_layer(name); });
+    }
+    return out;
+  }
+  // Under tensor parallelism a stage's tensors (and optimizer states) saved whole, by the module's names.
+  std::shared_ptr<Stateful> whole(std::shared_ptr<Stateful> inner) const {
+    if (!parameters_by_name_->any_cut()) return inner;
+    const PipelineParameters* by_name = &*parameters_by_name_;
+    return whole_tensor_state(std::move(inner), [by_name](const std::string& name) { return by_name->cut_of_whole(name); });
   }
 
   // Clipping by the norm over every stage's gradients, as one process would (each rank holds a part).
@@ -189,6 +219,7 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
   std::optional<Mesh> mesh_;
   std::shared_ptr<Comm> pipe_comm_;
   pipeline::Partition partition_;
+  std::optional<PipelineParameters> parameters_by_name_;
   std::optional<pipeline::Pipeline> pipeline_;
   std::shared_ptr<Stateful> model_state_, optimizer_state_;
 };

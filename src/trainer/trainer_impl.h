@@ -32,6 +32,7 @@ class TrainerImpl : public ModuleLink {
   int64_t global_step() const override { return step; }
   void detach_module() override;
   const Mesh* device_mesh() const override { return mesh.get(); }
+  bool runs_pipeline_layers() const override { return options.strategy == StrategyKind::kPipeline; }
 
   void fit(TrainingModule& module, DataLoader& train_data, const FitOptions& fit_options);
   std::map<std::string, double> run_evaluation(TrainingModule& module, DataLoader& data, Stage stage);

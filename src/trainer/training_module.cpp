@@ -39,6 +39,7 @@ void TrainingModule::log(const std::string& name, double value, const LogOptions
 }
 
 torch::Tensor TrainingModule::forward(const torch::Tensor& input) {
+  if (!has_network() && link_ != nullptr && link_->runs_pipeline_layers()) return link_->forward(input);
   COHORT_CHECK_KIND(kInvalidArgument, has_network(),
                     "TrainingModule::forward: this module has its own layers (made with TrainingModule()): "
                     "override forward, or define one with your inputs, and call it from training_step");
