@@ -61,9 +61,11 @@ struct TrainerOptions {
   /// and start_iteration (>= 0: steps of plain averaging first; PyTorch's default 1000).
   TORCH_ARG(int64_t, powersgd_rank) = 1;
   TORCH_ARG(int64_t, powersgd_start_iteration) = 1000;
-  /// Strategy "pipeline": stages per pipeline, one per rank (0: every rank of the world is a stage).
-  /// When it divides the world, the world is (world / stages) pipelines side by side, each stage
-  /// averaging its gradients with its replicas (DDP), and each pipeline reading its own share of the data.
+  /// Strategy "pipeline": stages per pipeline, one per rank (0: every rank of the world, or of a
+  /// tensor-parallel coordinate, is a stage). When it divides the world, the world is a mesh {pipe,
+  /// data, tensor_parallel} (the stages outermost): (world / (stages x tensor_parallel_size)) pipelines
+  /// side by side, each stage averaging its gradients with its replicas (DDP), each pipeline reading its
+  /// own share of the data.
   TORCH_ARG(int64_t, pipeline_stages) = 0;
   /// Strategy "pipeline": microbatches per batch (split as torch.tensor_split does).
   TORCH_ARG(int64_t, pipeline_chunks) = 4;
@@ -81,7 +83,8 @@ struct TrainerOptions {
   /// splits its layers with cohort::tp::parallelize_module(*this,
   /// device_mesh().group_ptr("tensor_parallel"), plan); the data is split over "data_parallel", where
   /// strategy ddp averages the gradients. Checkpoints hold whole tensors, so any tensor_parallel_size
-  /// resumes them. It must divide the world size; strategy ddp (or auto) only.
+  /// resumes them. It must divide the world size; strategies ddp (or auto), zero1-3, fsdp, deepspeed
+  /// and pipeline (inside each stage), not dp.
   TORCH_ARG(int64_t, tensor_parallel_size) = 1;
   /// HSDP (torchtitan's dp_replicate, FSDP2 on a 2-D mesh): under zero1-3, fsdp or deepspeed the
   /// data-parallel ranks form this many replicas of (data-parallel ranks / replicas) consecutive

@@ -227,11 +227,11 @@ void check_tensor_parallel_options(const TrainerOptions& options, const Resolved
       "\": HSDP replicates sharded state, under zero1-3, fsdp or deepspeed (ddp replicates everything)");
   const bool composes = out.strategy == StrategyKind::kDdp || out.strategy == StrategyKind::kZero ||
                         out.strategy == StrategyKind::kDeepSpeed || out.strategy == StrategyKind::kPipeline;
-  COHORT_CHECK_KIND(kInvalidArgument, options.tensor_parallel_size() == 1 || composes,
-                    "TrainerOptions.tensor_parallel_size ", options.tensor_parallel_size(), " with strategy \"",
-                    options.strategy(),
-                    "\": tensor parallelism runs under ddp, zero1-3, fsdp, deepspeed or pipeline (data parallel over the "
-                    "other ranks); dp over it is not built");
+  COHORT_CHECK_KIND(
+      kInvalidArgument, options.tensor_parallel_size() == 1 || composes, "TrainerOptions.tensor_parallel_size ",
+      options.tensor_parallel_size(), " with strategy \"", options.strategy(),
+      "\": tensor parallelism runs under ddp, zero1-3, fsdp, deepspeed or pipeline (data parallel over the "
+      "other ranks); dp over it is not built");
 }
 
 }  // namespace

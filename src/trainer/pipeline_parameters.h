@@ -44,7 +44,7 @@ class PipelineParameters {
   pipeline::ParameterNames names_;
   std::vector<int64_t> bounds_;
   int pipe_ranks_;
-  std::map<std::string, tp::detail::ParameterCut> cuts_;        // by layer name
+  std::map<std::string, tp::detail::ParameterCut> cuts_;             // by layer name
   std::map<std::string, const tp::detail::ParameterCut*> by_whole_;  // by the module's name
 };
 

@@ -36,12 +36,12 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
     const int tp = int(options.raw.tensor_parallel_size());
     const int stages = options.raw.pipeline_stages() > 0 ? int(options.raw.pipeline_stages()) : world.size() / tp;
     COHORT_CHECK_KIND(kInvalidArgument, world.size() % (stages * tp) == 0, "TrainerOptions.pipeline_stages ", stages,
-                      tp > 1 ? " x tensor_parallel_size " + std::to_string(tp) : std::string(),
-                      " does not divide the ", world.size(),
-                      " ranks: the world is (ranks / stages) pipelines of one rank per stage");
+                      tp > 1 ? " x tensor_parallel_size " + std::to_string(tp) : std::string(), " does not divide the ",
+                      world.size(), " ranks: the world is (ranks / stages) pipelines of one rank per stage");
     const int data = world.size() / (stages * tp);
     COHORT_CHECK_KIND(kInvalidArgument, options.raw.gradient_clip_val() == 0 || (tp == 1 && !layers.names),
-                      "TrainerOptions.gradient_clip_val ", options.raw.gradient_clip_val(), " with strategy \"pipeline\" ",
+                      "TrainerOptions.gradient_clip_val ", options.raw.gradient_clip_val(),
+                      " with strategy \"pipeline\" ",
                       tp > 1 ? "and tensor_parallel_size " + std::to_string(tp) : std::string("of named layers"),
                       ": the norm over cut and tied weights is not built; use 0");
     std::shared_ptr<Comm> data_comm;
@@ -199,7 +199,8 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
   std::shared_ptr<Stateful> whole(std::shared_ptr<Stateful> inner) const {
     if (!parameters_by_name_->any_cut()) return inner;
     const PipelineParameters* by_name = &*parameters_by_name_;
-    return whole_tensor_state(std::move(inner), [by_name](const std::string& name) { return by_name->cut_of_whole(name); });
+    return whole_tensor_state(std::move(inner),
+                              [by_name](const std::string& name) { return by_name->cut_of_whole(name); });
   }
 
   // Clipping by the norm over every stage's gradients, as one process would (each rank holds a part).

@@ -2,9 +2,11 @@
 # with cohortrun on each host, on three meshes of the same 4 or 8 data-parallel ranks and the same
 # global batch of 16 sequences: (a) tensor parallel 2 x flat fsdp over 4 ranks that span both hosts,
 # (b) fsdp by default, which shards within a host and replicates across (HSDP 2 x 4), (c) tensor
-# parallel 2 x that HSDP (2 replicas x 2 shards x 2). Each exports its whole model (--export), which
-# must be within 1e-5 (max abs) of one process's after 20 AdamW steps (fp32, no dropout, no biases);
-# under bf16 (b and c again) the losses at steps 10 and 20 are within 1% of one process's in fp32.
+# parallel 2 x that HSDP (2 replicas x 2 shards x 2), (d) 2 pipeline stages (one per host) x fsdp 2 x
+# tensor parallel 2, (e) (a)'s checkpoint at step 10 resumed on (d)'s mesh. Each exports its whole model
+# (--export), which must be within 1e-5 (max abs) of one process's after 20 AdamW steps (fp32, no
+# dropout, no biases); under bf16 (b and c again) the losses at steps 10 and 20 are within 1% of one
+# process's in fp32.
 
 scenario_hosts() { echo 2; }
 
@@ -79,7 +81,8 @@ scenario_meshes() {
     { fail "one process exited with status $?:"; tail -n 15 "$out/one.log" >&2; return 1; }
   cl_log "timing: one process $(elapsed "$start") s"
 
-  if mesh_run "$out" tp2_fsdp4 "${flags[@]}" --tp 2 --dp-replicate 1 --batch-size 4; then
+  if mesh_run "$out" tp2_fsdp4 "${flags[@]}" --tp 2 --dp-replicate 1 --batch-size 4 --checkpoint-dir "$out/ckpt" \
+    --checkpoint-every 10; then
     grep -q "fsdp on 8 rank(s) (4 data parallel x 2 tensor parallel)" "$out/tp2_fsdp4.n1.log" ||
       fail "tp2_fsdp4: no '4 data parallel x 2 tensor parallel' header"
     mesh_check "$out" tp2_fsdp4
@@ -93,6 +96,16 @@ scenario_meshes() {
     grep -q -- "--ranks 2 --stage 3" "$out/tp2_hsdp2x2.n1.log" ||
       fail "tp2_hsdp2x2: the plan line does not shard over 2 ranks"
     mesh_check "$out" tp2_hsdp2x2
+  fi
+  # The stages outermost (torchtitan's order): stage 0 on n1, stage 1 on n2, FSDP and TP inside a host.
+  if mesh_run "$out" pp2_fsdp2_tp2 "${flags[@]}" --pp 2 --tp 2 --batch-size 8; then
+    grep -q "fsdp on 8 rank(s) (2 pipeline stages x 2 data parallel x 2 tensor parallel)" "$out/pp2_fsdp2_tp2.n1.log" ||
+      fail "pp2_fsdp2_tp2: no '2 pipeline stages x 2 data parallel x 2 tensor parallel' header"
+    mesh_check "$out" pp2_fsdp2_tp2
+  fi
+  if mesh_run "$out" tp2_fsdp4_to_pp2 "${flags[@]}" --pp 2 --tp 2 --batch-size 8 --resume "$out/ckpt/step-10"; then
+    grep -q "resumed from $out/ckpt/step-10" "$out/tp2_fsdp4_to_pp2.n1.log" || fail "tp2_fsdp4_to_pp2: not resumed"
+    mesh_check "$out" tp2_fsdp4_to_pp2
   fi
   # bf16 (bf16 parameters and gradients, fp32 masters) on two of the meshes: the loss curve of fp32's.
   mesh_run "$out" hsdp2x4_bf16 "${flags[@]}" --batch-size 2 --precision bf16-mixed && mesh_bf16_check "$out" hsdp2x4_bf16

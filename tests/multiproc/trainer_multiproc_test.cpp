@@ -371,7 +371,7 @@ TEST(TrainerPipeline, TwoPipelinesOfTwoStagesTrainAsOneProcessOnTheirUnion) {
         std::getline(std::ifstream(root + "/latest") >> std::ws, latest);
         std::stringstream manifest;
         manifest << std::ifstream(root + "/" + latest + "/manifest.json").rdbuf();
-        EXPECT_THAT(manifest.str(), HasSubstr("\"zero/0.weight.master\""));  // the engines' state by parameter
+        EXPECT_THAT(manifest.str(), HasSubstr("\"engine/0.weight.master\""));  // the engines' state by parameter
         cohort::Trainer trainer(cohort::TrainerOptions(fsdp).max_steps(1));
         TinyModule module;
         cohort::DataLoader loader(tiny_data(), cohort::LoaderOptions().batch_size(kBatch));
