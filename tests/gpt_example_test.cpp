@@ -406,9 +406,11 @@ TEST(GptExample, CommandLineMistakesAreOneLineAndExitTwo) {
       {{"--pp", "2", "--pp-microbatches", "8", "--batch-size", "4"},
        "error: --pp 2: 8 microbatches of --batch-size 4 leave some empty; lower --pp-microbatches or raise "
        "--batch-size\n"},
-      {{"--pp", "2", "--precision", "bf16-mixed"},
-       "error: --precision bf16-mixed with --pp 2 is not built (the pipeline's stages run in fp32, without offload or "
-       "HSDP)\n"},
+      {{"--pp", "2", "--precision", "bf16-mixed", "--strategy", "ddp"},
+       "error: --pp 2 with --strategy ddp runs in fp32: --precision bf16-mixed needs --strategy fsdp (each stage's "
+       "engine keeps bf16 parameters and fp32 masters)\n"},
+      {{"--pp", "2", "--offload-optimizer", "cpu"},
+       "error: --offload-optimizer cpu with --pp 2 is not built (the pipeline's stages run without offload or HSDP)\n"},
       {{"--pp-microbatches", "2"}, "error: --pp-microbatches is for --pp N (pipeline stages), which is 1\n"},
       {{"--pp", "9", "--n-layer", "4"},
        "error: --pp 9: the GPT has 8 layers to cut (embeddings, --n-layer blocks, final norm, head)\n"},

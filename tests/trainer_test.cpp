@@ -104,7 +104,8 @@ TEST(TrainerOptions, EveryBadOptionIsNamedWithItsValueAndTheAcceptedOnes) {
             "TrainerOptions.deepspeed_config \"ds.json\" is given, but TrainerOptions.strategy is \"dp\": a "
             "ds_config is read by strategy deepspeed (and zero1-3, whose stage wins)");
   EXPECT_EQ(option_error(O().strategy("pipeline").precision("bf16-mixed")),
-            "TrainerOptions.precision \"bf16-mixed\" with strategy \"pipeline\": the pipeline trains in 32-true only");
+            "TrainerOptions.precision \"bf16-mixed\" with strategy \"pipeline\": the pipeline trains in 32-true, or in "
+            "bf16-mixed with pipeline_zero_stage 1-3 (the engines' bf16 parameters and fp32 masters)");
   EXPECT_EQ(option_error(O().pipeline_stages(2)), "TrainerOptions.pipeline_stages \"2\" is not accepted: expected 0 "
                                                   "unless strategy is \"pipeline\" (strategy is \"auto\")");
   EXPECT_EQ(option_error(O().strategy("pipeline").pipeline_stages(-1)),

@@ -37,48 +37,21 @@ void check_pipeline_flags(const gpt_example::Flags& flags) {
   if (microbatches > flags.batch_size)
     fail(pp + ": " + std::to_string(microbatches) + " microbatches of --batch-size " + std::to_string(flags.batch_size) +
          " leave some empty; lower --pp-microbatches or raise --batch-size");
+  if (flags.precision != "32-true" && flags.strategy == "ddp")
+    fail(pp + " with --strategy ddp runs in fp32: --precision " + flags.precision +
+         " needs --strategy fsdp (each stage's engine keeps bf16 parameters and fp32 masters)");
   const auto refuse = [&](bool set, const std::string& flag) {
-    if (set) fail(flag + " with " + pp + " is not built (the pipeline's stages run in fp32, without offload or HSDP)");
+    if (set) fail(flag + " with " + pp + " is not built (the pipeline's stages run without offload or HSDP)");
   };
-  refuse(flags.precision != "32-true", "--precision " + flags.precision);
   refuse(flags.offload_optimizer != "none", "--offload-optimizer " + flags.offload_optimizer);
   refuse(flags.offload_params != "none", "--offload-params " + flags.offload_params);
   refuse(flags.dp_replicate > 0 || flags.dp_shard != -1, "--dp-replicate/--dp-shard");
   refuse(flags.activation_checkpointing, "--activation-checkpointing");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// How the ranks split the work: the strategy, the mesh's axes and where the states live.
+void add_parallel_flags(CLI::App& app, gpt_example::Flags& flags) {
   using examples::add_integer;
-  using examples::add_real;
-  gpt_example::Flags flags;
-  CLI::App app{
-      "Trains a byte-level GPT on a text with cohort's strategies; --devices N starts N local workers, "
-      "or run it under cohortrun, torchrun, srun or mpirun."};
-  add_integer(app, {"--n-layer", 1, 1000}, flags.n_layer, "Transformer blocks");
-  add_integer(app, {"--n-head", 1, 1000}, flags.n_head, "Attention heads per block (must divide --n-embd)");
-  add_integer(app, {"--n-embd", 1, 1 << 16}, flags.n_embd, "Width of the residual stream");
-  add_integer(app, {"--block-size", 1, 1 << 16}, flags.block_size, "Context length in tokens (bytes)");
-  add_real(app, {"--dropout", 0, 0.99}, flags.dropout, "Dropout (0: off, as equal runs need)");
-  app.add_flag("--no-bias{false}", flags.bias, "No biases in the Linears and LayerNorms");
-  add_integer(app, {"--batch-size", 1, 1 << 20}, flags.batch_size, "Sequences per step on each rank");
-  add_integer(app, {"--max-steps", 1, int64_t(1e12)}, flags.max_steps, "Optimizer steps");
-  add_integer(app, {"--eval-interval", 2, int64_t(1e12)}, flags.eval_interval,
-              "Validate every this many steps (and after the last)");
-  add_integer(app, {"--eval-iters", 1, 100000}, flags.eval_iters, "Validation batches per rank");
-  examples::add_choice(app, "--optimizer", flags.optimizer, {"adamw", "sgd"},
-                       "adamw (betas 0.9, 0.99), or sgd with --momentum");
-  add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate");
-  add_real(app, {"--weight-decay", 0, 1000}, flags.weight_decay, "Weight decay");
-  auto* momentum = add_real(app, {"--momentum", 0, 0.999}, flags.momentum, "Momentum of --optimizer sgd (0: none)");
-  add_integer(app, {"--seed", 0, int64_t(1) << 40}, flags.seed,
-              "Seed of the initial weights, the batches and the sample");
-  examples::add_devices(app, flags.devices,
-                        "Processes on this node: N (started by the program itself without a launcher) or auto");
-  examples::add_choice(app, "--precision", flags.precision, {"32-true", "bf16-mixed"},
-                       "32-true, or bf16-mixed (zero*/fsdp: bf16 parameters and gradients, fp32 masters and "
-                       "reductions' sums; ddp: bf16 autocast)");
   examples::add_choice(app, "--strategy", flags.strategy, {"ddp", "zero1", "zero2", "zero3", "fsdp"},
                        "ddp, zero1, zero2, zero3 or fsdp (ZeRO stage 3 with each GPT block a sharding unit; zero3 "
                        "is the same for this model)");
@@ -118,6 +91,36 @@ int main(int argc, char** argv) {
       "swap file per rank under --nvme-path (nvme; every block: max_in_cpu 0), read ahead of its gather");
   app.add_option("--nvme-path", flags.nvme_path,
                  "The directory of the swap files of --offload-optimizer/--offload-params nvme (a local disk)");
+}
+
+// The flags, nanoGPT's names where it has them; returns --momentum's option (checked against --optimizer).
+CLI::Option* add_flags(CLI::App& app, gpt_example::Flags& flags) {
+  using examples::add_integer;
+  using examples::add_real;
+  add_integer(app, {"--n-layer", 1, 1000}, flags.n_layer, "Transformer blocks");
+  add_integer(app, {"--n-head", 1, 1000}, flags.n_head, "Attention heads per block (must divide --n-embd)");
+  add_integer(app, {"--n-embd", 1, 1 << 16}, flags.n_embd, "Width of the residual stream");
+  add_integer(app, {"--block-size", 1, 1 << 16}, flags.block_size, "Context length in tokens (bytes)");
+  add_real(app, {"--dropout", 0, 0.99}, flags.dropout, "Dropout (0: off, as equal runs need)");
+  app.add_flag("--no-bias{false}", flags.bias, "No biases in the Linears and LayerNorms");
+  add_integer(app, {"--batch-size", 1, 1 << 20}, flags.batch_size, "Sequences per step on each rank");
+  add_integer(app, {"--max-steps", 1, int64_t(1e12)}, flags.max_steps, "Optimizer steps");
+  add_integer(app, {"--eval-interval", 2, int64_t(1e12)}, flags.eval_interval,
+              "Validate every this many steps (and after the last)");
+  add_integer(app, {"--eval-iters", 1, 100000}, flags.eval_iters, "Validation batches per rank");
+  examples::add_choice(app, "--optimizer", flags.optimizer, {"adamw", "sgd"},
+                       "adamw (betas 0.9, 0.99), or sgd with --momentum");
+  add_real(app, {"--lr", 1e-12, 1000}, flags.lr, "Learning rate");
+  add_real(app, {"--weight-decay", 0, 1000}, flags.weight_decay, "Weight decay");
+  auto* momentum = add_real(app, {"--momentum", 0, 0.999}, flags.momentum, "Momentum of --optimizer sgd (0: none)");
+  add_integer(app, {"--seed", 0, int64_t(1) << 40}, flags.seed,
+              "Seed of the initial weights, the batches and the sample");
+  examples::add_devices(app, flags.devices,
+                        "Processes on this node: N (started by the program itself without a launcher) or auto");
+  examples::add_choice(app, "--precision", flags.precision, {"32-true", "bf16-mixed"},
+                       "32-true, or bf16-mixed (zero*/fsdp: bf16 parameters and gradients, fp32 masters and "
+                       "reductions' sums; ddp: bf16 autocast)");
+  add_parallel_flags(app, flags);
   add_integer(app, {"--sample-tokens", 0, 100000}, flags.sample_tokens, "Bytes of text to generate at the end");
   add_integer(app, {"--threads", 0, 1024}, flags.threads, "Torch threads per rank (0: cores / local ranks)");
   app.add_option("--data", flags.data,
@@ -133,70 +136,84 @@ int main(int argc, char** argv) {
                  "under zero1-3/fsdp each rank reads only its own shards");
   app.add_flag("--no-memory-check", flags.no_memory_check,
                "Skip the check that the model, its AdamW state and a step's activations fit in the memory available");
-  app.callback([&] {
-    flags.checkpoint.check();
-    // A path that is there must be a regular file (a fifo would block); one that is not there is said
-    // when the run would read it: a checkpoint that resumes needs no --init-from file.
-    std::error_code error;
-    if (!flags.init_from.empty() && std::filesystem::exists(flags.init_from, error) &&
-        !std::filesystem::is_regular_file(flags.init_from, error))
-      throw cohort::Error("--init-from " + flags.init_from + ": not a regular file (a .safetensors file, or a sharded "
-                          "set's model.safetensors.index.json)",
-                          cohort::ErrorKind::kInvalidArgument);
-    if (momentum->count() > 0 && flags.optimizer != "sgd")
-      throw cohort::Error("--momentum is for --optimizer sgd, not --optimizer " + flags.optimizer,
-                          cohort::ErrorKind::kInvalidArgument);
-    if (flags.offload_optimizer != "none" && flags.strategy == "ddp")
-      throw cohort::Error("--offload-optimizer " + flags.offload_optimizer +
-                              " needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp",
-                          cohort::ErrorKind::kInvalidArgument);
-    if (flags.offload_optimizer == "nvme" && flags.nvme_path.empty())
-      throw cohort::Error("--offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)",
-                          cohort::ErrorKind::kInvalidArgument);
-    if (flags.offload_params != "none" && flags.strategy != "zero3" && flags.strategy != "fsdp")
-      throw cohort::Error("--offload-params " + flags.offload_params +
-                              " needs a strategy that shards parameters (zero3, fsdp), not --strategy " +
-                              flags.strategy,
-                          cohort::ErrorKind::kInvalidArgument);
-    if (flags.keep_gathered && flags.strategy != "zero3" && flags.strategy != "fsdp")
-      throw cohort::Error(
-          "--keep-gathered needs a strategy that gathers parameters (zero3, fsdp), not --strategy " + flags.strategy,
-          cohort::ErrorKind::kInvalidArgument);
-    if (flags.offload_params == "nvme" && flags.nvme_path.empty())
-      throw cohort::Error("--offload-params nvme needs --nvme-path DIR (a directory on a local disk)",
-                          cohort::ErrorKind::kInvalidArgument);
-    if (!flags.nvme_path.empty() && flags.offload_optimizer != "nvme" && flags.offload_params != "nvme")
-      throw cohort::Error("--nvme-path " + flags.nvme_path +
-                              " is given but nothing goes there: add --offload-optimizer nvme or --offload-params nvme",
-                          cohort::ErrorKind::kInvalidArgument);
-    if ((flags.dp_replicate > 1 || flags.dp_shard != -1) && flags.strategy == "ddp")
-      throw cohort::Error("--dp-replicate/--dp-shard split the ranks of a ZeRO strategy (zero1-3, fsdp); --strategy "
-                          "ddp replicates every rank already",
-                          cohort::ErrorKind::kInvalidArgument);
-    if (flags.dp_shard == 0)
-      throw cohort::Error("--dp-shard 0: a replica has at least one rank (-1: the data-parallel ranks / "
-                          "--dp-replicate)",
-                          cohort::ErrorKind::kInvalidArgument);
-    const std::string tp = std::to_string(flags.tensor_parallel);
-    if (flags.n_head % flags.tensor_parallel != 0)
-      throw cohort::Error("--tensor-parallel " + tp + " must divide --n-head " + std::to_string(flags.n_head) +
-                              " (each rank takes whole heads)",
-                          cohort::ErrorKind::kInvalidArgument);
-    if (flags.sequence_parallel && flags.tensor_parallel == 1)
-      throw cohort::Error(
-          "--sequence-parallel splits the sequence over a tensor-parallel group: add --tensor-parallel N",
-          cohort::ErrorKind::kInvalidArgument);
-    if (flags.sequence_parallel && flags.block_size % flags.tensor_parallel != 0)
-      throw cohort::Error("--sequence-parallel: --tensor-parallel " + tp + " must divide --block-size " +
-                              std::to_string(flags.block_size),
-                          cohort::ErrorKind::kInvalidArgument);
-    check_pipeline_flags(flags);
-    // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
-    if (flags.n_embd % flags.n_head != 0)
-      throw cohort::Error(
-          "--n-head " + std::to_string(flags.n_head) + " must divide --n-embd " + std::to_string(flags.n_embd),
-          cohort::ErrorKind::kInvalidArgument);
-  });
+  return momentum;
+}
+
+// What the flags cannot mean together, one line each (exit status 2), before anything starts.
+void check_flags(const gpt_example::Flags& flags, bool momentum_given) {
+  flags.checkpoint.check();
+  // A path that is there must be a regular file (a fifo would block); one that is not there is said
+  // when the run would read it: a checkpoint that resumes needs no --init-from file.
+  std::error_code error;
+  if (!flags.init_from.empty() && std::filesystem::exists(flags.init_from, error) &&
+      !std::filesystem::is_regular_file(flags.init_from, error))
+    throw cohort::Error("--init-from " + flags.init_from + ": not a regular file (a .safetensors file, or a sharded "
+                        "set's model.safetensors.index.json)",
+                        cohort::ErrorKind::kInvalidArgument);
+  if (momentum_given && flags.optimizer != "sgd")
+    throw cohort::Error("--momentum is for --optimizer sgd, not --optimizer " + flags.optimizer,
+                        cohort::ErrorKind::kInvalidArgument);
+  if (flags.offload_optimizer != "none" && flags.strategy == "ddp")
+    throw cohort::Error("--offload-optimizer " + flags.offload_optimizer +
+                            " needs a ZeRO strategy (zero1, zero2, zero3, fsdp), not --strategy ddp",
+                        cohort::ErrorKind::kInvalidArgument);
+  if (flags.offload_optimizer == "nvme" && flags.nvme_path.empty())
+    throw cohort::Error("--offload-optimizer nvme needs --nvme-path DIR (a directory on a local disk)",
+                        cohort::ErrorKind::kInvalidArgument);
+  if (flags.offload_params != "none" && flags.strategy != "zero3" && flags.strategy != "fsdp")
+    throw cohort::Error("--offload-params " + flags.offload_params +
+                            " needs a strategy that shards parameters (zero3, fsdp), not --strategy " +
+                            flags.strategy,
+                        cohort::ErrorKind::kInvalidArgument);
+  if (flags.keep_gathered && flags.strategy != "zero3" && flags.strategy != "fsdp")
+    throw cohort::Error(
+        "--keep-gathered needs a strategy that gathers parameters (zero3, fsdp), not --strategy " + flags.strategy,
+        cohort::ErrorKind::kInvalidArgument);
+  if (flags.offload_params == "nvme" && flags.nvme_path.empty())
+    throw cohort::Error("--offload-params nvme needs --nvme-path DIR (a directory on a local disk)",
+                        cohort::ErrorKind::kInvalidArgument);
+  if (!flags.nvme_path.empty() && flags.offload_optimizer != "nvme" && flags.offload_params != "nvme")
+    throw cohort::Error("--nvme-path " + flags.nvme_path +
+                            " is given but nothing goes there: add --offload-optimizer nvme or --offload-params nvme",
+                        cohort::ErrorKind::kInvalidArgument);
+  if ((flags.dp_replicate > 1 || flags.dp_shard != -1) && flags.strategy == "ddp")
+    throw cohort::Error("--dp-replicate/--dp-shard split the ranks of a ZeRO strategy (zero1-3, fsdp); --strategy "
+                        "ddp replicates every rank already",
+                        cohort::ErrorKind::kInvalidArgument);
+  if (flags.dp_shard == 0)
+    throw cohort::Error("--dp-shard 0: a replica has at least one rank (-1: the data-parallel ranks / "
+                        "--dp-replicate)",
+                        cohort::ErrorKind::kInvalidArgument);
+  const std::string tp = std::to_string(flags.tensor_parallel);
+  if (flags.n_head % flags.tensor_parallel != 0)
+    throw cohort::Error("--tensor-parallel " + tp + " must divide --n-head " + std::to_string(flags.n_head) +
+                            " (each rank takes whole heads)",
+                        cohort::ErrorKind::kInvalidArgument);
+  if (flags.sequence_parallel && flags.tensor_parallel == 1)
+    throw cohort::Error(
+        "--sequence-parallel splits the sequence over a tensor-parallel group: add --tensor-parallel N",
+        cohort::ErrorKind::kInvalidArgument);
+  if (flags.sequence_parallel && flags.block_size % flags.tensor_parallel != 0)
+    throw cohort::Error("--sequence-parallel: --tensor-parallel " + tp + " must divide --block-size " +
+                            std::to_string(flags.block_size),
+                        cohort::ErrorKind::kInvalidArgument);
+  check_pipeline_flags(flags);
+  // Each head attends over n_embd / n_head of the width: said now, not after the text is read.
+  if (flags.n_embd % flags.n_head != 0)
+    throw cohort::Error(
+        "--n-head " + std::to_string(flags.n_head) + " must divide --n-embd " + std::to_string(flags.n_embd),
+        cohort::ErrorKind::kInvalidArgument);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gpt_example::Flags flags;
+  CLI::App app{
+      "Trains a byte-level GPT on a text with cohort's strategies; --devices N starts N local workers, "
+      "or run it under cohortrun, torchrun, srun or mpirun."};
+  const auto* momentum = add_flags(app, flags);
+  app.callback([&] { check_flags(flags, momentum->count() > 0); });
   return examples::parse_and_run(app, argc, argv, [&] {
     // With --no-memory-check a model too large is built anyway: its failed allocation in cohort's words.
     const std::string hint = flags.no_memory_check ? " (--no-memory-check skipped the estimate that refuses it first)"

@@ -90,7 +90,8 @@ struct PipelineOptions {
   /// Pipeline::optimizer_step() (no optimizer of one's own). zero_optimization.stage 1 or 2, or 3 (FSDP
   /// per stage: the stage's parameters sharded too, each sharding unit, a Sequential entry by default,
   /// gathered for each microbatch's forward and backward, and every microbatch's gradients
-  /// reduce-scattered into the shard's; not with recompute), fp32, gradient_accumulation_steps 1, no
+  /// reduce-scattered into the shard's; not with recompute), fp32 or bf16 (the last stage's output cast to
+  /// fp32 before loss_fn), gradient_accumulation_steps 1, no
   /// gradient_clipping (an engine sees one stage's gradients only).
   TORCH_ARG(std::optional<ZeroConfig>, zero) = std::nullopt;
   /// The engines' optimizer over their fp32 shards when the config has no "optimizer"

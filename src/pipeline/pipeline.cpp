@@ -103,7 +103,10 @@ torch::Tensor PipelineImpl::forward(const torch::Tensor& inputs) {
       receive.post(*comm_, schedule.rank_of(s - 1), placement_.tag(s, 0, Direction::kForward));
       x = receive.take(*comm_, device_);
     }
-    x = replicas->forward(placement_.local_index(s), [&] { return placement_.module_of(s)->forward(x); });
+    const int local = placement_.local_index(s);
+    x = replicas->to_compute(local, x);
+    x = replicas->forward(local, [&] { return placement_.module_of(s)->forward(x); });
+    if (placement_.is_last(s)) x = in_float(x);
     if (!placement_.is_last(s) && !placement_.is_mine(s + 1))
       send_activation(*comm_, x, schedule.rank_of(s + 1), placement_.tag(s + 1, 0, Direction::kForward), sends);
   }

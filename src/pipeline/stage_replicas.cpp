@@ -30,6 +30,11 @@ UnitPolicy entries_without_units() {
 
 }  // namespace
 
+torch::Tensor in_float(const torch::Tensor& t) {
+  const bool reduced = t.defined() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf);
+  return reduced ? t.to(torch::kFloat) : t;
+}
+
 StageReplicas::StageReplicas(const std::vector<torch::nn::Sequential>& stages, const PipelineOptions& options,
                              std::vector<int> last_backward)
     : last_backward_(std::move(last_backward)) {
@@ -56,10 +61,9 @@ void StageReplicas::make_zero_engines(const std::vector<torch::nn::Sequential>& 
   COHORT_CHECK_KIND(kInvalidArgument, stage != 3 || !options.recompute(),
                     "Pipeline: PipelineOptions::recompute with ZeRO stage 3: the engine recomputes a unit's forward "
                     "itself (activation_checkpointing of its units); use that instead");
-  COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled() && !config.bf16().enabled(),
-                    "Pipeline: PipelineOptions::zero has ", config.fp16().enabled() ? "fp16" : "bf16",
-                    " enabled; a pipeline's ZeRO engines run in fp32 "
-                    "(activations cross stages in the stages' own dtype)");
+  COHORT_CHECK_KIND(kInvalidArgument, !config.fp16().enabled(),
+                    "Pipeline: PipelineOptions::zero has fp16 enabled; its loss scale would have to skip a step on "
+                    "every stage when one overflows, which is not built: use bf16 (no loss scale) or fp32");
   COHORT_CHECK_KIND(kInvalidArgument, config.gradient_accumulation_steps() == 1,
                     "Pipeline: PipelineOptions::zero has "
                     "gradient_accumulation_steps ",
@@ -107,6 +111,10 @@ void StageReplicas::backward(int local, int microbatch, const torch::Tensor& roo
 torch::Tensor StageReplicas::forward(int local, const std::function<torch::Tensor()>& fn) {
   if (!sharded_parameters_) return fn();
   return zero_[local]->run_forward(fn);
+}
+
+torch::Tensor StageReplicas::to_compute(int local, const torch::Tensor& t) const {
+  return zero_.empty() ? t : zero_.at(size_t(local))->to_compute(t);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> StageReplicas::full_parameters(int local) {

@@ -15,6 +15,10 @@
 
 namespace cohort::pipeline::detail {
 
+/// A bfloat16 or float16 tensor in float32 (the last stage's output before the loss, and what
+/// Pipeline::forward returns, as the Trainer's ZeRO forward does); any other tensor as it is.
+torch::Tensor in_float(const torch::Tensor& t);
+
 class StageReplicas {
  public:
   /// `last_backward`: per local stage, the microbatch of its last backward in the schedule.
@@ -27,6 +31,9 @@ class StageReplicas {
   /// fn(), a forward of local stage `local`: at ZeRO stage 3 as one forward of its engine (each unit
   /// gathered as it runs, freed after), else as it is.
   torch::Tensor forward(int local, const std::function<torch::Tensor()>& fn);
+  /// `t` in local stage `local`'s compute dtype (a ZeRO engine's under bf16) when it is a floating-point
+  /// tensor of another, else `t`.
+  torch::Tensor to_compute(int local, const torch::Tensor& t) const;
   /// With ZeRO: local stage `local`'s parameters whole, by name (a collective over the data group).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters(int local);
   bool has_zero() const { return !zero_.empty(); }

@@ -112,7 +112,7 @@ torch::Tensor StepActions::loss_of(int microbatch, const torch::Tensor& output) 
   // An empty microbatch (fewer rows than chunks): a zero on the graph, so that its backward runs like
   // the others' and adds nothing; a mean loss over no rows would be NaN.
   if (target_chunks_.at(microbatch).size(0) == 0) return (output.sum() * 0.0).reshape({});
-  auto loss = options_.loss_fn()(output, target_chunks_.at(microbatch));
+  auto loss = options_.loss_fn()(in_float(output), target_chunks_.at(microbatch));
   COHORT_CHECK_KIND(kInvalidArgument, loss.defined() && loss.numel() == 1, "Pipeline: the loss function returned ",
                     describe_tensor(loss), " for microbatch ", microbatch,
                     "; it must return one number (the microbatch's mean loss)");
@@ -120,7 +120,8 @@ torch::Tensor StepActions::loss_of(int microbatch, const torch::Tensor& output) 
 }
 
 void StepActions::run_forward(int stage, int microbatch) {
-  auto input = stage_input(stage, microbatch).detach();
+  // Stage 0's floating-point inputs in the stages' compute dtype (bf16 under a bf16 ZeRO config).
+  auto input = replicas_.to_compute(placement_.local_index(stage), stage_input(stage, microbatch)).detach();
   if (stage > 0 && input.is_floating_point()) input.requires_grad_(true);
   auto& slot = slots_[{stage, microbatch}];
   slot.input = input;

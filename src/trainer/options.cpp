@@ -125,8 +125,11 @@ void check_pipeline_options(const TrainerOptions& options, const ResolvedOptions
   if (zero_stage < 0 || zero_stage > 3)
     refuse("pipeline_zero_stage", std::to_string(zero_stage), "0 (DDP per stage) to 3 (FSDP per stage)");
   if (out.strategy == StrategyKind::kPipeline) {
-    COHORT_CHECK_KIND(kInvalidArgument, out.precision == Precision::k32, "TrainerOptions.precision \"",
-                      options.precision(), "\" with strategy \"pipeline\": the pipeline trains in 32-true only");
+    COHORT_CHECK_KIND(kInvalidArgument,
+                      out.precision == Precision::k32 || (out.precision == Precision::kBf16Mixed && zero_stage > 0),
+                      "TrainerOptions.precision \"", options.precision(),
+                      "\" with strategy \"pipeline\": the pipeline trains in 32-true, or in bf16-mixed with "
+                      "pipeline_zero_stage 1-3 (the engines' bf16 parameters and fp32 masters)");
     COHORT_CHECK_KIND(kInvalidArgument, zero_stage == 0 || options.accumulate_grad_batches() == 1,
                       "TrainerOptions.accumulate_grad_batches ", options.accumulate_grad_batches(),
                       " with pipeline_zero_stage ", zero_stage,

@@ -161,12 +161,13 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
                       " stage(s) of one pipeline: set pipeline_stages so that it divides "
                       "the world at least twice");
     TrainingModule* owner = &module;
-    options.zero(ZeroConfig().zero_optimization(ZeroOptimizationConfig().stage(int(zero_per_stage()))))
-        .zero_optimizer([owner](std::vector<torch::Tensor> shards) {
-          auto optimizer = owner->configure_optimizers(std::move(shards));
-          COHORT_CHECK_KIND(kInvalidArgument, optimizer != nullptr, "configure_optimizers returned no optimizer");
-          return optimizer;
-        });
+    ZeroConfig config = ZeroConfig().zero_optimization(ZeroOptimizationConfig().stage(int(zero_per_stage())));
+    if (options_.precision == Precision::kBf16Mixed) config.bf16().enabled(true);
+    options.zero(config).zero_optimizer([owner](std::vector<torch::Tensor> shards) {
+      auto optimizer = owner->configure_optimizers(std::move(shards));
+      COHORT_CHECK_KIND(kInvalidArgument, optimizer != nullptr, "configure_optimizers returned no optimizer");
+      return optimizer;
+    });
   }
 
   // The network, or the layers a module with its own gives.

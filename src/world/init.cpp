@@ -18,6 +18,7 @@
 #include "core/job_secret.h"
 #include "core/log.h"
 #include "core/socket.h"
+#include "world/descriptor_budget.h"
 #include "world/launch_env.h"
 #include "world/malloc_policy.h"
 #include "world/rendezvous.h"
@@ -211,6 +212,11 @@ World init(const InitOptions& options) {
   config.hierarchical = hierarchical_enabled();
   config.test_hosts_split = test_hosts_split();
   config.tcp_congestion = tcp_congestion();
+  // Before any connection: a rank short of descriptors would fail half-connected (issue 43).
+  const auto descriptors = detail::ensure_descriptors(launch.size, launch.local_size);
+  if (descriptors.raised)
+    COHORT_INFO("raised RLIMIT_NOFILE's soft limit from ", descriptors.soft, " to its hard limit ", descriptors.hard,
+                " for about ", descriptors.need, " descriptors");
   std::string endpoint = "this process";  // where the world meets, for errors
   if (launch.size > 1 || options.store()) {
     world.master_addr_ = launch.master_addr;

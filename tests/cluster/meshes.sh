@@ -5,7 +5,7 @@
 # parallel 2 x that HSDP (2 replicas x 2 shards x 2), (d) 2 pipeline stages (one per host) x fsdp 2 x
 # tensor parallel 2, (e) (a)'s checkpoint at step 10 resumed on (d)'s mesh. Each exports its whole model
 # (--export), which must be within 1e-5 (max abs) of one process's after 20 AdamW steps (fp32, no
-# dropout, no biases); under bf16 (b and c again) the losses at steps 10 and 20 are within 1% of one
+# dropout, no biases); under bf16 (b, c and d again) the losses at steps 10 and 20 are within 1% of one
 # process's in fp32.
 
 scenario_hosts() { echo 2; }
@@ -111,5 +111,7 @@ scenario_meshes() {
   mesh_run "$out" hsdp2x4_bf16 "${flags[@]}" --batch-size 2 --precision bf16-mixed && mesh_bf16_check "$out" hsdp2x4_bf16
   mesh_run "$out" tp2_hsdp2x2_bf16 "${flags[@]}" --tp 2 --batch-size 4 --precision bf16-mixed &&
     mesh_bf16_check "$out" tp2_hsdp2x2_bf16
+  mesh_run "$out" pp2_fsdp2_tp2_bf16 "${flags[@]}" --pp 2 --tp 2 --batch-size 8 --precision bf16-mixed &&
+    mesh_bf16_check "$out" pp2_fsdp2_tp2_bf16
   [ "$FAILURES" = 0 ]
 }

@@ -217,10 +217,9 @@ TEST(TrainerTensorParallel, SizesAndStrategiesItCannotRunAreOneLineErrors) {
     EXPECT_THAT(error_of([] { cohort::Trainer trainer(options(1).tensor_parallel_size(0)); }),
                 HasSubstr("TrainerOptions.tensor_parallel_size \"0\" is not accepted: expected an integer >= 1"));
     EXPECT_THAT(
-        error_of([] { cohort::Trainer trainer(options(2).strategy("pipeline")); }),
-        HasSubstr("TrainerOptions.tensor_parallel_size 2 with strategy \"pipeline\": tensor parallelism runs "
-                  "under ddp, zero1-3, fsdp or deepspeed (data parallel over the other ranks); the pipeline and "
-                  "dp over it are not built yet"));
+        error_of([] { cohort::Trainer trainer(options(2).strategy("dp")); }),
+        HasSubstr("TrainerOptions.tensor_parallel_size 2 with strategy \"dp\": tensor parallelism runs under ddp, "
+                  "zero1-3, fsdp, deepspeed or pipeline (data parallel over the other ranks); dp over it is not built"));
     EXPECT_THAT(error_of([] { fit(options(3), 4); }),
                 HasSubstr("TrainerOptions.tensor_parallel_size 3 does not divide the world's 2 rank(s)"));
     EXPECT_THAT(error_of([] { fit(options(1).strategy("zero3").data_parallel_replicate_size(3), 4); }),
