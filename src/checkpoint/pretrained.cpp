@@ -28,10 +28,16 @@ void check_all_used(const SafetensorsSource& source, const std::set<std::string>
 }
 
 // Elements [begin, begin + out.numel()) of this rank's tensor `name` (of `shape` here): straight from
-// the file, or, for a part, cut from the whole tensor read once.
+// the file, or, for a part, its runs in the whole tensor (else cut from the whole tensor read once).
 void read_local(const SafetensorsSource& source, const std::string& key, const std::vector<int64_t>& shape,
                 int64_t begin, torch::Tensor out, const std::optional<LocalPart>& part) {
   if (!part) return source.read(key, shape, begin, std::move(out));
+  if (part->runs) {
+    if (out.numel() == 0) return source.read(key, part->whole_shape, 0, std::move(out));  // checks name and shape
+    for (const PartRunOnFile& run : part->runs(begin, begin + out.numel()))
+      source.read(key, part->whole_shape, run.whole, out.narrow(0, run.local - begin, run.count));
+    return;
+  }
   torch::Tensor whole = torch::empty(part->whole_shape, out.options());
   source.read(key, part->whole_shape, 0, whole.view({-1}));
   if (out.numel() > 0) out.copy_(part->cut(whole).reshape({-1}).narrow(0, begin, out.numel()));

@@ -132,7 +132,7 @@ class ZeroStrategy : public Strategy {
       state.add("engine", tensor_parallel_rank_state(engine_, mesh_->coordinate("tensor_parallel")));
     }
   }
-  // Each rank reads its own shards' bytes (a tensor-parallel cut: the whole tensor, then its part).
+  // Each rank reads its own shards' bytes (of a tensor-parallel cut, its part's runs).
   void load_pretrained(const std::string& path, const StateDictOptions& options) override {
     load_pretrained_parts(engine_, path, options, tensor_parallel_parts(cut_of_));
   }

@@ -136,8 +136,16 @@ LocalParts tensor_parallel_parts(CutOf cut_of) {
   return [cut_of](const std::string& name, const std::vector<int64_t>& shape) -> std::optional<LocalPart> {
     const ParameterCut* cut = cut_of(name);
     if (cut == nullptr) return std::nullopt;
-    LocalPart part{shape, [cut = *cut](const torch::Tensor& whole) { return tp::detail::cut_of(whole, cut); }};
+    LocalPart part{shape, [cut = *cut](const torch::Tensor& whole) { return tp::detail::cut_of(whole, cut); }, nullptr};
     part.whole_shape[size_t(cut->dim)] = cut->whole;
+    // Only the part's runs are read from the file (issue 42: never the whole tensor).
+    part.runs = [cut = *cut, whole_shape = part.whole_shape](int64_t begin, int64_t end) {
+      std::vector<PartRunOnFile> out;
+      for (const auto& run : tp::detail::cut_runs(whole_shape, cut.dim, cut.fused, cut.comm->size(), cut.comm->rank(),
+                                                  begin, end))
+        out.push_back({run.local, run.whole, run.count});
+      return out;
+    };
     return part;
   };
 }
