@@ -43,6 +43,9 @@ void check_pipeline_flags(const gpt_example::Flags& flags) {
   const auto refuse = [&](bool set, const std::string& flag) {
     if (set) fail(flag + " with " + pp + " is not built (the pipeline's stages run without offload or HSDP)");
   };
+  if (!flags.init_from.empty() && flags.strategy != "ddp")
+    fail("--init-from with " + pp + " --strategy " + flags.strategy +
+         " is not built (the stages' engines take the weights before they could be read): use --strategy ddp");
   refuse(flags.offload_optimizer != "none", "--offload-optimizer " + flags.offload_optimizer);
   refuse(flags.offload_params != "none", "--offload-params " + flags.offload_params);
   refuse(flags.dp_replicate > 0 || flags.dp_shard != -1, "--dp-replicate/--dp-shard");

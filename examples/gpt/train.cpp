@@ -163,12 +163,14 @@ int64_t estimated_bytes(const GPTConfig& config, const Flags& flags, int world_s
   const double ranks = flags.dp_shard > 0       ? double(flags.dp_shard)
                        : flags.dp_replicate > 0 ? data_parallel / double(flags.dp_replicate)
                                                 : data_parallel;
-  const double all_grads = flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks;
+  // Under --pp a rank's gradients and optimizer state are its stage's: about 1 / pp of them.
+  const double stage = double(flags.pipeline_parallel);
+  const double all_grads = (flags.strategy == "ddp" || flags.strategy == "zero1" ? 4 * p : 4 * p / ranks) / stage;
   const double e = static_cast<double>(config.n_embd()), layers = static_cast<double>(config.n_layer());
   const double block = 12 * e * e + 13 * e;
   // AdamW keeps two fp32 moments, SGD one momentum buffer (none without momentum).
   const double state = flags.optimizer == "sgd" ? (flags.momentum != 0 ? 4 : 0) : 8;
-  double moments = flags.strategy == "ddp" ? state * p : state * p / ranks;
+  double moments = (flags.strategy == "ddp" ? state * p : state * p / ranks) / stage;
   if (flags.offload_optimizer == "cpu" || (flags.offload_params != "none" && flags.offload_optimizer == "none"))
     moments += 4 * p / ranks;
   const bool per_block = flags.strategy == "zero3" || flags.strategy == "fsdp";  // a group per block

@@ -53,6 +53,13 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
     trainable_params = tied->distinct();
   }
   replicas = std::make_unique<StageReplicas>(stages, options_, std::move(last_backward));
+  if (tied && replicas->has_zero()) {
+    try {
+      tied->check_engines(*replicas);
+    } catch (const Error& e) {
+      fail(e.what(), e.kind(), e.ranks());  // the stages between the holders are not left waiting
+    }
+  }
 }
 
 void PipelineImpl::check_stages() const {
@@ -69,6 +76,7 @@ void PipelineImpl::check_stages() const {
 
 torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
   try {
+    if (tied && !replicas->has_zero()) tied->check_fresh_gradients();
     StepActions actions(*comm_, placement_, options_, *replicas, device_);
     const auto loss_sum = actions.run(inputs, targets);
     peak_activations = actions.peak_activations();
@@ -79,6 +87,19 @@ torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tenso
   } catch (const std::exception& e) {
     fail("Pipeline::step on rank " + std::to_string(rank_) + " failed: " + cohort::detail::first_line(e.what()),
          ErrorKind::kOther);  // not cohort's: its kind is not known here
+  }
+}
+
+void PipelineImpl::optimizer_step() {
+  try {
+    if (tied) tied->sum_engine_gradients(*replicas);
+    replicas->step_zero();
+  } catch (const Error& e) {
+    fail(e.what(), e.kind(), e.ranks());
+  } catch (const std::exception& e) {
+    fail("Pipeline::optimizer_step on rank " + std::to_string(rank_) +
+             " failed: " + cohort::detail::first_line(e.what()),
+         ErrorKind::kOther);
   }
 }
 
@@ -136,6 +157,7 @@ void PipelineImpl::check_checkpointable(const char* what) const {
 void PipelineImpl::fail(const std::string& message, ErrorKind kind, const std::vector<int>& ranks) {
   comm_->abort(message);
   if (options_.data_comm()) options_.data_comm()->abort(message);
+  if (tied) tied->abort(message);
   const Error error(message, kind, ranks);
   throw error;
 }

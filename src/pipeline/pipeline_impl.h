@@ -25,6 +25,9 @@ class PipelineImpl {
 
   torch::Tensor step(const torch::Tensor& inputs, const torch::Tensor& targets);
   torch::Tensor forward(const torch::Tensor& inputs);
+  /// With ZeRO: the tied weights' gradient shards summed, then each stage's engine stepped; a failure
+  /// on any rank raises on every rank, as in step().
+  void optimizer_step();
 
   std::vector<int> stage_ids;
   std::vector<torch::nn::Sequential> stages;

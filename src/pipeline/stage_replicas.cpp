@@ -140,8 +140,7 @@ void Pipeline::optimizer_step() {
   COHORT_CHECK_KIND(kInvalidArgument, impl_->replicas->has_zero(),
                     "Pipeline::optimizer_step: this pipeline has no ZeRO engines "
                     "(PipelineOptions::zero is not set): step an optimizer over Pipeline::parameters() instead");
-  if (impl_->tied) impl_->tied->sum_engine_gradients(*impl_->replicas);
-  impl_->replicas->step_zero();
+  impl_->optimizer_step();
 }
 
 }  // namespace cohort::pipeline

@@ -16,18 +16,23 @@ namespace {
 struct Holder {
   int rank = 0;
   int stage = 0;
-  int64_t numel = 0;
+  std::string shape;  // "[50304, 768]"
 };
 
-// "<stage> <numel> <whole-model name>" for each trainable parameter of this rank's stages.
+std::string shape_text(const torch::Tensor& t) {
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+// "<stage> <shape> <whole-model name>" for each trainable parameter of this rank's stages.
 std::vector<std::string> held_names(const std::vector<int>& stage_ids, const std::vector<torch::nn::Sequential>& stages,
                                     const ParameterNames& names) {
   std::vector<std::string> out;
   for (size_t i = 0; i < stages.size(); ++i)
     for (const auto& item : stages[i]->named_parameters(true))
       if (item.value().requires_grad())
-        out.push_back(std::to_string(stage_ids[i]) + " " + std::to_string(item.value().numel()) + " " +
-                      names(item.key()));
+        out.push_back(std::to_string(stage_ids[i]) + " " + shape_text(item.value()) + " " + names(item.key()));
   return out;
 }
 
@@ -39,9 +44,9 @@ TiedParameters::TiedParameters(const std::shared_ptr<Comm>& comm, const std::vec
   const auto per_rank = cohort::detail::ckpt::Group(comm).allgather_lists(held_names(stage_ids, stages, names));
   for (int r = 0; r < int(per_rank.size()); ++r) {
     for (const std::string& item : per_rank[size_t(r)]) {
-      const size_t first = item.find(' '), second = item.find(' ', first + 1);
+      const size_t first = item.find(' '), second = item.find("] ", first) + 1;
       holders[item.substr(second + 1)].push_back(
-          {r, std::stoi(item.substr(0, first)), std::stoll(item.substr(first + 1, second - first - 1))});
+          {r, std::stoi(item.substr(0, first)), item.substr(first + 1, second - first - 1)});
     }
   }
   distinct_ = int64_t(holders.size());
@@ -50,16 +55,21 @@ TiedParameters::TiedParameters(const std::shared_ptr<Comm>& comm, const std::vec
     std::sort(held.begin(), held.end(), [](const Holder& a, const Holder& b) { return a.stage < b.stage; });
     std::vector<int> ranks;
     for (const Holder& h : held) {
-      COHORT_CHECK_KIND(kInvalidArgument, h.numel == held.front().numel,
+      COHORT_CHECK_KIND(kInvalidArgument, h.shape == held.front().shape,
                         "Pipeline: PipelineOptions::parameter_names "
-                        "names a parameter of stage ",
-                        held.front().stage, " (", held.front().numel, " elements) and one of stage ", h.stage, " (",
-                        h.numel, " elements) '", name, "': tied parameters must be the same size");
-      COHORT_CHECK_KIND(kInvalidArgument, std::find(ranks.begin(), ranks.end(), h.rank) == ranks.end(),
-                        "Pipeline: parameter '", name, "' is in stages ", held.front().stage, " and ", h.stage,
+                        "gives a parameter of stage ",
+                        held.front().stage, " ", held.front().shape, " and one of stage ", h.stage, " ", h.shape,
+                        " the name '", name, "': tied parameters must have one shape");
+      const auto same_rank = std::find_if(held.begin(), held.end(),
+                                          [&](const Holder& o) { return &o != &h && o.rank == h.rank; });
+      COHORT_CHECK_KIND(kInvalidArgument, same_rank == held.end(), "Pipeline: parameter '", name, "' is in stage ",
+                        h.stage,
+                        same_rank != held.end() && same_rank->stage == h.stage
+                            ? " twice"
+                            : " and stage " + std::to_string(same_rank == held.end() ? 0 : same_rank->stage),
                         " of rank ", h.rank,
-                        "; a weight tied across stages (PipelineOptions::parameter_names) "
-                        "must be held by different ranks");
+                        "; a weight tied across stages (PipelineOptions::parameter_names) must be "
+                        "held by different ranks (at least 2 stages, the first and last on other ranks)");
       ranks.push_back(h.rank);
     }
     Tie tie;
@@ -87,6 +97,26 @@ void TiedParameters::synchronize() {
     tie.comm->broadcast(value, tie.root);
     if (!value.is_same(tie.parameter)) tie.parameter.detach().copy_(value);
   }
+}
+
+void TiedParameters::check_fresh_gradients() const {
+  for (const Tie& tie : ties_) {
+    if (!tie.comm || !tie.parameter.grad().defined()) continue;
+    COHORT_CHECK_KIND(kInvalidArgument, !tie.parameter.grad().ne(0).any().item<bool>(), "Pipeline::step: parameter '",
+                      tie.name,
+                      "', tied across stages, still has a gradient from an earlier step: its copies' "
+                      "gradients are summed at every step, so zero the gradients between steps (accumulate over "
+                      "more chunks instead)");
+  }
+}
+
+void TiedParameters::check_engines(StageReplicas& replicas) {
+  sum_engine_gradients(replicas);  // a sum of zeros: every holder checks the layout at once
+}
+
+void TiedParameters::abort(const std::string& reason) {
+  for (Tie& tie : ties_)
+    if (tie.comm) tie.comm->abort(reason);
 }
 
 void TiedParameters::sum_gradients() {

@@ -33,6 +33,14 @@ class TiedParameters {
   int64_t distinct() const { return distinct_; }
   /// Makes every copy the first stage's holder's (collective over each tie's ranks).
   void synchronize();
+  /// Before a step under DDP or alone: throws when a tied parameter's gradient is not zero (an earlier
+  /// step's, which the next sum would count twice).
+  void check_fresh_gradients() const;
+  /// Under ZeRO, once the engines exist (their gradients zero): each holder's engine checks, with the
+  /// others at once, that it lays the tied parameter out as they do (ZeroEngineCore::sum_tied_gradient).
+  void check_engines(StageReplicas& replicas);
+  /// Aborts the ties' groups (a failing rank releases its twins).
+  void abort(const std::string& reason);
   /// Sums each tied parameter's gradient (.grad) over its holders: stages under DDP or alone.
   void sum_gradients();
   /// The same for stages under ZeRO: each holder's engine sums its reduced gradient shard.

@@ -47,18 +47,16 @@ std::vector<std::pair<std::string, torch::Tensor>> PipelineParameters::full_para
   std::set<std::string> seen;
   torch::NoGradGuard no_grad;
   for (const auto& item : layers_->named_parameters(true)) {
-    if (!item.value().requires_grad()) continue;
     const std::string name = whole_name(item.key());
     if (!seen.insert(name).second) continue;  // a tied weight: its first stage's
     const int owner_rank = owner(item.key());
     const auto own = held.find(name);
-    COHORT_CHECK_KIND(kInternal, pipe.rank() != owner_rank || own != held.end(), "pipeline: rank ", pipe.rank(),
-                      " holds no parameter '", name, "' of its stage");
+    // The owner's: its stage's (gathered from its engine), or a frozen parameter the module keeps whole.
     // Elsewhere the shape is this rank's copy of a tied weight's (its engine may have emptied the
     // module's), else the module's, which no engine here took.
-    torch::Tensor value = pipe.rank() == owner_rank ? own->second.to(torch::kCPU, torch::kFloat).contiguous()
-                          : own != held.end()       ? torch::empty(own->second.sizes(), torch::kFloat)
-                                                    : torch::empty(item.value().sizes(), torch::kFloat);
+    const torch::Tensor& source = own != held.end() ? own->second : item.value();
+    torch::Tensor value = pipe.rank() == owner_rank ? source.detach().to(torch::kCPU, torch::kFloat).clone()
+                                                    : torch::empty(source.sizes(), torch::kFloat);
     if (const auto* cut = cut_of_layer(item.key())) value = tp::detail::gather_cut(value, *cut);
     pipe.broadcast(value, owner_rank);
     out.emplace_back(name, value);

@@ -33,8 +33,8 @@ class PipelineParameters {
   const tp::detail::ParameterCut* cut_of_whole(const std::string& name) const;
   bool any_cut() const { return !cuts_.empty(); }
 
-  /// Every trainable parameter whole, in float32 on the CPU, under its name in the module, once (a tied
-  /// one from its first stage): gathered over the tp group when cut, then broadcast over `pipe` from
+  /// Every parameter whole (frozen ones too), in float32 on the CPU, under its name in the module, once
+  /// (a tied one from its first stage): gathered over the tp group when cut, then broadcast over `pipe` from
   /// its owner; `mine` holds this rank's stages' (Pipeline::full_parameters). All ranks call it.
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters(
       const std::vector<std::pair<std::string, torch::Tensor>>& mine, Comm& pipe) const;

@@ -44,6 +44,10 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
                       " with strategy \"pipeline\" ",
                       tp > 1 ? "and tensor_parallel_size " + std::to_string(tp) : std::string("of named layers"),
                       ": the norm over cut and tied weights is not built; use 0");
+    COHORT_CHECK_KIND(kInvalidArgument, options.raw.accumulate_grad_batches() == 1 || !layers.names,
+                      "TrainerOptions.accumulate_grad_batches ", options.raw.accumulate_grad_batches(),
+                      " with strategy \"pipeline\" of a module's pipeline_layers(): weights tied across its stages "
+                      "have their gradients summed at every batch; raise pipeline_chunks instead");
     std::shared_ptr<Comm> data_comm;
     pipe_comm_ = world.comm_ptr();
     if (data > 1 || tp > 1) {
@@ -51,7 +55,7 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
       pipe_comm_ = mesh_->group_ptr("pipe");
       if (data > 1) data_comm = mesh_->group_ptr("data");
     }
-    partition_ = pipeline::partition(layers.layers, stages);
+    partition_ = agreed_partition(layers.layers, stages, world.comm());
     // The cuts are read before the stages' ZeRO engines take the parameters.
     parameters_by_name_.emplace(layers.layers, layers.names, partition_.boundaries, stages);
     auto loss = [this, &module](const torch::Tensor& output, const torch::Tensor& target) {
@@ -81,6 +85,8 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
     if (zero_per_stage() == 0) return ModuleOptimizerStrategy::lr();
     return pipeline_->zero_engine(0).lr();
   }
+  // The stages' engines' stage: memory plans and shard_ranks() then count a stage's shards.
+  int zero_stage() const override { return int(zero_per_stage()); }
   MemoryReport memory_report() const override {
     return zero_per_stage() > 0 ? pipeline_->zero_engine(0).memory_report() : ModuleOptimizerStrategy::memory_report();
   }
@@ -168,6 +174,17 @@ class PipelineStrategy : public ModuleOptimizerStrategy {
       COHORT_CHECK_KIND(kInvalidArgument, optimizer != nullptr, "configure_optimizers returned no optimizer");
       return optimizer;
     });
+  }
+
+  // Every rank cuts where world rank 0 cuts: a tensor-parallel cut of an uneven size (a vocabulary the
+  // tp size does not divide) changes the parameter counts a balanced cut weighs, from rank to rank.
+  static pipeline::Partition agreed_partition(const torch::nn::Sequential& layers, int stages, Comm& world) {
+    auto mine = pipeline::partition(layers, stages);
+    auto bounds = torch::tensor(mine.boundaries, torch::kLong);
+    world.broadcast(bounds, 0);
+    const std::vector<int64_t> agreed(bounds.data_ptr<int64_t>(), bounds.data_ptr<int64_t>() + bounds.numel());
+    if (agreed == mine.boundaries) return mine;
+    return pipeline::partition(layers, stages, pipeline::PartitionOptions().boundaries(agreed));
   }
 
   // The network, or the layers a module with its own gives.

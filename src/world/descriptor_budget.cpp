@@ -28,7 +28,6 @@ DescriptorBudget ensure_descriptors(int64_t ranks, int64_t local_ranks) {
   };
   budget.soft = as_count(limit.rlim_cur);
   budget.hard = as_count(limit.rlim_max);
-  if (budget.need <= budget.soft) return budget;
   const std::string what = "this rank of " + std::to_string(ranks) + " (" + std::to_string(local_ranks) +
                            " per host) needs about " + std::to_string(budget.need) +
                            " file descriptors (its world's sockets " +
@@ -38,10 +37,16 @@ DescriptorBudget ensure_descriptors(int64_t ranks, int64_t local_ranks) {
                     ", more than RLIMIT_NOFILE allows (soft ", budget.soft, ", hard ", budget.hard,
                     "): raise it in the job script (ulimit -n ", budget.need,
                     ") or ask the centre for a higher hard limit");
+  // Groups open more as the job makes them, so the soft limit goes up to the hard one whenever it is
+  // lower (Open MPI does the same), not only when the world alone needs it.
+  if (budget.soft >= budget.hard) return budget;
   limit.rlim_cur = limit.rlim_max;
-  COHORT_CHECK_KIND(kInvalidArgument, ::setrlimit(RLIMIT_NOFILE, &limit) == 0, "cohort::init: ", what,
-                    ", and raising RLIMIT_NOFILE's soft limit ", budget.soft, " to its hard limit ", budget.hard,
-                    " failed: ", std::strerror(errno));
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    COHORT_CHECK_KIND(kInvalidArgument, budget.need <= budget.soft, "cohort::init: ", what,
+                      ", and raising RLIMIT_NOFILE's soft limit ", budget.soft, " to its hard limit ", budget.hard,
+                      " failed: ", std::strerror(errno));
+    return budget;
+  }
   budget.raised = true;
   return budget;
 }

@@ -3,7 +3,7 @@
 // collectives, so the world alone takes 2(N-1) + 2(H-1) + 2(L-1) + 1 sockets on N ranks over H hosts
 // of L, and groups, files and the runtime take more. Past RLIMIT_NOFILE a rank would fail mid-way
 // through connecting (EMFILE, with every peer waiting on it); instead the soft limit is raised to the
-// hard one when that suffices, and otherwise init stops in one line naming the limit and the need.
+// hard one, and a hard limit below the need stops init in one line naming the limit and the need.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +26,9 @@ struct DescriptorBudget {
   bool raised = false;
 };
 
-/// Checks RLIMIT_NOFILE against the need of a rank of `ranks` (`local_ranks` per host), raising the
-/// soft limit up to the hard one when that suffices; throws kInvalidArgument in one line otherwise.
+/// Checks RLIMIT_NOFILE against the need of a rank of `ranks` (`local_ranks` per host): throws
+/// kInvalidArgument in one line when the hard limit is below it; else raises the soft limit to the
+/// hard one (groups open more as the job makes them).
 DescriptorBudget ensure_descriptors(int64_t ranks, int64_t local_ranks);
 
 }  // namespace cohort::detail

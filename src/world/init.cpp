@@ -216,7 +216,7 @@ World init(const InitOptions& options) {
   const auto descriptors = detail::ensure_descriptors(launch.size, launch.local_size);
   if (descriptors.raised)
     COHORT_INFO("raised RLIMIT_NOFILE's soft limit from ", descriptors.soft, " to its hard limit ", descriptors.hard,
-                " for about ", descriptors.need, " descriptors");
+                " (this rank's world needs about ", descriptors.need, " descriptors, groups more)");
   std::string endpoint = "this process";  // where the world meets, for errors
   if (launch.size > 1 || options.store()) {
     world.master_addr_ = launch.master_addr;

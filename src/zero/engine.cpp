@@ -146,22 +146,24 @@ void ZeroEngineImpl::sum_tied_gradient(const std::string& name, Comm& comm) {
                     "' to sum with its tied twin");
   const int64_t g = store_->group_of(int64_t(found - names.begin()));
   const GroupLayout& layout = store_->layout(g);
-  COHORT_CHECK_KIND(kInvalidArgument, layout.params.size() == 1, "ZeRO engine: parameter '", name,
-                    "' is tied to another engine's but shares flat group ", g, " with ", layout.params.size() - 1,
-                    " other parameter(s), so its gradient shard lies differently in each: at stage 3 make the "
-                    "module holding it a unit of its own (stages 1 and 2 group by reduce_bucket_size)");
-  COHORT_CHECK_KIND(kInvalidArgument, !store_->gradients_on_host() && !store_->masters_on_file(),
-                    "ZeRO engine: parameter '", name, "' is tied to another engine's, and its gradients are offloaded");
-  auto shape = torch::tensor({layout.padded, int64_t(settings_.world)}, torch::kLong);
-  const auto all = comm.allgather(shape);
-  if (!all.eq(shape).all().item<bool>()) {
-    std::string seen;
-    for (int64_t r = 0; r < all.size(0); ++r)
-      seen += (r ? ", " : "") + std::to_string(all[r][0].item<int64_t>()) + "/" +
-              std::to_string(all[r][1].item<int64_t>());
-    COHORT_CHECK_KIND(kInvalidArgument, false, "ZeRO engine: parameter '", name,
-                      "' is tied to engines that lay it out otherwise (padded elements / shard ranks: ", seen, ")");
+  // Every holder learns every holder's layout first, so that all of them refuse together.
+  const bool alone = layout.params.size() == 1, offloaded = store_->gradients_on_host() || store_->masters_on_file();
+  auto mine = torch::tensor({int64_t(alone), int64_t(offloaded), layout.padded, int64_t(settings_.world)},
+                            torch::kLong);
+  const auto all = comm.allgather(mine);
+  std::string seen;
+  bool agree = true;
+  for (int64_t r = 0; r < all.size(0); ++r) {
+    const auto row = all[r];
+    agree = agree && row[0].item<int64_t>() == 1 && row[1].item<int64_t>() == 0 && row.equal(all[0]);
+    seen += std::string(r ? "; " : "") + (row[0].item<int64_t>() ? "alone" : "shares its flat group") +
+            (row[1].item<int64_t>() ? ", offloaded" : "") + ", " + std::to_string(row[2].item<int64_t>()) +
+            " padded elements over " + std::to_string(row[3].item<int64_t>()) + " rank(s)";
   }
+  COHORT_CHECK_KIND(kInvalidArgument, agree, "ZeRO engine: parameter '", name,
+                    "' is tied across engines that do not lay it out alike (", seen,
+                    "): each must hold it alone in a flat group (at stage 3 a unit of its own; stages 1 and 2 "
+                    "group by reduce_bucket_size), in memory, over as many ranks");
   torch::Tensor grad = store_->reduced_gradient(g);
   comm.allreduce(grad);
   if (settings_.stage >= 2) store_->gradients(g).shard_grad_clean = false;
