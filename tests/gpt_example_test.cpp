@@ -125,8 +125,8 @@ TEST(GptExample, TensorParallelFollowsDdpUnderDdpAndFsdpAndItsCheckpointResumesW
 }
 
 // --pp 2 on 4 ranks: the GPT cut into 2 pipeline stages (its embedding on the first, the head tied to
-// it on the last), each stage FSDP over its 2 replicas: the global batches of ddp on 2 ranks, and its
-// validation losses (the Trainer's strategy "pipeline" with pipeline_zero_stage 3).
+// it on the last), each stage FSDP over its 2 replicas, or DDP with tensor parallel 2 inside each stage:
+// the global batches of ddp on 2 ranks, and its validation losses (the Trainer's strategy "pipeline").
 TEST(GptExample, PipelineStagesUnderFsdpFollowDdp) {
   Job job;
   const ProcResult ddp = job.run({"--strategy", "ddp"});
@@ -137,6 +137,12 @@ TEST(GptExample, PipelineStagesUnderFsdpFollowDdp) {
   EXPECT_TRUE(losses_close(pp.out, ddp.out, 3)) << pp.describe() << ddp.describe();
   EXPECT_TRUE(losses_close(pp.out, ddp.out, 6)) << pp.describe() << ddp.describe();
   EXPECT_THAT(pp.out, HasSubstr("sample:\n")) << pp.describe();
+  // DDP per stage with tensor parallel inside the stages: one data-parallel rank reading both ranks' rows.
+  const ProcResult pp_tp = job.run({"--strategy", "ddp", "--pp", "2", "--tp", "2", "--sequence-parallel"}, "4", "8");
+  ASSERT_EQ(pp_tp.code, 0) << pp_tp.describe();
+  EXPECT_THAT(pp_tp.out, HasSubstr("ddp on 4 rank(s) (2 pipeline stages x 1 data parallel x 2 tensor parallel, "
+                                   "sequence parallel)"));
+  EXPECT_TRUE(losses_close(pp_tp.out, ddp.out, 6)) << pp_tp.describe() << ddp.describe();
   // One rank per stage leaves nothing to shard over.
   const ProcResult alone = job.run({"--strategy", "fsdp", "--pp", "2"}, "2");
   EXPECT_EQ(alone.code, 2) << alone.describe();
