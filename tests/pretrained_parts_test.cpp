@@ -23,7 +23,7 @@ cohort::detail::LocalPart part_by_runs(std::vector<int64_t> whole_shape, int64_t
   part.whole_shape = whole_shape;
   part.cut = [](const torch::Tensor&) -> torch::Tensor { throw std::runtime_error("read the whole tensor"); };
   part.runs = [=](int64_t begin, int64_t end) {
-    std::vector<cohort::detail::PartRunOnFile> out;
+    std::vector<cohort::detail::PartRun> out;
     for (const auto& r : cohort::tp::detail::cut_runs(whole_shape, dim, fused, ranks, rank, begin, end))
       out.push_back({r.local, r.whole, r.count});
     return out;

@@ -34,7 +34,7 @@ void read_local(const SafetensorsSource& source, const std::string& key, const s
   if (!part) return source.read(key, shape, begin, std::move(out));
   if (part->runs) {
     if (out.numel() == 0) return source.read(key, part->whole_shape, 0, std::move(out));  // checks name and shape
-    for (const PartRunOnFile& run : part->runs(begin, begin + out.numel()))
+    for (const PartRun& run : part->runs(begin, begin + out.numel()))
       source.read(key, part->whole_shape, run.whole, out.narrow(0, run.local - begin, run.count));
     return;
   }

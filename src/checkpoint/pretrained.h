@@ -13,15 +13,9 @@
 
 #include "cohort/safetensors.h"
 #include "cohort/zero.h"
+#include "zero/parameter_state.h"  // PartRun
 
 namespace cohort::detail {
-
-/// `count` elements from `local` in a part and from `whole` in the whole tensor (both flattened).
-struct PartRunOnFile {
-  int64_t local = 0;
-  int64_t whole = 0;
-  int64_t count = 0;
-};
 
 /// A tensor this rank holds a part of: the whole tensor's shape on file, and the part of it this rank keeps.
 struct LocalPart {
@@ -29,7 +23,7 @@ struct LocalPart {
   std::function<torch::Tensor(const torch::Tensor& whole)> cut;
   /// The runs of the part's elements [begin, end) in the whole tensor, in order: when set, only they
   /// are read (never the whole tensor).
-  std::function<std::vector<PartRunOnFile>(int64_t begin, int64_t end)> runs;
+  std::function<std::vector<PartRun>(int64_t begin, int64_t end)> runs;
 };
 /// By the tensor's name and its shape on this rank: its LocalPart, or nothing when it is whole.
 using LocalParts = std::function<std::optional<LocalPart>(const std::string& name, const std::vector<int64_t>& shape)>;

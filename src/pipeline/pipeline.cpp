@@ -53,13 +53,8 @@ PipelineImpl::PipelineImpl(std::shared_ptr<Comm> comm, std::vector<torch::nn::Se
     trainable_params = tied->distinct();
   }
   replicas = std::make_unique<StageReplicas>(stages, options_, std::move(last_backward));
-  if (tied && replicas->has_zero()) {
-    try {
-      tied->check_engines(*replicas);
-    } catch (const Error& e) {
-      fail(e.what(), e.kind(), e.ranks());  // the stages between the holders are not left waiting
-    }
-  }
+  // Every holder checks at once; the stages between them are not left waiting on a failure.
+  if (tied && replicas->has_zero()) failing_on_every_rank("Pipeline", [&] { tied->check_engines(*replicas); });
 }
 
 void PipelineImpl::check_stages() const {
@@ -75,31 +70,33 @@ void PipelineImpl::check_stages() const {
 }
 
 torch::Tensor PipelineImpl::step(const torch::Tensor& inputs, const torch::Tensor& targets) {
-  try {
+  torch::Tensor loss;
+  failing_on_every_rank("Pipeline::step", [&] {
     if (tied && !replicas->has_zero()) tied->check_fresh_gradients();
     StepActions actions(*comm_, placement_, options_, *replicas, device_);
     const auto loss_sum = actions.run(inputs, targets);
     peak_activations = actions.peak_activations();
     if (tied && !replicas->has_zero()) tied->sum_gradients();  // under ZeRO: optimizer_step's
-    return broadcast_loss(loss_sum);
-  } catch (const Error& e) {
-    fail(e.what(), e.kind(), e.ranks());  // a peer's death stays a peer's death for the caller
-  } catch (const std::exception& e) {
-    fail("Pipeline::step on rank " + std::to_string(rank_) + " failed: " + cohort::detail::first_line(e.what()),
-         ErrorKind::kOther);  // not cohort's: its kind is not known here
-  }
+    loss = broadcast_loss(loss_sum);
+  });
+  return loss;
 }
 
 void PipelineImpl::optimizer_step() {
-  try {
+  failing_on_every_rank("Pipeline::optimizer_step", [&] {
     if (tied) tied->sum_engine_gradients(*replicas);
     replicas->step_zero();
+  });
+}
+
+void PipelineImpl::failing_on_every_rank(const char* what, const std::function<void()>& body) {
+  try {
+    body();
   } catch (const Error& e) {
-    fail(e.what(), e.kind(), e.ranks());
+    fail(e.what(), e.kind(), e.ranks());  // a peer's death stays a peer's death for the caller
   } catch (const std::exception& e) {
-    fail("Pipeline::optimizer_step on rank " + std::to_string(rank_) +
-             " failed: " + cohort::detail::first_line(e.what()),
-         ErrorKind::kOther);
+    fail(std::string(what) + " on rank " + std::to_string(rank_) + " failed: " + cohort::detail::first_line(e.what()),
+         ErrorKind::kOther);  // not cohort's: its kind is not known here
   }
 }
 

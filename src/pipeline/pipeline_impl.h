@@ -4,6 +4,7 @@
 // loss; forward() runs inference through the stages.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,8 @@ class PipelineImpl {
 
  private:
   void check_stages() const;
+  /// Runs body(); a failure in it (this rank's or a peer's) raises on every rank through fail().
+  void failing_on_every_rank(const char* what, const std::function<void()>& body);
   torch::Tensor broadcast_loss(const torch::Tensor& loss_sum);
   /// Tells every peer (and the data group) that this rank failed, then throws `message` with the kind
   /// and ranks of the error behind it.

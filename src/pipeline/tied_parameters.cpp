@@ -9,6 +9,7 @@
 #include "checkpoint/group.h"
 #include "core/check.h"
 #include "pipeline/stage_replicas.h"
+#include "pipeline/transfer.h"
 
 namespace cohort::pipeline::detail {
 namespace {
@@ -16,23 +17,17 @@ namespace {
 struct Holder {
   int rank = 0;
   int stage = 0;
-  std::string shape;  // "[50304, 768]"
+  std::string shape;  // "float32 [50304, 768]"
 };
 
-std::string shape_text(const torch::Tensor& t) {
-  std::string out = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
-  return out + "]";
-}
-
-// "<stage> <shape> <whole-model name>" for each trainable parameter of this rank's stages.
+// "<stage> <dtype and shape> <whole-model name>" for each trainable parameter of this rank's stages.
 std::vector<std::string> held_names(const std::vector<int>& stage_ids, const std::vector<torch::nn::Sequential>& stages,
                                     const ParameterNames& names) {
   std::vector<std::string> out;
   for (size_t i = 0; i < stages.size(); ++i)
     for (const auto& item : stages[i]->named_parameters(true))
       if (item.value().requires_grad())
-        out.push_back(std::to_string(stage_ids[i]) + " " + shape_text(item.value()) + " " + names(item.key()));
+        out.push_back(std::to_string(stage_ids[i]) + " " + describe_tensor(item.value()) + " " + names(item.key()));
   return out;
 }
 
@@ -59,7 +54,7 @@ TiedParameters::TiedParameters(const std::shared_ptr<Comm>& comm, const std::vec
                         "Pipeline: PipelineOptions::parameter_names "
                         "gives a parameter of stage ",
                         held.front().stage, " ", held.front().shape, " and one of stage ", h.stage, " ", h.shape,
-                        " the name '", name, "': tied parameters must have one shape");
+                        " the name '", name, "': tied parameters must have one dtype and shape");
       const auto same_rank = std::find_if(held.begin(), held.end(),
                                           [&](const Holder& o) { return &o != &h && o.rank == h.rank; });
       COHORT_CHECK_KIND(kInvalidArgument, same_rank == held.end(), "Pipeline: parameter '", name, "' is in stage ",

@@ -140,7 +140,7 @@ LocalParts tensor_parallel_parts(CutOf cut_of) {
     part.whole_shape[size_t(cut->dim)] = cut->whole;
     // Only the part's runs are read from the file (issue 42: never the whole tensor).
     part.runs = [cut = *cut, whole_shape = part.whole_shape](int64_t begin, int64_t end) {
-      std::vector<PartRunOnFile> out;
+      std::vector<PartRun> out;
       for (const auto& run :
            tp::detail::cut_runs(whole_shape, cut.dim, cut.fused, cut.comm->size(), cut.comm->rank(), begin, end))
         out.push_back({run.local, run.whole, run.count});
