@@ -161,6 +161,24 @@ TEST(CheckpointE2E, WorkerKilledDuringASaveResumesFromThePreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));
 }
 
+// Async saves (--async-checkpoint): the same digest as synchronous ones, and rank 1 killed in the
+// background write of step 10 (its shard written, the step not committed) resumes from step 5.
+TEST(CheckpointE2E, AWorkerKilledDuringABackgroundWriteResumesFromThePreviousCheckpoint) {
+  Job job;
+  const std::string expected = reference_digest(job);
+  const std::string ckpt = job.root + "/ckpt";
+  const ProcResult result =
+      run_process(job.argv({"--checkpoint-dir", ckpt, "--checkpoint-every", "5", "--async-checkpoint"}),
+                  clean_env({{"COHORT_TEST_KILL_IN_SAVE", "1:10"}, {"COHORT_LOG_LEVEL", "info"}}), 180s);
+  ASSERT_EQ(result.code, 0) << result.describe();
+  EXPECT_THAT(result.out, HasSubstr("resumed from " + ckpt + "/step-5 (step 5, saved by 2 rank(s))"))
+      << result.describe();
+  EXPECT_EQ(params_digest_of(result.out), expected) << result.describe();
+  EXPECT_THAT(result.err, HasSubstr("/step-5): snapshot of ")) << result.describe();
+  EXPECT_THAT(result.err, HasSubstr("writing in the background")) << result.describe();
+  EXPECT_TRUE(fs::exists(ckpt + "/step-48/manifest.json"));  // the fit's end waited for its last write
+}
+
 // Issue 39: rank 1 dies in the save of step 24, so the group resumes from step-16, saved at the last
 // step of the first epoch (before the epoch's end ran). That resume failed with `map::at` on every
 // restart; now the epoch ends as it would have (its loss from the sums the checkpoint carries) and the

@@ -134,6 +134,24 @@ TEST(CheckpointParts, ASaveLendsOnePartAtATimeAndWritesTheBytesOfLiveTensors) {
   EXPECT_EQ(bytes_of(parted_dir.path + kShard), bytes_of(live_dir.path + kShard));
 }
 
+// An async save copies every part while it is lent, during the call: what changes after it returns is
+// not in the checkpoint, whose bytes are those of a synchronous save of the state at the call.
+TEST(CheckpointParts, AnAsyncSaveSnapshotsOnePartAtATimeDuringTheCall) {
+  TempDir async_dir, live_dir;
+  Parted parted(1), original(1);
+  cohort::CheckpointState state;
+  state.rng(false).add("state", parted).set_step(4);
+  cohort::save_checkpoint(async_dir.path, state, cohort::SaveOptions().async(true));
+  EXPECT_EQ(parted.lent, (std::vector<int64_t>{0, 1, 2}));
+  parted.stored[1][0].add_(100);
+  parted.scale.add_(100);
+  cohort::finish_checkpoint_saves();
+  EXPECT_FALSE(cohort::checkpoint_save_in_flight());
+  Live live(original);
+  save(live_dir.path, live);
+  EXPECT_EQ(bytes_of(async_dir.path + kShard), bytes_of(live_dir.path + kShard));
+}
+
 TEST(CheckpointParts, ALoadFillsOnePartAtATimeAndLoadsWhatLiveTensorsSaved) {
   TempDir dir;
   Parted saved(1);

@@ -21,6 +21,7 @@ struct CheckpointFlags {
   std::string dir;              ///< "": no checkpoints
   int64_t every = 0;            ///< steps between checkpoints (0: only at the end)
   std::string resume = "auto";  ///< auto, never, or a checkpoint directory
+  bool async = false;           ///< write in the background (SaveOptions::async)
 
   /// --checkpoint-every without --checkpoint-dir is refused (nothing would be saved).
   void check() const { check_every_needs_dir(every, dir); }
@@ -43,6 +44,9 @@ inline void add_checkpoint_flags(CLI::App& app, CheckpointFlags& flags, const Ch
                 "Save checkpoints here (" + help.holds + "step-<n>/ directories and a 'latest' pointer)");
   add_integer(app, {"--checkpoint-every", 0, int64_t(1e12)}, flags.every,
               "Save a checkpoint every K steps (0: only at the end); needs --checkpoint-dir");
+  app.add_flag("--async-checkpoint", flags.async,
+               "Write each checkpoint in the background once the state is copied: a step waits only for the "
+               "copy (and for the previous save when it is still being written)");
   // An empty --resume (--resume "$CKPT" with CKPT unset) would read as auto: refused like --checkpoint-dir.
   app.add_option_function<std::string>(
          "--resume",

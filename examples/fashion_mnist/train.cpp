@@ -216,6 +216,7 @@ void Job::run() {
     trainer_.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
                                                                         .dirpath(config_.checkpoint.dir)
                                                                         .every_n_train_steps(config_.checkpoint.every)
+                                                                        .async(config_.checkpoint.async)
                                                                         .every_n_epochs(0)
                                                                         .keep_last(3)));
   cohort::DataLoader train(std::make_shared<cohort::TensorDataset>(train_.images, train_.labels),

@@ -219,6 +219,7 @@ std::string add_checkpoints(cohort::Trainer& trainer, const Flags& flags) {
     trainer.add_callback(std::make_shared<cohort::ModelCheckpoint>(cohort::ModelCheckpointOptions()
                                                                        .dirpath(flags.checkpoint.dir)
                                                                        .every_n_train_steps(flags.checkpoint.every)
+                                                                       .async(flags.checkpoint.async)
                                                                        .every_n_epochs(0)
                                                                        .keep_last(3)));
   return flags.checkpoint.trainer_ckpt_path();

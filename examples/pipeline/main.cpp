@@ -150,7 +150,8 @@ struct Checkpointing {
     state.set("trainer.segment.epoch", std::to_string(segment[0]))
         .set("trainer.segment.step", std::to_string(segment[1]))
         .set("trainer.segment.samples", std::to_string(segment[2]));
-    cohort::save_checkpoint(config.checkpoint.dir, state.set_step(step), cohort::SaveOptions().comm(comm));
+    cohort::save_checkpoint(config.checkpoint.dir, state.set_step(step),
+                            cohort::SaveOptions().comm(comm).async(config.checkpoint.async));
     saved_step = step;
   }
   const Config& config;
@@ -262,6 +263,7 @@ void train(const Config& config) {
     }
   }
   checkpoints.save(step, true, epoch_batches);
+  cohort::finish_checkpoint_saves();  // the run ends when its last checkpoint is written
   const double accuracy = test_accuracy(pipeline, test_set);
   // A resume with nothing left to train has no loss of its own (hostile pass 19 m-1: "final loss 0.0000").
   char trained[64] = "(no training in this run)";

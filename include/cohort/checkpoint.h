@@ -104,7 +104,21 @@ struct SaveOptions {
   /// The Comm of the ranks that save together; null means the world's (cohort::init()), or a world
   /// of one when init() was not called.
   TORCH_ARG(std::shared_ptr<Comm>, comm) = nullptr;
+  /// Return once this rank's share of the state is copied (into pinned host memory for GPU tensors, a
+  /// buffer on the CPU, reused by the next save) and write it in the background, on a thread and a
+  /// Comm of its own (split from `comm` at the first async save: a collective). One save is in flight
+  /// at a time: the next save (or load) waits for it and raises its error. `latest` moves only once
+  /// every rank's files are written and synced, so a crash during the write keeps the previous
+  /// checkpoint. Call finish_checkpoint_saves() before the end (a save still in flight at exit is
+  /// waited for, its error only logged). Lightning's AsyncCheckpointIO, DCP's async_save.
+  TORCH_ARG(bool, async) = false;
 };
+
+/// Waits for the async save in flight, if any, and raises its error (on every rank that saved it);
+/// then frees the snapshot buffer. A collective only in that it waits for the others' writes.
+void finish_checkpoint_saves();
+/// Whether an async save is still being written by this process.
+bool checkpoint_save_in_flight();
 
 struct LoadOptions {
   /// Fail when `dir` holds no checkpoint (missing or empty directory) instead of returning nothing.

@@ -97,8 +97,9 @@ class Trainer {
   torch::optim::Optimizer& optimizer();
   std::string optimizer_name() const;
   /// Saves the whole training state as <dir>/step-<global_step> (a collective: every rank calls it),
-  /// keeping the newest keep_last (0: all). Returns the step directory.
-  std::string save_checkpoint(const std::string& dir, int keep_last = 2);
+  /// keeping the newest keep_last (0: all). Returns the step directory. `async`: SaveOptions::async
+  /// (written in the background once the state is copied; the directory appears when it is written).
+  std::string save_checkpoint(const std::string& dir, int keep_last = 2, bool async = false);
   /// The full parameters in float32 by name (gathers ZeRO shards: every rank calls it).
   std::vector<std::pair<std::string, torch::Tensor>> full_parameters();
   /// The same one parameter at a time, in the module's order: under ZeRO stage 3 one unit is gathered

@@ -60,6 +60,11 @@ struct ModelCheckpointOptions {
   TORCH_ARG(int64_t, every_n_train_steps) = 0;
   /// Save at the end of every this many epochs (after validation); 0: not by epochs.
   TORCH_ARG(int64_t, every_n_epochs) = 1;
+  /// Write each save in the background once the state is copied (SaveOptions::async, Lightning's
+  /// AsyncCheckpointIO): a step waits only for the copy, and for the save before it when that is still
+  /// being written (a save into best/ and one into dirpath at the same step are two). The fit's end
+  /// waits for the last write and raises its error.
+  TORCH_ARG(bool, async) = false;
 };
 
 /// Saves the Trainer's whole state (model or engine shards, optimizer, scheduler, data position,

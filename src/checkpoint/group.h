@@ -18,6 +18,8 @@ class Group {
   explicit Group(std::shared_ptr<Comm> comm);
   int rank() const { return rank_; }
   int size() const { return size_; }
+  /// The Comm the group runs on (resolved: never null).
+  const std::shared_ptr<Comm>& comm() const { return comm_; }
   /// Every rank's `text`, in rank order.
   std::vector<std::string> allgather(const std::string& text);
   /// Every rank's list, in rank order; the items are any bytes (a path may hold a newline: hostile

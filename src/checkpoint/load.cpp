@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "checkpoint/async_saves.h"
 #include "checkpoint/counter_values.h"
 #include "checkpoint/entry.h"
 #include "checkpoint/files.h"
@@ -225,6 +226,8 @@ CheckpointInfo commit(const Staged& staged, const LoadRequest& request,
 std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, CheckpointState& state,
                                               const LoadOptions& options) {
   using namespace detail::ckpt;
+  // A save still being written would be missing from the candidates, or half there.
+  AsyncSaves::instance().wait("load_checkpoint(" + dir + ")");
   Group group(options.comm());
   const auto paths = agreed_candidates(group, dir, options);
   if (!paths) return std::nullopt;

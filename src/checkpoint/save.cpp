@@ -1,185 +1,27 @@
-// save_checkpoint: the write protocol. (1) rank 0 makes `dir/.step-<n>.tmp`; (2) every rank writes
-// its shard file there in parallel and sends rank 0 the records of what it wrote; (3) rank 0 writes
-// manifest.json, renames the directory to `step-<n>` and only then rewrites `latest`. Each phase
-// ends with an allgather of every rank's status, so a failure anywhere raises on all ranks (a dead
-// rank is named by Comm) and a crash before (3) leaves `latest` on the previous checkpoint.
-#include <signal.h>
-#include <unistd.h>
-
+// save_checkpoint: collects the state, agrees which rank writes what, then runs the write protocol of
+// save_job.h on the caller's thread, or (SaveOptions::async) snapshots this rank's share and hands it
+// to the background writer (async_saves.h). Every save first waits for the one in flight.
 #include <algorithm>
-#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <set>
 
-#include "checkpoint/commit.h"
-#include "checkpoint/dir_lock.h"
+#include "checkpoint/async_saves.h"
 #include "checkpoint/entry.h"
-#include "checkpoint/files.h"
 #include "checkpoint/group.h"
 #include "checkpoint/layout.h"
-#include "checkpoint/manifest.h"
 #include "checkpoint/part_lender.h"
-#include "checkpoint/shard_file.h"
+#include "checkpoint/save_job.h"
 #include "cohort/error.h"
-#include "cohort_config.h"
 #include "core/check.h"
 #include "core/log.h"
-#include "core/safe_file.h"
 #include "core/trace_recorder.h"
-#include "world/launch_env.h"
 
 namespace fs = std::filesystem;
 
 namespace cohort {
 namespace detail::ckpt {
 namespace {
-
-struct Collected {
-  std::string name;  // "<entry>/<tensor>"
-  StateTensor tensor;
-  Stateful* owner = nullptr;  // lend_part for a part's tensor
-};
-
-// The name a tensor's writer is agreed under: a kSharded tensor's slice by its range.
-std::string writer_key(const Collected& c) {
-  if (c.tensor.kind != StateKind::kSharded) return c.name;
-  const int64_t begin = c.tensor.offset;
-  return c.name + " elements [" + std::to_string(begin) + ", " + std::to_string(begin + c.tensor.tensor.numel()) + ")";
-}
-
-// libstdc++'s "filesystem error: cannot rename: Operation not permitted [a] [b]" in cohort's order, as
-// its other checkpoint errors say it: the path first, then what failed and why (hostile pass 5, m5).
-std::string filesystem_text(const fs::filesystem_error& e) {
-  std::string what = e.what();
-  const std::string tag = "filesystem error: ";
-  if (what.rfind(tag, 0) == 0) what.erase(0, tag.size());
-  if (const size_t paths = what.find(" ["); paths != std::string::npos) what.erase(paths);
-  std::string paths = e.path1().string();
-  if (!e.path2().empty()) paths += " -> " + e.path2().string();
-  return paths + ": " + what;
-}
-
-// A phase's status on one rank: "" when it went well, else the error's kind as one digit and its text,
-// so that the error every rank raises keeps the kind of the first failure.
-template <typename F>
-std::string status_of(F&& body) {
-  try {
-    body();
-    return "";
-  } catch (const Error& e) {
-    return std::to_string(static_cast<int>(e.kind())) + without_rank_prefix(e.what());
-  } catch (const fs::filesystem_error& e) {
-    return std::to_string(static_cast<int>(ErrorKind::kIO)) + filesystem_text(e);
-  } catch (const std::exception& e) {
-    return std::to_string(static_cast<int>(ErrorKind::kIO)) + e.what();  // the filesystem library's
-  }
-}
-
-// Raises on every rank when any rank's status is an error, naming the rank(s), of the first one's kind.
-void check_statuses(const std::vector<std::string>& statuses, int my_rank, const std::string& what) {
-  std::string message;
-  ErrorKind kind = ErrorKind::kIO;
-  // With several ranks failing each is named, this one too (hostile pass 8: "rank 0: A; B" credited
-  // rank 1's own B to rank 0).
-  const auto failed = std::count_if(statuses.begin(), statuses.end(), [](const auto& s) { return !s.empty(); });
-  for (size_t r = 0; r < statuses.size(); ++r) {
-    if (statuses[r].empty()) continue;
-    if (message.empty()) kind = static_cast<ErrorKind>(statuses[r][0] - '0');
-    if (!message.empty()) message += "; ";
-    const std::string text = statuses[r].substr(1);
-    message += static_cast<int>(r) == my_rank && failed == 1 ? text : "rank " + std::to_string(r) + ": " + text;
-  }
-  if (!message.empty()) throw Error(what + " failed: " + message, kind);
-}
-
-void maybe_die_for_test(int rank, int64_t step) {
-  const char* spec = std::getenv("COHORT_TEST_KILL_IN_SAVE");
-  if (spec == nullptr || detect_launch_env(current_env()).restart_count.value_or(0) != 0) return;
-  if (std::to_string(rank) + ":" + std::to_string(step) == spec) ::kill(::getpid(), SIGKILL);
-}
-
-// Rank 0 merges every rank's records into one list, checking that each replicated tensor was
-// written once and each sharded tensor is covered exactly by the ranks' slices.
-std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorRecord>>& per_rank) {
-  std::map<std::string, TensorRecord> merged;
-  for (size_t r = 0; r < per_rank.size(); ++r) {
-    for (const TensorRecord& record : per_rank[r]) {
-      auto [it, fresh] = merged.emplace(record.name, record);
-      if (fresh) continue;
-      TensorRecord& into = it->second;
-      COHORT_CHECK_KIND(kDesync,
-                        into.kind == record.kind && into.dtype == record.dtype &&
-                            into.flat_numel == record.flat_numel && into.shape == record.shape &&
-                            record.kind != StateKind::kReplicated && record.kind != StateKind::kOwned,
-                        "ranks disagree about tensor '", record.name, "' (", kind_name(record.kind), " ",
-                        dtype_name(record.dtype), " on rank ", r, ", ", kind_name(into.kind), " ",
-                        dtype_name(into.dtype), " on rank ", into.pieces[0].rank, ")");
-      into.pieces.insert(into.pieces.end(), record.pieces.begin(), record.pieces.end());
-    }
-  }
-  std::vector<TensorRecord> out;
-  for (auto& [name, record] : merged) {
-    if (record.kind == StateKind::kSharded) {
-      std::vector<Slice> slices;
-      for (const Piece& p : record.pieces) slices.push_back({p.offset, p.numel});
-      plan_slice_copies(slices, 0, record.flat_numel, "sharded tensor '" + name + "'");
-    }
-    out.push_back(std::move(record));
-  }
-  return out;
-}
-
-// Phase 2 on one rank: the shard file and the records of what is in it.
-std::vector<TensorRecord> write_shard(const std::string& path, const std::vector<Collected>& tensors,
-                                      const std::map<std::string, int>& owned_writers, int rank, int world_size,
-                                      int64_t* payload) {
-  std::vector<int64_t> replicated_bytes;
-  for (const Collected& c : tensors) {
-    if (c.tensor.kind == StateKind::kReplicated) replicated_bytes.push_back(c.tensor.tensor.nbytes());
-  }
-  // Replicated tensors are spread over the ranks by size: every rank holds them, so the bytes to
-  // write are shared out and the shards are written in parallel instead of all by rank 0.
-  const std::vector<int> writers = assign_writers(replicated_bytes, world_size);
-  ShardWriter writer(path, rank, world_size);
-  PartLender lender(/*changes=*/false);  // a part in memory while its tensors are written
-  std::vector<TensorRecord> records;
-  size_t replicated_index = 0;
-  for (const Collected& c : tensors) {
-    const StateTensor& t = c.tensor;
-    COHORT_CHECK_KIND(kInvalidArgument, t.tensor.defined(), "tensor '", c.name, "' is undefined");
-    if (t.kind == StateKind::kReplicated && writers[replicated_index++] != rank) continue;
-    if ((t.kind == StateKind::kOwned || t.kind == StateKind::kSharded) && owned_writers.at(writer_key(c)) != rank)
-      continue;
-    TensorRecord record;
-    record.name = c.name;
-    record.kind = t.kind;
-    record.dtype = t.tensor.scalar_type();
-    dtype_name(record.dtype);  // throws for types a checkpoint cannot hold
-    record.shape = t.tensor.sizes().vec();
-    if (t.kind == StateKind::kSharded) {
-      COHORT_CHECK_KIND(kInvalidArgument,
-                        t.tensor.dim() == 1 && t.offset >= 0 && t.offset + t.tensor.numel() <= t.flat_numel,
-                        "sharded tensor '", c.name, "' must be 1-D inside [0, flat_numel): offset ", t.offset, ", ",
-                        t.tensor.numel(), " elements, flat_numel ", t.flat_numel);
-      COHORT_CHECK_KIND(kInvalidArgument,
-                        t.whole_shape.empty() || c10::multiply_integers(t.whole_shape) == t.flat_numel,
-                        "sharded tensor '", c.name, "': whole_shape ", c10::IntArrayRef(t.whole_shape),
-                        " is not of flat_numel ", t.flat_numel, " elements");
-      record.flat_numel = t.flat_numel;
-      record.shape = t.whole_shape.empty() ? std::vector<int64_t>{t.flat_numel} : t.whole_shape;
-    }
-    Piece piece = writer.append(lender.live(*c.owner, t, c.name));
-    piece.file = fs::path(path).filename().string();
-    piece.offset = t.kind == StateKind::kSharded ? t.offset : 0;
-    if (t.kind == StateKind::kPerRank) piece.shape = record.shape;
-    record.pieces.push_back(std::move(piece));
-    records.push_back(std::move(record));
-  }
-  lender.finish();
-  *payload = writer.finish();
-  return records;
-}
 
 // Which rank writes each kOwned tensor and each slice of a kSharded one: every rank tells the others
 // what it holds ("<bytes> <key>" each; nothing when its collection failed) and all compute the
@@ -201,34 +43,92 @@ std::map<std::string, int> agree_owned_writers(Group& group, const std::vector<C
   return assign_owned_writers(per_rank);
 }
 
-// Phase 3's manifest: every rank's records, the entries' numbers and the user's values.
-Manifest manifest_of(const CheckpointState& state, const Group& group, const std::vector<std::string>& gathered,
-                     const std::map<std::string, StateValues>& values) {
-  Manifest manifest;
-  manifest.library_version = COHORT_VERSION;
-  manifest.step = state.step();
-  manifest.world_size = group.size();
-  manifest.created = utc_now();
-  std::vector<std::vector<TensorRecord>> per_rank;
-  for (int r = 0; r < group.size(); ++r) {
-    per_rank.push_back(records_from_json(gathered[r].substr(2)));
-    int64_t bytes = 0;
-    for (const auto& record : per_rank.back()) {
-      for (const auto& piece : record.pieces) bytes += piece.nbytes;
-    }
-    manifest.files.push_back({shard_file_name(r, group.size()), r, bytes});
+// This rank's share of `tensors`: the replicated ones spread over the ranks by size (every rank holds
+// them, so the bytes are shared out and the shards are written in parallel instead of all by rank 0),
+// and the owned ones and sharded slices the ranks agreed it writes.
+std::vector<Collected> share_of(const std::vector<Collected>& tensors, const std::map<std::string, int>& owned_writers,
+                                int rank, int world_size) {
+  std::vector<int64_t> replicated_bytes;
+  for (const Collected& c : tensors) {
+    COHORT_CHECK_KIND(kInvalidArgument, c.tensor.tensor.defined(), "tensor '", c.name, "' is undefined");
+    if (c.tensor.kind == StateKind::kReplicated) replicated_bytes.push_back(c.tensor.tensor.nbytes());
   }
-  manifest.tensors = merge_records(per_rank);
-  manifest.values = values;
-  for (const auto& [entry, numbers] : values) {
-    if (numbers.count("zero_stage")) manifest.zero_stage = static_cast<int>(numbers.at("zero_stage"));
+  const std::vector<int> writers = assign_writers(replicated_bytes, world_size);
+  std::vector<Collected> share;
+  size_t replicated_index = 0;
+  for (const Collected& c : tensors) {
+    const StateKind kind = c.tensor.kind;
+    if (kind == StateKind::kReplicated && writers[replicated_index++] != rank) continue;
+    if ((kind == StateKind::kOwned || kind == StateKind::kSharded) && owned_writers.at(writer_key(c)) != rank) continue;
+    share.push_back(c);
   }
-  manifest.user = state.user_values();
-  return manifest;
+  return share;
 }
 
-void write_manifest(const fs::path& tmp, const Manifest& manifest) {
-  detail::write_file_safely((tmp / "manifest.json").string(), manifest_to_json(manifest));
+SaveJob job_of(const std::string& dir, const CheckpointState& state, const SaveOptions& options) {
+  SaveJob job;
+  job.root = dir;
+  job.final_dir = job.root / step_dir_name(state.step());
+  job.tmp = job.root / ("." + step_dir_name(state.step()) + ".tmp");
+  job.what = "save_checkpoint(" + job.final_dir.string() + ")";
+  job.step = state.step();
+  job.keep_last = options.keep_last();
+  job.user = state.user_values();
+  return job;
+}
+
+// Every entry's tensors and numbers, and this rank's share; a failure is kept in job.status for the
+// write phases to raise on every rank.
+void collect(Group& group, const CheckpointState& state, SaveJob& job) {
+  std::vector<Collected> tensors;
+  job.status = status_of([&] {
+    for (const auto& entry : entries_with_rng(state)) {
+      for (StateTensor& t : entry.stateful->state_tensors())
+        tensors.push_back({entry.name + "/" + t.name, t, entry.stateful});
+      job.values[entry.name] = entry.stateful->state_values();
+    }
+    std::set<std::string> names;
+    for (const Collected& c : tensors) {
+      COHORT_CHECK_KIND(kInvalidArgument, names.insert(c.name).second, "two tensors are named '", c.name, "'");
+    }
+  });
+  const auto owned_writers = agree_owned_writers(group, tensors, job.status.empty());
+  if (job.status.empty())
+    job.status = status_of([&] { job.written_here = share_of(tensors, owned_writers, group.rank(), group.size()); });
+}
+
+// The copy the background writer writes from: this rank's share in the snapshot buffer, parts lent one
+// at a time. Returns the bytes copied.
+int64_t take_snapshot(SaveJob& job, SnapshotBuffer& buffer) {
+  std::vector<torch::Tensor> like;
+  for (const Collected& c : job.written_here) like.push_back(c.tensor.tensor);
+  buffer.prepare(like);
+  PartLender lender(/*changes=*/false);
+  int64_t bytes = 0;
+  for (size_t i = 0; i < job.written_here.size(); ++i) {
+    Collected& c = job.written_here[i];
+    const torch::Tensor live = c.owner != nullptr ? lender.live(*c.owner, c.tensor, c.name) : c.tensor.tensor;
+    c.tensor.tensor = buffer.copy(i, live);
+    c.tensor.part = -1;
+    c.owner = nullptr;
+    bytes += static_cast<int64_t>(c.tensor.tensor.nbytes());
+  }
+  lender.finish();
+  return bytes;
+}
+
+// An async save: the snapshot on every rank (a failure raised on all of them now), then the writer.
+void start_async(Group& group, SaveJob job) {
+  AsyncSaves& saves = AsyncSaves::instance();
+  const auto start = std::chrono::steady_clock::now();
+  int64_t bytes = 0;
+  if (job.status.empty()) job.status = status_of([&] { bytes = take_snapshot(job, saves.snapshot()); });
+  check_statuses(group.allgather(job.status), group.rank(), job.what);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  COHORT_INFO(job.what, ": snapshot of ", bytes >> 20, " MiB taken in ", seconds, " s (",
+              saves.snapshot().pinned() ? "pinned " : "", "buffer of ", saves.snapshot().capacity() >> 20,
+              " MiB, kept for the next save); writing in the background");
+  saves.start(group.comm(), std::move(job));
 }
 
 }  // namespace
@@ -238,61 +138,22 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
   using namespace detail::ckpt;
   detail::trace::ScopedSpan span("save_checkpoint", "checkpoint");  // the timeline's row for saves
   Group group(options.comm());
-  const fs::path root(dir);
-  const fs::path final_dir = root / step_dir_name(state.step());
-  const fs::path tmp = root / ("." + step_dir_name(state.step()) + ".tmp");
-  const std::string what = "save_checkpoint(" + final_dir.string() + ")";
-
-  // (1) Rank 0 makes a fresh temporary directory; leftovers of crashed saves are removed.
-  check_statuses(group.allgather(group.rank() != 0 ? "" : status_of([&] { make_fresh_tmp(root, tmp); })), group.rank(),
-                 what);
-
-  // (2) Every rank writes its shard.
-  std::vector<Collected> tensors;
-  std::map<std::string, StateValues> values;
-  std::vector<TensorRecord> records;
-  int64_t payload = 0;
-  const std::string shard = shard_file_name(group.rank(), group.size());
-  std::string status = status_of([&] {
-    for (const auto& entry : entries_with_rng(state)) {
-      for (StateTensor& t : entry.stateful->state_tensors())
-        tensors.push_back({entry.name + "/" + t.name, t, entry.stateful});
-      values[entry.name] = entry.stateful->state_values();
-    }
-    std::set<std::string> names;
-    for (const Collected& c : tensors) {
-      COHORT_CHECK_KIND(kInvalidArgument, names.insert(c.name).second, "two tensors are named '", c.name, "'");
-    }
-  });
-  const auto owned_writers = agree_owned_writers(group, tensors, status.empty());
-  if (status.empty()) {
-    status = status_of([&] {
-      records = write_shard((tmp / shard).string(), tensors, owned_writers, group.rank(), group.size(), &payload);
-    });
+  SaveJob job = job_of(dir, state, options);
+  // The save in flight ends first: its error is this call's (never lost), and no two saves write at once.
+  AsyncSaves::instance().wait(job.what);
+  collect(group, state, job);
+  const std::string final_dir = job.final_dir.string();
+  if (options.async()) {
+    start_async(group, std::move(job));
+    return final_dir;
   }
-  maybe_die_for_test(group.rank(), state.step());
-  const auto gathered = group.allgather(status.empty() ? "ok" + records_to_json(records) : "error" + status);
-  std::vector<std::string> statuses;
-  for (const std::string& g : gathered) statuses.push_back(g.rfind("ok", 0) == 0 ? "" : g.substr(5));
-  if (group.rank() == 0 && !status_of([&] { check_statuses(statuses, 0, what); }).empty()) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-  }
-  check_statuses(statuses, group.rank(), what);
-
-  // (3) Rank 0 writes the manifest and commits; the others wait for its word. A failure (a full disk)
-  // removes the temporary directory, shards included: the previous checkpoint stays `latest`.
-  const std::string committed = group.rank() != 0 ? "" : status_of([&] {
-    write_manifest(tmp, manifest_of(state, group, gathered, values));
-    commit(root, tmp, final_dir, options.keep_last());
-  });
-  if (!committed.empty()) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-  }
-  check_statuses(group.allgather(committed), group.rank(), what);
-  COHORT_INFO("saved checkpoint ", final_dir.string());
-  return final_dir.string();
+  write_and_commit(group, job);
+  COHORT_INFO("saved checkpoint ", final_dir);
+  return final_dir;
 }
+
+void finish_checkpoint_saves() { detail::ckpt::AsyncSaves::instance().finish(); }
+
+bool checkpoint_save_in_flight() { return detail::ckpt::AsyncSaves::instance().in_flight(); }
 
 }  // namespace cohort

@@ -64,7 +64,7 @@ CheckpointState CheckpointConnector::checkpoint_state() {
   return state;
 }
 
-std::string CheckpointConnector::save(const std::string& dir, int keep_last) {
+std::string CheckpointConnector::save(const std::string& dir, int keep_last, bool async) {
   COHORT_CHECK_KIND(kInvalidArgument, trainer_.train != nullptr && trainer_.strategy != nullptr,
                     "Trainer::save_checkpoint(\"", dir,
                     "\") outside fit: a checkpoint holds the training position, which exists only while fit runs");
@@ -82,7 +82,7 @@ std::string CheckpointConnector::save(const std::string& dir, int keep_last) {
   state.set(kEpochSumsRanks, std::to_string(sums.size()));
   state.set(kEpochSumsReplicas, std::to_string(logging_replicas()));
   for (size_t r = 0; r < sums.size(); ++r) state.set(epoch_sums_key(static_cast<int>(r)), sums[r]);
-  return save_checkpoint(dir, state, SaveOptions().keep_last(keep_last));
+  return save_checkpoint(dir, state, SaveOptions().keep_last(keep_last).async(async));
 }
 
 int64_t CheckpointConnector::logging_replicas() const {

@@ -19,7 +19,7 @@ class CheckpointConnector {
   explicit CheckpointConnector(TrainerImpl& trainer) : trainer_(trainer) {}
 
   /// Trainer::save_checkpoint: refused outside fit and inside an accumulation.
-  std::string save(const std::string& dir, int keep_last);
+  std::string save(const std::string& dir, int keep_last, bool async);
   /// fit's checkpoint: ckpt_path, or on a launcher's restart (FitOptions::resume_on_restart) "last" when
   /// this job saved a checkpoint (job_checkpoints.h).
   std::string checkpoint_to_resume(const FitOptions& fit_options);

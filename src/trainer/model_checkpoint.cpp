@@ -18,6 +18,7 @@
 #include "checkpoint/dir_lock.h"
 #include "checkpoint/entry.h"
 #include "checkpoint/group.h"
+#include "cohort/checkpoint.h"
 #include "cohort/error.h"
 #include "cohort/number.h"
 #include "cohort/trainer.h"
@@ -100,8 +101,10 @@ void ModelCheckpoint::on_fit_end(Trainer& trainer, TrainingModule& module) {
     // Before saving, as save() does: a fit resumed from it that trains no step saves it no more (a
     // finished job's command run again replaced its last step; hostile pass 14, m-2).
     last_saved_step_ = trainer.global_step();
-    trainer.save_checkpoint(last_dir(), options_.keep_last());
+    trainer.save_checkpoint(last_dir(), options_.keep_last(), options_.async());
   }
+  // The fit ends when its checkpoints are written: an error of the last write is the fit's.
+  if (options_.async()) finish_checkpoint_saves();
 }
 
 void ModelCheckpoint::save(Trainer& trainer) {
@@ -110,7 +113,7 @@ void ModelCheckpoint::save(Trainer& trainer) {
   last_saved_step_ = trainer.global_step();
   // Ranked first, so that the state saved in last/ knows this step's place in the top k.
   if (!options_.monitor().empty() && options_.save_top_k() != 0) rank(trainer);
-  if (options_.save_last()) trainer.save_checkpoint(last_dir(), options_.keep_last());
+  if (options_.save_last()) trainer.save_checkpoint(last_dir(), options_.keep_last(), options_.async());
 }
 
 // Saves into <dirpath>/best when the monitored value makes the top k, then drops the one it displaces.
@@ -125,7 +128,7 @@ void ModelCheckpoint::rank(Trainer& trainer) {
   auto better = [minimize](double a, double b) { return minimize ? a < b : a > b; };
   const auto k = static_cast<size_t>(options_.save_top_k());
   if (options_.save_top_k() > 0 && best_.size() >= k && !better(score, best_.back().first)) return;
-  const std::string saved = trainer.save_checkpoint(options_.dirpath() + "/best", 0);
+  const std::string saved = trainer.save_checkpoint(options_.dirpath() + "/best", 0, options_.async());
   best_.emplace_back(score, saved);
   std::stable_sort(best_.begin(), best_.end(), [&](const auto& a, const auto& b) { return better(a.first, b.first); });
   while (options_.save_top_k() > 0 && best_.size() > k) {

@@ -268,8 +268,8 @@ std::string Trainer::optimizer_name() const {
   return detail::optimizer_name(impl_->strategy->optimizer());
 }
 
-std::string Trainer::save_checkpoint(const std::string& dir, int keep_last) {
-  return impl_->checkpoints.save(dir, keep_last);
+std::string Trainer::save_checkpoint(const std::string& dir, int keep_last, bool async) {
+  return impl_->checkpoints.save(dir, keep_last, async);
 }
 
 void Trainer::for_each_full_parameter(const ParameterVisitor& visit) {
