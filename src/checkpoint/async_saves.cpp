@@ -1,6 +1,7 @@
 // AsyncSaves (see async_saves.h).
 #include "checkpoint/async_saves.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -19,8 +20,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The writer yields the cores to training: its CRCs and copies into the page cache can wait.
-void lower_this_threads_priority() { (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10); }
+// The writer yields the cores to training: its CRCs and copies into the page cache run when a core
+// would idle (SCHED_IDLE: a rank waiting on a collective, a GPU step), else at the lowest priority.
+void lower_this_threads_priority() {
+  const auto tid = static_cast<pid_t>(::syscall(SYS_gettid));
+  const sched_param none{};
+  if (::sched_setscheduler(tid, SCHED_IDLE, &none) != 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(tid), 19);
+}
 
 }  // namespace
 
