@@ -377,6 +377,10 @@ TEST(FashionMnistLimits, CheckpointFlagsThatWouldSaveNothingAreRefusedAtStart) {
     EXPECT_EQ(every.code, 2) << program << every.describe();
     EXPECT_EQ(every.err, "error: --checkpoint-every 5 needs --checkpoint-dir: without a directory nothing is saved\n")
         << program;
+    const ProcResult async_alone = run({"--async-checkpoint"});
+    EXPECT_EQ(async_alone.code, 2) << program << async_alone.describe();
+    EXPECT_EQ(async_alone.err, "error: --async-checkpoint needs --checkpoint-dir: without a directory nothing is saved\n")
+        << program;
     const ProcResult unwritable = run({"--checkpoint-dir", file + "/ckpt"});
     EXPECT_EQ(unwritable.code, 1) << program << unwritable.describe();
     EXPECT_EQ(unwritable.err,

@@ -23,8 +23,12 @@ struct CheckpointFlags {
   std::string resume = "auto";  ///< auto, never, or a checkpoint directory
   bool async = false;           ///< write in the background (SaveOptions::async)
 
-  /// --checkpoint-every without --checkpoint-dir is refused (nothing would be saved).
-  void check() const { check_every_needs_dir(every, dir); }
+  /// --checkpoint-every or --async-checkpoint without --checkpoint-dir is refused (nothing would be saved).
+  void check() const {
+    check_every_needs_dir(every, dir);
+    if (async && dir.empty())
+      throw cohort::Error("--async-checkpoint needs --checkpoint-dir: without a directory nothing is saved");
+  }
   /// The Trainer's FitOptions::ckpt_path: "last" (the newest in dir, if any) for auto, "" for never.
   std::string trainer_ckpt_path() const {
     if (resume == "auto") return dir.empty() ? "" : "last";

@@ -90,8 +90,10 @@ class ModelCheckpoint : public Callback {
  private:
   void save(Trainer& trainer);
   void rank(Trainer& trainer);
+  void remove_displaced(Trainer& trainer);
   ModelCheckpointOptions options_;
   std::vector<std::pair<double, std::string>> best_;
+  std::vector<std::string> displaced_;  // out of the top k, kept until the saves that displaced them are written
   int64_t last_saved_step_ = -1;
 };
 

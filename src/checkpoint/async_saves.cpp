@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "checkpoint/entry.h"
@@ -61,25 +62,46 @@ void AsyncSaves::wait(const std::string& waiter) {
   if (error) std::rethrow_exception(error);
 }
 
-std::shared_ptr<Comm> AsyncSaves::writer_comm(const std::shared_ptr<Comm>& comm) {
+void AsyncSaves::settle(Group& group, const std::string& waiter) {
+  const auto statuses = group.allgather(status_of([&] { wait(waiter); }));
+  const auto failed = std::count_if(statuses.begin(), statuses.end(), [](const std::string& s) { return !s.empty(); });
+  if (failed == 0) return;
+  // Every rank ran the same write, so all usually hold its error (as each saw it): each raises its own.
+  const std::string& mine = statuses[static_cast<size_t>(group.rank())];
+  if (failed == static_cast<int64_t>(statuses.size()))
+    throw Error(waiter + " was not done: " + mine.substr(1), static_cast<ErrorKind>(mine[0] - '0'));
+  check_statuses(statuses, group.rank(), waiter + " was not done: the save before it");
+}
+
+bool AsyncSaves::needs_writer_comm(const std::shared_ptr<Comm>& comm) const {
+  return comm->size() > 1 && (writer_ == nullptr || source_.lock() != comm);
+}
+
+std::shared_ptr<Comm> AsyncSaves::writer_comm(const std::shared_ptr<Comm>& comm, bool split) {
   if (comm->size() == 1) return comm;  // no collective to keep apart
-  if (source_.lock() != comm || writer_ == nullptr) {
-    writer_ = comm->split(0, comm->rank(), GroupOptions().name("checkpoint writer"));
+  if (split) {
+    // The writer yields its cores to training, so it may be slow: its peers wait for it longer than a
+    // training collective would (a dead rank is still named at once).
+    const auto timeout = std::max(comm->timeout(), std::chrono::milliseconds(std::chrono::minutes(30)));
+    writer_ = comm->split(0, comm->rank(), GroupOptions().name("checkpoint writer").timeout(timeout));
     source_ = comm;
   }
   return writer_;
 }
 
-void AsyncSaves::start(const std::shared_ptr<Comm>& comm, SaveJob job) {
-  std::shared_ptr<Comm> writer = writer_comm(comm);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    done_ = false;
-  }
+void AsyncSaves::start(const std::shared_ptr<Comm>& comm, SaveJob job, bool split) {
+  std::shared_ptr<Comm> writer = writer_comm(comm, split);
   running_ = job.what;
   started_ = std::chrono::steady_clock::now();
-  thread_ = std::thread(
-      [this, writer = std::move(writer), job = std::move(job)]() mutable { run(std::move(writer), std::move(job)); });
+  std::lock_guard<std::mutex> lock(mutex_);  // the writer sets done_ under it: not before it is false
+  done_ = false;
+  try {
+    thread_ = std::thread(
+        [this, writer = std::move(writer), job = std::move(job)]() mutable { run(std::move(writer), std::move(job)); });
+  } catch (...) {
+    done_ = true;
+    throw;
+  }
 }
 
 void AsyncSaves::run(std::shared_ptr<Comm> comm, SaveJob job) {
@@ -93,7 +115,7 @@ void AsyncSaves::run(std::shared_ptr<Comm> comm, SaveJob job) {
     // The protocol's own errors name the save; a Comm's (a rank died) gets the save's name in front.
     const std::string text = without_rank_prefix(e.what());
     const std::string named = text.rfind(job.what, 0) == 0 ? text : job.what + " failed: " + text;
-    error = std::make_exception_ptr(Error("async " + named, e.kind()));
+    error = std::make_exception_ptr(Error("async " + named, e.kind(), e.ranks()));
   } catch (const std::exception& e) {
     error = std::make_exception_ptr(Error("async " + job.what + " failed: " + e.what(), ErrorKind::kIO));
   }

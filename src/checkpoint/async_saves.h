@@ -17,16 +17,25 @@
 
 namespace cohort::detail::ckpt {
 
+class Group;
+
 class AsyncSaves {
  public:
   static AsyncSaves& instance();
 
   /// Waits for the save in flight (a line in the log names it and how long `waiter` waited), then
-  /// raises its error once, on every rank that ran it (its last phase agrees on the outcome).
+  /// raises its error, once (this process's: see settle()).
   void wait(const std::string& waiter);
-  /// Runs `job` (its tensors snapshotted into snapshot()) on the background writer. `comm`: the savers'
-  /// (a collective the first time each Comm is seen: the writer's Comm is split from it).
-  void start(const std::shared_ptr<Comm>& comm, SaveJob job);
+  /// wait() on every rank of `group` together: when any rank holds an error of the save before, every
+  /// rank raises it ("<waiter> was not done: async save_checkpoint(...) failed: ..."), so no rank is
+  /// left in the next collective while another throws.
+  void settle(Group& group, const std::string& waiter);
+  /// Whether start() on `comm` needs a writer's Comm split from it: every rank says, and all split
+  /// when any does (the split is a collective; the ranks' histories may differ).
+  bool needs_writer_comm(const std::shared_ptr<Comm>& comm) const;
+  /// Runs `job` (its tensors snapshotted into snapshot()) on the background writer, over a Comm split
+  /// from `comm` (the savers') when `split`, else the one split before.
+  void start(const std::shared_ptr<Comm>& comm, SaveJob job, bool split);
   bool in_flight();
   /// The buffer of the snapshots; the caller waits before it copies into it.
   SnapshotBuffer& snapshot() { return snapshot_; }
@@ -35,7 +44,7 @@ class AsyncSaves {
 
  private:
   AsyncSaves() = default;
-  std::shared_ptr<Comm> writer_comm(const std::shared_ptr<Comm>& comm);
+  std::shared_ptr<Comm> writer_comm(const std::shared_ptr<Comm>& comm, bool split);
   void run(std::shared_ptr<Comm> comm, SaveJob job);
   void finish_at_exit();  // finish(), its error in the log: nothing may throw at exit
 

@@ -226,9 +226,9 @@ CheckpointInfo commit(const Staged& staged, const LoadRequest& request,
 std::optional<CheckpointInfo> load_checkpoint(const std::string& dir, CheckpointState& state,
                                               const LoadOptions& options) {
   using namespace detail::ckpt;
-  // A save still being written would be missing from the candidates, or half there.
-  AsyncSaves::instance().wait("load_checkpoint(" + dir + ")");
   Group group(options.comm());
+  // A save still being written would be missing from the candidates, or half there.
+  AsyncSaves::instance().settle(group, "load_checkpoint(" + dir + ")");
   const auto paths = agreed_candidates(group, dir, options);
   if (!paths) return std::nullopt;
   const auto entries = entries_with_rng(state);

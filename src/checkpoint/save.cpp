@@ -93,8 +93,13 @@ void collect(Group& group, const CheckpointState& state, SaveJob& job) {
     }
   });
   const auto owned_writers = agree_owned_writers(group, tensors, job.status.empty());
+  // The records' checks (a dtype a checkpoint cannot hold, a slice outside its tensor) now, so that an
+  // async save raises them at its call, not one save later.
   if (job.status.empty())
-    job.status = status_of([&] { job.written_here = share_of(tensors, owned_writers, group.rank(), group.size()); });
+    job.status = status_of([&] {
+      job.written_here = share_of(tensors, owned_writers, group.rank(), group.size());
+      for (const Collected& c : job.written_here) record_of(c);
+    });
 }
 
 // The copy the background writer writes from: this rank's share in the snapshot buffer, parts lent one
@@ -123,12 +128,19 @@ void start_async(Group& group, SaveJob job) {
   const auto start = std::chrono::steady_clock::now();
   int64_t bytes = 0;
   if (job.status.empty()) job.status = status_of([&] { bytes = take_snapshot(job, saves.snapshot()); });
-  check_statuses(group.allgather(job.status), group.rank(), job.what);
+  // With each rank's status, whether it needs the writer's Comm split: all split when any does.
+  std::vector<std::string> statuses;
+  bool split = false;
+  for (const std::string& s : group.allgather((saves.needs_writer_comm(group.comm()) ? "1" : "0") + job.status)) {
+    split = split || s[0] == '1';
+    statuses.push_back(s.substr(1));
+  }
+  check_statuses(statuses, group.rank(), job.what);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   COHORT_INFO(job.what, ": snapshot of ", bytes >> 20, " MiB taken in ", seconds, " s (",
               saves.snapshot().pinned() ? "pinned " : "", "buffer of ", saves.snapshot().capacity() >> 20,
               " MiB, kept for the next save); writing in the background");
-  saves.start(group.comm(), std::move(job));
+  saves.start(group.comm(), std::move(job), split);
 }
 
 }  // namespace
@@ -139,8 +151,9 @@ std::string save_checkpoint(const std::string& dir, CheckpointState& state, cons
   detail::trace::ScopedSpan span("save_checkpoint", "checkpoint");  // the timeline's row for saves
   Group group(options.comm());
   SaveJob job = job_of(dir, state, options);
-  // The save in flight ends first: its error is this call's (never lost), and no two saves write at once.
-  AsyncSaves::instance().wait(job.what);
+  // The save in flight ends first: its error is raised here on every rank (never lost), and no two
+  // saves write at once.
+  AsyncSaves::instance().settle(group, job.what);
   collect(group, state, job);
   const std::string final_dir = job.final_dir.string();
   if (options.async()) {

@@ -79,7 +79,8 @@ std::vector<TensorRecord> merge_records(const std::vector<std::vector<TensorReco
   return out;
 }
 
-// The record of a tensor about to be written, its shape checked.
+}  // namespace
+
 TensorRecord record_of(const Collected& c) {
   const StateTensor& t = c.tensor;
   TensorRecord record;
@@ -101,6 +102,8 @@ TensorRecord record_of(const Collected& c) {
   }
   return record;
 }
+
+namespace {
 
 // Phase 2 on one rank: the shard file and the records of what is in it.
 std::vector<TensorRecord> write_shard(const std::string& path, const std::vector<Collected>& tensors, int rank,

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "checkpoint/manifest.h"
 #include "cohort/stateful.h"
 
 namespace cohort::detail::ckpt {
@@ -44,6 +45,10 @@ std::string status_of(const std::function<void()>& body);
 
 /// Raises on every rank when any rank's status is an error, naming the rank(s), of the first one's kind.
 void check_statuses(const std::vector<std::string>& statuses, int my_rank, const std::string& what);
+
+/// The manifest's record of `c` before its bytes are written; throws for a dtype a checkpoint cannot
+/// hold and a kSharded slice outside its tensor.
+TensorRecord record_of(const Collected& c);
 
 /// The name a tensor's writer is agreed under: a kSharded tensor's slice by its range.
 std::string writer_key(const Collected& c);

@@ -66,6 +66,8 @@ ModelCheckpoint::ModelCheckpoint(ModelCheckpointOptions options) : options_(std:
 }
 
 void ModelCheckpoint::on_fit_start(Trainer& trainer, TrainingModule& module) {
+  // A write an earlier fit left in flight ends first: the leftovers removed below would include it.
+  finish_checkpoint_saves();
   if (options_.dirpath().empty()) options_.dirpath(trainer.root_dir() + "/checkpoints");
   check_writable(options_.dirpath());
   // The directory's lock (checkpoint/dir_lock.h), taken now by the rank that commits saves: a second
@@ -105,6 +107,7 @@ void ModelCheckpoint::on_fit_end(Trainer& trainer, TrainingModule& module) {
   }
   // The fit ends when its checkpoints are written: an error of the last write is the fit's.
   if (options_.async()) finish_checkpoint_saves();
+  remove_displaced(trainer);
 }
 
 void ModelCheckpoint::save(Trainer& trainer) {
@@ -113,7 +116,10 @@ void ModelCheckpoint::save(Trainer& trainer) {
   last_saved_step_ = trainer.global_step();
   // Ranked first, so that the state saved in last/ knows this step's place in the top k.
   if (!options_.monitor().empty() && options_.save_top_k() != 0) rank(trainer);
-  if (options_.save_last()) trainer.save_checkpoint(last_dir(), options_.keep_last(), options_.async());
+  if (options_.save_last()) {
+    trainer.save_checkpoint(last_dir(), options_.keep_last(), options_.async());
+    remove_displaced(trainer);
+  }
 }
 
 // Saves into <dirpath>/best when the monitored value makes the top k, then drops the one it displaces.
@@ -129,12 +135,22 @@ void ModelCheckpoint::rank(Trainer& trainer) {
   const auto k = static_cast<size_t>(options_.save_top_k());
   if (options_.save_top_k() > 0 && best_.size() >= k && !better(score, best_.back().first)) return;
   const std::string saved = trainer.save_checkpoint(options_.dirpath() + "/best", 0, options_.async());
+  remove_displaced(trainer);  // this save waited for the ones that displaced them
   best_.emplace_back(score, saved);
   std::stable_sort(best_.begin(), best_.end(), [&](const auto& a, const auto& b) { return better(a.first, b.first); });
   while (options_.save_top_k() > 0 && best_.size() > k) {
-    if (trainer.world().is_main()) std::filesystem::remove_all(best_.back().second);
+    displaced_.push_back(best_.back().second);
     best_.pop_back();
   }
+  if (!options_.async()) remove_displaced(trainer);
+}
+
+// An async save is written after its call returns: the best checkpoint it displaces goes only once it
+// is (after the next save's call, which waits for it, or the fit's end), so a kill in between leaves one.
+void ModelCheckpoint::remove_displaced(Trainer& trainer) {
+  if (trainer.world().is_main())
+    for (const std::string& path : displaced_) std::filesystem::remove_all(path);
+  displaced_.clear();
 }
 
 void ModelCheckpoint::save_state(std::map<std::string, std::string>& values) const {

@@ -107,7 +107,8 @@ TEST(CheckpointAsync, AFailedBackgroundWriteIsRaisedAtTheNextSaveOnEveryRankOnce
   }, options);
   for (const auto& r : results) {
     ASSERT_EQ(r.reports.size(), 2u) << r.output;
-    EXPECT_THAT(r.reports[0], HasSubstr("[rank " + std::to_string(r.rank) + "/2] async save_checkpoint(" + blocked +
+    EXPECT_THAT(r.reports[0], HasSubstr("[rank " + std::to_string(r.rank) + "/2] save_checkpoint(" + dir +
+                                        "/ckpt/step-2) was not done: async save_checkpoint(" + blocked +
                                         "/step-1) failed: "))
         << r.output;
     EXPECT_EQ(r.reports[1], "finished");
@@ -115,6 +116,61 @@ TEST(CheckpointAsync, AFailedBackgroundWriteIsRaisedAtTheNextSaveOnEveryRankOnce
   if (cohort::testing::is_rank_process()) return;
   EXPECT_TRUE(fs::exists(dir + "/ckpt/step-3/manifest.json"));
   EXPECT_FALSE(fs::exists(dir + "/ckpt/step-2"));
+  fs::remove_all(dir);
+}
+
+// Review 58, S3: an error only one rank holds (its own async save on a Comm of one failed) is raised at
+// the next save on every rank at once, not on that rank alone while the other waits for it.
+TEST(CheckpointAsync, AnErrorOneRankHoldsIsRaisedAtTheNextSaveOnEveryRank) {
+  RanksOptions options;
+  const std::string dir = shared_dir(options);
+  const std::string blocked = dir + "/a-file";
+  if (!cohort::testing::is_rank_process()) std::ofstream(blocked) << "x";
+  const auto results = run_ranks(2, [&](int rank, int size) {
+    auto world = cohort::init();
+    auto alone = world.comm().split(rank);  // a Comm of one per rank
+    Model model(rank);
+    cohort::CheckpointState state = state_of(model);
+    if (rank == 0) cohort::save_checkpoint(blocked, state.set_step(1), cohort::SaveOptions().async(true).comm(alone));
+    try {
+      cohort::save_checkpoint(dir + "/ckpt", state.set_step(2), kAsync);
+      ADD_FAILURE() << "the save must raise rank 0's failed write";
+    } catch (const cohort::Error& e) {
+      report(e.what());
+    }
+  }, options);
+  for (const auto& r : results) {
+    ASSERT_EQ(r.reports.size(), 1u) << r.output;
+    const std::string who = r.rank == 0 ? "" : "rank 0: ";
+    EXPECT_THAT(r.reports[0], HasSubstr("save_checkpoint(" + dir + "/ckpt/step-2) was not done: the save before it failed: " +
+                                        who + "async save_checkpoint(" + blocked + "/step-1) failed: "))
+        << r.output;
+  }
+  if (!cohort::testing::is_rank_process()) fs::remove_all(dir);
+}
+
+// Review 58, S1: the writer's Comm is split when any rank needs it, though the ranks' histories differ
+// (rank 0 finished its saves, which let its writer go; an async save on a Comm of one on rank 1).
+TEST(CheckpointAsync, TheWritersCommIsSplitOnEveryRankWhenAnyNeedsIt) {
+  RanksOptions options;
+  const std::string dir = shared_dir(options);
+  const auto results = run_ranks(2, [&](int rank, int size) {
+    auto world = cohort::init();
+    auto alone = world.comm().split(rank);
+    Model model(rank);
+    cohort::CheckpointState state = state_of(model);
+    cohort::save_checkpoint(dir + "/ckpt", state.set_step(1), kAsync);
+    if (rank == 0) cohort::finish_checkpoint_saves();
+    cohort::save_checkpoint(dir + "/ckpt", state.set_step(2), kAsync);
+    if (rank == 1) cohort::save_checkpoint(dir + "/alone", state.set_step(3), cohort::SaveOptions().async(true).comm(alone));
+    cohort::save_checkpoint(dir + "/ckpt", state.set_step(4), kAsync);
+    cohort::finish_checkpoint_saves();
+    report("saved");
+  }, options);
+  for (const auto& r : results) EXPECT_EQ(r.reports, std::vector<std::string>{"saved"}) << r.output;
+  if (cohort::testing::is_rank_process()) return;
+  for (int step : {1, 2, 4}) EXPECT_TRUE(fs::exists(dir + "/ckpt/step-" + std::to_string(step) + "/manifest.json"));
+  EXPECT_TRUE(fs::exists(dir + "/alone/step-3/manifest.json"));
   fs::remove_all(dir);
 }
 
