@@ -3,14 +3,14 @@
 # runs each for COHORT_FUZZ_SECONDS (default 60) from its seed corpus in fuzz/corpus/<target>/. New
 # inputs go to build-fuzz/corpus/, a crashing input to build-fuzz/artifacts/ (the run then fails with
 # libFuzzer's report). COHORT_FUZZ_SEED fixes libFuzzer's seed (CI does, so a run is repeatable).
-# Usage: scripts/fuzz.sh [target ...]   (targets: ds_config manifest shard idx safetensors)
+# Usage: scripts/fuzz.sh [target ...]   (targets: ds_config manifest shard idx safetensors dcp_metadata dcp_item)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${COHORT_FUZZ_SECONDS:-60}"
 seed=()
 [ -n "${COHORT_FUZZ_SEED:-}" ] && seed=(-seed="$COHORT_FUZZ_SEED")
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(ds_config manifest shard idx safetensors)
+[ ${#targets[@]} -eq 0 ] && targets=(ds_config manifest shard idx safetensors dcp_metadata dcp_item)
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 if [ ! -f build-fuzz/build.ninja ]; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_FUZZ=ON \
