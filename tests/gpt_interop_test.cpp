@@ -19,6 +19,7 @@
 #include "cohort/safetensors.h"
 #include "models/gpt.h"
 #include "support/errors.h"
+#include "support/gpt_fixed_batch.h"
 #include "support/python.h"
 
 namespace gpt_interop_test {
@@ -39,23 +40,13 @@ struct TempDir {
   ~TempDir() { fs::remove_all(path); }
 };
 
-// tests/python/gpt_interop.py's fixed batch: tokens and targets from a formula.
-std::pair<torch::Tensor, torch::Tensor> fixed_batch(int64_t block, int64_t vocab, int64_t rows = 3) {
-  auto tokens = torch::empty({rows, block}, torch::kLong), targets = torch::empty({rows, block}, torch::kLong);
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < block; ++j) {
-      const int64_t t = 7 * i + 3 * j + i * j * j;
-      tokens[i][j] = t % vocab;
-      targets[i][j] = (5 * t + j + 1) % vocab;
-    }
-  return {tokens, targets};
-}
+using cohort::testing::gpt_fixed_batch;
 
 double loss_of(GPT& gpt) {
   gpt->eval();
   torch::NoGradGuard no_grad;
   const auto& c = gpt->config;
-  auto [tokens, targets] = fixed_batch(c.block_size(), c.vocab_size());
+  auto [tokens, targets] = gpt_fixed_batch(c.block_size(), c.vocab_size());
   auto logits = gpt->forward(tokens);
   return torch::nn::functional::cross_entropy(logits.reshape({-1, c.vocab_size()}), targets.reshape(-1)).item<double>();
 }
@@ -112,7 +103,7 @@ TEST(GptInterop, ConsolidatedCheckpointGivesTheSameLossInPython) {
     GPT gpt(config);
     {  // a few steps, so the weights are not the initial ones
       torch::optim::AdamW opt(gpt->parameters(), torch::optim::AdamWOptions(1e-2));
-      auto [tokens, targets] = fixed_batch(config.block_size(), config.vocab_size(), 2);
+      auto [tokens, targets] = gpt_fixed_batch(config.block_size(), config.vocab_size(), 2);
       for (int step = 0; step < 3; ++step) {
         opt.zero_grad();
         torch::nn::functional::cross_entropy(gpt->forward(tokens).reshape({-1, config.vocab_size()}), targets.reshape(-1))

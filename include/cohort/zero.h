@@ -173,6 +173,12 @@ class ZeroEngineCore : public Stateful {
   // Stateful (cohort/checkpoint.h): shards of master weights and optimizer state, buffers, counters.
   void prepare_load() override;
   std::vector<StateTensor> state_tensors() override;
+  /// The state by parameter name instead, as the Trainer saves it: each trainable parameter's master
+  /// weights and optimizer state whole-shaped ("<name>.master", ".exp_avg", ...), buffers as
+  /// "module.<name>", the counters. It loads whatever the world size, units or groups, and is what
+  /// cohort-ckpt import --format dcp writes from PyTorch's checkpoints. The engine must outlive it;
+  /// optimizer state in memory (not on NVMe).
+  std::shared_ptr<Stateful> parameter_state();
   /// Optimizer state on NVMe: part g is flat group g's master and optimizer state, read from the swap
   /// file when lent (the next groups read ahead) and written back when a load changed it.
   std::vector<StateTensor> lend_part(int64_t part) override;

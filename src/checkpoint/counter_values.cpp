@@ -54,6 +54,25 @@ void check_whole_value(const StateValues& values, const std::string& entry, cons
   COHORT_CHECK_KIND(kIO, value >= low && value <= high, named(entry, key, value), ", outside ", range);
 }
 
+// The ZeRO engine's Adam hyper-parameters, which only cohort-ckpt export reads (PyTorch's AdamW
+// would take them as they are).
+void check_adam_value(const StateValues& values, const std::string& entry, const std::string& key, double value) {
+  const std::string field = key.substr(std::string("zero.adam.").size());
+  if (field == "amsgrad" || field == "decoupled")
+    return check_whole_value(values, entry, key, 0, 1, "0..1 (false or true)");
+  const bool known = field == "lr" || field == "beta1" || field == "beta2" || field == "eps" || field == "weight_decay";
+  COHORT_CHECK_KIND(kIO, known, named(entry, key, value), ": the ZeRO engine saves no such number");
+  if (field == "lr")
+    COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0 && value <= kLearningRateMax, named(entry, key, value),
+                      ", not a learning rate (0 to 1e+06: no optimizer trains at a larger one)");
+  else if (field == "beta1" || field == "beta2")
+    COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0 && value < 1, named(entry, key, value),
+                      ", not a beta of Adam (0 to less than 1)");
+  else
+    COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0 && value <= kFloatMax, named(entry, key, value), ", not ",
+                      field == "eps" ? "an epsilon" : "a weight decay", " of Adam (0 to 3.4e+38)");
+}
+
 void check_counter_values(const StateValues& values, const std::string& entry) {
   for (const auto& [key, value] : values) {
     // The engine's counters too (hostile pass 7, S1: 1e300 was cast to an integer unchecked and the
@@ -69,6 +88,8 @@ void check_counter_values(const StateValues& values, const std::string& entry) {
       // correction, and 1e30 trained to NaN (pass 10, S4). No optimizer trains above kLearningRateMax.
       COHORT_CHECK_KIND(kIO, std::isfinite(value) && value >= 0 && value <= kLearningRateMax, named(entry, key, value),
                         ", not a learning rate (0 to 1e+06: no optimizer trains at a larger one)");
+    } else if (key.rfind("zero.adam.", 0) == 0) {
+      check_adam_value(values, entry, key, value);
     } else if (key == "zero.loss_scaler.scale") {  // fp16's loss is scaled in float: 4e38 is inf there
       COHORT_CHECK_KIND(kIO, std::isfinite(value) && value > 0 && value <= kFloatMax, named(entry, key, value),
                         ", not a loss scale (more than 0, at most 3.4028234663852886e+38: a float's largest)");

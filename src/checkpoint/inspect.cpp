@@ -18,6 +18,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/layout.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/piece_stream.h"
 #include "checkpoint/position_values.h"
 #include "checkpoint/safetensors_writer.h"
 #include "checkpoint/sampler_values.h"
@@ -34,46 +35,6 @@ namespace fs = std::filesystem;
 namespace cohort::detail::ckpt {
 namespace {
 
-constexpr int64_t kChunk = 4 << 20;
-
-class Files {
- public:
-  Files(std::string dir, const Manifest& m) : dir_(std::move(dir)), m_(m) {}
-  ShardReader& get(const std::string& name) {
-    auto it = open_.find(name);
-    if (it != open_.end()) return *it->second;
-    const auto f = std::find_if(m_.files.begin(), m_.files.end(), [&](const FileRecord& r) { return r.name == name; });
-    COHORT_CHECK_KIND(kIO, f != m_.files.end(), dir_, "/manifest.json: file ", name, " is not in 'files'");
-    auto reader = std::make_unique<ShardReader>(dir_ + "/" + name, f->rank, m_.world_size, f->payload_bytes);
-    return *open_.emplace(name, std::move(reader)).first->second;
-  }
-
- private:
-  std::string dir_;
-  const Manifest& m_;
-  std::map<std::string, std::unique_ptr<ShardReader>> open_;
-};
-
-// Streams one piece through `buffer`, handing each chunk to `sink`, and checks its CRC32: returns the
-// text naming a checksum mismatch, "" when the bytes are the ones saved (a file that cannot be read
-// throws instead, so the caller tells a damaged piece from an unreadable file without reading text).
-template <typename Sink>
-std::string stream_piece(Files& files, const Piece& p, const std::string& name, std::vector<char>& buffer,
-                         Sink&& sink) {
-  ShardReader& reader = files.get(p.file);
-  uint32_t crc = 0;
-  for (int64_t done = 0; done < p.nbytes;) {
-    const int64_t n = std::min<int64_t>(kChunk, p.nbytes - done);
-    reader.read_bytes(p.byte_offset + done, n, buffer.data());
-    crc = crc32_update(crc, buffer.data(), n);
-    sink(buffer.data(), n);
-    done += n;
-  }
-  if (crc == p.crc32) return "";
-  return str("checksum mismatch in ", reader.path(), " for tensor '", name, "' (bytes ", p.byte_offset, "..",
-             p.byte_offset + p.nbytes, "): crc32 ", crc, ", the manifest says ", p.crc32);
-}
-
 // check_step_tensor's refusal as text, "" when the value is one a run saves.
 std::string step_problem(const Manifest& m, const TensorRecord& r, int64_t value) {
   try {
@@ -82,18 +43,6 @@ std::string step_problem(const Manifest& m, const TensorRecord& r, int64_t value
     return e.what();
   }
   return "";
-}
-
-// The pieces of a tensor in the order they make the full tensor.
-std::vector<Piece> ordered_pieces(const TensorRecord& r) {
-  std::vector<Piece> pieces = r.pieces;
-  if (r.kind == StateKind::kSharded) {
-    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.offset < b.offset; });
-    std::vector<Slice> slices;
-    for (const Piece& p : pieces) slices.push_back({p.offset, p.numel});
-    plan_slice_copies(slices, 0, r.flat_numel, "tensor '" + r.name + "'");  // no holes, no overlaps
-  }
-  return pieces;
 }
 
 std::string bytes_text(int64_t bytes) {
@@ -228,8 +177,8 @@ std::vector<std::string> verify_checkpoint(const std::string& dir) {
     return {e.what()};
   }
   std::vector<std::string> problems = manifest_value_problems(m, dir);
-  Files files(dir, m);
-  std::vector<char> buffer(kChunk);
+  PieceFiles files(dir, m);
+  std::vector<char> buffer(kPieceChunk);
   std::set<std::string> bad_files;
   for (const TensorRecord& r : m.tensors) {
     try {
@@ -313,8 +262,8 @@ int64_t consolidate_checkpoint(const std::string& dir, const std::string& out) {
   }
   SafeFile file(out);  // a failure below leaves neither `out` changed nor a temporary behind
   write_safetensors_header(file, header);
-  Files files(dir, m);
-  std::vector<char> buffer(kChunk);
+  PieceFiles files(dir, m);
+  std::vector<char> buffer(kPieceChunk);
   for (const Item& item : items) {
     for (const Piece& p : item.pieces) {
       const std::string mismatch = stream_piece(files, p, item.record->name, buffer,

@@ -59,6 +59,28 @@ double learning_rate(torch::optim::Optimizer& optimizer) {
   return optimizer.param_groups().front().options().get_lr();
 }
 
+namespace {
+
+template <typename Options>
+void save_adam(const Options& o, bool decoupled, std::map<std::string, double>& values) {
+  values["zero.adam.lr"] = o.lr();
+  values["zero.adam.beta1"] = std::get<0>(o.betas());
+  values["zero.adam.beta2"] = std::get<1>(o.betas());
+  values["zero.adam.eps"] = o.eps();
+  values["zero.adam.weight_decay"] = o.weight_decay();
+  values["zero.adam.amsgrad"] = o.amsgrad() ? 1.0 : 0.0;
+  values["zero.adam.decoupled"] = decoupled ? 1.0 : 0.0;
+}
+
+}  // namespace
+
+void save_hyperparameters(torch::optim::Optimizer& optimizer, std::map<std::string, double>& values) {
+  if (optimizer.param_groups().empty()) return;
+  const auto& options = optimizer.param_groups().front().options();
+  if (auto* adamw = dynamic_cast<const torch::optim::AdamWOptions*>(&options)) save_adam(*adamw, true, values);
+  else if (auto* adam = dynamic_cast<const torch::optim::AdamOptions*>(&options)) save_adam(*adam, false, values);
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> state_tensors_of(torch::optim::Optimizer& optimizer,
                                                                     const torch::Tensor& param) {
   std::vector<std::pair<std::string, torch::Tensor>> out;

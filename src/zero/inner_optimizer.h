@@ -5,6 +5,7 @@
 
 #include <torch/optim/optimizer.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,12 @@ std::unique_ptr<torch::optim::Optimizer> make_inner_optimizer(const OptimizerCon
 /// The learning rate of every parameter group.
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 double learning_rate(torch::optim::Optimizer& optimizer);
+
+/// Adam's and AdamW's hyper-parameters, for a checkpoint's readers outside cohort (cohort-ckpt export
+/// --format dcp writes PyTorch's param_groups from them): "zero.adam.lr" (the learning rate now),
+/// ".beta1", ".beta2", ".eps", ".weight_decay", ".amsgrad" and ".decoupled" (1: AdamW). Nothing for
+/// another optimizer. A load does not read them back: the engine's schedule sets the learning rate.
+void save_hyperparameters(torch::optim::Optimizer& optimizer, std::map<std::string, double>& values);
 
 /// The state tensors of `param` by name ("exp_avg", "exp_avg_sq", "max_exp_avg_sq",
 /// "momentum_buffer"); empty when the optimizer has none for it yet.

@@ -257,6 +257,7 @@ void ShardOptimizer::save(StateValues& values) const {
   // pass 10, M1). Older checkpoints lack it.
   values["zero.fp16"] = settings_.config.fp16().enabled() ? 1.0 : 0.0;
   scaler_.save(values, "zero.loss_scaler.");
+  save_hyperparameters(*optimizer_, values);
   for (int64_t g = 0; g < store_.size(); ++g)
     values["zero.group" + std::to_string(g) + ".step"] = double(step_count(*optimizer_, store_.master(g)));
 }

@@ -3,6 +3,7 @@
 #include "cohort/zero.h"
 
 #include "zero/engine_impl.h"
+#include "zero/parameter_state.h"
 
 namespace cohort {
 
@@ -27,6 +28,7 @@ int ZeroEngineCore::stage() const { return impl_->stage(); }
 const ZeroConfig& ZeroEngineCore::config() const { return impl_->config(); }
 MemoryReport ZeroEngineCore::memory_report() const { return impl_->memory_report(); }
 torch::optim::Optimizer& ZeroEngineCore::optimizer() { return impl_->shard_optimizer().optimizer(); }
+std::shared_ptr<Stateful> ZeroEngineCore::parameter_state() { return detail::engine_parameter_state(*this); }
 std::vector<std::pair<std::string, torch::Tensor>> ZeroEngineCore::full_parameters() {
   return impl_->checkpoint().full_parameters();
 }

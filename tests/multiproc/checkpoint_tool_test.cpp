@@ -167,7 +167,7 @@ TEST(CheckpointTool, RefusesItsOwnInputReadsWithoutLatestNamesUnknownSubcommands
 
   const ToolRun unknown = tool("inspect " + dir);
   EXPECT_EQ(unknown.code, 2);
-  EXPECT_EQ(unknown.out, "cohort-ckpt: error: unknown subcommand 'inspect': expected info, verify or consolidate\n");
+  EXPECT_EQ(unknown.out, "cohort-ckpt: error: unknown subcommand 'inspect': expected info, verify, consolidate, export or import\n");
   fs::remove_all(dir);
 }
 
