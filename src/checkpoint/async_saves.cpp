@@ -126,15 +126,15 @@ void AsyncSaves::run(std::shared_ptr<Comm> comm, SaveJob job) {
 }
 
 void AsyncSaves::finish() {
-  try {
-    wait("finish_checkpoint_saves()");
-  } catch (...) {
-    snapshot_.release();
-    writer_.reset();
-    throw;
-  }
-  snapshot_.release();
-  writer_.reset();
+  // The buffer and the writer's Comm go whether the last write succeeded or not.
+  struct Release {
+    AsyncSaves& saves;
+    ~Release() {
+      saves.snapshot_.release();
+      saves.writer_.reset();
+    }
+  } release{*this};
+  wait("finish_checkpoint_saves()");
 }
 
 void AsyncSaves::finish_at_exit() {
