@@ -38,23 +38,29 @@ struct TempDir {
 
 struct Net : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::Tensor scale;  // a buffer: whole on every rank, no optimizer state
   Net() {
     fc1 = register_module("fc1", torch::nn::Linear(5, 7));
     fc2 = register_module("fc2", torch::nn::Linear(7, 3));
+    scale = register_buffer("scale", torch::rand({3}));
   }
-  torch::Tensor forward(torch::Tensor x) { return fc2(torch::tanh(fc1(x))); }
+  torch::Tensor forward(torch::Tensor x) { return fc2(torch::tanh(fc1(x))) * scale; }
 };
 
 using Engine = cohort::ZeroEngine<Net>;
 
-Engine make_engine(int seed) {
+Engine make_engine(int seed, bool sgd = false) {
   torch::manual_seed(seed);
   auto adam = torch::optim::AdamWOptions(0.01).betas({0.8, 0.95}).eps(1e-7).weight_decay(0.05);
   return cohort::initialize(
       cohort::ZeroConfig().world_size(1).zero_optimization(cohort::ZeroOptimizationConfig().stage(3)),
       std::make_shared<Net>(),
-      cohort::EngineOptions().optimizer_factory(
-          [adam](std::vector<torch::Tensor> shards) { return std::make_unique<torch::optim::AdamW>(shards, adam); }));
+      cohort::EngineOptions().optimizer_factory([adam, sgd](std::vector<torch::Tensor> shards) {
+        if (sgd)
+          return std::unique_ptr<torch::optim::Optimizer>(
+              std::make_unique<torch::optim::SGD>(shards, torch::optim::SGDOptions(0.1).momentum(0.9)));
+        return std::unique_ptr<torch::optim::Optimizer>(std::make_unique<torch::optim::AdamW>(shards, adam));
+      }));
 }
 
 void train(Engine& engine, int steps) {
@@ -90,7 +96,7 @@ TEST(DcpExport, AnEngineCheckpointGoesToDcpAndBackInManySmallItems) {
   dcp::ExportOptions options;
   options.max_item_bytes = 40;  // fc1.weight (7 x 5 floats) in 4 items of 2 rows, one of 1
   const auto summary = dcp::export_dcp(step_dir, dir.path + "/dcp", options);
-  EXPECT_EQ(summary.tensors, 4 * 4);  // each parameter: its weights, two moments and a step
+  EXPECT_EQ(summary.tensors, 4 * 4 + 1);  // each parameter: its weights, two moments and a step; the buffer
   EXPECT_EQ(summary.objects, 12);
   const dcp::DcpMetadata md = dcp::read_dcp_metadata(dir.path + "/dcp");
   const auto fc1 = std::find_if(md.entries.begin(), md.entries.end(), [](const auto& e) { return e.fqn == "model.fc1.weight"; });
@@ -105,11 +111,13 @@ TEST(DcpExport, AnEngineCheckpointGoesToDcpAndBackInManySmallItems) {
   const auto imported = dcp::import_dcp(dir.path + "/dcp", dir.path + "/imported", {});
   EXPECT_EQ(imported.step, 3);
   EXPECT_EQ(imported.parameters, 4);
+  EXPECT_EQ(imported.buffers, 1);  // not in the optimizer's params: written as the engine's buffer
   Engine fresh = make_engine(2);
   cohort::CheckpointState state;
   state.rng(false).add("engine", fresh.parameter_state());
   ASSERT_TRUE(cohort::load_checkpoint(dir.path + "/imported", state));
   expect_same_parameters(engine, fresh);
+  EXPECT_TRUE(torch::equal(engine.module()->scale, fresh.module()->scale));
   // The moments and the step count came too: the next step is the same step.
   train(engine, 1);
   train(fresh, 1);
@@ -124,7 +132,8 @@ TEST(DcpExport, WhatCannotMapIsRefusedNamingIt) {
   dcp::ExportOptions prefixed;
   prefixed.prefix = "gpt.";
   EXPECT_EQ(error_of([&] { dcp::export_dcp(step_dir, dir.path + "/a", prefixed); }),
-            "'engine/fc1.bias.exp_avg' does not begin with --prefix 'gpt.': its name in the model cannot be made");
+            "'fc1.bias' (of 'engine/fc1.bias.exp_avg') does not begin with --prefix 'gpt.': its name in the model "
+            "cannot be made");
   EXPECT_FALSE(fs::exists(dir.path + "/a"));
   fs::create_directories(dir.path + "/full");
   std::ofstream(dir.path + "/full/keep") << "x";
@@ -146,7 +155,56 @@ TEST(DcpExport, WhatCannotMapIsRefusedNamingIt) {
                         "beside DDP): export the model with --model-only"));
   dcp::ExportOptions model_only;
   model_only.model_only = true;
-  EXPECT_EQ(dcp::export_dcp(ddp_dir, dir.path + "/c", model_only).tensors, 4);
+  EXPECT_EQ(dcp::export_dcp(ddp_dir, dir.path + "/c", model_only).tensors, 5);  // 4 parameters, the buffer
+}
+
+TEST(DcpExport, AnEngineSavedAsFlatGroupsOrSteppedBySgdIsRefused) {
+  TempDir dir;
+  Engine engine = make_engine(1);
+  train(engine, 1);
+  cohort::CheckpointState flat;
+  flat.rng(false).add("engine", engine).set_step(1);  // the engine's own Stateful: flat groups
+  const std::string flat_dir = cohort::save_checkpoint(dir.path + "/flat", flat);
+  EXPECT_EQ(error_of([&] { dcp::export_dcp(flat_dir, dir.path + "/a", {}); }),
+            "'engine/group0.exp_avg' is a flat group of a ZeRO engine's parameters, not one parameter's (the engine "
+            "was added to the CheckpointState itself, or its optimizer state was on NVMe): save it by parameter name, "
+            "state.add(\"engine\", engine.parameter_state()), as the Trainer does, to export it");
+  Engine sgd = make_engine(1, /*sgd=*/true);
+  train(sgd, 1);
+  const std::string sgd_dir = save(sgd, dir.path + "/sgd", 1);
+  EXPECT_EQ(error_of([&] { dcp::export_dcp(sgd_dir, dir.path + "/b", {}); }),
+            "the checkpoint's 'engine' has no 'zero.adam.lr': its optimizer is not LibTorch's Adam or AdamW "
+            "(PyTorch's state of another one is not written), or it was saved before cohort recorded Adam's "
+            "hyper-parameters: export it with --model-only");
+  dcp::ExportOptions model_only;
+  model_only.model_only = true;
+  EXPECT_EQ(dcp::export_dcp(sgd_dir, dir.path + "/c", model_only).tensors, 5);
+  EXPECT_FALSE(fs::exists(dir.path + "/a"));
+  EXPECT_FALSE(fs::exists(dir.path + "/b"));
+}
+
+TEST(DcpExport, AnImportThatFailsLeavesNoOutput) {
+  TempDir dir;
+  Engine engine = make_engine(1);
+  train(engine, 1);
+  dcp::export_dcp(save(engine, dir.path + "/ckpt", 1), dir.path + "/dcp", {});
+  // A byte of a master's item changed: found when the save lends that parameter, after it made the directory.
+  const dcp::DcpMetadata md = dcp::read_dcp_metadata(dir.path + "/dcp");
+  const auto weight = std::find_if(md.entries.begin(), md.entries.end(), [](const auto& e) { return e.fqn == "model.fc2.weight"; });
+  ASSERT_NE(weight, md.entries.end());
+  const dcp::DcpChunk& item = weight->chunks.at(0);
+  std::fstream file(dir.path + "/dcp/" + item.file, std::ios::in | std::ios::out | std::ios::binary);
+  std::string bytes(static_cast<size_t>(item.length), '\0');
+  file.seekg(item.offset);
+  file.read(bytes.data(), item.length);
+  const std::string record = "archive/data/0";  // its local header's name; the tensor's bytes follow
+  const int64_t at = item.offset + int64_t(bytes.find(record) + record.size()) + 8;
+  file.seekp(at);
+  file.put(static_cast<char>(bytes[size_t(at - item.offset)] ^ 0x5a));
+  file.close();
+  EXPECT_THAT(error_of([&] { dcp::import_dcp(dir.path + "/dcp", dir.path + "/imported", {}); }),
+              HasSubstr("fails its CRC32 check"));
+  EXPECT_FALSE(fs::exists(dir.path + "/imported"));
 }
 
 }  // namespace dcp_export_test

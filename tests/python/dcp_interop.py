@@ -27,7 +27,7 @@ from gpt_interop import fixed_batch  # noqa: E402
 from pytorch_models import GPT  # noqa: E402
 
 
-def build(world, lr, shape):
+def build(world, lr, shape, betas=(0.9, 0.99), weight_decay=0.1):
     n_layer, n_head, n_embd, block, vocab, bias = shape
     torch.manual_seed(1234)
     model = GPT(n_layer, n_head, n_embd, block, vocab, 0.0, bias)
@@ -36,7 +36,8 @@ def build(world, lr, shape):
         fully_shard(b, mesh=mesh)
     fully_shard(model, mesh=mesh)
     # cohort's engine steps LibTorch's AdamW: one tensor at a time, as foreach=False does here.
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, foreach=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=betas, eps=1e-8, weight_decay=weight_decay,
+                            foreach=False)
     return model, opt
 
 
@@ -64,7 +65,9 @@ def run(rank, mode, directory, world, steps, lr, port, shape):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    model, opt = build(world, lr, shape)
+    # A load builds its optimizer with other hyper-parameters: the checkpoint's param_groups replace them,
+    # so the step after the load matches only when they were written right.
+    model, opt = build(world, lr, shape) if mode == "save" else build(world, 10 * lr, shape, (0.5, 0.5), 0.0)
     model.eval()  # no dropout in the models compared; eval keeps it so
     if mode == "save":
         block, vocab = shape[3], shape[4]

@@ -1,10 +1,11 @@
-// cohort-ckpt: what is inside a checkpoint (info), whether every byte is as saved (verify), and one
+// cohort-ckpt: what is inside a checkpoint (info), whether every byte is as saved (verify), one
 // full-state safetensors file from a sharded checkpoint (consolidate, streamed: memory bounded by a
-// 4 MiB buffer, not by the model), and PyTorch's torch.distributed.checkpoint directory (export --format
-// dcp, streamed the same way), and a cohort checkpoint of one ZeRO engine from such a directory (import). PATH is a
-// step directory or a checkpoint directory (its `latest`). Exit status: 0 fine, 1 a bad checkpoint (a path in it
-// leading out of it included), 2 a bad command line (an unknown subcommand, a path without a checkpoint, an output
-// inside a checkpoint).
+// 4 MiB buffer, not by the model), PyTorch's torch.distributed.checkpoint directory from it (export
+// --format dcp, streamed the same way), and a cohort checkpoint of one ZeRO engine from such a directory
+// (import). PATH is a step directory or a checkpoint directory (its `latest`). Exit status: 0 fine, 1 a
+// bad checkpoint (a path in it leading out of it included), 2 a bad command line (an unknown
+// subcommand, a path without a checkpoint, an output inside a checkpoint or one that exists, a --prefix
+// the names lack, a state only --model-only can leave out).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -17,6 +18,7 @@
 #include "checkpoint/files.h"
 #include "checkpoint/inspect.h"
 #include "checkpoint/manifest.h"
+#include "cohort/error.h"
 #include "trainer/trainer_values.h"
 
 using namespace cohort::detail::ckpt;
@@ -37,6 +39,13 @@ void trainer_problems(const std::string& dir, std::vector<std::string>& problems
   } catch (const std::exception& e) {
     problems.push_back(dir + "/manifest.json: " + e.what());
   }
+}
+
+// 2 for what the command line asked wrongly (a --prefix the names lack, an output that exists, a state
+// only --model-only can leave out), 1 for a bad checkpoint.
+int exit_code_of(const std::exception& e) {
+  const auto* error = dynamic_cast<const cohort::Error*>(&e);
+  return error != nullptr && error->kind() == cohort::ErrorKind::kInvalidArgument ? 2 : 1;
 }
 
 // What the command line asked for.
@@ -94,7 +103,7 @@ int run_import(const Command& c) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohort-ckpt: error: %s\n", e.what());
-    return 1;
+    return exit_code_of(e);
   }
 }
 
@@ -182,6 +191,6 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cohort-ckpt: error: %s\n", e.what());
-    return 1;
+    return *c.exporter ? exit_code_of(e) : 1;
   }
 }

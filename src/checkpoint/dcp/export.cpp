@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <regex>
 
 #include "checkpoint/dcp/distcp_writer.h"
 #include "checkpoint/dcp/metadata_writer.h"
@@ -44,8 +45,8 @@ struct ExportPlan {
 };
 
 std::string without_prefix(const std::string& name, const ExportOptions& options, const std::string& saved) {
-  COHORT_CHECK_KIND(kInvalidArgument, name.rfind(options.prefix, 0) == 0, "'", saved,
-                    "' does not begin with --prefix '", options.prefix, "': its name in the model cannot be made");
+  COHORT_CHECK_KIND(kInvalidArgument, name.rfind(options.prefix, 0) == 0, "'", name, "' (of '", saved,
+                    "') does not begin with --prefix '", options.prefix, "': its name in the model cannot be made");
   return name.substr(options.prefix.size());
 }
 
@@ -55,9 +56,21 @@ void add_tensor(ExportPlan& plan, std::vector<std::string> path, const TensorRec
   plan.sources.push_back({key, std::move(path), &r, std::nullopt, ""});
 }
 
+// The engine's own Stateful saves its flat groups ("group0.master", "tp1.group0.exp_avg"): no parameter's.
+bool is_flat_group(const std::string& name) {
+  static const std::regex pattern("(tp[0-9]+\\.)?group[0-9]+\\..*");
+  return std::regex_match(name, pattern);
+}
+
 // A ZeRO engine's tensor ("<parameter>.master|exp_avg|...", "module.<buffer>") under its DCP name.
 void map_engine_tensor(ExportPlan& plan, const TensorRecord& r, const std::string& rest, const ExportOptions& options) {
-  if (rest.rfind("module.", 0) == 0)
+  COHORT_CHECK_KIND(kInvalidArgument, !is_flat_group(rest), "'", r.name, "' is a flat group of a ZeRO engine's ",
+                    "parameters, not one parameter's (the engine was added to the CheckpointState itself, or its ",
+                    "optimizer state was on NVMe): save it by parameter name, state.add(\"",
+                    r.name.substr(0, r.name.find('/')),
+                    "\", engine.parameter_state()), as the Trainer does, to export it");
+  // The engine's buffers are whole on every rank; a parameter's state is sharded, whatever its name.
+  if (rest.rfind("module.", 0) == 0 && r.kind != StateKind::kSharded)
     return add_tensor(plan, {"model", without_prefix(rest.substr(7), options, r.name)}, r);
   const auto dot = rest.rfind('.');
   const std::string field = dot == std::string::npos ? "" : rest.substr(dot + 1);
@@ -81,7 +94,9 @@ double value_of(const Manifest& m, const std::string& entry, const std::string& 
   const auto& values = m.values.at(entry);
   const auto it = values.find(key);
   COHORT_CHECK_KIND(kInvalidArgument, it != values.end(), "the checkpoint's '", entry, "' has no '", key,
-                    "' (saved before cohort recorded Adam's hyper-parameters): export it ", "with --model-only");
+                    "': its optimizer is not LibTorch's Adam or AdamW (PyTorch's state of another one is not ",
+                    "written), or it was saved before cohort recorded Adam's hyper-parameters: export it with ",
+                    "--model-only");
   return it->second;
 }
 
@@ -133,7 +148,6 @@ void add_adam_state(ExportPlan& plan, const Manifest& m, const std::string& engi
 ExportPlan plan_export(const Manifest& m, const ExportOptions& options) {
   ExportPlan plan;
   std::string engine;
-  bool adam = false;
   for (const TensorRecord& r : m.tensors) {
     const auto slash = r.name.find('/');
     const std::string entry = r.name.substr(0, slash), rest = r.name.substr(slash + 1);
@@ -147,7 +161,6 @@ ExportPlan plan_export(const Manifest& m, const ExportOptions& options) {
                         "two ZeRO engines ('", engine, "' and '", entry, "'): one model's state is exported");
       engine = entry;
       map_engine_tensor(plan, r, rest, options);
-      adam = adam || (rest.size() > 8 && rest.compare(rest.size() - 8, 8, ".exp_avg") == 0);
     } else if (values != m.values.end() && is_optimizer_entry(values->second)) {
       COHORT_CHECK_KIND(kInvalidArgument, options.model_only, "'", r.name,
                         "' is the state of an optimizer whose parameters are numbered, not named (a LibTorch ",
@@ -156,7 +169,9 @@ ExportPlan plan_export(const Manifest& m, const ExportOptions& options) {
       add_tensor(plan, {"model", without_prefix(rest, options, r.name)}, r);
     }
   }
-  if (adam && !options.model_only) add_adam_state(plan, m, engine);
+  // Every optimizer the engine can run has a param_groups PyTorch asks for: written for Adam and AdamW,
+  // refused for the others (value_of names the missing hyper-parameter).
+  if (!engine.empty() && !options.model_only) add_adam_state(plan, m, engine);
   std::map<std::string, const Source*> keys;
   for (const Source& s : plan.sources) {
     const auto [at, fresh] = keys.emplace(s.key, &s);
@@ -227,7 +242,8 @@ DcpEntry write_tensor(const Source& s, ckpt::PieceFiles& files, DistcpWriter& ou
   for (const ckpt::Piece& p : ckpt::ordered_pieces(r)) {
     const std::string mismatch = ckpt::stream_piece(files, p, r.name, buffer, [&](const char* data, int64_t n) {
       while (n > 0) {
-        COHORT_CHECK_KIND(kIO, open, "the pieces of '", r.name, "' hold more than its shape");
+        COHORT_CHECK_KIND(kIO, open, "the pieces of '", r.name, "' hold more than the ",
+                          c10::multiply_integers(r.shape), " elements of its shape ", c10::IntArrayRef(r.shape));
         const int64_t take = std::min(n, left);
         out.tensor_bytes(data, take);
         data += take;
@@ -238,7 +254,8 @@ DcpEntry write_tensor(const Source& s, ckpt::PieceFiles& files, DistcpWriter& ou
     });
     if (!mismatch.empty()) throw Error(mismatch, ErrorKind::kIO);
   }
-  COHORT_CHECK_KIND(kIO, !open && next == rows.size(), "the pieces of '", r.name, "' hold less than its shape");
+  COHORT_CHECK_KIND(kIO, !open && next == rows.size(), "the pieces of '", r.name, "' hold less than the ",
+                    c10::multiply_integers(r.shape), " elements of its shape ", c10::IntArrayRef(r.shape));
   return e;
 }
 

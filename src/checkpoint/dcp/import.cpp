@@ -28,6 +28,7 @@ struct Parameter {
 struct ImportPlan {
   std::map<std::string, Parameter> tensors;      // by fqn
   std::map<std::string, const DcpEntry*> group;  // param_groups.0's objects by name
+  std::set<std::string> parameters;              // param_groups.0's params: the rest are buffers
 };
 
 const std::set<std::string> kStateFields = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer", "step"};
@@ -55,8 +56,14 @@ ImportPlan plan_import(const DcpMetadata& md, const std::string& dir) {
       plan.group[key.substr(25)] = &e;
       continue;
     }
-    COHORT_CHECK_KIND(kInvalidArgument, key.rfind("optimizer.param_groups.", 0) != 0, dir, ": '", key,
-                      "' is a second parameter group; cohort's engine steps its parameters as one");
+    if (key.rfind("optimizer.param_groups.", 0) == 0) {
+      const std::string group = key.substr(23, key.find('.', 23) - 23);
+      const bool index = !group.empty() && group.find_first_not_of("0123456789") == std::string::npos;
+      COHORT_CHECK_KIND(kInvalidArgument, !index, dir, ": '", key,
+                        "' is a second parameter group; cohort's engine steps its parameters as one");
+      COHORT_CHECK_KIND(kInvalidArgument, false, dir, ": '", key, "' is of a flattened optimizer state dict ",
+                        "(StateDictOptions(flatten_optimizer_state_dict=True)): save it without flattening");
+    }
     COHORT_CHECK_KIND(kInvalidArgument, false, dir, ": '", key,
                       "' is not the model's or its optimizer's (a state dict of get_state_dict's {\"model\": ..., ",
                       "\"optimizer\": ...}, not flattened)");
@@ -73,6 +80,23 @@ double number_of(const PickleValue& v, const std::string& what) {
   COHORT_CHECK_KIND(kIO, v.kind == PickleKind::kFloat || v.kind == PickleKind::kInt || v.kind == PickleKind::kBool,
                     what, " is ", describe(v), ", not a number");
   return v.kind == PickleKind::kFloat ? v.real : double(v.integer);
+}
+
+// param_groups[0]['params']: the names of the parameters the optimizer steps, each the model's.
+void read_parameters(ImportPlan& plan, DcpFiles& files, const std::string& dir) {
+  const auto it = plan.group.find("params");
+  if (it == plan.group.end()) return;
+  const PickleValue params = files.object(*it->second);
+  const std::string what = dir + ": optimizer.param_groups.0.params";
+  COHORT_CHECK_KIND(kIO, params.kind == PickleKind::kList, what, " is ", describe(params), ", not a list");
+  for (const PickleRef& name : params.items) {
+    COHORT_CHECK_KIND(kIO, name->kind == PickleKind::kString, what, " holds ", describe(*name),
+                      ", not a parameter's name (a state dict of get_state_dict names them)");
+    const auto tensor = plan.tensors.find(name->text);
+    COHORT_CHECK_KIND(kInvalidArgument, tensor != plan.tensors.end(), what, " names '", name->text,
+                      "', which the model ('model.", name->text, "') does not have");
+    plan.parameters.insert(name->text);
+  }
 }
 
 // Adam's and AdamW's hyper-parameters as the ZeRO engine saves them (inner_optimizer.h).
@@ -110,7 +134,8 @@ class ImportedEngine : public Stateful {
   ImportedEngine(const ImportPlan& plan, DcpFiles& files, const ImportOptions& options, StateValues values)
       : files_(files), values_(std::move(values)) {
     for (const auto& [fqn, p] : plan.tensors) {
-      const bool parameter = !p.state.empty() || p.step != nullptr || plan.group.empty();
+      // The optimizer's params name the parameters; without an optimizer every model tensor is one.
+      const bool parameter = plan.parameters.empty() || plan.parameters.count(fqn);
       if (!parameter) {
         buffers_.push_back({"module." + options.prefix + fqn, p.weight});
         continue;
@@ -172,7 +197,9 @@ int64_t step_of(const ImportPlan& plan, DcpFiles& files, const std::string& dir)
   for (const auto& [fqn, p] : plan.tensors) {
     if (p.step == nullptr) continue;
     const torch::Tensor t = files.tensor(*p.step, torch::kDouble);
-    const double value = t.numel() == 1 ? t.item<double>() : -1;
+    COHORT_CHECK_KIND(kIO, t.numel() == 1, dir, ": optimizer.state.", fqn, ".step is a tensor of shape ", t.sizes(),
+                      ", not a step count");
+    const double value = t.item<double>();
     COHORT_CHECK_KIND(kIO, value >= 0 && value <= 9007199254740991.0 && value == std::floor(value), dir,
                       ": optimizer.state.", fqn, ".step is ", value, ", not a step count");
     if (step >= 0)
@@ -196,8 +223,9 @@ ImportSummary import_dcp(const std::string& dcp_dir, const std::string& out_dir,
                     !exists || (fs::is_directory(fs::symlink_status(out_dir)) && fs::is_empty(out_dir, error)),
                     "the output ", out_dir, " exists and is not an empty directory: name a new one");
   const DcpMetadata md = read_dcp_metadata(dcp_dir);
-  const ImportPlan plan = plan_import(md, dcp_dir);
+  ImportPlan plan = plan_import(md, dcp_dir);
   DcpFiles files(dcp_dir);
+  read_parameters(plan, files, dcp_dir);
   const int64_t step = step_of(plan, files, dcp_dir);
   StateValues values = {{"zero_stage", double(options.zero_stage)},
                         {"zero.global_steps", double(step)},
@@ -216,7 +244,13 @@ ImportSummary import_dcp(const std::string& dcp_dir, const std::string& out_dir,
   CheckpointState state;
   state.add(options.entry, engine).rng(false).set_step(step);
   ImportSummary summary{step, engine->parameters(), engine->buffers(), ""};
-  summary.step_dir = save_checkpoint(out_dir, state, SaveOptions().keep_last(0));
+  try {
+    summary.step_dir = save_checkpoint(out_dir, state, SaveOptions().keep_last(0));
+  } catch (...) {  // an item that did not read: the save had made the directory and its lock
+    fs::remove(fs::path(out_dir) / ".lock", error);
+    if (!exists) fs::remove(out_dir, error);  // only when empty
+    throw;
+  }
   return summary;
 }
 
