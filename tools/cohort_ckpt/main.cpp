@@ -6,7 +6,9 @@
 // bad checkpoint (a path in it leading out of it included), 2 a bad command line (an unknown
 // subcommand, a path without a checkpoint, an output inside a checkpoint or one that exists, a --prefix
 // the names lack, a state only --model-only can leave out).
+#include <malloc.h>
 #include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -95,6 +97,9 @@ void add_subcommands(CLI::App& app, Command& c) {
 }
 
 int run_import(const Command& c) {
+  // Each parameter's tensors are freed before the next is read; glibc's dynamic mmap threshold would keep
+  // them in the heap instead (an 85M-parameter import peaked at 855 MB, 217 MB with this).
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
   try {
     const auto summary = cohort::detail::dcp::import_dcp(c.path, c.out, c.import_options);
     std::printf("wrote %s: %lld parameters and %lld buffers at step %lld from %s\n", summary.step_dir.c_str(),
