@@ -1,10 +1,9 @@
 #include "checkpoint/dcp/distcp_writer.h"
 
-#include <zlib.h>
-
 #include <limits>
 
 #include "checkpoint/dcp/pickle_writer.h"
+#include "checkpoint/shard_file.h"
 #include "cohort/error.h"
 
 namespace cohort::detail::dcp {
@@ -18,16 +17,6 @@ constexpr int64_t kZip32Limit = std::numeric_limits<uint32_t>::max();
 
 void append_le(std::string& out, uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-uint32_t zip_crc(uint32_t crc, const char* data, int64_t bytes) {
-  while (bytes > 0) {
-    const uInt n = static_cast<uInt>(std::min<int64_t>(bytes, 1 << 30));
-    crc = static_cast<uint32_t>(crc32(crc, reinterpret_cast<const Bytef*>(data), n));
-    data += n;
-    bytes -= n;
-  }
-  return crc;
 }
 
 // The local file header of a STORED record; its CRC and sizes at +14..+25.
@@ -128,7 +117,7 @@ void DistcpWriter::begin_item() {
 }
 
 void DistcpWriter::whole_record(const std::string& name, const std::string& bytes) {
-  const uint32_t crc = zip_crc(0, bytes.data(), static_cast<int64_t>(bytes.size()));
+  const uint32_t crc = ckpt::crc32_update(0, bytes.data(), static_cast<int64_t>(bytes.size()));
   records_.push_back({kArchivePrefix + name, crc, static_cast<int64_t>(bytes.size()), position_ - item_start_});
   put(local_header(kArchivePrefix + name, crc, static_cast<int64_t>(bytes.size())));
   put(bytes);
@@ -181,7 +170,7 @@ void DistcpWriter::tensor_bytes(const char* data, int64_t bytes) {
   file_.write(data, static_cast<size_t>(bytes));
   position_ += bytes;
   expected_ -= bytes;
-  r.crc = zip_crc(r.crc, data, bytes);
+  r.crc = ckpt::crc32_update(r.crc, data, bytes);
 }
 
 ItemRange DistcpWriter::end_tensor_item() {

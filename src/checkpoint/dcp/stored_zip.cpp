@@ -4,13 +4,12 @@
 // may not overlap, so checking the CRCs reads each byte at most once.
 #include "checkpoint/dcp/stored_zip.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <set>
 
+#include "checkpoint/shard_file.h"
 #include "core/check.h"
 #include "core/text.h"
 
@@ -158,16 +157,6 @@ ZipRecord ZipReader::locate(const Entry& e) const {
   return ZipRecord{e.name, reinterpret_cast<const char*>(data_ + start), size_t(e.size)};
 }
 
-uint32_t crc_of(const ZipRecord& r) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t done = 0; done < r.size;) {
-    const size_t n = std::min<size_t>(r.size - done, size_t(1) << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(r.data + done), uInt(n));
-    done += n;
-  }
-  return uint32_t(crc);
-}
-
 // Records may not share bytes (torch.save's never do), so checking the CRCs reads each byte once however
 // many entries a hostile directory holds.
 std::vector<ZipRecord> ZipReader::records() {
@@ -192,7 +181,7 @@ std::vector<ZipRecord> ZipReader::records() {
                "' overlap"));
   }
   for (size_t i = 0; i < records.size(); ++i) {
-    const uint32_t crc = crc_of(records[i]);
+    const uint32_t crc = ckpt::crc32_update(0, records[i].data, int64_t(records[i].size));
     if (crc != entries[i].crc) {
       char text[64];
       std::snprintf(text, sizeof text, "(stored 0x%08x, computed 0x%08x)", entries[i].crc, crc);
